@@ -1,0 +1,1 @@
+"""Instructor tooling: build release/ and solutions/ from source/, and grade a class with nbgrader."""

@@ -1,0 +1,37 @@
+"""python -m autograder {grade,build} — see README.md."""
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    grade = commands.add_parser("grade", help="grade a folder or zip of submissions with nbgrader")
+    grade.add_argument("path", type=Path, help="folder <student>/<assignment>/<notebook>.ipynb, or a zip of one")
+    grade.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback/ go")
+    grade.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
+                       help="grade only this assignment (repeatable); default: all")
+
+    build = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
+    build.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
+    build.add_argument("--skip-solutions", action="store_true", help="do not execute the solution notebooks")
+
+    args = parser.parse_args(argv)
+    if args.command == "grade":
+        from autograder.grade import grade as run_grade, table
+
+        grades = run_grade(args.path, args.out, args.assignments)
+        print()
+        print(table(grades))
+        print(f"\nwrote {args.out / 'grades.csv'} and feedback under {args.out / 'feedback'}")
+        return 0
+    from autograder.build import main as run_build
+
+    return run_build(check=args.check, solutions=not args.skip_solutions)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Turning a source notebook into its other forms: a solution to read, a filled-in submission."""
+
+import copy
+import re
+
+import nbformat
+
+SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
+HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", re.MULTILINE | re.DOTALL)
+
+
+def answer(source: str) -> str:
+    """A source answer cell as a student who solved it would leave it: the solution markers removed."""
+    return SOLUTION_MARKERS.sub("", source)
+
+
+def hidden_tests_removed(source: str) -> str:
+    return HIDDEN_TESTS.sub("", source).rstrip()
+
+
+def grade_id(cell: nbformat.NotebookNode) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def answer_cells(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """grade_id -> solved source of every answer cell of a source notebook."""
+    return {
+        grade_id(cell): answer(cell.source)
+        for cell in nb.cells
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
+
+
+def filled(release: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """A copy of a release notebook with the named answer cells replaced, as a student would submit it."""
+    nb = copy.deepcopy(release)
+    unknown = set(answers) - {grade_id(cell) for cell in nb.cells}
+    if unknown:
+        raise KeyError(f"no answer cells named {sorted(unknown)}")
+    for cell in nb.cells:
+        if grade_id(cell) in answers:
+            cell.source = answers[grade_id(cell)]
+    return nb
+
+
+SOLUTION_BANNER = (
+    "> **Executed solution, generated — do not edit.** Built from `source/{assignment}/{notebook}` by "
+    "`python -m autograder build`; the exercises are in `release/{assignment}/{notebook}`."
+)
+
+
+def solution_skeleton(source: nbformat.NotebookNode, assignment: str, notebook: str) -> nbformat.NotebookNode:
+    """The source notebook as a self-learner reads it: solutions in, markers, hidden tests and nbgrader metadata out."""
+    nb = copy.deepcopy(source)
+    for cell in nb.cells:
+        cell.metadata.pop("nbgrader", None)
+        if cell.cell_type == "code":
+            cell.source = hidden_tests_removed(answer(cell.source))
+            cell.outputs = []
+            cell.execution_count = None
+    banner = nbformat.v4.new_markdown_cell(SOLUTION_BANNER.format(assignment=assignment, notebook=notebook))
+    banner["id"] = "generated-banner"
+    nb.cells.insert(0, banner)
+    nb.metadata["generated_from"] = f"source/{assignment}/{notebook}"
+    return nb

@@ -1,0 +1,39 @@
+"""Reference attention from assignments 01 and 02, imported by later notebooks.
+
+These match the solutions of source/01_self_attention and source/02_qkv; tests/test_references.py
+runs the same checks on both, so a mistake in a student's 01 never costs points in a later assignment.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def attention_weights(x: torch.Tensor) -> torch.Tensor:
+    """Unscaled self-attention weights softmax(x·xᵀ) over the last dimension: (b, t, k) -> (b, t, t)."""
+    return F.softmax(x @ x.transpose(-2, -1), dim=-1)  # (b, t, t)
+
+
+def basic_self_attention(x: torch.Tensor) -> torch.Tensor:
+    """Each output is the attention-weighted average of all inputs: (b, t, k) -> (b, t, k)."""
+    return attention_weights(x) @ x
+
+
+def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Unscaled dot-product attention: (b, tq, k), (b, tk, k), (b, tk, v) -> (b, tq, v)."""
+    weights = F.softmax(queries @ keys.transpose(-2, -1), dim=-1)  # (b, tq, tk)
+    return weights @ values
+
+
+class SelfAttentionQKV(nn.Module):
+    """Unscaled self-attention with learned query, key and value projections: (b, t, k) -> (b, t, k)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k = k
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))

@@ -1,0 +1,78 @@
+"""Shared fixtures: one batch of submissions graded by real nbgrader, reused by every grading test."""
+
+import html
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import course_dir
+from autograder.catalogue import Variant, alternatives, mistakes
+from autograder.grade import Grade, grade
+from autograder.notebooks import answer_cells, filled
+
+ROOT = course_dir.ROOT
+
+
+def release_notebook(assignment: str, notebook: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "release" / assignment / notebook, as_version=4)
+
+
+def source_answers(assignment: str, notebook: str) -> dict[str, str]:
+    return answer_cells(nbformat.read(ROOT / "source" / assignment / notebook, as_version=4))
+
+
+def complete_submission(assignment: str, notebook: str) -> nbformat.NotebookNode:
+    """The release notebook with every answer cell solved as in source/."""
+    return filled(release_notebook(assignment, notebook), source_answers(assignment, notebook))
+
+
+def variant_submission(variant: Variant) -> tuple[str, nbformat.NotebookNode]:
+    """The complete submission with one answer cell replaced by the variant."""
+    for notebook in course_dir.notebooks(variant.assignment):
+        if variant.cell in source_answers(variant.assignment, notebook):
+            answers = {**source_answers(variant.assignment, notebook), variant.cell: variant.code}
+            return notebook, filled(release_notebook(variant.assignment, notebook), answers)
+    raise KeyError(f"{variant.assignment} has no answer cell {variant.cell}")
+
+
+def write_submission(batch: Path, student: str, assignment: str, notebook: str, nb: nbformat.NotebookNode) -> None:
+    folder = batch / student / assignment
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / notebook)
+
+
+def feedback_text(out: Path, student: str, assignment: str) -> str:
+    """The feedback HTML of one submission as plain text."""
+    pages = sorted((out / "feedback" / student / assignment).glob("*.html"))
+    text = " ".join(re.sub(r"<[^>]+>", " ", page.read_text()) for page in pages)
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
+class GradedBatch:
+    def __init__(self, out: Path, grades: list[Grade]):
+        self.out = out
+        self.grades = {(g.student, g.assignment): g for g in grades}
+
+    def __getitem__(self, key: tuple[str, str]) -> Grade:
+        return self.grades[key]
+
+
+@pytest.fixture(scope="session")
+def graded_batch(tmp_path_factory: pytest.TempPathFactory) -> GradedBatch:
+    """Every catalogued variant, a complete and an untouched submission per assignment, graded in one run.
+
+    Student ids: 'complete', 'untouched', 'complete-again' (a regrade check), and each variant's name.
+    """
+    batch = tmp_path_factory.mktemp("batch")
+    for assignment in course_dir.assignments():
+        for notebook in course_dir.notebooks(assignment):
+            write_submission(batch, "complete", assignment, notebook, complete_submission(assignment, notebook))
+            write_submission(batch, "complete-again", assignment, notebook, complete_submission(assignment, notebook))
+            write_submission(batch, "untouched", assignment, notebook, release_notebook(assignment, notebook))
+    for variant in mistakes() + alternatives():
+        notebook, nb = variant_submission(variant)
+        write_submission(batch, variant.name, variant.assignment, notebook, nb)
+    out = tmp_path_factory.mktemp("graded")
+    return GradedBatch(out, grade(batch, out))
