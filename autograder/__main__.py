@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     build = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
     build.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
     build.add_argument("--skip-solutions", action="store_true", help="do not execute the solution notebooks")
+    build.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
+                       help="build only this assignment (repeatable); default: all")
 
     args = parser.parse_args(argv)
     if args.command == "grade":
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from autograder.build import main as run_build
 
-    return run_build(check=args.check, solutions=not args.skip_solutions)
+    return run_build(check=args.check, solutions=not args.skip_solutions, only=args.assignments)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
 from autograder import course_dir
-from autograder.catalogue import mistakes
+from autograder.catalogue import sample_mistakes
 from autograder.notebooks import answer_cells, filled, solution_skeleton
 
 #: student id -> what that sample submission is
@@ -32,13 +33,13 @@ def _write_json(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def generate_release(root: Path, out: Path) -> None:
-    """Run nbgrader generate_assignment --no-db for every assignment, writing out/<assignment>/."""
+def generate_release(root: Path, out: Path, assignments: list[str]) -> None:
+    """Run nbgrader generate_assignment --no-db for these assignments, writing out/<assignment>/."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         shutil.copytree(course_dir.source_dir(root), work / "source")
         shutil.copy(root / "nbgrader_config.py", work / "nbgrader_config.py")
-        for assignment in course_dir.assignments(root):
+        for assignment in assignments:
             subprocess.run(
                 [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--no-db", "--force", "--log-level=WARN"],
                 cwd=work, check=True,
@@ -61,19 +62,11 @@ def build_solution(root: Path, assignment: str, notebook: str) -> nbformat.Noteb
         return execute(nb, Path(tmp))
 
 
-#: the mistakes in the sample-mistakes submission: one per exercise, chosen so that none cancels another
-SAMPLE_MISTAKES = {
-    "01_self_attention": ["weights-softmax-dim1", "output-raw-scores"],
-    "02_qkv": ["attention-softmax-queries", "module-values-not-projected"],
-}
-
-
-def sample_submissions(root: Path, release: Path) -> dict[Path, str]:
-    """Relative path -> file text of every sample submission."""
+def sample_submissions(root: Path, release: Path, assignments: list[str]) -> dict[Path, str]:
+    """Relative path -> file text of the sample submissions for these assignments, and the samples' README."""
     files: dict[Path, str] = {}
-    for assignment in course_dir.assignments(root):
-        chosen = SAMPLE_MISTAKES.get(assignment, [])
-        wrong = {v.cell: v for v in mistakes(assignment) if v.name in chosen}
+    for assignment in assignments:
+        wrong = {v.cell: v for v in sample_mistakes(assignment)}
         for notebook in course_dir.notebooks(assignment, root):
             source = nbformat.read(course_dir.source_dir(root) / assignment / notebook, as_version=4)
             released = nbformat.read(release / assignment / notebook, as_version=4)
@@ -110,19 +103,27 @@ def executed_problems(nb: nbformat.NotebookNode) -> list[str]:
     return problems
 
 
-def build(root: Path = course_dir.ROOT, check: bool = False, solutions: bool = True) -> list[str]:
-    """Rebuild (or, with check, compare) release/, solutions/ and samples/. Returns the drift found."""
+def build(root: Path = course_dir.ROOT, check: bool = False, solutions: bool = True,
+          only: list[str] | None = None) -> list[str]:
+    """Rebuild (or, with check, compare) release/, solutions/ and samples/, for all assignments or only some.
+
+    Returns the drift found: files that differ from (or were missing in) what the build makes.
+    """
+    assignments = only or course_dir.assignments(root)
+    unknown = sorted(set(assignments) - set(course_dir.assignments(root)))
+    if unknown:
+        raise SystemExit(f"unknown assignment(s) {unknown}")
     drift: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         release = Path(tmp) / "release"
-        generate_release(root, release)
+        generate_release(root, release, assignments)
         built = {p.relative_to(release): p.read_text() for p in release.rglob("*") if p.is_file()}
-        drift += _sync(root / "release", built, check)
-
-        drift += _sync(root / "samples", sample_submissions(root, release), check)
+        drift += _sync(root / "release", built, check, lambda rel: rel.parts[0] in assignments)
+        samples = sample_submissions(root, release, assignments)
+        drift += _sync(root / "samples", samples, check, lambda rel: len(rel.parts) < 3 or rel.parts[1] in assignments)
 
     if solutions:
-        for assignment in course_dir.assignments(root):
+        for assignment in assignments:
             for notebook in course_dir.notebooks(assignment, root):
                 path = root / "solutions" / assignment / notebook
                 if check:
@@ -142,9 +143,10 @@ def build(root: Path = course_dir.ROOT, check: bool = False, solutions: bool = T
     return drift
 
 
-def _sync(folder: Path, files: dict[Path, str], check: bool) -> list[str]:
-    """Make folder hold exactly these files, or (check) list how it differs."""
+def _sync(folder: Path, files: dict[Path, str], check: bool, in_scope: Callable[[Path], bool]) -> list[str]:
+    """Make the in-scope part of folder hold exactly these files, or (check) list how it differs."""
     existing = {p.relative_to(folder) for p in folder.rglob("*") if p.is_file()} if folder.exists() else set()
+    existing = {rel for rel in existing if in_scope(rel)}
     drift = []
     for rel in sorted(existing | set(files)):
         name = f"{folder.name}/{rel}"
@@ -160,8 +162,8 @@ def _sync(folder: Path, files: dict[Path, str], check: bool) -> list[str]:
     return drift
 
 
-def main(check: bool = False, solutions: bool = True) -> int:
-    drift = build(check=check, solutions=solutions)
+def main(check: bool = False, solutions: bool = True, only: list[str] | None = None) -> int:
+    drift = build(check=check, solutions=solutions, only=only)
     if check:
         for line in drift:
             print(f"drift: {line}")

@@ -6,9 +6,7 @@ import pytest
 from autograder import course_dir
 from autograder.catalogue import alternatives, mistakes
 
-from conftest import feedback_text
-
-ASSIGNMENTS = course_dir.assignments()
+from conftest import ASSIGNMENTS, feedback_text
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -32,7 +30,7 @@ def test_regrading_the_same_submission_gives_the_same_score(graded_batch, assign
     assert graded_batch["complete", assignment].score == graded_batch["complete-again", assignment].score
 
 
-@pytest.mark.parametrize("variant", mistakes(), ids=lambda v: f"{v.assignment}:{v.name}")
+@pytest.mark.parametrize("variant", [v for v in mistakes() if v.assignment in ASSIGNMENTS], ids=lambda v: f"{v.assignment}:{v.name}")
 def test_mistake_scores_below_full_marks_and_is_diagnosed(graded_batch, variant):
     row = graded_batch[variant.name, variant.assignment]
     assert row.status == "graded", row.message
@@ -41,7 +39,7 @@ def test_mistake_scores_below_full_marks_and_is_diagnosed(graded_batch, variant)
     assert variant.diagnosis in feedback, f"feedback of {variant.name} does not say {variant.diagnosis!r}"
 
 
-@pytest.mark.parametrize("variant", alternatives(), ids=lambda v: f"{v.assignment}:{v.name}")
+@pytest.mark.parametrize("variant", [v for v in alternatives() if v.assignment in ASSIGNMENTS], ids=lambda v: f"{v.assignment}:{v.name}")
 def test_correct_alternative_scores_full_marks(graded_batch, variant):
     row = graded_batch[variant.name, variant.assignment]
     assert row.status == "graded", row.message
@@ -67,6 +65,8 @@ def test_grades_csv_has_a_row_per_student_and_assignment(graded_batch):
     students = {r["student"] for r in rows}
     assert len(rows) == len(students) * len(ASSIGNMENTS)
     # students who submitted only one assignment get a 'missing' row for the others
-    name = mistakes()[0].name
-    other = next(a for a in ASSIGNMENTS if a != mistakes()[0].assignment)
+    if len(ASSIGNMENTS) < 2:
+        pytest.skip("the batch holds one assignment only (COURSE_TEST_ASSIGNMENTS)")
+    variant = next(v for v in mistakes() if v.assignment in ASSIGNMENTS)
+    name, other = variant.name, next(a for a in ASSIGNMENTS if a != variant.assignment)
     assert {(r["student"], r["assignment"]): r["status"] for r in rows}[name, other] == "missing"

@@ -18,10 +18,22 @@ class Variant:
     diagnosis: str | None = None  # words the feedback must contain; None for a correct alternative
 
 
-def _variants() -> list[Variant]:
-    from autograder.catalogue import qkv, self_attention
+def _modules() -> list:
+    """Every module of this package; each holds VARIANTS and SAMPLE_MISTAKES for one assignment."""
+    import importlib
+    import pkgutil
 
-    return [*self_attention.VARIANTS, *qkv.VARIANTS]
+    return [importlib.import_module(f"{__name__}.{m.name}") for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)]
+
+
+def _variants() -> list[Variant]:
+    return [variant for module in _modules() for variant in module.VARIANTS]
+
+
+def sample_mistakes(assignment: str) -> list[Variant]:
+    """The mistakes put in the sample batch's 'sample-mistakes' submission: one per answer cell, none cancelling another."""
+    names = {name for module in _modules() for name in getattr(module, "SAMPLE_MISTAKES", [])}
+    return [v for v in mistakes(assignment) if v.name in names]
 
 
 def mistakes(assignment: str | None = None) -> list[Variant]:

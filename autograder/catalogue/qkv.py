@@ -62,3 +62,6 @@ VARIANTS = [
             "        w = torch.cat([self.to_queries.weight, self.to_keys.weight, self.to_values.weight])\n"
             "        q, k, v = F.linear(x, w).chunk(3, dim=-1)\n        return attention(q, k, v)\n"),
 ]
+
+# one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another
+SAMPLE_MISTAKES = ["attention-softmax-queries", "module-values-not-projected"]

@@ -39,3 +39,6 @@ VARIANTS = [
     _output("output-fused", "    return F.scaled_dot_product_attention(x, x, x, scale=1.0)\n"),
     _output("output-einsum", "    w = attention_weights(x)\n    return torch.einsum('bts,bsk->btk', w, x)\n"),
 ]
+
+# one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another
+SAMPLE_MISTAKES = ["weights-softmax-dim1", "output-raw-scores"]
