@@ -12,3 +12,6 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Seconds one cell may run before grading moves on.
 c.ExecutePreprocessor.timeout = 300
+
+# A student who deletes a test cell does not escape it: nbgrader puts it back from the gradebook.
+c.OverwriteCells.add_missing_cells = True

@@ -14,6 +14,15 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback/ go")
     grade.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
                        help="grade only this assignment (repeatable); default: all")
+    grade.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="grade N submissions at once, each in its own process and nbgrader workspace (default 1)")
+    grade.add_argument("--cell-timeout", type=int, default=120, metavar="SECONDS",
+                       help="wall time one cell may run before it is interrupted (default 120)")
+    grade.add_argument("--no-sandbox", action="store_true",
+                       help="run student code without the bubblewrap sandbox: only on a trusted machine")
+    grade.add_argument("--named-regexp", default=None, metavar="REGEX",
+                       help="file-name pattern of a learning-management-system export, with named groups "
+                            "student_id, file_id and optionally timestamp (nbgrader zip_collect's convention)")
 
     build = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
     build.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
@@ -25,10 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         from autograder.grade import grade as run_grade, table
 
-        grades = run_grade(args.path, args.out, args.assignments)
+        from autograder.submissions import DEFAULT_NAMED_REGEXP
+
+        grades = run_grade(args.path, args.out, args.assignments, workers=args.workers, sandbox=not args.no_sandbox,
+                           named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP, cell_seconds=args.cell_timeout)
         print()
         print(table(grades))
-        print(f"\nwrote {args.out / 'grades.csv'} and feedback under {args.out / 'feedback'}")
+        print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under {args.out / 'feedback'}")
         return 0
     from autograder.build import main as run_build
 

@@ -18,6 +18,16 @@ ROOT = course_dir.ROOT
 ASSIGNMENTS = [a for a in os.environ.get("COURSE_TEST_ASSIGNMENTS", "").split(",") if a] or course_dir.assignments()
 
 
+def use_sandbox() -> bool:
+    """Grade in the sandbox when it works here; COURSE_TEST_SANDBOX=on insists on it, =off skips it."""
+    from autograder import sandbox
+
+    wanted = os.environ.get("COURSE_TEST_SANDBOX", "auto")
+    if wanted == "on" and sandbox.available() is not None:
+        pytest.fail(f"COURSE_TEST_SANDBOX=on but the sandbox does not work here: {sandbox.available()}")
+    return wanted == "on" or (wanted == "auto" and sandbox.available() is None)
+
+
 def release_notebook(assignment: str, notebook: str) -> nbformat.NotebookNode:
     return nbformat.read(ROOT / "release" / assignment / notebook, as_version=4)
 
@@ -78,4 +88,4 @@ def graded_batch(tmp_path_factory: pytest.TempPathFactory) -> GradedBatch:
         notebook, nb = variant_submission(variant)
         write_submission(batch, variant.name, variant.assignment, notebook, nb)
     out = tmp_path_factory.mktemp("graded")
-    return GradedBatch(out, grade(batch, out, ASSIGNMENTS))
+    return GradedBatch(out, grade(batch, out, ASSIGNMENTS, sandbox=use_sandbox(), progress=False))

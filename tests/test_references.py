@@ -71,3 +71,18 @@ def test_device_can_be_forced_by_environment(monkeypatch):
         monkeypatch.setenv("COURSE_DEVICE", "cuda")
         with pytest.raises(RuntimeError, match="no CUDA device"):
             get_device()
+
+
+def test_check_modules_hold_no_mutable_state():
+    """A student's cell could empty a list of test shapes with a method call; constants must be immutable."""
+    import importlib
+    import pkgutil
+
+    import course.checks
+
+    for info in pkgutil.iter_modules(course.checks.__path__):
+        module = importlib.import_module(f"course.checks.{info.name}")
+        for name, value in vars(module).items():
+            if not name.startswith("_") and isinstance(value, (list, dict, set, bytearray)):
+                raise AssertionError(f"course.checks.{info.name}.{name} is a mutable {type(value).__name__}: use a tuple "
+                                     "or a mapping proxy")

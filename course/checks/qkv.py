@@ -13,8 +13,8 @@ ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
 
 # (b, tq, tk, k, v): batch > 1, tq != tk, v != k, so swapped axes and roles change the shape
-ATTENTION_SHAPES = [(3, 4, 6, 5, 2), (2, 7, 3, 4, 6), (1, 1, 5, 3, 3), (4, 5, 5, 2, 7)]
-MODULE_SHAPES = [(3, 5, 4), (2, 7, 6), (1, 1, 3)]  # (b, t, k)
+ATTENTION_SHAPES = ((3, 4, 6, 5, 2), (2, 7, 3, 4, 6), (1, 1, 5, 3, 3), (4, 5, 5, 2, 7))
+MODULE_SHAPES = ((3, 5, 4), (2, 7, 6), (1, 1, 3))  # (b, t, k)
 
 
 def _attention_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:

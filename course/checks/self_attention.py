@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from course.checks.compare import expect_close, expect_tensor, fail, randn, run
 
 # batch > 1, t != k, a single position, k = 1: shapes that expose swapped or missing dimensions
-SHAPES = [(3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1)]
+SHAPES = ((3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1))
 
 WEIGHTS_NAME = "attention_weights(x)"
 OUTPUT_NAME = "basic_self_attention(x)"

@@ -1,0 +1,413 @@
+"""Run student code in a bubblewrap sandbox while nbgrader grades it.
+
+Use: build the nbgrader config, call ``configure(config, work, Limits())`` and only then create the
+``NbGraderAPI`` from that config. Every kernel nbgrader then starts (autograde, in-process) is started by
+this file run as a script (the *launcher*, outside the sandbox), which execs::
+
+    bwrap --unshare-net --unshare-pid --unshare-ipc --die-with-parent --new-session --ro-bind / / \\
+          --tmpfs /tmp --tmpfs <hidden folders> --ro-bind <python, venv, course package> \\
+          --bind <kernel cwd> --bind <ipc folder> --clearenv ... \\
+          setpriv --reuid=U --regid=U --clear-groups ... python -m ipykernel_launcher -f <connection file>
+
+What the student's code then can and cannot do:
+
+- no network at all (own network namespace with only a loopback); the kernel talks to nbgrader over
+  unix sockets (``KernelManager.transport = "ipc"``) in ``work/.sandbox/ipc``;
+- the file system is read-only except the kernel's working folder (``work/autograded/<student>/<assignment>``),
+  a private ``/tmp`` and ``/dev/shm`` (tmpfs, size-limited);
+- hidden (empty folders): the whole grading folder ``work`` (gradebook.db, source/, submitted/, other students,
+  other kernels' sockets), the course repository and its parent folder (source/, solutions/, .git, the
+  autograder package), /root, /home, the grader's HOME and Jupyter runtime folder (connection files), /run,
+  /mnt, /media, /srv, /var/lib, /var/log, /var/mail, /var/spool, /var/backups. Bound back read-only: only
+  the Python installation, the virtual environment, and editable packages other than ``autograder``
+  (that is the course's ``course`` package);
+- a fresh environment (``--clearenv``): HOME=/tmp, MPLCONFIGDIR=/tmp/matplotlib, JPY_PARENT_PID=1, no
+  CI secrets; NBGRADER_EXECUTION, COURSE_*, LANG/LC_*, TZ and thread-count variables are passed through;
+- a pid namespace with --die-with-parent: when jupyter_client kills the kernel, everything started inside dies;
+- rlimits: RLIMIT_DATA (memory, so CUDA's huge virtual reservations still work), RLIMIT_NPROC (processes
+  and threads), RLIMIT_FSIZE, no core files; nbgrader's per-cell timeout interrupts by message
+  (``interrupt_mode: message``), because a signal to the launcher would not reach into the sandbox;
+- stdout/stderr/display output past ``Limits.output_mb`` per notebook is dropped by nbgrader's side
+  (``SandboxExecute``) with one note;
+- after the kernel, ``SandboxExecute`` removes symlinks, fifos and sockets from the kernel's folder and gives
+  its files back to the grader, so nbgrader's writing of the graded notebook cannot be redirected.
+
+Uid: when the grader runs as root (CI), the kernel runs as uid ``uid + <the launcher's pid>`` (unique among
+running kernels, also across grading worker processes, so RLIMIT_NPROC, which root ignores, applies per
+kernel, and one kernel cannot connect to another's sockets: they are created with umask 077). The launcher
+chowns the kernel's working folder to that uid. When the grader is not root (a teacher's laptop) it cannot switch uid: the kernel runs
+as the grader's own uid inside an unprivileged user namespace, which still gives the network, file system,
+pid and memory/file-size isolation, but RLIMIT_NPROC then counts all processes of the grader's user, and
+concurrent kernels could reach each other's sockets. ``describe()`` says which mode is in force.
+
+Not covered: memory is per process (RLIMIT_DATA), so up to ``processes`` children could each use
+``memory_mb``; use a cgroup (e.g. ``systemd-run --scope -p MemoryMax=``) around the grader for a hard total.
+A hostile kernel can still send nbgrader one huge message (the output limit is applied after receiving it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+KERNEL_NAME = "autograder-sandbox"
+MB = 1024 * 1024
+#: Folders never visible inside the sandbox (besides the grading folder, the repository and HOME).
+HIDDEN = ["/root", "/home", "/run", "/mnt", "/media", "/srv", "/var/lib", "/var/log", "/var/mail",
+          "/var/spool", "/var/backups"]
+#: Environment variables passed into the sandbox (all others are cleared).
+PASS_ENV = {"NBGRADER_EXECUTION", "NBGRADER_VALIDATING", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED",
+            "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES"}
+PASS_ENV_PREFIXES = ("LC_", "COURSE_")
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent
+#: Where the kernel finds its connection file inside the sandbox (a read-only copy).
+CONNECTION = "/tmp/.connection.json"
+
+
+@dataclass(frozen=True)
+class Limits:
+    cell_seconds: int = 120  # per-cell wall time (nbgrader's Execute.timeout, interrupt on timeout)
+    memory_mb: int = 4096  # per kernel process: RLIMIT_DATA (not RLIMIT_AS, which CUDA's reservations exceed)
+    processes: int = 256  # RLIMIT_NPROC for the kernel's uid (threads count too: torch + ipykernel use ~20)
+    output_mb: int = 20  # total stdout/stderr/display text per notebook; past it output is dropped with one note
+    file_mb: int = 100  # RLIMIT_FSIZE
+
+    @property
+    def tmp_mb(self) -> int:
+        """Size of the private /tmp and /dev/shm (tmpfs, so RAM): 10 files' worth, at most memory_mb."""
+        return max(64, min(self.memory_mb, 10 * self.file_mb))
+
+
+def _switches_uid() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def describe() -> str:
+    """One line: how kernels are isolated on this machine."""
+    reason = available()
+    if reason:
+        return f"no sandbox: {reason}"
+    if _switches_uid():
+        return "bwrap sandbox, kernel runs as its own uid (grader is root)"
+    return ("bwrap sandbox without uid switch (grader is not root): the process limit counts all of the "
+            "grader user's processes, and concurrent kernels are not isolated from each other")
+
+
+@lru_cache(maxsize=1)
+def available() -> str | None:
+    """None when the sandbox works here, else a one-line reason."""
+    if not sys.platform.startswith("linux"):
+        return f"the sandbox needs Linux (bubblewrap), this is {sys.platform}: pass --no-sandbox on a trusted machine"
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed: apt-get install bubblewrap, or pass --no-sandbox on a trusted machine"
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as probe:
+        os.chmod(probe, 0o777)
+        plan = _plan(Path(probe), Limits(), 61000)
+        argv = _bwrap_argv(plan, cwd=Path(probe), ipc=None, kernel_uid=61000 if _switches_uid() else None,
+                           conn_fd=None, command=[sys.executable, "-c", "import ipykernel, sys; sys.exit(0)"])
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                                    preexec_fn=lambda: _set_rlimits(plan["limits"]))
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"bwrap does not run here ({type(error).__name__}: {error}): pass --no-sandbox on a trusted machine"
+    if result.returncode != 0:
+        lines = [line for line in (result.stderr or "").splitlines() if line.strip()]
+        detail = lines[-1].strip() if lines else f"exit status {result.returncode}"
+        return f"bwrap cannot start a sandbox here ({detail[:200]}): pass --no-sandbox on a trusted machine"
+    return None
+
+
+def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, hide: Iterable[Path] = ()) -> None:
+    """Make nbgrader, run in-process with this config, start every kernel in the sandbox.
+
+    hide: further folders (shown empty) or files (shown as empty files) the kernel must not see: the batch
+    of submissions (folder or zip), the output folder (grades.csv, everyone's feedback) and the parent of
+    work (other workers' course folders) when they are outside /tmp, /home, /root and the repository's parent.
+
+    Writes the kernelspec and launcher plan under work/.sandbox/, prepends work/.sandbox to JUPYTER_PATH
+    (jupyter_client's KernelManager builds its KernelSpecManager without the config, so the kernelspec must
+    be found through the environment), and sets Execute.kernel_name/timeout/interrupt_on_timeout,
+    KernelManager.transport = "ipc" with an absolute socket prefix, and nbgrader's Autograde execution step
+    to SandboxExecute (the output limit). Call it before creating NbGraderAPI from config.
+    """
+    from nbgrader.converters.autograde import Autograde
+    from nbgrader.preprocessors import Execute
+
+    work = Path(work).resolve()
+    base = work / ".sandbox"
+    ipc = base / "ipc"
+    ipc.mkdir(parents=True, exist_ok=True)
+    # Kernels run as distinct uids when the grader is root: the socket folder is shared like /tmp.
+    os.chmod(ipc, 0o1777 if _switches_uid() else 0o700)
+    plan = _plan(work, limits, uid, hide)
+    if not os.path.exists(plan["empty"]):
+        Path(plan["empty"]).write_bytes(b"")  # bound over hidden files (/dev/null would be unreadable: nodev)
+        os.chmod(plan["empty"], 0o444)
+    (base / "plan.json").write_text(json.dumps(plan, indent=1))
+    spec = base / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(Path(__file__).resolve()), str(base / "plan.json"), "{connection_file}"],
+        "display_name": "Python 3 (autograder sandbox)",
+        "language": "python",
+        "interrupt_mode": "message",
+        "metadata": {"debugger": False},
+    }, indent=1))
+    paths = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != str(base)]
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(base), *paths])
+
+    config.Execute.kernel_name = KERNEL_NAME
+    config.Execute.timeout = limits.cell_seconds
+    config.Execute.interrupt_on_timeout = True
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(ipc / "kernel")
+    config.SandboxExecute.output_limit_bytes = limits.output_mb * MB
+    default = Autograde.class_traits()["autograde_preprocessors"].default()
+    steps = list(config.Autograde.get("autograde_preprocessors", default))
+    config.Autograde.autograde_preprocessors = [SandboxExecute if step in (Execute, "nbgrader.preprocessors.Execute")
+                                                else step for step in steps]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The plan: which folders to hide and bind back, computed in the grader's process (it knows its Python).
+
+
+def _real(path: str | Path) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _editable_paths() -> list[str]:
+    """Folders of editable installs (.pth lines and setuptools' __editable__ finders) in this Python."""
+    found = []
+    for site in {p for p in sys.path if p.endswith("-packages") and os.path.isdir(p)}:
+        for entry in sorted(Path(site).iterdir()):
+            try:
+                if entry.suffix == ".pth":
+                    for line in entry.read_text().splitlines():
+                        line = line.strip()
+                        if line and not line.startswith(("#", "import")) and os.path.isdir(line):
+                            found.append(line)
+                elif entry.name.startswith("__editable__") and entry.name.endswith("_finder.py"):
+                    for node in ast.walk(ast.parse(entry.read_text())):
+                        if isinstance(node, (ast.Assign, ast.AnnAssign)) and "MAPPING" in ast.unparse(node)[:20]:
+                            found.extend(ast.literal_eval(node.value).values())
+            except (OSError, ValueError, SyntaxError):
+                continue
+    return found
+
+
+def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> dict:
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+        runtime = jupyter_runtime_dir()
+    except Exception:  # noqa: BLE001 - jupyter_core missing: nothing to hide there
+        runtime = None
+    work = _real(work)
+    extra = [_real(p) for p in extra]
+    candidates = [*HIDDEN, os.path.expanduser("~"), runtime, str(REPO), str(REPO.parent), work, *extra]
+    hides: list[str] = []
+    for path in sorted({_real(p) for p in candidates if p}, key=len):
+        private = any(_within(path, t) for t in ("/tmp", "/dev/shm"))  # a fresh tmpfs in the sandbox anyway
+        if path != "/" and not private and not any(_within(path, h) for h in hides) and os.path.isdir(path):
+            hides.append(path)
+    blanks = [p for p in extra if os.path.isfile(p) and not any(_within(p, h) for h in [*hides, "/tmp", "/dev/shm"])]
+    secret = [str(REPO), work, *extra]
+    binds: list[str] = []
+    python = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+              os.path.dirname(os.path.dirname(_real(sys.executable))), *_editable_paths()]
+    for path in python:
+        for form in {os.path.abspath(path), _real(path)}:
+            if not os.path.isdir(form) or _within(form, str(PACKAGE)) or form in binds:
+                continue
+            if any(_within(s, form) for s in secret):  # binding it back would expose the repo or the grading
+                continue
+            if any(_within(form, h) for h in hides):
+                binds.append(form)
+    return {"work": work, "hide": hides, "blank": blanks, "empty": os.path.join(work, ".sandbox", "empty"),
+            "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid, "python": sys.executable,
+            "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The launcher: kernel.json's argv, run by jupyter_client outside the sandbox with the kernel's cwd.
+
+
+def _set_rlimits(limits: dict) -> None:
+    def cap(which: int, value: int) -> None:
+        _, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+    cap(resource.RLIMIT_DATA, limits["memory_mb"] * MB)
+    cap(resource.RLIMIT_NPROC, limits["processes"])
+    cap(resource.RLIMIT_FSIZE, limits["file_mb"] * MB)
+    cap(resource.RLIMIT_CORE, 0)
+
+
+def _environment(plan: dict) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in PASS_ENV or k.startswith(PASS_ENV_PREFIXES)}
+    env.update({
+        "PATH": f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp", "TMPDIR": "/tmp", "USER": "student", "LOGNAME": "student",
+        "MPLCONFIGDIR": "/tmp/matplotlib", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "IPYTHONDIR": "/tmp/.ipython", "XDG_CACHE_HOME": "/tmp/.cache", "PYTHONNOUSERSITE": "1",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        # ipykernel polls for its parent's exit unless JPY_PARENT_PID is 1; in the pid namespace its parent is
+        # bwrap's init, so the grader's pid would look dead. --die-with-parent does that job instead.
+        "JPY_PARENT_PID": "1",
+    })
+    env.setdefault("LANG", "C.UTF-8")
+    return env
+
+
+def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None, conn_fd: int | None,
+                command: list[str]) -> list[str]:
+    tmp_size = str(Limits(**plan["limits"]).tmp_mb * MB)
+    argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
+    for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the machine has a GPU
+        argv += ["--dev-bind-try", str(device), str(device)]
+    for path in plan["hide"]:
+        argv += ["--size", str(MB), "--tmpfs", path]
+    for path in plan.get("blank", []):  # a hidden file (a zip of submissions, say) reads as empty
+        argv += ["--ro-bind", plan["empty"], path]
+    binds = [("--ro-bind", path) for path in plan["ro_bind"]] + [("--bind", str(cwd))]
+    if ipc is not None:
+        binds.append(("--bind", str(ipc)))
+    tmpfs = ["/tmp", *plan["hide"]]
+    made: set[str] = set()
+    for option, path in binds:
+        # bwrap would create the missing parents on a tmpfs with mode 0700: the kernel's uid could not pass
+        for parent in reversed(Path(path).parents):
+            folder = str(parent)
+            if folder not in made and folder not in tmpfs and any(_within(folder, t) for t in tmpfs):
+                made.add(folder)
+                argv += ["--perms", "0755", "--dir", folder]
+        argv += [option, path, path]
+    if conn_fd is not None:
+        argv += ["--perms", "0444", "--ro-bind-data", str(conn_fd), CONNECTION]
+    for path in plan["hide"]:
+        argv += ["--remount-ro", path]
+    argv += ["--chdir", str(cwd), "--clearenv"]
+    for key, value in sorted(_environment(plan).items()):
+        argv += ["--setenv", key, value]
+    if kernel_uid is not None:
+        argv += ["--", "setpriv", f"--reuid={kernel_uid}", f"--regid={kernel_uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all"]
+    return [*argv, "--", *command]
+
+
+def _chown_tree(folder: Path, uid: int) -> None:
+    os.lchown(folder, uid, uid)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, uid)
+
+
+def reclaim(folder: Path) -> None:
+    """After the kernel: remove what it left in its folder that nbgrader (maybe root) must not follow or open
+    (symlinks, fifos, sockets, devices: writing the graded notebook through a symlink would write outside the
+    sandbox with the grader's rights), and give the rest back to the grader's uid."""
+    me, group = os.geteuid(), os.getegid()
+    for root, dirs, files in os.walk(folder):  # never follows symlinks
+        for name in [*dirs, *files]:
+            path = os.path.join(root, name)
+            try:
+                info = os.lstat(path)
+                if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                    os.unlink(path)
+                elif info.st_uid != me and me == 0:
+                    os.lchown(path, me, group)
+            except OSError:
+                continue
+    if me == 0:
+        os.lchown(folder, me, group)
+
+
+def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
+    """Replace this process by bwrap running ipykernel in the sandbox (never returns)."""
+    plan = json.loads(Path(plan_file).read_text())
+    info = json.loads(Path(connection_file).read_text())
+    cwd = Path(os.getcwd()).resolve()
+    if info.get("transport") != "ipc":
+        raise SystemExit("autograder sandbox: the kernel must use KernelManager.transport = 'ipc'")
+    ipc = Path(info["ip"]).parent.resolve()
+    kernel_uid = None
+    if _switches_uid():
+        # Unique among running kernels (this pid is bwrap's until the kernel is gone), so RLIMIT_NPROC and
+        # socket permissions separate concurrent kernels, even those of different grading processes.
+        kernel_uid = plan["uid"] + os.getpid()
+        if kernel_uid in (65534, 65535):  # nobody, and the old (uid16) "no uid"
+            kernel_uid += 1 << 22  # above the largest pid
+        _chown_tree(cwd, kernel_uid)
+    read, write = os.pipe()
+    os.write(write, json.dumps(info).encode())  # a few hundred bytes: fits in the pipe
+    os.close(write)
+    os.set_inheritable(read, True)
+    os.umask(0o077)  # the kernel's sockets and files: its own uid only (root, the grader, still reads them)
+    _set_rlimits(plan["limits"])
+    command = [plan["python"], "-m", "ipykernel_launcher", "-f", CONNECTION, *extra]
+    argv = _bwrap_argv(plan, cwd, ipc, kernel_uid, read, command)
+    os.execvp(argv[0], argv)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The grader's side of the output limit.
+
+if __name__ != "__main__":  # the launcher needs only the standard library: keep its start fast
+    from nbformat.v4 import new_output
+    from nbgrader.preprocessors import Execute
+    from traitlets import Integer
+
+    class SandboxExecute(Execute):
+        """nbgrader's Execute, dropping output past output_limit_bytes per notebook (with one note)."""
+
+        output_limit_bytes = Integer(20 * MB, help="total output text kept per notebook").tag(config=True)
+
+        def preprocess(self, nb, resources=None, km=None):
+            self._output_bytes = 0
+            self._output_noted = False
+            try:
+                return super().preprocess(nb, resources, km=km)
+            finally:  # the kernel and everything in its pid namespace are gone now
+                folder = ((resources or {}).get("metadata") or {}).get("path")
+                if folder:
+                    reclaim(Path(folder))
+
+        def output(self, outs, msg, display_id, cell_index):
+            content = msg.get("content", {})
+            size = len(content.get("text", "") or "")
+            size += sum(len(str(v)) for v in (content.get("data") or {}).values())
+            size += sum(len(line) for line in (content.get("traceback") or []))
+            self._output_bytes = getattr(self, "_output_bytes", 0) + size
+            if self._output_bytes > self.output_limit_bytes and msg["msg_type"] != "error":
+                if not getattr(self, "_output_noted", False):
+                    self._output_noted = True
+                    note = (f"\n[autograder: output limit of {self.output_limit_bytes // MB} MB reached;"
+                            " further output of this notebook was dropped]\n")
+                    outs.append(new_output("stream", name="stdout", text=note))
+                return None
+            return super().output(outs, msg, display_id, cell_index)
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -1,0 +1,173 @@
+"""Finding and reading the submissions in a batch, however they arrive.
+
+A batch is a folder laid out like nbgrader's submitted/ (<student>/<assignment>/<notebook>.ipynb), a zip of one,
+or the flat zip a learning-management system exports, whose file names carry the student id and a timestamp
+(nbgrader zip_collect's convention, parsed by a named regular expression).
+"""
+
+import json
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+#: nbgrader's documented example for LMS exports: <anything>_<student>_attempt_<timestamp>_<file>
+DEFAULT_NAMED_REGEXP = r".+_(?P<student_id>\w+)_attempt_(?P<timestamp>[0-9\-]+)_(?P<file_id>.+)"
+
+
+@dataclass
+class Submission:
+    """What one student handed in for one assignment: notebook name -> file, and notes for the instructor."""
+
+    student: str
+    assignment: str
+    notebooks: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    status: str = ""  # empty when it can be graded; else missing | missing-notebook | invalid-notebook
+    message: str = ""
+
+
+def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], named_regexp: str) -> Path:
+    """The folder whose children are student folders: path itself, its unzipped content, or an LMS export laid out anew."""
+    if path.is_file():
+        if not zipfile.is_zipfile(path):
+            raise SystemExit(f"{path} is neither a folder nor a zip file.")
+        target = scratch / "unzipped"
+        with zipfile.ZipFile(path) as archive:
+            archive.extractall(target)  # zipfile drops absolute paths and '..' components
+        path = target
+    if not path.is_dir():
+        raise SystemExit(f"{path} does not exist.")
+    root = _layout_root(path, known)
+    if any(sub.name in known for child in visible_dirs(root) for sub in visible_dirs(child)):
+        return root
+    flat = [p for p in path.rglob("*") if p.is_file() and re.fullmatch(named_regexp, p.name)]
+    if flat:
+        if len(assignments) != 1:
+            raise SystemExit("This looks like a learning-management-system export (one flat list of files): "
+                             "name its assignment with --assignment NAME.")
+        return _lay_out_export(flat, scratch / "collected", assignments[0], named_regexp)
+    return root
+
+
+def _layout_root(folder: Path, known: set[str]) -> Path:
+    """Descend through single wrapping folders (a zip of 'submitted/', say) to the student folders."""
+    children = visible_dirs(folder)
+    if any(sub.name in known for child in children for sub in visible_dirs(child)):
+        return folder
+    if len(children) == 1:
+        return _layout_root(children[0], known)
+    return folder
+
+
+def _lay_out_export(files: list[Path], target: Path, assignment: str, named_regexp: str) -> Path:
+    """Copy an LMS export into <student>/<assignment>/<file>, keeping the latest attempt of every file."""
+    latest: dict[tuple[str, str], tuple[str, Path]] = {}
+    for path in files:
+        match = re.fullmatch(named_regexp, path.name)
+        student, file_id = match["student_id"], match["file_id"]
+        stamp = match.groupdict().get("timestamp") or ""
+        if (student, file_id) not in latest or stamp > latest[student, file_id][0]:
+            latest[student, file_id] = (stamp, path)
+    for (student, file_id), (_, path) in latest.items():
+        (target / student / assignment).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target / student / assignment / file_id)
+    return target
+
+
+def visible_dirs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
+
+
+def _normalised(name: str) -> str:
+    """'Copy of Self_Attention (1).ipynb' and 'self_attention-Copy1.ipynb' -> 'self_attention'."""
+    stem = name[: -len(".ipynb")] if name.lower().endswith(".ipynb") else name
+    stem = stem.lower().strip()
+    stem = re.sub(r"^copy of ", "", stem)
+    stem = re.sub(r"(\s*\(\d+\)|-copy\d*|\s+copy(\s*\d+)?)$", "", stem)
+    return re.sub(r"[\s\-]+", "_", stem)
+
+
+def find(batch: Path, assignments: list[str], expected: dict[str, list[str]]) -> list[Submission]:
+    """One Submission per student folder and assignment; a student's folders that differ only in case are one student."""
+    by_student: dict[str, list[Path]] = {}
+    for folder in visible_dirs(batch):
+        by_student.setdefault(folder.name.strip().lower(), []).append(folder)
+    found = []
+    for folders in by_student.values():
+        folders.sort(key=_newest_notebook, reverse=True)
+        chosen = folders[0]
+        ignored = [f.name for f in folders[1:]]
+        for assignment in assignments:
+            sub = _find_one(chosen.name, chosen / assignment, assignment, expected[assignment])
+            if ignored:
+                sub.notes.append(f"also submitted as {ignored}; graded the newest, {chosen.name}")
+            found.append(sub)
+    return sorted(found, key=lambda s: (s.student, s.assignment))
+
+
+def _newest_notebook(folder: Path) -> float:
+    return max((p.stat().st_mtime for p in folder.rglob("*.ipynb")), default=0.0)
+
+
+def _find_one(student: str, folder: Path, assignment: str, expected: list[str]) -> Submission:
+    sub = Submission(student, assignment)
+    if not folder.is_dir():
+        sub.status, sub.message = "missing", "no folder for this assignment"
+        return sub
+    present = sorted(p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts)
+    notebooks = [p for p in present if p.suffix.lower() == ".ipynb"]
+    for name in expected:
+        exact = folder / name
+        matches = [p for p in notebooks if _normalised(p.name) == _normalised(name)]
+        if exact.is_file():
+            chosen = exact
+        elif len(matches) == 1:
+            chosen = matches[0]
+        elif not matches and len(notebooks) == 1 and len(expected) == 1:
+            chosen = notebooks[0]
+        else:
+            sub.status = "missing-notebook"
+            listed = [p.name for p in notebooks] or "no notebooks"
+            sub.message = (f"expected {name}, found {listed}" if not matches else
+                           f"expected {name}, found several versions {[p.name for p in matches]}: keep one")
+            return sub
+        if chosen.name != name:
+            sub.notes.append(f"graded {chosen.name!r} as {name}")
+        others = [p.name for p in matches if p != chosen]
+        if others:
+            sub.notes.append(f"ignored other versions {others}")
+        sub.notebooks[name] = chosen
+    extra = [str(p.relative_to(folder)) for p in present if p not in sub.notebooks.values() and p.suffix.lower() != ".ipynb"]
+    if extra:
+        sub.notes.append(f"ignored {len(extra)} extra file(s): {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
+    return sub
+
+
+def read_notebook(path: Path) -> tuple[nbformat.NotebookNode | None, str]:
+    """The notebook as nbformat 4, or None and a plain-words reason it cannot be read."""
+    data = path.read_bytes()
+    if not data.strip():
+        return None, f"{path.name} is empty"
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        return None, f"{path.name} is not UTF-8 text (byte {error.start}); was it saved by another program?"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"{path.name} is not valid JSON (line {error.lineno}): the file is damaged or was cut off"
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as error:
+        return None, f"{path.name} is JSON but not a Jupyter notebook ({type(error).__name__})"
+    if not isinstance(raw, dict) or not isinstance(nb.get("cells"), list):
+        return None, f"{path.name} is JSON but not a Jupyter notebook"
+    original = raw.get("nbformat")
+    for index, cell in enumerate(nb.cells):  # notebooks older than format 4.5 have no cell ids
+        cell.setdefault("id", f"cell-{index}")
+    nb.nbformat_minor = max(nb.get("nbformat_minor", 0), 5)
+    return nb, (f"converted from notebook format {original}" if original != 4 else "")

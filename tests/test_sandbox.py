@@ -1,0 +1,321 @@
+"""Student code graded in the bubblewrap sandbox: it still computes with torch and the course package, but
+reaches no network, reads no secrets, writes only its own folder and /tmp, and is held to its limits.
+
+Real kernels, started from the kernelspec that autograder.sandbox.configure writes: two notebooks (one for
+isolation with the default limits, one with tiny limits) run through SandboxExecute, the Execute step that
+configure gives nbgrader, and one tiny assignment goes through NbGraderAPI.autograde in-process.
+"""
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
+
+from autograder import sandbox
+
+pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"sandbox unavailable: {sandbox.available()}")
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "987654321"  # argument of the sleepers that must not outlive their kernel
+
+
+@pytest.fixture(scope="module")
+def saved_environ():
+    before = os.environ.get("JUPYTER_PATH")
+    yield
+    if before is None:
+        os.environ.pop("JUPYTER_PATH", None)
+    else:
+        os.environ["JUPYTER_PATH"] = before
+
+
+def make_work(root: Path) -> tuple[Path, Path]:
+    """A grading folder like grade.py's, with secrets the kernel must not see; returns (work, kernel cwd)."""
+    work = root / "course"
+    cwd = work / "autograded" / "alice" / "a1"
+    cwd.mkdir(parents=True)
+    (work / "gradebook.db").write_text("hidden tests")
+    for folder in ["source/a1", "submitted/alice/a1", "autograded/bob/a1"]:
+        (work / folder).mkdir(parents=True, exist_ok=True)
+        (work / folder / "secret.txt").write_text("secret")
+    return work, cwd
+
+
+def run(work: Path, cwd: Path, limits: sandbox.Limits, cells: dict[str, str], hide=()) -> dict[str, str]:
+    """Execute the cells in one sandboxed kernel; each cell's outputs as text, and the seconds it all took."""
+    config = Config()
+    sandbox.configure(config, work, limits, hide=hide)
+    nb = new_notebook(cells=[new_code_cell(code) for code in cells.values()])
+    started = time.perf_counter()
+    nb, _ = sandbox.SandboxExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
+    out = {"seconds": time.perf_counter() - started}
+    for name, cell in zip(cells, nb.cells):
+        texts = []
+        for output in cell.outputs:
+            if output.output_type == "stream":
+                texts.append(output.text)
+            elif output.output_type == "error":
+                texts.append(f"{output.ename}: {output.evalue}")
+            else:
+                texts.append(str(output.get("data", {}).get("text/plain", "")))
+        out[name] = "".join(texts)
+    return out
+
+
+def sandbox_processes(work: Path) -> set[str]:
+    """'pid: command line' of this machine's processes that are the sleepers or mention the grading folder."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if (f"sleep {MARK}" in cmdline or str(work) in cmdline) and proc.name.isdigit():
+            found.add(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+# ------------------------------------------------------------------------------------------------ isolation
+
+@pytest.fixture(scope="module")
+def isolated(tmp_path_factory, saved_environ, request):
+    work, cwd = make_work(tmp_path_factory.mktemp("isolation"))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=2):  # reachable from outside the sandbox
+        pass
+    home_files = [p for p in Path.home().glob("*") if p.is_file() and os.access(p, os.R_OK)]
+    secrets = [work / "gradebook.db", work / "source/a1/secret.txt", work / "submitted/alice/a1/secret.txt",
+               work / "autograded/bob/a1/secret.txt", REPO / ".git/HEAD",
+               next((REPO / "source").rglob("*.ipynb")), *home_files[:1]]
+    # Folders given to configure(hide=...), outside the places hidden anyway: the batch, the output folder.
+    outside = Path(tempfile.mkdtemp(dir="/var/tmp" if os.access("/var/tmp", os.W_OK) else Path.home()))
+    request.addfinalizer(lambda: shutil.rmtree(outside, ignore_errors=True))
+    (outside / "out").mkdir()
+    (outside / "out" / "grades.csv").write_text("alice,10")
+    (outside / "batch.zip").write_text("everyone's notebooks")
+    for path in [outside, outside / "out", outside / "out" / "grades.csv", outside / "batch.zip"]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    secrets += [outside / "out" / "grades.csv"]
+    for path in secrets:
+        assert path.read_bytes() is not None  # readable here, so a failure inside means the sandbox
+    from jupyter_core.paths import jupyter_runtime_dir
+    cells = {
+        "whoami": "import os, socket; print(socket.gethostname(), os.getuid(), os.getcwd())",
+        "compute": "import torch, numpy, matplotlib.pyplot as plt, course\n"
+                   "x = torch.arange(6.).reshape(2, 3)\n"
+                   "print('torch', (x @ x.T).sum().item(), 'numpy', numpy.arange(4).sum(), 'course', course.__name__)",
+        "network": "import socket\n"
+                   f"for address in [('127.0.0.1', {port}), ('1.1.1.1', 53), ('8.8.8.8', 443)]:\n"
+                   "    s = socket.socket(); s.settimeout(3)\n"
+                   "    try:\n        s.connect(address); print('CONNECTED', address)\n"
+                   "    except OSError as e:\n        print('blocked', address, type(e).__name__)\n"
+                   "try:\n    socket.getaddrinfo('pypi.org', 443); print('RESOLVED')\n"
+                   "except OSError as e:\n    print('no dns', type(e).__name__)",
+        "write": "import os\n"
+                 f"for path in ['mine.txt', '/tmp/mine.txt', {str(REPO / 'evil.txt')!r}, {str(REPO / 'course/evil.py')!r},"
+                 f" {str(work / 'source/a1/evil.txt')!r}, {str(work / 'evil.txt')!r}, '/usr/evil.txt']:\n"
+                 "    try:\n        open(path, 'w').write('x'); print('wrote', path)\n"
+                 "    except OSError as e:\n        print('refused', path, type(e).__name__)",
+        "read": f"for path in {[str(p) for p in secrets]!r}:\n"
+                "    try:\n        open(path).read(); print('READ', path)\n"
+                "    except OSError as e:\n        print('unreadable', path, type(e).__name__)\n"
+                f"import os\nprint('runtime', os.listdir({jupyter_runtime_dir()!r}) if os.path.isdir({jupyter_runtime_dir()!r}) else 'absent')\n"
+                f"print('root', os.listdir('/root'))\n"
+                f"print('zip', repr(open({str(outside / 'batch.zip')!r}).read()))\n"
+                f"print('autograded', os.listdir({str(work / 'autograded')!r}))",
+        "traps": "import os\n"
+                 f"os.symlink({str(REPO / 'README.md')!r}, 'trap.ipynb'); os.symlink('/etc', 'trapdir'); os.mkfifo('fifo')\n"
+                 "print('traps set')",
+        "leave": "import subprocess\n"
+                 f"subprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n"
+                 f"subprocess.Popen(['sh', '-c', '(sleep {MARK} &) ; exit 0'], start_new_session=True).wait()\n"
+                 "print('left sleepers')",
+    }
+    before = sandbox_processes(work)  # leftovers of earlier runs are not this kernel's
+    try:
+        result = run(work, cwd, sandbox.Limits(cell_seconds=60), cells, hide=[outside / "out", outside / "batch.zip"])
+    finally:
+        listener.close()
+    deadline = time.monotonic() + 10
+    while sandbox_processes(work) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    result["survivors"] = sorted(sandbox_processes(work) - before)
+    result["cwd"] = cwd
+    result["work"] = work
+    return result
+
+
+def test_kernel_runs_in_the_sandbox(isolated):
+    host, uid, cwd = isolated["whoami"].split()
+    assert host == "sandbox", isolated["whoami"]
+    assert cwd == str(isolated["cwd"])
+    if os.geteuid() == 0:
+        assert int(uid) != 0, "the kernel must not run as root"
+
+
+def test_torch_numpy_matplotlib_and_course_import_and_compute(isolated):
+    assert "torch 83.0 numpy 6 course course" in isolated["compute"], isolated["compute"]
+
+
+def test_no_network_not_even_the_graders_loopback(isolated):
+    text = isolated["network"]
+    assert "CONNECTED" not in text and "RESOLVED" not in text, text
+    assert text.count("blocked") == 3 and "no dns" in text, text
+
+
+def test_writes_only_to_its_folder_and_tmp(isolated):
+    text = isolated["write"]
+    assert "wrote mine.txt" in text and "wrote /tmp/mine.txt" in text, text
+    assert "wrote /" not in text.replace("wrote /tmp/mine.txt", ""), text
+    assert text.count("refused") == 5, text
+    assert (isolated["cwd"] / "mine.txt").read_text() == "x"
+    assert not (REPO / "evil.txt").exists() and not (isolated["work"] / "evil.txt").exists()
+
+
+def test_reads_no_gradebook_sources_other_students_repo_or_home(isolated):
+    text = isolated["read"]
+    assert "READ" not in text, text
+    # Not there at all (hidden), rather than refused by file permissions that another setup may not have.
+    assert text.count("FileNotFoundError") == text.count("unreadable") >= 6, text
+    assert "autograded ['alice']\n" in text, text  # other students' folders are not there
+    assert "zip ''\n" in text, text  # a hidden file reads as empty
+    runtime = text.split("runtime ", 1)[1].splitlines()[0]
+    assert ".json" not in runtime, f"connection files visible: {runtime}"
+
+
+def test_kernel_folder_is_given_back_without_links_or_fifos(isolated):
+    assert "traps set" in isolated["traps"], isolated["traps"]
+    left = list(isolated["cwd"].rglob("*"))
+    assert [p.name for p in left if p.is_symlink() or not (p.is_file() or p.is_dir())] == []
+    assert {p.lstat().st_uid for p in [isolated["cwd"], *left]} == {os.geteuid()}
+
+
+def test_no_process_survives_the_kernel(isolated):
+    assert "left sleepers" in isolated["leave"], isolated["leave"]
+    assert isolated["survivors"] == []
+
+
+# --------------------------------------------------------------------------------------------------- limits
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory, saved_environ):
+    work, cwd = make_work(tmp_path_factory.mktemp("limits"))
+    limits = sandbox.Limits(cell_seconds=3, memory_mb=1024, processes=64, output_mb=1, file_mb=5)
+    cells = {
+        "threads": "import threading\nstop = threading.Event(); started = []\n"
+                   "try:\n    for _ in range(1000):\n"
+                   "        t = threading.Thread(target=stop.wait); t.start(); started.append(t)\n"
+                   "    print('STARTED', len(started))\n"
+                   "except RuntimeError as e:\n    print('stopped at', len(started), e)\n"
+                   "stop.set()\nfor t in started: t.join()",
+        "fork": "import os, signal, time\nchildren = []\n"
+                "try:\n    for _ in range(1000):\n        pid = os.fork()\n"
+                "        if pid == 0:\n            time.sleep(30); os._exit(0)\n        children.append(pid)\n"
+                "    print('FORKED', len(children))\n"
+                "except OSError as e:\n    print('stopped at', len(children), e)\n"
+                "for pid in children:\n    os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0)",
+        "memory": "import numpy as np\n"
+                  "try:\n    big = np.ones(10 * 1024**3, dtype=np.uint8); print('ALLOCATED', big.nbytes)\n"
+                  "except MemoryError:\n    print('MemoryError')",
+        "after_memory": "print('alive', sum(range(10)))",
+        "file": "try:\n    open('big.bin', 'wb').write(b'x' * (10 * 1024**2)); print('WROTE')\n"
+                "except OSError as e:\n    print('file limit', e.strerror)",
+        "sleep": "import time; slept = time.monotonic(); time.sleep(1000)",
+        "after_sleep": "print('alive after timeout', round(time.monotonic() - slept))",
+        "flood": "for _ in range(100):\n    print('x' * 10**6)",
+    }
+    started = time.perf_counter()
+    result = run(work, cwd, limits, cells)
+    result["total"] = time.perf_counter() - started
+    result["cwd"] = cwd
+    return result
+
+
+def test_threads_and_fork_bomb_stopped_by_process_limit(limited):
+    for name in ["threads", "fork"]:
+        text = limited[name]
+        assert "stopped at" in text, f"{name}: {text}"
+        assert int(text.split("stopped at ")[1].split()[0]) < 64, text
+
+
+def test_allocating_10_gb_fails_and_the_kernel_lives_on(limited):
+    assert "MemoryError" in limited["memory"] and "ALLOCATED" not in limited["memory"], limited["memory"]
+    assert "alive 45" in limited["after_memory"]
+
+
+def test_file_size_limit(limited):
+    assert "file limit" in limited["file"], limited["file"]
+    assert (limited["cwd"] / "big.bin").stat().st_size <= 5 * 1024**2
+
+
+def test_cell_timeout_interrupts_sleep(limited):
+    assert "CellTimeoutError" in limited["sleep"] or "KeyboardInterrupt" in limited["sleep"], limited["sleep"]
+    assert "alive after timeout" in limited["after_sleep"], limited["after_sleep"]
+    assert int(limited["after_sleep"].split()[-1]) < 3 + 10, "the 3 s timeout did not stop the cell in time"
+
+
+def test_printing_100_mb_is_cut_to_the_output_limit(limited):
+    text = limited["flood"]
+    assert "output limit of 1 MB reached" in text, text[-300:]
+    assert len(text) <= 1024**2 + 200, len(text)
+
+
+# --------------------------------------------------------------------------------------- nbgrader, in-process
+
+def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path, saved_environ):
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    work = tmp_path / "course"
+    source = work / "source" / "a1"
+    source.mkdir(parents=True)
+    answer = new_code_cell("### BEGIN SOLUTION\nanswer = 42\n### END SOLUTION", metadata={"nbgrader": {
+        "grade": False, "solution": True, "locked": False, "task": False, "grade_id": "answer", "schema_version": 3}})
+    check = new_code_cell(
+        "import os, pathlib\n"
+        "assert answer == 42\n"
+        f"assert os.environ['NBGRADER_EXECUTION'] == 'autograde'\n"
+        "assert pathlib.Path.cwd().parts[-3:] == ('autograded', 'alice', 'a1'), os.getcwd()\n"
+        f"assert sorted(os.listdir({str(work)!r})) == ['.sandbox', 'autograded'], 'grading folder not hidden'\n"
+        f"for secret in [{str(work / 'gradebook.db')!r}, {str(source / 'a1.ipynb')!r}]:\n"
+        "    try:\n        open(secret).read()\n    except OSError:\n        pass\n"
+        "    else:\n        raise AssertionError('read ' + secret)",
+        metadata={"nbgrader": {"grade": True, "solution": False, "locked": True, "task": False,
+                               "grade_id": "check", "points": 2, "schema_version": 3}})
+    nbformat.write(new_notebook(cells=[answer, check]), source / "a1.ipynb")
+
+    scripts = str(Path(sys.executable).parent)  # nbgrader runs alembic from PATH
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    config = Config()
+    config.CourseDirectory.root = str(work)
+    config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
+    sandbox.configure(config, work, sandbox.Limits(cell_seconds=60))
+    api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+    assert api.generate_assignment("a1")["success"]
+    submitted = work / "submitted" / "alice" / "a1"
+    submitted.mkdir(parents=True)
+    shutil.copy(work / "release" / "a1" / "a1.ipynb", submitted / "a1.ipynb")
+    solved = nbformat.read(submitted / "a1.ipynb", as_version=4)
+    solved.cells[0].source = "answer = 42"
+    nbformat.write(solved, submitted / "a1.ipynb")
+
+    result = api.autograde("a1", "alice")
+    assert result["success"], result.get("log")
+    graded = nbformat.read(work / "autograded" / "alice" / "a1" / "a1.ipynb", as_version=4)
+    errors = [o for o in graded.cells[1].outputs if o.output_type == "error"]
+    assert not errors, errors
+    from nbgrader.api import Gradebook
+    with Gradebook(config.CourseDirectory.db_url) as gradebook:
+        assert gradebook.find_submission("a1", "alice").score == 2
