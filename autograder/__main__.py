@@ -1,6 +1,7 @@
 """python -m autograder {grade,build} — see README.md."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -14,8 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback/ go")
     grade.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
                        help="grade only this assignment (repeatable); default: all")
-    grade.add_argument("--workers", type=int, default=1, metavar="N",
-                       help="grade N submissions at once, each in its own process and nbgrader workspace (default 1)")
+    grade.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
+                       help="grade N submissions at once, each in its own process and nbgrader workspace "
+                            "(default: half the cores)")
     grade.add_argument("--cell-timeout", type=int, default=120, metavar="SECONDS",
                        help="wall time one cell may run before it is interrupted (default 120)")
     grade.add_argument("--no-sandbox", action="store_true",

@@ -343,6 +343,8 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         reason = sandbox_module.available()
         if reason:
             raise SystemExit(f"cannot sandbox student code: {reason}")
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:  # kernels side by side share the cores, not oversubscribe
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds,
                       hidden=(str(Path(path).resolve()), str(Path(out).resolve())))
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,197 @@
+"""Reference encoder-decoder transformer from assignment 07, and the small helpers its notebook trains it with.
+
+These match the solutions of source/07_seq2seq; the tests run the notebook's checks on them.
+"""
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course.attention import scaled_dot_product_attention
+from course.blocks import FeedForward, TransformerBlock
+from course.dates import BOS, EOS, PAD, SOURCE, TARGET, endless_batches
+from course.dates import pad as pad_sequences
+from course.multi_head import MultiHeadAttention, split_heads
+from course.positional import PositionalEncoding
+
+#: The model and training settings of the notebook (and of benchmarks/train_seq2seq.py).
+MODEL = {"k": 64, "heads": 4, "depth": 2, "max_len": 64}
+TRAINING = {"steps": 800, "batch_size": 64, "lr": 2e-3, "seed": 0}
+
+
+def causal_mask(t: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """(t, t) bool, True where position i may attend to position j, that is j <= i."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(lengths: torch.Tensor, t: int) -> torch.Tensor:
+    """(b,) lengths -> (b, t) bool, True at the first lengths[i] (real) positions of row i."""
+    return torch.arange(t, device=lengths.device) < lengths.unsqueeze(1)  # (b, t)
+
+
+class DecoderBlock(nn.Module):
+    """Post-norm decoder block: masked self-attention, cross-attention to the memory, feed-forward.
+
+    forward(x (b, t, k), memory (b, s, k), self_mask broadcastable to (b, t, t), memory_mask broadcastable to
+    (b, t, s); both bool, True where attention is allowed) -> (b, t, k).
+    """
+
+    def __init__(self, k: int, heads: int, ff_mult: int = 4, dropout: float = 0.0):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(k, heads)
+        self.cross_attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k)
+        self.norm2 = nn.LayerNorm(k)
+        self.norm3 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, ff_mult * k)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
+        return self.norm3(x + self.dropout(self.ff(x)))
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder transformer: source ids (b, s) and target ids (b, t) -> next-token logits (b, t, tgt_vocab).
+
+    src_mask: (b, s) bool padding mask, True at real source tokens. The decoder is causal.
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, k: int, heads: int, depth: int, max_len: int,
+                 dropout: float = 0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """(b, s) ids, (b, s) padding mask -> memory (b, s, k)."""
+        x = self.positions(self.src_embedding(src))  # (b, s, k)
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))  # mask (b, 1, s): no query reads padding
+        return x
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """(b, t) target ids, memory (b, s, k), (b, s) padding mask -> logits (b, t, tgt_vocab)."""
+        x = self.positions(self.tgt_embedding(tgt))  # (b, t, k)
+        self_mask = causal_mask(tgt.shape[1], device=tgt.device)  # (t, t)
+        for block in self.decoder:
+            x = block(x, memory, self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))  # (b, t, k)
+        return self.to_logits(x)  # (b, t, tgt_vocab)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+def teacher_forcing_loss(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
+                         pad: int = PAD) -> torch.Tensor:
+    """Mean cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1], over the real (non-pad) target tokens."""
+    logits = model(src, tgt[:, :-1], src_mask)  # (b, t-1, vocab)
+    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)
+
+
+@torch.no_grad()
+def greedy_decode(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, bos: int,
+                  eos: int) -> torch.Tensor:
+    """Generated ids (b, n), n <= max_len, <bos> not included: each row ends at its <eos>, then <pad> (0)."""
+    memory = model.encode(src, src_mask)  # (b, s, k)
+    tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)  # (b, 1)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        next_token = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1)  # (b,)
+        next_token = next_token.masked_fill(done, PAD)
+        tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)  # (b, t + 1)
+        done |= next_token == eos
+        if bool(done.all()):
+            break
+    return tokens[:, 1:]
+
+
+def new_model(device: torch.device | str = "cpu") -> Seq2SeqTransformer:
+    """The notebook's model, untrained, for the date vocabularies."""
+    return Seq2SeqTransformer(len(SOURCE), len(TARGET), **MODEL).to(device)
+
+
+def train(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torch.device | str, steps: int,
+          batch_size: int, lr: float, seed: int = 0, loss_fn: Callable = teacher_forcing_loss,
+          progress: Callable = lambda steps: steps) -> list[float]:
+    """The notebook's loop: Adam, a one-cycle schedule (10% warm-up, then a linear decay); returns every step's loss."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.1,
+                                                   anneal_strategy="linear")
+    stream = endless_batches(pairs, batch_size, seed=seed)
+    losses = []
+    model.train()
+    for _ in progress(range(steps)):
+        batch = next(stream).to(device)
+        src_mask = padding_mask(batch.src_lengths, batch.src.shape[1])  # (b, s)
+        loss = loss_fn(model, batch.src, src_mask, batch.tgt)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def translate(model: nn.Module, texts: Sequence[str], device: torch.device | str,
+              decode: Callable = greedy_decode) -> list[str]:
+    """Greedy translations of source strings."""
+    src, lengths = pad_sequences([SOURCE.encode(text) for text in texts])
+    src, lengths = src.to(device), lengths.to(device)
+    out = decode(model, src, padding_mask(lengths, src.shape[1]), max_len=16, bos=BOS, eos=EOS)
+    return [TARGET.decode(row) for row in out.cpu()]
+
+
+def exact_match(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torch.device | str,
+                decode: Callable = greedy_decode, batch_size: int = 500) -> tuple[float, list[str]]:
+    """(fraction of pairs translated exactly right, the translations)."""
+    predictions = []
+    for start in range(0, len(pairs), batch_size):
+        predictions += translate(model, [s for s, _ in pairs[start : start + batch_size]], device, decode)
+    correct = sum(p == t for p, (_, t) in zip(predictions, pairs))
+    return correct / max(1, len(pairs)), predictions
+
+
+def cross_attention_weights(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor,
+                            tgt: torch.Tensor) -> list[torch.Tensor]:
+    """Cross-attention weights of every decoder block, (b, heads, t, s) each, for a teacher-forced pass.
+
+    Works for any model whose decoder blocks call a course MultiHeadAttention named `cross_attention`: a
+    forward hook recomputes the weights from that module's own projections and inputs.
+    """
+    weights: list[torch.Tensor] = []
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
+        names = ("x", "context", "mask")
+        given = {**dict(zip(names, args)), **kwargs}
+        x, context, mask = given["x"], given.get("context"), given.get("mask")
+        context = x if context is None else context
+        queries = split_heads(module.to_queries(x), module.heads)  # (b, h, t, s_head)
+        keys = split_heads(module.to_keys(context), module.heads)  # (b, h, s, s_head)
+        if mask is not None and mask.dim() >= 3:
+            mask = mask.unsqueeze(-3)  # (b, 1, t, s)
+        weights.append(scaled_dot_product_attention(queries, keys, keys, mask)[1])  # (b, h, t, s)
+
+    handles = [m.register_forward_hook(hook, with_kwargs=True)
+               for name, m in model.named_modules() if name.endswith("cross_attention")]
+    try:
+        with torch.no_grad():
+            model(src, tgt, src_mask)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return weights
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Number of parameters of a model."""
+    return sum(p.numel() for p in model.parameters())
