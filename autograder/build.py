@@ -5,7 +5,6 @@ solutions/  source notebooks with solutions in, hidden tests out, executed top t
 samples/    a small batch of submissions in nbgrader's submitted/ layout, for the README's first command.
 """
 
-import json
 import shutil
 import subprocess
 import sys

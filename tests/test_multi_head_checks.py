@@ -1,6 +1,5 @@
 """Assignment 04's checks: the course's reference passes all of them, and typical mistakes are named."""
 
-import inspect
 import math
 
 import pytest
@@ -12,27 +11,6 @@ from course import multi_head as reference
 from course.attention import scaled_dot_product_attention
 from course.checks import multi_head
 from course.checks.compare import CheckFailed
-from course.device import get_device
-
-REFERENCES = {
-    "split_": reference.split_heads,
-    "merge_": reference.merge_heads,
-    "narrow_": reference.MultiHeadAttention,
-    "wide_": reference.WideMultiHeadAttention,
-}
-
-
-@pytest.mark.parametrize("prefix", list(REFERENCES))
-def test_reference_passes_every_check(prefix):
-    checks = [f for name, f in inspect.getmembers(multi_head, inspect.isfunction)
-              if name.startswith(prefix) and f.__module__ == multi_head.__name__]
-    assert len(checks) >= 2
-    for check in checks:
-        if "device" in inspect.signature(check).parameters:
-            check(REFERENCES[prefix], device=get_device())
-        else:
-            check(REFERENCES[prefix])
-
 
 def test_reshape_without_transpose_is_diagnosed():
     def split_heads(x, heads):

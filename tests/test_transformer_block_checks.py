@@ -1,7 +1,6 @@
 """The reference block of assignment 05 passes every check of course.checks.transformer_block, and the checks
 name typical mistakes."""
 
-import inspect
 
 import pytest
 import torch
@@ -11,31 +10,7 @@ from torch import nn
 from course import blocks as reference
 from course.checks import transformer_block as check
 from course.checks.compare import CheckFailed
-from course.device import get_device
 from course.multi_head import MultiHeadAttention
-
-GRADED = {
-    "feed_forward": reference.FeedForward,
-    "block": reference.TransformerBlock,
-    "classifier": reference.TransformerClassifier,
-}
-
-
-def _checks(prefix):
-    return [f for name, f in inspect.getmembers(check, inspect.isfunction)
-            if name.startswith(prefix + "_") and f.__module__ == check.__name__]
-
-
-@pytest.mark.parametrize("prefix", list(GRADED))
-def test_reference_passes_every_check(prefix):
-    checks = _checks(prefix)
-    assert len(checks) >= 3
-    for f in checks:
-        if "device" in inspect.signature(f).parameters:
-            f(GRADED[prefix], device=get_device())
-        else:
-            f(GRADED[prefix])
-
 
 def test_the_oracle_layer_agrees_with_the_reference_block_closely():
     torch.manual_seed(0)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
+from torch import nn
 
 # Bound at import, before any student cell runs, so that a cell rebinding torch's functions
 # does not change how results are compared.
@@ -158,3 +159,22 @@ def generator(seed: int) -> torch.Generator:
 def randn(*shape: int, seed: int, device: torch.device | str) -> torch.Tensor:
     """Standard-normal float32 values drawn on the CPU (the same on every machine), then moved."""
     return torch.randn(*shape, generator=generator(seed)).to(device)
+
+
+def expect_linear(module: nn.Module, owner: str, name: str, n_in: int, n_out: int, bias: bool, spec: str,
+                  bias_hint: str = "") -> nn.Linear:
+    """Fail unless module.<name> is an nn.Linear(n_in, n_out) with (or without) a bias; spec is how to write it."""
+    __tracebackhide__ = True
+    layer = getattr(module, name, None)
+    if layer is None:
+        fail(f"{owner} has no attribute `{name}`. Create it in __init__: self.{name} = {spec}.")
+    if not isinstance(layer, nn.Linear):
+        fail(f"{owner}.{name} is a {type(layer).__name__}; it should be {spec}.")
+    if (layer.in_features, layer.out_features) != (n_in, n_out):
+        fail(f"{owner}.{name} maps {layer.in_features} -> {layer.out_features} features; here it should map "
+             f"{n_in} -> {n_out}: {spec}.")
+    if bias and layer.bias is None:
+        fail(f"{owner}.{name} has no bias. {bias_hint or 'It is an ordinary linear layer'}: {spec}.")
+    if not bias and layer.bias is not None:
+        fail(f"{owner}.{name} has a bias. {bias_hint or 'It is a plain matrix'}: {spec}.")
+    return layer

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks.compare import expect_close, expect_tensor, fail, generator, randn, run
+from course.checks.compare import expect_close, expect_linear, expect_tensor, fail, generator, randn, run
 
 SPLIT_NAME = "split_heads"
 MERGE_NAME = "merge_heads"
@@ -111,20 +111,9 @@ def merge_matches_oracle(merge_heads: Callable, device: torch.device | str = "cp
 
 def _linear(module: nn.Module, cls_name: str, name: str, n_in: int, n_out: int, bias: bool, spec: str) -> nn.Linear:
     __tracebackhide__ = True
-    layer = getattr(module, name, None)
-    if layer is None:
-        fail(f"{cls_name} has no attribute `{name}`. Create it in __init__: self.{name} = {spec}.")
-    if not isinstance(layer, nn.Linear):
-        fail(f"{cls_name}.{name} is a {type(layer).__name__}; it should be {spec}.")
-    if (layer.in_features, layer.out_features) != (n_in, n_out):
-        fail(f"{cls_name}.{name} maps {layer.in_features} -> {layer.out_features} features; here it should map "
-             f"{n_in} -> {n_out}: {spec}.")
-    if bias and layer.bias is None:
-        fail(f"{cls_name}.{name} has no bias. unify_heads is an ordinary linear layer with a bias, as in "
-             f"nn.MultiheadAttention's out_proj: {spec}.")
-    if not bias and layer.bias is not None:
-        fail(f"{cls_name}.{name} has a bias; the query, key and value projections have none: {spec}.")
-    return layer
+    hint = ("unify_heads is an ordinary linear layer with a bias, as in nn.MultiheadAttention's out_proj" if bias
+            else "The query, key and value projections have none")
+    return expect_linear(module, cls_name, name, n_in, n_out, bias, spec, hint)
 
 
 def _layers(module: nn.Module, cls_name: str, k: int, heads: int, wide: bool) -> list[nn.Linear]:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks.compare import expect_close, expect_tensor, fail, randn, run
+from course.checks.compare import expect_close, expect_linear, expect_tensor, fail, randn, run
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -100,17 +100,8 @@ def attention_hard_lookup_limit(attention: Callable, device: torch.device | str 
 
 def _projection(module: nn.Module, name: str, k: int) -> nn.Linear:
     __tracebackhide__ = True
-    layer = getattr(module, name, None)
-    if layer is None:
-        fail(f"{MODULE_NAME} has no attribute `{name}`. Create it in __init__: self.{name} = nn.Linear(k, k, bias=False).")
-    if not isinstance(layer, nn.Linear):
-        fail(f"{MODULE_NAME}.{name} is a {type(layer).__name__}; it should be an nn.Linear(k, k, bias=False).")
-    if (layer.in_features, layer.out_features) != (k, k):
-        fail(f"{MODULE_NAME}.{name} maps {layer.in_features} -> {layer.out_features} features; with k={k} it should "
-             f"map {k} -> {k}.")
-    if layer.bias is not None:
-        fail(f"{MODULE_NAME}.{name} has a bias. The projections are plain matrices: nn.Linear(k, k, bias=False).")
-    return layer
+    return expect_linear(module, MODULE_NAME, name, k, k, False, "nn.Linear(k, k, bias=False)",
+                         "The projections are plain matrices")
 
 
 def module_structure(SelfAttentionQKV: Callable, k: int = 6) -> None:
@@ -121,7 +112,7 @@ def module_structure(SelfAttentionQKV: Callable, k: int = 6) -> None:
         fail(f"{MODULE_NAME}({k}) should create an nn.Module, but gave a {type(module).__name__}.")
     layers = [_projection(module, name, k) for name in ("to_queries", "to_keys", "to_values")]
     if len({id(layer) for layer in layers}) < 3:
-        fail(f"Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
+        fail("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
              "create three separate nn.Linear modules.")
     count = sum(p.numel() for p in module.parameters())
     if count != 3 * k * k:

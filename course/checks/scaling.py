@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks.compare import expect_close, expect_tensor, fail, generator, randn, run
+from course.checks.compare import expect_close, expect_linear, expect_tensor, fail, generator, randn, run
 
 SDPA_NAME = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
@@ -268,17 +268,8 @@ def sdpa_passes_gradients(fn: Callable, device: torch.device | str = "cpu") -> N
 
 def _projection(module: nn.Module, name: str, k: int) -> nn.Linear:
     __tracebackhide__ = True
-    layer = getattr(module, name, None)
-    if layer is None:
-        fail(f"{MODULE_NAME} has no attribute `{name}`. Create it in __init__: self.{name} = nn.Linear(k, k, bias=False).")
-    if not isinstance(layer, nn.Linear):
-        fail(f"{MODULE_NAME}.{name} is a {type(layer).__name__}; it should be an nn.Linear(k, k, bias=False).")
-    if (layer.in_features, layer.out_features) != (k, k):
-        fail(f"{MODULE_NAME}.{name} maps {layer.in_features} -> {layer.out_features} features; with k={k} it should "
-             f"map {k} -> {k}.")
-    if layer.bias is not None:
-        fail(f"{MODULE_NAME}.{name} has a bias. The projections are plain matrices: nn.Linear(k, k, bias=False).")
-    return layer
+    return expect_linear(module, MODULE_NAME, name, k, k, False, "nn.Linear(k, k, bias=False)",
+                         "The projections are plain matrices")
 
 
 def _make(cls: Callable, k: int, device: torch.device | str, seed: int) -> nn.Module:
