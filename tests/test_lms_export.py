@@ -1,0 +1,34 @@
+"""A learning-management system's flat zip export: student ids and attempts come from the file names."""
+
+import zipfile
+
+import nbformat
+
+from autograder.grade import grade
+
+from conftest import complete_submission, release_notebook, use_sandbox
+
+A, NB = "01_self_attention", "self_attention.ipynb"
+
+
+def test_lms_zip_is_laid_out_by_student_and_the_latest_attempt_counts(tmp_path):
+    archive = tmp_path / "gradebook_export.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr(f"Transformers A1_ada_attempt_2026-11-02-10-00-00_{NB}", nbformat.writes(release_notebook(A, NB)))
+        z.writestr(f"Transformers A1_ada_attempt_2026-11-03-09-30-00_{NB}", nbformat.writes(complete_submission(A, NB)))
+        z.writestr(f"Transformers A1_grace_attempt_2026-11-02-11-00-00_{NB}", nbformat.writes(release_notebook(A, NB)))
+        z.writestr("Transformers A1_grace_attempt_2026-11-02-11-00-00.txt", "a comment box, not a submission")
+    rows = {g.student: g for g in grade(archive, tmp_path / "out", [A], sandbox=use_sandbox(), progress=False)}
+    assert set(rows) == {"ada", "grace"}
+    assert (rows["ada"].score, rows["ada"].status) == (8, "graded"), "the latest attempt was not the one graded"
+    assert (rows["grace"].score, rows["grace"].status) == (0, "graded")
+
+
+def test_lms_zip_needs_its_assignment_named(tmp_path):
+    import pytest
+
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr(f"A1_ada_attempt_2026-11-03-09-30-00_{NB}", nbformat.writes(complete_submission(A, NB)))
+    with pytest.raises(SystemExit, match="--assignment"):
+        grade(archive, tmp_path / "out", None, progress=False)
