@@ -13,5 +13,6 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Seconds one cell may run before grading moves on.
 c.ExecutePreprocessor.timeout = 300
 
-# A student who deletes a test cell does not escape it: nbgrader puts it back from the gradebook.
-c.OverwriteCells.add_missing_cells = True
+# Deleted cells: `python -m autograder grade` puts them back itself. nbgrader's add_missing_cells assumes the
+# cell before a test is an answer or a test; the locked demo cells of these notebooks break that (KeyError).
+c.OverwriteCells.add_missing_cells = False

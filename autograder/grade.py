@@ -120,6 +120,7 @@ class Workspace:
             shutil.rmtree(target)
         target.mkdir(parents=True)
         notes, tampering = list(sub.notes), []
+        self._notes = notes
         for name, path in sub.notebooks.items():
             nb, note = read_notebook(path)
             if nb is None:
@@ -127,7 +128,7 @@ class Workspace:
                 return row
             if note:
                 notes.append(note)
-            tampering += self._neutralise(nb, self.sources[sub.assignment, name], name)
+            tampering += self._neutralise(nb, self.sources[sub.assignment, name], name, sub.assignment)
             nbformat.write(nb, target / name)
         result = self.api.autograde(sub.assignment, sub.student)
         stopped: list[str] = []
@@ -248,7 +249,7 @@ class Workspace:
                 gradebook.db.commit()
             self._gradebook(query)
 
-    def _neutralise(self, nb: nbformat.NotebookNode, source: nbformat.NotebookNode, name: str) -> list[str]:
+    def _neutralise(self, nb: nbformat.NotebookNode, source: nbformat.NotebookNode, name: str, assignment: str) -> list[str]:
         """Put back the source's nbgrader metadata, then sanitise every code cell nbgrader will not restore from
         the gradebook (answers, demos, added cells)."""
         metadata = {feedback.grade_id(c): c.metadata["nbgrader"] for c in source.cells if feedback.grade_id(c)}
@@ -264,13 +265,16 @@ class Workspace:
                 seen.add(gid)
                 cell.metadata["nbgrader"] = dict(metadata[gid])  # points, roles and ids as the instructor set them
         found = []
+        restored_cells = _restore_deleted(nb, source)
+        if restored_cells:
+            self._notes.append(f"{name}: put back {len(restored_cells)} deleted cell(s) ({', '.join(restored_cells)})")
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
             gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
             if gid in restored:
                 continue
-            cell.source, findings = sanitise(cell.source)
+            cell.source, findings = sanitise(cell.source, assignment)
             found += [f"{name} cell {gid or index} line {f.line} {f.reason} (removed)" for f in findings]
         return found
 
@@ -286,6 +290,32 @@ class Workspace:
             order = [feedback.grade_id(c) for (a, _), nb in self.sources.items() if a == row.assignment for c in nb.cells]
             row.cells = {name: found[name] for name in order if name in found}
         self._gradebook(query)
+
+
+def _restore_deleted(nb: nbformat.NotebookNode, source: nbformat.NotebookNode) -> list[str]:
+    """Put every nbgrader cell of the source that the submission lacks back where it belongs (after the nearest
+    earlier source cell the submission has); answer cells come back as the release shows them. nbgrader's own
+    add_missing_cells assumes the cell before a test is an answer or a test, which locked demo cells are not."""
+    import copy
+
+    from autograder.notebooks import cleared
+
+    present = {feedback.grade_id(c) for c in nb.cells if feedback.grade_id(c)}
+    restored = []
+    for index, cell in enumerate(source.cells):
+        gid = feedback.grade_id(cell)
+        if gid is None or gid in present:
+            continue
+        anchor = next((feedback.grade_id(c) for c in reversed(source.cells[:index]) if feedback.grade_id(c) in present), None)
+        position = 0 if anchor is None else 1 + next(i for i, c in enumerate(nb.cells) if feedback.grade_id(c) == anchor)
+        back = copy.deepcopy(cell)
+        if back.metadata["nbgrader"].get("solution"):
+            back.source = cleared(back.source)
+        back["id"] = f"restored-{gid}".replace("_", "-")[:64]
+        nb.cells.insert(position, back)
+        present.add(gid)
+        restored.append(gid)
+    return restored
 
 
 _workspace: Workspace | None = None

@@ -14,6 +14,14 @@ def answer(source: str) -> str:
     return SOLUTION_MARKERS.sub("", source)
 
 
+SOLUTION_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def cleared(source: str) -> str:
+    """A source answer cell as the release shows it: each solution region replaced by the stub."""
+    return SOLUTION_REGION.sub(lambda m: f"{m.group(1)}# YOUR CODE HERE\n{m.group(1)}raise NotImplementedError()", source)
+
+
 def hidden_tests_removed(source: str) -> str:
     return HIDDEN_TESTS.sub("", source).rstrip()
 

@@ -22,6 +22,19 @@ FORBIDDEN_MODULES = {
     "course.checks", "autograder", "torch.library", "torch.overrides", "torch.utils._python_dispatch",
     "torch._C", "torch._ops", "torch.ops", "numpy.testing", "torch.testing",
 }
+#: the course's reference modules that hold an assignment's own answers, or later ones built on them: importing
+#: them in an answer would hand in the reference instead of the student's work
+OWN_REFERENCES = {
+    "01_self_attention": ("course.attention", "course.multi_head", "course.blocks", "course.seq2seq"),
+    "02_qkv": ("course.attention", "course.multi_head", "course.blocks", "course.seq2seq"),
+    "03_scaling": ("course.attention", "course.multi_head", "course.blocks", "course.seq2seq"),
+    "04_multi_head": ("course.multi_head", "course.blocks", "course.seq2seq"),
+    "05_transformer_block": ("course.blocks", "course.seq2seq"),
+    "06_positional_encoding": ("course.positional", "course.seq2seq"),
+    "07_seq2seq": ("course.seq2seq",),
+}
+#: the name the notebooks' locked setup cell gives their checks module; answers have no reason to touch it
+CHECKS_NAME = "check"
 #: torch attributes that replace what its operators compute
 FORBIDDEN_ATTRIBUTES = {"library", "overrides", "ops", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 #: dunder attributes an honest answer uses
@@ -35,14 +48,21 @@ class Finding:
 
 
 class _Sanitiser(ast.NodeTransformer):
-    def __init__(self) -> None:
+    def __init__(self, references: tuple[str, ...] = ()) -> None:
         self.findings: list[Finding] = []
+        self.forbidden_modules = FORBIDDEN_MODULES | set(references)
+        self.forbidden_course = {module.split(".", 1)[1] for module in references}
 
     def _problem(self, node: ast.AST) -> str | None:
         """Why a statement is tampering, or None."""
         for sub in ast.walk(node):
             if isinstance(sub, ast.Name) and sub.id in FORBIDDEN_NAMES:
                 return f"uses {sub.id}"
+            if isinstance(sub, ast.Name) and sub.id == CHECKS_NAME:
+                return f"uses the tests' module `{CHECKS_NAME}`"
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "course" \
+                    and sub.attr in self.forbidden_course:
+                return f"uses the course's reference course.{sub.attr}, which holds this assignment's answers"
             if isinstance(sub, ast.Attribute) and sub.attr.startswith("_") and _root(sub) != "self" \
                     and sub.attr not in ALLOWED_DUNDERS:
                 kind = "internal" if sub.attr.startswith("__") else "private"
@@ -55,7 +75,7 @@ class _Sanitiser(ast.NodeTransformer):
                     return "uses getattr with a computed or internal name"
             if isinstance(sub, (ast.Import, ast.ImportFrom)):
                 for module in _imported(sub):
-                    if any(module == m or module.startswith(m + ".") for m in FORBIDDEN_MODULES):
+                    if any(module == m or module.startswith(m + ".") for m in self.forbidden_modules):
                         return f"imports {module}"
             if isinstance(sub, (ast.Global, ast.Nonlocal)):
                 return "rebinds names outside the function (global/nonlocal)"
@@ -142,8 +162,10 @@ def _root(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def sanitise(source: str) -> tuple[str, list[Finding]]:
+def sanitise(source: str, assignment: str = "") -> tuple[str, list[Finding]]:
     """The cell's code with tampering statements replaced by `pass`, and what was found (line, reason).
+
+    assignment: whose answers these are; the course's reference modules holding them are off limits.
 
     Code that does not parse is returned unchanged: it raises a SyntaxError when run, which is honest.
     Magics and shell escapes (% and !) are tampering too: IPython would run them.
@@ -158,7 +180,7 @@ def sanitise(source: str) -> tuple[str, list[Finding]]:
         tree = ast.parse(source)
     except SyntaxError:
         return source, findings
-    sanitiser = _Sanitiser()
+    sanitiser = _Sanitiser(OWN_REFERENCES.get(assignment, ()))
     sanitiser.generic_visit(tree)
     if not sanitiser.findings:
         return source, findings

@@ -66,6 +66,12 @@ def _build(batch: Path) -> dict[str, tuple]:
         write_submission(batch, name, A, NB, _with({"attention_weights": NO_SOFTMAX}, code))
         expect[name] = ("twin-no-softmax", "tampered", "removed")
 
+    copied = _with({"attention_weights": "from course.attention import attention_weights\n"})
+    write_submission(batch, "copy-reference", A, NB, copied); expect["copy-reference"] = (0, "tampered", "imports course.attention")
+    via_check = _with({"attention_weights": "import course\nattention_weights = course.attention.attention_weights\n"})
+    write_submission(batch, "copy-reference-attribute", A, NB, via_check)
+    expect["copy-reference-attribute"] = (0, "tampered", "course's reference course.attention")
+
     deleted = _with({"attention_weights": NO_SOFTMAX})
     deleted.cells = [c for c in deleted.cells if c not in _tests(deleted)]
     write_submission(batch, "tamper-deleted-tests", A, NB, deleted); expect["tamper-deleted-tests"] = ("twin-no-softmax", "graded", "")
