@@ -237,7 +237,8 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
                 continue
             if any(_within(s, form) for s in secret):  # binding it back would expose the repo or the grading
                 continue
-            if any(_within(form, h) for h in hides):
+            # hidden folders and the private /tmp cover it (a checkout under /tmp, say): bind it back read-only
+            if any(_within(form, h) for h in [*hides, "/tmp"]):
                 binds.append(form)
     return {"work": work, "hide": hides, "blank": blanks, "empty": os.path.join(work, ".sandbox", "empty"),
             "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid, "python": sys.executable,

@@ -28,7 +28,7 @@ def test_grading_the_sample_batch_zip_gives_the_expected_rows(tmp_path):
         assert mistakes["status"] == "graded" and 0 < float(mistakes["score"]) < float(mistakes["max_score"])
         assert (out / "feedback" / "sample-mistakes" / assignment).is_dir()
     broken = rows["sample-broken", course_dir.assignments()[0]]
-    assert broken["status"] == "invalid-notebook" and "cannot be read as a notebook" in broken["message"]
+    assert broken["status"] == "invalid-notebook" and "not valid JSON" in broken["message"]
     assert rows["sample-broken", course_dir.assignments()[1]]["status"] == "missing"
     assert "Class report" in (out / "report.md").read_text()
     assert "sample-complete" in done.stdout and "invalid-notebook" in done.stdout  # the printed table
