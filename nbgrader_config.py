@@ -10,6 +10,21 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.egg
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
+# Test cells only probe under autograde; the verdict is the judge's, reached in nbgrader's own process from the
+# evidence the kernel recorded (autograder/judging.py). ClearEvidence runs before the kernel, JudgeEvidence after
+# the outputs are final and before SaveAutoGrades scores them.
+c.Autograde.autograde_preprocessors = [
+    "autograder.judging.ClearEvidence",
+    "nbgrader.preprocessors.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "autograder.judging.JudgeEvidence",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # Seconds one cell may run before grading moves on.
 c.ExecutePreprocessor.timeout = 300
 

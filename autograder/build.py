@@ -16,7 +16,6 @@ import nbformat
 from nbclient import NotebookClient
 
 from autograder import course_dir
-from autograder.catalogue import sample_mistakes
 from autograder.notebooks import answer_cells, filled, solution_skeleton
 
 #: student id -> what that sample submission is
@@ -61,8 +60,18 @@ def build_solution(root: Path, assignment: str, notebook: str) -> nbformat.Noteb
         return execute(nb, Path(tmp))
 
 
+def _sample_mistakes(root: Path):
+    """The catalogue's sample_mistakes: the catalogue is test data and lives in tests/catalogue."""
+    if str(root / "tests") not in sys.path:
+        sys.path.insert(0, str(root / "tests"))
+    from catalogue import sample_mistakes
+
+    return sample_mistakes
+
+
 def sample_submissions(root: Path, release: Path, assignments: list[str]) -> dict[Path, str]:
     """Relative path -> file text of the sample submissions for these assignments, and the samples' README."""
+    sample_mistakes = _sample_mistakes(root)
     files: dict[Path, str] = {}
     for assignment in assignments:
         wrong = {v.cell: v for v in sample_mistakes(assignment)}

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from course.attention import scaled_dot_product_attention
+from course.scaling import scaled_dot_product_attention
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

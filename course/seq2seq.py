@@ -9,12 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.attention import scaled_dot_product_attention
-from course.blocks import FeedForward, TransformerBlock
+from course.scaling import scaled_dot_product_attention
+from course.transformer_block import FeedForward, TransformerBlock
 from course.dates import BOS, EOS, PAD, SOURCE, TARGET, endless_batches
 from course.dates import pad as pad_sequences
 from course.multi_head import MultiHeadAttention, split_heads
-from course.positional import PositionalEncoding
+from course.positional_encoding import PositionalEncoding
 
 #: The model and training settings of the notebook (and of benchmarks/train_seq2seq.py).
 MODEL = {"k": 64, "heads": 4, "depth": 2, "max_len": 64}

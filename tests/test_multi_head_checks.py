@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import multi_head as reference
-from course.attention import scaled_dot_product_attention
+from course.scaling import scaled_dot_product_attention
 from course.checks import multi_head
 from course.checks.compare import CheckFailed
 

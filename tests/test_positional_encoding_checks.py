@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from course import positional as reference
+from course import positional_encoding as reference
 from course.checks import positional_encoding as check
 from course.checks.compare import CheckFailed
 

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from course import attention as attention_ref
-from course import blocks as blocks_ref
+from course import transformer_block as blocks_ref
 from course import multi_head as multi_head_ref
-from course import positional as positional_ref
+from course import positional_encoding as positional_ref
 from course import seq2seq as seq2seq_ref
 from course.checks import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
 from course.checks.compare import CheckFailed

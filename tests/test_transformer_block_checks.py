@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import blocks as reference
+from course import transformer_block as reference
 from course.checks import transformer_block as check
 from course.checks.compare import CheckFailed
 from course.multi_head import MultiHeadAttention

@@ -1,55 +1,71 @@
-"""Comparing a student's result with an oracle, and naming the mistake when they differ."""
+"""The judge's side: reading a probe's evidence, comparing it with an oracle, naming the mistake it matches.
 
-import traceback
-from collections.abc import Callable, Mapping
-from pathlib import Path
+Nothing here calls the student's code. A judge recomputes its inputs and oracles from the same seeds the probe
+used, with PyTorch's own functions and modules, and compares them with the recorded outputs.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import torch
-from torch import nn
 
-# Bound at import, before any student cell runs, so that a cell rebinding torch's functions
-# does not change how results are compared.
-_Tensor = torch.Tensor
-_isfinite = torch.isfinite
-_abs = torch.abs
-_as_tensor = torch.as_tensor
+from course.checks.evidence import Evidence
+
+#: lines of a message are wrapped to this width, so nbgrader's Validate dialog needs no horizontal scrolling
+WIDTH = 88
 
 
-_CHECKS_DIR = str(Path(__file__).resolve().parent)
+@dataclass(frozen=True)
+class Mistake:
+    """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
+    explanation a student reads."""
+
+    id: str
+    explanation: str
 
 
 class CheckFailed(AssertionError):
-    """A test failed; the message says what is probably wrong and where to look."""
+    """A test failed; the message says what is probably wrong and where to look.
+
+    mistake: the id of the catalogued mistake the result matched, or None.
+    """
+
+    def __init__(self, message: str, mistake: str | None = None):
+        super().__init__(message)
+        self.mistake = mistake
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows for this error: the student's own frames, then the diagnosis — not the checker's code."""
-        lines = []
-        cause = self.__cause__
-        if cause is not None:
-            lines.append("Your code raised an error:")
-            for frame in traceback.extract_tb(cause.__traceback__):
-                if frame.filename.startswith(_CHECKS_DIR):
-                    continue
-                where = "a notebook cell" if "ipykernel_" in frame.filename else frame.filename
-                lines += [f"  {where}, line {frame.lineno}, in {frame.name}", f"    {frame.line}"]
-            lines += [*traceback.format_exception_only(cause), ""]
-        lines.append(f"{type(self).__name__}: {self}")
-        return [line.rstrip("\n") for line in lines]
+        """What IPython shows for this error: the diagnosis, not the checker's code."""
+        return [f"{type(self).__name__}: {self}"]
 
 
-def fail(message: str, expected: Any = None, actual: Any = None, case: str = "") -> NoReturn:
+def wrap(text: str) -> str:
+    """Wrap every paragraph line to WIDTH characters, keeping indented lines (tensors, code) as they are."""
+    out = []
+    for line in text.splitlines():
+        if len(line) <= WIDTH or line.startswith(" "):
+            out.append(line)
+        else:
+            out += textwrap.wrap(line, WIDTH, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out)
+
+
+def fail(message: str, expected: Any = None, actual: Any = None, case: str = "", mistake: str | None = None) -> NoReturn:
     """Raise CheckFailed with the message and, if given, expected vs actual on a small case."""
     __tracebackhide__ = True
     text = message.strip()
     if expected is not None or actual is not None:
         text += f"\n\nOn a small case{(' (' + case + ')') if case else ''}:"
         text += f"\n  expected:\n{_show(expected)}\n  actual:\n{_show(actual)}"
-    raise CheckFailed(text) from None
+    raise CheckFailed(wrap(text), mistake) from None
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, _Tensor):
+    if isinstance(value, torch.Tensor):
         v = value.detach().to("cpu", torch.float64)
         while v.dim() > 2:  # show the first matrix of a batch
             v = v[0]
@@ -57,8 +73,7 @@ def _show(value: Any) -> str:
             v = v[:4, :6]
         elif v.dim() == 1:
             v = v[:6]
-        body = "\n".join("    " + line for line in _format(v).splitlines())
-        return body
+        return "\n".join("    " + line for line in _format(v).splitlines())
     return f"    {value!r}"
 
 
@@ -71,7 +86,7 @@ def _format(v: torch.Tensor) -> str:
 
 
 def tolerance(device: torch.device | str) -> dict[str, float]:
-    """rtol and atol for float32 results compared on one device (loose enough for GPU kernels)."""
+    """rtol and atol for float32 results computed on this device (loose enough for GPU kernels)."""
     if torch.device(device).type == "cpu":
         return {"rtol": 1e-4, "atol": 1e-5}
     return {"rtol": 2e-3, "atol": 2e-4}
@@ -83,72 +98,109 @@ def close(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float
         return False
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
-    if not bool(_isfinite(a).all()) or not bool(_isfinite(e).all()):
+    if not bool(torch.isfinite(a).all()) or not bool(torch.isfinite(e).all()):
         return bool(((a == e) | (a.isnan() & e.isnan())).all())
-    return bool((_abs(a - e) <= atol + rtol * _abs(e)).all())
+    return bool((torch.abs(a - e) <= atol + rtol * torch.abs(e)).all())
 
 
-def run(fn: Callable[..., Any], *args: Any, what: str, hint: str = "", **kwargs: Any) -> Any:
-    """Call the student's code; a NotImplementedError or a crash becomes a plain-words failure (plus hint)."""
+# ------------------------------------------------------------------------------------------- reading evidence
+
+def raised(ev: Evidence, key: str, what: str, hint: str = "") -> None:
+    """Fail in plain words if the student's code raised while the probe recorded key."""
     __tracebackhide__ = True
-    try:
-        return fn(*args, **kwargs)
-    except NotImplementedError:
-        raise CheckFailed(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.") from None
-    except CheckFailed:
-        raise
-    except Exception as error:
-        raise CheckFailed(
-            f"{what} raised {type(error).__name__}: {error}\n"
-            f"The traceback above points at the line in your code where it happened. {hint}".rstrip()
-        ) from error
+    fact = ev.facts.get(key)
+    if not isinstance(fact, dict) or fact.get("kind") != "raised":
+        return
+    if fact.get("not_implemented"):
+        fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
+             mistake="not-implemented")
+    trace = str(fact.get("trace") or "")
+    where = f"\n\nYour code raised it here:\n{trace}" if trace else ""
+    fail(f"{what} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:600]}{where}\n\n{hint}".rstrip(),
+         mistake="raised")
 
 
-def expect_tensor(
-    value: Any,
-    *,
-    what: str,
-    shape: tuple[int, ...],
-    device: torch.device | str | None = None,
-    shape_hints: Mapping[tuple[int, ...], str] | None = None,
-) -> torch.Tensor:
-    """Fail unless value is a plain floating-point torch.Tensor of this shape on this device."""
+def value_kind(ev: Evidence, key: str) -> str:
+    """'tensor', 'tuple', 'none', 'other', 'raised', or 'missing'."""
+    fact = ev.facts.get(key)
+    kind = fact.get("kind") if isinstance(fact, dict) else None
+    return kind if kind in ("tensor", "tuple", "none", "other", "raised") else "missing"
+
+
+def output(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...] | None = None,
+           shape_hints: Mapping[tuple[int, ...], str] | None = None, hint: str = "",
+           floating: bool = True, dtype: torch.dtype | None = None, device: bool = True) -> torch.Tensor:
+    """The tensor the student's code returned under key, after checking it is a plain tensor of the right
+    shape, dtype and device; fails in plain words otherwise (not implemented, raised, wrong type...)."""
     __tracebackhide__ = True
-    if type(value) is not _Tensor:  # subclasses could redefine comparisons, so only the real class counts
-        fail(f"{what} should return a torch.Tensor, but returned {type(value).__name__}.")
-    if not value.is_floating_point():
-        fail(f"{what} returned a tensor of dtype {value.dtype}; a floating-point tensor is expected.")
-    if tuple(value.shape) != tuple(shape):
-        hint = (shape_hints or {}).get(tuple(value.shape), "")
-        fail(f"{what} returned shape {tuple(value.shape)}, expected {tuple(shape)}. {hint}".strip())
-    if device is not None and value.device.type != torch.device(device).type:
-        fail(
-            f"{what} returned a tensor on {value.device}, but its input was on {torch.device(device)}. "
-            "Create new tensors with device=x.device (or use torch.*_like) so the code runs on any device."
-        )
+    raised(ev, key, what, hint)
+    kind = value_kind(ev, key)
+    fact = ev.facts.get(key) if kind != "missing" else {}
+    if kind == "missing":
+        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
+    if kind == "tuple":
+        fail(f"{what} should return a torch.Tensor, but returned a tuple of {fact.get('length')} values.",
+             mistake="not-a-tensor")
+    if kind != "tensor" or fact.get("type") != "Tensor" or key not in ev.tensors:
+        shown = "None" if kind == "none" else str(fact.get("type"))[:60]
+        fail(f"{what} should return a torch.Tensor, but returned {shown}.", mistake="not-a-tensor")
+    tensor = ev.tensors[key]
+    if list(tensor.shape) != list(fact.get("shape", [])):
+        fail(f"The test's record of {what} is inconsistent (its shape).")
+    if dtype is not None and tensor.dtype != dtype:
+        fail(f"{what} returned a tensor of dtype {tensor.dtype}; {dtype} is expected.")
+    if floating and dtype is None and not tensor.is_floating_point():
+        fail(f"{what} returned a tensor of dtype {tensor.dtype}; a floating-point tensor is expected.")
+    if shape is not None and tuple(tensor.shape) != tuple(shape):
+        extra = (shape_hints or {}).get(tuple(tensor.shape), "")
+        fail(f"{what} returned shape {tuple(tensor.shape)}, expected {tuple(shape)}. {extra}".strip(),
+             mistake="wrong-shape")
+    if device and fact.get("device") != ev.device:
+        fail(f"{what} returned a tensor on {fact.get('device')}, but its input was on {ev.device}. "
+             "Create new tensors with device=x.device (or use torch.*_like) so the code runs on any device.")
+    return tensor
+
+
+def requires_grad(ev: Evidence, key: str) -> bool:
+    fact = ev.facts.get(key)
+    return bool(isinstance(fact, dict) and fact.get("requires_grad") is True)
+
+
+def tensor(ev: Evidence, key: str, *, shape: tuple[int, ...] | None = None) -> torch.Tensor | None:
+    """A tensor the probe recorded (a gradient, say), or None when it was not there or has the wrong shape."""
+    fact = ev.facts.get(key)
+    if not isinstance(fact, dict) or fact.get("kind") != "tensor" or key not in ev.tensors:
+        return None
+    value = ev.tensors[key]
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        return None
     return value
 
 
-def expect_close(
-    actual: torch.Tensor,
-    expected: torch.Tensor,
-    *,
-    what: str,
-    mistakes: Mapping[str, torch.Tensor] = {},
-    otherwise: str,
-    case: str = "",
-) -> None:
+# ------------------------------------------------------------------------------------------- comparing
+
+def expect_close(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str = "cpu",
+                 mistakes: Iterable[tuple[Mistake, torch.Tensor]] = (), otherwise: str, case: str = "") -> None:
     """Fail unless actual matches expected; name the first typical mistake that actual matches instead."""
     __tracebackhide__ = True
-    tol = tolerance(expected.device)
+    tol = tolerance(device)
     if close(actual, expected, **tol):
         return
-    if not bool(_isfinite(actual.detach()).all()):
+    if not bool(torch.isfinite(actual.detach()).all()):
         fail(f"{what} contains NaN or infinite values. {otherwise}", expected, actual, case)
-    for explanation, candidate in mistakes.items():
+    for mistake, candidate in mistakes:
         if close(actual, candidate, **tol):
-            fail(f"{what} is not what was asked: {explanation}", expected, actual, case)
+            fail(f"{what} is not what was asked: {mistake.explanation}", expected, actual, case, mistake.id)
     fail(f"{what} does not match the reference. {otherwise}", expected, actual, case)
+
+
+def matches_any(actual: torch.Tensor, candidates: Iterable[torch.Tensor], device: str = "cpu") -> bool:
+    """True when actual equals one of the candidates (the oracle or a catalogued mistake) within tolerance.
+
+    Property and structure judges use it as an anchor: they award nothing for outputs that no real
+    computation of the exercise, right or typically wrong, would give."""
+    tol = tolerance(device)
+    return any(close(actual, candidate, **tol) for candidate in candidates)
 
 
 def generator(seed: int) -> torch.Generator:
@@ -156,25 +208,6 @@ def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def randn(*shape: int, seed: int, device: torch.device | str) -> torch.Tensor:
+def randn(*shape: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Standard-normal float32 values drawn on the CPU (the same on every machine), then moved."""
     return torch.randn(*shape, generator=generator(seed)).to(device)
-
-
-def expect_linear(module: nn.Module, owner: str, name: str, n_in: int, n_out: int, bias: bool, spec: str,
-                  bias_hint: str = "") -> nn.Linear:
-    """Fail unless module.<name> is an nn.Linear(n_in, n_out) with (or without) a bias; spec is how to write it."""
-    __tracebackhide__ = True
-    layer = getattr(module, name, None)
-    if layer is None:
-        fail(f"{owner} has no attribute `{name}`. Create it in __init__: self.{name} = {spec}.")
-    if not isinstance(layer, nn.Linear):
-        fail(f"{owner}.{name} is a {type(layer).__name__}; it should be {spec}.")
-    if (layer.in_features, layer.out_features) != (n_in, n_out):
-        fail(f"{owner}.{name} maps {layer.in_features} -> {layer.out_features} features; here it should map "
-             f"{n_in} -> {n_out}: {spec}.")
-    if bias and layer.bias is None:
-        fail(f"{owner}.{name} has no bias. {bias_hint or 'It is an ordinary linear layer'}: {spec}.")
-    if not bias and layer.bias is not None:
-        fail(f"{owner}.{name} has a bias. {bias_hint or 'It is a plain matrix'}: {spec}.")
-    return layer

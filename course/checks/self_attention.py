@@ -1,68 +1,128 @@
-"""Checks for assignment 01: attention_weights and basic_self_attention."""
+"""Checks for assignment 01: attention_weights and basic_self_attention.
+
+Each check is a probe (runs the student's function on inputs chosen here) and a judge (decides from what the
+probe recorded, with PyTorch's fused attention as the oracle). See course/checks/check.py.
+"""
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from course.checks.compare import expect_close, expect_tensor, fail, randn, run
+from course.checks.check import Check
+from course.checks.compare import Mistake, expect_close, fail, matches_any, output, randn, requires_grad, tensor
+from course.checks.evidence import Evidence, Recorder
 
 # batch > 1, t != k, a single position, k = 1: shapes that expose swapped or missing dimensions
 SHAPES = ((3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1))
 
 WEIGHTS_NAME = "attention_weights(x)"
 OUTPUT_NAME = "basic_self_attention(x)"
+HAND_CASE = "x = [[1,0],[0,1],[1,1]]"
+
+SOFTMAX_COLUMNS = Mistake("softmax-over-columns", "each column sums to 1 instead of each row. Take the softmax over "
+                          "the last dimension (dim=-1 or dim=2), not dim=1; or did you transpose the weights?")
+NO_SOFTMAX = Mistake("no-softmax", "these are the raw dot products x·xᵀ: the softmax is missing.")
+SCALED = Mistake("scaled", "the scores are divided by √k. Scaling is assignment 03; here the weights are "
+                 "softmax(x·xᵀ) without it.")
+SOFTMAX_BATCH = Mistake("softmax-over-batch", "the softmax runs over the batch dimension (dim=0); each row of each "
+                        "matrix should sum to 1, so use dim=-1.")
+SUM_NORMALISED = Mistake("normalised-without-exp", "rows are divided by their sum without exponentiating first: use "
+                         "torch.softmax, which takes exp before normalising.")
+NOT_NORMALISED = Mistake("exp-not-normalised", "the scores are exponentiated but never normalised: divide by the "
+                         "row sums (softmax does both).")
+FIRST_SEQUENCE = Mistake("first-sequence-only", "every sequence of the batch gets the weights of the first one: "
+                         "use batched matrix products (torch.bmm or @) on the whole (b, t, k) tensor.")
+TRANSPOSED = Mistake("weights-transposed", "the weights are transposed (y = wᵀ·x), or the softmax runs over dim=1. "
+                     "Row i of w says how much output i takes from each input, so y = w·x.")
+RAW_OUTPUT = Mistake("output-from-raw-scores", "the output is built from the raw scores x·xᵀ: apply the softmax "
+                     "before averaging.")
+SCALED_OUTPUT = Mistake("output-scaled", "the scores are divided by √k; this assignment uses no scaling.")
+IDENTITY = Mistake("output-is-input", "the output equals the input: the weighted average w·x is never taken.")
 
 
-def _hand_case(device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """x = three 2-d vectors; the weights follow from x·xᵀ = [[1,0,1],[0,1,1],[1,1,2]] by hand."""
-    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]], device=device)  # (1, 3, 2)
+def _hand_x() -> torch.Tensor:
+    return torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])  # (1, 3, 2)
+
+
+def _hand_weights() -> torch.Tensor:
+    """The weights of the hand example, from x·xᵀ = [[1,0,1],[0,1,1],[1,1,2]] worked out on paper."""
     e = math.e
-    weights = torch.tensor(
-        [
-            [e / (2 * e + 1), 1 / (2 * e + 1), e / (2 * e + 1)],
-            [1 / (2 * e + 1), e / (2 * e + 1), e / (2 * e + 1)],
-            [e / (2 * e + e * e), e / (2 * e + e * e), e * e / (2 * e + e * e)],
-        ],
-        device=device,
-    ).unsqueeze(0)  # (1, 3, 3)
-    return x, weights
+    return torch.tensor([
+        [e / (2 * e + 1), 1 / (2 * e + 1), e / (2 * e + 1)],
+        [1 / (2 * e + 1), e / (2 * e + 1), e / (2 * e + 1)],
+        [e / (2 * e + e * e), e / (2 * e + e * e), e * e / (2 * e + e * e)],
+    ]).unsqueeze(0)  # (1, 3, 3)
 
 
-def _weight_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
+def _oracle_weights(x: torch.Tensor) -> torch.Tensor:
+    """PyTorch's fused attention, unscaled, over the identity: it returns the weights themselves."""
+    b, t, _ = x.shape
+    eye = torch.eye(t).expand(b, t, t)  # (b, t, t)
+    return F.scaled_dot_product_attention(x, x, eye, scale=1.0)
+
+
+def _oracle_output(x: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(x, x, x, scale=1.0)
+
+
+def _weight_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     raw = x @ x.transpose(1, 2)  # (b, t, t)
-    k = x.shape[-1]
-    return {
-        "each column sums to 1 instead of each row. Take the softmax over the last dimension "
-        "(dim=-1 or dim=2), not dim=1; or did you transpose the weights?": F.softmax(raw, dim=1),
-        "these are the raw dot products x·xᵀ: the softmax is missing.": raw,
-        "the scores are divided by √k. Scaling is assignment 03; here the weights are softmax(x·xᵀ) "
-        "without it.": F.softmax(raw / math.sqrt(k), dim=-1),
-        "the softmax runs over the batch dimension (dim=0); each row of each matrix should sum to 1, "
-        "so use dim=-1.": F.softmax(raw, dim=0),
-        "rows are divided by their sum without exponentiating first: use torch.softmax, which takes "
-        "exp before normalising.": raw / raw.sum(dim=-1, keepdim=True),
-        "the scores are exponentiated but never normalised: divide by the row sums (softmax does both).": raw.exp(),
-    }
+    return [
+        (SOFTMAX_COLUMNS, F.softmax(raw, dim=1)),
+        (NO_SOFTMAX, raw),
+        (SCALED, F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1)),
+        (SOFTMAX_BATCH, F.softmax(raw, dim=0)),
+        (SUM_NORMALISED, raw / raw.sum(dim=-1, keepdim=True)),
+        (NOT_NORMALISED, raw.exp()),
+        (FIRST_SEQUENCE, F.softmax(raw[:1], dim=-1).expand_as(raw)),
+    ]
 
 
-def attention_weights_by_hand(attention_weights: Callable) -> None:
+def _output_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
+    raw = x @ x.transpose(1, 2)  # (b, t, t)
+    w = F.softmax(raw, dim=-1)
+    return [
+        (TRANSPOSED, w.transpose(1, 2) @ x),
+        (RAW_OUTPUT, raw @ x),
+        (SCALED_OUTPUT, F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1) @ x),
+        (IDENTITY, x),
+        (FIRST_SEQUENCE, w[:1] @ x[:1].expand_as(x) if x.shape[0] > 1 else w @ x),
+    ]
+
+
+_WEIGHTS_HINT = "Compute x·xᵀ with a batched matrix product, then softmax over the last dimension."
+_OUTPUT_HINT = "Compute the weights, then y = w·x with a batched matrix product (torch.bmm or @)."
+
+
+# ------------------------------------------------------------------------------------------- attention_weights
+
+def _probe_weights_by_hand(attention_weights, rec: Recorder) -> None:
+    rec.call("w", attention_weights, _hand_x().to(rec.device))
+
+
+def _judge_weights_by_hand(ev: Evidence) -> None:
     """The 3-vector example from the notebook, whose weights can be worked out on paper."""
-    __tracebackhide__ = True
-    x, expected = _hand_case("cpu")
-    w = run(attention_weights, x.clone(), what=WEIGHTS_NAME)
-    expect_tensor(w, what=WEIGHTS_NAME, shape=(1, 3, 3), device="cpu", shape_hints={(1, 3, 2): "Return the weights, not the weighted inputs."})
-    expect_close(w, expected, what=WEIGHTS_NAME, mistakes=_weight_mistakes(x), case="x = [[1,0],[0,1],[1,1]]",
-                 otherwise="Compute x·xᵀ with a batched matrix product, then softmax over the last dimension.")
+    w = output(ev, "w", what=WEIGHTS_NAME, shape=(1, 3, 3),
+               shape_hints={(1, 3, 2): "Return the weights, not the weighted inputs."})
+    expect_close(w, _hand_weights(), what=WEIGHTS_NAME, device=ev.device, mistakes=_weight_mistakes(_hand_x()),
+                 case=HAND_CASE, otherwise=_WEIGHTS_HINT)
 
 
-def attention_weights_rows_sum_to_one(attention_weights: Callable, device: torch.device | str = "cpu") -> None:
+attention_weights_by_hand = Check("attention_weights_by_hand", _probe_weights_by_hand, _judge_weights_by_hand)
+
+
+def _rows_x() -> torch.Tensor:
+    return randn(2, 5, 4, seed=11)
+
+
+def _probe_rows(attention_weights, rec: Recorder) -> None:
+    rec.call("w", attention_weights, _rows_x().to(rec.device))
+
+
+def _judge_rows(ev: Evidence) -> None:
     """Every row of weights is a probability distribution: non-negative, summing to 1."""
-    __tracebackhide__ = True
-    x = randn(2, 5, 4, seed=11, device=device)
-    w = run(attention_weights, x, what=WEIGHTS_NAME)
-    expect_tensor(w, what=WEIGHTS_NAME, shape=(2, 5, 5), device=device)
+    w = output(ev, "w", what=WEIGHTS_NAME, shape=(2, 5, 5))
     if bool((w < 0).any()):
         fail(f"{WEIGHTS_NAME} has negative weights; a softmax never gives negative numbers. Is the softmax missing?")
     sums = w.sum(dim=-1)
@@ -70,87 +130,122 @@ def attention_weights_rows_sum_to_one(attention_weights: Callable, device: torch
         col = w.sum(dim=-2)
         hint = ("The columns sum to 1 instead: softmax over dim=1, not the last dimension?"
                 if torch.allclose(col, torch.ones_like(col), atol=1e-4) else "Apply softmax over the last dimension.")
-        fail(f"The rows of {WEIGHTS_NAME} do not sum to 1. {hint}", torch.ones_like(sums), sums, case="row sums")
+        fail(f"The rows of {WEIGHTS_NAME} do not sum to 1. {hint}", torch.ones_like(sums), sums, case="row sums",
+             mistake=SOFTMAX_COLUMNS.id if "columns" in hint else None)
+    x = _rows_x()
+    if not matches_any(w, [_oracle_weights(x), *(m for _, m in _weight_mistakes(x))], ev.device):
+        fail(f"The rows of {WEIGHTS_NAME} sum to 1, but they are not a softmax of the dot products x·xᵀ. "
+             + _WEIGHTS_HINT, _oracle_weights(x), w, case="x of shape (2, 5, 4)")
 
 
-def attention_weights_match_oracle(attention_weights: Callable, device: torch.device | str = "cpu") -> None:
+attention_weights_rows = Check("attention_weights_rows", _probe_rows, _judge_rows)
+
+
+def _shape_x(i: int, b: int, t: int, k: int, seed: int) -> torch.Tensor:
+    return randn(b, t, k, seed=seed + i)
+
+
+def _probe_weights_oracle(attention_weights, rec: Recorder) -> None:
+    for i, (b, t, k) in enumerate(SHAPES):
+        rec.call(f"w{i}", attention_weights, _shape_x(i, b, t, k, 100).to(rec.device))
+
+
+def _judge_weights_oracle(ev: Evidence) -> None:
     """Random inputs of several shapes against PyTorch's fused attention (unscaled, values = identity)."""
-    __tracebackhide__ = True
     for i, (b, t, k) in enumerate(SHAPES):
-        x = randn(b, t, k, seed=100 + i, device=device)
-        eye = torch.eye(t, device=device).expand(b, t, t)  # attending over the identity returns the weights
-        expected = F.scaled_dot_product_attention(x, x, eye, scale=1.0)
-        w = run(attention_weights, x.clone(), what=WEIGHTS_NAME)
-        expect_tensor(w, what=WEIGHTS_NAME, shape=(b, t, t), device=device,
-                      shape_hints={(b, t, k): "That is the shape of the input: return the (t, t) weights."})
-        expect_close(w, expected, what=WEIGHTS_NAME, mistakes=_weight_mistakes(x), case=f"x of shape {(b, t, k)}",
-                     otherwise="Compute x·xᵀ with a batched matrix product, then softmax over the last dimension.")
+        x = _shape_x(i, b, t, k, 100)
+        w = output(ev, f"w{i}", what=WEIGHTS_NAME, shape=(b, t, t),
+                   shape_hints={(b, t, k): "That is the shape of the input: return the (t, t) weights."})
+        expect_close(w, _oracle_weights(x), what=WEIGHTS_NAME, device=ev.device, mistakes=_weight_mistakes(x),
+                     case=f"x of shape {(b, t, k)}", otherwise=_WEIGHTS_HINT)
 
 
-def _output_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
-    raw = x @ x.transpose(1, 2)  # (b, t, t)
-    w = F.softmax(raw, dim=-1)
-    return {
-        "the weights are transposed (y = wᵀ·x), or the softmax runs over dim=1. Row i of w says how much "
-        "output i takes from each input, so y = w·x.": w.transpose(1, 2) @ x,
-        "the output is built from the raw scores x·xᵀ: apply the softmax before averaging.": raw @ x,
-        "the scores are divided by √k; this assignment uses no scaling.": F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1) @ x,
-        "the output equals the input: the weighted average w·x is never taken.": x,
-    }
+attention_weights_oracle = Check("attention_weights_oracle", _probe_weights_oracle, _judge_weights_oracle)
 
 
-_OUTPUT_HINT = "Compute the weights, then y = w·x with a batched matrix product (torch.bmm or @)."
+# ------------------------------------------------------------------------------------------- basic_self_attention
+
+def _probe_output_by_hand(basic_self_attention, rec: Recorder) -> None:
+    rec.call("y", basic_self_attention, _hand_x().to(rec.device))
 
 
-def basic_self_attention_by_hand(basic_self_attention: Callable) -> None:
+def _judge_output_by_hand(ev: Evidence) -> None:
     """The notebook's 3-vector example: y = w·x with the weights worked out on paper."""
-    __tracebackhide__ = True
-    x, w = _hand_case("cpu")
-    expected = w @ x
-    y = run(basic_self_attention, x.clone(), what=OUTPUT_NAME)
-    expect_tensor(y, what=OUTPUT_NAME, shape=(1, 3, 2), device="cpu",
-                  shape_hints={(1, 3, 3): "That is the shape of the weights: return the weighted sum w·x."})
-    expect_close(y, expected, what=OUTPUT_NAME, mistakes=_output_mistakes(x), case="x = [[1,0],[0,1],[1,1]]",
-                 otherwise=_OUTPUT_HINT)
+    y = output(ev, "y", what=OUTPUT_NAME, shape=(1, 3, 2),
+               shape_hints={(1, 3, 3): "That is the shape of the weights: return the weighted sum w·x."})
+    expect_close(y, _hand_weights() @ _hand_x(), what=OUTPUT_NAME, device=ev.device,
+                 mistakes=_output_mistakes(_hand_x()), case=HAND_CASE, otherwise=_OUTPUT_HINT)
 
 
-def basic_self_attention_matches_oracle(basic_self_attention: Callable, device: torch.device | str = "cpu") -> None:
-    """Random inputs of several shapes against PyTorch's fused attention with queries = keys = values = x."""
-    __tracebackhide__ = True
+basic_self_attention_by_hand = Check("basic_self_attention_by_hand", _probe_output_by_hand, _judge_output_by_hand)
+
+
+def _grad_x() -> torch.Tensor:
+    return randn(2, 5, 3, seed=400)
+
+
+def _upstream() -> torch.Tensor:
+    return randn(2, 5, 3, seed=401)
+
+
+def _probe_output_oracle(basic_self_attention, rec: Recorder) -> None:
     for i, (b, t, k) in enumerate(SHAPES):
-        x = randn(b, t, k, seed=200 + i, device=device)
-        expected = F.scaled_dot_product_attention(x, x, x, scale=1.0)
-        y = run(basic_self_attention, x.clone(), what=OUTPUT_NAME)
-        expect_tensor(y, what=OUTPUT_NAME, shape=(b, t, k), device=device,
-                      shape_hints={(b, t, t): "That is the shape of the weights: return the weighted sum w·x."})
-        expect_close(y, expected, what=OUTPUT_NAME, mistakes=_output_mistakes(x), case=f"x of shape {(b, t, k)}",
-                     otherwise=_OUTPUT_HINT)
+        rec.call(f"y{i}", basic_self_attention, _shape_x(i, b, t, k, 200).to(rec.device))
+    x = _grad_x().to(rec.device).requires_grad_(True)
+    y = rec.call("y_grad", basic_self_attention, x)
+    if isinstance(y, torch.Tensor) and y.requires_grad and y.shape == x.shape:
+        (y * _upstream().to(rec.device)).sum().backward()
+        rec.tensor("x_grad", x.grad)
 
 
-def basic_self_attention_is_permutation_equivariant(basic_self_attention: Callable, device: torch.device | str = "cpu") -> None:
+def _judge_output_oracle(ev: Evidence) -> None:
+    """Random inputs of several shapes against PyTorch's fused attention with queries = keys = values = x, and
+    the gradient of a loss on the output with respect to the input, against autograd through the oracle."""
+    for i, (b, t, k) in enumerate(SHAPES):
+        x = _shape_x(i, b, t, k, 200)
+        y = output(ev, f"y{i}", what=OUTPUT_NAME, shape=(b, t, k),
+                   shape_hints={(b, t, t): "That is the shape of the weights: return the weighted sum w·x."})
+        expect_close(y, _oracle_output(x), what=OUTPUT_NAME, device=ev.device, mistakes=_output_mistakes(x),
+                     case=f"x of shape {(b, t, k)}", otherwise=_OUTPUT_HINT)
+    output(ev, "y_grad", what=OUTPUT_NAME, shape=(2, 5, 3))
+    if not requires_grad(ev, "y_grad"):
+        fail(f"{OUTPUT_NAME} is cut off from autograd: avoid .detach(), .numpy() or torch.no_grad() inside it.",
+             mistake="detached")
+    x = _grad_x().requires_grad_(True)
+    (_oracle_output(x) * _upstream()).sum().backward()
+    grad = tensor(ev, "x_grad", shape=(2, 5, 3))
+    if grad is None:
+        fail(f"The input of {OUTPUT_NAME} receives no gradient; every output depends on every input.")
+    expect_close(grad, x.grad, what=f"The gradient of a loss on {OUTPUT_NAME} with respect to x", device=ev.device,
+                 case="x of shape (2, 5, 3)", otherwise="Build the output only from differentiable torch operations on x.")
+
+
+basic_self_attention_oracle = Check("basic_self_attention_oracle", _probe_output_oracle, _judge_output_oracle)
+
+
+_PERMUTATION = (3, 0, 5, 1, 4, 2)
+
+
+def _probe_permutation(basic_self_attention, rec: Recorder) -> None:
+    x = randn(2, 6, 4, seed=300).to(rec.device)
+    perm = torch.tensor(_PERMUTATION, device=rec.device)
+    rec.call("y", basic_self_attention, x.clone())
+    rec.call("y_perm", basic_self_attention, x[:, perm].clone())
+
+
+def _judge_permutation(ev: Evidence) -> None:
     """Permuting the input positions permutes the outputs the same way, and nothing else changes."""
-    __tracebackhide__ = True
-    x = randn(2, 6, 4, seed=300, device=device)
-    perm = torch.tensor([3, 0, 5, 1, 4, 2], device=device)
-    y = run(basic_self_attention, x.clone(), what=OUTPUT_NAME)
-    y_perm = run(basic_self_attention, x[:, perm].clone(), what=OUTPUT_NAME)
-    expect_tensor(y, what=OUTPUT_NAME, shape=(2, 6, 4), device=device)
-    expect_tensor(y_perm, what=OUTPUT_NAME, shape=(2, 6, 4), device=device)
-    expect_close(y_perm, y[:, perm], what=f"{OUTPUT_NAME} on permuted positions",
+    y = output(ev, "y", what=OUTPUT_NAME, shape=(2, 6, 4))
+    y_perm = output(ev, "y_perm", what=OUTPUT_NAME, shape=(2, 6, 4))
+    perm = torch.tensor(_PERMUTATION)
+    expect_close(y_perm, y[:, perm], what=f"{OUTPUT_NAME} on permuted positions", device=ev.device,
                  otherwise="Self-attention should not care where a vector sits: output i may depend only on x_i "
                            "and the set of all inputs. Does your code use positions or mix the batch?",
                  case="permutation [3, 0, 5, 1, 4, 2]")
+    x = randn(2, 6, 4, seed=300)
+    if not matches_any(y, [_oracle_output(x), *(m for _, m in _output_mistakes(x))], ev.device):
+        fail(f"{OUTPUT_NAME} is permutation equivariant, but it is not attention over x: "
+             + _OUTPUT_HINT, _oracle_output(x), y, case="x of shape (2, 6, 4)")
 
 
-def basic_self_attention_passes_gradients(basic_self_attention: Callable, device: torch.device | str = "cpu") -> None:
-    """A loss on the output sends a finite, non-zero gradient to every input vector."""
-    __tracebackhide__ = True
-    x = randn(2, 5, 3, seed=400, device=device).requires_grad_(True)
-    y = run(basic_self_attention, x, what=OUTPUT_NAME)
-    expect_tensor(y, what=OUTPUT_NAME, shape=(2, 5, 3), device=device)
-    if not y.requires_grad:
-        fail(f"{OUTPUT_NAME} is cut off from autograd: avoid .detach(), .numpy() or torch.no_grad() inside it.")
-    (y * randn(2, 5, 3, seed=401, device=device)).sum().backward()
-    grad = x.grad
-    if grad is None or not bool(torch.isfinite(grad).all()) or bool((grad.abs().sum(dim=-1) == 0).any()):
-        fail(f"Some input vectors of {OUTPUT_NAME} receive no (or a non-finite) gradient; every output depends on every input.")
+permutation_equivariance = Check("permutation_equivariance", _probe_permutation, _judge_permutation)

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.blocks import FeedForward, TransformerBlock
+from course.transformer_block import FeedForward, TransformerBlock
 from course.checks.compare import _Tensor, CheckFailed, close, expect_close, expect_tensor, fail, randn, run, tolerance
 from course.multi_head import MultiHeadAttention
-from course.positional import PositionalEncoding
+from course.positional_encoding import PositionalEncoding
 
 CAUSAL_NAME = "causal_mask(t)"
 PADDING_NAME = "padding_mask(lengths, t)"

@@ -1,0 +1,125 @@
+"""Typical mistakes and correct alternatives for every answer cell, written as real Python.
+
+Each module holds one assignment's variants: ordinary functions and classes, decorated with ``@mistake(id,
+cell)`` (the judge must name that mistake id) or ``@alternative(cell)`` (correct, written differently: full
+marks). A variant's cell text is its source with the decorator dropped and its name changed to the answer's
+name (``attention_weights``, ``MultiHeadAttention``...). Names a variant uses but does not define (``torch``,
+``F``, earlier answers) come from the notebook, as in a student's cell. ``helpers`` adds other functions'
+source before it, for answer cells that hold more than one definition.
+
+The suite replays every variant in-process (tests/test_catalogue.py) and grades a few end to end with real
+nbgrader. The sample batch (samples/sample-mistakes) takes the variants named in each module's SAMPLE_MISTAKES.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of filling in one answer cell."""
+
+    assignment: str  # e.g. "01_self_attention"
+    name: str  # slug: the Python name with dashes; the student id when graded end to end
+    cell: str  # grade_id of the answer cell it replaces
+    code: str  # the whole cell, as a student would write it
+    mistake: str | None = None  # id the judge must name; None for a correct alternative
+
+    @property
+    def is_mistake(self) -> bool:
+        return self.mistake is not None
+
+
+_REGISTRY: list[tuple[str, Callable, str, str | None, tuple]] = []
+
+
+def _register(cell: str, mistake_id: str | None, helpers: tuple) -> Callable:
+    def decorate(obj: Callable) -> Callable:
+        _REGISTRY.append((obj.__module__, obj, cell, mistake_id, helpers))
+        return obj
+    return decorate
+
+
+def mistake(mistake_id: str, cell: str, helpers: tuple = ()) -> Callable:
+    """A typical mistake in the answer cell `cell`; the judge must diagnose it as mistake_id."""
+    return _register(cell, mistake_id, helpers)
+
+
+def alternative(cell: str, helpers: tuple = ()) -> Callable:
+    """A correct answer for `cell`, written differently from the solution: it must score full marks."""
+    return _register(cell, None, helpers)
+
+
+def _source(obj: Callable, rename_to: str | None) -> str:
+    text = textwrap.dedent(inspect.getsource(obj))
+    tree = ast.parse(text)
+    node = tree.body[0]
+    lines = text.splitlines()
+    first = node.lineno - 1  # after the decorators
+    body = lines[first:]
+    if rename_to:
+        keyword = "class" if isinstance(node, ast.ClassDef) else "def"
+        body[0] = body[0].replace(f"{keyword} {node.name}", f"{keyword} {rename_to}", 1)
+    return "\n".join(body) + "\n"
+
+
+def defined_name(cell_source: str) -> str | None:
+    """The first top-level function or class an answer cell defines."""
+    for node in ast.parse(cell_source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            return node.name
+    return None
+
+
+@cache
+def _answer_names() -> dict[tuple[str, str], str]:
+    import nbformat
+
+    from autograder import course_dir
+    from autograder.notebooks import answer_cells
+
+    names = {}
+    for assignment in course_dir.assignments():
+        for notebook in course_dir.notebooks(assignment):
+            nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
+            for cell, source in answer_cells(nb).items():
+                names[assignment, cell] = defined_name(source)
+    return names
+
+
+@cache
+def variants() -> tuple[Variant, ...]:
+    """Every variant of every catalogue module, in module order."""
+    modules = sorted(m.name for m in pkgutil.iter_modules(__path__))
+    loaded = {name: importlib.import_module(f"{__name__}.{name}") for name in modules}
+    found = []
+    for module_name, obj, cell, mistake_id, helpers in _REGISTRY:
+        module = loaded[module_name.rsplit(".", 1)[1]]
+        assignment = module.ASSIGNMENT
+        code = "".join(_source(h, None) + "\n\n" for h in helpers)
+        code += _source(obj, _answer_names().get((assignment, cell)))
+        found.append(Variant(assignment, obj.__name__.replace("_", "-").lower(), cell, code, mistake_id))
+    return tuple(found)
+
+
+def mistakes(assignment: str | None = None) -> list[Variant]:
+    return [v for v in variants() if v.is_mistake and assignment in (None, v.assignment)]
+
+
+def alternatives(assignment: str | None = None) -> list[Variant]:
+    return [v for v in variants() if not v.is_mistake and assignment in (None, v.assignment)]
+
+
+def sample_mistakes(assignment: str) -> list[Variant]:
+    """The mistakes of the sample batch's 'sample-mistakes' submission: one per answer cell, none cancelling another."""
+    module = importlib.import_module(f"{__name__}.{assignment.split('_', 1)[1]}")
+    names = set(getattr(module, "SAMPLE_MISTAKES", ()))
+    return [v for v in mistakes(assignment) if v.name in names]
