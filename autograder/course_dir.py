@@ -1,5 +1,6 @@
 """Where the course's folders are, and which assignments and notebooks it has."""
 
+import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,3 +18,38 @@ def assignments(root: Path = ROOT) -> list[str]:
 def notebooks(assignment: str, root: Path = ROOT) -> list[str]:
     """Notebook file names of one assignment, e.g. ['self_attention.ipynb']."""
     return sorted(p.name for p in (source_dir(root) / assignment).glob("*.ipynb"))
+
+
+def _course_imports(path: Path) -> set[str]:
+    """The course modules a file imports (course.X, from course import X)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("course.")}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "course":
+                found |= {a.name for a in node.names}
+            elif node.module.startswith("course."):
+                found.add(node.module.split(".")[1])
+    return found
+
+
+def answer_modules(assignment: str, root: Path = ROOT) -> list[str]:
+    """The course's reference modules that hold this assignment's answers, and every course module built on them.
+
+    The answers of assignment NN_name live in course/name.py (course/multi_head.py for 04_multi_head). While an
+    assignment is graded, these modules are hidden from the student's kernel: an answer that imports them would
+    hand in the reference instead of the student's work.
+    """
+    package = root / "course"
+    imports = {p.stem: _course_imports(p) for p in package.glob("*.py")}
+    own = assignment.split("_", 1)[1]
+    hidden = {own} if own in imports else set()
+    grew = True
+    while grew:
+        grew = False
+        for module, uses in imports.items():
+            if module not in hidden and uses & hidden:
+                hidden.add(module)
+                grew = True
+    return sorted(hidden)

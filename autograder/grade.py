@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from autograder import course_dir, feedback, report
 from autograder.submissions import DEFAULT_NAMED_REGEXP, Submission, find, read_notebook, unpack
-from autograder.tamper import sanitise
+from autograder.tamper import flags
 
 # nbgrader's gradebook code trips SQLAlchemy's autoflush warnings; they say nothing about the grades.
 warnings.filterwarnings("ignore", category=SAWarning)
@@ -38,7 +38,7 @@ STUB = ("raise RuntimeError('The grader stopped this cell: the Python kernel die
 #: how many kernel-killing cells one submission may have stopped before it is reported as an error
 MAX_SALVAGES = 8
 #: statuses whose rows carry a real score and feedback
-GRADED = ("graded", "tampered", "crashed")
+GRADED = ("graded", "flagged", "crashed")
 
 
 @dataclass
@@ -49,10 +49,11 @@ class Grade:
     assignment: str
     score: float
     max_score: float
-    status: str  # graded | tampered | crashed | missing | missing-notebook | invalid-notebook | error
+    status: str  # graded | flagged | crashed | missing | missing-notebook | invalid-notebook | error
     message: str = ""
     cells: dict[str, tuple[float, float]] = field(default_factory=dict)  # grade_id -> (score, max_score)
     diagnoses: list[tuple[str, str]] = field(default_factory=list)  # (grade_id, diagnosis) of failed tests
+    mistakes: list[tuple[str, str]] = field(default_factory=list)  # (grade_id, mistake id) the judges named
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class Workspace:
             return query(gradebook)
 
     def grade(self, sub: Submission, out: Path) -> Grade:
-        """Stage, sanitise, autograde and feed back one submission; never raises for a student's fault."""
+        """Stage, restore, autograde, judge and feed back one submission; never raises for a student's fault."""
         row = Grade(sub.student, sub.assignment, 0.0, float(self.max_scores[sub.assignment]), sub.status, sub.message)
         if sub.status:
             return row
@@ -119,7 +120,7 @@ class Workspace:
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        notes, tampering = list(sub.notes), []
+        notes, flagged = list(sub.notes), []
         self._notes = notes
         for name, path in sub.notebooks.items():
             nb, note = read_notebook(path)
@@ -128,7 +129,7 @@ class Workspace:
                 return row
             if note:
                 notes.append(note)
-            tampering += self._neutralise(nb, self.sources[sub.assignment, name], name, sub.assignment)
+            flagged += self._neutralise(nb, self.sources[sub.assignment, name], name, sub.assignment)
             nbformat.write(nb, target / name)
         result = self.api.autograde(sub.assignment, sub.student)
         stopped: list[str] = []
@@ -153,6 +154,7 @@ class Workspace:
         for name in sub.notebooks:
             autograded = self.root / "autograded" / sub.student / sub.assignment / name
             row.diagnoses += feedback.diagnoses(autograded)
+            row.mistakes += feedback.mistakes(autograded)
             feedback.hide_hidden_tests(autograded, self.sources[sub.assignment, name])
         done = self.api.generate_feedback(sub.assignment, sub.student)
         if done["success"]:
@@ -162,8 +164,11 @@ class Workspace:
             shutil.copytree(self.root / "feedback" / sub.student / sub.assignment, destination)
         else:
             notes.append("feedback could not be generated")
-        row.status = "tampered" if tampering else ("crashed" if stopped else "graded")
-        row.message = "; ".join(tampering + notes)
+        row.status = "flagged" if flagged else ("crashed" if stopped else "graded")
+        if flagged:
+            flagged = ["code that reaches into the tests or the kernel (left in place; every score is the judge's "
+                       "verdict on the recorded evidence): " + ", ".join(flagged)]
+        row.message = "; ".join(flagged + notes)
         return row
 
     def _salvage(self, sub: Submission, target: Path) -> str | None:
@@ -250,8 +255,8 @@ class Workspace:
             self._gradebook(query)
 
     def _neutralise(self, nb: nbformat.NotebookNode, source: nbformat.NotebookNode, name: str, assignment: str) -> list[str]:
-        """Put back the source's nbgrader metadata, then sanitise every code cell nbgrader will not restore from
-        the gradebook (answers, demos, added cells)."""
+        """Put back the source's nbgrader metadata and deleted cells, then flag (without changing it) code in every
+        cell nbgrader will not restore from the gradebook (answers, demos, added cells)."""
         metadata = {feedback.grade_id(c): c.metadata["nbgrader"] for c in source.cells if feedback.grade_id(c)}
         restored = {gid for gid, meta in metadata.items() if meta.get("locked") or meta.get("grade")}
         seen = set()
@@ -274,8 +279,7 @@ class Workspace:
             gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
             if gid in restored:
                 continue
-            cell.source, findings = sanitise(cell.source, assignment)
-            found += [f"{name} cell {gid or index} line {f.line} {f.reason} (removed)" for f in findings]
+            found += [f"{name} cell {gid or index} line {f.line} {f.reason}" for f in flags(cell.source, assignment)]
         return found
 
     def _read_results(self, row: Grade) -> None:
@@ -446,7 +450,8 @@ def _run(todo: list[Submission], out: Path, options: Options, workers: int, scra
 
 def _grade_from_json(data: dict) -> Grade:
     return Grade(**{**data, "cells": {k: tuple(v) for k, v in data["cells"].items()},
-                    "diagnoses": [tuple(d) for d in data["diagnoses"]]})
+                    "diagnoses": [tuple(d) for d in data["diagnoses"]],
+                    "mistakes": [tuple(m) for m in data.get("mistakes", [])]})
 
 
 def _max_scores(assignments: tuple[str, ...]) -> dict[str, float]:

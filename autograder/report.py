@@ -14,7 +14,7 @@ def write(grades: list, path: Path) -> None:
               + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())), ""]
     for assignment in sorted({g.assignment for g in grades}):
         rows = [g for g in grades if g.assignment == assignment]
-        graded = [g for g in rows if g.status in ("graded", "tampered", "crashed")]
+        graded = [g for g in rows if g.status in ("graded", "flagged", "crashed")]
         lines += [f"## {assignment}", ""]
         if not graded:
             lines += ["No submission could be graded.", ""]
@@ -31,6 +31,12 @@ def write(grades: list, path: Path) -> None:
             full = sum(s == m for s, m in got)
             zero = sum(s == 0 for s, m in got)
             lines.append(f"| {cell} | {points:g} | {full} | {len(got) - full - zero} | {zero} | {mean(s for s, _ in got):.2f} |")
+        named = Counter((cell, mistake) for g in graded for cell, mistake in g.mistakes)
+        if named:
+            lines += ["", "Mistakes the judges named (ids from course/checks):", "",
+                      "| students | test | mistake |", "|---|---|---|"]
+            for (cell, mistake), count in named.most_common(15):
+                lines.append(f"| {count} | {cell} | {mistake} |")
         common = Counter((cell, text) for g in graded for cell, text in g.diagnoses)
         if common:
             lines += ["", "Most common diagnoses:", "", "| students | test | diagnosis |", "|---|---|---|"]

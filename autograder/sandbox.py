@@ -116,7 +116,7 @@ def available() -> str | None:
         os.chmod(probe, 0o777)
         plan = _plan(Path(probe), Limits(), 61000)
         argv = _bwrap_argv(plan, cwd=Path(probe), ipc=None, kernel_uid=61000 if _switches_uid() else None,
-                           conn_fd=None, command=[sys.executable, "-c", "import ipykernel, sys; sys.exit(0)"])
+                           conn_fd=None, command=[os.path.abspath(sys.executable), "-c", "import ipykernel, sys; sys.exit(0)"])
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
                                     preexec_fn=lambda: _set_rlimits(plan["limits"]))
@@ -152,6 +152,7 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     # Kernels run as distinct uids when the grader is root: the socket folder is shared like /tmp.
     os.chmod(ipc, 0o1777 if _switches_uid() else 0o700)
     plan = _plan(work, limits, uid, hide)
+    plan["answers"] = _answer_stubs(base / "stubs")
     if not os.path.exists(plan["empty"]):
         Path(plan["empty"]).write_bytes(b"")  # bound over hidden files (/dev/null would be unreadable: nodev)
         os.chmod(plan["empty"], 0o444)
@@ -182,6 +183,25 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
 
 # --------------------------------------------------------------------------------------------------------------
 # The plan: which folders to hide and bind back, computed in the grader's process (it knows its Python).
+
+
+def _answer_stubs(folder: Path) -> dict[str, list[list[str]]]:
+    """assignment -> [[stub, reference file], ...]: the course modules holding that assignment's answers (and
+    those built on them), each to be replaced in the kernel's view by a stub that refuses to be imported."""
+    from autograder import course_dir
+
+    folder.mkdir(parents=True, exist_ok=True)
+    package = REPO / "course"
+    plan = {}
+    for assignment in course_dir.assignments():
+        pairs = []
+        for module in course_dir.answer_modules(assignment):
+            stub = folder / f"{module}.py"
+            stub.write_text(f"raise ImportError('course.{module} holds the answers of an assignment being graded, so it "
+                            "is hidden from the code being graded: write the answer yourself.')\n")
+            pairs.append([str(stub), str(package / f"{module}.py")])
+        plan[assignment] = pairs
+    return plan
 
 
 def _real(path: str | Path) -> str:
@@ -241,7 +261,7 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
             if any(_within(form, h) for h in [*hides, "/tmp"]):
                 binds.append(form)
     return {"work": work, "hide": hides, "blank": blanks, "empty": os.path.join(work, ".sandbox", "empty"),
-            "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid, "python": sys.executable,
+            "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid, "python": os.path.abspath(sys.executable),
             "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
 
 
@@ -304,6 +324,12 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
                 made.add(folder)
                 argv += ["--perms", "0755", "--dir", folder]
         argv += [option, path, path]
+    for stub, reference in plan.get("answers", {}).get(cwd.name, []):
+        argv += ["--ro-bind", stub, reference]
+    if plan.get("answers", {}).get(cwd.name):  # compiled copies of the hidden references
+        cache = REPO / "course" / "__pycache__"
+        if cache.is_dir():
+            argv += ["--size", str(MB), "--tmpfs", str(cache)]
     if conn_fd is not None:
         argv += ["--perms", "0444", "--ro-bind-data", str(conn_fd), CONNECTION]
     for path in plan["hide"]:

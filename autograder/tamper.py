@@ -1,9 +1,10 @@
-"""Neutralise tampering in a submission's own code cells before nbgrader runs them.
+"""Flag code in a submission's own cells that reaches into the tests, the kernel or other modules.
 
-Test cells and other locked cells are restored by nbgrader from the gradebook, so a student can only act
-through the cells they write. Honest code for this course never needs to reach into other modules' attributes,
-Python's import machinery or IPython itself; tampering always does. Each statement that does is replaced by a
-`pass` with a comment saying why, so the rest of the student's code runs and earns what it honestly earns.
+This is defence in depth and a note for the instructor, never what a grade rests on: the score of every test
+is the judge's verdict, reached outside the student's process from the evidence the probe recorded
+(autograder/judging.py), so code that rewrites the checks, PyTorch or the kernel cannot raise it. Flagged
+lines are not removed: the submission runs as written and earns what its code computes. Honest code for this
+course never needs what is flagged here; tampering usually does.
 """
 
 import ast
@@ -22,17 +23,6 @@ FORBIDDEN_MODULES = {
     "course.checks", "autograder", "torch.library", "torch.overrides", "torch.utils._python_dispatch",
     "torch._C", "torch._ops", "torch.ops", "numpy.testing", "torch.testing",
 }
-#: the course's reference modules that hold an assignment's own answers, or later ones built on them: importing
-#: them in an answer would hand in the reference instead of the student's work
-OWN_REFERENCES = {
-    "01_self_attention": ("course.attention", "course.multi_head", "course.blocks", "course.seq2seq"),
-    "02_qkv": ("course.attention", "course.multi_head", "course.blocks", "course.seq2seq"),
-    "03_scaling": ("course.attention", "course.multi_head", "course.blocks", "course.seq2seq"),
-    "04_multi_head": ("course.multi_head", "course.blocks", "course.seq2seq"),
-    "05_transformer_block": ("course.blocks", "course.seq2seq"),
-    "06_positional_encoding": ("course.positional", "course.seq2seq"),
-    "07_seq2seq": ("course.seq2seq",),
-}
 #: the name the notebooks' locked setup cell gives their checks module; answers have no reason to touch it
 CHECKS_NAME = "check"
 #: torch attributes that replace what its operators compute
@@ -48,6 +38,8 @@ class Finding:
 
 
 class _Sanitiser(ast.NodeTransformer):
+    """Walks a cell statement by statement and records why each flagged one is flagged."""
+
     def __init__(self, references: tuple[str, ...] = ()) -> None:
         self.findings: list[Finding] = []
         self.forbidden_modules = FORBIDDEN_MODULES | set(references)
@@ -162,28 +154,23 @@ def _root(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def sanitise(source: str, assignment: str = "") -> tuple[str, list[Finding]]:
-    """The cell's code with tampering statements replaced by `pass`, and what was found (line, reason).
+def flags(source: str, assignment: str = "") -> list[Finding]:
+    """Lines of a cell that reach into the tests, the kernel or other modules: (line, reason) each.
 
-    assignment: whose answers these are; the course's reference modules holding them are off limits.
-
-    Code that does not parse is returned unchanged: it raises a SyntaxError when run, which is honest.
-    Magics and shell escapes (% and !) are tampering too: IPython would run them.
+    assignment: whose answers these are; importing the course's reference modules that hold them is flagged
+    (the grader's sandbox hides them anyway). Code that does not parse is not flagged: it raises a SyntaxError
+    when run, which is honest. Magics and shell escapes (% and !) are flagged too: IPython would run them.
     """
-    lines = source.splitlines()
-    findings = [Finding(i + 1, "uses an IPython magic or shell command") for i, line in enumerate(lines)
+    from autograder.course_dir import answer_modules
+
+    findings = [Finding(i + 1, "uses an IPython magic or shell command") for i, line in enumerate(source.splitlines())
                 if line.lstrip().startswith(("%", "!"))]
     if findings:
-        lines = [("pass  # removed by the grader" if line.lstrip().startswith(("%", "!")) else line) for line in lines]
-        source = "\n".join(lines)
+        source = "\n".join("pass" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return source, findings
-    sanitiser = _Sanitiser(OWN_REFERENCES.get(assignment, ()))
-    sanitiser.generic_visit(tree)
-    if not sanitiser.findings:
-        return source, findings
-    findings += sanitiser.findings
-    note = "\n".join(f"# line {f.line} removed by the grader: it {f.reason}" for f in sanitiser.findings)
-    return note + "\n" + ast.unparse(tree), findings
+        return findings
+    finder = _Sanitiser(tuple(f"course.{m}" for m in answer_modules(assignment)) if assignment else ())
+    finder.generic_visit(tree)
+    return sorted(findings + finder.findings, key=lambda f: f.line)

@@ -8,8 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+os.environ.setdefault("MPLBACKEND", "Agg")  # replays run setup cells that import pyplot
+
 from autograder import course_dir
-from autograder.catalogue import Variant, alternatives, mistakes
 from autograder.grade import Grade, grade
 from autograder.notebooks import answer_cells, filled
 
@@ -19,10 +20,11 @@ ASSIGNMENTS = [a for a in os.environ.get("COURSE_TEST_ASSIGNMENTS", "").split(",
 
 
 def use_sandbox() -> bool:
-    """Grade in the sandbox when it works here; COURSE_TEST_SANDBOX=on insists on it, =off skips it."""
+    """Grade in the sandbox when it works here; COURSE_TEST_SANDBOX=on (the default under CI) insists on it,
+    =off skips it."""
     from autograder import sandbox
 
-    wanted = os.environ.get("COURSE_TEST_SANDBOX", "auto")
+    wanted = os.environ.get("COURSE_TEST_SANDBOX", "on" if os.environ.get("CI") else "auto")
     if wanted == "on" and sandbox.available() is not None:
         pytest.fail(f"COURSE_TEST_SANDBOX=on but the sandbox does not work here: {sandbox.available()}")
     return wanted == "on" or (wanted == "auto" and sandbox.available() is None)
@@ -41,7 +43,7 @@ def complete_submission(assignment: str, notebook: str) -> nbformat.NotebookNode
     return filled(release_notebook(assignment, notebook), source_answers(assignment, notebook))
 
 
-def variant_submission(variant: Variant) -> tuple[str, nbformat.NotebookNode]:
+def variant_submission(variant) -> tuple[str, nbformat.NotebookNode]:
     """The complete submission with one answer cell replaced by the variant."""
     for notebook in course_dir.notebooks(variant.assignment):
         if variant.cell in source_answers(variant.assignment, notebook):
@@ -64,28 +66,38 @@ def feedback_text(out: Path, student: str, assignment: str) -> str:
 
 
 class GradedBatch:
-    def __init__(self, out: Path, grades: list[Grade]):
+    def __init__(self, out: Path, grades: list[Grade], batch: Path | None = None):
         self.out = out
+        self.batch = batch
         self.grades = {(g.student, g.assignment): g for g in grades}
 
     def __getitem__(self, key: tuple[str, str]) -> Grade:
         return self.grades[key]
 
 
+def end_to_end_variants(assignment: str) -> list:
+    """The catalogue's representatives graded end to end: its first two mistakes and first alternative."""
+    from catalogue import alternatives, mistakes
+
+    return mistakes(assignment)[:2] + alternatives(assignment)[:1]
+
+
 @pytest.fixture(scope="session")
 def graded_batch(tmp_path_factory: pytest.TempPathFactory) -> GradedBatch:
-    """Every catalogued variant, a complete and an untouched submission per assignment, graded in one run.
+    """A representative slice graded by real nbgrader in the sandbox, with two workers: per assignment the
+    complete solution, the untouched release, two catalogued mistakes and one correct alternative.
 
-    Student ids: 'complete', 'untouched', 'complete-again' (a regrade check), and each variant's name.
+    Student ids: 'complete', 'untouched', and each variant's name. Every other catalogued variant is graded in
+    this process through the same evidence records and judges (test_catalogue.py); test_grading.py shows the two
+    agree on every submission here.
     """
     batch = tmp_path_factory.mktemp("batch")
     for assignment in ASSIGNMENTS:
         for notebook in course_dir.notebooks(assignment):
             write_submission(batch, "complete", assignment, notebook, complete_submission(assignment, notebook))
-            write_submission(batch, "complete-again", assignment, notebook, complete_submission(assignment, notebook))
             write_submission(batch, "untouched", assignment, notebook, release_notebook(assignment, notebook))
-    for variant in [v for v in mistakes() + alternatives() if v.assignment in ASSIGNMENTS]:
-        notebook, nb = variant_submission(variant)
-        write_submission(batch, variant.name, variant.assignment, notebook, nb)
+        for variant in end_to_end_variants(assignment):
+            notebook, nb = variant_submission(variant)
+            write_submission(batch, variant.name, variant.assignment, notebook, nb)
     out = tmp_path_factory.mktemp("graded")
-    return GradedBatch(out, grade(batch, out, ASSIGNMENTS, sandbox=use_sandbox(), progress=False))
+    return GradedBatch(out, grade(batch, out, ASSIGNMENTS, workers=2, sandbox=use_sandbox(), progress=False), batch)

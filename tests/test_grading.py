@@ -1,12 +1,17 @@
-"""Real nbgrader grades real notebooks: full marks for solutions, zero for untouched releases, and every
-catalogued mistake below full marks with its diagnosis in the feedback."""
+"""Real nbgrader, in the sandbox, grades a representative slice: full marks for solutions, zero for untouched
+releases, catalogued mistakes below full marks and named, alternatives full marks — and every grade equals the
+in-process replay of the same submission, so the catalogue replays in test_catalogue.py stand for real grading."""
+
+import csv
+import shutil
 
 import pytest
+from conftest import ASSIGNMENTS, end_to_end_variants, feedback_text
+from replay import grade as replay
 
-from autograder import course_dir
-from autograder.catalogue import alternatives, mistakes
+from autograder.grade import grade
 
-from conftest import ASSIGNMENTS, feedback_text
+SLICE = [(a, v) for a in ASSIGNMENTS for v in end_to_end_variants(a)]
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -25,48 +30,43 @@ def test_untouched_release_scores_zero(graded_batch, assignment):
     assert "not implemented yet" in feedback_text(graded_batch.out, "untouched", assignment)
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_regrading_the_same_submission_gives_the_same_score(graded_batch, assignment):
-    assert graded_batch["complete", assignment].score == graded_batch["complete-again", assignment].score
-
-
-@pytest.mark.parametrize("variant", [v for v in mistakes() if v.assignment in ASSIGNMENTS], ids=lambda v: f"{v.assignment}:{v.name}")
-def test_mistake_scores_below_full_marks_and_is_diagnosed(graded_batch, variant):
-    row = graded_batch[variant.name, variant.assignment]
+@pytest.mark.parametrize("assignment,variant", SLICE, ids=[f"{a}:{v.name}" for a, v in SLICE])
+def test_variant_graded_end_to_end_as_in_process(graded_batch, assignment, variant):
+    row = graded_batch[variant.name, assignment]
     assert row.status == "graded", row.message
-    assert row.score < row.max_score, f"{variant.name} was not caught"
-    feedback = feedback_text(graded_batch.out, variant.name, variant.assignment)
-    assert variant.diagnosis in feedback, f"feedback of {variant.name} does not say {variant.diagnosis!r}"
-
-
-@pytest.mark.parametrize("variant", [v for v in alternatives() if v.assignment in ASSIGNMENTS], ids=lambda v: f"{v.assignment}:{v.name}")
-def test_correct_alternative_scores_full_marks(graded_batch, variant):
-    row = graded_batch[variant.name, variant.assignment]
-    assert row.status == "graded", row.message
-    assert row.score == row.max_score, feedback_text(graded_batch.out, variant.name, variant.assignment)[-3000:]
-
-
-def test_every_answer_cell_has_catalogued_mistakes():
-    from conftest import source_answers
-
-    for assignment in ASSIGNMENTS:
-        for notebook in course_dir.notebooks(assignment):
-            for cell in source_answers(assignment, notebook):
-                found = [v for v in mistakes(assignment) if v.cell == cell]
-                assert len(found) >= 2, f"{assignment}/{cell} has {len(found)} catalogued mistakes; add typical ones"
+    alone = replay(assignment, {variant.cell: variant.code})
+    assert (row.score, row.max_score) == (alone.score, alone.max_score), alone.failures()
+    if variant.is_mistake:
+        assert row.score < row.max_score, f"{variant.name} was not caught"
+        assert variant.mistake in {m for _, m in row.mistakes}, f"{variant.name}: the judge did not name {variant.mistake}"
+        failing = [gid for gid, v in alone.verdicts.items() if not v.passed]
+        assert all(row.cells[gid][0] == 0 for gid in failing)
+    else:
+        assert row.score == row.max_score, feedback_text(graded_batch.out, variant.name, assignment)[-3000:]
 
 
 def test_grades_csv_has_a_row_per_student_and_assignment(graded_batch):
-    import csv
-
     with (graded_batch.out / "grades.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["student", "assignment", "score", "max_score", "status", "message"]
     students = {r["student"] for r in rows}
     assert len(rows) == len(students) * len(ASSIGNMENTS)
-    # students who submitted only one assignment get a 'missing' row for the others
     if len(ASSIGNMENTS) < 2:
         pytest.skip("the batch holds one assignment only (COURSE_TEST_ASSIGNMENTS)")
-    variant = next(v for v in mistakes() if v.assignment in ASSIGNMENTS)
-    name, other = variant.name, next(a for a in ASSIGNMENTS if a != variant.assignment)
+    name, own = SLICE[0][1].name, SLICE[0][0]  # a variant submits only its own assignment
+    other = next(a for a in ASSIGNMENTS if a != own)
     assert {(r["student"], r["assignment"]): r["status"] for r in rows}[name, other] == "missing"
+
+
+def test_the_same_batch_graded_twice_gives_identical_grades(graded_batch, tmp_path):
+    """Deterministic: a fresh grading of part of the batch gives the same scores, statuses, cells and messages."""
+    assignment = ASSIGNMENTS[0]
+    batch = tmp_path / "batch"
+    for student in ["complete", "untouched"] + [v.name for v in end_to_end_variants(assignment)]:
+        shutil.copytree(graded_batch.batch / student / assignment, batch / student / assignment)
+    rows = grade(batch, tmp_path / "out", [assignment], workers=2, progress=False,
+                 sandbox=__import__("conftest").use_sandbox())
+    for row in rows:
+        first = graded_batch[row.student, assignment]
+        assert (row.score, row.status, row.message, row.cells, row.mistakes) == \
+               (first.score, first.status, first.message, first.cells, first.mistakes), row.student

@@ -1,7 +1,10 @@
-"""A class with broken and hostile submissions graded in one batch beside honest ones.
+"""A class with hostile and broken submissions graded by real nbgrader, in the sandbox, beside honest ones.
 
-Every honest grade must come out exactly right; every hostile submission must score what its honest code
-earns (its 'twin': the same answers without the tampering), with a status that says what happened.
+The attacks run inside the student's kernel, where the student controls everything: they rewrite the checks,
+PyTorch, the tests' `check` name, the evidence writer, write evidence files directly (forged, oversized,
+malicious), and register kernel hooks. Each carries the same wrong answer as its honest twin
+('twin-no-softmax'), and none may score more than the twin: the verdict is the judge's, reached outside the
+kernel from plain data. Honest submissions and bad input keep exactly the grades and statuses they earn.
 """
 
 import copy
@@ -12,15 +15,89 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import complete_submission, feedback_text, release_notebook, source_answers, use_sandbox, write_submission
 
 from autograder.grade import grade
 from autograder.notebooks import grade_id
 
-from conftest import complete_submission, feedback_text, release_notebook, source_answers, use_sandbox, write_submission
-
 A, NB = "01_self_attention", "self_attention.ipynb"
 NO_SOFTMAX = "def attention_weights(x):\n    return x @ x.transpose(1, 2)\n"
 FIRST_ONLY_POINTS = 4  # the three test cells of attention_weights
+CHECKS = ("attention_weights_by_hand", "attention_weights_rows", "attention_weights_oracle",
+          "basic_self_attention_by_hand", "basic_self_attention_oracle", "permutation_equivariance")
+PWNED = "/tmp/course-hostile-pickle-ran"  # the grader's /tmp: a kernel's /tmp is private
+
+# Writes a record as a probe would, with whatever tensors and facts the attacker chooses.
+FORGE = '''
+import json as _json, pathlib as _pathlib
+from safetensors.torch import save as _save
+def forge(name, tensors, facts, device="cpu"):
+    folder = _pathlib.Path(".evidence") / name
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"format": "course-evidence/1", "check": name, "device": device, "facts": facts}
+    (folder / "record.json").write_text(_json.dumps(record))
+    (folder / "tensors.safetensors").write_bytes(_save(tensors))
+def fact(t, grad=False):
+    return {"kind": "tensor", "type": "Tensor", "dtype": "float32", "shape": list(t.shape), "device": "cpu",
+            "requires_grad": grad}
+def plausible():
+    """Records that look right to a careless judge: uniform weights (rows sum to 1), zeros, right shapes."""
+    u = lambda b, t: torch.full((b, t, t), 1.0 / t)
+    shapes = ((3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1))
+    out = {"attention_weights_by_hand": {"w": u(1, 3)}, "attention_weights_rows": {"w": u(2, 5)},
+           "attention_weights_oracle": {f"w{i}": u(b, t) for i, (b, t, k) in enumerate(shapes)},
+           "basic_self_attention_by_hand": {"y": torch.zeros(1, 3, 2)},
+           "basic_self_attention_oracle": {**{f"y{i}": torch.zeros(b, t, k) for i, (b, t, k) in enumerate(shapes)},
+                                           "y_grad": torch.zeros(2, 5, 3), "x_grad": torch.ones(2, 5, 3)},
+           "permutation_equivariance": {"y": torch.zeros(2, 6, 4), "y_perm": torch.zeros(2, 6, 4)}}
+    for name, tensors in out.items():
+        forge(name, tensors, {k: fact(v, grad=k == "y_grad") for k, v in tensors.items()})
+'''
+
+# attack -> code appended to the attention_weights answer cell (which holds the wrong answer)
+ATTACKS = {
+    "attack-rewrite-checks": "for _n in " + repr(CHECKS) + ":\n    setattr(check, _n, lambda *a, **k: None)",
+    "attack-rewrite-compare": "import sys\n_c = sys.modules['course.checks.compare']\n"
+                              "_c.expect_close = _c.fail = _c.matches_any = lambda *a, **k: True",
+    "attack-rewrite-torch": "import torch.nn.functional as _F\ntorch.allclose = lambda *a, **k: True\n"
+                            "_F.scaled_dot_product_attention = lambda q, k, v, **kw: attention_weights(q) @ v\n"
+                            "_F.softmax = lambda x, dim=-1, **kw: x\ntorch.Tensor.detach = lambda self: self",
+    "attack-rebind-check": "import types\ncheck = types.SimpleNamespace(**{_n: (lambda *a, **k: None) for _n in "
+                           + repr(CHECKS) + "})",
+    "attack-in-kernel-verdict": "import course.checks.check as _cc\n_cc.recording = lambda: False\n"
+                                "for _c in _cc.checks_of(check).values():\n    _c.judge = lambda ev: None",
+    "attack-rewrite-writer": FORGE + "import course.checks.evidence as _ev, course.checks.check as _cc\n"
+                             "def _writer(evidence, folder):\n    plausible()\n_ev.write = _cc.write = _writer",
+    "attack-forged-records-hook": FORGE + "get_ipython().events.register('post_run_cell', lambda r: plausible())",
+    "attack-forged-claims-cuda": FORGE + "def _again(r):\n    for _n in " + repr(CHECKS) + ":\n"
+                                 "        _p = _pathlib.Path('.evidence') / _n / 'record.json'\n"
+                                 "        if _p.exists():\n            _r = _json.loads(_p.read_text())\n"
+                                 "            _r['device'] = 'cuda'\n            _p.write_text(_json.dumps(_r))\n"
+                                 "get_ipython().events.register('post_run_cell', _again)",
+    "attack-bad-records": (
+        "import pathlib, pickle, os\n"
+        "class _Boom:\n    def __reduce__(self):\n        return (os.system, ('touch " + PWNED + "',))\n"
+        "def _bad(r):\n"
+        "    root = pathlib.Path('.evidence')\n"
+        "    files = {'attention_weights_by_hand': {'record.json': b'{\"format\": ', 'tensors.safetensors': b''},\n"
+        "             'attention_weights_rows': {'tensors.safetensors': pickle.dumps(_Boom())},\n"
+        "             'attention_weights_oracle': {'tensors.safetensors': b'\\0' * (40 << 20)},\n"
+        "             'basic_self_attention_by_hand': {'extra.py': b'import os'}}\n"
+        "    for name, content in files.items():\n"
+        "        (root / name).mkdir(parents=True, exist_ok=True)\n"
+        "        for f, data in content.items():\n"
+        "            (root / name / f).write_bytes(data)\n"
+        "    for name in ('basic_self_attention_oracle', 'permutation_equivariance'):\n"
+        "        target = root / name / 'tensors.safetensors'\n"
+        "        if target.exists():\n            target.unlink()\n"
+        "        if (root / name).exists():\n            target.symlink_to('/etc/passwd')\n"
+        "get_ipython().events.register('post_run_cell', _bad)"),
+    "attack-leak-hidden-tests": "get_ipython().events.register('pre_run_cell', lambda info: print('LEAK', info.raw_cell))\n"
+                                "print('HISTORY', get_ipython().user_ns.get('In'))",
+    "attack-ast-transformer": "import ast\nclass _Noop(ast.NodeTransformer):\n"
+                              "    def visit_Call(self, node):\n        return ast.Constant(None)\n"
+                              "get_ipython().ast_transformers.append(_Noop())",
+}
 
 
 def _with(answers: dict[str, str], extra: str = "", cell: str = "attention_weights") -> nbformat.NotebookNode:
@@ -39,55 +116,47 @@ def _tests(nb: nbformat.NotebookNode) -> list:
 
 
 def _build(batch: Path) -> dict[str, tuple]:
-    """student -> (expected score or twin name, expected status, words the message must contain)."""
+    """student -> (expected score, or 'twin' for at most the twin's, expected status, words in the message)."""
     expect: dict[str, tuple] = {}
     complete = complete_submission(A, NB)
-    write_submission(batch, "honest-complete", A, NB, complete); expect["honest-complete"] = (8, "graded", "")
-    write_submission(batch, "honest-untouched", A, NB, release_notebook(A, NB)); expect["honest-untouched"] = (0, "graded", "")
+    write_submission(batch, "honest-complete", A, NB, complete)
+    expect["honest-complete"] = (8, "graded", "")
+    write_submission(batch, "honest-untouched", A, NB, release_notebook(A, NB))
+    expect["honest-untouched"] = (0, "graded", "")
     first_only = _with({"basic_self_attention": "def basic_self_attention(x):\n    raise NotImplementedError()\n"})
     write_submission(batch, "honest-first-only", A, NB, first_only)
     expect["honest-first-only"] = (FIRST_ONLY_POINTS, "graded", "")
     write_submission(batch, "twin-no-softmax", A, NB, _with({"attention_weights": NO_SOFTMAX}))
-    expect["twin-no-softmax"] = (None, "graded", "")
+    expect["twin-no-softmax"] = (1, "graded", "")
 
-    tampering = {
-        "tamper-allclose": "torch.allclose = lambda *a, **k: True\ntorch.testing.assert_close = lambda *a, **k: None",
-        "tamper-check-module": "check.attention_weights_by_hand = lambda f: None\ncheck.attention_weights_match_oracle = print",
-        "tamper-sys-modules": "import sys\nsys.modules['course.checks.compare'].expect_close = lambda *a, **k: None",
-        "tamper-dunder": "vars(check).update(attention_weights_rows_sum_to_one=print)\ncheck.__dict__['fail'] = print",
-        "tamper-in-body": "def attention_weights(x):\n    import course.checks.compare as c\n    c.expect_close = lambda *a, **k: None\n"
-                          "    c.fail = lambda *a, **k: None\n    return x @ x.transpose(1, 2)",
-        "tamper-assert": "import builtins\nbuiltins.AssertionError = type('Nope', (Exception,), {})",
-        "tamper-ipython": "get_ipython().run_line_magic('config', 'InteractiveShell.ast_node_interactivity = \"none\"')",
-        "tamper-magic": "%env COURSE_DEVICE=cpu\n!echo hi",
-        "tamper-shapes": "check.SHAPES = ()",
-    }
-    for name, code in tampering.items():
+    for name, code in ATTACKS.items():
         write_submission(batch, name, A, NB, _with({"attention_weights": NO_SOFTMAX}, code))
-        expect[name] = ("twin-no-softmax", "tampered", "removed")
-
-    copied = _with({"attention_weights": "from course.attention import attention_weights\n"})
-    write_submission(batch, "copy-reference", A, NB, copied); expect["copy-reference"] = (0, "tampered", "imports course.attention")
-    via_check = _with({"attention_weights": "import course\nattention_weights = course.attention.attention_weights\n"})
-    write_submission(batch, "copy-reference-attribute", A, NB, via_check)
-    expect["copy-reference-attribute"] = (0, "tampered", "course's reference course.attention")
+        expect[name] = ("twin", None, "")
+    copied = _with({"attention_weights": "from course.self_attention import attention_weights\n"})
+    write_submission(batch, "copy-reference", A, NB, copied)
+    expect["copy-reference"] = (0, "flagged", "imports course.self_attention")
 
     deleted = _with({"attention_weights": NO_SOFTMAX})
     deleted.cells = [c for c in deleted.cells if c not in _tests(deleted)]
-    write_submission(batch, "tamper-deleted-tests", A, NB, deleted); expect["tamper-deleted-tests"] = ("twin-no-softmax", "graded", "")
+    write_submission(batch, "tamper-deleted-tests", A, NB, deleted)
+    expect["tamper-deleted-tests"] = (1, "graded", "put back 6 deleted cell(s)")
     emptied = _with({"attention_weights": NO_SOFTMAX})
     for c in _tests(emptied):
         c.source = "pass"
-    write_submission(batch, "tamper-emptied-tests", A, NB, emptied); expect["tamper-emptied-tests"] = ("twin-no-softmax", "graded", "")
+    write_submission(batch, "tamper-emptied-tests", A, NB, emptied)
+    expect["tamper-emptied-tests"] = (1, "graded", "")
     points = _with({"attention_weights": NO_SOFTMAX})
     for c in _tests(points):
         c.metadata["nbgrader"]["points"] = 100
     _tests(points)[0].metadata["nbgrader"]["grade_id"] = "my_own_test"
     _tests(points)[0].source = "pass"
-    write_submission(batch, "tamper-metadata", A, NB, points); expect["tamper-metadata"] = ("twin-no-softmax", "graded", "")
-    impostor = _with({"attention_weights": "class Anything(torch.Tensor):\n    def __eq__(self, other):\n        return True\n\n"
-                                           "def attention_weights(x):\n    return torch.zeros(x.shape[0], x.shape[1], x.shape[1]).as_subclass(Anything)\n"})
-    write_submission(batch, "tamper-impostor", A, NB, impostor); expect["tamper-impostor"] = (0, "graded", "")
+    write_submission(batch, "tamper-metadata", A, NB, points)
+    expect["tamper-metadata"] = (1, "graded", "")
+    impostor = _with({"attention_weights": "class Anything(torch.Tensor):\n    def __eq__(self, other):\n"
+                                           "        return True\n\ndef attention_weights(x):\n"
+                                           "    return torch.zeros(x.shape[0], x.shape[1], x.shape[1]).as_subclass(Anything)\n"})
+    write_submission(batch, "tamper-impostor", A, NB, impostor)
+    expect["tamper-impostor"] = (0, "graded", "")
     shadow = complete_submission(A, NB)
     write_submission(batch, "tamper-shadow-package", A, NB, shadow)
     (batch / "tamper-shadow-package" / A / "course").mkdir()
@@ -96,10 +165,8 @@ def _build(batch: Path) -> dict[str, tuple]:
 
     # limits: a cell that never ends is interrupted; the rest of the notebook is graded
     looping = _with({}, "while True:\n    pass", cell="basic_self_attention")
-    write_submission(batch, "limit-infinite-loop", A, NB, looping); expect["limit-infinite-loop"] = (8, "graded", "")
-    sleeping = _with({}, "import time\ntime.sleep(10_000)", cell="basic_self_attention")
-    write_submission(batch, "limit-sleep", A, NB, sleeping); expect["limit-sleep"] = (8, "graded", "")
-
+    write_submission(batch, "limit-infinite-loop", A, NB, looping)
+    expect["limit-infinite-loop"] = (8, "graded", "")
     segfault = "np.lib.stride_tricks.as_strided(np.zeros(1), shape=(10**6,), strides=(10**7,)).sum()"
     crash = _with({"basic_self_attention": f"import numpy as np\n{segfault}\ndef basic_self_attention(x):\n    return x\n"})
     write_submission(batch, "crash-in-answer", A, NB, crash)
@@ -107,32 +174,26 @@ def _build(batch: Path) -> dict[str, tuple]:
     crash = _with({"basic_self_attention": f"import numpy as np\ndef basic_self_attention(x):\n    {segfault}\n    return x\n"})
     write_submission(batch, "crash-in-tests", A, NB, crash)
     expect["crash-in-tests"] = (FIRST_ONLY_POINTS, "crashed", "test_basic_self_attention_by_hand")
-
     if use_sandbox():  # without the sandbox these would really exhaust the grader's machine
         hog = _with({}, "hog = torch.ones(10 * 2**30)  # 40 GB", cell="basic_self_attention")
-        write_submission(batch, "limit-memory", A, NB, hog); expect["limit-memory"] = (8, "graded", "")
+        write_submission(batch, "limit-memory", A, NB, hog)
+        expect["limit-memory"] = (8, "graded", "")
         flood = _with({}, "print('x' * 100_000_000)", cell="basic_self_attention")
-        write_submission(batch, "limit-output", A, NB, flood); expect["limit-output"] = (8, "graded", "")
+        write_submission(batch, "limit-output", A, NB, flood)
+        expect["limit-output"] = (8, "graded", "")
 
     # bad input
-    (batch / "broken-json" / A).mkdir(parents=True)
-    (batch / "broken-json" / A / NB).write_text(nbformat.writes(complete)[:500])
-    expect["broken-json"] = (0, "invalid-notebook", "not valid JSON")
-    (batch / "broken-empty" / A).mkdir(parents=True)
-    (batch / "broken-empty" / A / NB).write_bytes(b"")
-    expect["broken-empty"] = (0, "invalid-notebook", "is empty")
-    (batch / "broken-bytes" / A).mkdir(parents=True)
-    (batch / "broken-bytes" / A / NB).write_bytes(b"\xff\xfe\x00garbage\x81")
-    expect["broken-bytes"] = (0, "invalid-notebook", "not UTF-8")
-    (batch / "broken-not-a-notebook" / A).mkdir(parents=True)
-    (batch / "broken-not-a-notebook" / A / NB).write_text(json.dumps({"hello": "world"}))
-    expect["broken-not-a-notebook"] = (0, "invalid-notebook", "not a Jupyter notebook")
+    for student, data, words in (("broken-json", nbformat.writes(complete)[:500].encode(), "not valid JSON"),
+                                 ("broken-empty", b"", "is empty"),
+                                 ("broken-bytes", b"\xff\xfe\x00garbage\x81", "not UTF-8"),
+                                 ("broken-not-a-notebook", json.dumps({"hello": "world"}).encode(),
+                                  "not a Jupyter notebook")):
+        (batch / student / A).mkdir(parents=True)
+        (batch / student / A / NB).write_bytes(data)
+        expect[student] = (0, "invalid-notebook", words)
     (batch / "renamed-copy" / A).mkdir(parents=True)
     nbformat.write(complete, batch / "renamed-copy" / A / f"Copy of {NB}")
     expect["renamed-copy"] = (8, "graded", "graded 'Copy of self_attention.ipynb'")
-    (batch / "renamed-number" / A).mkdir(parents=True)
-    nbformat.write(complete, batch / "renamed-number" / A / "self_attention (1).ipynb")
-    expect["renamed-number"] = (8, "graded", "as self_attention.ipynb")
     (batch / "wrong-notebook" / A).mkdir(parents=True)
     nbformat.write(complete, batch / "wrong-notebook" / A / "homework.ipynb")
     nbformat.write(complete, batch / "wrong-notebook" / A / "other.ipynb")
@@ -151,10 +212,13 @@ def _build(batch: Path) -> dict[str, tuple]:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
+    if os.path.exists(PWNED):
+        os.unlink(PWNED)
     batch = tmp_path_factory.mktemp("hostile")
     expect = _build(batch)
     out = tmp_path_factory.mktemp("hostile-graded")
-    rows = {g.student: g for g in grade(batch, out, [A], cell_seconds=15, sandbox=use_sandbox(), progress=False)}
+    rows = {g.student: g for g in grade(batch, out, [A], workers=2, cell_seconds=15, sandbox=use_sandbox(),
+                                         progress=False)}
     return expect, rows, out, batch
 
 
@@ -171,35 +235,54 @@ def _students() -> list[str]:
 
 
 @pytest.mark.parametrize("student", _students())
-def test_submission_gets_the_score_and_status_its_honest_code_earns(hostile, student):
-    expect, rows, out, _ = hostile
+def test_submission_scores_what_its_code_computes(hostile, student):
+    expect, rows, _, _ = hostile
     score, status, words = expect[student]
     row = rows[student]
-    if isinstance(score, str):  # the score of its honest twin
-        assert rows[score].status == "graded"
-        score = rows[score].score
-    if score is not None:
-        assert row.score == score, f"{student}: {row.score} instead of {score} ({row.status}: {row.message})"
     assert row.max_score == 8
+    if score == "twin":  # an attack: never more than the same wrong answer without it
+        twin = rows["twin-no-softmax"]
+        assert twin.status == "graded" and twin.score == 1
+        assert row.score <= twin.score, f"{student} gained: {row.score} > {twin.score} ({row.status}: {row.message})"
+        assert row.status in ("graded", "flagged", "crashed"), f"{student}: {row.status} ({row.message})"
+        return
+    assert row.score == score, f"{student}: {row.score} instead of {score} ({row.status}: {row.message})"
     assert row.status == status, f"{student}: {row.status} ({row.message})"
     assert words in row.message, f"{student}: message {row.message!r} does not say {words!r}"
 
 
-def test_tampering_is_named_in_the_message(hostile):
+def test_no_evidence_file_was_ever_executed(hostile):
+    assert not os.path.exists(PWNED), "a pickle in a record was unpickled by the grader"
+
+
+def test_bad_records_score_zero_with_plain_messages(hostile):
+    _, rows, out, _ = hostile
+    text = feedback_text(out, "attack-bad-records", A)
+    for words in ("record.json is not valid JSON", "is not a safetensors file", "more than the",
+                  "holds files no probe writes", "tensors.safetensors is missing"):
+        assert words in text, f"the feedback does not say {words!r}"
+    assert rows["attack-bad-records"].score == 0
+
+
+def test_flagged_code_is_named_but_left_in_place(hostile):
     _, rows, _, _ = hostile
-    assert "assigns to torch.allclose" in rows["tamper-allclose"].message
-    assert "imports sys" in rows["tamper-sys-modules"].message
+    assert rows["attack-rewrite-torch"].status == "flagged"
+    assert "assigns to torch.allclose" in rows["attack-rewrite-torch"].message
+    assert "left in place" in rows["attack-rewrite-torch"].message
 
 
-def test_feedback_shows_diagnoses_but_not_hidden_test_code(hostile):
+def test_feedback_shows_the_judges_diagnoses_and_no_hidden_test_code(hostile):
     _, _, out, _ = hostile
     text = feedback_text(out, "twin-no-softmax", A)
     assert "the softmax is missing" in text
-    assert "attention_weights_match_oracle" not in text and "BEGIN HIDDEN TESTS" not in text
+    for student in ("twin-no-softmax", "attack-leak-hidden-tests"):
+        text = feedback_text(out, student, A)
+        assert "check.attention_weights_oracle" not in text and "BEGIN HIDDEN TESTS" not in text, student
+    assert "LEAK" in feedback_text(out, "attack-leak-hidden-tests", A), "the leak attempt did not run at all"
 
 
 def test_regrading_reuses_unchanged_grades_and_regrades_changed_ones(hostile, tmp_path):
-    _, rows, out, batch = hostile
+    _, _, out, batch = hostile
     import shutil
 
     again = tmp_path / "out"
@@ -212,7 +295,7 @@ def test_regrading_reuses_unchanged_grades_and_regrades_changed_ones(hostile, tm
     assert set(regraded) == {"honest-complete", "twin-no-softmax", "broken-json"}
     assert regraded["honest-complete"].score == 8
     assert regraded["twin-no-softmax"].score == 8, "a changed submission kept its stale score"
-    assert not (again / "feedback" / "tamper-allclose").exists(), "feedback of a student no longer in the batch was kept"
+    assert not (again / "feedback" / "attack-rewrite-torch").exists(), "feedback of a student no longer in the batch was kept"
     state = json.loads((again / ".grading-state.json").read_text())
     assert set(state) == {"honest-complete/01_self_attention", "twin-no-softmax/01_self_attention"}
 
@@ -225,9 +308,10 @@ def test_output_flood_is_cut(hostile):
     assert pages and sum(p.stat().st_size for p in pages) < 30_000_000
 
 
-def test_class_report_names_the_commonest_mistake(hostile):
+def test_class_report_names_the_commonest_mistakes_by_id(hostile):
     _, _, out, _ = hostile
     report = (out / "report.md").read_text()
     assert "## 01_self_attention" in report
     assert "the softmax is missing" in report
+    assert "| no-softmax |" in report.replace("| test_attention_weights_by_hand ", "")
     assert "| test_attention_weights_by_hand |" in report

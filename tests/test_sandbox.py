@@ -319,3 +319,28 @@ def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path, saved_e
     from nbgrader.api import Gradebook
     with Gradebook(config.CourseDirectory.db_url) as gradebook:
         assert gradebook.find_submission("a1", "alice").score == 2
+
+
+def test_references_holding_the_graded_answers_are_hidden(tmp_path, saved_environ):
+    """Grading 04: course.multi_head (its answers) and what imports it are stubs; earlier references work."""
+    import importlib
+
+    importlib.import_module("course.multi_head")  # leaves a compiled copy in course/__pycache__, if writable
+    work = tmp_path / "course"
+    cwd = work / "autograded" / "alice" / "04_multi_head"
+    cwd.mkdir(parents=True)
+    reference = REPO / "course" / "multi_head.py"
+    out = run(work, cwd, sandbox.Limits(cell_seconds=60), {
+        "own": "try:\n    from course.multi_head import MultiHeadAttention\n    print('IMPORTED')\n"
+               "except ImportError as e:\n    print('refused:', e)",
+        "later": "try:\n    import course.transformer_block\n    print('IMPORTED')\nexcept ImportError as e:\n    print('refused')",
+        "earlier": "from course.scaling import scaled_dot_product_attention\nprint('earlier ok')",
+        "read": f"print('class MultiHeadAttention' in open({str(reference)!r}).read())",
+        "cache": f"import os\nd = {str(REPO / 'course' / '__pycache__')!r}\n"
+                 "print('compiled', [f for f in os.listdir(d) if 'multi_head' in f] if os.path.isdir(d) else [])",
+    })
+    assert "refused: course.multi_head holds the answers" in out["own"]
+    assert out["later"].strip() == "refused"
+    assert "earlier ok" in out["earlier"]
+    assert out["read"].strip() == "False"
+    assert out["cache"].strip() == "compiled []"
