@@ -1,1 +1,6 @@
 """Instructor tooling: build release/ and solutions/ from source/, and grade a class with nbgrader."""
+
+
+class GradingError(Exception):
+    """A problem with the instructor's request (unknown assignment, unreadable batch, no sandbox): the command
+    line prints it and exits with status 2; library callers catch it."""

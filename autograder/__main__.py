@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "grade":
-        from autograder.grade import grade as run_grade, table
-
+        from autograder.grade import grade as run_grade
+        from autograder.grade import table
         from autograder.submissions import DEFAULT_NAMED_REGEXP
 
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers, sandbox=not args.no_sandbox,
@@ -50,4 +50,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from autograder import GradingError
+
+    try:
+        sys.exit(main())
+    except GradingError as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from autograder import course_dir
+from autograder import GradingError, course_dir
 from autograder.notebooks import answer_cells, filled, solution_skeleton
 
 #: student id -> what that sample submission is
@@ -120,7 +120,7 @@ def build(root: Path = course_dir.ROOT, check: bool = False, solutions: bool = T
     assignments = only or course_dir.assignments(root)
     unknown = sorted(set(assignments) - set(course_dir.assignments(root)))
     if unknown:
-        raise SystemExit(f"unknown assignment(s) {unknown}")
+        raise GradingError(f"unknown assignment(s) {unknown}")
     drift: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         release = Path(tmp) / "release"

@@ -1,10 +1,9 @@
 """What a student sees of a graded notebook: results and diagnoses, not the hidden tests' code."""
 
+import re
 from pathlib import Path
 
 import nbformat
-
-import re
 
 from autograder.judging import METADATA_KEY
 from autograder.notebooks import grade_id, hidden_tests_removed

@@ -23,8 +23,14 @@ import nbformat
 from sqlalchemy.exc import SAWarning
 from tqdm import tqdm
 
-from autograder import course_dir, feedback, report
-from autograder.submissions import DEFAULT_NAMED_REGEXP, Submission, find, read_notebook, unpack
+from autograder import GradingError, course_dir, feedback, report
+from autograder.submissions import (
+    DEFAULT_NAMED_REGEXP,
+    Submission,
+    find,
+    read_notebook,
+    unpack,
+)
 from autograder.tamper import flags
 
 # nbgrader's gradebook code trips SQLAlchemy's autoflush warnings; they say nothing about the grades.
@@ -370,13 +376,13 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     chosen = tuple(assignments or known)
     unknown = sorted(set(chosen) - set(known))
     if unknown:
-        raise SystemExit(f"unknown assignment(s) {unknown}; this course has {known}")
+        raise GradingError(f"unknown assignment(s) {unknown}; this course has {known}")
     if sandbox:
         from autograder import sandbox as sandbox_module
 
         reason = sandbox_module.available()
         if reason:
-            raise SystemExit(f"cannot sandbox student code: {reason}")
+            raise GradingError(f"cannot sandbox student code: {reason}")
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:  # kernels side by side share the cores, not oversubscribe
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import GradingError
+
 #: nbgrader's documented example for LMS exports: <anything>_<student>_attempt_<timestamp>_<file>
 DEFAULT_NAMED_REGEXP = r".+_(?P<student_id>\w+)_attempt_(?P<timestamp>[0-9\-]+)_(?P<file_id>.+)"
 
@@ -34,20 +36,20 @@ def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], n
     """The folder whose children are student folders: path itself, its unzipped content, or an LMS export laid out anew."""
     if path.is_file():
         if not zipfile.is_zipfile(path):
-            raise SystemExit(f"{path} is neither a folder nor a zip file.")
+            raise GradingError(f"{path} is neither a folder nor a zip file.")
         target = scratch / "unzipped"
         with zipfile.ZipFile(path) as archive:
             archive.extractall(target)  # zipfile drops absolute paths and '..' components
         path = target
     if not path.is_dir():
-        raise SystemExit(f"{path} does not exist.")
+        raise GradingError(f"{path} does not exist.")
     root = _layout_root(path, known)
     if any(sub.name in known for child in visible_dirs(root) for sub in visible_dirs(child)):
         return root
     flat = [p for p in path.rglob("*") if p.is_file() and re.fullmatch(named_regexp, p.name)]
     if flat:
         if len(assignments) != 1:
-            raise SystemExit("This looks like a learning-management-system export (one flat list of files): "
+            raise GradingError("This looks like a learning-management-system export (one flat list of files): "
                              "name its assignment with --assignment NAME.")
         return _lay_out_export(flat, scratch / "collected", assignments[0], named_regexp)
     return root

@@ -15,7 +15,7 @@ ROOT = course_dir.ROOT
 def test_grading_the_sample_batch_zip_gives_the_expected_rows(tmp_path):
     archive = shutil.make_archive(str(tmp_path / "submissions"), "zip", root_dir=ROOT, base_dir="samples")
     out = tmp_path / "graded"
-    flags = [] if use_sandbox() else ["--no-sandbox"]
+    flags = ["--workers", "2"] + ([] if use_sandbox() else ["--no-sandbox"])
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", archive, "--out", str(out), *flags],
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -3,10 +3,10 @@
 import zipfile
 
 import nbformat
-
-from autograder.grade import grade
-
 from conftest import complete_submission, release_notebook, use_sandbox
+
+from autograder import GradingError
+from autograder.grade import grade
 
 A, NB = "01_self_attention", "self_attention.ipynb"
 
@@ -30,5 +30,5 @@ def test_lms_zip_needs_its_assignment_named(tmp_path):
     archive = tmp_path / "export.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr(f"A1_ada_attempt_2026-11-03-09-30-00_{NB}", nbformat.writes(complete_submission(A, NB)))
-    with pytest.raises(SystemExit, match="--assignment"):
+    with pytest.raises(GradingError, match="--assignment"):
         grade(archive, tmp_path / "out", None, progress=False)
