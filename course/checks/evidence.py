@@ -30,8 +30,8 @@ MAX_TENSOR_BYTES = 32 << 20
 MAX_MESSAGE = 600
 MAX_TRACE = 2400
 #: dtypes a record may hold; anything else is refused
-DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool, torch.int64, torch.int32,
-          torch.int8, torch.uint8}
+DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool, torch.int64, torch.int32,
+                    torch.int8, torch.uint8})
 
 _Tensor = torch.Tensor  # bound at import: a cell rebinding torch.Tensor does not change what counts as one
 

@@ -1,20 +1,141 @@
-"""Checks for assignment 04: split_heads, merge_heads, MultiHeadAttention (narrow) and WideMultiHeadAttention."""
+"""Checks for assignment 04: split_heads, merge_heads, MultiHeadAttention (narrow) and WideMultiHeadAttention.
+
+Each check is a probe (runs the student's code on inputs and weights chosen here) and a judge (decides from what
+the probe recorded). Oracles: torch.stack/torch.cat for the head layout, nn.MultiheadAttention for the narrow
+module, F.scaled_dot_product_attention on the projections for the wide one. See course/checks/check.py.
+"""
 
 import math
 from collections.abc import Callable
+from itertools import product
+from types import MappingProxyType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks.compare import expect_close, expect_linear, expect_tensor, fail, generator, randn, run
+from course.checks import weights
+from course.checks.check import Check
+from course.checks.compare import (
+    Mistake,
+    expect_close,
+    fail,
+    generator,
+    matches_any,
+    output,
+    raised,
+    randn,
+    requires_grad,
+    tensor,
+)
+from course.checks.evidence import Evidence, Recorder
 
 SPLIT_NAME = "split_heads"
 MERGE_NAME = "merge_heads"
 NARROW_NAME = "MultiHeadAttention"
 WIDE_NAME = "WideMultiHeadAttention"
 
+LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
+#: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
+GAINS = MappingProxyType({"to_queries.weight": 2.0})
+#: more matrix products than this in the graph of an 8-head forward pass: a Python loop over the heads
+MAX_MATMULS = 12
+
 _INF = float("-inf")
+
+# ---------------------------------------------------------------- mistakes
+
+SPLIT_NO_TRANSPOSE = Mistake(
+    "split-without-transpose",
+    "the tensor is reshaped to (b, heads, t, s) without a transpose, so a 'head' holds pieces of several "
+    "positions. View it as (b, t, heads, s) first, then swap the middle axes: .transpose(1, 2).")
+SPLIT_INTERLEAVED = Mistake(
+    "split-interleaved",
+    "the heads are split interleaved (head i gets features i, i+heads, i+2·heads, ...). Head i takes the "
+    "contiguous block of features i·s to (i+1)·s − 1, as in nn.MultiheadAttention: view as (b, t, heads, s).")
+MERGE_NO_TRANSPOSE = Mistake(
+    "merge-without-transpose",
+    "the tensor is reshaped to (b, t, k) without a transpose, so the positions and heads get mixed up. "
+    "Move the heads next to the features first: .transpose(1, 2), then reshape (or .contiguous().view).")
+MERGE_INTERLEAVED = Mistake(
+    "merge-interleaved",
+    "the heads are merged interleaved (feature j·heads + i comes from head i). Head i's features must be the "
+    "contiguous block i·s to (i+1)·s − 1, the inverse of split_heads.")
+
+SCALED_BY_MODEL_SIZE = Mistake(
+    "scaled-by-model-size",
+    "the scores are divided by √k, the model size; each head's dot products are over s = k // heads "
+    "features, so divide by √(k // heads), the head size.")
+SCALED_BY_K_TIMES_HEADS = Mistake(
+    "scaled-by-k-times-heads",
+    "the scores are divided by √(k·heads); each head's dot products are over s = k // heads features, "
+    "so divide by √(k // heads).")
+SCALED_BY_PROJECTED_SIZE = Mistake(
+    "scaled-by-projected-size",
+    "the scores are divided by √(k·heads), the size of the projected queries before they are split. Each "
+    "head here has size k: divide by √k.")
+SCALED_BY_HEAD_FRACTION = Mistake(
+    "scaled-by-head-fraction", "the scores are divided by √(k / heads); a wide head has the full size k: divide by √k.")
+UNSCALED = Mistake("unscaled", "the scores are not scaled: divide them by the square root of the head size.")
+HEADS_NO_TRANSPOSE = Mistake(
+    "heads-reshaped-without-transpose",
+    "the projections are reshaped to (b, heads, t, s) without a transpose, so each 'head' mixes pieces of "
+    "different positions. Use split_heads: view as (b, t, heads, s), then .transpose(1, 2).")
+HEADS_SPLIT_NO_TRANSPOSE = Mistake(
+    "heads-split-without-transpose",
+    "the heads are split with a reshape to (b, heads, t, s) without a transpose. "
+    "Use split_heads: view as (b, t, heads, s), then .transpose(1, 2).")
+HEADS_MERGED_NO_TRANSPOSE = Mistake(
+    "heads-merged-without-transpose",
+    "the heads are merged with a reshape to (b, t, k) without a transpose. Use merge_heads: .transpose(1, 2) "
+    "first, then reshape.")
+HEADS_INTERLEAVED = Mistake(
+    "heads-interleaved",
+    "the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the contiguous "
+    "block i·s to (i+1)·s − 1, as nn.MultiheadAttention does.")
+HEADS_SPLIT_INTERLEAVED = Mistake(
+    "heads-split-interleaved",
+    "the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the contiguous "
+    "block i·s to (i+1)·s − 1: view as (b, t, heads, s), then .transpose(1, 2).")
+HEADS_MERGED_INTERLEAVED = Mistake(
+    "heads-merged-interleaved",
+    "the heads are merged interleaved (feature j·heads + i comes from head i). Head i's features must be the "
+    "contiguous block i·s to (i+1)·s − 1: .transpose(1, 2), then reshape.")
+SOFTMAX_OVER_QUERIES = Mistake(
+    "softmax-over-queries",
+    "the softmax runs over the queries (dim=-2). Each query's weights over the keys must sum to 1: "
+    "softmax over the last dimension.")
+UNIFY_SKIPPED = Mistake("unify-skipped",
+                        "unify_heads is not applied: the merged heads must go through self.unify_heads.")
+CONTEXT_IGNORED = Mistake(
+    "context-ignored",
+    "the context is ignored: keys and values must come from the context (x only when context is None).")
+MASK_IGNORED = Mistake(
+    "mask-ignored",
+    "the mask is ignored: pass it on to the attention, broadcast over the heads — (b, tq, tk) becomes "
+    "(b, 1, tq, tk).")
+
+# ids of structure and property failures (fail(..., mistake=...))
+NOT_A_MODULE = "not-a-module"
+MISSING_LAYER = "missing-layer"
+WRONG_LAYER_TYPE = "wrong-layer-type"
+WRONG_LAYER_SIZE = "wrong-layer-size"
+UNIFY_NO_BIAS = "unify-no-bias"
+PROJECTION_BIAS = "projection-bias"
+SHARED_LAYER = "shared-layer"
+MISSING_PARAMETER = "missing-parameter"
+PARAMETER_COUNT = "parameter-count"
+NO_DIVISIBILITY_CHECK = "no-divisibility-check"
+NO_GRADIENT = "no-gradient"
+LOOP_OVER_HEADS = "loop-over-heads"
+SEVERAL = "several-mistakes"  # a combination of the module mistakes above, named part by part
+
+_MASK_HINT = ("The mask is broadcastable to (b, tq, tk), and the scores are (b, heads, tq, tk): put a heads axis "
+              "in it, e.g. torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1), or mask.unsqueeze(1) when it has 3 "
+              "dimensions. A (tq, tk) mask broadcasts as it is.")
+_FORWARD_HINT = ("Follow the shapes: project (b, t, k), split_heads to (b, heads, t, s), attention, merge_heads to "
+                 "(b, t, k), unify_heads.")
 
 
 # ---------------------------------------------------------------- split_heads and merge_heads
@@ -29,171 +150,256 @@ def _merge(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(x.unbind(dim=1), dim=-1)
 
 
-def _split_mistakes(x: torch.Tensor, heads: int) -> dict[str, torch.Tensor]:
+def _split_mistakes(x: torch.Tensor, heads: int) -> list[tuple[Mistake, torch.Tensor]]:
     b, t, k = x.shape
     s = k // heads
-    return {
-        "the tensor is reshaped to (b, heads, t, s) without a transpose, so a 'head' holds pieces of several "
-        "positions. View it as (b, t, heads, s) first, then swap the middle axes: .transpose(1, 2).":
-            x.reshape(b, heads, t, s),
-        "the heads are split interleaved (head i gets features i, i+heads, i+2·heads, ...). Head i takes the "
-        "contiguous block of features i·s to (i+1)·s − 1, as in nn.MultiheadAttention: view as (b, t, heads, s).":
-            x.view(b, t, s, heads).permute(0, 3, 1, 2),
-    }
+    return [(SPLIT_NO_TRANSPOSE, x.reshape(b, heads, t, s)),
+            (SPLIT_INTERLEAVED, x.reshape(b, t, s, heads).permute(0, 3, 1, 2))]
 
 
-def _merge_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
+def _merge_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     b, h, t, s = x.shape
-    return {
-        "the tensor is reshaped to (b, t, k) without a transpose, so the positions and heads get mixed up. "
-        "Move the heads next to the features first: .transpose(1, 2), then reshape (or .contiguous().view).":
-            x.reshape(b, t, h * s),
-        "the heads are merged interleaved (feature j·heads + i comes from head i). Head i's features must be the "
-        "contiguous block i·s to (i+1)·s − 1, the inverse of split_heads.": x.permute(0, 2, 3, 1).reshape(b, t, h * s),
-    }
+    return [(MERGE_NO_TRANSPOSE, x.reshape(b, t, h * s)),
+            (MERGE_INTERLEAVED, x.permute(0, 2, 3, 1).reshape(b, t, h * s))]
 
 
 def _by_hand_input() -> torch.Tensor:
     return torch.arange(12.0).view(1, 3, 4)  # (b, t, k) = (1, 3, 4): entry 4·position + feature
 
 
-def split_by_hand(split_heads: Callable) -> None:
+_SPLIT_HINT = "Head i should hold features i·s to (i+1)·s − 1 of every position, positions in order."
+_MERGE_HINT = "merge_heads must undo split_heads: merge_heads(split_heads(x, h)) == x."
+SPLIT_CASES = ((2, 5, 12, 3), (3, 7, 8, 4), (1, 4, 6, 1), (2, 3, 6, 6))  # (b, t, k, heads)
+MERGE_CASES = ((2, 3, 5, 4), (3, 4, 7, 2), (1, 1, 4, 6), (2, 6, 3, 1))  # (b, heads, t, s)
+
+
+def _probe_split_by_hand(split_heads, rec: Recorder) -> None:
+    rec.call("y", split_heads, _by_hand_input().to(rec.device), 2)
+
+
+def _judge_split_by_hand(ev: Evidence) -> None:
     """(1, 3, 4) with 2 heads: head 0 holds features 0-1 of every position, head 1 features 2-3."""
-    __tracebackhide__ = True
     x = _by_hand_input()
-    y = run(split_heads, x.clone(), 2, what=f"{SPLIT_NAME}(x, 2)")
-    expect_tensor(y, what=f"{SPLIT_NAME}(x, 2)", shape=(1, 2, 3, 2), shape_hints={
+    y = output(ev, "y", what=f"{SPLIT_NAME}(x, 2)", shape=(1, 2, 3, 2), shape_hints={
         (1, 3, 2, 2): "That is (b, t, heads, s): swap the middle axes with .transpose(1, 2) to get (b, heads, t, s).",
         (1, 2, 3, 4): "The head size is k // heads, not k."})
-    expect_close(y, _split(x, 2), what=f"{SPLIT_NAME}(x, 2)", mistakes=_split_mistakes(x, 2), case="x = arange(12) as (1, 3, 4), 2 heads",
-                 otherwise="Head i should hold features i·s to (i+1)·s − 1 of every position, positions in order.")
+    expect_close(y, _split(x, 2), what=f"{SPLIT_NAME}(x, 2)", device=ev.device, mistakes=_split_mistakes(x, 2),
+                 case="x = arange(12) as (1, 3, 4), 2 heads", otherwise=_SPLIT_HINT)
 
 
-def split_matches_oracle(split_heads: Callable, device: torch.device | str = "cpu") -> None:
+split_heads_by_hand = Check("split_heads_by_hand", _probe_split_by_hand, _judge_split_by_hand)
+
+
+def _split_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
+    return randn(b, t, k, seed=100 + i)
+
+
+def _probe_split_oracle(split_heads, rec: Recorder) -> None:
+    for i, (b, t, k, heads) in enumerate(SPLIT_CASES):
+        rec.call(f"y{i}", split_heads, _split_x(i, b, t, k).to(rec.device), heads)
+
+
+def _judge_split_oracle(ev: Evidence) -> None:
     """Random shapes (several heads, one head, heads = k) against torch.stack(x.chunk(heads, -1), 1)."""
-    __tracebackhide__ = True
-    for i, (b, t, k, heads) in enumerate([(2, 5, 12, 3), (3, 7, 8, 4), (1, 4, 6, 1), (2, 3, 6, 6)]):
-        x = randn(b, t, k, seed=100 + i, device=device)
-        y = run(split_heads, x.clone(), heads, what=f"{SPLIT_NAME}(x, {heads})")
+    for i, (b, t, k, heads) in enumerate(SPLIT_CASES):
+        x = _split_x(i, b, t, k)
         s = k // heads
-        expect_tensor(y, what=f"{SPLIT_NAME}(x, {heads})", shape=(b, heads, t, s), device=device, shape_hints={
+        y = output(ev, f"y{i}", what=f"{SPLIT_NAME}(x, {heads})", shape=(b, heads, t, s), shape_hints={
             (b, t, heads, s): "That is (b, t, heads, s): swap the middle axes with .transpose(1, 2)."})
-        expect_close(y, _split(x, heads), what=f"{SPLIT_NAME}(x, {heads})", mistakes=_split_mistakes(x, heads),
-                     case=f"x of shape {(b, t, k)}, {heads} heads",
-                     otherwise="Head i should hold features i·s to (i+1)·s − 1 of every position.")
+        expect_close(y, _split(x, heads), what=f"{SPLIT_NAME}(x, {heads})", device=ev.device,
+                     mistakes=_split_mistakes(x, heads), case=f"x of shape {(b, t, k)}, {heads} heads",
+                     otherwise=_SPLIT_HINT)
 
 
-def merge_by_hand(merge_heads: Callable) -> None:
+split_heads_oracle = Check("split_heads_oracle", _probe_split_oracle, _judge_split_oracle)
+
+
+def _probe_merge_by_hand(merge_heads, rec: Recorder) -> None:
+    rec.call("y", merge_heads, _split(_by_hand_input(), 2).to(rec.device))
+
+
+def _judge_merge_by_hand(ev: Evidence) -> None:
     """Merging the two heads of the by-hand example gives back the (1, 3, 4) input."""
-    __tracebackhide__ = True
     x = _by_hand_input()
     heads = _split(x, 2)  # (1, 2, 3, 2)
-    y = run(merge_heads, heads.clone(), what=f"{MERGE_NAME}(x)")
-    expect_tensor(y, what=f"{MERGE_NAME}(x)", shape=(1, 3, 4), shape_hints={
+    y = output(ev, "y", what=f"{MERGE_NAME}(x)", shape=(1, 3, 4), shape_hints={
         (1, 3, 2, 2): "Flatten the last two dimensions (heads, s) into one of size heads·s."})
-    expect_close(y, x, what=f"{MERGE_NAME}(x)", mistakes=_merge_mistakes(heads), case="the two heads of arange(12) as (1, 3, 4)",
-                 otherwise="merge_heads must undo split_heads: merge_heads(split_heads(x, h)) == x.")
+    expect_close(y, x, what=f"{MERGE_NAME}(x)", device=ev.device, mistakes=_merge_mistakes(heads),
+                 case="the two heads of arange(12) as (1, 3, 4)", otherwise=_MERGE_HINT)
 
 
-def merge_matches_oracle(merge_heads: Callable, device: torch.device | str = "cpu") -> None:
-    """Random shapes against torch.cat(x.unbind(1), -1); merging split heads gives back the input."""
-    __tracebackhide__ = True
-    for i, (b, h, t, s) in enumerate([(2, 3, 5, 4), (3, 4, 7, 2), (1, 1, 4, 6), (2, 6, 3, 1)]):
-        x = randn(b, h, t, s, seed=150 + i, device=device)
-        y = run(merge_heads, x.clone(), what=f"{MERGE_NAME}(x)")
-        expect_tensor(y, what=f"{MERGE_NAME}(x)", shape=(b, t, h * s), device=device, shape_hints={
+merge_heads_by_hand = Check("merge_heads_by_hand", _probe_merge_by_hand, _judge_merge_by_hand)
+
+
+def _merge_x(i: int, b: int, h: int, t: int, s: int) -> torch.Tensor:
+    return randn(b, h, t, s, seed=150 + i)
+
+
+def _probe_merge_oracle(merge_heads, rec: Recorder) -> None:
+    for i, (b, h, t, s) in enumerate(MERGE_CASES):
+        rec.call(f"y{i}", merge_heads, _merge_x(i, b, h, t, s).to(rec.device))
+
+
+def _judge_merge_oracle(ev: Evidence) -> None:
+    """Random shapes against torch.cat(x.unbind(1), -1), the inverse of split_heads."""
+    for i, (b, h, t, s) in enumerate(MERGE_CASES):
+        x = _merge_x(i, b, h, t, s)
+        y = output(ev, f"y{i}", what=f"{MERGE_NAME}(x)", shape=(b, t, h * s), shape_hints={
             (b, t, h, s): "Flatten the last two dimensions (heads, s) into one of size heads·s."})
-        expect_close(y, _merge(x), what=f"{MERGE_NAME}(x)", mistakes=_merge_mistakes(x),
+        expect_close(y, _merge(x), what=f"{MERGE_NAME}(x)", device=ev.device, mistakes=_merge_mistakes(x),
                      case=f"x of shape {(b, h, t, s)}", otherwise="merge_heads must undo split_heads.")
 
 
-# ---------------------------------------------------------------- the modules: structure
-
-def _linear(module: nn.Module, cls_name: str, name: str, n_in: int, n_out: int, bias: bool, spec: str) -> nn.Linear:
-    __tracebackhide__ = True
-    hint = ("unify_heads is an ordinary linear layer with a bias, as in nn.MultiheadAttention's out_proj" if bias
-            else "The query, key and value projections have none")
-    return expect_linear(module, cls_name, name, n_in, n_out, bias, spec, hint)
+merge_heads_oracle = Check("merge_heads_oracle", _probe_merge_oracle, _judge_merge_oracle)
 
 
-def _layers(module: nn.Module, cls_name: str, k: int, heads: int, wide: bool) -> list[nn.Linear]:
-    __tracebackhide__ = True
-    width = k * heads if wide else k
-    spec_in = f"nn.Linear(k, {'k * heads' if wide else 'k'}, bias=False)"
-    layers = [_linear(module, cls_name, name, k, width, False, spec_in) for name in ("to_queries", "to_keys", "to_values")]
-    layers.append(_linear(module, cls_name, "unify_heads", width, k, True, f"nn.Linear({'k * heads' if wide else 'k'}, k)"))
-    if len({id(layer) for layer in layers}) < 4:
-        fail(f"Two of {cls_name}'s projections are the same layer. Queries, keys, values and unify_heads each need "
-             "their own nn.Linear.")
-    return layers
+# ---------------------------------------------------------------- the modules: the probe's side
 
-
-def _make(cls: Callable, cls_name: str, k: int, heads: int, wide: bool, device: torch.device | str, seed: int) -> nn.Module:
-    """The student's module with distinct, well-spread weights and bias, so that each mistake shows."""
-    __tracebackhide__ = True
-    torch.manual_seed(seed)
-    module = run(cls, k, heads, what=f"{cls_name}({k}, {heads})")
-    if not isinstance(module, nn.Module):
-        fail(f"{cls_name}({k}, {heads}) should create an nn.Module, but gave a {type(module).__name__}.")
-    layers = _layers(module, cls_name, k, heads, wide)
-    module = module.to(device)
-    with torch.no_grad():
-        for j, layer in enumerate(layers):
-            layer = getattr(module, ("to_queries", "to_keys", "to_values", "unify_heads")[j])
-            gain = 2.0 if j == 0 else 1.0  # sharper attention, so a wrong scale shows clearly
-            layer.weight.copy_(randn(*layer.weight.shape, seed=seed + 1 + j, device=device) * gain / math.sqrt(layer.in_features))
-        module.unify_heads.bias.copy_(randn(k, seed=seed + 9, device=device))
+def _make(cls: Callable, rec: Recorder, key: str, k: int, heads: int, seed: int) -> nn.Module | None:
+    """Build the student's module, record its structure, and load the check's weights (seed) into it."""
+    module = rec.call(key, cls, k, heads)
+    is_module = isinstance(module, nn.Module)
+    rec.fact(f"{key}.is_module", is_module)
+    if not is_module:
+        return None
+    layers = [getattr(module, name, None) for name in LAYERS]
+    rec.fact(f"{key}.shared", [name for i, (name, layer) in enumerate(zip(LAYERS, layers))
+                               if layer is not None and any(layer is other for other in layers[:i])])
+    rec.fact(f"{key}.modules", weights.describe(module))
+    module = module.to(rec.device)
+    rec.fact(f"{key}.params", weights.fill(module, seed, GAINS))
     return module
 
 
-def _structure(cls: Callable, cls_name: str, k: int, heads: int, wide: bool) -> None:
+def _forward_kwargs(context: torch.Tensor | None, mask: torch.Tensor | None, device: torch.device) -> dict:
+    kwargs = {}
+    if context is not None:
+        kwargs["context"] = context.to(device)
+    if mask is not None:
+        kwargs["mask"] = mask.to(device)
+    return kwargs
+
+
+def _run(rec: Recorder, key: str, module: nn.Module, x: torch.Tensor, context: torch.Tensor | None = None,
+         mask: torch.Tensor | None = None) -> None:
+    """Record module(x, context=..., mask=...) without gradients, on fresh copies of the check's inputs."""
+    with torch.no_grad():
+        rec.call(key, module, x.to(rec.device), **_forward_kwargs(context, mask, rec.device))
+
+
+# ---------------------------------------------------------------- the modules: the judge's side
+
+def _expected_params(k: int, heads: int, wide: bool) -> dict[str, tuple[int, ...]]:
+    width = k * heads if wide else k
+    return {"to_queries.weight": (width, k), "to_keys.weight": (width, k), "to_values.weight": (width, k),
+            "unify_heads.weight": (k, width), "unify_heads.bias": (k,)}
+
+
+def _check_structure(ev: Evidence, key: str, cls_name: str, k: int, heads: int, wide: bool) -> None:
+    """The four layers are nn.Linear of the right sizes, with a bias only on unify_heads, and not shared."""
     __tracebackhide__ = True
-    module = _make(cls, cls_name, k, heads, wide, "cpu", 200)
-    count = sum(p.numel() for p in module.parameters())
-    expected = 4 * heads * k * k + k if wide else 4 * k * k + k
-    if count != expected:
-        formula = "4·heads·k² + k" if wide else "4k² + k"
-        fail(f"{cls_name}({k}, {heads}) has {count} registered parameters; it should have {formula} = {expected}. "
-             "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?")
+    what = f"{cls_name}({k}, {heads})"
+    raised(ev, key, what)
+    if ev.facts.get(f"{key}.is_module") is not True:
+        fact = ev.facts.get(key)
+        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
+        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
+    shared = ev.facts.get(f"{key}.shared")
+    if not isinstance(shared, list):
+        fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
+    if shared:
+        fail(f"Two of {cls_name}'s projections are the same layer ({str(shared[0])[:40]} is another one too). "
+             "Queries, keys, values and unify_heads each need their own nn.Linear.", mistake=SHARED_LAYER)
+    described = ev.facts.get(f"{key}.modules")
+    found = {m.get("name"): m for m in described if isinstance(m, dict)} if isinstance(described, list) else {}
+    width, width_spec = (k * heads, "k * heads") if wide else (k, "k")
+    for name in LAYERS:
+        bias = name == "unify_heads"
+        n_in, n_out = (width, k) if bias else (k, width)
+        spec = f"nn.Linear({width_spec}, k)" if bias else f"nn.Linear(k, {width_spec}, bias=False)"
+        layer = found.get(name)
+        if not isinstance(layer, dict):
+            fail(f"{cls_name} has no attribute `{name}`. Create it in __init__: self.{name} = {spec}.",
+                 mistake=MISSING_LAYER)
+        if "in_features" not in layer:
+            fail(f"{cls_name}.{name} is a {str(layer.get('type'))[:60]}; it should be {spec}.",
+                 mistake=WRONG_LAYER_TYPE)
+        if (layer.get("in_features"), layer.get("out_features")) != (n_in, n_out):
+            fail(f"{cls_name}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; here it "
+                 f"should map {n_in} -> {n_out}: {spec}.", mistake=WRONG_LAYER_SIZE)
+        if bias and layer.get("bias") is not True:
+            fail(f"{cls_name}.{name} has no bias. unify_heads is an ordinary linear layer with a bias, as in "
+                 f"nn.MultiheadAttention's out_proj: {spec}.", mistake=UNIFY_NO_BIAS)
+        if not bias and layer.get("bias") is not False:
+            fail(f"{cls_name}.{name} has a bias. The query, key and value projections have none: {spec}.",
+                 mistake=PROJECTION_BIAS)
 
 
-def narrow_structure(cls: Callable) -> None:
-    """to_queries, to_keys, to_values: nn.Linear(k, k, bias=False); unify_heads: nn.Linear(k, k); 4k² + k parameters."""
+def _weights(ev: Evidence, key: str, cls_name: str, k: int, heads: int, wide: bool,
+             seed: int) -> dict[str, torch.Tensor]:
+    """The structure is right, and the values the probe loaded into the five parameters (recreated here)."""
     __tracebackhide__ = True
-    _structure(cls, NARROW_NAME, 12, 3, wide=False)
+    _check_structure(ev, key, cls_name, k, heads, wide)
+    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed, GAINS)
+    found = {}
+    for name, shape in _expected_params(k, heads, wide).items():
+        if name not in loaded or tuple(loaded[name].shape) != shape:
+            fail(f"{cls_name}({k}, {heads}) has no registered parameter {name} of shape {shape}. Register the "
+                 "layers as attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
+        found[name] = loaded[name]
+    return found
 
 
-def narrow_rejects_indivisible_heads(cls: Callable) -> None:
-    """MultiHeadAttention(10, 4) cannot split 10 features into 4 equal heads: construction raises an error."""
-    __tracebackhide__ = True
-    try:
-        cls(10, 4)
-    except NotImplementedError:
-        fail(f"{NARROW_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.")
-    except Exception:
-        return
-    fail(f"{NARROW_NAME}(10, 4) was created without complaint, but 10 features cannot be split into 4 heads of "
-         "equal size. Check in __init__: if k % heads != 0: raise ValueError(...) with a message that says so.")
+def _mha(w: dict[str, torch.Tensor], heads: int) -> nn.MultiheadAttention:
+    """nn.MultiheadAttention carrying these weights (zero input biases); its parameters require grad."""
+    k = w["unify_heads.weight"].shape[0]
+    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
+        mha = nn.MultiheadAttention(k, heads, bias=True, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([w["to_queries.weight"], w["to_keys.weight"], w["to_values.weight"]]))
+        mha.in_proj_bias.zero_()
+        mha.out_proj.weight.copy_(w["unify_heads.weight"])
+        mha.out_proj.bias.copy_(w["unify_heads.bias"])
+    return mha
 
 
-def wide_structure(cls: Callable) -> None:
-    """Projections nn.Linear(k, k·heads, bias=False); unify_heads nn.Linear(k·heads, k); 4·heads·k² + k parameters."""
-    __tracebackhide__ = True
-    _structure(cls, WIDE_NAME, 6, 3, wide=True)
+def _mha_forward(mha: nn.MultiheadAttention, x: torch.Tensor, context: torch.Tensor | None,
+                 mask: torch.Tensor | None, heads: int) -> torch.Tensor:
+    source = x if context is None else context
+    attn_mask = None
+    if mask is not None:  # nn.MultiheadAttention: True means NOT allowed, one (tq, tk) mask per batch and head
+        full = torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))
+        attn_mask = ~full.repeat_interleave(heads, dim=0)  # (b·h, tq, tk)
+    y, _ = mha(x, source, source, attn_mask=attn_mask, need_weights=False)
+    return y
 
 
-# ---------------------------------------------------------------- the modules: what they compute
+def _narrow_oracle(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor | None,
+                   mask: torch.Tensor | None, heads: int) -> torch.Tensor:
+    """nn.MultiheadAttention with the check's weights."""
+    with torch.no_grad():
+        return _mha_forward(_mha(w, heads), x, context, mask, heads)
 
-def _weights(module: nn.Module) -> tuple[torch.Tensor, ...]:
-    return (module.to_queries.weight, module.to_keys.weight, module.to_values.weight,
-            module.unify_heads.weight, module.unify_heads.bias)
+
+def _wide_oracle(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor | None,
+                 mask: torch.Tensor | None, heads: int) -> torch.Tensor:
+    """PyTorch's fused attention on the projections, split into heads of size k (scale 1/√k)."""
+    source = x if context is None else context
+    q, k, v = (_split(F.linear(t, w[name]), heads)
+               for t, name in ((x, "to_queries.weight"), (source, "to_keys.weight"), (source, "to_values.weight")))
+    m = None if mask is None else torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))[:, None]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # (b, h, tq, k)
+    return F.linear(_merge(out), w["unify_heads.weight"], w["unify_heads.bias"])
 
 
-def _forward(module: nn.Module, x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None, heads: int,
-             scale: float, split: str = "right", merge: str = "right", use_context: bool = True, use_mask: bool = True,
-             softmax_dim: int = -1, unify: bool = True) -> torch.Tensor:
+def _oracle(wide: bool) -> Callable[..., torch.Tensor]:
+    return _wide_oracle if wide else _narrow_oracle
+
+
+def _forward(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None,
+             heads: int, scale: float, split: str = "right", merge: str = "right", use_context: bool = True,
+             use_mask: bool = True, softmax_dim: int = -1, unify: bool = True) -> torch.Tensor:
     """Multi-head attention written out with plain torch ops, with switches for the typical mistakes."""
-    wq, wk, wv, wo, bo = _weights(module)
     source = x if context is None or not use_context else context
 
     def split_(t: torch.Tensor) -> torch.Tensor:
@@ -201,16 +407,17 @@ def _forward(module: nn.Module, x: torch.Tensor, context: torch.Tensor | None, m
         if split == "no transpose":
             return t.reshape(b, heads, n, width // heads)
         if split == "interleaved":
-            return t.view(b, n, width // heads, heads).permute(0, 3, 1, 2)
+            return t.reshape(b, n, width // heads, heads).permute(0, 3, 1, 2)
         return _split(t, heads)
 
-    q, k, v = split_(F.linear(x, wq)), split_(F.linear(source, wk)), split_(F.linear(source, wv))  # (b, h, t, s)
+    q = split_(F.linear(x, w["to_queries.weight"]))  # (b, h, tq, s)
+    k = split_(F.linear(source, w["to_keys.weight"]))  # (b, h, tk, s)
+    v = split_(F.linear(source, w["to_values.weight"]))  # (b, h, tk, s)
     scores = q @ k.transpose(-2, -1) / scale  # (b, h, tq, tk)
-    m = None if mask is None or not use_mask else torch.broadcast_to(mask, (x.shape[0], q.shape[-2], k.shape[-2]))[:, None]
-    if m is not None:
+    if mask is not None and use_mask:
+        m = torch.broadcast_to(mask, (x.shape[0], q.shape[-2], k.shape[-2]))[:, None]  # (b, 1, tq, tk)
         scores = scores.masked_fill(~m, _INF)
-    w = F.softmax(scores, dim=softmax_dim)
-    out = w @ v  # (b, h, tq, s)
+    out = F.softmax(scores, dim=softmax_dim) @ v  # (b, h, tq, s)
     b, h, t, s = out.shape
     if merge == "no transpose":
         out = out.reshape(b, t, h * s)
@@ -218,210 +425,337 @@ def _forward(module: nn.Module, x: torch.Tensor, context: torch.Tensor | None, m
         out = out.permute(0, 2, 3, 1).reshape(b, t, h * s)
     else:
         out = _merge(out)
-    return F.linear(out, wo, bo) if unify else out
+    return F.linear(out, w["unify_heads.weight"], w["unify_heads.bias"]) if unify else out
 
 
-def _narrow_oracle(module: nn.Module, x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None,
-                   heads: int) -> torch.Tensor:
-    """nn.MultiheadAttention with the student's weights (zero input biases)."""
-    wq, wk, wv, wo, bo = _weights(module)
-    k = x.shape[-1]
-    source = x if context is None else context
-    mha = nn.MultiheadAttention(k, heads, bias=True, batch_first=True).to(x.device)
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([wq, wk, wv]))
-        mha.in_proj_bias.zero_()
-        mha.out_proj.weight.copy_(wo)
-        mha.out_proj.bias.copy_(bo)
-        attn_mask = None
-        if mask is not None:  # nn.MultiheadAttention: True means NOT allowed, one (tq, tk) mask per batch and head
-            full = torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))
-            attn_mask = ~full.repeat_interleave(heads, dim=0)  # (b·h, tq, tk)
-        y, _ = mha(x, source, source, attn_mask=attn_mask, need_weights=False)
-    return y
+def _mistake_specs(k: int, heads: int, wide: bool, x: torch.Tensor, context: torch.Tensor | None,
+                   mask: torch.Tensor | None) -> list[tuple[Mistake, dict[str, Any]]]:
+    """The typical mistakes for this case, as switches of _forward: each one alone, then combined.
 
-
-def _wide_oracle(module: nn.Module, x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None,
-                 heads: int) -> torch.Tensor:
-    """PyTorch's fused attention on the student's projections, split into heads of size k (scale 1/√k)."""
-    wq, wk, wv, wo, bo = _weights(module)
-    source = x if context is None else context
-    q, k, v = (_split(F.linear(t, w), heads) for t, w in ((x, wq), (source, wk), (source, wv)))  # (b, h, t, k)
-    m = None if mask is None else torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))[:, None]
-    return F.linear(_merge(F.scaled_dot_product_attention(q, k, v, attn_mask=m)), wo, bo)
-
-
-def _mistakes(module: nn.Module, x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None,
-              heads: int, wide: bool) -> dict[str, torch.Tensor]:
-    k = x.shape[-1]
+    The module calls the student's own split_heads and merge_heads, so a mistake there shows up in the module
+    too, and may come together with one in the module's cell (a wrong scale, say). Combinations of one scale, one
+    split, one merge and one other mistake are real computations of the exercise; they keep the property checks'
+    credit and are named, part by part, by the oracle check."""
     right = math.sqrt(k if wide else k // heads)
-
-    def f(**kw):
-        return _forward(module, x, context, mask, heads, kw.pop("scale", right), **kw)
-
-    found = {}
-    if wide:
-        found["the scores are divided by √(k·heads), the size of the projected queries before they are split. Each "
-              "head here has size k: divide by √k."] = f(scale=math.sqrt(k * heads))
-        found["the scores are divided by √(k / heads); a wide head has the full size k: divide by √k."] = \
-            f(scale=math.sqrt(k / heads))
-    else:
-        found["the scores are divided by √k, the model size; each head's dot products are over s = k // heads "
-              "features, so divide by √(k // heads), the head size."] = f(scale=math.sqrt(k))
-        found["the scores are divided by √(k·heads); each head's dot products are over s = k // heads features, "
-              "so divide by √(k // heads)."] = f(scale=math.sqrt(k * heads))
-    found["the scores are not scaled: divide them by the square root of the head size."] = f(scale=1.0)
-    found["the projections are reshaped to (b, heads, t, s) without a transpose, so each 'head' mixes pieces of "
-          "different positions. Use split_heads: view as (b, t, heads, s), then .transpose(1, 2)."] = \
-        f(split="no transpose", merge="no transpose")
-    found["the heads are split with a reshape to (b, heads, t, s) without a transpose (merge_heads is right). "
-          "Use split_heads: view as (b, t, heads, s), then .transpose(1, 2)."] = f(split="no transpose")
-    found["the heads are merged with a reshape to (b, t, k) without a transpose. Use merge_heads: .transpose(1, 2) "
-          "first, then reshape."] = f(merge="no transpose")
-    found["the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the contiguous "
-          "block i·s to (i+1)·s − 1, as nn.MultiheadAttention does."] = f(split="interleaved", merge="interleaved")
-    found["the softmax runs over the queries (dim=-2). Each query's weights over the keys must sum to 1: "
-          "softmax over the last dimension."] = f(softmax_dim=-2)
-    found["unify_heads is not applied: the merged heads must go through self.unify_heads."] = f(unify=False)
+    wrong = (((SCALED_BY_PROJECTED_SIZE, math.sqrt(k * heads)), (SCALED_BY_HEAD_FRACTION, math.sqrt(k / heads)))
+             if wide else ((SCALED_BY_MODEL_SIZE, math.sqrt(k)), (SCALED_BY_K_TIMES_HEADS, math.sqrt(k * heads))))
+    scales = ((None, right), *wrong, (UNSCALED, 1.0))
+    splits = ((None, "right"), (HEADS_SPLIT_NO_TRANSPOSE, "no transpose"), (HEADS_SPLIT_INTERLEAVED, "interleaved"))
+    merges = ((None, "right"), (HEADS_MERGED_NO_TRANSPOSE, "no transpose"), (HEADS_MERGED_INTERLEAVED, "interleaved"))
+    both = {"no transpose": HEADS_NO_TRANSPOSE, "interleaved": HEADS_INTERLEAVED}
+    others: list[tuple[Mistake | None, dict[str, Any]]] = [
+        (None, {}), (SOFTMAX_OVER_QUERIES, {"softmax_dim": -2}), (UNIFY_SKIPPED, {"unify": False})]
     if context is not None and (mask is None or context.shape[1] == x.shape[1]):
-        found["the context is ignored: keys and values must come from the context (x only when context is None)."] = \
-            f(use_context=False)
+        others.append((CONTEXT_IGNORED, {"use_context": False}))
     if mask is not None:
-        found["the mask is ignored: pass it on to the attention, broadcast over the heads — (b, tq, tk) becomes "
-              "(b, 1, tq, tk)."] = f(use_mask=False)
-    return found
+        others.append((MASK_IGNORED, {"use_mask": False}))
+    single, several = [], []
+    for (m_scale, scale), (m_split, split), (m_merge, merge), (m_other, other) in product(scales, splits, merges,
+                                                                                         others):
+        layout = [both[split]] if m_split and m_merge and split == merge else [m for m in (m_split, m_merge) if m]
+        parts = [m for m in (m_scale, *layout, m_other) if m is not None]
+        switches = {"scale": scale, "split": split, "merge": merge, **other}
+        if len(parts) == 1:
+            single.append((parts[0], switches))
+        elif parts:
+            several.append((Mistake(SEVERAL, "several things at once. " + " ".join(
+                f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), switches))
+    return single + several
 
 
-_MASK_HINT = ("The mask is broadcastable to (b, tq, tk), and the scores are (b, heads, tq, tk): put a heads axis "
-              "in it, e.g. torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1), or mask.unsqueeze(1) when it has 3 "
-              "dimensions. A (tq, tk) mask broadcasts as it is.")
-_FORWARD_HINT = ("Follow the shapes: project (b, t, k), split_heads to (b, heads, t, s), attention, merge_heads to "
-                 "(b, t, k), unify_heads. ")
+def _mistakes(w: dict[str, torch.Tensor], k: int, heads: int, wide: bool, x: torch.Tensor,
+              context: torch.Tensor | None, mask: torch.Tensor | None) -> list[tuple[Mistake, torch.Tensor]]:
+    with torch.no_grad():
+        return [(m, _forward(w, x, context, mask, heads, **kw)) for m, kw in _mistake_specs(k, heads, wide, x, context,
+                                                                                             mask)]
 
 
-def _cases(device: torch.device | str, wide: bool) -> list[tuple[int, int, torch.Tensor, torch.Tensor | None, torch.Tensor | None, str]]:
-    """(k, heads, x, context, mask, description): head size != k, tq != tk, batch > 1, masks of three shapes."""
-    specs = [(12, 3, 3, 5, None, None), (8, 2, 2, 4, 7, None), (8, 4, 2, 6, None, "causal"),
-             (12, 4, 2, 5, 6, "random"), (6, 3, 2, 5, 5, "padding"), (6, 1, 2, 3, None, None)]
-    if wide:
-        specs = [(6, 3, 3, 5, None, None), (4, 2, 2, 4, 7, None), (4, 4, 2, 6, None, "causal"),
-                 (6, 2, 2, 5, 6, "random"), (4, 3, 2, 5, 5, "padding")]
-    cases = []
-    for i, (k, heads, b, tq, tk, kind) in enumerate(specs):
-        x = randn(b, tq, k, seed=250 + i, device=device)
-        context = None if tk is None else randn(b, tk, k, seed=260 + i, device=device)
-        n = tq if tk is None else tk
-        if kind == "causal":
-            mask = torch.ones(tq, n, dtype=torch.bool, device=device).tril()  # (tq, tk)
-        elif kind == "random":
-            mask = torch.rand(b, tq, n, generator=generator(270 + i)) < 0.5
-            mask[:, torch.arange(tq), torch.arange(tq) % n] = True  # nobody is left with nothing to attend to
-            mask = mask.to(device)  # (b, tq, tk)
-        elif kind == "padding":
-            mask = (torch.arange(n, device=device) < torch.tensor([n, 3], device=device)[:, None])[:, None, :]  # (b, 1, tk)
-        else:
-            mask = None
-        what = f"k={k}, {heads} heads, x {(b, tq, k)}"
-        what += ", no context" if context is None else f", context {(b, tk, k)}"
-        what += "" if mask is None else f", {kind} mask {tuple(mask.shape)}"
-        cases.append((k, heads, x, context, mask, what))
-    return cases
-
-
-def _call(module: nn.Module, cls_name: str, x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None,
-          device: torch.device | str) -> torch.Tensor:
+def _anchor(ev: Evidence, y: torch.Tensor, w: dict[str, torch.Tensor], k: int, heads: int, wide: bool,
+            x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None, claim: str, case: str) -> None:
+    """Fail unless y is what multi-head attention (or one of its typical mistakes) computes with these weights."""
     __tracebackhide__ = True
-    kwargs = {}
-    if context is not None:
-        kwargs["context"] = context.clone()
-    if mask is not None:
-        kwargs["mask"] = mask.clone()
-    signature = ", ".join(["x", *kwargs])
-    hint = _FORWARD_HINT + (_MASK_HINT if mask is not None else "")
-    hint += " forward's signature is forward(self, x, context=None, mask=None)." if kwargs else ""
-    y = run(module, x.clone(), **kwargs, what=f"{cls_name}.forward({signature})", hint=hint)
+    expected = _oracle(wide)(w, x, context, mask, heads)
+    if not matches_any(y, [expected, *(m for _, m in _mistakes(w, k, heads, wide, x, context, mask))], ev.device):
+        fail(f"{claim}, but it is not multi-head attention: its output matches neither the reference nor a known "
+             f"mistake. {_FORWARD_HINT}", expected, y, case=case)
+
+
+def _module_output(ev: Evidence, key: str, cls_name: str, x: torch.Tensor, context: torch.Tensor | None,
+                   mask: torch.Tensor | None) -> torch.Tensor:
+    __tracebackhide__ = True
     b, tq, k = x.shape
-    tk = x.shape[1] if context is None else context.shape[1]
-    expect_tensor(y, what=f"{cls_name}.forward", shape=(b, tq, k), device=device, shape_hints={
+    tk = tq if context is None else context.shape[1]
+    signature = ", ".join(["x", *(["context"] if context is not None else []), *(["mask"] if mask is not None else [])])
+    hint = _FORWARD_HINT + (" " + _MASK_HINT if mask is not None else "")
+    hint += " forward's signature is forward(self, x, context=None, mask=None)." if signature != "x" else ""
+    return output(ev, key, what=f"{cls_name}.forward({signature})", shape=(b, tq, k), hint=hint, shape_hints={
         (b, tk, k): "There is one output per context position: the queries must come from x, keys and values from "
                     "the context."})
-    return y
 
 
-def _matches_oracle(cls: Callable, cls_name: str, device: torch.device | str, wide: bool) -> None:
+def _describe_case(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None,
+                   kind: str | None = None) -> str:
+    what = f"k={k}, {heads} heads, x {tuple(x.shape)}"
+    what += ", no context" if context is None else f", context {tuple(context.shape)}"
+    what += "" if mask is None else f", {kind + ' ' if kind else ''}mask {tuple(mask.shape)}"
+    return what
+
+
+# ---------------------------------------------------------------- structure
+
+_STRUCTURE = MappingProxyType({False: (12, 3), True: (6, 3)})  # wide -> (k, heads)
+
+
+def _structure_x(k: int) -> torch.Tensor:
+    return randn(2, 4, k, seed=201)
+
+
+def _probe_structure(cls: Callable, rec: Recorder, wide: bool) -> None:
+    k, heads = _STRUCTURE[wide]
+    module = _make(cls, rec, "module", k, heads, 200)
+    if module is not None:
+        _run(rec, "y", module, _structure_x(k))
+
+
+def _judge_structure(ev: Evidence, wide: bool) -> None:
     __tracebackhide__ = True
-    for i, (k, heads, x, context, mask, what) in enumerate(_cases(device, wide)):
-        module = _make(cls, cls_name, k, heads, wide, device, 300 + 20 * i)
-        with torch.no_grad():
-            y = _call(module, cls_name, x, context, mask, device)
-            expected = (_wide_oracle if wide else _narrow_oracle)(module, x, context, mask, heads)
-            mistakes = _mistakes(module, x, context, mask, heads, wide)
-        oracle = "PyTorch's fused attention on your projections" if wide else "nn.MultiheadAttention with your weights"
-        expect_close(y, expected, what=f"{cls_name}.forward", mistakes=mistakes, case=what,
-                     otherwise=f"It differs from {oracle}. " + _FORWARD_HINT)
+    k, heads = _STRUCTURE[wide]
+    cls_name = WIDE_NAME if wide else NARROW_NAME
+    w = _weights(ev, "module", cls_name, k, heads, wide, 200)
+    filled = ev.facts.get("module.params")
+    count = sum(math.prod(entry[1]) for entry in filled if isinstance(entry, list) and len(entry) == 2
+                and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1]))
+    expected = 4 * heads * k * k + k if wide else 4 * k * k + k
+    if count != expected:
+        formula = "4·heads·k² + k" if wide else "4k² + k"
+        fail(f"{cls_name}({k}, {heads}) has {count} registered parameters; it should have {formula} = {expected}. "
+             "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?",
+             mistake=PARAMETER_COUNT)
+    x = _structure_x(k)
+    y = _module_output(ev, "y", cls_name, x, None, None)
+    _anchor(ev, y, w, k, heads, wide, x, None, None, f"{cls_name} has the right layers",
+            _describe_case(k, heads, x, None, None))
 
 
-def narrow_matches_oracle(cls: Callable, device: torch.device | str = "cpu") -> None:
-    """Self- and cross-attention, 1-4 heads, masks (tq, tk), (b, tq, tk), (b, 1, tk) against nn.MultiheadAttention."""
+def _judge_narrow_structure(ev: Evidence) -> None:
+    """to_queries, to_keys, to_values: nn.Linear(k, k, bias=False); unify_heads: nn.Linear(k, k); 4k² + k
+    parameters."""
+    _judge_structure(ev, wide=False)
+
+
+def _judge_wide_structure(ev: Evidence) -> None:
+    """Projections nn.Linear(k, k·heads, bias=False); unify_heads nn.Linear(k·heads, k); 4·heads·k² + k
+    parameters."""
+    _judge_structure(ev, wide=True)
+
+
+multi_head_structure = Check("multi_head_structure", lambda cls, rec: _probe_structure(cls, rec, False),
+                             _judge_narrow_structure)
+wide_structure = Check("wide_structure", lambda cls, rec: _probe_structure(cls, rec, True), _judge_wide_structure)
+
+
+def _probe_indivisible(cls: Callable, rec: Recorder) -> None:
+    rec.call("indivisible", cls, 10, 4)
+    _probe_structure(cls, rec, False)
+
+
+def _judge_indivisible(ev: Evidence) -> None:
+    """MultiHeadAttention(10, 4) cannot split 10 features into 4 equal heads: construction raises an error."""
+    fact = ev.facts.get("indivisible")
+    if not isinstance(fact, dict):
+        fail(f"The test recorded nothing for {NARROW_NAME}(10, 4): the check did not run to the end.")
+    if fact.get("kind") == "raised" and fact.get("not_implemented"):
+        fail(f"{NARROW_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.",
+             mistake="not-implemented")
+    if fact.get("kind") != "raised":
+        fail(f"{NARROW_NAME}(10, 4) was created without complaint, but 10 features cannot be split into 4 heads of "
+             "equal size. Check in __init__: if k % heads != 0: raise ValueError(...) with a message that says so.",
+             mistake=NO_DIVISIBILITY_CHECK)
+    k, heads = _STRUCTURE[False]
+    w = _weights(ev, "module", NARROW_NAME, k, heads, False, 200)
+    x = _structure_x(k)
+    y = _module_output(ev, "y", NARROW_NAME, x, None, None)
+    _anchor(ev, y, w, k, heads, False, x, None, None, f"{NARROW_NAME}(10, 4) raises an error",
+            _describe_case(k, heads, x, None, None))
+
+
+multi_head_indivisible = Check("multi_head_indivisible", _probe_indivisible, _judge_indivisible)
+
+
+# ---------------------------------------------------------------- shapes and context
+
+def _context_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    return randn(2, 3, 8, seed=401), randn(2, 5, 8, seed=402)
+
+
+def _probe_context(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", 8, 2, 400)
+    if module is None:
+        return
+    x, context = _context_inputs()
+    _run(rec, "y_self", module, x)
+    _run(rec, "y_explicit", module, x, x)
+    _run(rec, "y_cross", module, x, context)
+
+
+def _judge_context(ev: Evidence, wide: bool) -> None:
     __tracebackhide__ = True
-    _matches_oracle(cls, NARROW_NAME, device, wide=False)
-
-
-def wide_matches_oracle(cls: Callable, device: torch.device | str = "cpu") -> None:
-    """The same cases against F.scaled_dot_product_attention on the student's projections, heads of size k."""
-    __tracebackhide__ = True
-    _matches_oracle(cls, WIDE_NAME, device, wide=True)
-
-
-def _shapes_and_context(cls: Callable, cls_name: str, device: torch.device | str, wide: bool) -> None:
-    __tracebackhide__ = True
-    module = _make(cls, cls_name, 8, 2, wide, device, 400)
-    x = randn(2, 3, 8, seed=401, device=device)
-    context = randn(2, 5, 8, seed=402, device=device)
-    with torch.no_grad():
-        y_self = _call(module, cls_name, x, None, None, device)
-        y_explicit = _call(module, cls_name, x, x, None, device)
-        y_cross = _call(module, cls_name, x, context, None, device)
-    expect_close(y_explicit, y_self, what=f"{cls_name}.forward(x, context=x)", case="x (2, 3, 8)",
+    cls_name = WIDE_NAME if wide else NARROW_NAME
+    w = _weights(ev, "module", cls_name, 8, 2, wide, 400)
+    x, context = _context_inputs()
+    y_self = _module_output(ev, "y_self", cls_name, x, None, None)
+    y_explicit = _module_output(ev, "y_explicit", cls_name, x, x, None)
+    y_cross = _module_output(ev, "y_cross", cls_name, x, context, None)
+    expect_close(y_explicit, y_self, what=f"{cls_name}.forward(x, context=x)", device=ev.device, case="x (2, 3, 8)",
                  otherwise="With context=None the keys and values come from x, so forward(x) and forward(x, "
                            "context=x) must agree.")
     if torch.allclose(y_cross, y_self, atol=1e-5):
         fail(f"{cls_name}.forward(x, context=c) gives the same result as forward(x): the context is ignored. "
-             "Keys and values come from the context when one is given.")
+             "Keys and values come from the context when one is given.", mistake=CONTEXT_IGNORED.id)
+    for y, c in ((y_self, None), (y_cross, context)):
+        _anchor(ev, y, w, 8, 2, wide, x, c, None, f"{cls_name} takes its keys and values from the context",
+                _describe_case(8, 2, x, c, None))
 
 
-def narrow_shapes_and_context(cls: Callable, device: torch.device | str = "cpu") -> None:
-    """(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context matters."""
-    __tracebackhide__ = True
-    _shapes_and_context(cls, NARROW_NAME, device, wide=False)
+def _judge_narrow_context(ev: Evidence) -> None:
+    """(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context
+    matters."""
+    _judge_context(ev, wide=False)
 
 
-def wide_shapes_and_context(cls: Callable, device: torch.device | str = "cpu") -> None:
+def _judge_wide_context(ev: Evidence) -> None:
     """The same for the wide module."""
-    __tracebackhide__ = True
-    _shapes_and_context(cls, WIDE_NAME, device, wide=True)
+    _judge_context(ev, wide=True)
 
 
-def narrow_respects_a_causal_mask(cls: Callable, device: torch.device | str = "cpu") -> None:
-    """With a causal mask, (t, t) or one per batch element (b, t, t), changing input 4 changes no earlier output."""
-    __tracebackhide__ = True
-    t = 6
-    module = _make(cls, NARROW_NAME, 8, 4, False, device, 420)
-    x = randn(2, t, 8, seed=421, device=device)
+multi_head_context = Check("multi_head_context", _probe_context, _judge_narrow_context)
+wide_context = Check("wide_context", _probe_context, _judge_wide_context)
+
+
+# ---------------------------------------------------------------- a causal mask
+
+_CAUSAL_T = 6
+
+
+def _causal_inputs() -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    x = randn(2, _CAUSAL_T, 8, seed=421)
     x_changed = x.clone()
     x_changed[:, 4] += 3.0
-    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # (t, t)
-    for mask in (causal, causal.expand(2, t, t).clone()):
-        with torch.no_grad():
-            y = _call(module, NARROW_NAME, x, None, mask, device)
-            y_changed = _call(module, NARROW_NAME, x_changed, None, mask, device)
-        expect_close(y_changed[:, :4], y[:, :4], what=f"{NARROW_NAME}.forward with a causal mask of shape "
-                     f"{tuple(mask.shape)}, outputs 0-3", case="input 4 changed",
-                     otherwise="Changing input 4 changed an earlier output: the mask is not applied to every head. "
-                               + _MASK_HINT)
+    causal = torch.ones(_CAUSAL_T, _CAUSAL_T, dtype=torch.bool).tril()  # (t, t)
+    return x, x_changed, (causal, causal.expand(2, _CAUSAL_T, _CAUSAL_T).clone())
 
 
-def _count_matmuls(y: torch.Tensor) -> int:
+def _probe_causal(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", 8, 4, 420)
+    if module is None:
+        return
+    x, x_changed, masks = _causal_inputs()
+    for i, mask in enumerate(masks):
+        _run(rec, f"y{i}", module, x, None, mask)
+        _run(rec, f"y_changed{i}", module, x_changed, None, mask)
+
+
+def _judge_causal(ev: Evidence) -> None:
+    """With a causal mask, (t, t) or one per batch element (b, t, t), changing input 4 changes no earlier output."""
+    w = _weights(ev, "module", NARROW_NAME, 8, 4, False, 420)
+    x, x_changed, masks = _causal_inputs()
+    for i, mask in enumerate(masks):
+        y = _module_output(ev, f"y{i}", NARROW_NAME, x, None, mask)
+        y_changed = _module_output(ev, f"y_changed{i}", NARROW_NAME, x_changed, None, mask)
+        if not matches_any(y_changed[:, :4], [y[:, :4]], ev.device):
+            what = (f"{NARROW_NAME}.forward with a causal mask of shape {tuple(mask.shape)}: changing input 4 "
+                    "changed an earlier output (0-3)")
+            for m, y_mistake in _mistakes(w, 8, 4, False, x, None, mask):
+                if m is not MASK_IGNORED and matches_any(y, [y_mistake], ev.device):  # leaks for another reason
+                    fail(f"{what}. The output is not what was asked: {m.explanation}", y[:, :4], y_changed[:, :4],
+                         case="input 4 changed", mistake=m.id)
+            ignored = _forward(w, x, None, None, 4, math.sqrt(2))
+            fail(f"{what}, so the mask is not applied to every head. {_MASK_HINT}", y[:, :4], y_changed[:, :4],
+                 case="input 4 changed", mistake=MASK_IGNORED.id if matches_any(y, [ignored], ev.device) else None)
+        _anchor(ev, y, w, 8, 4, False, x, None, mask, f"{NARROW_NAME} respects the causal mask",
+                _describe_case(8, 4, x, None, mask, "causal"))
+
+
+multi_head_causal = Check("multi_head_causal", _probe_causal, _judge_causal)
+
+
+# ---------------------------------------------------------------- against the oracle
+
+# (k, heads, b, tq, tk or None for self-attention, mask kind): head size != k, tq != tk, batch > 1, three mask shapes
+NARROW_CASES = ((12, 3, 3, 5, None, None), (8, 2, 2, 4, 7, None), (8, 4, 2, 6, None, "causal"),
+                (12, 4, 2, 5, 6, "random"), (6, 3, 2, 5, 5, "padding"), (6, 1, 2, 3, None, None))
+WIDE_CASES = ((6, 3, 3, 5, None, None), (4, 2, 2, 4, 7, None), (4, 4, 2, 6, None, "causal"),
+              (6, 2, 2, 5, 6, "random"), (4, 3, 2, 5, 5, "padding"))
+
+
+def _case(i: int, spec: tuple) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """x, context and mask of one case, on the CPU."""
+    k, _, b, tq, tk, kind = spec
+    x = randn(b, tq, k, seed=250 + i)
+    context = None if tk is None else randn(b, tk, k, seed=260 + i)
+    n = tq if tk is None else tk
+    if kind == "causal":
+        mask = torch.ones(tq, n, dtype=torch.bool).tril()  # (tq, tk)
+    elif kind == "random":
+        mask = torch.rand(b, tq, n, generator=generator(270 + i)) < 0.5
+        mask[:, torch.arange(tq), torch.arange(tq) % n] = True  # nobody is left with nothing to attend to; (b, tq, tk)
+    elif kind == "padding":
+        mask = (torch.arange(n) < torch.tensor([n, 3])[:, None])[:, None, :]  # (b, 1, tk)
+    else:
+        mask = None
+    return x, context, mask
+
+
+def _probe_oracle(cls: Callable, rec: Recorder, wide: bool) -> None:
+    for i, spec in enumerate(WIDE_CASES if wide else NARROW_CASES):
+        module = _make(cls, rec, f"module{i}", spec[0], spec[1], 300 + 20 * i)
+        if module is None:
+            return
+        x, context, mask = _case(i, spec)
+        _run(rec, f"y{i}", module, x, context, mask)
+
+
+def _judge_oracle(ev: Evidence, wide: bool) -> None:
+    __tracebackhide__ = True
+    cls_name = WIDE_NAME if wide else NARROW_NAME
+    oracle = "PyTorch's fused attention on your projections" if wide else "nn.MultiheadAttention with your weights"
+    for i, spec in enumerate(WIDE_CASES if wide else NARROW_CASES):
+        k, heads = spec[0], spec[1]
+        w = _weights(ev, f"module{i}", cls_name, k, heads, wide, 300 + 20 * i)
+        x, context, mask = _case(i, spec)
+        y = _module_output(ev, f"y{i}", cls_name, x, context, mask)
+        expect_close(y, _oracle(wide)(w, x, context, mask, heads), what=f"{cls_name}.forward", device=ev.device,
+                     mistakes=_mistakes(w, k, heads, wide, x, context, mask),
+                     case=_describe_case(k, heads, x, context, mask, spec[5]),
+                     otherwise=f"It differs from {oracle}. " + _FORWARD_HINT)
+
+
+def _judge_narrow_oracle(ev: Evidence) -> None:
+    """Self- and cross-attention, 1-4 heads, masks (tq, tk), (b, tq, tk), (b, 1, tk) against
+    nn.MultiheadAttention."""
+    _judge_oracle(ev, wide=False)
+
+
+def _judge_wide_oracle(ev: Evidence) -> None:
+    """The same cases against F.scaled_dot_product_attention on the projections, heads of size k."""
+    _judge_oracle(ev, wide=True)
+
+
+multi_head_oracle = Check("multi_head_oracle", lambda cls, rec: _probe_oracle(cls, rec, False), _judge_narrow_oracle)
+wide_oracle = Check("wide_oracle", lambda cls, rec: _probe_oracle(cls, rec, True), _judge_wide_oracle)
+
+
+# ---------------------------------------------------------------- gradients, and no loop over the heads
+
+_GRAD_K, _GRAD_HEADS = 16, 8
+
+
+def _grad_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (2, 5, 16), context (2, 7, 16) and the upstream gradient (2, 5, 16)."""
+    return randn(2, 5, 16, seed=441), randn(2, 7, 16, seed=442), randn(2, 5, 16, seed=443)
+
+
+def count_matmuls(y: torch.Tensor) -> int:
     """Matrix products in the autograd graph of y: a loop over heads repeats them once per head."""
     seen, stack, count = set(), [y.grad_fn], 0
     while stack:
@@ -436,26 +770,88 @@ def _count_matmuls(y: torch.Tensor) -> int:
     return count
 
 
-def narrow_passes_gradients_without_a_loop(cls: Callable, device: torch.device | str = "cpu") -> None:
-    """Gradients reach every parameter, x and the context; the heads are computed together, not in a Python loop."""
-    __tracebackhide__ = True
-    heads = 8
-    module = _make(cls, NARROW_NAME, 16, heads, False, device, 440)
-    x = randn(2, 5, 16, seed=441, device=device).requires_grad_(True)
-    context = randn(2, 7, 16, seed=442, device=device).requires_grad_(True)
-    y = run(module, x, context=context, what=f"{NARROW_NAME}.forward(x, context)", hint=_FORWARD_HINT)
-    expect_tensor(y, what=f"{NARROW_NAME}.forward", shape=(2, 5, 16), device=device)
-    if not y.requires_grad:
-        fail(f"{NARROW_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.")
-    (y * randn(2, 5, 16, seed=443, device=device)).sum().backward()
+def _probe_gradients(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", _GRAD_K, _GRAD_HEADS, 440)
+    if module is None:
+        return
+    x, context, upstream = (t.to(rec.device) for t in _grad_inputs())
+    x.requires_grad_(True)
+    context.requires_grad_(True)
+    y = rec.call("y", module, x, context=context)
+    if not isinstance(y, torch.Tensor) or not y.requires_grad or y.shape != upstream.shape:
+        return
+    rec.fact("matmuls", count_matmuls(y))
+    (y * upstream).sum().backward()
+    rec.tensor("grad.x", x.grad)
+    rec.tensor("grad.context", context.grad)
     for name, p in module.named_parameters():
-        if p.grad is None or float(p.grad.abs().sum()) == 0.0:
-            fail(f"The parameter {name} receives no gradient, so it would never learn. Is it used in forward?")
-    for name, t in (("x", x), ("context", context)):
-        if t.grad is None or float(t.grad.abs().sum()) == 0.0:
-            fail(f"The input {name} receives no gradient through {NARROW_NAME}.forward.")
-    count = _count_matmuls(y)
-    if count > 12:
-        fail(f"{NARROW_NAME}.forward with {heads} heads performs {count} matrix products; computed together, the "
-             "heads need about 6. It looks like a Python loop over the heads: split the projections into a "
-             "(b, heads, t, s) tensor and let one batched attention call handle every head at once.")
+        rec.tensor(f"grad.{name}", p.grad)
+
+
+def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor,
+                      upstream: torch.Tensor) -> dict[str, torch.Tensor | None]:
+    """Autograd through nn.MultiheadAttention with these weights: gradients of x, the context and every weight."""
+    mha = _mha(w, _GRAD_HEADS)
+    x, context = x.clone().requires_grad_(True), context.clone().requires_grad_(True)
+    (_mha_forward(mha, x, context, None, _GRAD_HEADS) * upstream).sum().backward()
+    wq, wk, wv = mha.in_proj_weight.grad.chunk(3)
+    return {"x": x.grad, "context": context.grad, "to_queries.weight": wq, "to_keys.weight": wk,
+            "to_values.weight": wv, "unify_heads.weight": mha.out_proj.weight.grad,
+            "unify_heads.bias": mha.out_proj.bias.grad}
+
+
+def _mistake_gradients(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor, upstream: torch.Tensor,
+                       switches: dict[str, Any]) -> dict[str, torch.Tensor | None]:
+    """Autograd through one typical mistake's computation."""
+    leaves = {name: value.clone().requires_grad_(True) for name, value in w.items()}
+    x, context = x.clone().requires_grad_(True), context.clone().requires_grad_(True)
+    (_forward(leaves, x, context, None, _GRAD_HEADS, **switches) * upstream).sum().backward()
+    return {"x": x.grad, "context": context.grad, **{name: leaf.grad for name, leaf in leaves.items()}}
+
+
+def _judge_gradients(ev: Evidence) -> None:
+    """Gradients reach every parameter, x and the context, as autograd through nn.MultiheadAttention gives them;
+    the heads are computed together, not in a Python loop."""
+    w = _weights(ev, "module", NARROW_NAME, _GRAD_K, _GRAD_HEADS, False, 440)
+    x, context, upstream = _grad_inputs()
+    y = _module_output(ev, "y", NARROW_NAME, x, context, None)
+    if not requires_grad(ev, "y"):
+        fail(f"{NARROW_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.",
+             mistake="detached")
+    # the gradients are those of the computation the output is: the reference, or a known mistake (judged elsewhere)
+    expected = _narrow_oracle(w, x, context, None, _GRAD_HEADS)
+    specs = _mistake_specs(_GRAD_K, _GRAD_HEADS, False, x, context, None)
+    if matches_any(y, [expected], ev.device):
+        grads = _oracle_gradients(w, x, context, upstream)
+    else:
+        found = [kw for m, kw in specs if matches_any(y, [_forward(w, x, context, None, _GRAD_HEADS, **kw).detach()],
+                                                      ev.device)]
+        if not found:
+            expect_close(y, expected, what=f"{NARROW_NAME}.forward(x, context)", device=ev.device,
+                         case=_describe_case(_GRAD_K, _GRAD_HEADS, x, context, None),
+                         otherwise="It differs from nn.MultiheadAttention with your weights. " + _FORWARD_HINT)
+        grads = _mistake_gradients(w, x, context, upstream, found[0])
+    for name, shape in (*_expected_params(_GRAD_K, _GRAD_HEADS, False).items(), ("x", x.shape), ("context",
+                                                                                                 context.shape)):
+        got = tensor(ev, f"grad.{name}", shape=tuple(shape))
+        kind = "parameter" if "." in name else "input"
+        if got is None or grads[name] is None:
+            fail(f"The {kind} {name} receives no gradient through {NARROW_NAME}.forward"
+                 + (", so it would never learn. Is it used in forward?" if kind == "parameter" else "."),
+                 mistake=NO_GRADIENT)
+        expect_close(got, grads[name], what=f"The gradient of a loss on {NARROW_NAME}.forward with respect to {name}",
+                     device=ev.device, case="k=16, 8 heads, x (2, 5, 16), context (2, 7, 16)",
+                     otherwise="Compare with autograd through nn.MultiheadAttention: build the output only from "
+                               "differentiable torch operations on the layers' outputs.")
+    count = ev.facts.get("matmuls")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        fail(f"The test recorded nothing about the computation of {NARROW_NAME}.forward: the check did not run to "
+             "the end.")
+    if count > MAX_MATMULS:
+        fail(f"{NARROW_NAME}.forward with {_GRAD_HEADS} heads performs {count} matrix products; computed together, "
+             "the heads need about 6. It looks like a Python loop over the heads: split the projections into a "
+             "(b, heads, t, s) tensor and let one batched attention call handle every head at once.",
+             mistake=LOOP_OVER_HEADS)
+
+
+multi_head_gradients = Check("multi_head_gradients", _probe_gradients, _judge_gradients)
