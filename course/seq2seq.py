@@ -1,24 +1,18 @@
-"""Reference encoder-decoder transformer from assignment 07, and the small helpers its notebook trains it with.
+"""Reference encoder-decoder transformer from assignment 07: the answers of its notebook.
 
-These match the solutions of source/07_seq2seq; the tests run the notebook's checks on them.
+These match the solutions of source/07_seq2seq; the tests run the notebook's checks on them. The training
+harness (settings, training loop, translation, cross-attention weights) is in course/seq2seq_training.py, which
+does not import this module: while 07 is graded, this module is hidden from the student's kernel.
 """
-
-from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.scaling import scaled_dot_product_attention
-from course.transformer_block import FeedForward, TransformerBlock
-from course.dates import BOS, EOS, PAD, SOURCE, TARGET, endless_batches
-from course.dates import pad as pad_sequences
-from course.multi_head import MultiHeadAttention, split_heads
+from course.dates import PAD
+from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
-
-#: The model and training settings of the notebook (and of benchmarks/train_seq2seq.py).
-MODEL = {"k": 64, "heads": 4, "depth": 2, "max_len": 64}
-TRAINING = {"steps": 800, "batch_size": 64, "lr": 2e-3, "seed": 0}
+from course.transformer_block import FeedForward, TransformerBlock
 
 
 def causal_mask(t: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -112,86 +106,3 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor, m
         if bool(done.all()):
             break
     return tokens[:, 1:]
-
-
-def new_model(device: torch.device | str = "cpu") -> Seq2SeqTransformer:
-    """The notebook's model, untrained, for the date vocabularies."""
-    return Seq2SeqTransformer(len(SOURCE), len(TARGET), **MODEL).to(device)
-
-
-def train(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torch.device | str, steps: int,
-          batch_size: int, lr: float, seed: int = 0, loss_fn: Callable = teacher_forcing_loss,
-          progress: Callable = lambda steps: steps) -> list[float]:
-    """The notebook's loop: Adam, a one-cycle schedule (10% warm-up, then a linear decay); returns every step's loss."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.1,
-                                                   anneal_strategy="linear")
-    stream = endless_batches(pairs, batch_size, seed=seed)
-    losses = []
-    model.train()
-    for _ in progress(range(steps)):
-        batch = next(stream).to(device)
-        src_mask = padding_mask(batch.src_lengths, batch.src.shape[1])  # (b, s)
-        loss = loss_fn(model, batch.src, src_mask, batch.tgt)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
-
-
-def translate(model: nn.Module, texts: Sequence[str], device: torch.device | str,
-              decode: Callable = greedy_decode) -> list[str]:
-    """Greedy translations of source strings."""
-    src, lengths = pad_sequences([SOURCE.encode(text) for text in texts])
-    src, lengths = src.to(device), lengths.to(device)
-    out = decode(model, src, padding_mask(lengths, src.shape[1]), max_len=16, bos=BOS, eos=EOS)
-    return [TARGET.decode(row) for row in out.cpu()]
-
-
-def exact_match(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torch.device | str,
-                decode: Callable = greedy_decode, batch_size: int = 500) -> tuple[float, list[str]]:
-    """(fraction of pairs translated exactly right, the translations)."""
-    predictions = []
-    for start in range(0, len(pairs), batch_size):
-        predictions += translate(model, [s for s, _ in pairs[start : start + batch_size]], device, decode)
-    correct = sum(p == t for p, (_, t) in zip(predictions, pairs))
-    return correct / max(1, len(pairs)), predictions
-
-
-def cross_attention_weights(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor,
-                            tgt: torch.Tensor) -> list[torch.Tensor]:
-    """Cross-attention weights of every decoder block, (b, heads, t, s) each, for a teacher-forced pass.
-
-    Works for any model whose decoder blocks call a course MultiHeadAttention named `cross_attention`: a
-    forward hook recomputes the weights from that module's own projections and inputs.
-    """
-    weights: list[torch.Tensor] = []
-
-    def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
-        names = ("x", "context", "mask")
-        given = {**dict(zip(names, args)), **kwargs}
-        x, context, mask = given["x"], given.get("context"), given.get("mask")
-        context = x if context is None else context
-        queries = split_heads(module.to_queries(x), module.heads)  # (b, h, t, s_head)
-        keys = split_heads(module.to_keys(context), module.heads)  # (b, h, s, s_head)
-        if mask is not None and mask.dim() >= 3:
-            mask = mask.unsqueeze(-3)  # (b, 1, t, s)
-        weights.append(scaled_dot_product_attention(queries, keys, keys, mask)[1])  # (b, h, t, s)
-
-    handles = [m.register_forward_hook(hook, with_kwargs=True)
-               for name, m in model.named_modules() if name.endswith("cross_attention")]
-    try:
-        with torch.no_grad():
-            model(src, tgt, src_mask)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return weights
-
-
-def parameter_count(model: nn.Module) -> int:
-    """Number of parameters of a model."""
-    return sum(p.numel() for p in model.parameters())

@@ -1,101 +1,112 @@
-"""The reference positional encodings of assignment 06 pass every check of course.checks.positional_encoding,
-and the checks name typical mistakes."""
+"""What the catalogue cannot test about course.checks.positional_encoding: the reference passes every check, and
+forged records (zeros, claimed structure, the right facts with wrong outputs) fail every judge."""
 
-import math
+import dataclasses
+import warnings
 
 import pytest
 import torch
-from torch import nn
 
 from course import positional_encoding as reference
 from course.checks import positional_encoding as check
+from course.checks.check import checks_of
 from course.checks.compare import CheckFailed
+from course.checks.evidence import Evidence
+
+CHECKS = checks_of(check)
+
+
+def _student(name):
+    if name.startswith("table"):
+        return reference.sinusoidal_positional_encoding
+    if name.startswith("positional_encoding"):
+        return reference.PositionalEncoding
+    return reference.LearnedPositionalEmbedding
+
+
+def _honest(name) -> Evidence:
+    return CHECKS[name].record(_student(name), "cpu")
+
+
+def _forged(ev: Evidence, make, keep=()) -> Evidence:
+    """The same facts, with every tensor (but those in keep) replaced by make(tensor)."""
+    tensors = {key: (t if key in keep else make(t)) for key, t in ev.tensors.items()}
+    return dataclasses.replace(ev, tensors=tensors, facts=dict(ev.facts))
+
 
 def test_the_hand_case_is_sines_and_cosines_of_p_and_p_over_100():
-    table = check.reference_table(3, 4)
     p = torch.arange(3.0)
     expected = torch.stack([p.sin(), p.cos(), (p / 100).sin(), (p / 100).cos()], dim=1)
-    assert torch.allclose(table, expected)
+    assert torch.allclose(check.reference_table(3, 4), expected)
 
 
-def test_swapped_sin_and_cos_are_diagnosed():
-    def swapped(max_len, k):
-        return reference.sinusoidal_positional_encoding(max_len, k).view(max_len, k // 2, 2).flip(-1).reshape(max_len, k)
-
-    with pytest.raises(CheckFailed, match="sin and cos are swapped"):
-        check.table_by_hand(swapped)
-
-
-def test_concatenated_sines_and_cosines_are_diagnosed():
-    def concatenated(max_len, k):
-        table = reference.sinusoidal_positional_encoding(max_len, k)
-        return torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
-
-    with pytest.raises(CheckFailed, match="concatenated"):
-        check.table_matches_formula(concatenated)
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_the_reference_passes(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CHECKS[name](_student(name), "cpu")
 
 
-def test_a_float64_table_is_diagnosed():
-    def double(max_len, k):
-        return reference.sinusoidal_positional_encoding(max_len, k).double()
-
-    with pytest.raises(CheckFailed, match="float32"):
-        check.table_by_hand(double)
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_an_empty_record_fails(name):
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(Evidence(name))
 
 
-def test_a_table_kept_as_a_plain_attribute_is_diagnosed():
-    class Plain(nn.Module):
-        def __init__(self, k, max_len=5000, dropout=0.0):
-            super().__init__()
-            self.table = reference.sinusoidal_positional_encoding(max_len, k)
-
-        def forward(self, x):
-            return x + self.table[: x.shape[1]]
-
-    with pytest.raises(CheckFailed, match="plain tensor attribute"):
-        check.module_structure(Plain)
+@pytest.mark.parametrize("forge", [torch.zeros_like, lambda t: torch.full_like(t, 0.5),
+                                   lambda t: torch.randn(t.shape, generator=torch.Generator().manual_seed(0))],
+                         ids=["zeros", "uniform", "noise"])
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_the_right_facts_with_forged_outputs_fail(name, forge):
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(_forged(_honest(name), forge))
 
 
-def test_a_trainable_table_is_diagnosed():
-    class Trainable(reference.PositionalEncoding):
-        def __init__(self, k, max_len=5000, dropout=0.0):
-            super().__init__(k, max_len, dropout)
-            table = self.table
-            del self.table
-            self.table = nn.Parameter(table)
-
-    with pytest.raises(CheckFailed, match="registers parameters"):
-        check.module_structure(Trainable)
+def test_a_right_table_buffer_does_not_earn_the_structure_point_without_the_encoding():
+    ev = _forged(_honest("positional_encoding_buffer"), torch.zeros_like, keep=("module.table",))
+    with pytest.raises(CheckFailed, match="but it is not the"):
+        check.positional_encoding_buffer.judge(ev)
 
 
-def test_the_batch_indexed_table_of_seq_first_tutorials_is_diagnosed():
-    class SeqFirst(reference.PositionalEncoding):
-        def __init__(self, k, max_len=5000, dropout=0.0):
-            super().__init__(k, max_len, dropout)
-            self.table = self.table.unsqueeze(1)  # (max_len, 1, k)
-
-        def forward(self, x):
-            return x + self.table[: x.shape[0]]
-
-    with pytest.raises(CheckFailed, match="encoding of position 0"):
-        check.module_adds_table(SeqFirst)
-    with pytest.raises(CheckFailed, match="indexed by the batch dimension"):
-        check.module_matches_oracle(SeqFirst)
+def test_a_claimed_buffer_without_recorded_table_fails():
+    ev = _honest("positional_encoding_buffer")
+    del ev.tensors["module.table"]
+    with pytest.raises(CheckFailed):
+        check.positional_encoding_buffer.judge(ev)
 
 
-def test_rescaled_embeddings_are_diagnosed():
-    class Rescaled(reference.PositionalEncoding):
-        def forward(self, x):
-            return super().forward(x * math.sqrt(x.shape[-1]))
+@pytest.mark.parametrize("name,anchor", [("table_odd_size", "table"), ("positional_encoding_too_long", "y")])
+def test_a_claimed_value_error_needs_a_real_computation(name, anchor):
+    ev = _honest(name)
+    assert ev.facts["long" if name.endswith("too_long") else "odd"]["type"] == "ValueError"
+    ev.tensors[anchor] = torch.zeros_like(ev.tensors[anchor])
+    with pytest.raises(CheckFailed, match="but"):
+        CHECKS[name].judge(ev)
 
-    with pytest.raises(CheckFailed, match="rescaled"):
-        check.module_adds_table(Rescaled)
+
+def test_forged_dropout_in_training_fails():
+    ev = _honest("positional_encoding_oracle")
+    y = ev.tensors["y_eval"]
+    mask = torch.rand(y.shape, generator=torch.Generator().manual_seed(1)) < 0.5
+    ev.tensors["y_train"] = torch.where(mask, torch.zeros_like(y), y)  # half zeroed, the rest not doubled
+    with pytest.raises(CheckFailed, match="training mode"):
+        check.positional_encoding_oracle.judge(ev)
 
 
-def test_a_learned_embedding_returned_instead_of_added_is_diagnosed():
-    class Returned(reference.LearnedPositionalEmbedding):
-        def forward(self, x):
-            return self.embedding(torch.arange(x.shape[1], device=x.device)).expand_as(x)
+def test_a_forged_embedding_gradient_fails():
+    ev = _honest("learned_oracle")
+    key = next(k for k in ev.tensors if k.startswith("grad."))
+    ev.tensors[key] = torch.ones_like(ev.tensors[key])  # every row, not just the positions used
+    with pytest.raises(CheckFailed, match="gradient"):
+        check.learned_oracle.judge(ev)
 
-    with pytest.raises(CheckFailed, match="returned instead of added"):
-        check.learned_structure(Returned)
+
+def test_renamed_parameters_change_the_judge_s_weights_not_the_verdict():
+    """Claiming the embedding under another name makes the judge recreate other values: the honest output no
+    longer matches them."""
+    ev = _honest("learned_structure")
+    ev.facts["module.modules"] = [{**m, "name": "emb"} if m["name"] == "embedding" else m
+                                  for m in ev.facts["module.modules"]]
+    ev.facts["module.params"] = [["emb.weight", [10, 6]]]
+    with pytest.raises(CheckFailed, match="does not match"):
+        check.learned_structure.judge(ev)

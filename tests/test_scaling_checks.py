@@ -1,81 +1,94 @@
-"""Assignment 03's checks: the course's reference passes all of them, and typical mistakes are named."""
+"""Assignment 03's checks beyond the catalogue: the reference passes them, forged records fail every judge."""
 
-import math
+import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from course import attention as reference
+from course import scaling as reference
 from course.checks import scaling
+from course.checks.check import checks_of
 from course.checks.compare import CheckFailed
+from course.checks.evidence import Evidence
+
+CHECKS = checks_of(scaling)
 
 
-def _sdpa_with(scale=None, fill=float("-inf"), invert=False, zero_empty_rows=True):
-    def sdpa(q, k, v, mask=None):
-        d = q.shape[-1]
-        scores = q @ k.transpose(-2, -1) / (math.sqrt(d) if scale is None else scale(d, v.shape[-1]))
-        if mask is not None:
-            allowed = ~mask if invert else mask
-            scores = scores.masked_fill(~allowed, fill)
-        w = F.softmax(scores, dim=-1)
-        if mask is not None and zero_empty_rows:
-            w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-        return w @ v, w
-    return sdpa
+def _answer(name: str):
+    return reference.ScaledSelfAttention if name.startswith("scaled_self_attention") \
+        else reference.scaled_dot_product_attention
 
 
-def test_missing_scaling_is_diagnosed():
-    with pytest.raises(CheckFailed, match="scores are not scaled"):
-        scaling.sdpa_by_hand(_sdpa_with(scale=lambda d, dv: 1.0))
+def _record(name: str) -> Evidence:
+    return CHECKS[name].record(_answer(name), "cpu")
 
 
-def test_dividing_by_d_is_diagnosed():
-    with pytest.raises(CheckFailed, match="divided by d"):
-        scaling.sdpa_by_hand(_sdpa_with(scale=lambda d, dv: d))
+def _forged(name: str, change) -> Evidence:
+    honest = _record(name)
+    return Evidence(name, "cpu", {key: change(key, t) for key, t in honest.tensors.items()}, dict(honest.facts))
 
 
-def test_scaling_by_the_value_size_is_diagnosed():
-    with pytest.raises(CheckFailed, match="square root of the value size"):
-        scaling.sdpa_by_hand(_sdpa_with(scale=lambda d, dv: math.sqrt(dv)))
+def test_every_check_has_a_reference_answer():
+    assert len(CHECKS) == 8
 
 
-def test_inverted_mask_is_diagnosed():
-    with pytest.raises(CheckFailed, match="mask is inverted"):
-        scaling.sdpa_masks_by_hand(_sdpa_with(invert=True))
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_reference_passes_without_warnings(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CHECKS[name](_answer(name), "cpu")
 
 
-def test_masking_with_zero_is_diagnosed():
-    with pytest.raises(CheckFailed, match="set to 0 instead of −∞"):
-        scaling.sdpa_masks_by_hand(_sdpa_with(fill=0.0))
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_an_empty_record_fails(name):
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(Evidence(name))
 
 
-def test_nan_in_a_fully_masked_row_is_diagnosed():
-    with pytest.raises(CheckFailed, match="returns NaN for a query that may attend to nothing"):
-        scaling.sdpa_fully_masked_row(_sdpa_with(zero_empty_rows=False))
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_the_right_facts_with_zeros_fail(name):
+    """Structure facts, shapes and flags of the reference, every recorded tensor zero."""
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(_forged(name, lambda key, t: torch.zeros_like(t)))
 
 
-def test_a_finite_fill_without_zeroing_empty_rows_is_diagnosed():
-    with pytest.raises(CheckFailed, match="equal weights on every key"):
-        scaling.sdpa_fully_masked_row(_sdpa_with(fill=-1e9, zero_empty_rows=False))
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_the_right_facts_with_uniform_outputs_fail(name):
+    """Every output the same constant: unchanged by a changed input, rows that sum to 1 where the weights have 4
+    keys; only the oracle or the anchor can catch it."""
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(_forged(name, lambda key, t: torch.full_like(t, 0.25)))
 
 
-def test_nan_gradients_from_an_additive_mask_are_diagnosed():
-    def additive(q, k, v, mask=None):
-        scores = q @ k.mT / math.sqrt(q.shape[-1])
-        scores = scores + torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
-        w = torch.nan_to_num(F.softmax(scores, dim=-1), nan=0.0)
-        return w @ v, w
-
-    scaling.sdpa_fully_masked_row(additive)  # the forward pass is right ...
-    with pytest.raises(CheckFailed, match="NaN gradients"):  # ... the backward pass is not
-        scaling.sdpa_passes_gradients(additive)
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_the_right_facts_with_other_values_fail(name):
+    """Outputs of a real computation, a little off (other weights or inputs than the judge chose)."""
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(_forged(name, lambda key, t: t + 0.01 * torch.randn(
+            t.shape, generator=torch.Generator().manual_seed(len(key))) if t.is_floating_point() else t))
 
 
-def test_module_without_the_mask_is_diagnosed():
-    class Ignores(reference.ScaledSelfAttention):
-        def forward(self, x, mask=None):
-            return super().forward(x)
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_malformed_facts_fail_plainly(name):
+    honest = _record(name)
+    forged = Evidence(name, "cpu", dict(honest.tensors), {key: "forged" for key in honest.facts})
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(forged)
 
-    with pytest.raises(CheckFailed, match="later positions leak through the mask"):
-        scaling.module_is_causal_with_a_causal_mask(Ignores)
+
+def test_forged_gradients_fail():
+    """The right outputs, gradients that are not autograd's."""
+    forged = _forged("sdpa_gradients", lambda key, t: 2 * t if key.startswith("grad.") else t)
+    with pytest.raises(CheckFailed, match="gradient"):
+        scaling.sdpa_gradients.judge(forged)
+
+
+def test_a_causal_module_needs_a_real_output():
+    """Outputs with the causal property (and that change without a mask) but not attention earn nothing."""
+    def change(key, t):
+        if not key.startswith("y"):
+            return t
+        return torch.cumsum(torch.ones_like(t), dim=1) + (key == "y_free_changed")
+
+    with pytest.raises(CheckFailed, match="it is not scaled self-attention"):
+        scaling.scaled_self_attention_causal.judge(_forged("scaled_self_attention_causal", change))

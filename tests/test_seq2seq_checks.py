@@ -1,145 +1,177 @@
-"""The course's reference seq2seq parts pass every check of assignment 07, and typical mistakes are named."""
+"""Assignment 07's checks beyond the catalogue: the reference passes them, forged records fail every judge, the
+stand-in models behave as the checks need, and the training harness works without the reference answers."""
 
+import ast
+import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
+from autograder import course_dir
 from course import seq2seq as reference
-from course.checks import seq2seq as check
+from course import seq2seq_training as harness
+from course.checks import seq2seq
+from course.checks.check import checks_of
 from course.checks.compare import CheckFailed
+from course.checks.evidence import Evidence
 
-def test_an_inverted_causal_mask_is_diagnosed():
-    with pytest.raises(CheckFailed, match="inverted"):
-        check.causal_mask_by_hand(lambda t, device=None: ~reference.causal_mask(t, device))
-
-
-def test_a_float_causal_mask_is_diagnosed():
-    with pytest.raises(CheckFailed, match="returned as floats"):
-        check.causal_mask_by_hand(lambda t, device=None: torch.ones(t, t, device=device).tril())
+CHECKS = checks_of(seq2seq)
+ANSWERS = {"causal_mask": reference.causal_mask, "padding_mask": reference.padding_mask,
+           "decoder_block": reference.DecoderBlock, "seq2seq": reference.Seq2SeqTransformer,
+           "loss": reference.teacher_forcing_loss, "greedy_decode": reference.greedy_decode}
 
 
-def test_an_off_by_one_padding_mask_is_diagnosed():
-    def off_by_one(lengths, t):
-        return torch.arange(t, device=lengths.device) <= lengths[:, None]
-
-    with pytest.raises(CheckFailed, match="off by one"):
-        check.padding_mask_by_hand(off_by_one)
+def _answer(name: str):
+    return next(answer for prefix, answer in ANSWERS.items() if name.startswith(prefix))
 
 
-class CrossAttentionOnItself(reference.DecoderBlock):
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.self_attention(x, mask=self_mask))
-        x = self.norm2(x + self.cross_attention(x))
-        return self.norm3(x + self.ff(x))
+def _record(name: str) -> Evidence:
+    return CHECKS[name].record(_answer(name), "cpu")
 
 
-def test_cross_attention_reading_the_decoder_states_is_diagnosed():
-    with pytest.raises(CheckFailed, match="reads the decoder's own states"):
-        check.decoder_block_matches_oracle(CrossAttentionOnItself)
+def _forged(name: str, change) -> Evidence:
+    honest = _record(name)
+    return Evidence(name, "cpu", {key: change(key, t) for key, t in honest.tensors.items()}, dict(honest.facts))
 
 
-class UnmaskedMemory(reference.Seq2SeqTransformer):
-    def decode(self, tgt, memory, src_mask):
-        return super().decode(tgt, memory, torch.ones_like(src_mask))
+def _noise(key: str, t: torch.Tensor) -> torch.Tensor:
+    return t + 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(len(key)))
 
 
-def test_unmasked_source_padding_is_diagnosed_by_the_oracle_and_the_property():
-    with pytest.raises(CheckFailed, match="not masked in cross-attention"):
-        check.model_matches_oracle(UnmaskedMemory)
-    with pytest.raises(CheckFailed, match="reads the source padding"):
-        check.model_ignores_padding(UnmaskedMemory)
+def test_every_check_has_a_reference_answer():
+    assert len(CHECKS) == 17
 
 
-def test_unshifted_targets_are_diagnosed():
-    def unshifted(model, src, src_mask, tgt, pad=0):
-        return F.cross_entropy(model(src, tgt, src_mask).transpose(1, 2), tgt, ignore_index=pad)
-
-    with pytest.raises(CheckFailed, match="learns to copy its input"):
-        check.loss_matches_oracle(unshifted)
-
-
-def test_decoding_that_never_stops_is_diagnosed():
-    @torch.no_grad()
-    def never_stops(model, src, src_mask, max_len, bos, eos):
-        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
-        for _ in range(max_len):
-            nxt = model(src, tokens, src_mask)[:, -1].argmax(-1, keepdim=True)
-            tokens = torch.cat([tokens, nxt], dim=1)
-        return tokens[:, 1:]
-
-    with pytest.raises(CheckFailed, match="never stops at <eos>"):
-        check.greedy_decode_scripted_model(never_stops)
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_reference_passes_without_warnings(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CHECKS[name](_answer(name), "cpu")
 
 
-def test_scripted_model_needs_its_own_predictions_fed_back():
-    model = check.ScriptedModel()
-    src = torch.tensor([[3, 4, 5]])
-    out = check._step_by_step(model, src, torch.ones(1, 3, dtype=torch.bool), 8, check.BOS_ID, check.EOS_ID)
-    assert out.tolist() == [[3 + (3 + 1) % 5, 3 + (4 + out[0, 0].item()) % 5, 3 + (5 + out[0, 1].item()) % 5, 2]]
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_an_empty_record_fails(name):
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(Evidence(name))
 
 
-def test_random_reference_model_used_by_the_decode_check_ends_some_sequences_early():
-    torch.manual_seed(2400)
-    model = reference.Seq2SeqTransformer(12, 8, 16, 2, 2, 24).eval()
-    with torch.no_grad():
-        model.to_logits.bias[check.EOS_ID] += 1.5
-    src = torch.randint(3, 12, (4, 7), generator=torch.Generator().manual_seed(2410))
-    mask = check._padding(torch.tensor([7, 3, 5, 1]), 7)
-    out = check._step_by_step(model, src, mask, 10, check.BOS_ID, check.EOS_ID)
-    ended = (out == check.EOS_ID).any(dim=1)
-    assert 0 < int(ended.sum()) < 4 or out.shape[1] < 10, out
+@pytest.mark.parametrize("name", sorted(CHECKS))
+@pytest.mark.parametrize("change", [lambda key, t: torch.zeros_like(t), lambda key, t: torch.full_like(t, 0.25), _noise],
+                         ids=["zeros", "uniform", "other-weights"])
+def test_the_right_facts_with_forged_outputs_fail(name, change):
+    """Structure facts, shapes and flags of the reference; every recorded tensor (outputs, masks, token ids,
+    gradients) zero, one constant (so every property holds), or a real output plus a little noise."""
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(_forged(name, change))
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_malformed_facts_fail_plainly(name):
+    honest = _record(name)
+    forged = Evidence(name, "cpu", dict(honest.tensors), {key: "forged" for key in honest.facts})
+    with pytest.raises(CheckFailed):
+        CHECKS[name].judge(forged)
+
+
+@pytest.mark.parametrize("name", ["decoder_block_padding_gradients", "seq2seq_gradients", "loss_hidden"])
+def test_forged_gradients_fail(name):
+    """The right outputs, gradients that are not autograd's."""
+    forged = _forged(name, lambda key, t: 2 * t if ".grad." in f".{key}" else t)
+    with pytest.raises(CheckFailed, match="gradient"):
+        CHECKS[name].judge(forged)
+
+
+def test_a_claimed_structure_without_its_outputs_earns_nothing():
+    """The facts of the reference DecoderBlock with outputs of another block (other weights): the structure check
+    is anchored to what the block computes."""
+    forged = _forged("decoder_block_structure", lambda key, t: torch.randn(t.shape, generator=torch.Generator()))
+    with pytest.raises(CheckFailed, match="it is not a decoder block"):
+        seq2seq.decoder_block_structure.judge(forged)
 
 
 def test_a_model_failing_because_of_an_earlier_exercise_says_so():
-    namespace = {"torch": torch, "nn": nn, "DecoderBlock": reference.DecoderBlock,
+    namespace = {"torch": torch, "nn": torch.nn, "DecoderBlock": reference.DecoderBlock, "__name__": "notebook",
                  "causal_mask": lambda t, device=None: torch.ones(t, t, dtype=torch.bool, device=device).tril(-1)}
-    exec("class Model(__import__('course.seq2seq').seq2seq.Seq2SeqTransformer):\n"
+    exec("class Model(__import__('course.seq2seq').seq2seq.Seq2SeqTransformer):\n"  # noqa: S102 - a notebook namespace
          "    def decode(self, tgt, memory, src_mask):\n"
          "        x = self.positions(self.tgt_embedding(tgt))\n"
          "        for block in self.decoder:\n"
          "            x = block(x, memory, causal_mask(tgt.shape[1], tgt.device), src_mask.unsqueeze(1))\n"
          "        return self.to_logits(x)\n", namespace)
     with pytest.raises(CheckFailed, match=r"your causal_mask \(exercise 1\) does not pass its own tests"):
-        check.model_matches_oracle(namespace["Model"])
+        seq2seq.seq2seq_oracle(namespace["Model"])
+
+
+def test_scripted_model_needs_its_own_predictions_fed_back():
+    model = seq2seq.ScriptedModel()
+    src = torch.tensor([[3, 4, 5]])
+    out = seq2seq._step_by_step(model, src, torch.ones(1, 3, dtype=torch.bool), 8, seq2seq.BOS_ID, seq2seq.EOS_ID)
+    assert out.tolist() == [[3 + (3 + 1) % 5, 3 + (4 + out[0, 0].item()) % 5, 3 + (5 + out[0, 1].item()) % 5, 2]]
+
+
+def test_random_stand_in_translator_ends_some_sequences_early_and_not_others():
+    model, src, lengths = seq2seq._random_translator()
+    out = seq2seq._step_by_step(model, src, seq2seq._padding(lengths, src.shape[1]), 10, seq2seq.BOS_ID,
+                                seq2seq.EOS_ID)
+    ended = (out == seq2seq.EOS_ID).any(dim=1)
+    assert 0 < int(ended.sum()) < len(lengths) and out.shape[1] == 10, out
+    assert len({tuple(row) for row in out.tolist()}) == len(lengths), "every source gets its own translation"
+
+
+def _course_imports(path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module} | \
+           {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+
+
+def test_nothing_the_kernel_needs_while_07_is_graded_imports_the_answers():
+    """The checks and the training harness work while course/seq2seq.py is hidden."""
+    root = course_dir.ROOT
+    assert "seq2seq_training" not in course_dir.answer_modules("07_seq2seq")
+    for path in (root / "course" / "seq2seq_training.py", root / "course" / "checks" / "seq2seq.py"):
+        assert "course.seq2seq" not in _course_imports(path), path
 
 
 def test_the_notebook_trains_with_the_settings_the_benchmark_uses():
     import nbformat
 
-    from autograder.course_dir import ROOT
-
-    nb = nbformat.read(ROOT / "source" / "07_seq2seq" / "seq2seq.ipynb", as_version=4)
+    nb = nbformat.read(course_dir.source_dir() / "07_seq2seq" / "seq2seq.ipynb", as_version=4)
     code = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
-    m, t = reference.MODEL, reference.TRAINING
+    m, t = harness.MODEL, harness.TRAINING
     line = next(line for line in code.splitlines() if line.startswith("STEPS, BATCH_SIZE, LR = "))
     settings: dict = {}
-    exec(line, {"QUICK": False}, settings)
-    assert (settings["STEPS"], settings["BATCH_SIZE"], settings["LR"]) == (t["steps"], t["batch_size"], t["lr"])
-    assert (f"Seq2SeqTransformer(len(SOURCE), len(TARGET), k={m['k']}, heads={m['heads']}, depth={m['depth']}, "
-            f"max_len={m['max_len']})") in code
-    assert f"endless_batches(train_pairs, BATCH_SIZE, seed={t['seed']})" in code
+    exec(line, {"QUICK": False}, settings)  # noqa: S102 - a line of the notebook
+    assert (settings["STEPS"], settings["BATCH_SIZE"], settings["LR"]) == (t.steps, t.batch_size, t.lr)
+    assert (f"Seq2SeqTransformer(len(SOURCE), len(TARGET), k={m.k}, heads={m.heads}, depth={m.depth}, "
+            f"max_len={m.max_len})") in code
+    assert f"endless_batches(train_pairs, BATCH_SIZE, seed={t.seed})" in code
     assert "OneCycleLR(optimizer, max_lr=LR, total_steps=STEPS, pct_start=0.1" in code
+    with pytest.raises(AttributeError):
+        harness.TRAINING.steps = 1  # frozen
 
 
 def test_cross_attention_weights_are_rows_of_a_softmax_that_skip_padding():
     torch.manual_seed(0)
     model = reference.Seq2SeqTransformer(11, 9, 16, 4, 2, 20).eval()
     src = torch.randint(3, 11, (2, 6))
-    src_mask = check._padding(torch.tensor([6, 4]), 6)
-    weights = reference.cross_attention_weights(model, src, src_mask, torch.randint(3, 9, (2, 5)))
+    src_mask = reference.padding_mask(torch.tensor([6, 4]), 6)
+    weights = harness.cross_attention_weights(model, src, src_mask, torch.randint(3, 9, (2, 5)))
     assert len(weights) == 2 and all(w.shape == (2, 4, 5, 6) for w in weights)
     for w in weights:
         assert torch.allclose(w.sum(dim=-1), torch.ones(2, 4, 5))
         assert bool((w[1, :, :, 4:] == 0).all())
 
 
-def test_training_lowers_the_loss():
+def test_training_with_the_reference_parts_lowers_the_loss_and_translates():
     from course.dates import translation_data
 
     torch.manual_seed(0)
-    train_pairs, _ = translation_data(n_train=2000, n_test=10)
-    model = reference.new_model()
-    losses = reference.train(model, train_pairs, "cpu", steps=30, batch_size=32, lr=2e-3)
+    train_pairs, test_pairs = translation_data(n_train=2000, n_test=10)
+    model = harness.new_model(reference.Seq2SeqTransformer, config=harness.ModelConfig(k=32, heads=2, depth=1))
+    losses = harness.train(model, train_pairs, "cpu", loss_fn=reference.teacher_forcing_loss,
+                           padding_mask=reference.padding_mask, steps=30, batch_size=32, lr=2e-3)
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    accuracy, predictions = harness.exact_match(model, test_pairs, "cpu", decode=reference.greedy_decode,
+                                                padding_mask=reference.padding_mask)
+    assert 0.0 <= accuracy <= 1.0 and len(predictions) == len(test_pairs)
+    assert harness.parameter_count(model) == sum(p.numel() for p in model.parameters())

@@ -1,213 +1,526 @@
-"""Checks for assignment 02: attention(queries, keys, values) and SelfAttentionQKV."""
+"""Checks for assignment 02: attention(queries, keys, values) and SelfAttentionQKV.
+
+Each check is a probe (runs the student's code on inputs and weights chosen here) and a judge (decides from what
+the probe recorded). Oracles: F.scaled_dot_product_attention with scale 1 for attention, and nn.MultiheadAttention
+with one head for the module, its query weights multiplied by √k to undo its scaling. See course/checks/check.py.
+"""
 
 import math
 from collections.abc import Callable
+from itertools import product
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks.compare import expect_close, expect_linear, expect_tensor, fail, randn, run
+from course.checks import weights
+from course.checks.check import Check
+from course.checks.compare import Mistake, expect_close, fail, matches_any, output, raised, randn, requires_grad, tensor
+from course.checks.evidence import Evidence, Recorder
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
+ROLES = ("to_queries", "to_keys", "to_values")
+PROJECTION = "nn.Linear(k, k, bias=False)"
 
 # (b, tq, tk, k, v): batch > 1, tq != tk, v != k, so swapped axes and roles change the shape
 ATTENTION_SHAPES = ((3, 4, 6, 5, 2), (2, 7, 3, 4, 6), (1, 1, 5, 3, 3), (4, 5, 5, 2, 7))
 MODULE_SHAPES = ((3, 5, 4), (2, 7, 6), (1, 1, 3))  # (b, t, k)
 
+# ---------------------------------------------------------------- mistakes
 
-def _attention_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
-    raw = q @ k.transpose(1, 2)  # (b, tq, tk)
-    return {
-        "the softmax runs over the queries (dim=1). Each query's weights over the keys must sum to 1: "
-        "use dim=-1.": F.softmax(raw, dim=1) @ v,
-        "the raw scores queries·keysᵀ are used as weights: the softmax is missing.": raw @ v,
-        "the scores are divided by √k; this assignment is unscaled (scaling is assignment 03).":
-            F.softmax(raw / math.sqrt(q.shape[-1]), dim=-1) @ v,
-    }
+SOFTMAX_OVER_QUERIES = Mistake(
+    "softmax-over-queries",
+    "the softmax runs over the queries (dim=1). Each query's weights over the keys must sum to 1: use dim=-1.")
+NO_SOFTMAX = Mistake("no-softmax", "the raw scores queries·keysᵀ are used as weights: the softmax is missing.")
+SCALED = Mistake("scaled", "the scores are divided by √k; this assignment is unscaled (scaling is assignment 03).")
+WEIGHTS_TRANSPOSED = Mistake(
+    "weights-transposed",
+    "the weights are transposed: row i of the weights belongs to query i, so the output is weights·values, "
+    "without a transpose.")
+KEYS_AS_VALUES = Mistake("keys-as-values", "the keys are used as values: the weights should multiply the values "
+                         "(to_values(x) in the module).")
+VALUES_NOT_PROJECTED = Mistake("values-not-projected",
+                               "the values are the raw inputs x; they should go through to_values first.")
+QUERIES_AS_VALUES = Mistake("queries-as-values",
+                            "the queries are used as values: the weights should multiply to_values(x).")
+QUERIES_FOR_EVERY_ROLE = Mistake("queries-for-every-role", "to_queries is used for every role: keys and values "
+                                 "need their own projections.")
+KEYS_FROM_QUERIES = Mistake("keys-from-queries", "queries and keys both come from to_queries: the keys need to_keys.")
+QUERIES_KEYS_SWAPPED = Mistake("queries-keys-swapped", "queries and keys are swapped (to_keys(x) is used as the "
+                               "queries and to_queries(x) as the keys), so the weights are transposed.")
 
-
-def _attention_shape_hints(b: int, tq: int, tk: int, k: int, v: int) -> dict[tuple[int, ...], str]:
-    return {
-        (b, tq, k): "The last dimension is the key size, not the value size: are the keys used as values?",
-        (b, tk, v): "There is one output per key instead of one per query: are the weights transposed, or "
-                    "queries and keys swapped?",
-        (b, tq, tk): "That is the shape of the weights: multiply them by the values.",
-    }
-
+# ids of structure and property failures (fail(..., mistake=...))
+NOT_A_MODULE = "not-a-module"
+MISSING_LAYER = "missing-layer"
+WRONG_LAYER_TYPE = "wrong-layer-type"
+WRONG_LAYER_SIZE = "wrong-layer-size"
+PROJECTION_BIAS = "projection-bias"
+SHARED_LAYER = "shared-layer"
+MISSING_PARAMETER = "missing-parameter"
+PARAMETER_COUNT = "parameter-count"
+NO_GRADIENT = "no-gradient"
+DETACHED = "detached"
+SEVERAL = "several-mistakes"  # a mistake in attention together with one in the module, named part by part
 
 _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). "
                 "The number of queries and of keys differ here, so transposed weights do not fit the values.")
 _ATTENTION_HINT = "weights = softmax(queries·keysᵀ) over the keys (last dimension), output = weights·values."
+_FORWARD_HINT = "forward should compute attention(to_queries(x), to_keys(x), to_values(x))."
 
 
-def attention_by_hand(attention: Callable) -> None:
-    """One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1)."""
+# ---------------------------------------------------------------- attention written out, with its mistakes
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, how: Mistake | None = None) -> torch.Tensor:
+    """Unscaled attention with plain torch ops, or one typical mistake in it. (b, tq, k), (b, tk, k), (b, tk, v)."""
+    raw = q @ k.transpose(-2, -1)  # (b, tq, tk)
+    if how is SOFTMAX_OVER_QUERIES:
+        w = F.softmax(raw, dim=-2)
+    elif how is NO_SOFTMAX:
+        w = raw
+    elif how is SCALED:
+        w = F.softmax(raw / math.sqrt(q.shape[-1]), dim=-1)
+    else:
+        w = F.softmax(raw, dim=-1)
+    if how is WEIGHTS_TRANSPOSED:
+        w = w.transpose(-2, -1)  # only fits the values when tq == tk
+    return w @ v
+
+
+def _attention_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
+    found = [(m, _attend(q, k, v, m)) for m in (SOFTMAX_OVER_QUERIES, NO_SOFTMAX, SCALED)]
+    if q.shape[-2] == k.shape[-2]:
+        found.append((WEIGHTS_TRANSPOSED, _attend(q, k, v, WEIGHTS_TRANSPOSED)))
+    if k.shape[-1] == v.shape[-1]:
+        found.append((KEYS_AS_VALUES, _attend(q, k, k)))
+    return found
+
+
+def _attention_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, scale=1.0)
+
+
+def _shape_hints(b: int, tq: int, tk: int, k: int, v: int) -> dict[tuple[int, ...], str]:
+    hints: dict[tuple[int, ...], str] = {}
+    for shape, hint in (
+            ((b, tq, k), "The last dimension is the key size, not the value size: are the keys used as values?"),
+            ((b, tk, v), ("There is one output per key instead of one per query: are the weights transposed, or "
+                         "queries and keys swapped?")),
+            ((b, tq, tk), "That is the shape of the weights: multiply them by the values.")):
+        hints[shape] = f"{hints[shape]} Or: {hint[0].lower()}{hint[1:]}" if shape in hints else hint
+    return hints
+
+
+def _attention_output(ev: Evidence, key: str, b: int, tq: int, tk: int, k: int, v: int) -> torch.Tensor:
     __tracebackhide__ = True
+    return output(ev, key, what=ATTENTION_NAME, shape=(b, tq, v), shape_hints=_shape_hints(b, tq, tk, k, v),
+                  hint=_SHAPES_HINT)
+
+
+def _anchor_attention(ev: Evidence, y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      claim: str, case: str) -> None:
+    """Fail unless y is what attention (or one of its typical mistakes) computes on these inputs."""
+    __tracebackhide__ = True
+    expected = _attention_oracle(q, k, v)
+    if not matches_any(y, [expected, *(m for _, m in _attention_mistakes(q, k, v))], ev.device):
+        fail(f"{claim}, but it is not attention over these inputs: {_ATTENTION_HINT}", expected, y, case=case)
+
+
+# ---------------------------------------------------------------- attention: by hand
+
+def _hand_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     q = torch.tensor([[[1.0, 0.0]]])  # (1, 1, 2)
     k = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # (1, 2, 2)
     v = torch.tensor([[[10.0], [20.0]]])  # (1, 2, 1)
+    return q, k, v
+
+
+def _probe_by_hand(attention: Callable, rec: Recorder) -> None:
+    rec.call("y", attention, *(t.to(rec.device) for t in _hand_inputs()))
+
+
+def _judge_by_hand(ev: Evidence) -> None:
+    """One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1)."""
+    q, k, v = _hand_inputs()
     e = math.e
     expected = torch.tensor([[[10.0 * e / (e + 1) + 20.0 / (e + 1)]]])
-    y = run(attention, q, k, v, what=ATTENTION_NAME, hint=_SHAPES_HINT)
-    expect_tensor(y, what=ATTENTION_NAME, shape=(1, 1, 1), device="cpu", shape_hints=_attention_shape_hints(1, 1, 2, 2, 1))
-    expect_close(y, expected, what=ATTENTION_NAME, mistakes=_attention_mistakes(q, k, v), otherwise=_ATTENTION_HINT,
-                 case="q=[1,0], keys=[1,0],[0,1], values=10,20")
+    y = _attention_output(ev, "y", 1, 1, 2, 2, 1)
+    expect_close(y, expected, what=ATTENTION_NAME, device=ev.device, mistakes=_attention_mistakes(q, k, v),
+                 otherwise=_ATTENTION_HINT, case="q=[1,0], keys=[1,0],[0,1], values=10,20")
 
 
-def attention_matches_oracle(attention: Callable, device: torch.device | str = "cpu") -> None:
-    """Random queries, keys and values of several shapes against PyTorch's fused attention, unscaled."""
-    __tracebackhide__ = True
-    for i, (b, tq, tk, k, v) in enumerate(ATTENTION_SHAPES):
-        queries = randn(b, tq, k, seed=500 + i, device=device)
-        keys = randn(b, tk, k, seed=510 + i, device=device)
-        values = randn(b, tk, v, seed=520 + i, device=device)
-        expected = F.scaled_dot_product_attention(queries, keys, values, scale=1.0)
-        y = run(attention, queries.clone(), keys.clone(), values.clone(), what=ATTENTION_NAME, hint=_SHAPES_HINT)
-        expect_tensor(y, what=ATTENTION_NAME, shape=(b, tq, v), device=device,
-                      shape_hints=_attention_shape_hints(b, tq, tk, k, v))
-        expect_close(y, expected, what=ATTENTION_NAME, mistakes=_attention_mistakes(queries, keys, values),
-                     otherwise=_ATTENTION_HINT, case=f"b={b}, tq={tq}, tk={tk}, k={k}, v={v}")
+attention_by_hand = Check("attention_by_hand", _probe_by_hand, _judge_by_hand)
 
 
-def attention_is_a_weighted_average(attention: Callable, device: torch.device | str = "cpu") -> None:
+# ---------------------------------------------------------------- attention: a weighted average
+
+def _average_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """queries (2, 3, 4), keys (2, 6, 4), six identical values (2, 6, 5), and six different ones (2, 6, 5)."""
+    queries = randn(2, 3, 4, seed=530)
+    keys = randn(2, 6, 4, seed=531)
+    same = randn(2, 1, 5, seed=532).expand(2, 6, 5).contiguous()
+    return queries, keys, same, randn(2, 6, 5, seed=533)
+
+
+def _probe_average(attention: Callable, rec: Recorder) -> None:
+    queries, keys, same, different = (t.to(rec.device) for t in _average_inputs())
+    rec.call("y", attention, queries.clone(), keys.clone(), same)
+    rec.call("y_anchor", attention, queries.clone(), keys.clone(), different)
+
+
+def _judge_average(ev: Evidence) -> None:
     """If every value is the same vector, every output is that vector: the weights sum to 1 over the keys."""
-    __tracebackhide__ = True
-    queries = randn(2, 3, 4, seed=530, device=device)
-    keys = randn(2, 6, 4, seed=531, device=device)
-    values = randn(2, 1, 5, seed=532, device=device).expand(2, 6, 5).contiguous()
-    y = run(attention, queries, keys, values, what=ATTENTION_NAME, hint=_SHAPES_HINT)
-    expect_tensor(y, what=ATTENTION_NAME, shape=(2, 3, 5), device=device, shape_hints=_attention_shape_hints(2, 3, 6, 4, 5))
-    expect_close(y, values[:, :3], what=f"{ATTENTION_NAME} with identical values",
+    queries, keys, same, different = _average_inputs()
+    y = _attention_output(ev, "y", 2, 3, 6, 4, 5)
+    expect_close(y, same[:, :3], what=f"{ATTENTION_NAME} with identical values", device=ev.device,
+                 mistakes=_attention_mistakes(queries, keys, same), case="all values equal",
                  otherwise="Each output must be a weighted average of the values, with weights that sum to 1 over "
-                           "the keys (softmax over the last dimension).", case="all values equal")
+                           "the keys (softmax over the last dimension).")
+    y = _attention_output(ev, "y_anchor", 2, 3, 6, 4, 5)
+    _anchor_attention(ev, y, queries, keys, different, f"{ATTENTION_NAME} averages identical values correctly",
+                      "queries (2, 3, 4), keys (2, 6, 4), values (2, 6, 5)")
 
 
-def attention_hard_lookup_limit(attention: Callable, device: torch.device | str = "cpu") -> None:
-    """A query that is a long copy of one key retrieves (almost exactly) that key's value."""
-    __tracebackhide__ = True
-    keys = torch.eye(4, device=device).unsqueeze(0)  # (1, 4, 4): orthonormal keys
-    values = randn(1, 4, 3, seed=540, device=device)
+attention_weighted_average = Check("attention_weighted_average", _probe_average, _judge_average)
+
+
+# ---------------------------------------------------------------- attention: the oracle and the lookup limit
+
+def _oracle_inputs(i: int, b: int, tq: int, tk: int, k: int, v: int) -> tuple[torch.Tensor, ...]:
+    return randn(b, tq, k, seed=500 + i), randn(b, tk, k, seed=510 + i), randn(b, tk, v, seed=520 + i)
+
+
+def _lookup_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    keys = torch.eye(4).unsqueeze(0)  # (1, 4, 4): orthonormal keys
+    values = randn(1, 4, 3, seed=540)
     queries = 30.0 * keys[:, [2, 0]]  # (1, 2, 4): look up keys 2 and 0
-    y = run(attention, queries, keys, values, what=ATTENTION_NAME, hint=_SHAPES_HINT)
-    expect_tensor(y, what=ATTENTION_NAME, shape=(1, 2, 3), device=device, shape_hints=_attention_shape_hints(1, 2, 4, 4, 3))
+    return queries, keys, values
+
+
+def _probe_attention_oracle(attention: Callable, rec: Recorder) -> None:
+    for i, shape in enumerate(ATTENTION_SHAPES):
+        rec.call(f"y{i}", attention, *(t.to(rec.device) for t in _oracle_inputs(i, *shape)))
+    rec.call("lookup", attention, *(t.to(rec.device) for t in _lookup_inputs()))
+
+
+def _judge_attention_oracle(ev: Evidence) -> None:
+    """Random queries, keys and values of several shapes against PyTorch's fused attention, unscaled; and a query
+    that is a long copy of one key retrieves (almost exactly) that key's value."""
+    for i, (b, tq, tk, k, v) in enumerate(ATTENTION_SHAPES):
+        queries, keys, values = _oracle_inputs(i, b, tq, tk, k, v)
+        y = _attention_output(ev, f"y{i}", b, tq, tk, k, v)
+        expect_close(y, _attention_oracle(queries, keys, values), what=ATTENTION_NAME, device=ev.device,
+                     mistakes=_attention_mistakes(queries, keys, values), otherwise=_ATTENTION_HINT,
+                     case=f"b={b}, tq={tq}, tk={tk}, k={k}, v={v}")
+    queries, keys, values = _lookup_inputs()
+    y = _attention_output(ev, "lookup", 1, 2, 4, 4, 3)
     if not torch.allclose(y, values[:, [2, 0]], atol=1e-4):
         fail(f"{ATTENTION_NAME} does not act as a lookup: a query equal to 30 × key j should return value j. "
              "Check that the weights come from queries·keysᵀ and multiply the values.", values[:, [2, 0]], y,
              case="queries = 30·key 2, 30·key 0")
+    _anchor_attention(ev, y, queries, keys, values, f"{ATTENTION_NAME} acts as a lookup",
+                      "queries = 30·key 2, 30·key 0")
 
 
-def _projection(module: nn.Module, name: str, k: int) -> nn.Linear:
-    __tracebackhide__ = True
-    return expect_linear(module, MODULE_NAME, name, k, k, False, "nn.Linear(k, k, bias=False)",
-                         "The projections are plain matrices")
+attention_oracle = Check("attention_oracle", _probe_attention_oracle, _judge_attention_oracle)
 
 
-def module_structure(SelfAttentionQKV: Callable, k: int = 6) -> None:
-    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    __tracebackhide__ = True
-    module = run(SelfAttentionQKV, k, what=f"{MODULE_NAME}({k})")
-    if not isinstance(module, nn.Module):
-        fail(f"{MODULE_NAME}({k}) should create an nn.Module, but gave a {type(module).__name__}.")
-    layers = [_projection(module, name, k) for name in ("to_queries", "to_keys", "to_values")]
-    if len({id(layer) for layer in layers}) < 3:
-        fail("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
-             "create three separate nn.Linear modules.")
-    count = sum(p.numel() for p in module.parameters())
-    if count != 3 * k * k:
-        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
-             "Are extra layers or biases registered, or some projection kept outside the module?")
+# ---------------------------------------------------------------- the module: the probe's side
+
+def _make(cls: Callable, rec: Recorder, key: str, k: int, seed: int) -> nn.Module | None:
+    """Build the student's module, record its structure, and load the check's weights (seed) into it."""
+    module = rec.call(key, cls, k)
+    is_module = isinstance(module, nn.Module)
+    rec.fact(f"{key}.is_module", is_module)
+    if not is_module:
+        return None
+    layers = [getattr(module, name, None) for name in ROLES]
+    rec.fact(f"{key}.shared", [[name, next(ROLES[j] for j in range(i) if layers[j] is layer)]
+                               for i, (name, layer) in enumerate(zip(ROLES, layers))
+                               if layer is not None and any(layer is other for other in layers[:i])])
+    rec.fact(f"{key}.modules", weights.describe(module))
+    module = module.to(rec.device)
+    rec.fact(f"{key}.params", weights.fill(module, seed))
+    return module
 
 
-def _qkv_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return module.to_queries.weight, module.to_keys.weight, module.to_values.weight
-
-
-def _module_mistakes(module: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
-    wq, wk, wv = _qkv_weights(module)
-    q, k, v = F.linear(x, wq), F.linear(x, wk), F.linear(x, wv)
-    raw = q @ k.transpose(1, 2)  # (b, t, t)
-    w = F.softmax(raw, dim=-1)
-    return {
-        "the values are the raw inputs x; they should go through to_values first.": w @ x,
-        "the keys are used as values: the weights should multiply to_values(x).": w @ k,
-        "the queries are used as values: the weights should multiply to_values(x).": w @ q,
-        "to_queries is used for every role: keys and values need their own projections.":
-            F.softmax(q @ q.transpose(1, 2), dim=-1) @ q,
-        "queries and keys both come from to_queries: the keys need to_keys.": F.softmax(q @ q.transpose(1, 2), dim=-1) @ v,
-        "the softmax runs over the queries (dim=1) instead of the keys (dim=-1).": F.softmax(raw, dim=1) @ v,
-        "the softmax is missing: the raw scores are used as weights.": raw @ v,
-        "the scores are divided by √k; this assignment is unscaled (scaling is assignment 03).":
-            F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1) @ v,
-        "queries and keys are swapped, so the weights are transposed.": F.softmax(raw.transpose(1, 2), dim=-1) @ v,
-    }
-
-
-def _oracle(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """nn.MultiheadAttention with one head and the student's weights copied in, its scaling undone."""
-    wq, wk, wv = _qkv_weights(module)
-    k = x.shape[-1]
-    mha = nn.MultiheadAttention(k, num_heads=1, bias=False, batch_first=True).to(x.device)
+def _run(rec: Recorder, key: str, module: nn.Module, x: torch.Tensor) -> None:
+    """Record module(x) without gradients, on a fresh copy of the check's input."""
     with torch.no_grad():
-        # MultiheadAttention divides scores by √k; scaling the query weights by √k cancels it.
-        mha.in_proj_weight.copy_(torch.cat([wq * math.sqrt(k), wk, wv]))
-        mha.out_proj.weight.copy_(torch.eye(k, device=x.device))
-        y, _ = mha(x, x, x, need_weights=False)
+        rec.call(key, module, x.to(rec.device))
+
+
+# ---------------------------------------------------------------- the module: the judge's side
+
+def _linear(x: torch.Tensor, w: dict[str, torch.Tensor], role: str) -> torch.Tensor:
+    return F.linear(x, w[f"{role}.weight"], w.get(f"{role}.bias"))
+
+
+#: the module's typical mistakes: which of x, to_queries(x), to_keys(x), to_values(x) plays queries, keys, values
+_ROLE_MISTAKES = ((VALUES_NOT_PROJECTED, ("q", "k", "x")), (KEYS_AS_VALUES, ("q", "k", "k")),
+                  (QUERIES_AS_VALUES, ("q", "k", "q")), (QUERIES_FOR_EVERY_ROLE, ("q", "q", "q")),
+                  (KEYS_FROM_QUERIES, ("q", "q", "v")), (QUERIES_KEYS_SWAPPED, ("k", "q", "v")))
+#: mistakes of the attention cell, which the module calls (tq == tk here, so transposed weights fit)
+_ATTENTION_MISTAKES = (SOFTMAX_OVER_QUERIES, NO_SOFTMAX, SCALED, WEIGHTS_TRANSPOSED)
+
+
+def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
+    """Each typical mistake alone, then a mistake of the attention cell together with one of the module's."""
+    projected = {"x": x, "q": _linear(x, w, "to_queries"), "k": _linear(x, w, "to_keys"),
+                 "v": _linear(x, w, "to_values")}
+    single, several = [], []
+    for (m_roles, roles), how in product(((None, ("q", "k", "v")), *_ROLE_MISTAKES), (None, *_ATTENTION_MISTAKES)):
+        parts = [m for m in (how, m_roles) if m is not None]
+        y = _attend(*(projected[r] for r in roles), how)
+        if len(parts) == 1:
+            single.append((parts[0], y))
+        elif parts:
+            several.append((Mistake(SEVERAL, "two things at once. " + " ".join(
+                f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), y))
+    return single + several
+
+
+def _mha(w: dict[str, torch.Tensor], k: int) -> nn.MultiheadAttention:
+    """nn.MultiheadAttention with one head carrying these projections, an identity output projection, and its
+    scaling undone: it divides the scores by √k, so the query weights (and bias) are multiplied by √k."""
+    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
+        mha = nn.MultiheadAttention(k, num_heads=1, bias=True, batch_first=True)
+    zero = torch.zeros(k)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([w["to_queries.weight"] * math.sqrt(k), w["to_keys.weight"],
+                                            w["to_values.weight"]]))
+        mha.in_proj_bias.copy_(torch.cat([w.get("to_queries.bias", zero) * math.sqrt(k),
+                                          w.get("to_keys.bias", zero), w.get("to_values.bias", zero)]))
+        mha.out_proj.weight.copy_(torch.eye(k))
+        mha.out_proj.bias.zero_()
+    return mha
+
+
+def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        y, _ = _mha(w, x.shape[-1])(x, x, x, need_weights=False)
     return y
 
 
-def module_matches_oracle(SelfAttentionQKV: Callable, device: torch.device | str = "cpu") -> None:
-    """Random weights and inputs against PyTorch's own multi-head attention (one head) with the same weights."""
+def _check_structure(ev: Evidence, key: str, k: int) -> None:
+    """Three separate bias-free k×k nn.Linear projections."""
     __tracebackhide__ = True
+    what = f"{MODULE_NAME}({k})"
+    raised(ev, key, what)
+    if ev.facts.get(f"{key}.is_module") is not True:
+        fact = ev.facts.get(key)
+        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
+        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}. Does the class derive from "
+             "nn.Module?", mistake=NOT_A_MODULE)
+    shared = ev.facts.get(f"{key}.shared")
+    if not isinstance(shared, list):
+        fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
+    if shared:
+        fail("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
+             "create three separate nn.Linear modules.", mistake=SHARED_LAYER)
+    described = ev.facts.get(f"{key}.modules")
+    found = {m.get("name"): m for m in described if isinstance(m, dict)} if isinstance(described, list) else {}
+    for name in ROLES:
+        layer = found.get(name)
+        if not isinstance(layer, dict):
+            fail(f"{MODULE_NAME} has no layer `{name}`. Create it in __init__: self.{name} = {PROJECTION}.",
+                 mistake=MISSING_LAYER)
+        if "in_features" not in layer:
+            fail(f"{MODULE_NAME}.{name} is a {str(layer.get('type'))[:60]}; it should be {PROJECTION}.",
+                 mistake=WRONG_LAYER_TYPE)
+        if (layer.get("in_features"), layer.get("out_features")) != (k, k):
+            fail(f"{MODULE_NAME}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; "
+                 f"here it should map {k} -> {k}: {PROJECTION}.", mistake=WRONG_LAYER_SIZE)
+        if layer.get("bias") is not False:
+            fail(f"{MODULE_NAME}.{name} has a bias. The projections are plain matrices: {PROJECTION}.",
+                 mistake=PROJECTION_BIAS)
+
+
+def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
+    """The structure is right, and the values the probe loaded into the three weights (recreated here)."""
+    __tracebackhide__ = True
+    _check_structure(ev, key, k)
+    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    found = {}
+    for name in (f"{role}.weight" for role in ROLES):
+        if name not in loaded or tuple(loaded[name].shape) != (k, k):
+            fail(f"{MODULE_NAME}({k}) has no registered parameter {name} of shape {(k, k)}. Register the layers as "
+                 "attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
+        found[name] = loaded[name]
+    return found
+
+
+def _any_weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor] | None:
+    """The projections the probe loaded, whatever the structure: shared layers and biases allowed (a property
+    check keeps its credit for them); None when some role has no k×k weight."""
+    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    shared = ev.facts.get(f"{key}.shared")
+    same_as = {e[0]: e[1] for e in shared if isinstance(e, list) and len(e) == 2} if isinstance(shared, list) else {}
+    found = {}
+    for role in ROLES:
+        source = same_as.get(role, role)
+        weight, bias = loaded.get(f"{source}.weight"), loaded.get(f"{source}.bias")
+        if source not in ROLES or weight is None or tuple(weight.shape) != (k, k):
+            return None
+        found[f"{role}.weight"] = weight
+        if bias is not None and tuple(bias.shape) == (k,):
+            found[f"{role}.bias"] = bias
+    return found
+
+
+def _module_output(ev: Evidence, key: str, shape: tuple[int, int, int]) -> torch.Tensor:
+    __tracebackhide__ = True
+    return output(ev, key, what=f"{MODULE_NAME}.forward(x)", shape=shape, hint=_FORWARD_HINT)
+
+
+def _anchor_module(ev: Evidence, y: torch.Tensor, w: dict[str, torch.Tensor] | None, x: torch.Tensor,
+                   claim: str) -> None:
+    """Fail unless y is what the module (or one of its typical mistakes) computes with the check's weights."""
+    __tracebackhide__ = True
+    expected = _module_oracle(w, x) if w is not None else None
+    if w is None or not matches_any(y, [expected, *(m for _, m in _module_mistakes(w, x))], ev.device):
+        fail(f"{claim}, but it is not self-attention with the projections to_queries, to_keys and to_values: its "
+             f"output matches neither the reference nor a known mistake. {_FORWARD_HINT}", expected, y,
+             case=f"x of shape {tuple(x.shape)}")
+
+
+# ---------------------------------------------------------------- the module: structure
+
+_STRUCTURE_K = 6
+
+
+def _structure_x() -> torch.Tensor:
+    return randn(2, 4, _STRUCTURE_K, seed=201)
+
+
+def _probe_structure(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", _STRUCTURE_K, 200)
+    if module is not None:
+        _run(rec, "y", module, _structure_x())
+
+
+def _judge_structure(ev: Evidence) -> None:
+    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
+    k = _STRUCTURE_K
+    w = _weights(ev, "module", k, 200)
+    filled = ev.facts.get("module.params")
+    count = sum(math.prod(entry[1]) for entry in filled if isinstance(entry, list) and len(entry) == 2
+                and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1]))
+    if count != 3 * k * k:
+        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
+             "Are extra layers or biases registered, or some projection kept outside the module?",
+             mistake=PARAMETER_COUNT)
+    x = _structure_x()
+    y = _module_output(ev, "y", tuple(x.shape))
+    _anchor_module(ev, y, w, x, f"{MODULE_NAME} has the right layers")
+
+
+self_attention_qkv_structure = Check("self_attention_qkv_structure", _probe_structure, _judge_structure)
+
+
+# ---------------------------------------------------------------- the module: the oracle and gradients
+
+def _grad_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """x (2, 5, 4) and the upstream gradient (2, 5, 4)."""
+    return randn(2, 5, 4, seed=701), randn(2, 5, 4, seed=702)
+
+
+def _probe_module_oracle(cls: Callable, rec: Recorder) -> None:
     for i, (b, t, k) in enumerate(MODULE_SHAPES):
-        torch.manual_seed(600 + i)
-        module = run(SelfAttentionQKV, k, what=f"{MODULE_NAME}({k})")
-        for name in ("to_queries", "to_keys", "to_values"):
-            _projection(module, name, k)
-        module = module.to(device)
-        with torch.no_grad():  # distinct, well-spread weights so each mistake shows
-            for j, layer in enumerate((module.to_queries, module.to_keys, module.to_values)):
-                layer.weight.copy_(randn(k, k, seed=610 + 10 * i + j, device=device) / math.sqrt(k))
-        x = randn(b, t, k, seed=650 + i, device=device)
-        with torch.no_grad():
-            y = run(module, x.clone(), what=f"{MODULE_NAME}.forward(x)")
-            expected = _oracle(module, x)
-            mistakes = _module_mistakes(module, x)
-        expect_tensor(y, what=f"{MODULE_NAME}.forward(x)", shape=(b, t, k), device=device)
-        expect_close(y, expected, what=f"{MODULE_NAME}.forward(x)", mistakes=mistakes, case=f"x of shape {(b, t, k)}",
-                     otherwise="forward should compute attention(to_queries(x), to_keys(x), to_values(x)).")
+        module = _make(cls, rec, f"module{i}", k, 600 + i)
+        if module is None:
+            return
+        _run(rec, f"y{i}", module, randn(b, t, k, seed=650 + i))
+    module = _make(cls, rec, "grad_module", 4, 700)
+    if module is None:
+        return
+    x, upstream = (t.to(rec.device) for t in _grad_inputs())
+    x.requires_grad_(True)
+    y = rec.call("y_grad", module, x)
+    if not isinstance(y, torch.Tensor) or not y.requires_grad or y.shape != upstream.shape:
+        return
+    (y * upstream).sum().backward()
+    rec.tensor("grad.x", x.grad)
+    for name, p in module.named_parameters():
+        rec.tensor(f"grad.{name}", p.grad)
 
 
-def module_passes_gradients(SelfAttentionQKV: Callable, device: torch.device | str = "cpu") -> None:
-    """A loss on the output sends a non-zero gradient to all three weight matrices and to the input."""
-    __tracebackhide__ = True
-    torch.manual_seed(700)
-    module = run(SelfAttentionQKV, 4, what=f"{MODULE_NAME}(4)").to(device)
-    x = randn(2, 5, 4, seed=701, device=device).requires_grad_(True)
-    y = run(module, x, what=f"{MODULE_NAME}.forward(x)")
-    expect_tensor(y, what=f"{MODULE_NAME}.forward(x)", shape=(2, 5, 4), device=device)
-    if not y.requires_grad:
-        fail(f"{MODULE_NAME}.forward(x) is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.")
-    (y * randn(2, 5, 4, seed=702, device=device)).sum().backward()
-    for name in ("to_queries", "to_keys", "to_values"):
-        grad = getattr(module, name).weight.grad
-        if grad is None or float(grad.abs().sum()) == 0.0:
-            fail(f"{MODULE_NAME}.{name} receives no gradient, so it would never learn. Is it used in forward?")
-    if x.grad is None or float(x.grad.abs().sum()) == 0.0:
-        fail(f"The input x of {MODULE_NAME}.forward receives no gradient.")
+def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
+                      upstream: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Autograd through nn.MultiheadAttention with these weights: gradients of x and of the three weights."""
+    k = x.shape[-1]
+    mha = _mha(w, k)
+    x = x.clone().requires_grad_(True)
+    y, _ = mha(x, x, x, need_weights=False)
+    (y * upstream).sum().backward()
+    gq, gk, gv = mha.in_proj_weight.grad.chunk(3)
+    # MultiheadAttention's query weight is √k times the module's, so the module's gradient is √k times its
+    return {"x": x.grad, "to_queries.weight": gq * math.sqrt(k), "to_keys.weight": gk, "to_values.weight": gv}
 
 
-def module_is_permutation_equivariant(SelfAttentionQKV: Callable, device: torch.device | str = "cpu") -> None:
+def _judge_module_oracle(ev: Evidence) -> None:
+    """Random weights and inputs against PyTorch's own multi-head attention (one head) with the same weights; and
+    the gradients of a loss on the output, with respect to the input and the three weights, against autograd
+    through it."""
+    for i, (b, t, k) in enumerate(MODULE_SHAPES):
+        w = _weights(ev, f"module{i}", k, 600 + i)
+        x = randn(b, t, k, seed=650 + i)
+        y = _module_output(ev, f"y{i}", (b, t, k))
+        expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
+                     mistakes=_module_mistakes(w, x), case=f"x of shape {(b, t, k)}",
+                     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
+    w = _weights(ev, "grad_module", 4, 700)
+    x, upstream = _grad_inputs()
+    y = _module_output(ev, "y_grad", (2, 5, 4))
+    if not requires_grad(ev, "y_grad"):
+        fail(f"{MODULE_NAME}.forward(x) is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside "
+             "it.", mistake=DETACHED)
+    expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
+                 mistakes=_module_mistakes(w, x), case="x of shape (2, 5, 4)", otherwise=_FORWARD_HINT)
+    grads = _oracle_gradients(w, x, upstream)
+    for name, expected in grads.items():
+        got = tensor(ev, f"grad.{name}", shape=tuple(expected.shape))
+        if got is None or (name != "x" and not bool(got.abs().sum() > 0)):
+            fail(f"The input x of {MODULE_NAME}.forward receives no gradient." if name == "x" else
+                 f"{MODULE_NAME}.{name.removesuffix('.weight')} receives no gradient, so it would never learn. "
+                 "Is it used in forward?", mistake=NO_GRADIENT)
+        expect_close(got, expected, what=f"The gradient of a loss on {MODULE_NAME}.forward with respect to {name}",
+                     device=ev.device, case="k=4, x of shape (2, 5, 4)",
+                     otherwise="Compare with autograd through nn.MultiheadAttention: build the output only from "
+                               "differentiable torch operations on the projections.")
+
+
+self_attention_qkv_oracle = Check("self_attention_qkv_oracle", _probe_module_oracle, _judge_module_oracle)
+
+
+# ---------------------------------------------------------------- the module: permutation equivariance
+
+_PERMUTATION = (5, 2, 0, 4, 1, 3)
+
+
+def _probe_equivariance(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", 4, 800)
+    if module is None:
+        return
+    x = randn(2, 6, 4, seed=801)
+    _run(rec, "y", module, x)
+    _run(rec, "y_perm", module, x[:, list(_PERMUTATION)])
+
+
+def _judge_equivariance(ev: Evidence) -> None:
     """Like basic self-attention, the projected version ignores where a vector sits."""
-    __tracebackhide__ = True
-    torch.manual_seed(800)
-    module = run(SelfAttentionQKV, 4, what=f"{MODULE_NAME}(4)").to(device)
-    x = randn(2, 6, 4, seed=801, device=device)
-    perm = torch.tensor([5, 2, 0, 4, 1, 3], device=device)
-    with torch.no_grad():
-        y = run(module, x, what=f"{MODULE_NAME}.forward(x)")
-        y_perm = run(module, x[:, perm], what=f"{MODULE_NAME}.forward(x)")
-    expect_tensor(y, what=f"{MODULE_NAME}.forward(x)", shape=(2, 6, 4), device=device)
-    expect_close(y_perm, y[:, perm], what=f"{MODULE_NAME}.forward on permuted positions", case="permutation [5, 2, 0, 4, 1, 3]",
-                 otherwise="Permuting the input positions should permute the outputs the same way and change nothing else.")
+    raised(ev, "module", f"{MODULE_NAME}(4)")
+    if ev.facts.get("module.is_module") is not True:
+        fail(f"{MODULE_NAME}(4) should create an nn.Module. Does the class derive from nn.Module?",
+             mistake=NOT_A_MODULE)
+    y = _module_output(ev, "y", (2, 6, 4))
+    y_perm = _module_output(ev, "y_perm", (2, 6, 4))
+    expect_close(y_perm, y[:, list(_PERMUTATION)], what=f"{MODULE_NAME}.forward on permuted positions",
+                 device=ev.device, case="permutation [5, 2, 0, 4, 1, 3]",
+                 otherwise="Permuting the input positions should permute the outputs the same way and change "
+                           "nothing else.")
+    _anchor_module(ev, y, _any_weights(ev, "module", 4, 800), randn(2, 6, 4, seed=801),
+                   f"{MODULE_NAME} is permutation equivariant")
+
+
+self_attention_qkv_equivariance = Check("self_attention_qkv_equivariance", _probe_equivariance, _judge_equivariance)

@@ -1,22 +1,97 @@
-"""Checks for assignment 03: scaled_dot_product_attention(q, k, v, mask=None) and ScaledSelfAttention."""
+"""Checks for assignment 03: scaled_dot_product_attention(q, k, v, mask=None) and ScaledSelfAttention.
+
+Each check is a probe (runs the student's code on inputs and weights chosen here) and a judge (decides from what
+the probe recorded). Oracles: F.scaled_dot_product_attention for the function (its weights are its output when
+the values are the identity), nn.MultiheadAttention with one head for the module. See course/checks/check.py.
+"""
 
 import math
 from collections.abc import Callable
+from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks.compare import expect_close, expect_linear, expect_tensor, fail, generator, randn, run
+from course.checks import weights as weight_values
+from course.checks.check import Check
+from course.checks.compare import (
+    Mistake,
+    expect_close,
+    fail,
+    generator,
+    matches_any,
+    output,
+    raised,
+    randn,
+    requires_grad,
+    tensor,
+    value_kind,
+)
+from course.checks.evidence import Evidence, Recorder
 
 SDPA_NAME = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
+ROLES = ("to_queries", "to_keys", "to_values")
+PROJECTION = "nn.Linear(k, k, bias=False)"
+#: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
+GAINS = MappingProxyType({"to_queries.weight": 2.0})
 _INF = float("-inf")
+
+# ---------------------------------------------------------------- mistakes
+
+UNSCALED = Mistake("unscaled", "the scores are not scaled. Divide queries·keysᵀ by √d, d the size of a query "
+                   "(queries.shape[-1]).")
+DIVIDED_BY_D = Mistake("divided-by-d", "the scores are divided by d; divide by √d (math.sqrt(d)), the standard "
+                       "deviation of q·k. (Did the queries get scaled before calling a function that scales "
+                       "again?)")
+SCALED_BY_VALUE_SIZE = Mistake("scaled-by-value-size", "the scores are divided by the square root of the value "
+                               "size; the scale is √d with d the size of a query and a key (queries.shape[-1]), not "
+                               "of a value.")
+SOFTMAX_OVER_QUERIES = Mistake("softmax-over-queries", "the softmax runs over the queries (dim=-2). Each query's "
+                               "weights over the keys must sum to 1: use dim=-1.")
+LARGE_NEGATIVE_FILL = Mistake("large-negative-fill", "a query that may attend to nothing gets equal weights on "
+                              "every key. That happens when masked scores are filled with a large negative number "
+                              "instead of −∞ and such rows are not zeroed; the convention is all-zero weights and a "
+                              "zero output for them.")
+MASK_INVERTED = Mistake("mask-inverted", "the mask is inverted. True means attention is ALLOWED (PyTorch's "
+                        "convention): fill the scores where the mask is False (~mask) with −∞.")
+MASK_WITH_ZERO = Mistake("mask-filled-with-zero", "masked scores are set to 0 instead of −∞. A score of 0 is an "
+                         "ordinary score (e⁰ = 1), so masked keys still get weight: use float('-inf').")
+MASK_AFTER_SOFTMAX = Mistake("mask-after-softmax", "the mask is applied after the softmax without renormalising, "
+                             "so the weights of a row no longer sum to 1. Mask the scores with −∞ before the "
+                             "softmax.")
+MASK_IGNORED = Mistake("mask-ignored", "the mask is ignored: masked keys still get weight. Is the mask passed on, "
+                       "and are the scores where it is False filled with −∞ before the softmax?")
+WEIGHTS_ARE_SCORES = Mistake("weights-are-scores", "the weights returned are the scores (before the softmax): "
+                             "return the softmax of the scaled, masked scores.")
+VALUES_NOT_PROJECTED = Mistake("values-not-projected", "the values are the raw inputs x; they should go through "
+                               "to_values first.")
+
+# ids of structure and property failures (fail(..., mistake=...))
+NOT_A_PAIR = "not-a-pair"
+NAN_IN_EMPTY_ROWS = "nan-in-empty-rows"
+NAN_GRADIENTS = "nan-gradients"
+NO_GRADIENT = "no-gradient"
+NOT_A_MODULE = "not-a-module"
+MISSING_LAYER = "missing-layer"
+WRONG_LAYER_TYPE = "wrong-layer-type"
+WRONG_LAYER_SIZE = "wrong-layer-size"
+PROJECTION_BIAS = "projection-bias"
+SHARED_LAYER = "shared-layer"
+MISSING_PARAMETER = "missing-parameter"
+PARAMETER_COUNT = "parameter-count"
+NO_MASK_ARGUMENT = "no-mask-argument"
+CAUSAL_LEAK = "causal-leak"
+MASK_WITHOUT_MASK = "masks-without-a-mask"
 
 _SDPA_HINT = ("The inputs may have any number of leading dimensions (..., tq, d): use keys.transpose(-2, -1) "
               "(or keys.mT) rather than transpose(1, 2), and a mask that broadcasts to (..., tq, tk).")
 _SDPA_RECIPE = ("scores = queries·keysᵀ / √d (d the query/key size), masked positions set to −∞ before a softmax "
                 "over the keys (last dimension), output = weights·values.")
+_FORWARD_HINT = ("forward should return the output of scaled_dot_product_attention(to_queries(x), to_keys(x), "
+                 "to_values(x), mask).")
+_MASK_ARGUMENT_HINT = "forward takes the mask as a keyword argument: def forward(self, x, mask=None)."
 
 
 # ---------------------------------------------------------------- oracle and typical mistakes
@@ -31,13 +106,14 @@ def _zero_empty_rows(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     return t if empty is None else torch.where(empty, torch.zeros_like(t), t)
 
 
-def _oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's fused attention: the output, and the weights (the output when the values are the identity)."""
     tk = k.shape[-2]
-    eye = torch.eye(tk, device=q.device).expand(*k.shape[:-2], tk, tk)
+    eye = torch.eye(tk).expand(*k.shape[:-2], tk, tk)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    weights = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
-    return _zero_empty_rows(out, mask), _zero_empty_rows(weights, mask)
+    w = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
+    return _zero_empty_rows(out, mask), _zero_empty_rows(w, mask)
 
 
 def _attend(scores: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,89 +124,106 @@ def _attend(scores: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) ->
     return w @ v, w
 
 
-def _variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """explanation -> (output, weights) that a typical wrong implementation returns."""
+def _variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              mask: torch.Tensor | None) -> list[tuple[Mistake, tuple[torch.Tensor, torch.Tensor]]]:
+    """(mistake, (output, weights)) that a typical wrong implementation returns; differentiable in q, k, v."""
     d, dv = q.shape[-1], v.shape[-1]
     raw = q @ k.transpose(-2, -1)  # (..., tq, tk)
     scaled = raw / math.sqrt(d)
-    found = {
-        "the scores are not scaled. Divide queries·keysᵀ by √d, d the size of a query (queries.shape[-1]).":
-            _attend(raw, v, mask),
-        "the scores are divided by d; divide by √d (math.sqrt(d)), the standard deviation of q·k.":
-            _attend(raw / d, v, mask),
-        "the scores are divided by the square root of the value size; the scale is √d with d the size of a "
-        "query and a key (queries.shape[-1]), not of a value.": _attend(raw / math.sqrt(dv), v, mask),
-        "the softmax runs over the queries (dim=-2). Each query's weights over the keys must sum to 1: use dim=-1.":
-            (F.softmax(scaled, dim=-2) @ v, F.softmax(scaled, dim=-2)),
-    }
+    over_queries = F.softmax(scaled, dim=-2)
+    found = [
+        (UNSCALED, _attend(raw, v, mask)),
+        (DIVIDED_BY_D, _attend(raw / d, v, mask)),
+        (SCALED_BY_VALUE_SIZE, _attend(raw / math.sqrt(dv), v, mask)),
+        (SOFTMAX_OVER_QUERIES, (over_queries @ v, over_queries)),
+    ]
     if mask is not None:
         zero = F.softmax(scaled.masked_fill(~mask, 0.0), dim=-1)
         after = F.softmax(scaled, dim=-1) * mask
         plain = F.softmax(scaled, dim=-1)
         large = F.softmax(scaled.masked_fill(~mask, -1e9), dim=-1)
-        found.update({
-            "a query that may attend to nothing gets equal weights on every key. That happens when masked scores "
-            "are filled with a large negative number instead of −∞ and such rows are not zeroed; the convention is "
-            "all-zero weights and a zero output for them.": (large @ v, large),
-            "the mask is inverted. True means attention is ALLOWED (PyTorch's convention): fill the scores where "
-            "the mask is False (~mask) with −∞.": _attend(scaled, v, ~mask),
-            "masked scores are set to 0 instead of −∞. A score of 0 is an ordinary score (e⁰ = 1), so masked keys "
-            "still get weight: use float('-inf').": (zero @ v, zero),
-            "the mask is applied after the softmax without renormalising, so the weights of a row no longer sum "
-            "to 1. Mask the scores with −∞ before the softmax.": (after @ v, after),
-            "the mask is ignored: masked keys still get weight. Is the mask passed on, and are the scores where it "
-            "is False filled with −∞ before the softmax?": (plain @ v, plain),
-        })
+        found += [
+            (LARGE_NEGATIVE_FILL, (large @ v, large)),
+            (MASK_INVERTED, _attend(scaled, v, ~mask)),
+            (MASK_WITH_ZERO, (zero @ v, zero)),
+            (MASK_AFTER_SOFTMAX, (after @ v, after)),
+            (MASK_IGNORED, (plain @ v, plain)),
+        ]
+        zero, plain = _zero_empty_rows(zero, mask), _zero_empty_rows(plain, mask)  # empty rows zeroed, as asked
+        found += [(MASK_WITH_ZERO, (zero @ v, zero)), (MASK_IGNORED, (plain @ v, plain))]
     return found
 
 
-def _weight_variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    found = {explanation: w for explanation, (_, w) in _variants(q, k, v, mask).items()}
+def _weight_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     mask: torch.Tensor | None) -> list[tuple[Mistake, torch.Tensor]]:
+    found = [(m, w.detach()) for m, (_, w) in _variants(q, k, v, mask)]
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     masked = scores if mask is None else scores.masked_fill(~mask, _INF)
-    found["the weights returned are the raw scores: return the softmax of the scaled, masked scores."] = masked
-    found["the weights returned are the scores before the softmax: return the softmax of the scaled, masked "
-          "scores."] = scores
-    return found
+    return [*found, (WEIGHTS_ARE_SCORES, masked.detach()), (WEIGHTS_ARE_SCORES, scores.detach())]
 
 
-def _output_variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    return {explanation: out for explanation, (out, _) in _variants(q, k, v, mask).items()}
+def _output_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     mask: torch.Tensor | None) -> list[tuple[Mistake, torch.Tensor]]:
+    return [(m, out.detach()) for m, (out, _) in _variants(q, k, v, mask)]
 
 
-def _call_sdpa(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-               device: torch.device | str, case: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Call the student's function and check it returns (output, weights) of the right shapes."""
+# ---------------------------------------------------------------- scaled_dot_product_attention: probe and judge
+
+def _call(rec: Recorder, key: str, fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          mask: torch.Tensor | None) -> object:
+    """Record fn(q, k, v) or fn(q, k, v, mask=mask) on fresh copies of the check's inputs, moved to the device."""
+    args = [t.to(rec.device) for t in (q, k, v)]
+    if mask is None:
+        return rec.call(key, fn, *args)
+    return rec.call(key, fn, *args, mask=mask.to(rec.device))
+
+
+def _result(ev: Evidence, key: str, q: torch.Tensor, k: torch.Tensor,
+            v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (output, weights) pair the student's function returned, after checking types and shapes."""
     __tracebackhide__ = True
-    args = (q.clone(), k.clone(), v.clone())
-    result = run(fn, *args, what=SDPA_NAME, hint=_SDPA_HINT) if mask is None else \
-        run(fn, *args, mask=mask.clone(), what=SDPA_NAME, hint=_SDPA_HINT)
-    if not isinstance(result, tuple) or len(result) != 2:
-        fail(f"{SDPA_NAME} should return a pair (output, weights), but returned a {type(result).__name__}"
-             f"{' of length ' + str(len(result)) if isinstance(result, (tuple, list)) else ''}. "
-             "End with `return weights @ values, weights`.")
-    out, weights = result
-    lead, tq, tk, dv = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], v.shape[-1]
-    expect_tensor(out, what=f"the output of {SDPA_NAME}", shape=(*lead, tq, dv), device=device, shape_hints={
+    raised(ev, key, SDPA_NAME, _SDPA_HINT)
+    kind = value_kind(ev, key)
+    if kind == "missing":
+        fail(f"The test recorded nothing for {SDPA_NAME}: the check did not run to the end.")
+    fact = ev.facts[key]
+    if kind != "tuple" or fact.get("length") != 2:
+        shown = f"a tuple of length {fact.get('length')}" if kind == "tuple" else (
+            "None" if kind == "none" else f"a {str(fact.get('type'))[:60]}")
+        fail(f"{SDPA_NAME} should return a pair (output, weights), but returned {shown}. "
+             "End with `return weights @ values, weights`.", mistake=NOT_A_PAIR)
+    lead, tq, tk, d, dv = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    out = output(ev, f"{key}.0", what=f"the output of {SDPA_NAME}", shape=(*lead, tq, dv), shape_hints={
         (*lead, tq, tk): "That is the shape of the weights: is the pair returned as (weights, output)?",
-        (*lead, tq, q.shape[-1]): "The output has the size of a key, not of a value: are the keys used as values?"})
-    expect_tensor(weights, what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk), device=device, shape_hints={
+        (*lead, tq, d): "The output has the size of a key, not of a value: are the keys used as values?"})
+    w = output(ev, f"{key}.1", what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk), shape_hints={
         (*lead, tq, dv): "That is the shape of the output: is the pair returned as (weights, output)?"})
-    return out, weights
+    return out, w
 
 
-def _check_sdpa(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                device: torch.device | str, case: str) -> None:
+def _judge_case(ev: Evidence, key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None, case: str, weights_hint: str = _SDPA_RECIPE,
+                output_hint: str = "The weights are right, so look at the last step: output = weights·values.") -> None:
     __tracebackhide__ = True
-    out, weights = _call_sdpa(fn, q, k, v, mask, device, case)
+    out, w = _result(ev, key, q, k, v)
     expected_out, expected_w = _oracle(q, k, v, mask)
-    expect_close(weights, expected_w, what=f"the weights of {SDPA_NAME}", mistakes=_weight_variants(q, k, v, mask),
-                 otherwise=_SDPA_RECIPE, case=case)
-    expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", mistakes=_output_variants(q, k, v, mask),
-                 otherwise="The weights are right, so look at the last step: output = weights·values.", case=case)
+    if not bool(torch.isfinite(w).all()):  # name a mistake whose weights hold −∞ before saying "NaN or infinite"
+        for m, candidate in _weight_mistakes(q, k, v, mask):
+            if not bool(torch.isfinite(candidate).all()) and matches_any(w, [candidate], ev.device):
+                fail(f"The weights of {SDPA_NAME} are not what was asked: {m.explanation}", expected_w, w, case=case,
+                     mistake=m.id)
+    empty = _no_row_allowed(mask)
+    if empty is not None and bool(empty.any()) and not (bool(torch.isfinite(w).all())
+                                                        and bool(torch.isfinite(out).all())):
+        fail(f"{SDPA_NAME} returns NaN for a query that may attend to nothing. The softmax of a row of −∞ is 0/0. "
+             "The convention (PyTorch's too) is all-zero weights and a zero output for such a row: after the "
+             "softmax, zero the rows where mask.any(dim=-1, keepdim=True) is False.", expected_w, w, case=case,
+             mistake=NAN_IN_EMPTY_ROWS)
+    expect_close(w, expected_w, what=f"the weights of {SDPA_NAME}", device=ev.device,
+                 mistakes=_weight_mistakes(q, k, v, mask), otherwise=weights_hint, case=case)
+    expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", device=ev.device,
+                 mistakes=_output_mistakes(q, k, v, mask), otherwise=output_hint, case=case)
 
-
-# ---------------------------------------------------------------- scaled_dot_product_attention
 
 def _by_hand_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     q = torch.tensor([[1.0, 1.0, 1.0, 1.0]])  # (1, 4): one query, d = 4
@@ -139,243 +232,463 @@ def _by_hand_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q, k, v
 
 
-def sdpa_by_hand(fn: Callable) -> None:
+def _probe_by_hand(fn: Callable, rec: Recorder) -> None:
+    _call(rec, "r", fn, *_by_hand_case(), None)
+
+
+def _judge_by_hand(ev: Evidence) -> None:
     """d = 4: raw scores 4 and 0 become 2 and 0, weights e²/(e²+1) ≈ 0.881 and 1/(e²+1) ≈ 0.119."""
-    __tracebackhide__ = True
-    q, k, v = _by_hand_case()
-    _check_sdpa(fn, q, k, v, None, "cpu", "q = [1,1,1,1], keys [1,1,1,1] and 0, values [10,0] and [20,1]")
+    _judge_case(ev, "r", *_by_hand_case(), None, "q = [1,1,1,1], keys [1,1,1,1] and 0, values [10,0] and [20,1]")
 
 
-def sdpa_masks_by_hand(fn: Callable) -> None:
+sdpa_by_hand = Check("sdpa_by_hand", _probe_by_hand, _judge_by_hand)
+
+_HAND_MASK = ((False, True),)  # (tq, tk): the query may look at key 1 only
+
+
+def _probe_masks_by_hand(fn: Callable, rec: Recorder) -> None:
+    _call(rec, "r", fn, *_by_hand_case(), torch.tensor(_HAND_MASK))
+    _call(rec, "r_keys", fn, *_by_hand_case(), torch.tensor(_HAND_MASK[0]))
+
+
+def _judge_masks_by_hand(ev: Evidence) -> None:
     """Masking key 0 leaves all the weight on key 1: weights [0, 1], output = value 1; a mask (tk,) broadcasts."""
-    __tracebackhide__ = True
     q, k, v = _by_hand_case()
-    mask = torch.tensor([[False, True]])  # (tq, tk): the query may look at key 1 only
-    _check_sdpa(fn, q, k, v, mask, "cpu", "the same case, mask [[False, True]] (True = allowed)")
-    out, weights = _call_sdpa(fn, q, k, v, torch.tensor([False, True]), "cpu", "")
-    expect_close(weights, torch.tensor([[0.0, 1.0]]), what=f"the weights of {SDPA_NAME} with a mask of shape (tk,)",
-                 otherwise="The mask only has to be broadcastable to (..., tq, tk): use it as it is in masked_fill "
-                           "or torch.where, without indexing or reshaping it.", case="mask [False, True]")
+    _judge_case(ev, "r", q, k, v, torch.tensor(_HAND_MASK), "the same case, mask [[False, True]] (True = allowed)")
+    hint = ("The mask only has to be broadcastable to (..., tq, tk): use it as it is in masked_fill or torch.where, "
+            "without indexing or reshaping it.")
+    _judge_case(ev, "r_keys", q, k, v, torch.tensor(_HAND_MASK[0]), "mask [False, True]", hint, hint)
 
 
-def sdpa_fully_masked_row(fn: Callable) -> None:
-    """A query that may attend to nothing gets all-zero weights and a zero output — no NaN; other rows are unchanged."""
-    __tracebackhide__ = True
+sdpa_masks_by_hand = Check("sdpa_masks_by_hand", _probe_masks_by_hand, _judge_masks_by_hand)
+
+
+def _empty_row_case() -> tuple[torch.Tensor, ...]:
     q = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]])  # (2, 4)
     _, k, v = _by_hand_case()
     mask = torch.tensor([[True, True], [False, False]])  # the second query may attend to nothing
-    out, weights = _call_sdpa(fn, q, k, v, mask, "cpu", "")
-    expected_out, expected_w = _oracle(q, k, v, mask)
-    if not bool(torch.isfinite(weights).all()) or not bool(torch.isfinite(out).all()):
-        fail(f"{SDPA_NAME} returns NaN for a query that may attend to nothing. The softmax of a row of −∞ is 0/0. "
-             "The convention (PyTorch's too) is all-zero weights and a zero output for such a row: after the "
-             "softmax, zero the rows where mask.any(dim=-1, keepdim=True) is False.", expected_w, weights,
-             case="query 2 may attend to nothing")
-    expect_close(weights, expected_w, what=f"the weights of {SDPA_NAME}", mistakes=_weight_variants(q, k, v, mask),
-                 otherwise="A row where nothing is allowed gets all-zero weights; the other rows are the usual "
-                           "softmax.", case="query 2 may attend to nothing")
-    expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", mistakes=_output_variants(q, k, v, mask),
-                 otherwise="A query that may attend to nothing gets a zero output.", case="query 2 may attend to nothing")
+    return q, k, v, mask
 
 
-def _random_mask(shape: tuple[int, ...], seed: int, device: torch.device | str, keep_one: bool = True) -> torch.Tensor:
+def _probe_empty_row(fn: Callable, rec: Recorder) -> None:
+    _call(rec, "r", fn, *_empty_row_case())
+
+
+def _judge_empty_row(ev: Evidence) -> None:
+    """A query that may attend to nothing gets all-zero weights and a zero output — no NaN; other rows are
+    unchanged."""
+    q, k, v, mask = _empty_row_case()
+    case = "query 2 may attend to nothing"
+    _judge_case(ev, "r", q, k, v, mask, case,
+                "A row where nothing is allowed gets all-zero weights; the other rows are the usual softmax.",
+                "A query that may attend to nothing gets a zero output.")
+
+
+sdpa_fully_masked_row = Check("sdpa_fully_masked_row", _probe_empty_row, _judge_empty_row)
+
+
+def _random_mask(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     mask = torch.rand(*shape, generator=generator(seed)) < 0.6
-    if keep_one:  # every query may attend to at least one key
-        tq, tk = shape[-2], shape[-1]
-        mask[..., torch.arange(tq), torch.arange(tq) % tk] = True
-    return mask.to(device)
+    tq, tk = shape[-2], shape[-1]
+    mask[..., torch.arange(tq), torch.arange(tq) % tk] = True  # every query may attend to at least one key
+    return mask
 
 
-def _oracle_cases(device: torch.device | str) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, str]]:
-    cases = []
-    # (leading dimensions, tq, tk, d, dv, kind of mask): tq != tk, dv != d, 1, 2 or 3 leading dimensions
-    specs = [((3,), 4, 6, 5, 2, None), ((2, 3), 5, 7, 8, 3, "random"), ((2,), 6, 6, 4, 6, "causal"),
-             ((), 3, 5, 6, 4, "keys"), ((2, 3), 4, 5, 4, 3, "padding"), ((2,), 5, 4, 3, 2, "empty rows")]
-    for i, (lead, tq, tk, d, dv, kind) in enumerate(specs):
-        q = randn(*lead, tq, d, seed=300 + i, device=device) * 2.0  # spread scores so every mistake shows
-        k = randn(*lead, tk, d, seed=310 + i, device=device)
-        v = randn(*lead, tk, dv, seed=320 + i, device=device)
-        if kind is None:
-            mask = None
-        elif kind == "random":
-            mask = _random_mask((tq, tk), 330 + i, device)
-        elif kind == "causal":
-            mask = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
-        elif kind == "keys":
-            mask = torch.tensor([True, False, True, True, False], device=device)
-        elif kind == "padding":
-            lengths = torch.tensor([5, 3], device=device)  # the second sequence has two padding keys
-            mask = (torch.arange(tk, device=device) < lengths[:, None])[:, None, None, :]  # (2, 1, 1, tk)
-        else:
-            mask = _random_mask((*lead, tq, tk), 330 + i, device)
-            mask[0, 1] = False  # query 1 of the first batch element may attend to nothing
-            mask[1, 3] = False
-        shape = "×".join(map(str, q.shape))
-        what = "no mask" if mask is None else f"mask of shape {tuple(mask.shape)} ({kind})"
-        cases.append((q, k, v, mask, f"queries {shape}, keys {'×'.join(map(str, k.shape))}, values "
-                                     f"{'×'.join(map(str, v.shape))}, {what}"))
-    return cases
+# (leading dimensions, tq, tk, d, dv, kind of mask): tq != tk, dv != d, 0-2 leading dimensions
+ORACLE_SPECS = (((3,), 4, 6, 5, 2, None), ((2, 3), 5, 7, 8, 3, "random"), ((2,), 6, 6, 4, 6, "causal"),
+                ((), 3, 5, 6, 4, "keys"), ((2, 3), 4, 5, 4, 3, "padding"), ((2,), 5, 4, 3, 2, "empty rows"))
 
 
-def sdpa_matches_oracle(fn: Callable, device: torch.device | str = "cpu") -> None:
-    """Random shapes (1-3 leading dimensions, tq != tk, dv != d) and masks against F.scaled_dot_product_attention."""
-    __tracebackhide__ = True
-    for q, k, v, mask, case in _oracle_cases(device):
-        _check_sdpa(fn, q, k, v, mask, device, case)
+def _oracle_case(i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, str]:
+    """q, k, v, mask and a description of case i, on the CPU."""
+    lead, tq, tk, d, dv, kind = ORACLE_SPECS[i]
+    q = randn(*lead, tq, d, seed=300 + i) * 2.0  # spread scores so every mistake shows
+    k = randn(*lead, tk, d, seed=310 + i)
+    v = randn(*lead, tk, dv, seed=320 + i)
+    if kind is None:
+        mask = None
+    elif kind == "random":
+        mask = _random_mask((tq, tk), 330 + i)
+    elif kind == "causal":
+        mask = torch.ones(tq, tk, dtype=torch.bool).tril()
+    elif kind == "keys":
+        mask = torch.tensor([True, False, True, True, False])
+    elif kind == "padding":
+        lengths = torch.tensor([5, 3])  # the second sequence has two padding keys
+        mask = (torch.arange(tk) < lengths[:, None])[:, None, None, :]  # (2, 1, 1, tk)
+    else:
+        mask = _random_mask((*lead, tq, tk), 330 + i)
+        mask[0, 1] = False  # query 1 of the first batch element may attend to nothing
+        mask[1, 3] = False
+    what = "no mask" if mask is None else f"mask of shape {tuple(mask.shape)} ({kind})"
+    case = (f"queries {'×'.join(map(str, q.shape))}, keys {'×'.join(map(str, k.shape))}, values "
+            f"{'×'.join(map(str, v.shape))}, {what}")
+    return q, k, v, mask, case
 
 
-def sdpa_weights_are_a_distribution(fn: Callable, device: torch.device | str = "cpu") -> None:
-    """Every row of weights with something allowed sums to 1 and is 0 where the mask is False."""
-    __tracebackhide__ = True
-    q, k, v, mask, case = _oracle_cases(device)[1]
-    _, weights = _call_sdpa(fn, q, k, v, mask, device, case)
-    sums = weights.sum(dim=-1)
+def _probe_oracle(fn: Callable, rec: Recorder) -> None:
+    for i in range(len(ORACLE_SPECS)):
+        q, k, v, mask, _ = _oracle_case(i)
+        _call(rec, f"r{i}", fn, q, k, v, mask)
+
+
+def _judge_oracle(ev: Evidence) -> None:
+    """Random shapes (0-2 leading dimensions, tq != tk, dv != d) and masks against F.scaled_dot_product_attention;
+    every row of weights with something allowed sums to 1 and is 0 where the mask is False."""
+    for i in range(len(ORACLE_SPECS)):
+        q, k, v, mask, case = _oracle_case(i)
+        _judge_case(ev, f"r{i}", q, k, v, mask, case)
+    q, k, v, mask, case = _oracle_case(1)
+    _, w = _result(ev, "r1", q, k, v)
+    sums = w.sum(dim=-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
         fail(f"The rows of the weights of {SDPA_NAME} do not sum to 1. Softmax over the keys (dim=-1), after "
              "masking the scores with −∞.", torch.ones_like(sums), sums, case=case)
-    leaked = weights.masked_select(~mask.expand_as(weights)).abs().max()
+    leaked = w.masked_select(~mask.expand_as(w)).abs().max()
     if float(leaked) > 1e-6:
         fail(f"{SDPA_NAME} gives weight up to {float(leaked):.3g} to keys the mask forbids (mask False). "
              "True means allowed: fill the scores where the mask is False with −∞ before the softmax.")
 
 
-def sdpa_passes_gradients(fn: Callable, device: torch.device | str = "cpu") -> None:
-    """Gradients reach queries, keys and values and stay finite, even with a query that may attend to nothing."""
-    __tracebackhide__ = True
-    q, k, v, mask, case = _oracle_cases(device)[-1]
-    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
-    result = run(fn, q, k, v, mask=mask, what=SDPA_NAME, hint=_SDPA_HINT)
-    if not isinstance(result, tuple) or len(result) != 2:
-        fail(f"{SDPA_NAME} should return a pair (output, weights).")
-    out, weights = result
-    if not out.requires_grad:
-        fail(f"The output of {SDPA_NAME} is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.")
-    loss = (out * randn(*out.shape, seed=390, device=device)).sum()
-    if weights.requires_grad:
-        loss = loss + (weights * randn(*weights.shape, seed=391, device=device)).sum()
+sdpa_oracle = Check("sdpa_oracle", _probe_oracle, _judge_oracle)
+
+
+_GRAD_CASE = len(ORACLE_SPECS) - 1  # the case with queries that may attend to nothing
+
+
+def _upstream(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    return randn(*shape, seed=seed)
+
+
+def _probe_gradients(fn: Callable, rec: Recorder) -> None:
+    q, k, v, mask, _ = _oracle_case(_GRAD_CASE)
+    q, k, v = (t.to(rec.device).requires_grad_(True) for t in (q, k, v))
+    result = rec.call("r", fn, q, k, v, mask=mask.to(rec.device))
+    if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, torch.Tensor) for t in result)):
+        return
+    out, w = result
+    if not out.requires_grad or out.shape != q.shape[:-1] + v.shape[-1:] or w.shape != q.shape[:-1] + k.shape[-2:-1]:
+        return
+    loss = (out * _upstream(tuple(out.shape), 390).to(rec.device)).sum()
+    if w.requires_grad:
+        loss = loss + (w * _upstream(tuple(w.shape), 391).to(rec.device)).sum()
     loss.backward()
     for name, t in (("queries", q), ("keys", k), ("values", v)):
-        if t.grad is None or float(t.grad.abs().sum()) == 0.0:
-            fail(f"The {name} receive no gradient through {SDPA_NAME}. Are they used, and is nothing detached?")
-        if not bool(torch.isfinite(t.grad).all()):
+        rec.tensor(f"grad.{name}", t.grad)
+
+
+def _gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, compute: Callable,
+               with_weights: bool) -> dict[str, torch.Tensor | None]:
+    """Autograd of the probe's loss through compute(q, k, v, mask) -> (output, weights)."""
+    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+    out, w = compute(q, k, v, mask)
+    loss = (out * _upstream(tuple(out.shape), 390)).sum()
+    if with_weights:
+        loss = loss + (w * _upstream(tuple(w.shape), 391)).sum()
+    loss.backward()
+    return {"queries": q.grad, "keys": k.grad, "values": v.grad}
+
+
+def _judge_gradients(ev: Evidence) -> None:
+    """Gradients reach queries, keys and values, stay finite even with a query that may attend to nothing, and
+    are autograd's through PyTorch's fused attention (or through the typical mistake the output is)."""
+    q, k, v, mask, case = _oracle_case(_GRAD_CASE)
+    out, w = _result(ev, "r", q, k, v)
+    if not requires_grad(ev, "r.0"):
+        fail(f"The output of {SDPA_NAME} is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.",
+             mistake="detached")
+    with_weights = requires_grad(ev, "r.1")
+    expected_out, expected_w = _oracle(q, k, v, mask)
+    if matches_any(out, [expected_out], ev.device) and matches_any(w, [expected_w], ev.device):
+        compute = _oracle
+    else:  # the computation is a known mistake (judged by the other checks), or not attention at all
+        found = [i for i, (_, (o, ww)) in enumerate(_variants(q, k, v, mask))
+                 if matches_any(out, [o.detach()], ev.device) and matches_any(w, [ww.detach()], ev.device)]
+        if not found:
+            _judge_case(ev, "r", q, k, v, mask, case)  # names the mistake, or says it is not attention
+            fail(f"The result of {SDPA_NAME} is not attention.", case=case)
+        index = found[0]
+
+        def compute(*inputs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+            return _variants(*inputs)[index][1]
+    grads = _gradients(q, k, v, mask, compute, with_weights)
+    for name, t in (("queries", q), ("keys", k), ("values", v)):
+        got = tensor(ev, f"grad.{name}", shape=tuple(t.shape))
+        if got is None or float(got.abs().sum()) == 0.0:
+            fail(f"The {name} receive no gradient through {SDPA_NAME}. Are they used, and is nothing detached?",
+                 mistake=NO_GRADIENT)
+        if not bool(torch.isfinite(got).all()):
             fail(f"NaN gradients reach the {name} from a query that may attend to nothing. The forward pass can "
                  "hide a NaN that the backward pass still sees: adding −∞ to the scores (scores + where(mask, 0, "
                  "−inf)) and repairing the NaN weights afterwards sends NaN back through the addition. Use "
-                 "scores.masked_fill(~mask, float('-inf')), whose gradient is zero at masked positions.")
+                 "scores.masked_fill(~mask, float('-inf')), whose gradient is zero at masked positions.",
+                 mistake=NAN_GRADIENTS)
+        expect_close(got, grads[name], what=f"The gradient of a loss on {SDPA_NAME} with respect to the {name}",
+                     device=ev.device, case=case,
+                     otherwise="Compare with autograd through F.scaled_dot_product_attention: build the result only "
+                               "from differentiable torch operations.")
 
 
-# ---------------------------------------------------------------- ScaledSelfAttention
-
-def _projection(module: nn.Module, name: str, k: int) -> nn.Linear:
-    __tracebackhide__ = True
-    return expect_linear(module, MODULE_NAME, name, k, k, False, "nn.Linear(k, k, bias=False)",
-                         "The projections are plain matrices")
+sdpa_gradients = Check("sdpa_gradients", _probe_gradients, _judge_gradients)
 
 
-def _make(cls: Callable, k: int, device: torch.device | str, seed: int) -> nn.Module:
-    """The student's module with distinct, well-spread weights, so that each mistake shows."""
-    __tracebackhide__ = True
-    torch.manual_seed(seed)
-    module = run(cls, k, what=f"{MODULE_NAME}({k})")
-    if not isinstance(module, nn.Module):
-        fail(f"{MODULE_NAME}({k}) should create an nn.Module, but gave a {type(module).__name__}.")
-    for name in ("to_queries", "to_keys", "to_values"):
-        _projection(module, name, k)
-    module = module.to(device)
-    with torch.no_grad():
-        for j, layer in enumerate((module.to_queries, module.to_keys, module.to_values)):
-            layer.weight.copy_(randn(k, k, seed=seed + 1 + j, device=device) * (1.5 if j == 0 else 1.0) / math.sqrt(k))
+# ---------------------------------------------------------------- ScaledSelfAttention: the probe's side
+
+def _make(cls: Callable, rec: Recorder, key: str, k: int, seed: int) -> nn.Module | None:
+    """Build the student's module, record its structure, and load the check's weights (seed) into it."""
+    module = rec.call(key, cls, k)
+    is_module = isinstance(module, nn.Module)
+    rec.fact(f"{key}.is_module", is_module)
+    if not is_module:
+        return None
+    layers = [getattr(module, name, None) for name in ROLES]
+    rec.fact(f"{key}.shared", [name for i, (name, layer) in enumerate(zip(ROLES, layers))
+                               if layer is not None and any(layer is other for other in layers[:i])])
+    rec.fact(f"{key}.modules", weight_values.describe(module))
+    module = module.to(rec.device)
+    rec.fact(f"{key}.params", weight_values.fill(module, seed, GAINS))
     return module
 
 
-def module_structure(cls: Callable, k: int = 6) -> None:
-    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    __tracebackhide__ = True
-    module = _make(cls, k, "cpu", 400)
-    layers = [module.to_queries, module.to_keys, module.to_values]
-    if len({id(layer) for layer in layers}) < 3:
-        fail("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
-             "create three separate nn.Linear modules.")
-    count = sum(p.numel() for p in module.parameters())
-    if count != 3 * k * k:
-        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
-             "Are extra layers or biases registered, or some projection kept outside the module?")
-
-
-def _module_oracle(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """nn.MultiheadAttention with one head and the student's weights: it scales by √k itself."""
-    b, t, k = x.shape
-    mha = nn.MultiheadAttention(k, num_heads=1, bias=False, batch_first=True).to(x.device)
+def _run(rec: Recorder, key: str, module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    """Record module(x) or module(x, mask=mask) without gradients, on fresh copies of the check's inputs."""
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([module.to_queries.weight, module.to_keys.weight, module.to_values.weight]))
-        mha.out_proj.weight.copy_(torch.eye(k, device=x.device))
+        if mask is None:
+            rec.call(key, module, x.to(rec.device))
+        else:
+            rec.call(key, module, x.to(rec.device), mask=mask.to(rec.device))
+
+
+# ---------------------------------------------------------------- ScaledSelfAttention: the judge's side
+
+def _check_structure(ev: Evidence, key: str, k: int) -> None:
+    """Three separate bias-free k×k nn.Linear projections."""
+    __tracebackhide__ = True
+    what = f"{MODULE_NAME}({k})"
+    raised(ev, key, what)
+    if ev.facts.get(f"{key}.is_module") is not True:
+        fact = ev.facts.get(key)
+        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
+        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
+    shared = ev.facts.get(f"{key}.shared")
+    if not isinstance(shared, list):
+        fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
+    if shared:
+        fail("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
+             "create three separate nn.Linear modules.", mistake=SHARED_LAYER)
+    described = ev.facts.get(f"{key}.modules")
+    found = {m.get("name"): m for m in described if isinstance(m, dict)} if isinstance(described, list) else {}
+    for name in ROLES:
+        layer = found.get(name)
+        if not isinstance(layer, dict):
+            fail(f"{MODULE_NAME} has no attribute `{name}`. Create it in __init__: self.{name} = {PROJECTION}.",
+                 mistake=MISSING_LAYER)
+        if "in_features" not in layer:
+            fail(f"{MODULE_NAME}.{name} is a {str(layer.get('type'))[:60]}; it should be {PROJECTION}.",
+                 mistake=WRONG_LAYER_TYPE)
+        if (layer.get("in_features"), layer.get("out_features")) != (k, k):
+            fail(f"{MODULE_NAME}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; "
+                 f"here it should map {k} -> {k}: {PROJECTION}.", mistake=WRONG_LAYER_SIZE)
+        if layer.get("bias") is not False:
+            fail(f"{MODULE_NAME}.{name} has a bias. The projections are plain matrices: {PROJECTION}.",
+                 mistake=PROJECTION_BIAS)
+
+
+def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
+    """The structure is right, and the values the probe loaded into the three weights (recreated here)."""
+    __tracebackhide__ = True
+    _check_structure(ev, key, k)
+    loaded = weight_values.recreate(ev.facts.get(f"{key}.params"), seed, GAINS)
+    found = {}
+    for name in (f"{role}.weight" for role in ROLES):
+        if name not in loaded or tuple(loaded[name].shape) != (k, k):
+            fail(f"{MODULE_NAME}({k}) has no registered parameter {name} of shape {(k, k)}. Register the layers as "
+                 "attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
+        found[name] = loaded[name]
+    return found
+
+
+def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """nn.MultiheadAttention with one head, these projections and an identity output: it scales by √k itself."""
+    b, t, k = x.shape
+    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
+        mha = nn.MultiheadAttention(k, num_heads=1, bias=False, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([w[f"{role}.weight"] for role in ROLES]))
+        mha.out_proj.weight.copy_(torch.eye(k))
         # MultiheadAttention's boolean mask means True = NOT allowed, the opposite of ours.
-        attn_mask = None if mask is None else ~mask.expand(b, t, t)
+        attn_mask = None if mask is None else ~torch.broadcast_to(mask, (b, t, t))
         y, _ = mha(x, x, x, attn_mask=attn_mask, need_weights=False)
     return y
 
 
-def _module_mistakes(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    q, k, v = module.to_queries(x), module.to_keys(x), module.to_values(x)
-    found = _output_variants(q, k, v, mask)
-    found["the values are the raw inputs x; they should go through to_values first."] = _attend(
-        q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]), x, mask)[0]
+def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor,
+                     mask: torch.Tensor | None) -> list[tuple[Mistake, torch.Tensor]]:
+    """The mistakes of scaled_dot_product_attention (which the module calls), and the module's own."""
+    with torch.no_grad():
+        q, k, v = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
+        found = _output_mistakes(q, k, v, mask)
+        found.append((VALUES_NOT_PROJECTED, _attend(q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]), x, mask)[0]))
+        if mask is not None:  # the mask dropped in forward: attention without a mask
+            found.append((MASK_IGNORED, _oracle(q, k, v, None)[0]))
     return found
 
 
-def _module_cases(device: torch.device | str) -> list[tuple[int, torch.Tensor, torch.Tensor | None, str]]:
-    cases = []
-    for i, (b, t, k, kind) in enumerate([(3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, "padding"), (1, 1, 3, None)]):
-        x = randn(b, t, k, seed=420 + i, device=device)
-        if kind == "causal":
-            mask = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # (t, t)
-        elif kind == "padding":
-            mask = (torch.arange(t, device=device) < torch.tensor([6, 4], device=device)[:, None])[:, None, :]  # (b, 1, t)
-        else:
-            mask = None
-        cases.append((k, x, mask, f"x of shape {(b, t, k)}, " + ("no mask" if mask is None else
-                                                                  f"{kind} mask of shape {tuple(mask.shape)}")))
-    return cases
+def _anchors(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
+    """Every output a real computation of the exercise gives: the oracle, each mistake, and a mistake of the
+    function together with the values not projected."""
+    with torch.no_grad():
+        q, k, _ = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
+        both = [out for _, out in _output_mistakes(q, k, x, mask)]
+    return [_module_oracle(w, x, mask), *(m for _, m in _module_mistakes(w, x, mask)), *both]
 
 
-def module_matches_oracle(cls: Callable, device: torch.device | str = "cpu") -> None:
-    """Random weights, inputs and masks against nn.MultiheadAttention (one head) with the student's weights copied in."""
+def _module_output(ev: Evidence, key: str, x: torch.Tensor, with_mask: bool) -> torch.Tensor:
     __tracebackhide__ = True
-    for i, (k, x, mask, case) in enumerate(_module_cases(device)):
-        module = _make(cls, k, device, 440 + 10 * i)
-        with torch.no_grad():
-            y = run(module, x.clone(), what=f"{MODULE_NAME}.forward(x)") if mask is None else \
-                run(module, x.clone(), mask=mask, what=f"{MODULE_NAME}.forward(x, mask)",
-                    hint="forward takes the mask as a keyword argument: def forward(self, x, mask=None).")
-            expected = _module_oracle(module, x, mask)
-            mistakes = _module_mistakes(module, x, mask)
-        expect_tensor(y, what=f"{MODULE_NAME}.forward", shape=tuple(x.shape), device=device)
-        expect_close(y, expected, what=f"{MODULE_NAME}.forward", mistakes=mistakes, case=case,
-                     otherwise="forward should return the output of scaled_dot_product_attention(to_queries(x), "
-                               "to_keys(x), to_values(x), mask).")
+    fact = ev.facts.get(key)
+    if (with_mask and isinstance(fact, dict) and fact.get("kind") == "raised" and fact.get("type") == "TypeError"
+            and "mask" in str(fact.get("message"))):
+        fail(f"{MODULE_NAME}.forward(x, mask=...) raised TypeError: {str(fact.get('message'))[:200]}. "
+             + _MASK_ARGUMENT_HINT, mistake=NO_MASK_ARGUMENT)
+    what = f"{MODULE_NAME}.forward(x{', mask' if with_mask else ''})"
+    return output(ev, key, what=what, shape=tuple(x.shape),
+                  hint=_FORWARD_HINT + (" " + _MASK_ARGUMENT_HINT if with_mask else ""))
 
 
-def module_is_causal_with_a_causal_mask(cls: Callable, device: torch.device | str = "cpu") -> None:
-    """With a lower-triangular mask, changing a later input changes no earlier output; without a mask it does."""
+def _anchor(ev: Evidence, y: torch.Tensor, w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None,
+            claim: str, case: str) -> None:
+    """Fail unless y is what the module (or one of its typical mistakes) computes with the check's weights."""
     __tracebackhide__ = True
-    t, k = 6, 4
-    module = _make(cls, k, device, 480)
-    x = randn(2, t, k, seed=481, device=device)
+    if not matches_any(y, _anchors(w, x, mask), ev.device):
+        fail(f"{claim}, but it is not scaled self-attention with the projections to_queries, to_keys and to_values: "
+             f"its output matches neither the reference nor a known mistake. {_FORWARD_HINT}",
+             _module_oracle(w, x, mask), y, case=case)
+
+
+# ---------------------------------------------------------------- ScaledSelfAttention: structure
+
+_STRUCTURE_K = 6
+
+
+def _structure_x() -> torch.Tensor:
+    return randn(2, 4, _STRUCTURE_K, seed=401)
+
+
+def _probe_structure(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", _STRUCTURE_K, 400)
+    if module is not None:
+        _run(rec, "y", module, _structure_x())
+
+
+def _judge_structure(ev: Evidence) -> None:
+    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
+    k = _STRUCTURE_K
+    w = _weights(ev, "module", k, 400)
+    filled = ev.facts.get("module.params")
+    count = sum(math.prod(entry[1]) for entry in filled if isinstance(entry, list) and len(entry) == 2
+                and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1]))
+    if count != 3 * k * k:
+        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
+             "Are extra layers or biases registered, or some projection kept outside the module?",
+             mistake=PARAMETER_COUNT)
+    x = _structure_x()
+    y = _module_output(ev, "y", x, False)
+    _anchor(ev, y, w, x, None, f"{MODULE_NAME} has the right layers", f"x of shape {tuple(x.shape)}, no mask")
+
+
+scaled_self_attention_structure = Check("scaled_self_attention_structure", _probe_structure, _judge_structure)
+
+
+# ---------------------------------------------------------------- ScaledSelfAttention: a causal mask
+
+_CAUSAL_T, _CAUSAL_K = 6, 4
+
+
+def _causal_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = randn(2, _CAUSAL_T, _CAUSAL_K, seed=481)
     x_changed = x.clone()
     x_changed[:, 4] += 3.0  # change position 4 only
-    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # (t, t): query i sees keys 0..i
-    with torch.no_grad():
-        y = run(module, x, mask=causal, what=f"{MODULE_NAME}.forward(x, mask)",
-                hint="forward takes the mask as a keyword argument: def forward(self, x, mask=None).")
-        y_changed = run(module, x_changed, mask=causal, what=f"{MODULE_NAME}.forward(x, mask)")
-        y_free = run(module, x, what=f"{MODULE_NAME}.forward(x)", hint="mask must default to None.")
-        y_free_changed = run(module, x_changed, what=f"{MODULE_NAME}.forward(x)")
-    for value in (y, y_changed, y_free):
-        expect_tensor(value, what=f"{MODULE_NAME}.forward", shape=(2, t, k), device=device)
-    expect_close(y_changed[:, :4], y[:, :4], what=f"{MODULE_NAME}.forward with a causal mask, outputs 0-3",
-                 case="position 4 of the input changed",
-                 otherwise="Changing input 4 changed an earlier output: later positions leak through the mask. Is "
-                           "the mask passed on to scaled_dot_product_attention, and is True 'allowed'?")
-    if torch.allclose(y_free_changed[:, :4], y_free[:, :4]):
+    causal = torch.ones(_CAUSAL_T, _CAUSAL_T, dtype=torch.bool).tril()  # (t, t): query i sees keys 0..i
+    return x, x_changed, causal
+
+
+def _probe_causal(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", _CAUSAL_K, 480)
+    if module is None:
+        return
+    x, x_changed, causal = _causal_inputs()
+    _run(rec, "y", module, x, causal)
+    _run(rec, "y_changed", module, x_changed, causal)
+    _run(rec, "y_free", module, x)
+    _run(rec, "y_free_changed", module, x_changed)
+
+
+def _judge_causal(ev: Evidence) -> None:
+    """With a lower-triangular mask, changing a later input changes no earlier output; without a mask it does."""
+    w = _weights(ev, "module", _CAUSAL_K, 480)
+    x, x_changed, causal = _causal_inputs()
+    y = _module_output(ev, "y", x, True)
+    y_changed = _module_output(ev, "y_changed", x_changed, True)
+    y_free = _module_output(ev, "y_free", x, False)
+    y_free_changed = _module_output(ev, "y_free_changed", x_changed, False)
+    case = "position 4 of the input changed"
+    if not matches_any(y_changed[:, :4], [y[:, :4]], ev.device):
+        with torch.no_grad():  # the mask dropped, perhaps together with a mistake of the function
+            q, k, v = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
+            unmasked = [(MASK_IGNORED, y_mistake) for _, y_mistake in _output_mistakes(q, k, v, None)]
+        named = next((m for m, y_mistake in [*_module_mistakes(w, x, causal), *unmasked]
+                      if matches_any(y, [y_mistake], ev.device)), None)
+        fail(f"{MODULE_NAME}.forward with a causal mask: changing input 4 changed an earlier output (0-3), so later "
+             "positions leak through the mask. Is the mask passed on to scaled_dot_product_attention, and is True "
+             "'allowed'?" + (f" The output is not what was asked: {named.explanation}" if named else ""),
+             y[:, :4], y_changed[:, :4], case=case, mistake=named.id if named else CAUSAL_LEAK)
+    if matches_any(y_free_changed[:, :4], [y_free[:, :4]], ev.device):
         fail(f"Without a mask, {MODULE_NAME} should let every position see every other one, but changing input 4 "
-             "changed no earlier output. Does forward use a mask when none is given?")
+             "changed no earlier output. Does forward use a mask when none is given?", mistake=MASK_WITHOUT_MASK)
+    for value, inputs, mask in ((y, x, causal), (y_changed, x_changed, causal), (y_free, x, None),
+                                (y_free_changed, x_changed, None)):
+        _anchor(ev, value, w, inputs, mask, f"{MODULE_NAME} respects the causal mask",
+                f"x of shape {tuple(inputs.shape)}, " + ("causal mask" if mask is not None else "no mask"))
+
+
+scaled_self_attention_causal = Check("scaled_self_attention_causal", _probe_causal, _judge_causal)
+
+
+# ---------------------------------------------------------------- ScaledSelfAttention: against the oracle
+
+MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, "padding"), (1, 1, 3, None))  # (b, t, k, mask)
+
+
+def _module_case(i: int) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+    b, t, k, kind = MODULE_SPECS[i]
+    x = randn(b, t, k, seed=420 + i)
+    if kind == "causal":
+        mask = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
+    elif kind == "padding":
+        mask = (torch.arange(t) < torch.tensor([6, 4])[:, None])[:, None, :]  # (b, 1, t)
+    else:
+        mask = None
+    return x, mask, f"x of shape {(b, t, k)}, " + ("no mask" if mask is None else
+                                                    f"{kind} mask of shape {tuple(mask.shape)}")
+
+
+def _probe_module_oracle(cls: Callable, rec: Recorder) -> None:
+    for i, (_, _, k, _) in enumerate(MODULE_SPECS):
+        module = _make(cls, rec, f"module{i}", k, 440 + 10 * i)
+        if module is None:
+            return
+        x, mask, _ = _module_case(i)
+        _run(rec, f"y{i}", module, x, mask)
+
+
+def _judge_module_oracle(ev: Evidence) -> None:
+    """Random weights, inputs and masks against nn.MultiheadAttention (one head) with the check's weights."""
+    for i, (_, _, k, _) in enumerate(MODULE_SPECS):
+        w = _weights(ev, f"module{i}", k, 440 + 10 * i)
+        x, mask, case = _module_case(i)
+        y = _module_output(ev, f"y{i}", x, mask is not None)
+        expect_close(y, _module_oracle(w, x, mask), what=f"{MODULE_NAME}.forward", device=ev.device,
+                     mistakes=_module_mistakes(w, x, mask), case=case, otherwise=_FORWARD_HINT)
+
+
+scaled_self_attention_oracle = Check("scaled_self_attention_oracle", _probe_module_oracle, _judge_module_oracle)

@@ -1,23 +1,43 @@
 """Checks for assignment 07: causal_mask, padding_mask, DecoderBlock, Seq2SeqTransformer, teacher_forcing_loss
 and greedy_decode.
 
-Oracles: PyTorch's own nn.TransformerDecoderLayer and nn.TransformerEncoderLayer with the student's weights
-copied in (their boolean masks mean True = NOT allowed, so ours are inverted), F.cross_entropy, and a
-step-by-step argmax. Properties: causality, padding invariance, gradients reaching every parameter.
+Each check is a probe (runs the student's code on inputs and weights chosen here) and a judge (decides from what
+the probe recorded). Oracles: PyTorch's own nn.TransformerDecoderLayer and nn.TransformerEncoderLayer carrying
+the check's weights (their boolean masks mean True = NOT allowed, so ours are inverted), F.cross_entropy, and a
+step-by-step argmax over stand-in models defined here. Properties (causality, padding invariance) are anchored
+to outputs the judge recomputes. See course/checks/check.py.
 """
 
 import functools
 import math
 from collections.abc import Callable
+from types import MappingProxyType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
-from course.transformer_block import FeedForward, TransformerBlock
-from course.checks.compare import _Tensor, CheckFailed, close, expect_close, expect_tensor, fail, randn, run, tolerance
+from course.checks import weights
+from course.checks.check import Check
+from course.checks.compare import (
+    CheckFailed,
+    Mistake,
+    expect_close,
+    fail,
+    matches_any,
+    output,
+    raised,
+    randn,
+    requires_grad,
+    tensor,
+    value_kind,
+)
+from course.checks.evidence import Evidence, Recorder
 from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
+from course.transformer_block import FeedForward, TransformerBlock
 
 CAUSAL_NAME = "causal_mask(t)"
 PADDING_NAME = "padding_mask(lengths, t)"
@@ -25,6 +45,134 @@ BLOCK_NAME = "DecoderBlock"
 MODEL_NAME = "Seq2SeqTransformer"
 LOSS_NAME = "teacher_forcing_loss(model, src, src_mask, tgt, pad)"
 DECODE_NAME = "greedy_decode(model, src, src_mask, max_len, bos, eos)"
+
+BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
+
+# ---------------------------------------------------------------- mistakes
+
+CAUSAL_INVERTED = Mistake("causal-inverted", "the mask is inverted: True marks the future (j > i). In this course "
+                          "True means 'may attend', so row i must be True for j <= i.")
+CAUSAL_NO_DIAGONAL = Mistake("causal-no-diagonal", "the mask excludes the diagonal: position i must be allowed to "
+                             "attend to itself (j <= i, not j < i); without it the first position has nothing to "
+                             "attend to.")
+CAUSAL_TRANSPOSED = Mistake("causal-transposed", "the mask is transposed: True where j >= i lets every position read "
+                            "the future. Use the lower triangle (torch.tril), row i = query, column j = key.")
+CAUSAL_ALL_TRUE = Mistake("causal-all-true", "nothing is masked: every entry is True, so the decoder can read the "
+                          "future.")
+PADDING_INVERTED = Mistake("padding-inverted", "the mask is inverted: True marks the padding. True must mark the real "
+                           "tokens (position < length).")
+PADDING_ONE_TOO_MANY = Mistake("padding-one-too-many", "the mask is off by one: it marks one position too many "
+                               "(position <= length). Row i has lengths[i] real tokens at positions 0 .. lengths[i] "
+                               "- 1.")
+PADDING_ONE_TOO_FEW = Mistake("padding-one-too-few", "the mask is off by one: it marks one real token too few "
+                              "(position < length - 1). Row i has lengths[i] real tokens at positions 0 .. "
+                              "lengths[i] - 1.")
+
+BLOCK_CROSS_READS_ITSELF = Mistake(
+    "block-cross-reads-itself",
+    "cross-attention reads the decoder's own states: its keys and values must come from `memory` "
+    "(cross_attention(x, context=memory, mask=memory_mask)).")
+BLOCK_MEMORY_NOT_MASKED = Mistake(
+    "block-memory-not-masked",
+    "source padding is not masked in cross-attention: pass memory_mask to cross_attention, so no target position "
+    "reads a padded source position.")
+BLOCK_SELF_MASK_IGNORED = Mistake(
+    "block-self-mask-ignored",
+    "self_mask is not used in self-attention, so every target position reads the future: "
+    "self_attention(x, mask=self_mask).")
+BLOCK_NO_RESIDUAL = Mistake(
+    "block-no-residual",
+    "the residual connections are missing: each sublayer's output is added to its input before the norm, "
+    "x = norm(x + sublayer(x)).")
+BLOCK_PRE_NORM = Mistake(
+    "block-pre-norm",
+    "the block is pre-norm (x + sublayer(norm(x))); this course's blocks are post-norm: x = norm(x + sublayer(x)).")
+BLOCK_CROSS_FIRST = Mistake(
+    "block-cross-first",
+    "cross-attention comes before self-attention: the decoder first reads its own past (self-attention, norm1), "
+    "then the source (cross-attention, norm2), then the feed-forward (norm3).")
+BLOCK_CROSS_ON_INPUT = Mistake(
+    "block-cross-on-input",
+    "cross-attention is applied to the block's input x instead of to the output of the self-attention sublayer, "
+    "so the self-attention result is lost in the second sublayer.")
+
+MODEL_SOFTMAX = Mistake("model-softmax", "forward returns probabilities (a softmax of the logits). Return the raw "
+                        "logits: F.cross_entropy applies log-softmax itself.")
+MODEL_NOT_CAUSAL = Mistake("model-not-causal", "the decoder is not causal: pass causal_mask(t) to every DecoderBlock "
+                           "as self_mask.")
+MODEL_MEMORY_NOT_MASKED = Mistake("model-memory-not-masked", "source padding is not masked in cross-attention: pass "
+                                  "src_mask as memory_mask, shaped (b, 1, s), to every DecoderBlock.")
+MODEL_ENCODER_NOT_MASKED = Mistake("model-encoder-not-masked", "source padding is not masked in the encoder: pass "
+                                   "src_mask, shaped (b, 1, s), to every encoder block.")
+MODEL_PADDING_NOT_MASKED = Mistake("model-padding-not-masked", "source padding is masked neither in the encoder nor "
+                                   "in cross-attention: pass src_mask shaped (b, 1, s) to both.")
+MODEL_NO_TARGET_POSITIONS = Mistake("model-no-target-positions", "no positions are added to the target embeddings: "
+                                    "apply self.positions in decode too.")
+MODEL_NO_SOURCE_POSITIONS = Mistake("model-no-source-positions", "no positions are added to the source embeddings: "
+                                    "apply self.positions in encode too.")
+MODEL_MEMORY_IS_EMBEDDINGS = Mistake("model-memory-is-embeddings", "the memory is the source embeddings: encode must "
+                                     "run them through the encoder blocks.")
+MODEL_SCALED_EMBEDDINGS = Mistake("model-scaled-embeddings", "the embeddings are multiplied by √k; in this course the "
+                                  "positions are added to the plain embeddings.")
+MODEL_TARGET_SOURCE_EMBEDDING = Mistake("model-target-source-embedding", "the target tokens are embedded with "
+                                        "src_embedding; use tgt_embedding for them.")
+
+LOSS_PAD_HARD_CODED = Mistake("loss-pad-hard-coded", "the padding id is hard-coded as 0 (or the padding is not ignored "
+                              "at all): ignore the labels equal to the `pad` argument (ignore_index=pad).")
+LOSS_NOT_SHIFTED = Mistake(
+    "loss-not-shifted",
+    "the targets are not shifted: the decoder reads tgt and is scored on tgt itself, so at every position the "
+    "answer is already in its input and the model learns to copy its input. Feed tgt[:, :-1], score against "
+    "tgt[:, 1:].")
+LOSS_COUNTS_PADDING = Mistake("loss-counts-padding", "the loss counts the padding: pass ignore_index=pad to "
+                              "F.cross_entropy (or average over real tokens only).")
+LOSS_WRONG_SHIFT = Mistake("loss-wrong-shift", "the shift goes the wrong way: the decoder reads tgt[:, :-1] (starting "
+                           "with <bos>) and predicts tgt[:, 1:].")
+LOSS_SUM = Mistake("loss-sum", "the loss is a sum, not a mean over the real target tokens.")
+LOSS_PER_SEQUENCE = Mistake("loss-per-sequence", "the loss is averaged per sequence first; the task asks for the mean "
+                            "over all real target tokens of the batch (what F.cross_entropy(..., ignore_index=pad) "
+                            "gives).")
+LOSS_SOFTMAX = Mistake("loss-softmax", "a softmax is applied before F.cross_entropy, which applies log-softmax "
+                       "itself: pass the raw logits.")
+
+DECODE_NEVER_STOPS = Mistake("greedy-never-stops", "decoding never stops at <eos>: the tokens after a sequence's "
+                             "<eos> must be <pad> (0) — keep a `finished` flag per sequence and write <pad> once it is "
+                             "set.")
+DECODE_RETURNS_BOS = Mistake("greedy-returns-bos", "the output starts with <bos>: return only the generated tokens "
+                             "(drop column 0).")
+DECODE_EOS_PADDED = Mistake("greedy-eos-padded", "after <eos> the sequence is filled with <eos>; fill it with <pad> "
+                            "(0) instead.")
+DECODE_FORGETS_BOS = Mistake("greedy-forgets-bos", "the decoder does not start from <bos>: the first input of every "
+                             "sequence is the <bos> token.")
+DECODE_FIRST_POSITION = Mistake("greedy-first-position", "the next token is the argmax at the FIRST position of the "
+                                "decoder's output; the prediction for the next token is at the LAST position: "
+                                "logits[:, -1].argmax(-1).")
+
+# ids of structure, property and format failures (fail(..., mistake=...))
+FLOAT_MASK = "float-mask"
+ADDITIVE_MASK = "additive-mask"
+PADDING_TRANSPOSED = "padding-transposed"
+MASK_DEVICE = "mask-wrong-device"
+NOT_A_MODULE = "not-a-module"
+MISSING_PART = "missing-part"
+WRONG_PART_TYPE = "wrong-part-type"
+WRONG_SIZE = "wrong-size"
+SHARED_ATTENTION = "block-shared-attention"
+SHARED_NORM = "shared-norm"
+SHARED_EMBEDDING = "shared-embedding"
+SHARED_BLOCK = "shared-block"
+WRONG_DEPTH = "wrong-depth"
+PARAMETER_COUNT = "parameter-count"
+MISSING_PARAMETER = "missing-parameter"
+NO_GRADIENT = "no-gradient"
+BLOCK_NOT_CAUSAL = "block-not-causal"
+BLOCK_READS_PADDING = "block-reads-padding"
+MODEL_READS_FUTURE = "model-reads-future"
+MODEL_READS_PADDING = "model-reads-padding"
+DECODE_INCONSISTENT = "decode-inconsistent"
+DECODE_TOO_LONG = "greedy-too-long"
+DECODE_STOPS_EARLY = "greedy-stops-early"
+DECODE_NOT_IDS = "greedy-not-ids"
 
 
 class _Rows:
@@ -38,586 +186,861 @@ class _Rows:
         return "\n    ".join(" ".join(f"{x:3d}" for x in row) for row in self.rows)
 
 
-def _expect_close_shown(actual: torch.Tensor, expected: torch.Tensor, *, what: str, otherwise: str, case: str,
-                        mistakes: dict[str, torch.Tensor] | None = None) -> None:
-    """compare.expect_close on a batch, but the message shows the sequence that differs most, not sequence 0."""
+def _expect_close_shown(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str, otherwise: str,
+                        case: str, mistakes: list[tuple[Mistake, torch.Tensor]] = ()) -> None:
+    """expect_close on a batch, but the message shows the sequence that differs most, not sequence 0."""
     __tracebackhide__ = True
-    tol = tolerance(expected.device)
-    if close(actual, expected, **tol):
+    if matches_any(actual, [expected], device):
         return
     i = 0
     if actual.shape == expected.shape and actual.dim() >= 3:
-        diff = (actual.detach() - expected.detach()).abs().nan_to_num(float("inf")).flatten(1).amax(dim=1)  # (b,)
+        diff = (actual - expected).abs().nan_to_num(float("inf")).flatten(1).amax(dim=1)  # (b,)
         i = int(diff.argmax())
-    named = {k: v[i] for k, v in (mistakes or {}).items() if close(actual, v, **tol)}
     shown = f"{case}; sequence {i} of the batch shown"
-    expect_close(actual[i], expected[i], what=what, mistakes=named, otherwise=otherwise, case=shown)
+    for mistake, candidate in mistakes:
+        if matches_any(actual, [candidate], device):
+            fail(f"{what} is not what was asked: {mistake.explanation}", expected[i], actual[i], shown, mistake.id)
+    expect_close(actual[i], expected[i], what=what, device=device, otherwise=otherwise, case=shown)
     fail(f"{what} does not match the reference. {otherwise}", expected[i], actual[i], shown)
 
 
-# ----------------------------------------------------------------------------------------------- masks
-
-def _expect_mask(value, *, what: str, shape: tuple[int, ...], device, hints: dict | None = None) -> torch.Tensor:
-    """Fail unless value is a plain bool tensor of this shape on this device."""
+def _recorded(ev: Evidence, key: str, what: str) -> Any:
+    """A JSON fact the probe must have recorded; fails plainly if it is missing."""
     __tracebackhide__ = True
-    if type(value) is not _Tensor:
-        fail(f"{what} should return a torch.Tensor, but returned {type(value).__name__}.")
+    if key not in ev.facts:
+        fail(f"The test recorded nothing about {what}: the check did not run to the end.")
+    return ev.facts[key]
+
+
+# ---------------------------------------------------------------- masks
+
+def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: str,
+          hints: dict[tuple[int, ...], tuple[str, str | None]] | None = None) -> torch.Tensor:
+    """The bool tensor the student's mask function returned, of this shape, on this device."""
+    __tracebackhide__ = True
+    raised(ev, key, what)
+    kind = value_kind(ev, key)
+    fact = ev.facts.get(key)
+    if kind == "missing":
+        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
+    if kind != "tensor" or fact.get("type") != "Tensor" or key not in ev.tensors:
+        shown = {"none": "None", "tuple": "a tuple"}.get(kind, str(fact.get("type"))[:60])
+        fail(f"{what} should return a torch.Tensor, but returned {shown}.", mistake="not-a-tensor")
+    value = ev.tensors[key]
+    if list(value.shape) != list(fact.get("shape", [])):
+        fail(f"The test's record of {what} is inconsistent (its shape).")
     if value.dtype != torch.bool:
-        v = value.detach().float().cpu()
-        if bool(torch.isinf(v).any()):
-            kind = "an additive float mask of 0 and -inf (the convention of nn.Transformer's float masks)"
+        v = value.to(torch.float64) if value.is_floating_point() else value
+        if value.is_floating_point() and bool(torch.isinf(v).any()):
+            kind_text, mistake = ("an additive float mask of 0 and -inf (the convention of nn.Transformer's float "
+                                  "masks)"), ADDITIVE_MASK
         else:
-            kind = f"a tensor of dtype {value.dtype}"
-        fail(f"{what} returned {kind}, but a boolean mask is asked, True where attention is allowed: the mask was "
-             "returned as floats (or integers) where a boolean is asked. MultiHeadAttention inverts it with ~mask, "
-             "which is wrong for numbers. Build it with a comparison or torch.ones(..., dtype=torch.bool).")
+            kind_text, mistake = f"a tensor of dtype {value.dtype}", FLOAT_MASK
+        fail(f"{what} returned {kind_text}, but a boolean mask is asked, True where attention is allowed: the mask "
+             "was returned as floats (or integers) where a boolean is asked. MultiHeadAttention inverts it with "
+             "~mask, which is wrong for numbers. Build it with a comparison or torch.ones(..., dtype=torch.bool).",
+             mistake=mistake)
     if tuple(value.shape) != tuple(shape):
-        hint = (hints or {}).get(tuple(value.shape), "")
-        fail(f"{what} returned shape {tuple(value.shape)}, expected {tuple(shape)}. {hint}".strip())
-    if device is not None and value.device.type != torch.device(device).type:
-        fail(f"{what} returned a mask on {value.device}, but {torch.device(device)} was asked. Create it with "
-             "device=... (or on the device of its input) so the model runs on any device.")
+        hint, mistake = (hints or {}).get(tuple(value.shape), ("", "wrong-shape"))
+        fail(f"{what} returned shape {tuple(value.shape)}, expected {tuple(shape)}. {hint}".strip(), mistake=mistake)
+    if fact.get("device") != device:
+        fail(f"{what} returned a mask on {fact.get('device')}, but {device} was asked. Create it with device=... "
+             "(or on the device of its input) so the model runs on any device.", mistake=MASK_DEVICE)
     return value
 
 
-def _expect_equal_mask(actual: torch.Tensor, expected: torch.Tensor, *, what: str, mistakes: dict[str, torch.Tensor],
-                       otherwise: str, case: str) -> None:
+def _expect_equal_mask(actual: torch.Tensor, expected: torch.Tensor, *, what: str,
+                       mistakes: list[tuple[Mistake, torch.Tensor]], otherwise: str, case: str) -> None:
     __tracebackhide__ = True
-    if torch.equal(actual.cpu(), expected.cpu()):
+    if torch.equal(actual, expected):
         return
-    for explanation, candidate in mistakes.items():
-        if torch.equal(actual.cpu(), candidate.cpu()):
-            fail(f"{what} is not what was asked: {explanation}", _Rows(expected), _Rows(actual), case)
+    for mistake, candidate in mistakes:
+        if torch.equal(actual, candidate):
+            fail(f"{what} is not what was asked: {mistake.explanation}", _Rows(expected), _Rows(actual), case,
+                 mistake.id)
     fail(f"{what} does not match the reference. {otherwise}", _Rows(expected), _Rows(actual), case)
 
 
-def _causal(t: int, device=None) -> torch.Tensor:
-    i = torch.arange(t, device=device)
-    return i.unsqueeze(1) >= i.unsqueeze(0)  # (t, t): row i, column j, True where j <= i
+def _causal(t: int) -> torch.Tensor:
+    """Oracle: (t, t), True where j <= i (the complement of PyTorch's generate_square_subsequent_mask)."""
+    return ~torch.isinf(nn.Transformer.generate_square_subsequent_mask(t))
 
 
-def _causal_mistakes(t: int) -> dict[str, torch.Tensor]:
+def _causal_mistakes(t: int) -> list[tuple[Mistake, torch.Tensor]]:
     good = _causal(t)
-    return {
-        "the mask is inverted: True marks the future (j > i). In this course True means 'may attend', "
-        "so row i must be True for j <= i.": ~good,
-        "the mask excludes the diagonal: position i must be allowed to attend to itself (j <= i, not j < i); "
-        "without it the first position has nothing to attend to.": good & ~torch.eye(t, dtype=torch.bool),
-        "the mask is transposed: True where j >= i lets every position read the future. Use the lower "
-        "triangle (torch.tril), row i = query, column j = key.": good.T,
-        "nothing is masked: every entry is True, so the decoder can read the future.": torch.ones(t, t, dtype=torch.bool),
-    }
+    return [(CAUSAL_INVERTED, ~good), (CAUSAL_NO_DIAGONAL, good & ~torch.eye(t, dtype=torch.bool)),
+            (CAUSAL_TRANSPOSED, good.T.contiguous()), (CAUSAL_ALL_TRUE, torch.ones(t, t, dtype=torch.bool))]
 
 
 _CAUSAL_HINT = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
 
 
-def causal_mask_by_hand(causal_mask: Callable) -> None:
+def _probe_causal_by_hand(causal_mask, rec: Recorder) -> None:
+    rec.call("mask", causal_mask, 4)
+
+
+def _judge_causal_by_hand(ev: Evidence) -> None:
     """t = 4: the lower triangle, diagonal included, as bools."""
-    __tracebackhide__ = True
-    mask = run(causal_mask, 4, what=CAUSAL_NAME)
-    _expect_mask(mask, what=CAUSAL_NAME, shape=(4, 4), device="cpu")
+    mask = _mask(ev, "mask", what=CAUSAL_NAME, shape=(4, 4), device="cpu")
     _expect_equal_mask(mask, _causal(4), what=CAUSAL_NAME, mistakes=_causal_mistakes(4), otherwise=_CAUSAL_HINT,
                        case="t=4, shown as 0/1")
 
 
-def causal_mask_matches_oracle(causal_mask: Callable, device: torch.device | str = "cpu") -> None:
+causal_mask_by_hand = Check("causal_mask_by_hand", _probe_causal_by_hand, _judge_causal_by_hand)
+
+CAUSAL_LENGTHS = (3, 7, 1)
+
+
+def _probe_causal_oracle(causal_mask, rec: Recorder) -> None:
+    for t in CAUSAL_LENGTHS:
+        rec.call(f"mask{t}", causal_mask, t, device=rec.device)
+    rec.call("mask_default", causal_mask, 2)
+
+
+def _judge_causal_oracle(ev: Evidence) -> None:
     """Several lengths, on the device asked and on the CPU by default; True where j <= i."""
-    __tracebackhide__ = True
-    for t in (1, 3, 7):
-        mask = run(causal_mask, t, device=device, what=f"causal_mask({t}, device=...)")
-        _expect_mask(mask, what=f"causal_mask({t}, device={str(device)!r})", shape=(t, t), device=device)
-        _expect_equal_mask(mask, _causal(t, device), what=f"causal_mask({t})", mistakes=_causal_mistakes(t),
-                           otherwise=_CAUSAL_HINT, case=f"t={t}")
-    mask = run(causal_mask, 2, what=CAUSAL_NAME)
-    _expect_mask(mask, what="causal_mask(2) without a device", shape=(2, 2), device="cpu")
+    for t in CAUSAL_LENGTHS:
+        what = f"causal_mask({t}, device={ev.device!r})"
+        mask = _mask(ev, f"mask{t}", what=what, shape=(t, t), device=ev.device)
+        _expect_equal_mask(mask, _causal(t), what=what, mistakes=_causal_mistakes(t), otherwise=_CAUSAL_HINT,
+                           case=f"t={t}")
+    mask = _mask(ev, "mask_default", what="causal_mask(2) without a device", shape=(2, 2), device="cpu")
+    _expect_equal_mask(mask, _causal(2), what="causal_mask(2)", mistakes=_causal_mistakes(2), otherwise=_CAUSAL_HINT,
+                       case="t=2")
+
+
+causal_mask_oracle = Check("causal_mask_oracle", _probe_causal_oracle, _judge_causal_oracle)
 
 
 def _padding(lengths: torch.Tensor, t: int) -> torch.Tensor:
-    return torch.arange(t, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)  # (b, t)
+    """Oracle: (b, t), True at positions p < lengths[i]."""
+    return torch.arange(t).unsqueeze(0) < lengths.cpu().unsqueeze(1)
 
 
-def _padding_mistakes(lengths: torch.Tensor, t: int) -> dict[str, torch.Tensor]:
+def _padding_mistakes(lengths: torch.Tensor, t: int) -> list[tuple[Mistake, torch.Tensor]]:
     good = _padding(lengths, t)
-    return {
-        "the mask is inverted: True marks the padding. True must mark the real tokens (position < length).": ~good,
-        "the mask is off by one: it marks one position too many (position <= length). Row i has lengths[i] real "
-        "tokens at positions 0 .. lengths[i] - 1.": _padding(lengths + 1, t),
-        "the mask is off by one: it marks one real token too few (position < length - 1). Row i has lengths[i] "
-        "real tokens at positions 0 .. lengths[i] - 1.": _padding(lengths - 1, t),
-    }
+    return [(PADDING_INVERTED, ~good), (PADDING_ONE_TOO_MANY, _padding(lengths + 1, t)),
+            (PADDING_ONE_TOO_FEW, _padding(lengths - 1, t))]
 
 
 _PADDING_HINT = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
 
 
-def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], str]:
-    return {(t, b): "That is the transposed shape: one row per sequence, one column per position.",
-            (b, t, 1): "Drop the trailing dimension; MultiHeadAttention gets it as mask.unsqueeze(1) later.",
-            (b, 1, t): "Return the plain (b, t) mask; the model adds the middle dimension when it attends."}
+def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], tuple[str, str | None]]:
+    return {(t, b): ("That is the transposed shape: one row per sequence, one column per position.",
+                     PADDING_TRANSPOSED),
+            (b, t, 1): ("Drop the trailing dimension; MultiHeadAttention gets it as mask.unsqueeze(1) later.",
+                        "wrong-shape"),
+            (b, 1, t): ("Return the plain (b, t) mask; the model adds the middle dimension when it attends.",
+                        "wrong-shape")}
 
 
-def padding_mask_by_hand(padding_mask: Callable) -> None:
+PADDING_BY_HAND = ((3, 1, 4), 5)
+PADDING_CASES = (((2, 7, 5, 1), 7), ((4, 4), 9), ((6,), 6), ((1, 3, 2, 5, 4), 5))
+
+
+def _probe_padding_by_hand(padding_mask, rec: Recorder) -> None:
+    lengths, t = PADDING_BY_HAND
+    rec.call("mask", padding_mask, torch.tensor(lengths), t)
+
+
+def _judge_padding_by_hand(ev: Evidence) -> None:
     """lengths [3, 1, 4], t = 5."""
-    __tracebackhide__ = True
-    lengths = torch.tensor([3, 1, 4])
-    mask = run(padding_mask, lengths.clone(), 5, what=PADDING_NAME)
-    _expect_mask(mask, what=PADDING_NAME, shape=(3, 5), device="cpu", hints=_padding_hints(3, 5))
-    _expect_equal_mask(mask, _padding(lengths, 5), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, 5),
+    lengths, t = torch.tensor(PADDING_BY_HAND[0]), PADDING_BY_HAND[1]
+    mask = _mask(ev, "mask", what=PADDING_NAME, shape=(3, t), device="cpu", hints=_padding_hints(3, t))
+    _expect_equal_mask(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
                        otherwise=_PADDING_HINT, case="lengths=[3, 1, 4], t=5, shown as 0/1")
 
 
-def padding_mask_matches_oracle(padding_mask: Callable, device: torch.device | str = "cpu") -> None:
+padding_mask_by_hand = Check("padding_mask_by_hand", _probe_padding_by_hand, _judge_padding_by_hand)
+
+
+def _probe_padding_oracle(padding_mask, rec: Recorder) -> None:
+    for i, (lengths, t) in enumerate(PADDING_CASES):
+        rec.call(f"mask{i}", padding_mask, torch.tensor(lengths, device=rec.device), t)
+
+
+def _judge_padding_oracle(ev: Evidence) -> None:
     """Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one."""
-    __tracebackhide__ = True
-    cases = [([2, 7, 5, 1], 7), ([4, 4], 9), ([6], 6), ([1, 3, 2, 5, 4], 5)]
-    for lengths_list, t in cases:
-        lengths = torch.tensor(lengths_list, device=device)
-        mask = run(padding_mask, lengths.clone(), t, what=PADDING_NAME)
-        _expect_mask(mask, what=PADDING_NAME, shape=(len(lengths_list), t), device=device,
-                     hints=_padding_hints(len(lengths_list), t))
+    for i, (lengths_list, t) in enumerate(PADDING_CASES):
+        lengths, b = torch.tensor(lengths_list), len(lengths_list)
+        mask = _mask(ev, f"mask{i}", what=PADDING_NAME, shape=(b, t), device=ev.device, hints=_padding_hints(b, t))
         _expect_equal_mask(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
-                           otherwise=_PADDING_HINT, case=f"lengths={lengths_list}, t={t}")
+                           otherwise=_PADDING_HINT, case=f"lengths={list(lengths_list)}, t={t}")
 
 
-# ----------------------------------------------------------------------------------------------- weights
+padding_mask_oracle = Check("padding_mask_oracle", _probe_padding_oracle, _judge_padding_oracle)
 
-def _randomize(module: nn.Module, seed: int) -> None:
-    """Distinct, well-spread weights (LayerNorm gains away from 1, biases away from 0) so each mistake shows."""
-    device = next(module.parameters()).device
+
+# ---------------------------------------------------------------- modules: the probe's side
+
+#: course classes a part may be an instance of, most specific first
+_KINDS = (("MultiHeadAttention", MultiHeadAttention), ("FeedForward", FeedForward),
+          ("TransformerBlock", TransformerBlock), ("PositionalEncoding", PositionalEncoding),
+          ("LayerNorm", nn.LayerNorm), ("Embedding", nn.Embedding), ("Linear", nn.Linear),
+          ("ModuleList", nn.ModuleList))
+BLOCK_PARTS = ("self_attention", "cross_attention", "norm1", "norm2", "norm3", "ff")
+MODEL_PARTS = ("src_embedding", "tgt_embedding", "positions", "encoder", "decoder", "to_logits")
+_DECODER_ATTRIBUTES = ("self_attention", "cross_attention", "ff", "norm3")
+
+
+def _kind(obj: Any) -> str:
+    for name, cls in _KINDS:
+        if isinstance(obj, cls):
+            return name
+    return type(obj).__name__[:60]
+
+
+def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
+    """For each attribute: what it is (a course class or its type name), which earlier one it is, heads, items."""
+    facts, seen = {}, []
+    for name in names:
+        part = getattr(module, name, None)
+        fact: dict = {"kind": "missing" if part is None else _kind(part),
+                      "same_as": next((other for other, obj in seen if part is not None and obj is part), None)}
+        heads = getattr(part, "heads", None)
+        if isinstance(heads, int) and not isinstance(heads, bool):
+            fact["heads"] = heads
+        if isinstance(part, nn.ModuleList):
+            fact["items"] = [_kind(item) for item in part]
+            fact["decoder_like"] = [all(hasattr(item, n) for n in _DECODER_ATTRIBUTES) for item in part]
+        facts[name] = fact
+        seen.append((name, part))
+    blocks = [*getattr(module, "encoder", ()), *getattr(module, "decoder", ())] if "encoder" in names else []
+    if blocks:
+        facts["distinct_blocks"] = len({id(b) for b in blocks})
+    return facts
+
+
+def _make(cls: Callable, rec: Recorder, key: str, args: tuple, parts: tuple[str, ...], seed: int) -> nn.Module | None:
+    """Build the student's module (dropout 0), record its structure, and load the check's weights (seed) into it."""
+    module = rec.call(key, cls, *args, dropout=0.0)
+    is_module = isinstance(module, nn.Module)
+    rec.fact(f"{key}.is_module", is_module)
+    if not is_module:
+        return None
+    try:
+        rec.fact(f"{key}.parts", _part_facts(module, parts))
+        rec.fact(f"{key}.modules", weights.describe(module))
+        module = module.to(rec.device).eval()
+        rec.fact(f"{key}.params", weights.fill(module, seed))
+    except Exception as error:  # noqa: BLE001 - a module that cannot be inspected or moved is evidence too
+        rec.raised(key, error)
+        return None
+    return module
+
+
+def _sub_record(rec: Recorder, prefix: str, check: Check, part: Any) -> None:
+    """Probe another check on `part` and keep its record under prefix (the judge reads it back with _sub_evidence)."""
+    try:
+        sub = check.record(part, rec.device)
+    except Exception:  # noqa: BLE001 - a prerequisite that breaks its probe is simply not reported
+        return
+    rec.fact(prefix, True)
+    for key, value in sub.facts.items():
+        rec.evidence.facts[f"{prefix}.{key}"] = value
+    for key, value in sub.tensors.items():
+        rec.evidence.tensors[f"{prefix}.{key}"] = value
+
+
+def _sub_evidence(ev: Evidence, prefix: str, check: Check) -> Evidence | None:
+    if ev.facts.get(prefix) is not True:
+        return None
+    start = prefix + "."
+    return Evidence(check.name, ev.device, {k[len(start):]: v for k, v in ev.tensors.items() if k.startswith(start)},
+                    {k[len(start):]: v for k, v in ev.facts.items() if k.startswith(start)})
+
+
+# ---------------------------------------------------------------- modules: the judge's side
+
+def _part(ev: Evidence, key: str, owner: str, name: str, kind: str, how: str) -> dict:
+    __tracebackhide__ = True
+    parts = _recorded(ev, f"{key}.parts", f"the parts of {owner}")
+    fact = parts.get(name) if isinstance(parts, dict) else None
+    if not isinstance(fact, dict) or fact.get("kind") == "missing":
+        fail(f"{owner} has no attribute `{name}`. Create it in __init__: self.{name} = {how}.", mistake=MISSING_PART)
+    if fact.get("kind") != kind:
+        fail(f"{owner}.{name} is a {str(fact.get('kind'))[:60]}; it should be {how}.", mistake=WRONG_PART_TYPE)
+    return fact
+
+
+def _is_module(ev: Evidence, key: str, what: str, owner: str) -> None:
+    __tracebackhide__ = True
+    raised(ev, key, what)
+    if ev.facts.get(f"{key}.is_module") is not True:
+        fact = ev.facts.get(key)
+        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
+        fail(f"{owner}(...) should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
+
+
+def _described(ev: Evidence, key: str) -> dict[str, dict]:
+    found = ev.facts.get(f"{key}.modules")
+    return {m.get("name"): m for m in found if isinstance(m, dict)} if isinstance(found, list) else {}
+
+
+def _attention_shapes(p: str, k: int) -> dict[str, tuple[int, ...]]:
+    return {**{f"{p}{n}.weight": (k, k) for n in ("to_queries", "to_keys", "to_values", "unify_heads")},
+            f"{p}unify_heads.bias": (k,)}
+
+
+def _norm_shapes(p: str, k: int, names: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    return {f"{p}{n}.{w}": (k,) for n in names for w in ("weight", "bias")}
+
+
+def _ff_shapes(p: str, k: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    return {f"{p}ff.net.0.weight": (hidden, k), f"{p}ff.net.0.bias": (hidden,), f"{p}ff.net.2.weight": (k, hidden),
+            f"{p}ff.net.2.bias": (k,)}
+
+
+def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
+    return {**_attention_shapes(f"{p}self_attention.", k), **_attention_shapes(f"{p}cross_attention.", k),
+            **_norm_shapes(p, k, ("norm1", "norm2", "norm3")), **_ff_shapes(p, k, ff_mult * k)}
+
+
+def _encoder_shapes(p: str, k: int) -> dict[str, tuple[int, ...]]:
+    return {**_attention_shapes(f"{p}attention.", k), **_norm_shapes(p, k, ("norm1", "norm2")), **_ff_shapes(p, k, 4 * k)}
+
+
+def _model_shapes(src_vocab: int, tgt_vocab: int, k: int, depth: int) -> dict[str, tuple[int, ...]]:
+    shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k)}
+    for i in range(depth):
+        shapes.update(_encoder_shapes(f"encoder.{i}.", k))
+    for i in range(depth):
+        shapes.update(_block_shapes(f"decoder.{i}.", k, 4))
+    shapes.update({"to_logits.weight": (tgt_vocab, k), "to_logits.bias": (tgt_vocab,)})
+    return shapes
+
+
+def _weights(ev: Evidence, key: str, owner: str, shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, torch.Tensor]:
+    """The values the probe loaded into the parameters the exercise names (recreated here, never read)."""
+    __tracebackhide__ = True
+    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    found = {}
+    for name, shape in shapes.items():
+        if name not in loaded or tuple(loaded[name].shape) != shape:
+            fail(f"{owner} has no registered parameter {name} of shape {shape}. Register the parts as attributes of "
+                 "the module (self.name = ...), built from the course's classes.", mistake=MISSING_PARAMETER)
+        found[name] = loaded[name]
+    return found
+
+
+def _count(ev: Evidence, key: str) -> int:
+    params = ev.facts.get(f"{key}.params")
+    return sum(math.prod(entry[1]) for entry in params if isinstance(entry, list) and len(entry) == 2
+               and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1])) \
+        if isinstance(params, list) else -1
+
+
+# ---------------------------------------------------------------- PyTorch's layers with the check's weights
+
+@functools.cache
+def _mha_module(k: int, heads: int) -> nn.MultiheadAttention:
+    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
+        return nn.MultiheadAttention(k, heads, batch_first=True).eval()
+
+
+@functools.cache
+def _decoder_layer(k: int, heads: int, hidden: int) -> nn.TransformerDecoderLayer:
+    with torch.random.fork_rng(devices=[]):
+        return nn.TransformerDecoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
+                                          batch_first=True, norm_first=False).eval()
+
+
+@functools.cache
+def _encoder_layer(k: int, heads: int, hidden: int) -> nn.TransformerEncoderLayer:
+    with torch.random.fork_rng(devices=[]):
+        return nn.TransformerEncoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
+                                          batch_first=True, norm_first=False).eval()
+
+
+def _attn_params(w: dict[str, torch.Tensor], p: str, into: str) -> dict[str, torch.Tensor]:
+    """Course MultiHeadAttention -> nn.MultiheadAttention: in_proj = [Wq; Wk; Wv] without bias, out_proj =
+    unify_heads."""
+    wq = w[f"{p}to_queries.weight"]
+    return {f"{into}in_proj_weight": torch.cat([wq, w[f"{p}to_keys.weight"], w[f"{p}to_values.weight"]]),
+            f"{into}in_proj_bias": torch.zeros(3 * wq.shape[0]), f"{into}out_proj.weight": w[f"{p}unify_heads.weight"],
+            f"{into}out_proj.bias": w[f"{p}unify_heads.bias"]}
+
+
+def _layer_params(w: dict[str, torch.Tensor], p: str, attentions: dict[str, str], norms: int) -> dict:
+    params = {}
+    for course_name, torch_name in attentions.items():
+        params.update(_attn_params(w, f"{p}{course_name}.", f"{torch_name}."))
+    for i in range(1, norms + 1):
+        params[f"norm{i}.weight"], params[f"norm{i}.bias"] = w[f"{p}norm{i}.weight"], w[f"{p}norm{i}.bias"]
+    params.update({"linear1.weight": w[f"{p}ff.net.0.weight"], "linear1.bias": w[f"{p}ff.net.0.bias"],
+                   "linear2.weight": w[f"{p}ff.net.2.weight"], "linear2.bias": w[f"{p}ff.net.2.bias"]})
+    return params
+
+
+def _torch_decoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor,
+                   causal: bool = True, pad: torch.Tensor | None = None) -> torch.Tensor:
+    """nn.TransformerDecoderLayer (post-norm, ReLU) carrying the block's weights; pad (b, s): True at real tokens."""
+    k, hidden = x.shape[-1], w[f"{p}ff.net.0.weight"].shape[0]
+    layer = _decoder_layer(k, heads, hidden)
+    params = _layer_params(w, p, {"self_attention": "self_attn", "cross_attention": "multihead_attn"}, 3)
+    kwargs = {"tgt_mask": ~_causal(x.shape[1]) if causal else None,
+              "memory_key_padding_mask": None if pad is None else ~pad}
+    return functional_call(layer, params, (x, memory), kwargs)
+
+
+def _torch_encoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor,
+                   pad: torch.Tensor | None) -> torch.Tensor:
+    k, hidden = x.shape[-1], w[f"{p}ff.net.0.weight"].shape[0]
+    params = _layer_params(w, p, {"attention": "self_attn"}, 2)
+    return functional_call(_encoder_layer(k, heads, hidden), params, (x,),
+                           {"src_key_padding_mask": None if pad is None else ~pad})
+
+
+def _attend(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, context: torch.Tensor | None,
+            mask: torch.Tensor | None) -> torch.Tensor:
+    """The course's MultiHeadAttention as nn.MultiheadAttention; mask True = allowed, broadcastable to (b, tq, tk)."""
+    source = x if context is None else context
+    attn_mask = None
+    if mask is not None:
+        full = torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))
+        attn_mask = ~full.repeat_interleave(heads, dim=0)  # (b·h, tq, tk), True = NOT allowed
+    y, _ = functional_call(_mha_module(x.shape[-1], heads), _attn_params(w, p, ""), (x, source, source),
+                           {"attn_mask": attn_mask, "need_weights": False})
+    return y
+
+
+def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memory: torch.Tensor,
+                   self_mask: torch.Tensor | None, memory_mask: torch.Tensor | None, *, context: str = "memory",
+                   cross_mask: str = "memory", use_self_mask: bool = True, layout: str = "post") -> torch.Tensor:
+    """A decoder block written out from PyTorch's attention, with switches for the typical mistakes."""
+    k = x.shape[-1]
+
+    def norm(i: int, h: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(h, (k,), w[f"norm{i}.weight"], w[f"norm{i}.bias"])
+
+    def ff(h: torch.Tensor) -> torch.Tensor:
+        return F.linear(F.relu(F.linear(h, w["ff.net.0.weight"], w["ff.net.0.bias"])), w["ff.net.2.weight"],
+                        w["ff.net.2.bias"])
+
+    def sa(h: torch.Tensor) -> torch.Tensor:
+        return _attend(w, "self_attention.", heads, h, None, self_mask if use_self_mask else None)
+
+    def ca(h: torch.Tensor) -> torch.Tensor:
+        mask = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
+        return _attend(w, "cross_attention.", heads, h, memory if context == "memory" else None, mask)
+
+    if layout == "pre":
+        h = x + sa(norm(1, x))
+        h = h + ca(norm(2, h))
+        return h + ff(norm(3, h))
+    if layout == "no-residual":
+        return norm(3, ff(norm(2, ca(norm(1, sa(x))))))
+    if layout == "cross-first":
+        h = norm(1, x + ca(x))
+        h = norm(2, h + sa(h))
+        return norm(3, h + ff(h))
+    h = norm(1, x + sa(x))
+    h = norm(2, h + ca(x if layout == "cross-on-input" else h))
+    return norm(3, h + ff(h))
+
+
+_BLOCK_MISTAKES = ((BLOCK_CROSS_READS_ITSELF, MappingProxyType({"context": "self", "cross_mask": "self"})),
+                   (BLOCK_CROSS_READS_ITSELF, MappingProxyType({"context": "self", "cross_mask": "none"})),
+                   (BLOCK_MEMORY_NOT_MASKED, MappingProxyType({"cross_mask": "none"})),
+                   (BLOCK_SELF_MASK_IGNORED, MappingProxyType({"use_self_mask": False})),
+                   (BLOCK_NO_RESIDUAL, MappingProxyType({"layout": "no-residual"})),
+                   (BLOCK_PRE_NORM, MappingProxyType({"layout": "pre"})),
+                   (BLOCK_CROSS_FIRST, MappingProxyType({"layout": "cross-first"})),
+                   (BLOCK_CROSS_ON_INPUT, MappingProxyType({"layout": "cross-on-input"})))
+
+
+def _block_oracle(w, heads, x, memory, causal: bool, pad: torch.Tensor | None) -> torch.Tensor:
+    return _torch_decoder(w, "", heads, x, memory, causal, pad)
+
+
+def _block_mistakes(w, heads, x, memory, self_mask, memory_mask) -> list[tuple[Mistake, torch.Tensor]]:
     with torch.no_grad():
-        for i, (name, p) in enumerate(module.named_parameters()):
-            noise = randn(*p.shape, seed=seed + i, device=device)
-            if p.dim() >= 2:
-                p.copy_(noise / math.sqrt(p.shape[-1]))
-            elif name.endswith("weight"):  # LayerNorm gains
-                p.copy_(1.0 + 0.3 * noise)
-            else:
-                p.copy_(0.3 * noise)
+        return [(m, _block_variant(w, heads, x, memory, self_mask, memory_mask, **switches))
+                for m, switches in _BLOCK_MISTAKES]
 
 
-def _linears(module: nn.Module) -> list[nn.Linear]:
-    return [m for m in module.modules() if isinstance(m, nn.Linear)]
-
-
-def _copy_attention(target: nn.MultiheadAttention, source: nn.Module) -> None:
-    """Course MultiHeadAttention -> nn.MultiheadAttention: in_proj = [Wq; Wk; Wv] without bias, out_proj = unify_heads."""
-    target.in_proj_weight.copy_(torch.cat([source.to_queries.weight, source.to_keys.weight, source.to_values.weight]))
-    target.in_proj_bias.zero_()
-    target.out_proj.weight.copy_(source.unify_heads.weight)
-    target.out_proj.bias.copy_(source.unify_heads.bias)
-
-
-def _copy_norm(target: nn.LayerNorm, source: nn.LayerNorm) -> None:
-    target.weight.copy_(source.weight)
-    target.bias.copy_(source.bias)
-
-
-def _copy_ff(linear1: nn.Linear, linear2: nn.Linear, ff: nn.Module) -> None:
-    first, second = _linears(ff)
-    linear1.weight.copy_(first.weight)
-    linear1.bias.copy_(first.bias)
-    linear2.weight.copy_(second.weight)
-    linear2.bias.copy_(second.bias)
-
-
-def _torch_decoder_layer(block: nn.Module, k: int, heads: int, ff_hidden: int, device) -> nn.TransformerDecoderLayer:
-    layer = nn.TransformerDecoderLayer(k, heads, dim_feedforward=ff_hidden, dropout=0.0, activation="relu",
-                                       batch_first=True, norm_first=False).to(device).eval()
-    with torch.no_grad():
-        _copy_attention(layer.self_attn, block.self_attention)
-        _copy_attention(layer.multihead_attn, block.cross_attention)
-        for n in ("norm1", "norm2", "norm3"):
-            _copy_norm(getattr(layer, n), getattr(block, n))
-        _copy_ff(layer.linear1, layer.linear2, block.ff)
-    return layer
-
-
-def _torch_encoder_layer(block: nn.Module, k: int, heads: int, ff_hidden: int, device) -> nn.TransformerEncoderLayer:
-    layer = nn.TransformerEncoderLayer(k, heads, dim_feedforward=ff_hidden, dropout=0.0, activation="relu",
-                                       batch_first=True, norm_first=False).to(device).eval()
-    with torch.no_grad():
-        _copy_attention(layer.self_attn, block.attention)
-        _copy_norm(layer.norm1, block.norm1)
-        _copy_norm(layer.norm2, block.norm2)
-        _copy_ff(layer.linear1, layer.linear2, block.ff)
-    return layer
-
-
-# ----------------------------------------------------------------------------------------------- DecoderBlock
-
-def _attribute(module: nn.Module, owner: str, name: str, kind: type, how: str) -> nn.Module:
-    __tracebackhide__ = True
-    part = getattr(module, name, None)
-    if part is None:
-        fail(f"{owner} has no attribute `{name}`. Create it in __init__: self.{name} = {how}.")
-    if not isinstance(part, kind):
-        fail(f"{owner}.{name} is a {type(part).__name__}; it should be {how}.")
-    return part
-
-
-def _block_parts(block: nn.Module, k: int, heads: int, ff_mult: int) -> None:
-    """The attributes the issue names, of the right kinds and sizes, and no others with parameters."""
-    __tracebackhide__ = True
-    self_attention = _attribute(block, BLOCK_NAME, "self_attention", MultiHeadAttention, "MultiHeadAttention(k, heads)")
-    cross_attention = _attribute(block, BLOCK_NAME, "cross_attention", MultiHeadAttention, "MultiHeadAttention(k, heads)")
-    if self_attention is cross_attention:
-        fail(f"{BLOCK_NAME}.self_attention and .cross_attention are the same module. Reading the target and reading "
-             "the source are different jobs: create two MultiHeadAttention modules.")
-    for attention in (self_attention, cross_attention):
-        size, count = attention.to_queries.in_features, getattr(attention, "heads", heads)
-        if (size, count) != (k, heads):
-            fail(f"{BLOCK_NAME}'s attention has k={size}, heads={count}; with DecoderBlock({k}, {heads}) it should be "
-                 f"MultiHeadAttention({k}, {heads}).")
-    norms = [_attribute(block, BLOCK_NAME, n, nn.LayerNorm, "nn.LayerNorm(k)") for n in ("norm1", "norm2", "norm3")]
-    if len({id(n) for n in norms}) < 3:
-        fail(f"Two of {BLOCK_NAME}.norm1, norm2, norm3 are the same module: each sublayer needs its own LayerNorm(k).")
-    for n in norms:
-        if tuple(n.normalized_shape) != (k,):
-            fail(f"{BLOCK_NAME}'s LayerNorm normalizes shape {tuple(n.normalized_shape)}; it should be nn.LayerNorm({k}).")
-    ff = _attribute(block, BLOCK_NAME, "ff", FeedForward, "FeedForward(k, ff_mult * k)")
-    first, second = _linears(ff)
-    if (first.in_features, first.out_features) != (k, ff_mult * k):
-        fail(f"{BLOCK_NAME}.ff maps {first.in_features} -> {first.out_features} features first; with k={k} and "
-             f"ff_mult={ff_mult} it should be FeedForward(k, ff_mult * k) = FeedForward({k}, {ff_mult * k}).")
-    expected = 2 * (4 * k * k + k) + 3 * 2 * k + 2 * ff_mult * k * k + ff_mult * k + k
-    count = sum(p.numel() for p in block.parameters())
-    if count != expected:
-        fail(f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}) has {count} parameters; two attentions, three norms and "
-             f"the feed-forward make {expected}. Is an extra layer registered?")
-
-
-def _new_block(DecoderBlock: Callable, k: int, heads: int, ff_mult: int, device, seed: int) -> nn.Module:
-    __tracebackhide__ = True
-    torch.manual_seed(seed)
-    block = run(DecoderBlock, k, heads, ff_mult=ff_mult, dropout=0.0,
-                what=f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
-    if not isinstance(block, nn.Module):
-        fail(f"{BLOCK_NAME}(...) should create an nn.Module, but gave a {type(block).__name__}.")
-    _block_parts(block, k, heads, ff_mult)
-    block = block.to(device).eval()
-    _randomize(block, seed)
-    return block
-
-
-def decoder_block_structure(DecoderBlock: Callable) -> None:
-    """self_attention and cross_attention (two MultiHeadAttention), norm1-3 (LayerNorm(k)), ff (FeedForward)."""
-    __tracebackhide__ = True
-    for k, heads, ff_mult in ((8, 2, 4), (12, 3, 2)):
-        block = run(DecoderBlock, k, heads, ff_mult=ff_mult, what=f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})")
-        if not isinstance(block, nn.Module):
-            fail(f"{BLOCK_NAME}(...) should create an nn.Module, but gave a {type(block).__name__}.")
-        _block_parts(block, k, heads, ff_mult)
-
-
-def _block_mistakes(block: nn.Module, x, memory, self_mask, memory_mask) -> dict[str, torch.Tensor]:
-    sa, ca, ff = block.self_attention, block.cross_attention, block.ff
-    n1, n2, n3 = block.norm1, block.norm2, block.norm3
-
-    def post(self_mask=self_mask, memory_mask=memory_mask, context=memory):
-        h = n1(x + sa(x, mask=self_mask))
-        h = n2(h + ca(h, context=context, mask=memory_mask))
-        return n3(h + ff(h))
-
-    h = n1(x + sa(x, mask=self_mask))
-    no_residual = n2(ca(n1(sa(x, mask=self_mask)), context=memory, mask=memory_mask))
-    no_residual = n3(ff(no_residual))
-    h_pre = x + sa(n1(x), mask=self_mask)
-    h_pre = h_pre + ca(n2(h_pre), context=memory, mask=memory_mask)
-    pre = h_pre + ff(n3(h_pre))
-    c = n1(x + ca(x, context=memory, mask=memory_mask))
-    c = n2(c + sa(c, mask=self_mask))
-    swapped = n3(c + ff(c))
-    cross_on_x = n2(h + ca(x, context=memory, mask=memory_mask))
-    cross_on_x = n3(cross_on_x + ff(cross_on_x))
-    out = {
-        "cross-attention reads the decoder's own states: its keys and values must come from `memory` "
-        "(cross_attention(x, context=memory, mask=memory_mask)).": post(context=None, memory_mask=self_mask),
-        "cross-attention reads the decoder's own states, without a mask: its keys and values must come from "
-        "`memory` (cross_attention(x, context=memory, mask=memory_mask)).": post(context=None, memory_mask=None),
-        "source padding is not masked in cross-attention: pass memory_mask to cross_attention, so no target "
-        "position reads a padded source position.": post(memory_mask=None),
-        "self_mask is not used in self-attention, so every target position reads the future: "
-        "self_attention(x, mask=self_mask).": post(self_mask=None),
-        "the residual connections are missing: each sublayer's output is added to its input before the norm, "
-        "x = norm(x + sublayer(x)).": no_residual,
-        "the block is pre-norm (x + sublayer(norm(x))); this course's blocks are post-norm: "
-        "x = norm(x + sublayer(x)).": pre,
-        "cross-attention comes before self-attention: the decoder first reads its own past (self-attention, "
-        "norm1), then the source (cross-attention, norm2), then the feed-forward (norm3).": swapped,
-        "cross-attention is applied to the block's input x instead of to the output of the self-attention "
-        "sublayer, so the self-attention result is lost in the second sublayer.": cross_on_x,
-    }
-    return out
-
+# ---------------------------------------------------------------- DecoderBlock
 
 _BLOCK_HINT = ("x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
                "mask=memory_mask)); return norm3(x + ff(x)).")
-
+_MASK_SHAPE_HINT = ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
+                    "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...).")
+BLOCK_STRUCTURES = ((8, 2, 4), (12, 3, 2))
 # (b, t, s, k, heads, ff_mult): t != s, batch > 1, head size != k, odd lengths
 BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 4, 9, 16, 4, 1))
 
 
-def _block_inputs(b: int, t: int, s: int, k: int, seed: int, device):
-    x = randn(b, t, k, seed=seed, device=device)
-    memory = randn(b, s, k, seed=seed + 1, device=device)
-    lengths = torch.tensor([s - (i * 2) % s for i in range(b)], device=device).clamp(min=1)
+def _block_inputs(b: int, t: int, s: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = randn(b, t, k, seed=seed)
+    memory = randn(b, s, k, seed=seed + 1)
+    lengths = torch.tensor([s - (i * 2) % s for i in range(b)]).clamp(min=1)
     return x, memory, lengths
 
 
-def decoder_block_shapes_and_causality(DecoderBlock: Callable, device: torch.device | str = "cpu") -> None:
-    """(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes earlier ones."""
-    __tracebackhide__ = True
-    b, t, s, k, heads = 2, 5, 7, 8, 2
-    block = _new_block(DecoderBlock, k, heads, 4, device, seed=1100)
-    x, memory, lengths = _block_inputs(b, t, s, k, 1110, device)
-    self_mask, memory_mask = _causal(t, device), _padding(lengths, s).unsqueeze(1)
+def _make_block(DecoderBlock: Callable, rec: Recorder, key: str, k: int, heads: int, ff_mult: int,
+                seed: int) -> nn.Module | None:
+    return _make(lambda *a, **kw: DecoderBlock(*a, ff_mult=ff_mult, **kw), rec, key, (k, heads), BLOCK_PARTS, seed)
+
+
+def _run_block(rec: Recorder, key: str, block: nn.Module, x, memory, self_mask=None, memory_mask=None) -> None:
+    kwargs = {}
+    if self_mask is not None:
+        kwargs["self_mask"] = self_mask.to(rec.device)
+    if memory_mask is not None:
+        kwargs["memory_mask"] = memory_mask.to(rec.device)
     with torch.no_grad():
-        y = run(block, x.clone(), memory.clone(), self_mask=self_mask, memory_mask=memory_mask,
-                what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", hint=_MASK_SHAPE_HINT)
-        expect_tensor(y, what=f"{BLOCK_NAME}.forward", shape=(b, t, k), device=device,
-                      shape_hints={(b, s, k): "One output per memory position: are x and memory swapped in "
-                                              "cross-attention? The queries come from x."})
-        changed = x.clone()
-        changed[:, 3:] = randn(b, t - 3, k, seed=1120, device=device)
-        y_changed = run(block, changed, memory.clone(), self_mask=self_mask, memory_mask=memory_mask,
-                        what=f"{BLOCK_NAME}.forward")
-    if not close(y_changed[:, :3], y[:, :3], **tolerance(device)):
+        rec.call(key, block, x.to(rec.device), memory.to(rec.device), **kwargs)
+
+
+def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -> None:
+    """The attributes the notebook names, of the right kinds and sizes, and no others with parameters."""
+    __tracebackhide__ = True
+    _is_module(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)", BLOCK_NAME)
+    attention = [_part(ev, key, BLOCK_NAME, n, "MultiHeadAttention", "MultiHeadAttention(k, heads)")
+                 for n in ("self_attention", "cross_attention")]
+    if attention[1].get("same_as") == "self_attention":
+        fail(f"{BLOCK_NAME}.self_attention and .cross_attention are the same module. Reading the target and reading "
+             "the source are different jobs: create two MultiHeadAttention modules.", mistake=SHARED_ATTENTION)
+    described = _described(ev, key)
+    for name, fact in zip(("self_attention", "cross_attention"), attention):
+        size, count = described.get(f"{name}.to_queries", {}).get("in_features"), fact.get("heads", heads)
+        if (size, count) != (k, heads):
+            fail(f"{BLOCK_NAME}'s attention has k={size}, heads={count}; with DecoderBlock({k}, {heads}) it should be "
+                 f"MultiHeadAttention({k}, {heads}).", mistake=WRONG_SIZE)
+    norms = [_part(ev, key, BLOCK_NAME, n, "LayerNorm", "nn.LayerNorm(k)") for n in ("norm1", "norm2", "norm3")]
+    if any(n.get("same_as") for n in norms):
+        fail(f"Two of {BLOCK_NAME}.norm1, norm2, norm3 are the same module: each sublayer needs its own LayerNorm(k).",
+             mistake=SHARED_NORM)
+    for name in ("norm1", "norm2", "norm3"):
+        shape = described.get(name, {}).get("shape")
+        if shape != [k]:
+            fail(f"{BLOCK_NAME}.{name} normalizes shape {shape}; it should be nn.LayerNorm({k}).", mistake=WRONG_SIZE)
+    _part(ev, key, BLOCK_NAME, "ff", "FeedForward", "FeedForward(k, ff_mult * k)")
+    first = described.get("ff.net.0", {})
+    if (first.get("in_features"), first.get("out_features")) != (k, ff_mult * k):
+        fail(f"{BLOCK_NAME}.ff maps {first.get('in_features')} -> {first.get('out_features')} features first; with "
+             f"k={k} and ff_mult={ff_mult} it should be FeedForward(k, ff_mult * k) = FeedForward({k}, "
+             f"{ff_mult * k}).", mistake=WRONG_SIZE)
+    expected = 2 * (4 * k * k + k) + 3 * 2 * k + 2 * ff_mult * k * k + ff_mult * k + k
+    count = _count(ev, key)
+    if count != expected:
+        fail(f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}) has {count} parameters; two attentions, three norms and "
+             f"the feed-forward make {expected}. Is an extra layer registered?", mistake=PARAMETER_COUNT)
+
+
+def _block_weights(ev: Evidence, key: str, k: int, heads: int, ff_mult: int, seed: int) -> dict[str, torch.Tensor]:
+    __tracebackhide__ = True
+    _block_structure(ev, key, k, heads, ff_mult)
+    return _weights(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})", _block_shapes("", k, ff_mult), seed)
+
+
+def _anchor_block(ev: Evidence, y: torch.Tensor, w, heads, x, memory, pad: torch.Tensor | None, causal: bool,
+                  claim: str) -> None:
+    """Rule 2: the output is what the block, right or typically wrong, computes with the check's weights."""
+    __tracebackhide__ = True
+    self_mask = _causal(x.shape[1]) if causal else None
+    memory_mask = None if pad is None else pad.unsqueeze(1)
+    with torch.no_grad():
+        expected = _block_oracle(w, heads, x, memory, causal, pad)
+        candidates = [expected, *(m for _, m in _block_mistakes(w, heads, x, memory, self_mask, memory_mask))]
+    if not matches_any(y, candidates, ev.device):
+        fail(f"{claim}, but it is not a decoder block with the check's weights: " + _BLOCK_HINT, expected, y,
+             case=f"x {tuple(x.shape)}, memory {tuple(memory.shape)}")
+
+
+def _structure_case(k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x, memory, _ = _block_inputs(2, 3, 4, k, 1000 + k)
+    return x, memory, torch.tensor([4, 2])
+
+
+def _probe_block_structure(DecoderBlock, rec: Recorder) -> None:
+    for i, (k, heads, ff_mult) in enumerate(BLOCK_STRUCTURES):
+        block = _make_block(DecoderBlock, rec, f"block{i}", k, heads, ff_mult, 1000 + i)
+        if block is None:
+            return
+        x, memory, lengths = _structure_case(k)
+        _run_block(rec, f"y{i}", block, x, memory, _causal(3), _padding(lengths, 4).unsqueeze(1))
+
+
+def _judge_block_structure(ev: Evidence) -> None:
+    """self_attention and cross_attention (two MultiHeadAttention), norm1-3 (LayerNorm(k)), ff (FeedForward)."""
+    for i, (k, heads, ff_mult) in enumerate(BLOCK_STRUCTURES):
+        w = _block_weights(ev, f"block{i}", k, heads, ff_mult, 1000 + i)
+        x, memory, lengths = _structure_case(k)
+        y = output(ev, f"y{i}", what=f"{BLOCK_NAME}.forward", shape=(2, 3, k), hint=_MASK_SHAPE_HINT)
+        _anchor_block(ev, y, w, heads, x, memory, _padding(lengths, 4), True, f"{BLOCK_NAME} has the right parts")
+
+
+decoder_block_structure = Check("decoder_block_structure", _probe_block_structure, _judge_block_structure)
+
+
+_CAUSALITY_BLOCK = (2, 5, 7, 8, 2)  # b, t, s, k, heads
+
+
+def _causality_inputs():
+    b, t, s, k, _ = _CAUSALITY_BLOCK
+    x, memory, lengths = _block_inputs(b, t, s, k, 1110)
+    changed = x.clone()
+    changed[:, 3:] = randn(b, t - 3, k, seed=1120)
+    return x, changed, memory, lengths
+
+
+def _probe_block_causality(DecoderBlock, rec: Recorder) -> None:
+    _b, t, s, k, heads = _CAUSALITY_BLOCK
+    block = _make_block(DecoderBlock, rec, "block", k, heads, 4, 1100)
+    if block is None:
+        return
+    x, changed, memory, lengths = _causality_inputs()
+    self_mask, memory_mask = _causal(t), _padding(lengths, s).unsqueeze(1)
+    _run_block(rec, "y", block, x, memory, self_mask, memory_mask)
+    _run_block(rec, "y_changed", block, changed, memory, self_mask, memory_mask)
+
+
+def _judge_block_causality(ev: Evidence) -> None:
+    """(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes earlier
+    ones."""
+    b, t, s, k, heads = _CAUSALITY_BLOCK
+    w = _block_weights(ev, "block", k, heads, 4, 1100)
+    x, _changed, memory, lengths = _causality_inputs()
+    hints = {(b, s, k): "One output per memory position: are x and memory swapped in cross-attention? The queries "
+                        "come from x."}
+    y = output(ev, "y", what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", shape=(b, t, k),
+               shape_hints=hints, hint=_MASK_SHAPE_HINT)
+    y_changed = output(ev, "y_changed", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), shape_hints=hints)
+    if not matches_any(y_changed[:, :3], [y[:, :3]], ev.device):
+        pad = _padding(lengths, s)
+        named = [m for m, out in _block_mistakes(w, heads, x, memory, _causal(t), pad.unsqueeze(1))
+                 if matches_any(y, [out], ev.device)]
         fail(f"{BLOCK_NAME} is not causal: changing target positions 3 and 4 changed the outputs at positions 0-2. "
-             "Pass self_mask to self-attention (self_attention(x, mask=self_mask)).", y[:, :3, 0], y_changed[:, :3, 0],
-             case="outputs at positions 0-2 (first feature) before and after the change")
+             "Pass self_mask to self-attention (self_attention(x, mask=self_mask))."
+             + (f" The output matches another mistake: {named[0].explanation}" if named
+                and named[0] is not BLOCK_SELF_MASK_IGNORED else ""),
+             y[:, :3, 0], y_changed[:, :3, 0], case="outputs at positions 0-2 (first feature) before and after the "
+             "change", mistake=named[0].id if named else BLOCK_NOT_CAUSAL)
+    _anchor_block(ev, y, w, heads, x, memory, _padding(lengths, s), True, f"{BLOCK_NAME} is causal")
 
 
-_MASK_SHAPE_HINT = ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
-                    "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...).")
+decoder_block_causality = Check("decoder_block_causality", _probe_block_causality, _judge_block_causality)
 
 
-def decoder_block_matches_oracle(DecoderBlock: Callable, device: torch.device | str = "cpu") -> None:
-    """Random weights and inputs against nn.TransformerDecoderLayer (post-norm, ReLU) with the same weights."""
-    __tracebackhide__ = True
+def _probe_block_oracle(DecoderBlock, rec: Recorder) -> None:
     for i, (b, t, s, k, heads, ff_mult) in enumerate(BLOCK_CASES):
-        block = _new_block(DecoderBlock, k, heads, ff_mult, device, seed=1200 + 50 * i)
-        x, memory, lengths = _block_inputs(b, t, s, k, 1230 + 10 * i, device)
-        self_mask, pad = _causal(t, device), _padding(lengths, s)
-        oracle = _torch_decoder_layer(block, k, heads, ff_mult * k, device)
+        block = _make_block(DecoderBlock, rec, f"block{i}", k, heads, ff_mult, 1200 + 50 * i)
+        if block is None:
+            return
+        x, memory, lengths = _block_inputs(b, t, s, k, 1230 + 10 * i)
+        _run_block(rec, f"y{i}", block, x, memory, _causal(t), _padding(lengths, s).unsqueeze(1))
+    block = _make_block(DecoderBlock, rec, "block_unmasked", 8, 2, 4, 1400)
+    if block is not None:
+        x, memory, _ = _block_inputs(2, 3, 5, 8, 1410)
+        _run_block(rec, "y_unmasked", block, x, memory)
+
+
+def _judge_block_oracle(ev: Evidence) -> None:
+    """Random weights and inputs against nn.TransformerDecoderLayer (post-norm, ReLU) with the same weights."""
+    for i, (b, t, s, k, heads, ff_mult) in enumerate(BLOCK_CASES):
+        w = _block_weights(ev, f"block{i}", k, heads, ff_mult, 1200 + 50 * i)
+        x, memory, lengths = _block_inputs(b, t, s, k, 1230 + 10 * i)
+        pad = _padding(lengths, s)
+        y = output(ev, f"y{i}", what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", shape=(b, t, k),
+                   hint=_MASK_SHAPE_HINT)
         with torch.no_grad():
-            y = run(block, x.clone(), memory.clone(), self_mask=self_mask, memory_mask=pad.unsqueeze(1),
-                    what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", hint=_MASK_SHAPE_HINT)
-            expected = oracle(x, memory, tgt_mask=~self_mask, memory_key_padding_mask=~pad)
-            mistakes = _block_mistakes(block, x, memory, self_mask, pad.unsqueeze(1))
-        case = f"b={b}, t={t}, s={s}, k={k}, heads={heads}, source lengths {lengths.tolist()}"
-        expect_tensor(y, what=f"{BLOCK_NAME}.forward", shape=(b, t, k), device=device)
-        _expect_close_shown(y, expected, what=f"{BLOCK_NAME}.forward", mistakes=mistakes, otherwise=_BLOCK_HINT,
-                            case=case)
+            expected = _block_oracle(w, heads, x, memory, True, pad)
+        _expect_close_shown(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device,
+                            mistakes=_block_mistakes(w, heads, x, memory, _causal(t), pad.unsqueeze(1)),
+                            otherwise=_BLOCK_HINT,
+                            case=f"b={b}, t={t}, s={s}, k={k}, heads={heads}, source lengths {lengths.tolist()}")
     # without masks (both None), as an encoder-free decoder or a test would call it
-    block = _new_block(DecoderBlock, 8, 2, 4, device, seed=1400)
-    x, memory, _ = _block_inputs(2, 3, 5, 8, 1410, device)
-    oracle = _torch_decoder_layer(block, 8, 2, 32, device)
+    w = _block_weights(ev, "block_unmasked", 8, 2, 4, 1400)
+    x, memory, _ = _block_inputs(2, 3, 5, 8, 1410)
+    y = output(ev, "y_unmasked", what=f"{BLOCK_NAME}.forward(x, memory)", shape=(2, 3, 8))
     with torch.no_grad():
-        y = run(block, x.clone(), memory.clone(), what=f"{BLOCK_NAME}.forward(x, memory)")
-        expected = oracle(x, memory)
-    expect_tensor(y, what=f"{BLOCK_NAME}.forward(x, memory)", shape=(2, 3, 8), device=device)
-    expect_close(y, expected, what=f"{BLOCK_NAME}.forward(x, memory) without masks", otherwise=_BLOCK_HINT,
-                 case="no masks")
+        expected = _block_oracle(w, 2, x, memory, False, None)
+    expect_close(y, expected, what=f"{BLOCK_NAME}.forward(x, memory) without masks", device=ev.device,
+                 mistakes=[(m, o) for m, o in _block_mistakes(w, 2, x, memory, None, None)
+                           if m not in (BLOCK_MEMORY_NOT_MASKED, BLOCK_SELF_MASK_IGNORED)],
+                 otherwise=_BLOCK_HINT, case="no masks")
 
 
-def decoder_block_ignores_padding_and_passes_gradients(DecoderBlock: Callable, device: torch.device | str = "cpu") -> None:
-    """Extra masked memory positions change nothing; a loss reaches every parameter, x and memory."""
+decoder_block_oracle = Check("decoder_block_oracle", _probe_block_oracle, _judge_block_oracle)
+
+
+_PADDING_BLOCK = (2, 4, 5, 8, 2)  # b, t, s, k, heads
+
+
+def _padding_block_inputs():
+    b, t, s, k, _ = _PADDING_BLOCK
+    x, memory, _ = _block_inputs(b, t, s, k, 1510)
+    longer = torch.cat([memory, randn(b, 3, k, seed=1520)], dim=1)  # (b, s + 3, k): more padding
+    return x, memory, longer, torch.tensor([5, 3]), randn(b, t, k, seed=1530)
+
+
+def _probe_block_padding(DecoderBlock, rec: Recorder) -> None:
+    _b, t, s, k, heads = _PADDING_BLOCK
+    block = _make_block(DecoderBlock, rec, "block", k, heads, 4, 1500)
+    if block is None:
+        return
+    x, memory, longer, lengths, upstream = _padding_block_inputs()
+    _run_block(rec, "y", block, x, memory, _causal(t), _padding(lengths, s).unsqueeze(1))
+    _run_block(rec, "y_longer", block, x, longer, _causal(t), _padding(lengths, s + 3).unsqueeze(1))
+    block.train()
+    x, memory = x.to(rec.device).requires_grad_(True), memory.to(rec.device).requires_grad_(True)
+    y = rec.call("y_grad", block, x, memory, self_mask=_causal(t).to(rec.device),
+                 memory_mask=_padding(lengths, s).unsqueeze(1).to(rec.device))
+    if not isinstance(y, torch.Tensor) or not y.requires_grad or y.shape != upstream.shape:
+        return
+    try:
+        (y * upstream.to(rec.device)).sum().backward()
+    except Exception as error:  # noqa: BLE001
+        rec.raised("backward", error)
+        return
+    rec.tensor("grad.x", x.grad)
+    rec.tensor("grad.memory", memory.grad)
+    for name, p in block.named_parameters():
+        rec.tensor(f"grad.{name}", p.grad)
+
+
+def _gradients(forward: Callable[..., torch.Tensor], w: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor],
+               upstream: torch.Tensor) -> dict[str, torch.Tensor | None]:
+    """Autograd through forward(leaves, **inputs): the gradients of every weight and input by name."""
+    leaves = {name: value.clone().requires_grad_(True) for name, value in w.items()}
+    given = {name: value.clone().requires_grad_(value.is_floating_point()) for name, value in inputs.items()}
+    (forward(leaves, **given) * upstream).sum().backward()
+    return {**{name: leaf.grad for name, leaf in leaves.items()},
+            **{name: value.grad for name, value in given.items() if value.is_floating_point()}}
+
+
+def _expect_gradients(ev: Evidence, grads: dict[str, torch.Tensor | None], shapes: dict[str, tuple[int, ...]],
+                      owner: str, case: str) -> None:
     __tracebackhide__ = True
-    b, t, s, k = 2, 4, 5, 8
-    block = _new_block(DecoderBlock, k, 2, 4, device, seed=1500)
-    x, memory, lengths = _block_inputs(b, t, s, k, 1510, device)
-    lengths = torch.tensor([5, 3], device=device)
-    self_mask = _causal(t, device)
-    longer = torch.cat([memory, randn(b, 3, k, seed=1520, device=device)], dim=1)  # (b, s + 3, k): more padding
-    with torch.no_grad():
-        y = run(block, x.clone(), memory.clone(), self_mask=self_mask, memory_mask=_padding(lengths, s).unsqueeze(1),
-                what=f"{BLOCK_NAME}.forward", hint=_MASK_SHAPE_HINT)
-        y_longer = run(block, x.clone(), longer, self_mask=self_mask,
-                       memory_mask=_padding(lengths, s + 3).unsqueeze(1), what=f"{BLOCK_NAME}.forward",
-                       hint=_MASK_SHAPE_HINT)
-    expect_tensor(y, what=f"{BLOCK_NAME}.forward", shape=(b, t, k), device=device)
-    if not close(y_longer, y, **tolerance(device)):
+    for name, shape in shapes.items():
+        got = tensor(ev, f"grad.{name}", shape=tuple(shape))
+        kind = "input" if "." not in name else "parameter"
+        if got is None or grads.get(name) is None:
+            hint = {"memory": " Cross-attention must read memory (cross_attention(x, context=memory, ...)), or the "
+                              "encoder would never learn."}.get(name, "")
+            fail(f"The {kind} {name} of {owner} receives no gradient, so it would never learn. Is it used in forward?"
+                 + hint, mistake=NO_GRADIENT)
+        expect_close(got, grads[name], what=f"The gradient of a loss on {owner} with respect to {name}",
+                     device=ev.device, case=case,
+                     otherwise="Compare with autograd through PyTorch's layers: build the output only from "
+                               "differentiable torch operations.")
+
+
+def _judge_block_padding(ev: Evidence) -> None:
+    """Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as autograd
+    through nn.TransformerDecoderLayer gives it."""
+    b, t, s, k, heads = _PADDING_BLOCK
+    w = _block_weights(ev, "block", k, heads, 4, 1500)
+    x, memory, _longer, lengths, upstream = _padding_block_inputs()
+    y = output(ev, "y", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), hint=_MASK_SHAPE_HINT)
+    y_longer = output(ev, "y_longer", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), hint=_MASK_SHAPE_HINT)
+    pad = _padding(lengths, s)
+    if not matches_any(y_longer, [y], ev.device):
+        memory_not_masked = _block_variant(w, heads, x, memory, _causal(t), None, cross_mask="none")
         fail(f"{BLOCK_NAME} reads padded memory positions: three more padded source positions (masked out by "
              "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], y_longer[:, :, 0],
-             case="first feature, before and after adding padding")
-    block.train()
-    x = x.clone().requires_grad_(True)
-    memory = memory.clone().requires_grad_(True)
-    y = run(block, x, memory, self_mask=self_mask, memory_mask=_padding(lengths, s).unsqueeze(1),
-            what=f"{BLOCK_NAME}.forward")
-    if not y.requires_grad:
-        fail(f"{BLOCK_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.")
-    (y * randn(b, t, k, seed=1530, device=device)).sum().backward()
-    for name, p in block.named_parameters():
-        if p.grad is None or float(p.grad.abs().sum()) == 0.0:
-            fail(f"{BLOCK_NAME}.{name} receives no gradient, so it would never learn. Is it used in forward?")
-    if memory.grad is None or float(memory.grad.abs().sum()) == 0.0:
-        fail(f"The memory given to {BLOCK_NAME}.forward receives no gradient: cross-attention must read memory "
-             "(cross_attention(x, context=memory, ...)), or the encoder would never learn.")
-    if x.grad is None or float(x.grad.abs().sum()) == 0.0:
-        fail(f"The input x of {BLOCK_NAME}.forward receives no gradient.")
+             case="first feature, before and after adding padding",
+             mistake=BLOCK_MEMORY_NOT_MASKED.id if matches_any(y, [memory_not_masked.detach()], ev.device)
+             else BLOCK_READS_PADDING)
+    _anchor_block(ev, y, w, heads, x, memory, pad, True, f"{BLOCK_NAME} ignores padded memory")
+    y_grad = output(ev, "y_grad", what=f"{BLOCK_NAME}.forward", shape=(b, t, k))
+    if not requires_grad(ev, "y_grad"):
+        fail(f"{BLOCK_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
+             mistake="detached")
+    raised(ev, "backward", f"backward() through {BLOCK_NAME}.forward")
+    self_mask, memory_mask = _causal(t), pad.unsqueeze(1)
+
+    def forward(leaves, x, memory, **switches):
+        return (_block_variant(leaves, heads, x, memory, self_mask, memory_mask, **switches) if switches
+                else _torch_decoder(leaves, "", heads, x, memory, True, pad))
+
+    chosen: dict = {}
+    with torch.no_grad():
+        if not matches_any(y_grad, [forward(w, x, memory)], ev.device):
+            chosen = next((dict(sw) for _, sw in _BLOCK_MISTAKES
+                           if matches_any(y_grad, [forward(w, x, memory, **sw)], ev.device)), {})
+    grads = _gradients(lambda leaves, x, memory: forward(leaves, x, memory, **chosen), w, {"x": x, "memory": memory},
+                       upstream)
+    _expect_gradients(ev, grads, {**_block_shapes("", k, 4), "x": (b, t, k), "memory": (b, s, k)}, BLOCK_NAME,
+                      f"b={b}, t={t}, s={s}, k={k}, source lengths [5, 3]")
 
 
-# ----------------------------------------------------------------------------------------------- the model
+decoder_block_padding_gradients = Check("decoder_block_padding_gradients", _probe_block_padding, _judge_block_padding)
 
-def _sinusoids(t: int, k: int, device) -> torch.Tensor:
+
+# ---------------------------------------------------------------- the model
+
+# (b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len)
+MODEL_CASES = ((3, 7, 5, 11, 9, 16, 2, 2, 20), (2, 4, 6, 7, 13, 12, 3, 1, 12), (1, 5, 1, 11, 9, 8, 4, 2, 10))
+
+
+def _sinusoids(t: int, k: int) -> torch.Tensor:
     """The sinusoidal table of assignment 06, computed here independently: (t, k)."""
     position = torch.arange(t, dtype=torch.float64).unsqueeze(1)  # (t, 1)
     rate = 10000.0 ** (-torch.arange(0, k, 2, dtype=torch.float64) / k)  # (k/2,)
     table = torch.zeros(t, k, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * rate)
     table[:, 1::2] = torch.cos(position * rate)
-    return table.to(device, torch.float32)
+    return table.to(torch.float32)
 
 
-def _model_parts(model: nn.Module, src_vocab: int, tgt_vocab: int, k: int, depth: int) -> None:
-    __tracebackhide__ = True
-    what = MODEL_NAME
-    src_embedding = _attribute(model, what, "src_embedding", nn.Embedding, "nn.Embedding(src_vocab_size, k)")
-    tgt_embedding = _attribute(model, what, "tgt_embedding", nn.Embedding, "nn.Embedding(tgt_vocab_size, k)")
-    if src_embedding is tgt_embedding:
-        fail(f"{what}.src_embedding and .tgt_embedding are the same module: source and target have different "
-             "vocabularies, so each needs its own nn.Embedding.")
-    for name, emb, size in (("src_embedding", src_embedding, src_vocab), ("tgt_embedding", tgt_embedding, tgt_vocab)):
-        if (emb.num_embeddings, emb.embedding_dim) != (size, k):
-            fail(f"{what}.{name} is nn.Embedding({emb.num_embeddings}, {emb.embedding_dim}); it should be "
-                 f"nn.Embedding({size}, {k}) here. Are the source and target vocabulary sizes swapped?")
-    _attribute(model, what, "positions", PositionalEncoding, "PositionalEncoding(k, max_len, dropout)")
-    encoder = _attribute(model, what, "encoder", nn.ModuleList, "nn.ModuleList of `depth` TransformerBlock(k, heads)")
-    decoder = _attribute(model, what, "decoder", nn.ModuleList, "nn.ModuleList of `depth` DecoderBlock(k, heads)")
-    for name, blocks in (("encoder", encoder), ("decoder", decoder)):
-        if len(blocks) != depth:
-            fail(f"{what}.{name} holds {len(blocks)} blocks; with depth={depth} it should hold {depth}.")
-    for block in encoder:
-        if not isinstance(block, TransformerBlock):
-            fail(f"{what}.encoder holds a {type(block).__name__}; it should hold course TransformerBlock(k, heads).")
-    for block in decoder:
-        if not all(hasattr(block, n) for n in ("self_attention", "cross_attention", "ff", "norm3")):
-            fail(f"{what}.decoder holds a {type(block).__name__}; it should hold your DecoderBlock(k, heads).")
-    if len({id(b) for b in list(encoder) + list(decoder)}) < 2 * depth:
-        fail(f"{what} reuses one block several times: create a new block for every layer, or the layers share weights.")
-    to_logits = _attribute(model, what, "to_logits", nn.Linear, "nn.Linear(k, tgt_vocab_size)")
-    if (to_logits.in_features, to_logits.out_features) != (k, tgt_vocab):
-        fail(f"{what}.to_logits maps {to_logits.in_features} -> {to_logits.out_features}; it should be "
-             f"nn.Linear({k}, {tgt_vocab}): one logit per target token.")
-
-
-def _prerequisite_note(Seq2SeqTransformer: Callable) -> str:
-    """If the notebook's causal_mask or DecoderBlock, which the model uses, fail their own checks, say so."""
-    namespace = getattr(getattr(Seq2SeqTransformer, "decode", None), "__globals__", {})
-    notes = []
-    for name, exercise, checks in (("causal_mask", 1, (causal_mask_by_hand,)),
-                                   ("DecoderBlock", 3, (decoder_block_structure, decoder_block_matches_oracle))):
-        part = namespace.get(name)
-        if not callable(part):
-            continue
-        try:
-            for part_check in checks:
-                part_check(part)
-        except CheckFailed:
-            notes.append(f"your {name} (exercise {exercise}) does not pass its own tests yet")
-    if not notes:
-        return ""
-    return (f"Note: {' and '.join(notes)}, and {MODEL_NAME} is built from it. Fix that first; this test may then "
-            "pass too.")
-
-
-def _blames_prerequisites(model_check: Callable) -> Callable:
-    """A failing model check also says when the cause may be an earlier exercise the model uses."""
-
-    @functools.wraps(model_check)
-    def checked(Seq2SeqTransformer: Callable, *args, **kwargs) -> None:
-        __tracebackhide__ = True
-        try:
-            model_check(Seq2SeqTransformer, *args, **kwargs)
-        except CheckFailed as failure:
-            note = _prerequisite_note(Seq2SeqTransformer)
-            if not note:
-                raise
-            raise CheckFailed(f"{failure}\n\n{note}") from failure.__cause__
-
-    return checked
-
-
-# (b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len)
-MODEL_CASES = ((3, 7, 5, 11, 9, 16, 2, 2, 20), (2, 4, 6, 7, 13, 12, 3, 1, 12), (1, 5, 1, 11, 9, 8, 4, 2, 10))
-
-
-def _new_model(Seq2SeqTransformer: Callable, case: tuple, device, seed: int) -> nn.Module:
-    __tracebackhide__ = True
-    b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len = case
-    torch.manual_seed(seed)
-    model = run(Seq2SeqTransformer, src_vocab, tgt_vocab, k, heads, depth, max_len, dropout=0.0,
-                what=f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, max_len={max_len})")
-    if not isinstance(model, nn.Module):
-        fail(f"{MODEL_NAME}(...) should create an nn.Module, but gave a {type(model).__name__}.")
-    _model_parts(model, src_vocab, tgt_vocab, k, depth)
-    model = model.to(device).eval()
-    _randomize(model, seed)
-    return model
-
-
-def _model_inputs(case: tuple, seed: int, device):
+def _model_inputs(case: tuple, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, s, t, src_vocab, tgt_vocab = case[:5]
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(3, src_vocab, (b, s), generator=g)
     tgt = torch.randint(3, tgt_vocab, (b, t), generator=g)
-    tgt[:, 0] = 1
+    tgt[:, 0] = BOS_ID
     lengths = torch.tensor([s - (2 * i) % s for i in range(b)]).clamp(min=1)
-    src = src.masked_fill(~_padding(lengths, s), 0)
-    return src.to(device), tgt.to(device), lengths.to(device)
+    src = src.masked_fill(~_padding(lengths, s), PAD_ID)
+    return src, tgt, lengths
 
 
-def _model_oracle(model: nn.Module, case: tuple, src, tgt, lengths, *, src_positions=True, tgt_positions=True,
-                  encoder_mask=True, memory_mask=True, causal=True, use_encoder=True, tgt_embedding="tgt",
-                  scale=1.0, softmax=False) -> torch.Tensor:
-    """PyTorch's encoder and decoder layers with the model's weights; the keywords switch typical mistakes on."""
-    b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len = case
-    ff_hidden = _linears(model.encoder[0].ff)[0].out_features
+def _model_oracle(w: dict[str, torch.Tensor], case: tuple, src, tgt, lengths, *, src_positions=True,
+                  tgt_positions=True, encoder_mask=True, memory_mask=True, causal=True, use_encoder=True,
+                  tgt_embedding="tgt", scaled=False, softmax=False) -> torch.Tensor:
+    """PyTorch's encoder and decoder layers with the check's weights; the keywords switch typical mistakes on."""
+    s, t, k, heads, depth = src.shape[1], tgt.shape[1], case[5], case[6], case[7]
+    scale = math.sqrt(k) if scaled else 1.0
     pad = _padding(lengths, s)
-    x = F.embedding(src, model.src_embedding.weight) * scale
+    x = F.embedding(src, w["src_embedding.weight"]) * scale
     if src_positions:
-        x = x + _sinusoids(s, k, src.device)
+        x = x + _sinusoids(s, k)
     if use_encoder:
-        for block in model.encoder:
-            layer = _torch_encoder_layer(block, k, heads, ff_hidden, src.device)
-            x = layer(x, src_key_padding_mask=~pad if encoder_mask else None)
+        for i in range(depth):
+            x = _torch_encoder(w, f"encoder.{i}.", heads, x, pad if encoder_mask else None)
     memory = x
-    weights = model.tgt_embedding.weight if tgt_embedding == "tgt" else model.src_embedding.weight
-    y = F.embedding(tgt, weights) * scale
+    table = w["tgt_embedding.weight"] if tgt_embedding == "tgt" else w["src_embedding.weight"]
+    y = F.embedding(tgt, table) * scale
     if tgt_positions:
-        y = y + _sinusoids(t, k, tgt.device)
-    for block in model.decoder:
-        layer = _torch_decoder_layer(block, k, heads, _linears(block.ff)[0].out_features, tgt.device)
-        y = layer(y, memory, tgt_mask=~_causal(t, tgt.device) if causal else None,
-                  memory_key_padding_mask=~pad if memory_mask else None)
-    logits = model.to_logits(y)
+        y = y + _sinusoids(t, k)
+    for i in range(depth):
+        y = _torch_decoder(w, f"decoder.{i}.", heads, y, memory, causal, pad if memory_mask else None)
+    logits = F.linear(y, w["to_logits.weight"], w["to_logits.bias"])
     return F.softmax(logits, dim=-1) if softmax else logits
 
 
-def _model_mistakes(model, case, src, tgt, lengths) -> dict[str, torch.Tensor]:
-    k = case[5]
-    oracle = lambda **kw: _model_oracle(model, case, src, tgt, lengths, **kw)  # noqa: E731
-    out = {
-        "forward returns probabilities (a softmax of the logits). Return the raw logits: F.cross_entropy applies "
-        "log-softmax itself.": oracle(softmax=True),
-        "the decoder is not causal: pass causal_mask(t) to every DecoderBlock as self_mask.": oracle(causal=False),
-        "source padding is not masked in cross-attention: pass src_mask as memory_mask, shaped (b, 1, s), to every "
-        "DecoderBlock.": oracle(memory_mask=False),
-        "source padding is not masked in the encoder: pass src_mask, shaped (b, 1, s), to every encoder block.":
-            oracle(encoder_mask=False),
-        "source padding is masked neither in the encoder nor in cross-attention: pass src_mask shaped (b, 1, s) "
-        "to both.": oracle(encoder_mask=False, memory_mask=False),
-        "no positions are added to the target embeddings: apply self.positions in decode too.": oracle(tgt_positions=False),
-        "no positions are added to the source embeddings: apply self.positions in encode too.": oracle(src_positions=False),
-        "the memory is the source embeddings: encode must run them through the encoder blocks.": oracle(use_encoder=False),
-        "the embeddings are multiplied by √k; in this course the positions are added to the plain embeddings.":
-            oracle(scale=math.sqrt(k)),
-    }
-    if int(tgt.max()) < case[3]:  # target ids that also index the source vocabulary
-        out["the target tokens are embedded with src_embedding; use tgt_embedding for them."] = oracle(tgt_embedding="src")
-    return out
+_MODEL_MISTAKES = ((MODEL_SOFTMAX, MappingProxyType({"softmax": True})),
+                   (MODEL_NOT_CAUSAL, MappingProxyType({"causal": False})),
+                   (MODEL_MEMORY_NOT_MASKED, MappingProxyType({"memory_mask": False})),
+                   (MODEL_ENCODER_NOT_MASKED, MappingProxyType({"encoder_mask": False})),
+                   (MODEL_PADDING_NOT_MASKED, MappingProxyType({"encoder_mask": False, "memory_mask": False})),
+                   (MODEL_NO_TARGET_POSITIONS, MappingProxyType({"tgt_positions": False})),
+                   (MODEL_NO_SOURCE_POSITIONS, MappingProxyType({"src_positions": False})),
+                   (MODEL_MEMORY_IS_EMBEDDINGS, MappingProxyType({"use_encoder": False})),
+                   (MODEL_SCALED_EMBEDDINGS, MappingProxyType({"scaled": True})),
+                   (MODEL_TARGET_SOURCE_EMBEDDING, MappingProxyType({"tgt_embedding": "src"})))
+
+
+def _model_mistake_switches(case: tuple, tgt: torch.Tensor) -> list[tuple[Mistake, dict]]:
+    return [(m, dict(sw)) for m, sw in _MODEL_MISTAKES
+            if m is not MODEL_TARGET_SOURCE_EMBEDDING or int(tgt.max()) < case[3]]
+
+
+def _model_mistakes(w, case, src, tgt, lengths) -> list[tuple[Mistake, torch.Tensor]]:
+    with torch.no_grad():
+        return [(m, _model_oracle(w, case, src, tgt, lengths, **sw)) for m, sw in _model_mistake_switches(case, tgt)]
 
 
 _MODEL_HINT = ("encode: x = positions(src_embedding(src)), then every encoder block with mask src_mask[:, None, :]; "
@@ -627,140 +1050,391 @@ _MODEL_CALL_HINT = ("If the error is about sizes inside attention: a (b, s) padd
                     "MultiHeadAttention as (b, 1, s) — src_mask.unsqueeze(1) — so that it broadcasts over the queries.")
 
 
-def _forward(model, src, tgt, lengths, what=f"{MODEL_NAME}.forward(src, tgt, src_mask)"):
+def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, key: str, case: tuple, seed: int) -> nn.Module | None:
+    src_vocab, tgt_vocab, k, heads, depth, max_len = case[3:9]
+    return _make(Seq2SeqTransformer, rec, key, (src_vocab, tgt_vocab, k, heads, depth, max_len), MODEL_PARTS, seed)
+
+
+def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, lengths, grad: bool = False) -> Any:
+    mask = _padding(lengths, src.shape[1]).to(rec.device)
+    with torch.set_grad_enabled(grad):
+        return rec.call(key, model, src.to(rec.device), tgt.to(rec.device), mask)
+
+
+def _model_structure(ev: Evidence, key: str, case: tuple) -> None:
     __tracebackhide__ = True
-    return run(model, src.clone(), tgt.clone(), _padding(lengths, src.shape[1]), what=what, hint=_MODEL_CALL_HINT)
+    src_vocab, tgt_vocab, k, heads, depth, max_len = case[3:9]
+    what = MODEL_NAME
+    _is_module(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
+                        f"max_len={max_len})", MODEL_NAME)
+    _part(ev, key, what, "src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
+    tgt_embedding = _part(ev, key, what, "tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)")
+    if tgt_embedding.get("same_as") == "src_embedding":
+        fail(f"{what}.src_embedding and .tgt_embedding are the same module: source and target have different "
+             "vocabularies, so each needs its own nn.Embedding.", mistake=SHARED_EMBEDDING)
+    described = _described(ev, key)
+    for name, size in (("src_embedding", src_vocab), ("tgt_embedding", tgt_vocab)):
+        emb = described.get(name, {})
+        if (emb.get("num_embeddings"), emb.get("embedding_dim")) != (size, k):
+            fail(f"{what}.{name} is nn.Embedding({emb.get('num_embeddings')}, {emb.get('embedding_dim')}); it should "
+                 f"be nn.Embedding({size}, {k}) here. Are the source and target vocabulary sizes swapped?",
+                 mistake=WRONG_SIZE)
+    _part(ev, key, what, "positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
+    encoder = _part(ev, key, what, "encoder", "ModuleList", "nn.ModuleList of `depth` TransformerBlock(k, heads)")
+    decoder = _part(ev, key, what, "decoder", "ModuleList", "nn.ModuleList of `depth` DecoderBlock(k, heads)")
+    for name, blocks in (("encoder", encoder), ("decoder", decoder)):
+        items = blocks.get("items")
+        if not isinstance(items, list) or len(items) != depth:
+            fail(f"{what}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with depth={depth} it "
+                 f"should hold {depth}.", mistake=WRONG_DEPTH)
+    for item in encoder["items"]:
+        if item != "TransformerBlock":
+            fail(f"{what}.encoder holds a {str(item)[:60]}; it should hold course TransformerBlock(k, heads).",
+                 mistake=WRONG_PART_TYPE)
+    like = decoder.get("decoder_like")
+    if not isinstance(like, list) or not all(v is True for v in like):
+        fail(f"{what}.decoder holds something other than DecoderBlocks; it should hold your DecoderBlock(k, heads).",
+             mistake=WRONG_PART_TYPE)
+    if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * depth:
+        fail(f"{what} reuses one block several times: create a new block for every layer, or the layers share "
+             "weights.", mistake=SHARED_BLOCK)
+    _part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
+    to_logits = described.get("to_logits", {})
+    if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, tgt_vocab):
+        fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should be "
+             f"nn.Linear({k}, {tgt_vocab}): one logit per target token.", mistake=WRONG_SIZE)
 
 
-@_blames_prerequisites
-def model_structure_and_shapes(Seq2SeqTransformer: Callable, device: torch.device | str = "cpu") -> None:
+def _model_weights(ev: Evidence, key: str, case: tuple, seed: int) -> dict[str, torch.Tensor]:
+    __tracebackhide__ = True
+    _model_structure(ev, key, case)
+    src_vocab, tgt_vocab, k, _, depth = case[3:8]
+    return _weights(ev, key, MODEL_NAME, _model_shapes(src_vocab, tgt_vocab, k, depth), seed)
+
+
+def _logits(ev: Evidence, key: str, case: tuple, t: int | None = None) -> torch.Tensor:
+    __tracebackhide__ = True
+    b, s, t_case, _, tgt_vocab, k = case[:6]
+    t = t_case if t is None else t
+    return output(ev, key, what=f"{MODEL_NAME}.forward(src, tgt, src_mask)", shape=(b, t, tgt_vocab),
+                  hint=_MODEL_CALL_HINT, shape_hints={
+                      (b, t, k): "Those are the decoder's states: map them to logits with to_logits.",
+                      (b, s, tgt_vocab): "One output per source position: the decoder must produce one per target "
+                                         "position."})
+
+
+def _anchor_model(ev: Evidence, logits: torch.Tensor, w, case, src, tgt, lengths, claim: str) -> None:
+    __tracebackhide__ = True
+    with torch.no_grad():
+        expected = _model_oracle(w, case, src, tgt, lengths)
+        candidates = [expected, *(m for _, m in _model_mistakes(w, case, src, tgt, lengths))]
+    if not matches_any(logits, candidates, ev.device):
+        fail(f"{claim}, but it is not an encoder-decoder transformer with the check's weights: " + _MODEL_HINT,
+             expected, logits, case=f"src {tuple(src.shape)}, tgt {tuple(tgt.shape)}")
+
+
+# a failing model check also says when the cause may be an earlier exercise the model uses
+
+def _probe_prerequisites(Seq2SeqTransformer: Any, rec: Recorder) -> None:
+    namespace = getattr(getattr(Seq2SeqTransformer, "decode", None), "__globals__", {})
+    if not isinstance(namespace, dict):
+        return
+    for name, checks in _PREREQUISITES:
+        part = namespace.get(name)
+        if callable(part):
+            for check in checks:
+                _sub_record(rec, f"pre.{check.name}", check, part)
+
+
+def _prerequisite_note(ev: Evidence) -> str:
+    notes = []
+    for (name, checks), exercise in zip(_PREREQUISITES, (1, 3)):
+        for check in checks:
+            sub = _sub_evidence(ev, f"pre.{check.name}", check)
+            if sub is None:
+                continue
+            try:
+                check.judge(sub)
+            except CheckFailed:
+                notes.append(f"your {name} (exercise {exercise}) does not pass its own tests yet")
+                break
+            except Exception:  # noqa: BLE001, S112 - a record that trips a prerequisite judge says nothing
+                continue
+    if not notes:
+        return ""
+    return (f"Note: {' and '.join(notes)}, and {MODEL_NAME} is built from it. Fix that first; this test may then "
+            "pass too.")
+
+
+def _model_check(name: str, probe: Callable[[Any, Recorder], None], judge: Callable[[Evidence], None]) -> Check:
+    def probed(Seq2SeqTransformer: Any, rec: Recorder) -> None:
+        probe(Seq2SeqTransformer, rec)
+        _probe_prerequisites(Seq2SeqTransformer, rec)
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        try:
+            judge(ev)
+        except CheckFailed as failure:
+            note = _prerequisite_note(ev)
+            if not note:
+                raise
+            raise CheckFailed(f"{failure}\n\n{note}", failure.mistake) from None
+
+    return Check(name, probed, judged, judge.__doc__ or "")
+
+
+def _probe_model_structure(Seq2SeqTransformer, rec: Recorder) -> None:
+    case = MODEL_CASES[0]
+    model = _make_model(Seq2SeqTransformer, rec, "model", case, 1600)
+    if model is None:
+        return
+    src, tgt, lengths = _model_inputs(case, 1610)
+    with torch.no_grad():
+        rec.call("memory", model.encode, src.to(rec.device), _padding(lengths, src.shape[1]).to(rec.device))
+    _run_model(rec, "logits", model, src, tgt, lengths)
+
+
+def _judge_model_structure(ev: Evidence) -> None:
     """The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k)."""
-    __tracebackhide__ = True
     case = MODEL_CASES[0]
-    b, s, t, src_vocab, tgt_vocab, k = case[:6]
-    model = _new_model(Seq2SeqTransformer, case, device, seed=1600)
-    src, tgt, lengths = _model_inputs(case, 1610, device)
-    with torch.no_grad():
-        memory = run(model.encode, src.clone(), _padding(lengths, s), what=f"{MODEL_NAME}.encode(src, src_mask)",
-                     hint=_MODEL_CALL_HINT)
-        expect_tensor(memory, what=f"{MODEL_NAME}.encode", shape=(b, s, k), device=device)
-        logits = _forward(model, src, tgt, lengths)
-    expect_tensor(logits, what=f"{MODEL_NAME}.forward", shape=(b, t, tgt_vocab), device=device,
-                  shape_hints={(b, t, k): "Those are the decoder's states: map them to logits with to_logits.",
-                               (b, s, tgt_vocab): "One output per source position: the decoder must produce one "
-                                                  "per target position."})
+    b, s, k = case[0], case[1], case[5]
+    w = _model_weights(ev, "model", case, 1600)
+    src, tgt, lengths = _model_inputs(case, 1610)
+    output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(b, s, k), hint=_MODEL_CALL_HINT)
+    logits = _logits(ev, "logits", case)
+    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} has the right parts and shapes")
 
 
-@_blames_prerequisites
-def model_is_causal(Seq2SeqTransformer: Callable, device: torch.device | str = "cpu") -> None:
+_CAUSAL_POSITIONS = (4, 2)
+
+
+def _changed_targets(case: tuple, tgt: torch.Tensor) -> list[torch.Tensor]:
+    out = []
+    for j in _CAUSAL_POSITIONS:
+        changed = tgt.clone()
+        changed[:, j] = 3 + (changed[:, j] - 2) % (case[4] - 3)  # another real token
+        out.append(changed)
+    return out
+
+
+def _probe_model_causality(Seq2SeqTransformer, rec: Recorder) -> None:
+    case = MODEL_CASES[0]
+    model = _make_model(Seq2SeqTransformer, rec, "model", case, 1700)
+    if model is None:
+        return
+    src, tgt, lengths = _model_inputs(case, 1710)
+    _run_model(rec, "logits", model, src, tgt, lengths)
+    for j, changed in zip(_CAUSAL_POSITIONS, _changed_targets(case, tgt)):
+        _run_model(rec, f"logits_changed{j}", model, src, changed, lengths)
+
+
+def _judge_model_causality(ev: Evidence) -> None:
     """Changing a later target token never changes the logits at earlier positions."""
-    __tracebackhide__ = True
     case = MODEL_CASES[0]
-    t, tgt_vocab = case[2], case[4]
-    model = _new_model(Seq2SeqTransformer, case, device, seed=1700)
-    src, tgt, lengths = _model_inputs(case, 1710, device)
-    with torch.no_grad():
-        logits = _forward(model, src, tgt, lengths)
-        expect_tensor(logits, what=f"{MODEL_NAME}.forward", shape=(case[0], t, tgt_vocab), device=device)
-        for j in (t - 1, 2):
-            changed = tgt.clone()
-            changed[:, j] = 3 + (changed[:, j] - 2) % (tgt_vocab - 3)  # another real token
-            logits_changed = _forward(model, src, changed, lengths)
-            if not close(logits_changed[:, :j], logits[:, :j], **tolerance(device)):
-                fail(f"{MODEL_NAME} is not causal: changing target token {j} changed the logits at earlier positions, "
-                     "so in training the model could read the answer. Pass causal_mask(t) as self_mask to every "
-                     "decoder block.", logits[0, :j, 0], logits_changed[0, :j, 0],
-                     case=f"first logit at positions 0-{j - 1}, before and after changing token {j}")
+    w = _model_weights(ev, "model", case, 1700)
+    src, tgt, lengths = _model_inputs(case, 1710)
+    logits = _logits(ev, "logits", case)
+    for j in _CAUSAL_POSITIONS:
+        changed = _logits(ev, f"logits_changed{j}", case)
+        if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
+            named = [m for m, out in _model_mistakes(w, case, src, tgt, lengths) if matches_any(logits, [out], ev.device)]
+            fail(f"{MODEL_NAME} is not causal: changing target token {j} changed the logits at earlier positions, "
+                 "so in training the model could read the answer. Pass causal_mask(t) as self_mask to every "
+                 "decoder block.", logits[0, :j, 0], changed[0, :j, 0],
+                 case=f"first logit at positions 0-{j - 1}, before and after changing token {j}",
+                 mistake=named[0].id if named else MODEL_READS_FUTURE)
+    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} is causal")
 
 
-@_blames_prerequisites
-def model_matches_oracle(Seq2SeqTransformer: Callable, device: torch.device | str = "cpu") -> None:
-    """Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the same weights."""
-    __tracebackhide__ = True
+def _probe_model_oracle(Seq2SeqTransformer, rec: Recorder) -> None:
     for i, case in enumerate(MODEL_CASES):
-        b, s, t, src_vocab, tgt_vocab = case[:5]
-        model = _new_model(Seq2SeqTransformer, case, device, seed=1800 + 100 * i)
-        src, tgt, lengths = _model_inputs(case, 1850 + i, device)
+        model = _make_model(Seq2SeqTransformer, rec, f"model{i}", case, 1800 + 100 * i)
+        if model is None:
+            return
+        src, tgt, lengths = _model_inputs(case, 1850 + i)
+        _run_model(rec, f"logits{i}", model, src, tgt, lengths)
+        mask = _padding(lengths, src.shape[1]).to(rec.device)
         with torch.no_grad():
-            logits = _forward(model, src, tgt, lengths)
-            expected = _model_oracle(model, case, src, tgt, lengths)
-            mistakes = _model_mistakes(model, case, src, tgt, lengths)
-        expect_tensor(logits, what=f"{MODEL_NAME}.forward", shape=(b, t, tgt_vocab), device=device)
-        _expect_close_shown(logits, expected, what=f"{MODEL_NAME}.forward", mistakes=mistakes, otherwise=_MODEL_HINT,
-                     case=f"b={b}, s={s}, t={t}, k={case[5]}, heads={case[6]}, depth={case[7]}, "
-                          f"source lengths {lengths.tolist()}")
-        with torch.no_grad():
-            memory = run(model.encode, src.clone(), _padding(lengths, s), what=f"{MODEL_NAME}.encode")
-            decoded = run(model.decode, tgt.clone(), memory, _padding(lengths, s), what=f"{MODEL_NAME}.decode")
-        expect_tensor(decoded, what=f"{MODEL_NAME}.decode", shape=(b, t, tgt_vocab), device=device)
-        expect_close(decoded, logits, what=f"{MODEL_NAME}.decode(tgt, encode(src, src_mask), src_mask)",
-                     otherwise="forward(src, tgt, src_mask) must equal decode(tgt, encode(src, src_mask), src_mask): "
-                               "greedy decoding encodes once and decodes step by step.")
+            memory = rec.call(f"memory{i}", model.encode, src.to(rec.device), mask)
+            if isinstance(memory, torch.Tensor):
+                rec.call(f"decoded{i}", model.decode, tgt.to(rec.device), memory, mask)
 
 
-@_blames_prerequisites
-def model_ignores_padding(Seq2SeqTransformer: Callable, device: torch.device | str = "cpu") -> None:
-    """More padding on the source (filled with arbitrary tokens, masked out) never changes the logits."""
-    __tracebackhide__ = True
-    case = MODEL_CASES[0]
-    b, s, t, src_vocab = case[:4]
-    model = _new_model(Seq2SeqTransformer, case, device, seed=1900)
-    src, tgt, lengths = _model_inputs(case, 1910, device)
-    extra = torch.randint(3, src_vocab, (b, 4), generator=torch.Generator().manual_seed(1920)).to(device)
+def _judge_model_oracle(ev: Evidence) -> None:
+    """Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the same
+    weights; decode(tgt, encode(src, src_mask), src_mask) equals forward."""
+    for i, case in enumerate(MODEL_CASES):
+        b, s, t, _, tgt_vocab, k, heads, depth = case[:8]
+        w = _model_weights(ev, f"model{i}", case, 1800 + 100 * i)
+        src, tgt, lengths = _model_inputs(case, 1850 + i)
+        logits = _logits(ev, f"logits{i}", case)
+        with torch.no_grad():
+            expected = _model_oracle(w, case, src, tgt, lengths)
+        _expect_close_shown(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
+                            mistakes=_model_mistakes(w, case, src, tgt, lengths), otherwise=_MODEL_HINT,
+                            case=f"b={b}, s={s}, t={t}, k={k}, heads={heads}, depth={depth}, source lengths "
+                                 f"{lengths.tolist()}")
+        output(ev, f"memory{i}", what=f"{MODEL_NAME}.encode", shape=(b, s, k))
+        decoded = output(ev, f"decoded{i}", what=f"{MODEL_NAME}.decode", shape=(b, t, tgt_vocab))
+        if not matches_any(decoded, [logits], ev.device):
+            fail(f"{MODEL_NAME}.decode(tgt, encode(src, src_mask), src_mask) differs from forward(src, tgt, src_mask). "
+                 "forward must equal decode(tgt, encode(src, src_mask), src_mask): greedy decoding encodes once and "
+                 "decodes step by step.", logits[0, :, 0], decoded[0, :, 0], case="first logit of sequence 0",
+                 mistake=DECODE_INCONSISTENT)
+
+
+def _padding_model_inputs(case: tuple):
+    b, s, _, src_vocab = case[:4]
+    src, tgt, lengths = _model_inputs(case, 1910)
+    extra = torch.randint(3, src_vocab, (b, 4), generator=torch.Generator().manual_seed(1920))
     longer = torch.cat([src, extra], dim=1)  # (b, s + 4): garbage in the padded positions, masked out
     longer[:, :s] = longer[:, :s].masked_fill(~_padding(lengths, s), 5)
-    with torch.no_grad():
-        logits = _forward(model, src, tgt, lengths)
-        logits_longer = _forward(model, longer, tgt, lengths)
-    expect_tensor(logits_longer, what=f"{MODEL_NAME}.forward", shape=(b, t, case[4]), device=device)
-    if not close(logits_longer, logits, **tolerance(device)):
+    return src, longer, tgt, lengths
+
+
+def _probe_model_padding(Seq2SeqTransformer, rec: Recorder) -> None:
+    case = MODEL_CASES[0]
+    model = _make_model(Seq2SeqTransformer, rec, "model", case, 1900)
+    if model is None:
+        return
+    src, longer, tgt, lengths = _padding_model_inputs(case)
+    _run_model(rec, "logits", model, src, tgt, lengths)
+    _run_model(rec, "logits_longer", model, longer, tgt, lengths)
+
+
+def _judge_model_padding(ev: Evidence) -> None:
+    """More padding on the source (filled with arbitrary tokens, masked out) never changes the logits."""
+    case = MODEL_CASES[0]
+    w = _model_weights(ev, "model", case, 1900)
+    src, _, tgt, lengths = _padding_model_inputs(case)
+    logits = _logits(ev, "logits", case)
+    longer = _logits(ev, "logits_longer", case)
+    if not matches_any(longer, [logits], ev.device):
+        named = [m for m, out in _model_mistakes(w, case, src, tgt, lengths) if matches_any(logits, [out], ev.device)]
         fail(f"{MODEL_NAME} reads the source padding: four more padded positions (masked out by src_mask) changed "
              "the logits. Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every decoder "
-             "block.", logits[0, :, 0], logits_longer[0, :, 0], case="first logit of sequence 0, before and after")
+             "block.", logits[0, :, 0], longer[0, :, 0], case="first logit of sequence 0, before and after",
+             mistake=named[0].id if named else MODEL_READS_PADDING)
+    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} ignores the source padding")
 
 
-@_blames_prerequisites
-def model_passes_gradients(Seq2SeqTransformer: Callable, device: torch.device | str = "cpu") -> None:
-    """A loss on the logits sends a gradient to every parameter: embeddings, encoder, decoder, output layer."""
-    __tracebackhide__ = True
+def _probe_model_gradients(Seq2SeqTransformer, rec: Recorder) -> None:
     case = MODEL_CASES[0]
-    model = _new_model(Seq2SeqTransformer, case, device, seed=2000)
+    model = _make_model(Seq2SeqTransformer, rec, "model", case, 2000)
+    if model is None:
+        return
     model.train()
-    src, tgt, lengths = _model_inputs(case, 2010, device)
-    logits = _forward(model, src, tgt, lengths)
+    src, tgt, lengths = _model_inputs(case, 2010)
+    logits = _run_model(rec, "logits", model, src, tgt, lengths, grad=True)
     if not isinstance(logits, torch.Tensor) or not logits.requires_grad:
-        fail(f"{MODEL_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.")
-    (logits * randn(*logits.shape, seed=2020, device=device)).sum().backward()
+        return
+    upstream = randn(*logits.shape, seed=2020).to(rec.device)
+    try:
+        (logits * upstream).sum().backward()
+    except Exception as error:  # noqa: BLE001
+        rec.raised("backward", error)
+        return
     for name, p in model.named_parameters():
-        if p.grad is None or float(p.grad.abs().sum()) == 0.0:
+        rec.tensor(f"grad.{name}", p.grad)
+
+
+def _judge_model_gradients(ev: Evidence) -> None:
+    """A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output layer), as
+    autograd through PyTorch's layers gives it."""
+    case = MODEL_CASES[0]
+    w = _model_weights(ev, "model", case, 2000)
+    src, tgt, lengths = _model_inputs(case, 2010)
+    logits = _logits(ev, "logits", case)
+    if not requires_grad(ev, "logits"):
+        fail(f"{MODEL_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
+             mistake="detached")
+    raised(ev, "backward", f"backward() through {MODEL_NAME}.forward")
+    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} passes gradients")
+    chosen: dict = {}
+    with torch.no_grad():
+        if not matches_any(logits, [_model_oracle(w, case, src, tgt, lengths)], ev.device):
+            chosen = next((sw for m, sw in _model_mistake_switches(case, tgt)
+                           if matches_any(logits, [_model_oracle(w, case, src, tgt, lengths, **sw)], ev.device)), {})
+    grads = _gradients(lambda leaves: _model_oracle(leaves, case, src, tgt, lengths, **chosen), w, {},
+                       randn(*logits.shape, seed=2020))
+    src_vocab, tgt_vocab, k, _, depth = case[3:8]
+    for name in _model_shapes(src_vocab, tgt_vocab, k, depth):
+        got = tensor(ev, f"grad.{name}")
+        if got is None or float(got.abs().sum()) == 0.0:
             where = ("Is memory the output of the encoder blocks?" if name.startswith("encoder") or "src" in name
                      else "Is it used in forward?")
-            fail(f"{MODEL_NAME}.{name} receives no gradient, so it would never learn. {where}")
+            fail(f"{MODEL_NAME}.{name} receives no gradient, so it would never learn. {where}", mistake=NO_GRADIENT)
+    _expect_gradients(ev, grads, _model_shapes(src_vocab, tgt_vocab, k, depth), MODEL_NAME,
+                      "the logits of a random batch")
 
 
-# ----------------------------------------------------------------------------------------------- the loss
+# ---------------------------------------------------------------- stand-in translators for the loss and decoding
 
-def _loss_case(seed: int, device, pad: int):
-    """A small reference model and a batch with targets of different lengths."""
-    from course.seq2seq import Seq2SeqTransformer as Reference
+class StandInTranslator(nn.Module):
+    """A small translator with the interface of Seq2SeqTransformer (encode, decode, forward) whose logits a judge
+    recomputes: the mean of the real source embeddings, and a causal running mean of the target embeddings plus
+    learned positions. Every weight comes from weights.fill(seed), so the probe and the judge build the same one.
+    """
 
-    torch.manual_seed(seed)
-    model = Reference(10, 9, 8, 2, 1, 16).to(device).eval()
+    def __init__(self, src_vocab: int, tgt_vocab: int, k: int, max_len: int, seed: int, eos_bias: float = 0.0):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            self.src_embedding = nn.Embedding(src_vocab, k)
+            self.tgt_embedding = nn.Embedding(tgt_vocab, k)
+            self.positions = nn.Parameter(torch.zeros(max_len, k))
+            self.mix = nn.Linear(k, k)
+            self.to_logits = nn.Linear(k, tgt_vocab)
+        weights.fill(self, seed, {"to_logits.weight": 3.0, "positions": 3.0})
+        with torch.no_grad():
+            self.to_logits.bias[EOS_ID] += eos_bias
+            self.to_logits.bias[[PAD_ID, BOS_ID]] -= 5.0  # it writes real tokens and <eos>, like a trained model
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        return self.src_embedding(src) * src_mask.unsqueeze(-1)  # (b, s, k), zero at padding
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        summary = memory.sum(dim=1) / src_mask.sum(dim=1, keepdim=True).clamp(min=1)  # (b, k)
+        t = tgt.shape[1]
+        h = self.tgt_embedding(tgt) + self.positions[:t]  # (b, t, k)
+        h = h.cumsum(dim=1) / torch.arange(1, t + 1, device=tgt.device).unsqueeze(1)  # causal running mean
+        return self.to_logits(torch.tanh(self.mix(h) + summary.unsqueeze(1)))  # (b, t, vocab)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+# ---------------------------------------------------------------- the loss
+
+_LOSS_SHAPE_HINTS = MappingProxyType({(3, 6): "That is one loss per token: average them over the real tokens.",
+                                      (3,): "That is one loss per sequence: the mean is over all real tokens of the "
+                                            "batch."})
+_LOSS_HINT = ("logits = model(src, tgt[:, :-1], src_mask); loss = F.cross_entropy(logits.transpose(1, 2), "
+              "tgt[:, 1:], ignore_index=pad). F.cross_entropy wants the classes in dimension 1.")
+
+
+def _loss_case(seed: int, pad: int) -> tuple[StandInTranslator, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A stand-in model and a batch with targets of different lengths."""
+    model = StandInTranslator(10, 9, 8, 16, seed)
     g = torch.Generator().manual_seed(seed + 1)
     b, s, t = 3, 6, 7
     src = torch.randint(3, 10, (b, s), generator=g)
     lengths = torch.tensor([6, 4, 5])
     tgt = torch.randint(3, 9, (b, t), generator=g)
-    tgt[:, 0] = 1  # <bos>
-    tgt_lengths = torch.tensor([7, 4, 5])
+    tgt[:, 0] = BOS_ID
     tgt[tgt == pad] = 3  # real tokens never equal the padding id
-    for i, n in enumerate(tgt_lengths.tolist()):
-        tgt[i, n - 1] = 2  # <eos>
+    for i, n in enumerate((7, 4, 5)):
+        tgt[i, n - 1] = EOS_ID
         tgt[i, n:] = pad
-    return model, src.to(device), _padding(lengths, s).to(device), tgt.to(device)
+    return model, src.masked_fill(~_padding(lengths, s), PAD_ID), _padding(lengths, s), tgt
 
 
-def _loss_mistakes(model, src, src_mask, tgt, pad) -> dict[str, torch.Tensor]:
+def _loss_oracle(model, src, src_mask, tgt, pad) -> torch.Tensor:
+    logits = model(src, tgt[:, :-1], src_mask)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1), ignore_index=pad)
+
+
+def _loss_mistakes(model, src, src_mask, tgt, pad) -> list[tuple[Mistake, torch.Tensor]]:
     with torch.no_grad():
         shifted = model(src, tgt[:, :-1], src_mask).transpose(1, 2)  # (b, vocab, t-1)
         unshifted = model(src, tgt, src_mask).transpose(1, 2)  # (b, vocab, t)
@@ -768,65 +1442,97 @@ def _loss_mistakes(model, src, src_mask, tgt, pad) -> dict[str, torch.Tensor]:
     labels = tgt[:, 1:]
     per_token = F.cross_entropy(shifted, labels, ignore_index=pad, reduction="none")  # (b, t-1)
     real = (labels != pad).float()
-    return {
+    return [
         # first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
-        "the padding id is hard-coded as 0 (or the padding is not ignored at all): ignore the labels equal to the "
-        "`pad` argument (ignore_index=pad).": F.cross_entropy(shifted, labels, ignore_index=0),
-        "the targets are not shifted: the decoder reads tgt and is scored on tgt itself, so at every position the "
-        "answer is already in its input and the model learns to copy its input. Feed tgt[:, :-1], score against "
-        "tgt[:, 1:].": F.cross_entropy(unshifted, tgt, ignore_index=pad),
-        "the loss counts the padding: pass ignore_index=pad to F.cross_entropy (or average over real tokens only).":
-            F.cross_entropy(shifted, labels),
-        "the shift goes the wrong way: the decoder reads tgt[:, :-1] (starting with <bos>) and predicts tgt[:, 1:].":
-            F.cross_entropy(backwards, tgt[:, :-1], ignore_index=pad),
-        "the loss is a sum, not a mean over the real target tokens.": per_token.sum(),
-        "the loss is averaged per sequence first; the task asks for the mean over all real target tokens of the "
-        "batch (what F.cross_entropy(..., ignore_index=pad) gives).":
-            ((per_token * real).sum(1) / real.sum(1)).mean(),
-        "a softmax is applied before F.cross_entropy, which applies log-softmax itself: pass the raw logits.":
-            F.cross_entropy(F.softmax(shifted, dim=1), labels, ignore_index=pad),
-    }
+        (LOSS_PAD_HARD_CODED, F.cross_entropy(shifted, labels, ignore_index=0)),
+        (LOSS_NOT_SHIFTED, F.cross_entropy(unshifted, tgt, ignore_index=pad)),
+        (LOSS_COUNTS_PADDING, F.cross_entropy(shifted, labels)),
+        (LOSS_WRONG_SHIFT, F.cross_entropy(backwards, tgt[:, :-1], ignore_index=pad)),
+        (LOSS_SUM, per_token.sum()),
+        (LOSS_PER_SEQUENCE, ((per_token * real).sum(1) / real.sum(1)).mean()),
+        (LOSS_SOFTMAX, F.cross_entropy(F.softmax(shifted, dim=1), labels, ignore_index=pad)),
+    ]
 
 
-_LOSS_HINT = ("logits = model(src, tgt[:, :-1], src_mask); loss = F.cross_entropy(logits.transpose(1, 2), "
-              "tgt[:, 1:], ignore_index=pad). F.cross_entropy wants the classes in dimension 1.")
+def _probe_loss_case(teacher_forcing_loss, rec: Recorder, key: str, seed: int, pad: int, grad: bool) -> None:
+    model, src, src_mask, tgt = _loss_case(seed, pad)
+    model = model.to(rec.device)
+    loss = rec.call(key, teacher_forcing_loss, model, src.to(rec.device), src_mask.to(rec.device),
+                    tgt.to(rec.device), pad)
+    if not grad or not isinstance(loss, torch.Tensor) or not loss.requires_grad or loss.dim() != 0:
+        return
+    try:
+        loss.backward()
+    except Exception as error:  # noqa: BLE001
+        rec.raised(f"{key}.backward", error)
+        return
+    for name, p in model.named_parameters():
+        rec.tensor(f"{key}.grad.{name}", p.grad)
 
 
-def _loss_check(teacher_forcing_loss: Callable, device, pad: int, seed: int) -> torch.Tensor:
+def _judge_loss_case(ev: Evidence, key: str, seed: int, pad: int) -> None:
     __tracebackhide__ = True
-    model, src, src_mask, tgt = _loss_case(seed, device, pad)
-    loss = run(teacher_forcing_loss, model, src.clone(), src_mask.clone(), tgt.clone(), pad, what=LOSS_NAME,
-               hint=_LOSS_HINT)
-    expect_tensor(loss, what=LOSS_NAME, shape=(), device=device,
-                  shape_hints={(3, 6): "That is one loss per token: average them over the real tokens.",
-                               (3,): "That is one loss per sequence: the mean is over all real tokens of the batch."})
+    model, src, src_mask, tgt = _loss_case(seed, pad)
+    loss = output(ev, key, what=LOSS_NAME, shape=(), shape_hints=_LOSS_SHAPE_HINTS, hint=_LOSS_HINT)
     with torch.no_grad():
-        logits = model(src, tgt[:, :-1], src_mask)
-        expected = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1), ignore_index=pad)
-    expect_close(loss.detach(), expected, what=LOSS_NAME, mistakes=_loss_mistakes(model, src, src_mask, tgt, pad),
+        expected = _loss_oracle(model, src, src_mask, tgt, pad)
+    expect_close(loss, expected, what=LOSS_NAME, device=ev.device, mistakes=_loss_mistakes(model, src, src_mask, tgt, pad),
                  otherwise=_LOSS_HINT, case=f"3 targets of lengths 7, 4, 5 padded with {pad}")
-    return loss
 
 
-def loss_matches_oracle(teacher_forcing_loss: Callable, device: torch.device | str = "cpu") -> None:
-    """Targets of different lengths: the mean cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1], padding ignored."""
-    __tracebackhide__ = True
-    _loss_check(teacher_forcing_loss, device, pad=0, seed=2100)
+LOSS_CASES = ((2100, 0),)
+LOSS_HIDDEN_CASES = ((2200, 0), (2300, 4))
 
 
-def loss_matches_oracle_hidden(teacher_forcing_loss: Callable, device: torch.device | str = "cpu") -> None:
-    """Another batch, a padding id other than 0, and the loss must be differentiable."""
-    __tracebackhide__ = True
-    _loss_check(teacher_forcing_loss, device, pad=0, seed=2200)
-    loss = _loss_check(teacher_forcing_loss, device, pad=4, seed=2300)
-    if not loss.requires_grad:
+def _probe_loss(teacher_forcing_loss, rec: Recorder) -> None:
+    for i, (seed, pad) in enumerate(LOSS_CASES):
+        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad, grad=False)
+
+
+def _judge_loss(ev: Evidence) -> None:
+    """Targets of different lengths: the mean cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1], padding
+    ignored."""
+    for i, (seed, pad) in enumerate(LOSS_CASES):
+        _judge_loss_case(ev, f"loss{i}", seed, pad)
+
+
+loss_oracle = Check("loss_oracle", _probe_loss, _judge_loss)
+
+
+def _probe_loss_hidden(teacher_forcing_loss, rec: Recorder) -> None:
+    for i, (seed, pad) in enumerate(LOSS_HIDDEN_CASES):
+        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad, grad=i == len(LOSS_HIDDEN_CASES) - 1)
+
+
+def _judge_loss_hidden(ev: Evidence) -> None:
+    """Another batch, a padding id other than 0, and the loss must be differentiable: its gradients are
+    autograd's through F.cross_entropy."""
+    for i, (seed, pad) in enumerate(LOSS_HIDDEN_CASES):
+        _judge_loss_case(ev, f"loss{i}", seed, pad)
+    key = f"loss{len(LOSS_HIDDEN_CASES) - 1}"
+    if not requires_grad(ev, key):
         fail(f"{LOSS_NAME} returns a loss cut off from autograd, so loss.backward() cannot train the model: keep it "
-             "a tensor (no .item(), .detach() or torch.no_grad()).")
+             "a tensor (no .item(), .detach() or torch.no_grad()).", mistake="detached")
+    raised(ev, f"{key}.backward", f"loss.backward() on {LOSS_NAME}")
+    seed, pad = LOSS_HIDDEN_CASES[-1]
+    model, src, src_mask, tgt = _loss_case(seed, pad)
+    _loss_oracle(model, src, src_mask, tgt, pad).backward()
+    for name, p in model.named_parameters():
+        got = tensor(ev, f"{key}.grad.{name}", shape=tuple(p.shape))
+        if got is None:
+            fail(f"The model's parameter {name} receives no gradient from {LOSS_NAME}: build the loss from the "
+                 "model's logits with differentiable torch operations.", mistake=NO_GRADIENT)
+        expect_close(got, p.grad, what=f"The gradient of {LOSS_NAME} with respect to the model's {name}",
+                     device=ev.device, case=f"3 targets padded with {pad}",
+                     otherwise="Compare with autograd through F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], "
+                               "ignore_index=pad).")
 
 
-# ----------------------------------------------------------------------------------------------- greedy decoding
+loss_hidden = Check("loss_hidden", _probe_loss_hidden, _judge_loss_hidden)
 
-BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
+
+# ---------------------------------------------------------------- greedy decoding
+
 _SCRIPT_VOCAB = 9
 _AFTER_EOS = 8  # what the scripted model says once a sequence is over: never <eos>, never <pad>
 
@@ -839,15 +1545,10 @@ class ScriptedModel(nn.Module):
     writing token 8. Without <bos> first it never stops. Logits are exact, so every device agrees.
     """
 
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return torch.stack([src.float(), src_mask.float()], dim=-1)  # (b, s, 2)
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
         b, t = tgt.shape
         src = memory[..., 0].long()  # (b, s)
         lengths = memory[..., 1].sum(dim=1).long()  # (b,)
@@ -863,56 +1564,46 @@ class ScriptedModel(nn.Module):
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
 
-def _step_by_step(model: nn.Module, src, src_mask, max_len: int, bos: int, eos: int) -> torch.Tensor:
-    """The oracle: run the whole model on the prefix, append the argmax of the last position, stop at eos."""
+def _step_by_step(model: nn.Module, src, src_mask, max_len: int, bos: int, eos: int, *, position: int = -1,
+                  pad_after_eos: bool = True, stop: bool = True) -> torch.Tensor:
+    """The oracle: run the whole model on the prefix, append the argmax at `position`, stop at eos."""
     b = src.shape[0]
-    tokens = torch.full((b, 1), bos, dtype=torch.long, device=src.device)
-    finished = torch.zeros(b, dtype=torch.bool, device=src.device)
+    tokens = torch.full((b, 1), bos, dtype=torch.long)
+    finished = torch.zeros(b, dtype=torch.bool)
     rows = []
     with torch.no_grad():
         for _ in range(max_len):
-            nxt = model(src, tokens, src_mask)[:, -1].argmax(dim=-1)  # (b,)
-            nxt = torch.where(finished, torch.full_like(nxt, PAD_ID), nxt)
+            nxt = model(src, tokens, src_mask)[:, position].argmax(dim=-1)  # (b,)
+            if pad_after_eos:
+                nxt = torch.where(finished, torch.full_like(nxt, PAD_ID), nxt)
             rows.append(nxt)
             tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
             finished = finished | (nxt == eos)
-            if bool(finished.all()):
+            if stop and bool(finished.all()):
                 break
     return torch.stack(rows, dim=1)  # (b, n)
-
-
-def _decode_mistakes(model, src, src_mask, max_len, expected, width) -> dict[str, torch.Tensor]:
-    """What typical wrong decoders return, cut or padded to the student's width."""
-    b = src.shape[0]
-    out: dict[str, torch.Tensor] = {}
-    never_stops = _no_padding_after_eos(model, src, src_mask, max_len)
-    out["decoding never stops at <eos>: the tokens after a sequence's <eos> must be <pad> (0) — keep a `finished` "
-        "flag per sequence and write <pad> once it is set."] = never_stops
-    with_bos = torch.cat([torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device), expected], dim=1)
-    out["the output starts with <bos>: return only the generated tokens (drop column 0)."] = with_bos
-    eos_padded = torch.where(_fit(expected, width) == PAD_ID, torch.full((), EOS_ID, device=src.device),
-                             _fit(expected, width))
-    out["after <eos> the sequence is filled with <eos>; fill it with <pad> (0) instead."] = eos_padded
-    out["the decoder does not start from <bos>: the first input of every sequence is the <bos> token."] = \
-        _step_by_step(model, src, src_mask, max_len, PAD_ID, EOS_ID)
-    return {k: _fit(v, width) for k, v in out.items()}
-
-
-def _no_padding_after_eos(model, src, src_mask, max_len):
-    b = src.shape[0]
-    tokens = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
-    with torch.no_grad():
-        for _ in range(max_len):
-            nxt = model(src, tokens, src_mask)[:, -1].argmax(dim=-1)
-            tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
-    return tokens[:, 1:]
 
 
 def _fit(tokens: torch.Tensor, width: int) -> torch.Tensor:
     if tokens.shape[1] >= width:
         return tokens[:, :width]
-    fill = torch.full((tokens.shape[0], width - tokens.shape[1]), PAD_ID, dtype=tokens.dtype, device=tokens.device)
+    fill = torch.full((tokens.shape[0], width - tokens.shape[1]), PAD_ID, dtype=tokens.dtype)
     return torch.cat([tokens, fill], dim=1)
+
+
+def _decode_mistakes(model, src, src_mask, max_len, expected, width) -> list[tuple[Mistake, torch.Tensor]]:
+    """What typical wrong decoders return, cut or padded to the student's width."""
+    b = src.shape[0]
+    target = _fit(expected, width)
+    out = [
+        (DECODE_NEVER_STOPS, _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, pad_after_eos=False,
+                                           stop=False)),
+        (DECODE_RETURNS_BOS, torch.cat([torch.full((b, 1), BOS_ID, dtype=torch.long), expected], dim=1)),
+        (DECODE_EOS_PADDED, torch.where(target == PAD_ID, torch.full((), EOS_ID), target)),
+        (DECODE_FORGETS_BOS, _step_by_step(model, src, src_mask, max_len, PAD_ID, EOS_ID)),
+        (DECODE_FIRST_POSITION, _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, position=0)),
+    ]
+    return [(m, _fit(v, width)) for m, v in out]
 
 
 _DECODE_HINT = ("Start every sequence with <bos>; at each step run the model on what you have, take the argmax of "
@@ -920,67 +1611,104 @@ _DECODE_HINT = ("Start every sequence with <bos>; at each step run the model on 
                 "all sequences are finished or after max_len steps. Return the tokens without the <bos>.")
 
 
-def _decode_check(greedy_decode: Callable, model: nn.Module, src, lengths, max_len: int, case: str) -> None:
+def _probe_decode(greedy_decode, rec: Recorder, key: str, model: nn.Module, src, lengths, max_len: int) -> None:
+    src_mask = _padding(lengths, src.shape[1])
+    with torch.no_grad():
+        rec.call(key, greedy_decode, model.to(rec.device), src.to(rec.device), src_mask.to(rec.device), max_len,
+                 BOS_ID, EOS_ID)
+
+
+def _judge_decode(ev: Evidence, key: str, model: nn.Module, src, lengths, max_len: int, case: str) -> None:
     __tracebackhide__ = True
     src_mask = _padding(lengths, src.shape[1])
     expected = _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID)  # (b, n)
-    out = run(greedy_decode, model, src.clone(), src_mask.clone(), max_len, BOS_ID, EOS_ID, what=DECODE_NAME,
-              hint=_DECODE_HINT)
-    if type(out) is not _Tensor:
-        fail(f"{DECODE_NAME} should return a torch.Tensor of token ids, but returned {type(out).__name__}.")
+    out = output(ev, key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
-        fail(f"{DECODE_NAME} returned dtype {out.dtype}; token ids are torch.long (argmax gives them).")
-    if out.device.type != src.device.type:
-        fail(f"{DECODE_NAME} returned ids on {out.device}, but the source was on {src.device}: create new tensors on "
-             "src.device.")
+        fail(f"{DECODE_NAME} returned dtype {out.dtype}; token ids are torch.long (argmax gives them).",
+             mistake=DECODE_NOT_IDS)
     b, n = expected.shape
     if out.dim() != 2 or out.shape[0] != b:
-        fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({b}, n) with n <= max_len.")
+        fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({b}, n) with n <= max_len.",
+             mistake="wrong-shape")
     width = out.shape[1]
     mistakes = _decode_mistakes(model, src, src_mask, max_len, expected, width)
     if width > max_len:
-        if torch.equal(out, mistakes["the output starts with <bos>: return only the generated tokens (drop column 0)."]):
-            fail(f"{DECODE_NAME} is not what was asked: the output starts with <bos>: return only the generated "
-                 "tokens (drop column 0).", _Rows(expected), _Rows(out), case)
+        if torch.equal(out, mistakes[1][1]):
+            fail(f"{DECODE_NAME} is not what was asked: {DECODE_RETURNS_BOS.explanation}", _Rows(expected),
+                 _Rows(out), case, DECODE_RETURNS_BOS.id)
         fail(f"{DECODE_NAME} returned {width} tokens per sequence, more than max_len={max_len}. Generate at most "
-             "max_len tokens, and do not return the <bos>.", _Rows(expected), _Rows(out), case)
+             "max_len tokens, and do not return the <bos>.", _Rows(expected), _Rows(out), case, DECODE_TOO_LONG)
     if width < n:
         fail(f"{DECODE_NAME} stopped after {width} tokens, but a sequence had not written <eos> yet (it needs {n}). "
-             "Stop only when every sequence is finished, or after max_len steps.", _Rows(expected), _Rows(out), case)
+             "Stop only when every sequence is finished, or after max_len steps.", _Rows(expected), _Rows(out), case,
+             DECODE_STOPS_EARLY)
     target = _fit(expected, width)
     if torch.equal(out, target):
         return
-    for explanation, candidate in mistakes.items():
+    for mistake, candidate in mistakes:
         if torch.equal(out, candidate):
-            fail(f"{DECODE_NAME} is not what was asked: {explanation}", _Rows(target), _Rows(out), case)
+            fail(f"{DECODE_NAME} is not what was asked: {mistake.explanation}", _Rows(target), _Rows(out), case,
+                 mistake.id)
     fail(f"{DECODE_NAME} does not agree with the step-by-step argmax of the model. {_DECODE_HINT}", _Rows(target),
          _Rows(out), case)
 
 
-def greedy_decode_scripted_model(greedy_decode: Callable, device: torch.device | str = "cpu") -> None:
+_SCRIPTED_SRC = ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4))
+_SCRIPTED_LENGTHS = (3, 1, 5)
+_SHORT_SRC = ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0))
+_SHORT_LENGTHS = (6, 1)
+#: the random stand-in translator: (seed of its weights, eos bias, seed of the source, lengths)
+_RANDOM_TRANSLATOR = (2401, 1.5, 2410, (7, 3, 5, 1))
+
+
+def _random_translator() -> tuple[StandInTranslator, torch.Tensor, torch.Tensor]:
+    seed, eos_bias, src_seed, lengths = _RANDOM_TRANSLATOR
+    model = StandInTranslator(12, 8, 16, 24, seed, eos_bias).eval()
+    src = torch.randint(3, 12, (len(lengths), 7), generator=torch.Generator().manual_seed(src_seed))
+    lengths = torch.tensor(lengths)
+    return model, src.masked_fill(~_padding(lengths, 7), PAD_ID), lengths
+
+
+def _probe_decode_scripted(greedy_decode, rec: Recorder) -> None:
+    _probe_decode(greedy_decode, rec, "tokens", ScriptedModel(), torch.tensor(_SCRIPTED_SRC),
+                  torch.tensor(_SCRIPTED_LENGTHS), 9)
+
+
+def _judge_decode_scripted(ev: Evidence) -> None:
     """A stand-in model whose greedy output is known: each sequence stops at its <eos>, padded with 0 after it."""
-    __tracebackhide__ = True
-    model = ScriptedModel().to(device)
-    src = torch.tensor([[3, 4, 5, 0, 0], [6, 0, 0, 0, 0], [3, 3, 7, 5, 4]], device=device)
-    lengths = torch.tensor([3, 1, 5], device=device)
-    _decode_check(greedy_decode, model, src, lengths, max_len=9,
-                  case="a stand-in model; the three sequences end after 3, 1 and 5 tokens")
+    _judge_decode(ev, "tokens", ScriptedModel(), torch.tensor(_SCRIPTED_SRC), torch.tensor(_SCRIPTED_LENGTHS), 9,
+                  "a stand-in model; the three sequences end after 3, 1 and 5 tokens")
 
 
-def greedy_decode_matches_step_by_step(greedy_decode: Callable, device: torch.device | str = "cpu") -> None:
-    """A random course Seq2SeqTransformer against the step-by-step argmax; and max_len cuts long outputs."""
-    __tracebackhide__ = True
-    from course.seq2seq import Seq2SeqTransformer as Reference
+greedy_decode_scripted = Check("greedy_decode_scripted", _probe_decode_scripted, _judge_decode_scripted)
 
-    model = ScriptedModel().to(device)
-    src = torch.tensor([[3, 4, 5, 6, 7, 3], [6, 0, 0, 0, 0, 0]], device=device)
-    _decode_check(greedy_decode, model, src, torch.tensor([6, 1], device=device), max_len=4,
-                  case="a stand-in model, max_len=4 shorter than the first translation")
-    torch.manual_seed(2400)
-    reference = Reference(12, 8, 16, 2, 2, 24).to(device).eval()
-    with torch.no_grad():
-        reference.to_logits.bias[EOS_ID] += 1.5  # so that some sequences end early and some do not
-    g = torch.Generator().manual_seed(2410)
-    src = torch.randint(3, 12, (4, 7), generator=g).to(device)
-    _decode_check(greedy_decode, reference, src, torch.tensor([7, 3, 5, 1], device=device), max_len=10,
-                  case="a course Seq2SeqTransformer with random weights")
+
+def _probe_decode_step_by_step(greedy_decode, rec: Recorder) -> None:
+    _probe_decode(greedy_decode, rec, "short", ScriptedModel(), torch.tensor(_SHORT_SRC), torch.tensor(_SHORT_LENGTHS),
+                  4)
+    model, src, lengths = _random_translator()
+    _probe_decode(greedy_decode, rec, "random", model, src, lengths, 10)
+
+
+def _judge_decode_step_by_step(ev: Evidence) -> None:
+    """A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs."""
+    _judge_decode(ev, "short", ScriptedModel(), torch.tensor(_SHORT_SRC), torch.tensor(_SHORT_LENGTHS), 4,
+                  "a stand-in model, max_len=4 shorter than the first translation")
+    model, src, lengths = _random_translator()
+    _judge_decode(ev, "random", model, src, lengths, 10, "a stand-in translator with random weights")
+
+
+greedy_decode_step_by_step = Check("greedy_decode_step_by_step", _probe_decode_step_by_step,
+                                   _judge_decode_step_by_step)
+
+
+# ---------------------------------------------------------------- the model's checks (they name their prerequisites)
+
+_PREREQUISITES = (("causal_mask", (causal_mask_by_hand,)),
+                  ("DecoderBlock", (decoder_block_structure, decoder_block_oracle)))
+
+seq2seq_structure = _model_check("seq2seq_structure", _probe_model_structure, _judge_model_structure)
+seq2seq_causality = _model_check("seq2seq_causality", _probe_model_causality, _judge_model_causality)
+seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle, _judge_model_oracle)
+seq2seq_padding = _model_check("seq2seq_padding", _probe_model_padding, _judge_model_padding)
+seq2seq_gradients = _model_check("seq2seq_gradients", _probe_model_gradients, _judge_model_gradients)

@@ -1,14 +1,43 @@
-"""Checks for assignment 05: FeedForward, TransformerBlock and TransformerClassifier."""
+"""Checks for assignment 05: FeedForward, TransformerBlock and TransformerClassifier.
 
+Each check is a probe (runs the student's code on inputs and weights chosen here) and a judge (decides from what
+the probe recorded). The probe records the module's structure (weights.describe, and which submodules look like
+blocks) and loads the check's weights into every parameter; the judge maps the roles (query, key, value and
+output projections, the two norms, the feed-forward layers, whatever they are called) from those structure facts,
+recreates the values by parameter name and computes the oracle: nn.TransformerEncoderLayer (post-norm, ReLU, no
+dropout; norm_first=True for the pre-norm mistake) carrying those weights, and F.linear / F.relu for the
+feed-forward layer. See course/checks/check.py.
+"""
+
+import functools
 import math
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
-from course.checks.compare import close, expect_close, expect_tensor, fail, randn, run, tolerance
+from course.checks import weights
+from course.checks.check import Check
+from course.checks.compare import (
+    Mistake,
+    close,
+    expect_close,
+    fail,
+    generator,
+    matches_any,
+    output,
+    raised,
+    randn,
+    requires_grad,
+    tensor,
+    tolerance,
+)
+from course.checks.evidence import Evidence, Recorder
 
 FF_NAME = "FeedForward"
 BLOCK_NAME = "TransformerBlock"
@@ -18,541 +47,1181 @@ CLASSIFIER_NAME = "TransformerClassifier"
 BLOCK_SHAPES = ((2, 5, 12, 3, 4), (3, 7, 8, 2, 2), (1, 4, 6, 1, 4), (2, 1, 8, 4, 3))
 # (b, t, vocab, k, heads, depth, classes)
 CLASSIFIER_SHAPES = ((4, 6, 11, 8, 2, 2, 3), (3, 5, 7, 12, 3, 1, 2), (2, 9, 5, 6, 2, 3, 4))
+# (b, t, k, hidden)
+FF_SHAPES = ((2, 5, 6, 10), (3, 1, 4, 16), (1, 7, 8, 32))
+
+BLOCK_PARTS = ("attention", "norm1", "norm2", "ff")
+ATTENTION_LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
+#: at most this many block-like submodules are recorded
+MAX_BLOCKS = 16
+
+# ---------------------------------------------------------------- mistakes: FeedForward
+
+RELU_AFTER = Mistake("relu-after-output", "the ReLU is applied after the second linear layer too (or instead). The "
+                     "output layer is linear: Linear -> ReLU -> Linear, nothing after it.")
+GELU = Mistake("gelu", "a GELU is used where a ReLU is asked (the original transformer uses ReLU; GELU came with BERT "
+               "and GPT).")
+GELU_TANH = Mistake("gelu-tanh", "the tanh approximation of GELU is used where a ReLU is asked.")
+NO_RELU = Mistake("no-relu", "the ReLU is missing: two linear layers in a row collapse into one linear map.")
+RELU_ON_INPUT = Mistake("relu-on-input", "the ReLU is applied to the input, before the first linear layer.")
+RESIDUAL_INSIDE = Mistake("residual-inside-ff", "there is a residual connection inside the feed-forward layer; the "
+                          "block adds it, not FeedForward.")
+#: (mistake, the feed-forward computation it stands for); "relu" is the right one
+FF_MISTAKES = ((RELU_AFTER, "relu-after"), (GELU, "gelu"), (GELU_TANH, "gelu-tanh"), (NO_RELU, "no-relu"),
+               (RELU_ON_INPUT, "relu-on-input"), (RESIDUAL_INSIDE, "residual"))
+
+# ---------------------------------------------------------------- mistakes: TransformerBlock
+
+PRE_NORM = Mistake("pre-norm", "this is the pre-norm block x = x + attention(norm1(x)); x = x + ff(norm2(x)). This "
+                   "exercise asks for the original post-norm block: x = norm1(x + attention(x)); x = norm2(x + ff(x)).")
+RESIDUAL_AFTER_NORM = Mistake("residual-after-norm", "the residual is added after the norm: x + norm(sublayer(x)). "
+                              "The norm comes last, around the sum: norm1(x + attention(x)).")
+NORM_PLUS_SUBLAYER = Mistake("norm-plus-sublayer", "the residual is added after the norm: norm(x) + sublayer(x). Add "
+                             "first, then normalise the sum: norm1(x + attention(x)).")
+NO_RESIDUAL = Mistake("no-residual", "there is no residual connection: norm1(attention(x)) and norm2(ff(x)) drop the "
+                      "input. Add x back before each norm.")
+NO_ATTENTION_RESIDUAL = Mistake("no-attention-residual", "the residual connection around the attention is missing: "
+                                "norm1(x + attention(x)), not norm1(attention(x)).")
+NO_FF_RESIDUAL = Mistake("no-ff-residual", "the residual connection around the feed-forward layer is missing: "
+                         "norm2(x + ff(x)), not norm2(ff(x)).")
+NORM1_TWICE = Mistake("norm1-twice", "norm1 is used in both places; the second sum goes through norm2.")
+NORMS_SWAPPED = Mistake("norms-swapped", "norm1 and norm2 are swapped: norm1 follows the attention, norm2 the "
+                        "feed-forward layer.")
+FF_ON_INPUT = Mistake("ff-on-input", "the feed-forward layer is applied to the block's input x instead of the "
+                      "attention sub-layer's output.")
+SECOND_RESIDUAL_FROM_INPUT = Mistake("second-residual-from-input", "the second residual adds the block's input x "
+                                     "instead of the attention sub-layer's output.")
+NO_FINAL_NORM = Mistake("no-final-norm", "the final norm2 is missing: x = norm2(x + ff(x)).")
+SUBLAYERS_SWAPPED = Mistake("sublayers-swapped", "the two sub-layers are in the wrong order: attention comes first, "
+                            "then the feed-forward layer.")
+MASK_NOT_PASSED = Mistake("mask-not-passed", "the mask is not passed on to the attention: "
+                          "self.attention(x, mask=mask).")
+#: the block's wiring mistakes; each id also names the computation in _block_forward
+LAYOUT_MISTAKES = (PRE_NORM, RESIDUAL_AFTER_NORM, NORM_PLUS_SUBLAYER, NO_RESIDUAL, NO_ATTENTION_RESIDUAL,
+                   NO_FF_RESIDUAL, NORM1_TWICE, NORMS_SWAPPED, FF_ON_INPUT, SECOND_RESIDUAL_FROM_INPUT, NO_FINAL_NORM,
+                   SUBLAYERS_SWAPPED)
+
+# ---------------------------------------------------------------- mistakes: TransformerClassifier
+
+SUM_POOLING = Mistake("sum-pooling", "the positions are summed instead of averaged: use .mean(dim=1).")
+FIRST_TOKEN = Mistake("first-token", "only the first position is classified; average over all positions with "
+                      ".mean(dim=1).")
+LAST_TOKEN = Mistake("last-token", "only the last position is classified; average over all positions with "
+                     ".mean(dim=1).")
+MAX_POOLING = Mistake("max-pooling", "max-pooling is used; this model averages over the positions with .mean(dim=1).")
+SOFTMAX_ON_LOGITS = Mistake("softmax-on-logits", "a softmax is applied to the output. Return the raw logits: "
+                            "F.cross_entropy applies log-softmax itself.")
+LOG_SOFTMAX_ON_LOGITS = Mistake("log-softmax-on-logits", "a log-softmax is applied to the output. Return the raw "
+                                "logits: F.cross_entropy applies log-softmax itself.")
+BLOCKS_SKIPPED = Mistake("blocks-skipped", "the blocks are skipped: the embeddings go straight to the mean.")
+FIRST_BLOCK_ONLY = Mistake("first-block-only", "only the first block is used; apply every block, in order.")
+BLOCKS_NOT_CHAINED = Mistake("blocks-not-chained", "each block is applied to the embeddings rather than to the "
+                             "previous block's output: write x = block(x) in the loop.")
+#: each id also names the computation in _head; "mean" is the right one
+CLASSIFIER_MISTAKES = (SUM_POOLING, FIRST_TOKEN, LAST_TOKEN, MAX_POOLING, SOFTMAX_ON_LOGITS, LOG_SOFTMAX_ON_LOGITS,
+                       BLOCKS_SKIPPED, FIRST_BLOCK_ONLY, BLOCKS_NOT_CHAINED)
+
+# ids of structure and property failures (fail(..., mistake=...))
+NOT_A_MODULE = "not-a-module"
+MISSING_PART = "missing-part"
+NOT_COURSE_ATTENTION = "not-course-attention"
+HEADS_NOT_PASSED = "heads-not-passed"
+WRONG_NORM = "wrong-norm"
+SHARED_NORM = "shared-norm"
+LINEAR_COUNT = "linear-count"
+WRONG_LAYER_SIZE = "wrong-layer-size"
+HIDDEN_IGNORED = "hidden-ignored"
+HIDDEN_4X4 = "hidden-4x4"
+HIDDEN_EQUALS_K = "hidden-equals-k"
+HIDDEN_IGNORES_FF_MULT = "hidden-ignores-ff-mult"
+FF_NO_BIAS = "ff-no-bias"
+PARAMETER_COUNT = "parameter-count"
+MISSING_PARAMETER = "missing-parameter"
+NO_GRADIENT = "no-gradient"
+DETACHED = "detached"
+BLOCKS_NOT_REGISTERED = "blocks-not-registered"
+REPEATED_BLOCK = "repeated-block"
+BLOCK_COUNT = "block-count"
+WRONG_EMBEDDING = "wrong-embedding"
+NO_OUTPUT_LAYER = "no-output-layer"
+
+_FF_HINT = "forward should compute second(relu(first(x))): Linear(k, hidden), ReLU, Linear(hidden, k)."
+_BLOCK_HINT = "forward should compute x = norm1(x + attention(x, mask=mask)), then x = norm2(x + ff(x))."
+_CLASSIFIER_HINT = ("forward should compute embedding(tokens) -> each block in order -> .mean(dim=1) -> the linear "
+                    "layer.")
 
 
-# ---------------------------------------------------------------- finding the parts, by type and order
+# ================================================================ the probe's side
 
-def _linears(module: nn.Module) -> list[nn.Linear]:
-    return [m for m in module.modules() if isinstance(m, nn.Linear)]
+def _block_facts(module: nn.Module) -> list[dict]:
+    """The module itself, and every submodule that has the four parts of a block: which parts it has (their
+    types), whether norm1 and norm2 are one module, and its attention's number of heads."""
+    found = []
+    for name, sub in module.named_modules():
+        parts = {part: getattr(sub, part, None) for part in BLOCK_PARTS}
+        if name and not all(isinstance(p, nn.Module) for p in parts.values()):
+            continue
+        attention = parts["attention"]
+        heads = getattr(attention, "heads", getattr(attention, "num_heads", None))
+        found.append({
+            "name": name,
+            "parts": {part: type(p).__name__ if isinstance(p, nn.Module) else None for part, p in parts.items()},
+            "shared_norms": isinstance(parts["norm1"], nn.Module) and parts["norm1"] is parts["norm2"],
+            "heads": heads if isinstance(heads, int) and not isinstance(heads, bool) else None,
+        })
+        if len(found) > MAX_BLOCKS:
+            break
+    return found
 
 
-def _ff_linears(ff: nn.Module, k: int, hidden: int, what: str, in_block: bool = False) -> tuple[nn.Linear, nn.Linear]:
-    """The two nn.Linear layers of a feed-forward module, in the order they were registered."""
+def _make(rec: Recorder, key: str, cls: Callable, args: tuple, seed: int) -> nn.Module | None:
+    """Build the student's module, record its structure, and load the check's weights (seed) into it."""
+    module = rec.call(key, cls, *args)
+    is_module = isinstance(module, nn.Module)
+    rec.fact(f"{key}.is_module", is_module)
+    if not is_module:
+        return None
+    try:
+        rec.fact(f"{key}.blocks", _block_facts(module))
+        rec.fact(f"{key}.modules", weights.describe(module))
+        module = module.to(rec.device).eval()
+        rec.fact(f"{key}.params", weights.fill(module, seed))
+    except Exception as error:  # noqa: BLE001 - a module that cannot be inspected or moved is evidence too
+        rec.raised(key, error)
+        return None
+    return module
+
+
+def _run(rec: Recorder, key: str, module: Any, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    """Record module(x) (or module(x, mask=mask)) without gradients, on a fresh copy of the check's input."""
+    kwargs = {} if mask is None else {"mask": mask.to(rec.device)}
+    with torch.no_grad():
+        rec.call(key, module, x.to(rec.device), **kwargs)
+
+
+# ================================================================ the judge's side: structure and roles
+
+def _is_module(ev: Evidence, key: str, what: str) -> None:
     __tracebackhide__ = True
-    layers = _linears(ff)
+    raised(ev, key, what)
+    if ev.facts.get(f"{key}.is_module") is not True:
+        fact = ev.facts.get(key)
+        if not isinstance(fact, dict):
+            fail(f"The test recorded nothing for {what}: the check did not run to the end.")
+        kind = fact.get("type", "None") if fact.get("kind") != "none" else "None"
+        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
+
+
+def _described(ev: Evidence, key: str) -> list[dict]:
+    found = ev.facts.get(f"{key}.modules")
+    return [m for m in found if isinstance(m, dict) and isinstance(m.get("name"), str)] if isinstance(found, list) \
+        else []
+
+
+def _entry(described: list[dict], name: str) -> dict | None:
+    return next((m for m in described if m["name"] == name), None)
+
+
+def _is_linear(entry: dict | None) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("in_features"), int) \
+        and isinstance(entry.get("out_features"), int)
+
+
+def _param_count(ev: Evidence, key: str, prefix: str = "") -> int:
+    params = ev.facts.get(f"{key}.params")
+    if not isinstance(params, list):
+        return -1
+    return sum(math.prod(e[1]) for e in params if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
+               and e[0].startswith(prefix) and isinstance(e[1], list) and all(isinstance(n, int) for n in e[1]))
+
+
+def _ff_roles(described: list[dict], prefix: str, k: int, hidden: int | None, what: str,
+              in_block: bool) -> tuple[dict[str, str | None], dict[str, tuple[int, ...]]]:
+    """The two nn.Linear layers of a feed-forward module (names under prefix, found by type): roles f1 (k ->
+    hidden) and f2 (hidden -> k). hidden None: any hidden size, biases optional (a tolerant judge)."""
+    __tracebackhide__ = True
+    layers = [m for m in described if m["name"].startswith(prefix) and _is_linear(m)]
     if len(layers) != 2:
         fail(f"{what} should hold exactly two nn.Linear layers (k -> hidden, then hidden -> k), registered as "
              f"attributes or in an nn.Sequential; found {len(layers)}. Layers kept in a plain Python list are not "
-             "registered.")
+             "registered.", mistake=LINEAR_COUNT)
     first, second = layers
-    if (first.in_features, first.out_features, second.in_features, second.out_features) != (k, hidden, hidden, k):
-        hint = ""
-        if not in_block:
-            if first.out_features != hidden:
-                hint = " The hidden size is the `hidden` argument, not a size fixed inside FeedForward."
-        elif first.out_features == 16 and hidden != 16:
-            hint = " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k."
-        elif first.out_features == k and hidden != k:
-            hint = " The hidden size equals k: multiply k by ff_mult."
-        elif first.out_features == 4 * k and hidden != 4 * k:
-            hint = " The hidden size is 4·k whatever ff_mult is: use ff_mult·k."
-        fail(f"{what}'s linear layers map {first.in_features} -> {first.out_features} -> {second.out_features}; "
-             f"with k={k} they should map {k} -> {hidden} -> {k} (the first layer registered first).{hint}")
-    if first.bias is None or second.bias is None:
-        fail(f"{what}'s linear layers should have biases (nn.Linear's default).")
-    return first, second
+    in_order = first["in_features"] == k and second["out_features"] == k \
+        and first["out_features"] == second["in_features"]
+    if not in_order and second["in_features"] == k and first["out_features"] == k \
+            and second["out_features"] == first["in_features"]:
+        first, second = second, first  # registered in the other order; the sizes tell them apart
+    h = first["out_features"]
+    sizes = (first["in_features"], first["out_features"], second["in_features"], second["out_features"])
+    wanted = (k, hidden if hidden is not None else h, hidden if hidden is not None else h, k)
+    if sizes != wanted:
+        hint, mistake = "", WRONG_LAYER_SIZE
+        if hidden is not None and not in_block and h != hidden:
+            hint, mistake = " The hidden size is the `hidden` argument, not a size fixed inside FeedForward.", \
+                HIDDEN_IGNORED
+        elif hidden is not None and in_block and h == 16 and hidden != 16:
+            hint, mistake = " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k.", HIDDEN_4X4
+        elif hidden is not None and in_block and h == k and hidden != k:
+            hint, mistake = " The hidden size equals k: multiply k by ff_mult.", HIDDEN_EQUALS_K
+        elif hidden is not None and in_block and h == 4 * k and hidden != 4 * k:
+            hint, mistake = " The hidden size is 4·k whatever ff_mult is: use ff_mult·k.", HIDDEN_IGNORES_FF_MULT
+        shown = f"{k} -> {hidden} -> {k}" if hidden is not None else f"{k} -> hidden -> {k}"
+        fail(f"{what}'s linear layers map {sizes[0]} -> {sizes[1]} -> {sizes[3]}; with k={k} they should map "
+             f"{shown} (Linear(k, hidden), then Linear(hidden, k)).{hint}", mistake=mistake)
+    if hidden is not None and (first.get("bias") is not True or second.get("bias") is not True):
+        fail(f"{what}'s linear layers should have biases (nn.Linear's default).", mistake=FF_NO_BIAS)
+    roles = {"f1w": f"{first['name']}.weight", "f1b": f"{first['name']}.bias" if first.get("bias") else None,
+             "f2w": f"{second['name']}.weight", "f2b": f"{second['name']}.bias" if second.get("bias") else None}
+    shapes = {"f1w": (h, k), "f1b": (h,), "f2w": (k, h), "f2b": (k,)}
+    return roles, shapes
 
 
-def _randomize(module: nn.Module, seed: int) -> None:
-    """Distinct, well-spread weights in every parameter, so that swapped or shared parts show."""
-    with torch.no_grad():
-        for i, (name, p) in enumerate(sorted(module.named_parameters())):
-            noise = randn(*p.shape, seed=seed + i, device=p.device)
-            if p.dim() > 1:
-                p.copy_(noise / math.sqrt(p.shape[-1]))
-            elif "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * noise)
-            else:
-                p.copy_(0.3 * noise)
+@dataclass(frozen=True)
+class Roles:
+    """Which recorded parameter plays which part (role -> parameter name, None: no such parameter), the shape
+    each role must have, the number of heads and the LayerNorm eps."""
+
+    names: Mapping[str, str | None]
+    shapes: Mapping[str, tuple[int, ...]]
+    heads: int = 1
+    eps: float = 1e-5
 
 
-# ---------------------------------------------------------------- FeedForward
-
-def _ff_mistakes(x: torch.Tensor, w1: nn.Linear, w2: nn.Linear) -> dict[str, torch.Tensor]:
-    a = w1(x)
-    return {
-        "the ReLU is applied after the second linear layer too (or instead). The output layer is linear: "
-        "Linear -> ReLU -> Linear, nothing after it.": F.relu(w2(F.relu(a))),
-        "a GELU is used where a ReLU is asked (the original transformer uses ReLU; GELU came with BERT and GPT).":
-            w2(F.gelu(a)),
-        "the tanh approximation of GELU is used where a ReLU is asked.": w2(F.gelu(a, approximate="tanh")),
-        "the ReLU is missing: two linear layers in a row collapse into one linear map.": w2(a),
-        "the ReLU is applied to the input, before the first linear layer.": w2(w1(F.relu(x))),
-        "there is a residual connection inside the feed-forward layer; the block adds it, not FeedForward.":
-            x + w2(F.relu(a)),
-    }
+def _block_fact(ev: Evidence, key: str, name: str) -> dict | None:
+    facts = ev.facts.get(f"{key}.blocks")
+    found = [f for f in facts if isinstance(f, dict) and f.get("name") == name] if isinstance(facts, list) else []
+    return found[0] if found else None
 
 
-def _ff_oracle(x: torch.Tensor, w1: nn.Linear, w2: nn.Linear) -> torch.Tensor:
-    return F.linear(F.relu(F.linear(x, w1.weight, w1.bias)), w2.weight, w2.bias)
+def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
+                 strict: tuple[int, int] | None) -> Roles:
+    """Map the block under prefix ("" for the module itself, "blocks.0." ...) to roles.
 
-
-_FF_HINT = "forward should compute second(relu(first(x))): Linear(k, hidden), ReLU, Linear(hidden, k)."
-
-
-def feed_forward_structure(FeedForward: Callable, k: int = 6, hidden: int = 10) -> None:
-    """Two linear layers, k -> hidden -> k with biases, and nothing else with parameters."""
+    strict = (heads, ff_mult): the exercise's structure exactly (the course's MultiHeadAttention with these heads,
+    two separate nn.LayerNorm(k), hidden size ff_mult·k, biases). None: any real block the judge can recompute
+    (nn.MultiheadAttention, shared norms, any hidden size and number of heads), for checks of other parts."""
     __tracebackhide__ = True
-    ff = run(FeedForward, k, hidden, what=f"{FF_NAME}({k}, {hidden})")
-    if not isinstance(ff, nn.Module):
-        fail(f"{FF_NAME}({k}, {hidden}) should create an nn.Module, but gave a {type(ff).__name__}.")
-    _ff_linears(ff, k, hidden, f"{FF_NAME}({k}, {hidden})")
-    count = sum(p.numel() for p in ff.parameters())
-    if count != 2 * k * hidden + hidden + k:
-        fail(f"{FF_NAME}({k}, {hidden}) has {count} parameters; two linear layers with biases make "
-             f"2·k·hidden + hidden + k = {2 * k * hidden + hidden + k}.")
-
-
-def feed_forward_by_hand(FeedForward: Callable) -> None:
-    """k=1, hidden=2, weights set by hand so that FF(x) = relu(x) + relu(-x) - 1 = |x| - 1."""
-    __tracebackhide__ = True
-    ff = run(FeedForward, 1, 2, what=f"{FF_NAME}(1, 2)")
-    first, second = _ff_linears(ff, 1, 2, f"{FF_NAME}(1, 2)")
-    with torch.no_grad():
-        first.weight.copy_(torch.tensor([[1.0], [-1.0]]))
-        first.bias.zero_()
-        second.weight.copy_(torch.tensor([[1.0, 1.0]]))
-        second.bias.fill_(-1.0)
-    x = torch.tensor([[[-2.0], [0.5], [3.0]]])  # (1, 3, 1)
-    with torch.no_grad():
-        y = run(ff, x.clone(), what=f"{FF_NAME}.forward(x)", hint=_FF_HINT)
-        mistakes = _ff_mistakes(x, first, second)
-    expect_tensor(y, what=f"{FF_NAME}.forward(x)", shape=(1, 3, 1), device="cpu")
-    expect_close(y, torch.tensor([[[1.0], [-0.5], [2.0]]]), what=f"{FF_NAME}.forward(x)", mistakes=mistakes,
-                 otherwise=_FF_HINT, case="first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; "
-                                       "x = -2, 0.5, 3")
-
-
-def feed_forward_matches_oracle(FeedForward: Callable, device: torch.device | str = "cpu") -> None:
-    """Random weights and inputs of several shapes against relu-then-linear written with torch.nn.functional."""
-    __tracebackhide__ = True
-    for i, (b, t, k, hidden) in enumerate([(2, 5, 6, 10), (3, 1, 4, 16), (1, 7, 8, 32)]):
-        ff = run(FeedForward, k, hidden, what=f"{FF_NAME}({k}, {hidden})")
-        first, second = _ff_linears(ff, k, hidden, f"{FF_NAME}({k}, {hidden})")
-        ff = ff.to(device)
-        _randomize(ff, seed=1000 + 20 * i)
-        x = randn(b, t, k, seed=1100 + i, device=device)
-        with torch.no_grad():
-            y = run(ff, x.clone(), what=f"{FF_NAME}.forward(x)", hint=_FF_HINT)
-            expected = _ff_oracle(x, first, second)
-            mistakes = _ff_mistakes(x, first, second)
-        expect_tensor(y, what=f"{FF_NAME}.forward(x)", shape=(b, t, k), device=device)
-        expect_close(y, expected, what=f"{FF_NAME}.forward(x)", mistakes=mistakes, otherwise=_FF_HINT,
-                     case=f"x of shape {(b, t, k)}, hidden={hidden}")
-
-
-def feed_forward_is_position_wise(FeedForward: Callable, device: torch.device | str = "cpu") -> None:
-    """Each position is transformed alone: changing one position changes that output only."""
-    __tracebackhide__ = True
-    torch.manual_seed(1200)
-    ff = run(FeedForward, 4, 8, what=f"{FF_NAME}(4, 8)").to(device)
-    x = randn(2, 5, 4, seed=1201, device=device)
-    x2 = x.clone()
-    x2[:, 3] += 1.0
-    with torch.no_grad():
-        y = run(ff, x, what=f"{FF_NAME}.forward(x)", hint=_FF_HINT)
-        y2 = run(ff, x2, what=f"{FF_NAME}.forward(x)", hint=_FF_HINT)
-    expect_tensor(y, what=f"{FF_NAME}.forward(x)", shape=(2, 5, 4), device=device)
-    keep = [0, 1, 2, 4]
-    expect_close(y2[:, keep], y[:, keep], what=f"{FF_NAME}.forward at the positions that did not change",
-                 otherwise="Changing position 3 of the input changed other positions' outputs. The feed-forward "
-                           "layer acts on the last dimension only; nothing should mix positions.",
-                 case="position 3 of x changed")
-
-
-# ---------------------------------------------------------------- TransformerBlock
-
-def _block_parts(block: nn.Module, k: int, heads: int, ff_mult: int) -> dict[str, nn.Module]:
-    """The student's attention projections, norms and feed-forward layers, checked for type and size."""
-    __tracebackhide__ = True
-    what = f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
-    for name in ("attention", "norm1", "norm2", "ff"):
-        if not isinstance(getattr(block, name, None), nn.Module):
-            fail(f"{what} has no module attribute `{name}`. __init__ should create self.attention, self.norm1, "
-                 "self.norm2 and self.ff.")
-    attention = block.attention
-    parts: dict[str, nn.Module] = {}
-    for name in ("to_queries", "to_keys", "to_values", "unify_heads"):
-        layer = getattr(attention, name, None)
-        if not isinstance(layer, nn.Linear) or (layer.in_features, layer.out_features) != (k, k):
-            fail(f"{what}.attention should be the course's MultiHeadAttention(k, heads) "
-                 "(from course.multi_head import MultiHeadAttention); it is a "
-                 f"{type(attention).__name__} without a {k} -> {k} nn.Linear `{name}`.")
-        parts[name] = layer
-    if getattr(attention, "heads", heads) != heads:
-        fail(f"{what}.attention has {attention.heads} heads; pass the block's `heads` on: MultiHeadAttention(k, heads).")
-    for name in ("norm1", "norm2"):
-        norm = getattr(block, name)
-        if not isinstance(norm, nn.LayerNorm) or tuple(norm.normalized_shape) != (k,) or not norm.elementwise_affine:
-            fail(f"{what}.{name} should be nn.LayerNorm(k) = nn.LayerNorm({k}), which normalises each position's "
-                 f"{k} features; it is {norm}.")
-        parts[name] = norm
-    if block.norm1 is block.norm2:
+    fact = _block_fact(ev, key, prefix.removesuffix("."))
+    parts = fact.get("parts") if isinstance(fact, dict) else None
+    if not isinstance(parts, dict):
+        fail(f"The test recorded nothing about the parts of {what}: the check did not run to the end.")
+    for part in BLOCK_PARTS:
+        if not isinstance(parts.get(part), str):
+            fail(f"{what} has no module attribute `{part}`. __init__ should create self.attention, self.norm1, "
+                 "self.norm2 and self.ff.", mistake=MISSING_PART)
+    described = _described(ev, key)
+    names: dict[str, str | None] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    attention = _entry(described, f"{prefix}attention")
+    course_attention = "the course's MultiHeadAttention(k, heads) (from course.multi_head import MultiHeadAttention)"
+    if strict is None and isinstance(attention, dict) and attention.get("type") == "MultiheadAttention":
+        a = f"{prefix}attention."
+        names.update(wqkv=f"{a}in_proj_weight", bqkv=f"{a}in_proj_bias", wo=f"{a}out_proj.weight",
+                     bo=f"{a}out_proj.bias")
+        shapes.update(wqkv=(3 * k, k), bqkv=(3 * k,), wo=(k, k), bo=(k,))
+    else:
+        for layer, role in zip(ATTENTION_LAYERS, ("q", "k", "v", "o")):
+            entry = _entry(described, f"{prefix}attention.{layer}")
+            if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
+                fail(f"{what}.attention should be {course_attention}; it is a {str(parts['attention'])[:60]} "
+                     f"without a {k} -> {k} nn.Linear `{layer}`.", mistake=NOT_COURSE_ATTENTION)
+            names[f"w{role}"] = f"{prefix}attention.{layer}.weight"
+            names[f"b{role}"] = f"{prefix}attention.{layer}.bias" if entry.get("bias") else None
+            shapes[f"w{role}"], shapes[f"b{role}"] = (k, k), (k,)
+    heads = fact.get("heads")
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1 or k % heads:
+        fail(f"{what}.attention has no valid number of heads (an attribute `heads` dividing k={k}): it should be "
+             f"{course_attention}.", mistake=NOT_COURSE_ATTENTION)
+    if strict is not None and heads != strict[0]:
+        fail(f"{what}.attention has {heads} heads; pass the block's `heads` on: MultiHeadAttention(k, heads).",
+             mistake=HEADS_NOT_PASSED)
+    eps = 1e-5
+    shared = fact.get("shared_norms") is True
+    for i in (1, 2):
+        norm = _entry(described, f"{prefix}norm{1 if shared else i}")
+        if not isinstance(norm, dict) or norm.get("type") != "LayerNorm" or norm.get("shape") != [k] \
+                or norm.get("affine") is not True:
+            shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
+            fail(f"{what}.norm{i} should be nn.LayerNorm(k) = nn.LayerNorm({k}), which normalises each position's "
+                 f"{k} features; it is {shown}.", mistake=WRONG_NORM)
+        if isinstance(norm.get("eps"), float) and 0 < norm["eps"] <= 1e-2:
+            eps = norm["eps"] if i == 1 else eps
+        names[f"n{i}w"], names[f"n{i}b"] = f"{norm['name']}.weight", f"{norm['name']}.bias"
+        shapes[f"n{i}w"], shapes[f"n{i}b"] = (k,), (k,)
+    if shared and strict is not None:
         fail(f"{what}.norm1 and norm2 are the same LayerNorm. Each place needs its own, with its own gain and "
-             "bias: create two nn.LayerNorm(k).")
-    parts["first"], parts["second"] = _ff_linears(block.ff, k, ff_mult * k, f"{what}.ff", in_block=True)
-    return parts
+             "bias: create two nn.LayerNorm(k).", mistake=SHARED_NORM)
+    ff_names, ff_shapes = _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k,
+                                    f"{what}.ff", in_block=True)
+    names.update(ff_names)
+    shapes.update(ff_shapes)
+    return Roles(MappingProxyType(names), MappingProxyType(shapes), heads, eps)
 
 
-def block_structure(TransformerBlock: Callable) -> None:
-    """Attention, two separate LayerNorms and a feed-forward layer with hidden size ff_mult·k, all registered."""
+def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> dict[str, torch.Tensor]:
+    """name -> the value the probe loaded, for every parameter a role names (recreated here, never read)."""
     __tracebackhide__ = True
-    for k, heads, ff_mult in ((12, 3, None), (8, 2, 2)):
-        args = (k, heads) if ff_mult is None else (k, heads, ff_mult)
-        what = f"{BLOCK_NAME}{args}"
-        block = run(TransformerBlock, *args, what=what)
-        if not isinstance(block, nn.Module):
-            fail(f"{what} should create an nn.Module, but gave a {type(block).__name__}.")
-        ff_mult = 4 if ff_mult is None else ff_mult
-        _block_parts(block, k, heads, ff_mult)
-        hidden = ff_mult * k
-        expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
-        count = sum(p.numel() for p in block.parameters())
-        if count != expected:
-            fail(f"{what} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and the feed-forward "
-                 f"layer (2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?")
+    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    found = {}
+    for role, name in roles.names.items():
+        if name is None:
+            continue
+        if name not in loaded or tuple(loaded[name].shape) != roles.shapes[role]:
+            fail(f"{owner} has no registered parameter {name} of shape {roles.shapes[role]}. Register the layers as "
+                 "attributes of the module (self.name = ...).", mistake=MISSING_PARAMETER)
+        found[name] = loaded[name]
+    return found
 
 
-def _mha_oracle(parts: dict[str, nn.Module], k: int, heads: int) -> nn.MultiheadAttention:
-    mha = nn.MultiheadAttention(k, heads, batch_first=True).to(parts["to_queries"].weight.device)
+def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    """role -> tensor (w by parameter name, possibly autograd leaves); nn.MultiheadAttention's packed
+    projections are split into queries, keys and values."""
+    v = {role: (w[name] if name is not None else None) for role, name in roles.names.items()}
+    if "wqkv" in v:
+        v["wq"], v["wk"], v["wv"] = v.pop("wqkv").chunk(3)
+        bqkv = v.pop("bqkv")
+        v["bq"], v["bk"], v["bv"] = bqkv.chunk(3) if bqkv is not None else (None, None, None)
+    return v
+
+
+# ================================================================ oracles and typical mistakes
+
+def _ff(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, kind: str = "relu") -> torch.Tensor:
+    """The feed-forward layer with these weights: the right one ("relu") or a typical mistake."""
+    a = F.linear(F.relu(x) if kind == "relu-on-input" else x, v["f1w"], v["f1b"])
+    if kind in ("gelu", "gelu-tanh"):
+        a = F.gelu(a, approximate="tanh" if kind == "gelu-tanh" else "none")
+    elif kind not in ("no-relu", "relu-on-input"):
+        a = F.relu(a)
+    y = F.linear(a, v["f2w"], v["f2b"])
+    if kind == "relu-after":
+        return F.relu(y)
+    return x + y if kind == "residual" else y
+
+
+def _ff_mistakes(v: Mapping[str, torch.Tensor | None], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([parts[n].weight for n in ("to_queries", "to_keys", "to_values")]))
-        mha.in_proj_bias.zero_()
-        mha.out_proj.weight.copy_(parts["unify_heads"].weight)
-        mha.out_proj.bias.copy_(parts["unify_heads"].bias)
-    return mha.eval()
+        return [(m, _ff(v, x, kind)) for m, kind in FF_MISTAKES]
+
+
+@functools.cache
+def _encoder_layer(k: int, heads: int, hidden: int, eps: float, norm_first: bool) -> nn.TransformerEncoderLayer:
+    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
+        return nn.TransformerEncoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
+                                          layer_norm_eps=eps, batch_first=True, norm_first=norm_first).eval()
 
 
 def _torch_mask(mask: torch.Tensor | None, b: int, t: int, heads: int) -> torch.Tensor | None:
     """Our mask (True = allowed, broadcastable to (b, t, t)) as PyTorch's (b·heads, t, t) (True = NOT allowed)."""
     if mask is None:
         return None
-    full = mask.expand(b, t, t)  # (b, t, t)
-    return ~full.unsqueeze(1).expand(b, heads, t, t).reshape(b * heads, t, t)  # (b·h, t, t)
+    return ~torch.broadcast_to(mask, (b, t, t)).repeat_interleave(heads, dim=0)  # (b·h, t, t)
 
 
-def _block_oracle(parts: dict[str, nn.Module], x: torch.Tensor, heads: int, ff_mult: int,
-                  mask: torch.Tensor | None) -> torch.Tensor:
-    """nn.TransformerEncoderLayer (post-norm, ReLU, no dropout) with the student's weights copied in."""
+def _torch_block(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
+                 eps: float, norm_first: bool = False) -> torch.Tensor:
+    """nn.TransformerEncoderLayer (post-norm, or pre-norm with norm_first) carrying these weights."""
     b, t, k = x.shape
-    layer = nn.TransformerEncoderLayer(k, heads, ff_mult * k, dropout=0.0, batch_first=True,
-                                       layer_norm_eps=parts["norm1"].eps).to(x.device)
-    with torch.no_grad():
-        layer.self_attn.in_proj_weight.copy_(torch.cat([parts[n].weight for n in ("to_queries", "to_keys", "to_values")]))
-        layer.self_attn.in_proj_bias.zero_()
-        layer.self_attn.out_proj.weight.copy_(parts["unify_heads"].weight)
-        layer.self_attn.out_proj.bias.copy_(parts["unify_heads"].bias)
-        for ours, theirs in (("first", layer.linear1), ("second", layer.linear2), ("norm1", layer.norm1),
-                             ("norm2", layer.norm2)):
-            theirs.weight.copy_(parts[ours].weight)
-            theirs.bias.copy_(parts[ours].bias)
-        layer.eval()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return layer(x, src_mask=_torch_mask(mask, b, t, heads))
+    zeros = torch.zeros(k)
+    params = {
+        "self_attn.in_proj_weight": torch.cat([v["wq"], v["wk"], v["wv"]]),
+        "self_attn.in_proj_bias": torch.cat([zeros if v[r] is None else v[r] for r in ("bq", "bk", "bv")]),
+        "self_attn.out_proj.weight": v["wo"], "self_attn.out_proj.bias": zeros if v["bo"] is None else v["bo"],
+        "linear1.weight": v["f1w"], "linear1.bias": torch.zeros(v["f1w"].shape[0]) if v["f1b"] is None else v["f1b"],
+        "linear2.weight": v["f2w"], "linear2.bias": zeros if v["f2b"] is None else v["f2b"],
+        "norm1.weight": v["n1w"], "norm1.bias": v["n1b"], "norm2.weight": v["n2w"], "norm2.bias": v["n2b"],
+    }
+    layer = _encoder_layer(k, heads, v["f1w"].shape[0], eps, norm_first)
+    return functional_call(layer, params, (x,), {"src_mask": _torch_mask(mask, b, t, heads)})
 
 
-def _block_mistakes(parts: dict[str, nn.Module], x: torch.Tensor, heads: int,
-                    mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+def _attend(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, heads: int,
+            mask: torch.Tensor | None) -> torch.Tensor:
+    """Multi-head self-attention with these weights, from PyTorch's fused attention (mask True = allowed)."""
     b, t, k = x.shape
-    mha = _mha_oracle(parts, k, heads)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
 
-        def attn(z: torch.Tensor, m: torch.Tensor | None = mask) -> torch.Tensor:
-            return mha(z, z, z, attn_mask=_torch_mask(m, b, t, heads), need_weights=False)[0]
+    def heads_of(w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.linear(x, w, bias).view(b, t, heads, k // heads).transpose(1, 2)  # (b, h, t, s)
 
-        def ff(z: torch.Tensor) -> torch.Tensor:
-            return _ff_oracle(z, parts["first"], parts["second"])
-
-        def n1(z: torch.Tensor) -> torch.Tensor:
-            return parts["norm1"](z)
-
-        def n2(z: torch.Tensor) -> torch.Tensor:
-            return parts["norm2"](z)
-
-        h = n1(x + attn(x))
-        mistakes = {
-            "this is the pre-norm block x = x + attention(norm1(x)); x = x + ff(norm2(x)). This exercise asks for "
-            "the original post-norm block: x = norm1(x + attention(x)); x = norm2(x + ff(x)).":
-                (lambda g: g + ff(n2(g)))(x + attn(n1(x))),
-            "the residual is added after the norm: x + norm(sublayer(x)). The norm comes last, around the sum: "
-            "norm1(x + attention(x)).": (lambda g: g + n2(ff(g)))(x + n1(attn(x))),
-            "the residual is added after the norm: norm(x) + sublayer(x). Add first, then normalise the sum: "
-            "norm1(x + attention(x)).": (lambda g: n2(g) + ff(g))(n1(x) + attn(x)),
-            "there is no residual connection: norm1(attention(x)) and norm2(ff(x)) drop the input. Add x back "
-            "before each norm.": n2(ff(n1(attn(x)))),
-            "the residual connection around the attention is missing: norm1(x + attention(x)), not "
-            "norm1(attention(x)).": (lambda g: n2(g + ff(g)))(n1(attn(x))),
-            "the residual connection around the feed-forward layer is missing: norm2(x + ff(x)), not "
-            "norm2(ff(x)).": n2(ff(h)),
-            "norm1 is used in both places; the second sum goes through norm2.": n1(h + ff(h)),
-            "norm1 and norm2 are swapped: norm1 follows the attention, norm2 the feed-forward layer.":
-                (lambda g: n1(g + ff(g)))(n2(x + attn(x))),
-            "the feed-forward layer is applied to the block's input x instead of the attention sub-layer's output.":
-                n2(h + ff(x)),
-            "the second residual adds the block's input x instead of the attention sub-layer's output.":
-                n2(x + ff(h)),
-            "the final norm2 is missing: x = norm2(x + ff(x)).": h + ff(h),
-            "the two sub-layers are in the wrong order: attention comes first, then the feed-forward layer.":
-                (lambda g: n2(g + attn(g)))(n1(x + ff(x))),
-        }
-        if mask is not None:
-            mistakes = {
-                "the mask is not passed on to the attention: self.attention(x, mask=mask).":
-                    (lambda g: n2(g + ff(g)))(n1(x + attn(x, None))),
-                **mistakes,
-            }
-    return mistakes
+    m = None if mask is None else torch.broadcast_to(mask, (b, t, t))[:, None]  # (b, 1, t, t)
+    out = F.scaled_dot_product_attention(heads_of(v["wq"], v["bq"]), heads_of(v["wk"], v["bk"]),
+                                         heads_of(v["wv"], v["bv"]), attn_mask=m)  # (b, h, t, s)
+    return F.linear(out.transpose(1, 2).reshape(b, t, k), v["wo"], v["bo"])
 
 
-_BLOCK_HINT = "forward should compute x = norm1(x + attention(x, mask=mask)), then x = norm2(x + ff(x))."
+def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
+                   eps: float, layout: str = "post", ff: str = "relu", oracle: bool = True) -> torch.Tensor:
+    """The block with these weights: the right one (layout "post", ff "relu", PyTorch's encoder layer), or a
+    typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES computation).
+    oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests)."""
+    if layout == MASK_NOT_PASSED.id:
+        layout, mask = "post", None
+    if oracle and ff == "relu" and layout in ("post", PRE_NORM.id):
+        return _torch_block(v, x, mask, heads, eps, norm_first=layout == PRE_NORM.id)
+    k = x.shape[-1]
+
+    def a(z: torch.Tensor) -> torch.Tensor:
+        return _attend(v, z, heads, mask)
+
+    def f(z: torch.Tensor) -> torch.Tensor:
+        return _ff(v, z, ff)
+
+    def n1(z: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(z, (k,), v["n1w"], v["n1b"], eps)
+
+    def n2(z: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(z, (k,), v["n2w"], v["n2b"], eps)
+
+    if layout == "post":
+        h = n1(x + a(x))
+        return n2(h + f(h))
+    if layout == PRE_NORM.id:
+        g = x + a(n1(x))
+        return g + f(n2(g))
+    if layout == RESIDUAL_AFTER_NORM.id:
+        g = x + n1(a(x))
+        return g + n2(f(g))
+    if layout == NORM_PLUS_SUBLAYER.id:
+        g = n1(x) + a(x)
+        return n2(g) + f(g)
+    if layout == NO_RESIDUAL.id:
+        return n2(f(n1(a(x))))
+    if layout == NO_ATTENTION_RESIDUAL.id:
+        g = n1(a(x))
+        return n2(g + f(g))
+    if layout == SUBLAYERS_SWAPPED.id:
+        g = n1(x + f(x))
+        return n2(g + a(g))
+    if layout == NORMS_SWAPPED.id:
+        g = n2(x + a(x))
+        return n1(g + f(g))
+    h = n1(x + a(x))
+    return {NO_FF_RESIDUAL.id: lambda: n2(f(h)), NORM1_TWICE.id: lambda: n1(h + f(h)),
+            FF_ON_INPUT.id: lambda: n2(h + f(x)), SECOND_RESIDUAL_FROM_INPUT.id: lambda: n2(x + f(h)),
+            NO_FINAL_NORM.id: lambda: h + f(h)}[layout]()
 
 
-def _built_block(TransformerBlock: Callable, k: int, heads: int, ff_mult: int, seed: int,
-                 device: torch.device | str) -> tuple[nn.Module, dict[str, nn.Module]]:
-    __tracebackhide__ = True
-    block = run(TransformerBlock, k, heads, ff_mult, what=f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})")
-    parts = _block_parts(block, k, heads, ff_mult)
-    block = block.to(device).eval()
-    _randomize(block, seed)
-    return block, parts
+def _in_block(m: Mistake, prefix: str = "its feed-forward layer is wrong: ") -> Mistake:
+    """A FeedForward mistake seen in the block: the same id, and the advice to fix FeedForward first."""
+    return Mistake(m.id, f"{prefix}{m.explanation} Make your {FF_NAME} pass its tests (exercise 1) first.")
 
 
-def _compare_block(block: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, heads: int, ff_mult: int,
-                   mask: torch.Tensor | None, case: str) -> None:
-    __tracebackhide__ = True
+def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, str]]:
+    """(mistake or None for the right block, layout, ff) of every computation a block check recognises."""
+    specs: list[tuple[Mistake | None, str, str]] = [(None, "post", "relu")]
+    if mask is not None:
+        specs.append((MASK_NOT_PASSED, MASK_NOT_PASSED.id, "relu"))
+    specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
+    specs += [(_in_block(m), "post", kind) for m, kind in FF_MISTAKES]
+    return specs
+
+
+def _block_outputs(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
+                   eps: float) -> list[tuple[Mistake | None, torch.Tensor]]:
+    """The right output first, then every typical mistake's, with these weights."""
     with torch.no_grad():
-        ff_out = run(block.ff, x.clone(), what=f"{BLOCK_NAME}.ff(x)")
-        ff_expected = _ff_oracle(x, parts["first"], parts["second"])
-    if not close(ff_out, ff_expected, **tolerance(x.device)):
-        fail(f"{BLOCK_NAME}.ff does not compute Linear -> ReLU -> Linear, so the block cannot match PyTorch's "
-             "nn.TransformerEncoderLayer. Make your FeedForward pass its tests (exercise 1) first.",
-             ff_expected, ff_out, case="block.ff(x)")
+        return [(m, _block_forward(v, x, mask, heads, eps, layout, ff)) for m, layout, ff in _block_specs(mask)]
+
+
+def _matching(y: torch.Tensor, outputs: list[tuple[Mistake | None, torch.Tensor]], device: str) -> Mistake | None:
+    """The first typical mistake whose output y is (None if y is none of them)."""
+    return next((m for m, out in outputs if m is not None and matches_any(y, [out], device)), None)
+
+
+# ================================================================ FeedForward
+
+def _ff_structure(ev: Evidence, key: str, k: int, hidden: int) -> Roles:
+    """A module with two linear layers k -> hidden -> k with biases, and nothing else with parameters."""
+    __tracebackhide__ = True
+    what = f"{FF_NAME}({k}, {hidden})"
+    _is_module(ev, key, what)
+    names, shapes = _ff_roles(_described(ev, key), "", k, hidden, what, in_block=False)
+    count = _param_count(ev, key)
+    if count != 2 * k * hidden + hidden + k:
+        fail(f"{what} has {count} parameters; two linear layers with biases make 2·k·hidden + hidden + k = "
+             f"{2 * k * hidden + hidden + k}.", mistake=PARAMETER_COUNT)
+    return Roles(MappingProxyType(names), MappingProxyType(shapes))
+
+
+def _ff_values(ev: Evidence, key: str, k: int, hidden: int, seed: int) -> dict[str, torch.Tensor | None]:
+    __tracebackhide__ = True
+    roles = _ff_structure(ev, key, k, hidden)
+    return _values(roles, _recreated(ev, key, roles, seed, f"{FF_NAME}({k}, {hidden})"))
+
+
+def _ff_anchor(ev: Evidence, y: torch.Tensor, v: Mapping[str, torch.Tensor | None], x: torch.Tensor, claim: str,
+               case: str) -> None:
+    """Fail unless y is what the feed-forward layer (or one of its typical mistakes) computes with these weights."""
+    __tracebackhide__ = True
+    expected = _ff(v, x)
+    if not matches_any(y, [expected, *(out for _, out in _ff_mistakes(v, x))], ev.device):
+        fail(f"{claim}, but it is not the feed-forward layer: its output matches neither the reference nor a known "
+             f"mistake. {_FF_HINT}", expected, y, case=case)
+
+
+_HAND_WEIGHTS = MappingProxyType({"f1w": ((1.0,), (-1.0,)), "f1b": (0.0, 0.0), "f2w": ((1.0, 1.0),), "f2b": (-1.0,)})
+
+
+def _hand_values() -> dict[str, torch.Tensor]:
+    return {role: torch.tensor(value) for role, value in _HAND_WEIGHTS.items()}
+
+
+def _hand_x() -> torch.Tensor:
+    return torch.tensor([[[-2.0], [0.5], [3.0]]])  # (1, 3, 1)
+
+
+def _set_by_hand(ff: nn.Module) -> None:
+    """Load the notebook's example into FeedForward(1, 2): first = [[1], [-1]] (bias 0), second = [[1, 1]] (bias
+    -1), so that FF(x) = relu(x) + relu(-x) - 1 = |x| - 1. The layers are told apart by their sizes."""
+    hand = _hand_values()
     with torch.no_grad():
-        if mask is None:
-            y = run(block, x.clone(), what=f"{BLOCK_NAME}.forward(x)", hint=_BLOCK_HINT)
-        else:
-            y = run(block, x.clone(), mask=mask, what=f"{BLOCK_NAME}.forward(x, mask=mask)", hint=_BLOCK_HINT)
-        expected = _block_oracle(parts, x, heads, ff_mult, mask)
-        mistakes = _block_mistakes(parts, x, heads, mask)
-    expect_tensor(y, what=f"{BLOCK_NAME}.forward(x)", shape=tuple(x.shape), device=x.device)
-    expect_close(y, expected, what=f"{BLOCK_NAME}.forward(x{'' if mask is None else ', mask=mask'})",
-                 mistakes=mistakes, otherwise=_BLOCK_HINT, case=case)
+        for layer in (m for m in ff.modules() if isinstance(m, nn.Linear)):
+            role = "f1" if (layer.in_features, layer.out_features) == (1, 2) else "f2"
+            if tuple(layer.weight.shape) == tuple(hand[f"{role}w"].shape):
+                layer.weight.copy_(hand[f"{role}w"])
+            if layer.bias is not None and tuple(layer.bias.shape) == tuple(hand[f"{role}b"].shape):
+                layer.bias.copy_(hand[f"{role}b"])
 
 
-def block_output_is_normalised(TransformerBlock: Callable, device: torch.device | str = "cpu") -> None:
+def _ff_structure_x() -> torch.Tensor:
+    return randn(2, 4, 6, seed=901)
+
+
+def _probe_ff_structure(FeedForward: Callable, rec: Recorder) -> None:
+    ff = _make(rec, "module", FeedForward, (6, 10), 900)
+    if ff is not None:
+        _run(rec, "y", ff, _ff_structure_x())
+    hand = _make(rec, "hand", FeedForward, (1, 2), 950)
+    if hand is not None:
+        _set_by_hand(hand)
+        _run(rec, "y_hand", hand, _hand_x())
+
+
+def _judge_ff_structure(ev: Evidence) -> None:
+    """Two linear layers, k -> hidden -> k with biases, nothing else with parameters; and the |x| - 1 example."""
+    v = _ff_values(ev, "module", 6, 10, 900)
+    _ff_structure(ev, "hand", 1, 2)
+    x = _ff_structure_x()
+    y = output(ev, "y", what=f"{FF_NAME}.forward(x)", shape=(2, 4, 6), hint=_FF_HINT)
+    hand, x_hand = _hand_values(), _hand_x()
+    # some mistakes agree on the hand example (no ReLU, ReLU on the input): name the one the random case shows
+    found = _matching(y, [(m, out) for m, out in _ff_mistakes(v, x)], ev.device)
+    mistakes = sorted(_ff_mistakes(hand, x_hand), key=lambda pair: pair[0] != found)
+    y_hand = output(ev, "y_hand", what=f"{FF_NAME}.forward(x)", shape=(1, 3, 1), hint=_FF_HINT)
+    expect_close(y_hand, torch.tensor([[[1.0], [-0.5], [2.0]]]), what=f"{FF_NAME}.forward(x)", device=ev.device,
+                 mistakes=mistakes, otherwise=_FF_HINT,
+                 case="first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; x = -2, 0.5, 3")
+    _ff_anchor(ev, y, v, x, f"{FF_NAME} has the right layers", "x of shape (2, 4, 6), hidden=10")
+
+
+feed_forward_structure = Check("feed_forward_structure", _probe_ff_structure, _judge_ff_structure)
+
+
+def _ff_case_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
+    return randn(b, t, k, seed=1100 + i)
+
+
+def _ff_local_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    x = randn(2, 5, 4, seed=1201)
+    x_changed = x.clone()
+    x_changed[:, 3] += 1.0
+    return x, x_changed
+
+
+def _probe_ff_oracle(FeedForward: Callable, rec: Recorder) -> None:
+    for i, (b, t, k, hidden) in enumerate(FF_SHAPES):
+        ff = _make(rec, f"module{i}", FeedForward, (k, hidden), 1000 + 20 * i)
+        if ff is not None:
+            _run(rec, f"y{i}", ff, _ff_case_x(i, b, t, k))
+    ff = _make(rec, "local", FeedForward, (4, 8), 1200)
+    if ff is not None:
+        x, x_changed = _ff_local_inputs()
+        _run(rec, "y_local", ff, x)
+        _run(rec, "y_local_changed", ff, x_changed)
+
+
+def _judge_ff_oracle(ev: Evidence) -> None:
+    """Random weights and inputs of several shapes against F.linear(F.relu(F.linear(x, W1, b1)), W2, b2); and
+    each position is transformed alone: changing one position changes that output only."""
+    for i, (b, t, k, hidden) in enumerate(FF_SHAPES):
+        v = _ff_values(ev, f"module{i}", k, hidden, 1000 + 20 * i)
+        x = _ff_case_x(i, b, t, k)
+        y = output(ev, f"y{i}", what=f"{FF_NAME}.forward(x)", shape=(b, t, k), hint=_FF_HINT)
+        expect_close(y, _ff(v, x), what=f"{FF_NAME}.forward(x)", device=ev.device, mistakes=_ff_mistakes(v, x),
+                     otherwise=_FF_HINT, case=f"x of shape {(b, t, k)}, hidden={hidden}")
+    v = _ff_values(ev, "local", 4, 8, 1200)
+    x, _ = _ff_local_inputs()
+    y = output(ev, "y_local", what=f"{FF_NAME}.forward(x)", shape=(2, 5, 4), hint=_FF_HINT)
+    y_changed = output(ev, "y_local_changed", what=f"{FF_NAME}.forward(x)", shape=(2, 5, 4), hint=_FF_HINT)
+    keep = [0, 1, 2, 4]
+    expect_close(y_changed[:, keep], y[:, keep], what=f"{FF_NAME}.forward at the positions that did not change",
+                 device=ev.device, case="position 3 of x changed",
+                 otherwise="Changing position 3 of the input changed other positions' outputs. The feed-forward "
+                           "layer acts on the last dimension only; nothing should mix positions.")
+    _ff_anchor(ev, y, v, x, f"{FF_NAME} transforms each position alone", "x of shape (2, 5, 4), hidden=8")
+
+
+feed_forward_oracle = Check("feed_forward_oracle", _probe_ff_oracle, _judge_ff_oracle)
+
+
+# ================================================================ TransformerBlock
+
+def _block_what(k: int, heads: int, ff_mult: int | None = None) -> str:
+    return f"{BLOCK_NAME}({k}, {heads})" if ff_mult is None else f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
+
+
+def _block_values(ev: Evidence, key: str, k: int, heads: int, ff_mult: int | None, seed: int,
+                  strict: bool) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """The block's roles (its structure checked, strictly or tolerantly) and the values the probe loaded, by
+    parameter name."""
+    __tracebackhide__ = True
+    what = _block_what(k, heads, ff_mult)
+    _is_module(ev, key, what)
+    roles = _block_roles(ev, key, "", k, what, (heads, ff_mult or 4) if strict else None)
+    return roles, _recreated(ev, key, roles, seed, what)
+
+
+def _block_output(ev: Evidence, key: str, shape: tuple[int, ...], mask: bool = False) -> torch.Tensor:
+    __tracebackhide__ = True
+    b, t, _ = shape
+    return output(ev, key, what=f"{BLOCK_NAME}.forward(x{', mask=mask' if mask else ''})", shape=shape,
+                  hint=_BLOCK_HINT + (" forward's signature is forward(self, x, mask=None)." if mask else ""),
+                  shape_hints={(b, t, t): "That is the shape of attention weights: return the block's output."})
+
+
+def _block_anchor(ev: Evidence, y: torch.Tensor, v: Mapping[str, torch.Tensor | None], roles: Roles,
+                  x: torch.Tensor, mask: torch.Tensor | None, claim: str, case: str) -> None:
+    """Fail unless y is what a transformer block (right, or with a typical mistake) computes with these weights."""
+    __tracebackhide__ = True
+    outputs = _block_outputs(v, x, mask, roles.heads, roles.eps)
+    if not matches_any(y, [out for _, out in outputs], ev.device):
+        fail(f"{claim}, but it is not a transformer block: its output matches neither the reference nor a known "
+             f"mistake. {_BLOCK_HINT}", outputs[0][1], y, case=case)
+
+
+def _structure_x(k: int) -> torch.Tensor:
+    return randn(2, 4, k, seed=1251 + k)
+
+
+_STRUCTURE_CASES = ((12, 3, None, 1250), (8, 2, 2, 1260))  # (k, heads, ff_mult or None for the default, seed)
+
+
+def _probe_block_structure(TransformerBlock: Callable, rec: Recorder) -> None:
+    for i, (k, heads, ff_mult, seed) in enumerate(_STRUCTURE_CASES):
+        args = (k, heads) if ff_mult is None else (k, heads, ff_mult)
+        block = _make(rec, f"module{i}", TransformerBlock, args, seed)
+        if block is None:
+            return
+        _run(rec, f"y{i}", block, _structure_x(k))
+
+
+def _judge_block_structure(ev: Evidence) -> None:
+    """Attention (the course's MultiHeadAttention), two separate LayerNorms and a feed-forward layer with hidden size
+    ff_mult·k, all registered."""
+    for i, (k, heads, ff_mult, seed) in enumerate(_STRUCTURE_CASES):
+        roles, w = _block_values(ev, f"module{i}", k, heads, ff_mult, seed, strict=True)
+        what = _block_what(k, heads, ff_mult)
+        hidden = (ff_mult or 4) * k
+        expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
+        count = _param_count(ev, f"module{i}")
+        if count != expected:
+            fail(f"{what} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and the feed-forward "
+                 f"layer (2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?",
+                 mistake=PARAMETER_COUNT)
+        x = _structure_x(k)
+        y = _block_output(ev, f"y{i}", tuple(x.shape))
+        _block_anchor(ev, y, _values(roles, w), roles, x, None, f"{what} has the right parts",
+                      f"x of shape {tuple(x.shape)}, heads={heads}")
+
+
+transformer_block_structure = Check("transformer_block_structure", _probe_block_structure, _judge_block_structure)
+
+
+def _normalised_x() -> torch.Tensor:
+    return 3.0 * randn(2, 5, 8, seed=1301) + 1.0
+
+
+def _probe_normalised(TransformerBlock: Callable, rec: Recorder) -> None:
+    block = _make(rec, "module", TransformerBlock, (8, 2), 1300)
+    if block is None:
+        return
+    with torch.no_grad():  # a new block's norms: gain 1, bias 0 (the check's values everywhere else)
+        for norm in (m for m in block.modules() if isinstance(m, nn.LayerNorm)):
+            norm.reset_parameters()
+    _run(rec, "y", block, _normalised_x())
+
+
+def _judge_normalised(ev: Evidence) -> None:
     """A post-norm block ends with a fresh LayerNorm: each output position has mean 0 and variance 1."""
-    __tracebackhide__ = True
-    torch.manual_seed(1300)
-    block = run(TransformerBlock, 8, 2, what=f"{BLOCK_NAME}(8, 2)").to(device).eval()
-    x = 3.0 * randn(2, 5, 8, seed=1301, device=device) + 1.0
-    with torch.no_grad():
-        y = run(block, x, what=f"{BLOCK_NAME}.forward(x)", hint=_BLOCK_HINT)
-    expect_tensor(y, what=f"{BLOCK_NAME}.forward(x)", shape=(2, 5, 8), device=device)
+    roles, w = _block_values(ev, "module", 8, 2, None, 1300, strict=False)
+    v = _values(roles, w)
+    v.update(n1w=torch.ones(8), n1b=torch.zeros(8), n2w=torch.ones(8), n2b=torch.zeros(8))
+    x = _normalised_x()
+    y = _block_output(ev, "y", (2, 5, 8))
     mean, var = y.mean(dim=-1), y.var(dim=-1, unbiased=False)
-    if not (torch.allclose(mean, torch.zeros_like(mean), atol=1e-4) and torch.allclose(var, torch.ones_like(var), atol=1e-3)):
+    if not (torch.allclose(mean, torch.zeros_like(mean), atol=1e-4)
+            and torch.allclose(var, torch.ones_like(var), atol=1e-3)):
+        found = _matching(y, _block_outputs(v, x, None, roles.heads, roles.eps), ev.device)
         fail(f"The outputs of a new {BLOCK_NAME} should be normalised per position (mean 0, variance 1 over the k "
-             "features), because the post-norm block ends with norm2(x + ff(x)). Is the last LayerNorm missing, or "
-             "the residual added after it (x + norm2(...)), or is this a pre-norm block?",
+             "features), because the post-norm block ends with norm2(x + ff(x)). "
+             + (f"Your block is not what was asked: {found.explanation}" if found else
+                "Is the last LayerNorm missing, or the residual added after it (x + norm2(...)), or is this a "
+                "pre-norm block?"),
              torch.stack([torch.zeros(5), torch.ones(5)]), torch.stack([mean[0], var[0]]),
-             case="row 1: mean of each output position, row 2: its variance")
+             case="row 1: mean of each output position, row 2: its variance", mistake=found.id if found else None)
+    _block_anchor(ev, y, v, roles, x, None, f"The outputs of {BLOCK_NAME} are normalised",
+                  "x of shape (2, 5, 8), heads=2, norms with gain 1 and bias 0")
 
 
-def block_matches_oracle(TransformerBlock: Callable, device: torch.device | str = "cpu") -> None:
-    """Random weights and inputs of several shapes against nn.TransformerEncoderLayer with the same weights."""
-    __tracebackhide__ = True
+transformer_block_normalised = Check("transformer_block_normalised", _probe_normalised, _judge_normalised)
+
+
+def _block_case_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
+    return randn(b, t, k, seed=1390 + i)
+
+
+def _probe_block_oracle(TransformerBlock: Callable, rec: Recorder) -> None:
     for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES):
-        block, parts = _built_block(TransformerBlock, k, heads, ff_mult, seed=1400 + 50 * i, device=device)
-        x = randn(b, t, k, seed=1390 + i, device=device)
-        _compare_block(block, parts, x, heads, ff_mult, None, case=f"x of shape {(b, t, k)}, heads={heads}")
+        block = _make(rec, f"module{i}", TransformerBlock, (k, heads, ff_mult), 1400 + 50 * i)
+        if block is None:
+            return
+        x = _block_case_x(i, b, t, k)
+        if isinstance(getattr(block, "ff", None), nn.Module):
+            _run(rec, f"ff{i}", block.ff, x)
+        _run(rec, f"y{i}", block, x)
 
 
-def block_passes_mask_on(TransformerBlock: Callable, device: torch.device | str = "cpu") -> None:
+def _compare_block(ev: Evidence, ff_key: str, y_key: str, roles: Roles, w: dict[str, torch.Tensor], x: torch.Tensor,
+                   mask: torch.Tensor | None, case: str) -> None:
+    """The block's feed-forward layer first (a wrong one is diagnosed as such), then the block's output against
+    nn.TransformerEncoderLayer with the same weights."""
+    __tracebackhide__ = True
+    v = _values(roles, w)
+    ff = output(ev, ff_key, what=f"{BLOCK_NAME}.ff(x)", shape=tuple(x.shape), hint=_FF_HINT)
+    expect_close(ff, _ff(v, x), what=f"{BLOCK_NAME}.ff(x)", device=ev.device,
+                 mistakes=[(_in_block(m, ""), out) for m, out in _ff_mistakes(v, x)],
+                 case="block.ff(x)", otherwise=f"{BLOCK_NAME}.ff does not compute Linear -> ReLU -> Linear, so the "
+                 f"block cannot match PyTorch's nn.TransformerEncoderLayer. Make your {FF_NAME} pass its tests "
+                 "(exercise 1) first.")
+    y = _block_output(ev, y_key, tuple(x.shape), mask is not None)
+    outputs = _block_outputs(v, x, mask, roles.heads, roles.eps)
+    expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x{'' if mask is None else ', mask=mask'})",
+                 device=ev.device, mistakes=[(m, out) for m, out in outputs[1:] if m is not None],
+                 otherwise=_BLOCK_HINT, case=case)
+
+
+def _judge_block_oracle(ev: Evidence) -> None:
+    """Random weights and inputs of several shapes against nn.TransformerEncoderLayer with the same weights."""
+    for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES):
+        roles, w = _block_values(ev, f"module{i}", k, heads, ff_mult, 1400 + 50 * i, strict=True)
+        _compare_block(ev, f"ff{i}", f"y{i}", roles, w, _block_case_x(i, b, t, k), None,
+                       case=f"x of shape {(b, t, k)}, heads={heads}")
+
+
+transformer_block_oracle = Check("transformer_block_oracle", _probe_block_oracle, _judge_block_oracle)
+
+
+def _mask_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, t = 3, 6
+    causal = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
+    padding = (torch.arange(t) < torch.tensor([6, 4, 2])[:, None]).unsqueeze(1)  # (b, 1, t)
+    return randn(b, t, 8, seed=1601), causal, padding
+
+
+def _probe_block_mask(TransformerBlock: Callable, rec: Recorder) -> None:
+    block = _make(rec, "module", TransformerBlock, (8, 2, 4), 1600)
+    if block is None:
+        return
+    x, causal, padding = _mask_inputs()
+    if isinstance(getattr(block, "ff", None), nn.Module):
+        _run(rec, "ff", block.ff, x)
+    _run(rec, "y_causal", block, x, causal)
+    _run(rec, "y_padding", block, x, padding)
+
+
+def _judge_block_mask(ev: Evidence) -> None:
     """A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention."""
+    roles, w = _block_values(ev, "module", 8, 2, 4, 1600, strict=True)
+    x, causal, padding = _mask_inputs()
+    _compare_block(ev, "ff", "y_causal", roles, w, x, causal, case="causal mask (6, 6)")
+    _compare_block(ev, "ff", "y_padding", roles, w, x, padding, case="padding mask (3, 1, 6), lengths 6, 4, 2")
+
+
+transformer_block_mask = Check("transformer_block_mask", _probe_block_mask, _judge_block_mask)
+
+
+def _gradient_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    return randn(2, 5, 8, seed=1701), randn(2, 5, 8, seed=1702)
+
+
+_PERMUTATION = (5, 2, 0, 4, 1, 3)
+
+
+def _probe_block_gradients(TransformerBlock: Callable, rec: Recorder) -> None:
+    block = _make(rec, "module", TransformerBlock, (8, 2), 1700)
+    if block is not None:
+        x, upstream = (t.to(rec.device) for t in _gradient_inputs())
+        x.requires_grad_(True)
+        y = rec.call("y", block, x)
+        if isinstance(y, torch.Tensor) and y.requires_grad and y.shape == upstream.shape:
+            (y * upstream).sum().backward()
+            rec.tensor("grad.x", x.grad)
+            for name, p in block.named_parameters():
+                rec.tensor(f"grad.{name}", p.grad)
+    block = _make(rec, "perm", TransformerBlock, (8, 2), 1800)
+    if block is not None:
+        x = randn(2, 6, 8, seed=1801)
+        _run(rec, "y_plain", block, x)
+        _run(rec, "y_perm", block, x[:, list(_PERMUTATION)])
+
+
+def _autograd(fn: Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor], w: Mapping[str, torch.Tensor],
+              x: torch.Tensor | None, loss: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    """Gradients of loss(fn(leaves, x)) with respect to every weight (by parameter name) and to x ("x")."""
+    leaves = {name: value.clone().requires_grad_(True) for name, value in w.items()}
+    if x is not None:
+        x = x.clone().requires_grad_(True)
+    loss(fn(leaves, x)).backward()
+    return {**{name: leaf.grad for name, leaf in leaves.items()}, "x": None if x is None else x.grad}
+
+
+def _compare_gradients(ev: Evidence, grads: Mapping[str, torch.Tensor | None], names: list[str], owner: str,
+                       case: str, oracle: str, because: Mistake | None = None) -> None:
+    """Every recorded parameter received a gradient, and the gradients the judge can recompute are autograd's.
+    because: the typical mistake the output showed, named when it leaves a parameter without a gradient."""
     __tracebackhide__ = True
-    b, t, k, heads = 3, 6, 8, 2
-    block, parts = _built_block(TransformerBlock, k, heads, 4, seed=1600, device=device)
-    x = randn(b, t, k, seed=1601, device=device)
-    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # (t, t)
-    _compare_block(block, parts, x, heads, 4, causal, case=f"causal mask ({t}, {t})")
-    lengths = torch.tensor([6, 4, 2], device=device)
-    padding = (torch.arange(t, device=device) < lengths[:, None]).unsqueeze(1)  # (b, 1, t)
-    _compare_block(block, parts, x, heads, 4, padding, case=f"padding mask ({b}, 1, {t}), lengths 6, 4, 2")
+    for name in names:
+        got = tensor(ev, f"grad.{name}")
+        if got is None or float(got.abs().sum()) == 0.0:
+            fail(f"The parameter {name} of {owner} receives no gradient, so it would never learn. "
+                 + (f"Your {owner} is not what was asked: {because.explanation}" if because else
+                    "Is its layer used in forward?"), mistake=because.id if because else NO_GRADIENT)
+    for name, expected in grads.items():
+        if expected is None:
+            continue
+        kind = "input" if name == "x" else "parameter"
+        got = tensor(ev, f"grad.{name}", shape=tuple(expected.shape))
+        if got is None:
+            fail(f"The {kind} {name} of {owner} receives no gradient.", mistake=NO_GRADIENT)
+        expect_close(got, expected, what=f"The gradient of a loss on {owner}'s output with respect to {name}",
+                     device=ev.device, case=case, otherwise=f"Compare with autograd through {oracle}: build the "
+                     "output only from differentiable torch operations on the layers' outputs.")
 
 
-def block_passes_gradients(TransformerBlock: Callable, device: torch.device | str = "cpu") -> None:
-    """A loss on the output sends a gradient to every parameter and to the input."""
-    __tracebackhide__ = True
-    torch.manual_seed(1700)
-    block = run(TransformerBlock, 8, 2, what=f"{BLOCK_NAME}(8, 2)").to(device)
-    x = randn(2, 5, 8, seed=1701, device=device).requires_grad_(True)
-    y = run(block, x, what=f"{BLOCK_NAME}.forward(x)", hint=_BLOCK_HINT)
-    expect_tensor(y, what=f"{BLOCK_NAME}.forward(x)", shape=(2, 5, 8), device=device)
-    if not y.requires_grad:
-        fail(f"{BLOCK_NAME}.forward(x) is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.")
-    (y * randn(2, 5, 8, seed=1702, device=device)).sum().backward()
-    for name, p in block.named_parameters():
-        if p.grad is None or float(p.grad.abs().sum()) == 0.0:
-            fail(f"The parameter {name} of {BLOCK_NAME} receives no gradient, so it would never learn. Is its "
-                 "layer used in forward?")
-    if x.grad is None or float(x.grad.abs().sum()) == 0.0:
-        fail(f"The input x of {BLOCK_NAME}.forward receives no gradient.")
+def _recorded_names(ev: Evidence, key: str) -> list[str]:
+    params = ev.facts.get(f"{key}.params")
+    return [e[0] for e in params if isinstance(e, list) and e and isinstance(e[0], str)] \
+        if isinstance(params, list) else []
 
 
-def block_is_permutation_equivariant(TransformerBlock: Callable, device: torch.device | str = "cpu") -> None:
-    """Without positions, permuting the input positions permutes the block's outputs the same way."""
-    __tracebackhide__ = True
-    torch.manual_seed(1800)
-    block = run(TransformerBlock, 8, 2, what=f"{BLOCK_NAME}(8, 2)").to(device).eval()
-    x = randn(2, 6, 8, seed=1801, device=device)
-    perm = torch.tensor([5, 2, 0, 4, 1, 3], device=device)
-    with torch.no_grad():
-        y = run(block, x, what=f"{BLOCK_NAME}.forward(x)", hint=_BLOCK_HINT)
-        y_perm = run(block, x[:, perm], what=f"{BLOCK_NAME}.forward(x)", hint=_BLOCK_HINT)
-    expect_tensor(y, what=f"{BLOCK_NAME}.forward(x)", shape=(2, 6, 8), device=device)
-    expect_close(y_perm, y[:, perm], what=f"{BLOCK_NAME}.forward on permuted positions",
-                 case="permutation [5, 2, 0, 4, 1, 3]",
+def _judge_block_gradients(ev: Evidence) -> None:
+    """A loss on the output sends autograd's gradient to every parameter and to the input; and without positions,
+    permuting the input positions permutes the outputs the same way."""
+    roles, w = _block_values(ev, "module", 8, 2, None, 1700, strict=False)
+    x, upstream = _gradient_inputs()
+    y = _block_output(ev, "y", (2, 5, 8))
+    if not requires_grad(ev, "y"):
+        fail(f"{BLOCK_NAME}.forward(x) is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
+             mistake=DETACHED)
+    specs = _block_specs(None)
+    outputs = _block_outputs(_values(roles, w), x, None, roles.heads, roles.eps)
+    found = [spec for spec, (_, out) in zip(specs, outputs) if matches_any(y, [out], ev.device)]
+    if not found:
+        expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x)", device=ev.device, otherwise=_BLOCK_HINT,
+                     case="x of shape (2, 5, 8), heads=2")
+    because, layout, ff = found[0]
+
+    def forward(leaves: dict[str, torch.Tensor], x_leaf: torch.Tensor | None) -> torch.Tensor:
+        return _block_forward(_values(roles, leaves), x_leaf, None, roles.heads, roles.eps, layout, ff)
+
+    grads = _autograd(forward, w, x, lambda out: (out * upstream).sum())
+    _compare_gradients(ev, grads, _recorded_names(ev, "module"), BLOCK_NAME, "k=8, 2 heads, x (2, 5, 8)",
+                       "nn.TransformerEncoderLayer with the same weights", because)
+    roles, w = _block_values(ev, "perm", 8, 2, None, 1800, strict=False)
+    x = randn(2, 6, 8, seed=1801)
+    y = _block_output(ev, "y_plain", (2, 6, 8))
+    y_perm = _block_output(ev, "y_perm", (2, 6, 8))
+    expect_close(y_perm, y[:, list(_PERMUTATION)], what=f"{BLOCK_NAME}.forward on permuted positions",
+                 device=ev.device, case="permutation [5, 2, 0, 4, 1, 3]",
                  otherwise="Every part of the block is permutation equivariant, so the block must be too. Does "
                            "something mix positions outside the attention (a norm or a mean over dim=1)?")
+    _block_anchor(ev, y, _values(roles, w), roles, x, None, f"{BLOCK_NAME} is permutation equivariant",
+                  "x of shape (2, 6, 8), heads=2")
 
 
-# ---------------------------------------------------------------- TransformerClassifier
-
-def _is_block(module: nn.Module) -> bool:
-    return all(isinstance(getattr(module, n, None), nn.Module) for n in ("attention", "norm1", "norm2", "ff"))
+transformer_block_gradients = Check("transformer_block_gradients", _probe_block_gradients, _judge_block_gradients)
 
 
-def _classifier_parts(model: nn.Module, vocab: int, k: int, depth: int,
-                      classes: int) -> tuple[nn.Embedding, list[nn.Module], nn.Linear]:
+# ================================================================ TransformerClassifier
+
+@dataclass(frozen=True)
+class Classifier:
+    """The parts of a classifier: its embedding and output layer (parameter names) and its blocks' roles."""
+
+    embedding: str
+    out_weight: str
+    out_bias: str | None
+    blocks: tuple[Roles, ...]
+
+
+def _classifier_what(vocab: int, k: int, heads: int, depth: int, classes: int) -> str:
+    return f"{CLASSIFIER_NAME}({vocab}, {k}, {heads}, {depth}, {classes})"
+
+
+def _classifier_parts(ev: Evidence, key: str, vocab: int, k: int, heads: int, depth: int,
+                      classes: int) -> Classifier:
     """The embedding, the blocks (in order) and the output layer of a classifier, found by type."""
     __tracebackhide__ = True
-    what = f"{CLASSIFIER_NAME}({vocab}, {k}, heads, {depth}, {classes})"
-    blocks = [m for m in model.modules() if _is_block(m)]
-    if len(blocks) != depth:
+    what = _classifier_what(vocab, k, heads, depth, classes)
+    _is_module(ev, key, what)
+    facts = ev.facts.get(f"{key}.blocks")
+    if not isinstance(facts, list):
+        fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
+    names = [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
+    if len(names) != depth:
         hint = (" Blocks kept in a plain Python list are not registered: use nn.ModuleList or nn.Sequential."
-                if not blocks else
+                if not names else
                 " [TransformerBlock(...)] * depth repeats ONE block; create a new one for each layer."
-                if len(blocks) == 1 else "")
-        fail(f"{what} should hold depth={depth} separate TransformerBlocks; found {len(blocks)} registered.{hint}")
-    inside = {id(m) for blk in blocks for m in blk.modules()}
-    embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
-    if len(embeddings) != 1 or (embeddings[0].num_embeddings, embeddings[0].embedding_dim) != (vocab, k):
-        fail(f"{what} should have one nn.Embedding(vocab_size, k) = nn.Embedding({vocab}, {k}); found "
-             f"{[str(e) for e in embeddings]}.")
-    outputs = [m for m in model.modules() if isinstance(m, nn.Linear) and id(m) not in inside
-               and (m.in_features, m.out_features) == (k, classes)]
+                if len(names) == 1 else "")
+        fail(f"{what} should hold depth={depth} separate TransformerBlocks; found {len(names)} registered.{hint}",
+             mistake=BLOCKS_NOT_REGISTERED if not names else REPEATED_BLOCK if len(names) == 1 else BLOCK_COUNT)
+    described = _described(ev, key)
+    embeddings = [m for m in described if m.get("type") == "Embedding"]
+    if len(embeddings) != 1 or (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim")) != (vocab, k):
+        shown = [f"Embedding({m.get('num_embeddings')}, {m.get('embedding_dim')})" for m in embeddings[:4]]
+        fail(f"{what} should have one nn.Embedding(vocab_size, k) = nn.Embedding({vocab}, {k}); found {shown}.",
+             mistake=WRONG_EMBEDDING)
+    outputs = [m for m in described if _is_linear(m) and not any(m["name"].startswith(n + ".") for n in names)
+               and (m["in_features"], m["out_features"]) == (k, classes)]
     if not outputs:
         fail(f"{what} should end with an nn.Linear(k, num_classes) = nn.Linear({k}, {classes}) outside the blocks; "
-             "none found.")
-    return embeddings[0], blocks, outputs[-1]
+             "none found.", mistake=NO_OUTPUT_LAYER)
+    blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
+    out = outputs[-1]
+    return Classifier(f"{embeddings[0]['name']}.weight", f"{out['name']}.weight",
+                      f"{out['name']}.bias" if out.get("bias") else None, blocks)
 
 
-def _classifier_mistakes(x: torch.Tensor, blocks: list[nn.Module], out: nn.Linear) -> dict[str, torch.Tensor]:
-    h = x
-    for blk in blocks:
-        h = blk(h)
-    mean = h.mean(dim=1)
-    logits = out(mean)
-    return {
-        "the positions are summed instead of averaged: use .mean(dim=1).": out(h.sum(dim=1)),
-        "only the first position is classified; average over all positions with .mean(dim=1).": out(h[:, 0]),
-        "only the last position is classified; average over all positions with .mean(dim=1).": out(h[:, -1]),
-        "max-pooling is used; this model averages over the positions with .mean(dim=1).": out(h.amax(dim=1)),
-        "a softmax is applied to the output. Return the raw logits: F.cross_entropy applies log-softmax itself.":
-            F.softmax(logits, dim=-1),
-        "a log-softmax is applied to the output. Return the raw logits: F.cross_entropy applies log-softmax itself.":
-            F.log_softmax(logits, dim=-1),
-        "the blocks are skipped: the embeddings go straight to the mean.": out(x.mean(dim=1)),
-        "only the first block is used; apply every block, in order.": out(blocks[0](x).mean(dim=1)),
-        "each block is applied to the embeddings rather than to the previous block's output: write x = block(x) "
-        "in the loop.": out(blocks[-1](x).mean(dim=1)),
-    }
-
-
-_CLASSIFIER_HINT = "forward should compute embedding(tokens) -> each block in order -> .mean(dim=1) -> the linear layer."
-
-
-def classifier_structure(TransformerClassifier: Callable) -> None:
-    """An embedding, depth separate registered blocks and a linear output layer; logits of shape (b, num_classes)."""
+def _classifier_values(ev: Evidence, key: str, shape: tuple[int, ...], seed: int) -> tuple[Classifier, dict]:
     __tracebackhide__ = True
-    vocab, k, heads, depth, classes = 11, 8, 2, 3, 4
-    what = f"{CLASSIFIER_NAME}({vocab}, {k}, {heads}, {depth}, {classes})"
-    torch.manual_seed(1900)
-    model = run(TransformerClassifier, vocab, k, heads, depth, classes, what=what)
-    if not isinstance(model, nn.Module):
-        fail(f"{what} should create an nn.Module, but gave a {type(model).__name__}.")
-    _, blocks, _ = _classifier_parts(model, vocab, k, depth, classes)
-    block_params = sum(p.numel() for p in blocks[0].parameters())
+    vocab, k, heads, depth, classes = shape
+    parts = _classifier_parts(ev, key, vocab, k, heads, depth, classes)
+    what = _classifier_what(*shape)
+    w: dict[str, torch.Tensor] = {}
+    for roles in parts.blocks:
+        w.update(_recreated(ev, key, roles, seed, what))
+    own = Roles(MappingProxyType({"e": parts.embedding, "ow": parts.out_weight, "ob": parts.out_bias}),
+                MappingProxyType({"e": (vocab, k), "ow": (classes, k), "ob": (classes,)}))
+    w.update(_recreated(ev, key, own, seed, what))
+    return parts, w
+
+
+def _stacks(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tensor, layout: str,
+            ff: str) -> dict[str, torch.Tensor]:
+    """What the heads are computed from, the blocks computed as (layout, ff) (see _block_forward): the embeddings,
+    the blocks applied in order, the first block alone and the last block on the embeddings."""
+    x = F.embedding(tokens, w[parts.embedding])  # (b, t, k)
+
+    def block(i: int, h: torch.Tensor) -> torch.Tensor:
+        roles = parts.blocks[i]
+        return _block_forward(_values(roles, w), h, None, roles.heads, roles.eps, layout, ff)
+
+    h, first = x, None
+    for i in range(len(parts.blocks)):
+        h = block(i, h)
+        first = h if i == 0 else first
+    last = first if len(parts.blocks) == 1 else block(len(parts.blocks) - 1, x)
+    return {"embedded": x, "chained": h, "first": first, "last": last}
+
+
+def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str, torch.Tensor],
+          kind: str = "mean") -> torch.Tensor:
+    """The logits from the blocks' outputs: kind "mean" is the right head, any other a CLASSIFIER_MISTAKES id."""
+    h = stacks[{BLOCKS_SKIPPED.id: "embedded", FIRST_BLOCK_ONLY.id: "first", BLOCKS_NOT_CHAINED.id: "last"}
+               .get(kind, "chained")]
+
+    def out(z: torch.Tensor) -> torch.Tensor:
+        return F.linear(z, w[parts.out_weight], None if parts.out_bias is None else w[parts.out_bias])
+
+    if kind == SUM_POOLING.id:
+        return out(h.sum(dim=1))
+    if kind == FIRST_TOKEN.id:
+        return out(h[:, 0])
+    if kind == LAST_TOKEN.id:
+        return out(h[:, -1])
+    if kind == MAX_POOLING.id:
+        return out(h.amax(dim=1))
+    logits = out(h.mean(dim=1))  # (b, classes)
+    if kind == SOFTMAX_ON_LOGITS.id:
+        return F.softmax(logits, dim=-1)
+    if kind == LOG_SOFTMAX_ON_LOGITS.id:
+        return F.log_softmax(logits, dim=-1)
+    return logits
+
+
+def _classifier_outputs(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tensor):
+    """(mistake or None, block layout, block ff, head) and its output, for every computation a classifier check
+    recognises, the right one first. The blocks are the student's own TransformerBlock: right, or with one of its
+    typical mistakes (judged by the block's tests, not here). A generator: the right answer costs one stack."""
+    heads = ((None, "mean"), *((m, m.id) for m in CLASSIFIER_MISTAKES))
+    for _, layout, ff in _block_specs(None):
+        with torch.no_grad():
+            stacks = _stacks(parts, w, tokens, layout, ff)
+            for m, kind in heads:
+                yield (m, layout, ff, kind), _head(parts, w, stacks, kind)
+
+
+def _judge_classifier_output(ev: Evidence, y: torch.Tensor, parts: Classifier, w: Mapping[str, torch.Tensor],
+                             tokens: torch.Tensor, case: str) -> tuple[Mistake | None, str, str, str]:
+    """The computation y is: the right head on the student's blocks, or a typical mistake (which fails, named)."""
+    __tracebackhide__ = True
+    what = f"{CLASSIFIER_NAME}.forward(tokens)"
+    right: dict[tuple[str, str], torch.Tensor] = {}
+    mistaken = None
+    for spec, out in _classifier_outputs(parts, w, tokens):
+        if spec[0] is None:
+            right[spec[1:3]] = out
+            if matches_any(y, [out], ev.device):
+                return spec
+        elif mistaken is None and matches_any(y, [out], ev.device):
+            mistaken = spec, out
+    if mistaken is not None:
+        spec, out = mistaken
+        expect_close(y, right[spec[1:3]], what=what, device=ev.device, mistakes=[(spec[0], out)],
+                     otherwise=_CLASSIFIER_HINT, case=case)
+    expect_close(y, right["post", "relu"], what=what, device=ev.device, otherwise=_CLASSIFIER_HINT, case=case)
+    return None, "post", "relu", "mean"  # not reached: y is none of the computations above
+
+
+_CLASSIFIER_STRUCTURE = (11, 8, 2, 3, 4)  # (vocab, k, heads, depth, classes)
+
+
+def _structure_tokens() -> torch.Tensor:
+    return torch.randint(0, 11, (5, 7), generator=generator(1901))
+
+
+def _probe_classifier_structure(TransformerClassifier: Callable, rec: Recorder) -> None:
+    model = _make(rec, "module", TransformerClassifier, _CLASSIFIER_STRUCTURE, 1900)
+    if model is not None:
+        _run(rec, "y", model, _structure_tokens())
+
+
+def _judge_classifier_structure(ev: Evidence) -> None:
+    """An embedding, depth separate registered blocks and a linear output layer; logits of shape (b, num_classes)."""
+    vocab, k, _, depth, classes = _CLASSIFIER_STRUCTURE
+    parts, w = _classifier_values(ev, "module", _CLASSIFIER_STRUCTURE, 1900)
+    what = _classifier_what(*_CLASSIFIER_STRUCTURE)
+    first = ev.facts["module.blocks"]
+    first_block = next(f["name"] for f in first if isinstance(f, dict) and f.get("name"))
+    block_params = _param_count(ev, "module", first_block + ".")
     expected = vocab * k + depth * block_params + k * classes + classes
-    count = sum(p.numel() for p in model.parameters())
+    count = _param_count(ev, "module")
     if count != expected:
         fail(f"{what} has {count} parameters; the embedding ({vocab * k}), {depth} blocks ({block_params} each) and "
-             f"the output layer ({k * classes + classes}) make {expected}. Is an extra layer registered?")
-    tokens = torch.randint(0, vocab, (5, 7), generator=torch.Generator().manual_seed(1901))
-    with torch.no_grad():
-        y = run(model.eval(), tokens, what=f"{CLASSIFIER_NAME}.forward(tokens)", hint=_CLASSIFIER_HINT)
-    expect_tensor(y, what=f"{CLASSIFIER_NAME}.forward(tokens) for tokens of shape (5, 7)", shape=(5, classes),
-                  device="cpu", shape_hints={
-                      (7, classes): "There is one row per position: the mean runs over the batch (dim=0) instead of "
-                                    "the positions (dim=1).",
-                      (5, 7, classes): "There is one row per position: average over the positions (dim=1) before "
-                                       "the output layer."})
+             f"the output layer ({k * classes + classes}) make {expected}. Is an extra layer registered?",
+             mistake=PARAMETER_COUNT)
+    y = output(ev, "y", what=f"{CLASSIFIER_NAME}.forward(tokens) for tokens of shape (5, 7)", shape=(5, classes),
+               hint=_CLASSIFIER_HINT, shape_hints={
+                   (7, classes): "There is one row per position: the mean runs over the batch (dim=0) instead of "
+                                 "the positions (dim=1).",
+                   (5, 7, classes): "There is one row per position: average over the positions (dim=1) before "
+                                    "the output layer."})
+    _judge_classifier_output(ev, y, parts, w, _structure_tokens(), "tokens of shape (5, 7), depth=3")
 
 
-def classifier_matches_reference(TransformerClassifier: Callable, device: torch.device | str = "cpu") -> None:
-    """Random weights and tokens: embedding -> the model's own blocks in order -> mean over positions -> linear."""
-    __tracebackhide__ = True
+transformer_classifier_structure = Check("transformer_classifier_structure", _probe_classifier_structure,
+                                         _judge_classifier_structure)
+
+
+def _case_tokens(i: int, b: int, t: int, vocab: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (b, t), generator=generator(2050 + i))
+
+
+def _probe_classifier_oracle(TransformerClassifier: Callable, rec: Recorder) -> None:
     for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES):
-        torch.manual_seed(2000 + i)
-        what = f"{CLASSIFIER_NAME}({vocab}, {k}, {heads}, {depth}, {classes})"
-        model = run(TransformerClassifier, vocab, k, heads, depth, classes, what=what)
-        embedding, blocks, out = _classifier_parts(model, vocab, k, depth, classes)
-        model = model.to(device).eval()
-        _randomize(model, seed=2100 + 100 * i)
-        tokens = torch.randint(0, vocab, (b, t), generator=torch.Generator().manual_seed(2050 + i)).to(device)
-        with torch.no_grad():
-            y = run(model, tokens.clone(), what=f"{CLASSIFIER_NAME}.forward(tokens)", hint=_CLASSIFIER_HINT)
-            x = F.embedding(tokens, embedding.weight)  # (b, t, k)
-            h = x
-            for blk in blocks:
-                h = blk(h)
-            expected = F.linear(h.mean(dim=1), out.weight, out.bias)  # (b, classes)
-            mistakes = _classifier_mistakes(x, blocks, out)
-        expect_tensor(y, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(b, classes), device=device)
-        expect_close(y, expected, what=f"{CLASSIFIER_NAME}.forward(tokens)", mistakes=mistakes,
-                     otherwise=_CLASSIFIER_HINT, case=f"tokens of shape {(b, t)}, depth={depth}")
+        model = _make(rec, f"module{i}", TransformerClassifier, (vocab, k, heads, depth, classes), 2100 + 100 * i)
+        if model is None:
+            return
+        _run(rec, f"y{i}", model, _case_tokens(i, b, t, vocab))
 
 
-def classifier_is_order_blind(TransformerClassifier: Callable, device: torch.device | str = "cpu") -> None:
-    """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits."""
-    __tracebackhide__ = True
-    torch.manual_seed(2200)
-    model = run(TransformerClassifier, 9, 8, 2, 2, 3, what=f"{CLASSIFIER_NAME}(9, 8, 2, 2, 3)").to(device).eval()
-    tokens = torch.randint(0, 9, (4, 7), generator=torch.Generator().manual_seed(2201)).to(device)
-    perm = torch.tensor([6, 2, 0, 4, 1, 5, 3], device=device)
-    with torch.no_grad():
-        y = run(model, tokens, what=f"{CLASSIFIER_NAME}.forward(tokens)", hint=_CLASSIFIER_HINT)
-        y_perm = run(model, tokens[:, perm], what=f"{CLASSIFIER_NAME}.forward(tokens)", hint=_CLASSIFIER_HINT)
-    expect_tensor(y, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(4, 3), device=device)
-    expect_close(y_perm, y, what=f"{CLASSIFIER_NAME}.forward on shuffled tokens", case="positions permuted",
-                 otherwise="Equivariant blocks followed by a mean over the positions cannot see order, so shuffling "
-                           "the tokens must leave the logits unchanged. Is something position-dependent (a "
-                           "first/last token, a flatten) used instead of the mean?")
+def _judge_classifier_oracle(ev: Evidence) -> None:
+    """Random weights and tokens: embedding -> your blocks in order -> mean over positions -> linear (the blocks
+    recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock computes them)."""
+    for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES):
+        parts, w = _classifier_values(ev, f"module{i}", (vocab, k, heads, depth, classes), 2100 + 100 * i)
+        y = output(ev, f"y{i}", what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(b, classes), hint=_CLASSIFIER_HINT)
+        _judge_classifier_output(ev, y, parts, w, _case_tokens(i, b, t, vocab),
+                                 f"tokens of shape {(b, t)}, depth={depth}")
 
 
-def classifier_passes_gradients(TransformerClassifier: Callable, device: torch.device | str = "cpu") -> None:
-    """The cross-entropy of a batch sends a gradient to the embedding, every block and the output layer."""
-    __tracebackhide__ = True
-    torch.manual_seed(2300)
-    model = run(TransformerClassifier, 9, 8, 2, 2, 3, what=f"{CLASSIFIER_NAME}(9, 8, 2, 2, 3)").to(device)
-    tokens = torch.arange(9, device=device).view(3, 3)  # every token used once
-    y = run(model, tokens, what=f"{CLASSIFIER_NAME}.forward(tokens)", hint=_CLASSIFIER_HINT)
-    expect_tensor(y, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(3, 3), device=device)
-    if not y.requires_grad:
-        fail(f"{CLASSIFIER_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.")
-    F.cross_entropy(y, torch.tensor([0, 1, 2], device=device)).backward()
-    for name, p in model.named_parameters():
-        if p.grad is None or float(p.grad.abs().sum()) == 0.0:
-            fail(f"The parameter {name} of {CLASSIFIER_NAME} receives no gradient, so it would never learn. Is its "
-                 "layer used in forward?")
+transformer_classifier_oracle = Check("transformer_classifier_oracle", _probe_classifier_oracle,
+                                      _judge_classifier_oracle)
+
+
+_ORDER_SHAPE = (9, 8, 2, 2, 3)
+_TOKEN_PERMUTATION = (6, 2, 0, 4, 1, 5, 3)
+
+
+def _order_tokens() -> torch.Tensor:
+    return torch.randint(0, 9, (4, 7), generator=generator(2201))
+
+
+def _gradient_tokens() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.arange(9).view(3, 3), torch.tensor([0, 1, 2])  # every token used once; the labels
+
+
+def _probe_classifier_order(TransformerClassifier: Callable, rec: Recorder) -> None:
+    model = _make(rec, "order", TransformerClassifier, _ORDER_SHAPE, 2200)
+    if model is not None:
+        tokens = _order_tokens()
+        _run(rec, "y", model, tokens)
+        _run(rec, "y_perm", model, tokens[:, list(_TOKEN_PERMUTATION)])
+    model = _make(rec, "module", TransformerClassifier, _ORDER_SHAPE, 2300)
+    if model is None:
+        return
+    tokens, labels = (t.to(rec.device) for t in _gradient_tokens())
+    y = rec.call("y_grad", model, tokens)
+    if isinstance(y, torch.Tensor) and y.requires_grad and tuple(y.shape) == (3, 3):
+        F.cross_entropy(y, labels).backward()
+        for name, p in model.named_parameters():
+            rec.tensor(f"grad.{name}", p.grad)
+
+
+def _judge_classifier_order(ev: Evidence) -> None:
+    """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits. The
+    cross-entropy of a batch sends autograd's gradient to the embedding, every block and the output layer."""
+    parts, w = _classifier_values(ev, "order", _ORDER_SHAPE, 2200)
+    tokens = _order_tokens()
+    what = f"{CLASSIFIER_NAME}.forward(tokens)"
+    y = output(ev, "y", what=what, shape=(4, 3), hint=_CLASSIFIER_HINT)
+    y_perm = output(ev, "y_perm", what=what, shape=(4, 3), hint=_CLASSIFIER_HINT)
+    if not close(y_perm, y, **tolerance(ev.device)):
+        found = [spec[0] for spec, out in _classifier_outputs(parts, w, tokens)
+                 if spec[0] is not None and matches_any(y, [out], ev.device)][:1]
+        fail(f"{CLASSIFIER_NAME}.forward on shuffled tokens changes the logits. Equivariant blocks followed by a mean "
+             "over the positions cannot see order, so shuffling the tokens must leave the logits unchanged. "
+             + (f"Your model is not what was asked: {found[0].explanation}" if found else
+                "Is something position-dependent (a first/last token, a flatten) used instead of the mean?"),
+             y, y_perm, case="positions permuted", mistake=found[0].id if found else None)
+    _judge_classifier_output(ev, y, parts, w, tokens, "tokens of shape (4, 7), depth=2")
+    parts, w = _classifier_values(ev, "module", _ORDER_SHAPE, 2300)
+    tokens, labels = _gradient_tokens()
+    y = output(ev, "y_grad", what=what, shape=(3, 3), hint=_CLASSIFIER_HINT)
+    if not requires_grad(ev, "y_grad"):
+        fail(f"{CLASSIFIER_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside "
+             "it.", mistake=DETACHED)
+    _, layout, ff, kind = _judge_classifier_output(ev, y, parts, w, tokens, "tokens arange(9) as (3, 3), depth=2")
+
+    def forward(leaves: dict[str, torch.Tensor], _: torch.Tensor | None) -> torch.Tensor:
+        return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff), kind)
+
+    grads = _autograd(forward, w, None, lambda out: F.cross_entropy(out, labels))
+    grads.pop("x")
+    _compare_gradients(ev, grads, _recorded_names(ev, "module"), CLASSIFIER_NAME,
+                       "tokens arange(9) as (3, 3), labels 0, 1, 2", "embedding, nn.TransformerEncoderLayer blocks, "
+                       "mean and linear layer with the same weights")
+
+
+transformer_classifier_order_blind = Check("transformer_classifier_order_blind", _probe_classifier_order,
+                                           _judge_classifier_order)
