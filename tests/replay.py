@@ -4,7 +4,8 @@
 the given replacements) in a fresh namespace, then every test cell with NBGRADER_EXECUTION=autograde, as the
 kernel does under grading: each check probes and writes its record. The records are then judged with
 ``autograder.judging.judge``, exactly as the grader's JudgeEvidence step does after nbgrader ran the kernel.
-Demo cells are not run. Seconds per notebook instead of nbgrader's many.
+Demo cells are not run. Seconds per notebook instead of nbgrader's many. ``records`` keeps the records themselves,
+for tests that forge them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from autograder import course_dir
 from autograder.judging import Verdict, check_for, judge
 from autograder.notebooks import answer, grade_id
 from course.checks.check import AwaitingJudge
+from course.checks.evidence import FOLDER, Evidence, read
 
 
 @dataclass
@@ -61,16 +64,14 @@ def _autograding(folder: Path):
             os.environ["NBGRADER_EXECUTION"] = before
 
 
-def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str | None = None,
-          device: str = "cpu") -> Result:
-    """Score one notebook of an assignment with these answer cells replaced (grade_id -> code)."""
-    answers = answers or {}
-    notebook = notebook or (notebook_of(assignment, next(iter(answers))) if answers
-                            else course_dir.notebooks(assignment)[0])
+def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, folder: Path,
+         visit: Callable[[str, dict], None]) -> None:
+    """Run the setup, answer and test cells of the source notebook in one namespace, as a kernel under grading
+    does (NBGRADER_EXECUTION=autograde, so every check only probes and writes its record under folder), and
+    call visit(grade_id, nbgrader metadata) after each test cell."""
     nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
     namespace: dict = {"__name__": "__main__"}
-    result = Result(0.0, 0.0)
-    with tempfile.TemporaryDirectory(prefix="replay-") as tmp, _autograding(Path(tmp)):
+    with _autograding(folder):
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             gid = meta.get("grade_id")
@@ -92,11 +93,43 @@ def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str 
                     pass
                 except Exception:  # noqa: BLE001 - the probe failed to write: the judge finds no record
                     pass
-                check = check_for(assignment, gid)
-                verdict = judge(check, Path(tmp) / ".evidence") if check else Verdict(False, "no check", "no-check")
-                points = float(meta.get("points", 0))
-                result.verdicts[gid] = verdict
-                result.points[gid] = points
-                result.max_score += points
-                result.score += points if verdict.passed else 0.0
+                visit(gid, meta)
+
+
+def _notebook(assignment: str, answers: dict[str, str], notebook: str | None) -> str:
+    if notebook:
+        return notebook
+    return notebook_of(assignment, next(iter(answers))) if answers else course_dir.notebooks(assignment)[0]
+
+
+def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str | None = None,
+          device: str = "cpu") -> Result:
+    """Score one notebook of an assignment with these answer cells replaced (grade_id -> code)."""
+    answers = answers or {}
+    result = Result(0.0, 0.0)
+    with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
+        def judged(gid: str, meta: dict) -> None:
+            check = check_for(assignment, gid)
+            verdict = judge(check, Path(tmp) / FOLDER) if check else Verdict(False, "no check", "no-check")
+            points = float(meta.get("points", 0))
+            result.verdicts[gid] = verdict
+            result.points[gid] = points
+            result.max_score += points
+            result.score += points if verdict.passed else 0.0
+
+        _run(assignment, answers, _notebook(assignment, answers, notebook), device, Path(tmp), judged)
     return result
+
+
+def records(assignment: str, notebook: str, answers: dict[str, str] | None = None,
+            device: str = "cpu") -> dict[str, Evidence]:
+    """check name -> the evidence record its probe wrote for this notebook's solution (or these answers)."""
+    found: dict[str, Evidence] = {}
+    with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
+        def kept(gid: str, meta: dict) -> None:
+            check = check_for(assignment, gid)
+            if check is not None:
+                found[check.name] = read(Path(tmp) / FOLDER / check.name, check.name)
+
+        _run(assignment, answers or {}, notebook, device, Path(tmp), kept)
+    return found

@@ -48,7 +48,7 @@ def plausible():
            "attention_weights_oracle": {f"w{i}": u(b, t) for i, (b, t, k) in enumerate(shapes)},
            "basic_self_attention_by_hand": {"y": torch.zeros(1, 3, 2)},
            "basic_self_attention_oracle": {**{f"y{i}": torch.zeros(b, t, k) for i, (b, t, k) in enumerate(shapes)},
-                                           "y_grad": torch.zeros(2, 5, 3), "x_grad": torch.ones(2, 5, 3)},
+                                           "y_grad": torch.zeros(2, 5, 3), "grad.x": torch.ones(2, 5, 3)},
            "permutation_equivariance": {"y": torch.zeros(2, 6, 4), "y_perm": torch.zeros(2, 6, 4)}}
     for name, tensors in out.items():
         forge(name, tensors, {k: fact(v, grad=k == "y_grad") for k, v in tensors.items()})

@@ -13,10 +13,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks import weights
+from course.checks import modules, oracles
 from course.checks.check import Check
-from course.checks.compare import Mistake, expect_close, fail, matches_any, output, raised, randn, requires_grad, tensor
+from course.checks.compare import (
+    Mistake,
+    expect_close,
+    fail,
+    matches_any,
+    output,
+    randn,
+)
 from course.checks.evidence import Evidence, Recorder
+from course.checks.modules import MISSING_PARAMETER
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -50,17 +58,9 @@ KEYS_FROM_QUERIES = Mistake("keys-from-queries", "queries and keys both come fro
 QUERIES_KEYS_SWAPPED = Mistake("queries-keys-swapped", "queries and keys are swapped (to_keys(x) is used as the "
                                "queries and to_queries(x) as the keys), so the weights are transposed.")
 
-# ids of structure and property failures (fail(..., mistake=...))
-NOT_A_MODULE = "not-a-module"
-MISSING_LAYER = "missing-layer"
-WRONG_LAYER_TYPE = "wrong-layer-type"
-WRONG_LAYER_SIZE = "wrong-layer-size"
+# ids of structure failures of this assignment (the shared ones are in course/checks/modules.py)
 PROJECTION_BIAS = "projection-bias"
-SHARED_LAYER = "shared-layer"
-MISSING_PARAMETER = "missing-parameter"
 PARAMETER_COUNT = "parameter-count"
-NO_GRADIENT = "no-gradient"
-DETACHED = "detached"
 SEVERAL = "several-mistakes"  # a mistake in attention together with one in the module, named part by part
 
 _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). "
@@ -229,19 +229,7 @@ attention_oracle = Check("attention_oracle", _probe_attention_oracle, _judge_att
 
 def _make(cls: Callable, rec: Recorder, key: str, k: int, seed: int) -> nn.Module | None:
     """Build the student's module, record its structure, and load the check's weights (seed) into it."""
-    module = rec.call(key, cls, k)
-    is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
-    if not is_module:
-        return None
-    layers = [getattr(module, name, None) for name in ROLES]
-    rec.fact(f"{key}.shared", [[name, next(ROLES[j] for j in range(i) if layers[j] is layer)]
-                               for i, (name, layer) in enumerate(zip(ROLES, layers))
-                               if layer is not None and any(layer is other for other in layers[:i])])
-    rec.fact(f"{key}.modules", weights.describe(module))
-    module = module.to(rec.device)
-    rec.fact(f"{key}.params", weights.fill(module, seed))
-    return module
+    return modules.build(rec, key, cls, k, seed=seed, layers=ROLES)
 
 
 def _run(rec: Recorder, key: str, module: nn.Module, x: torch.Tensor) -> None:
@@ -282,18 +270,10 @@ def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[
 
 def _mha(w: dict[str, torch.Tensor], k: int) -> nn.MultiheadAttention:
     """nn.MultiheadAttention with one head carrying these projections, an identity output projection, and its
-    scaling undone: it divides the scores by √k, so the query weights (and bias) are multiplied by √k."""
-    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
-        mha = nn.MultiheadAttention(k, num_heads=1, bias=True, batch_first=True)
-    zero = torch.zeros(k)
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([w["to_queries.weight"] * math.sqrt(k), w["to_keys.weight"],
-                                            w["to_values.weight"]]))
-        mha.in_proj_bias.copy_(torch.cat([w.get("to_queries.bias", zero) * math.sqrt(k),
-                                          w.get("to_keys.bias", zero), w.get("to_values.bias", zero)]))
-        mha.out_proj.weight.copy_(torch.eye(k))
-        mha.out_proj.bias.zero_()
-    return mha
+    division of the scores by √k undone."""
+    return oracles.multihead_attention(
+        w["to_queries.weight"], w["to_keys.weight"], w["to_values.weight"], bq=w.get("to_queries.bias"),
+        bk=w.get("to_keys.bias"), bv=w.get("to_values.bias"), query_scale=oracles.unscaled(k))
 
 
 def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -305,42 +285,18 @@ def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
 def _check_structure(ev: Evidence, key: str, k: int) -> None:
     """Three separate bias-free k×k nn.Linear projections."""
     __tracebackhide__ = True
-    what = f"{MODULE_NAME}({k})"
-    raised(ev, key, what)
-    if ev.facts.get(f"{key}.is_module") is not True:
-        fact = ev.facts.get(key)
-        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
-        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}. Does the class derive from "
-             "nn.Module?", mistake=NOT_A_MODULE)
-    shared = ev.facts.get(f"{key}.shared")
-    if not isinstance(shared, list):
-        fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
-    if shared:
-        fail("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
-             "create three separate nn.Linear modules.", mistake=SHARED_LAYER)
-    described = ev.facts.get(f"{key}.modules")
-    found = {m.get("name"): m for m in described if isinstance(m, dict)} if isinstance(described, list) else {}
+    modules.built(ev, key, f"{MODULE_NAME}({k})")
+    modules.expect_separate(ev, key, "Two of to_queries, to_keys, to_values are the same layer. Each role needs its "
+                                     "own weights: create three separate nn.Linear modules.")
     for name in ROLES:
-        layer = found.get(name)
-        if not isinstance(layer, dict):
-            fail(f"{MODULE_NAME} has no layer `{name}`. Create it in __init__: self.{name} = {PROJECTION}.",
-                 mistake=MISSING_LAYER)
-        if "in_features" not in layer:
-            fail(f"{MODULE_NAME}.{name} is a {str(layer.get('type'))[:60]}; it should be {PROJECTION}.",
-                 mistake=WRONG_LAYER_TYPE)
-        if (layer.get("in_features"), layer.get("out_features")) != (k, k):
-            fail(f"{MODULE_NAME}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; "
-                 f"here it should map {k} -> {k}: {PROJECTION}.", mistake=WRONG_LAYER_SIZE)
-        if layer.get("bias") is not False:
-            fail(f"{MODULE_NAME}.{name} has a bias. The projections are plain matrices: {PROJECTION}.",
-                 mistake=PROJECTION_BIAS)
+        modules.expect_linear(ev, key, MODULE_NAME, name, k, k, False, PROJECTION, bias_mistake=PROJECTION_BIAS)
 
 
 def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
     """The structure is right, and the values the probe loaded into the three weights (recreated here)."""
     __tracebackhide__ = True
     _check_structure(ev, key, k)
-    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    loaded = modules.loaded(ev, key, seed)
     found = {}
     for name in (f"{role}.weight" for role in ROLES):
         if name not in loaded or tuple(loaded[name].shape) != (k, k):
@@ -353,7 +309,7 @@ def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tenso
 def _any_weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor] | None:
     """The projections the probe loaded, whatever the structure: shared layers and biases allowed (a property
     check keeps its credit for them); None when some role has no k×k weight."""
-    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    loaded = modules.loaded(ev, key, seed)
     shared = ev.facts.get(f"{key}.shared")
     same_as = {e[0]: e[1] for e in shared if isinstance(e, list) and len(e) == 2} if isinstance(shared, list) else {}
     found = {}
@@ -403,9 +359,7 @@ def _judge_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
     k = _STRUCTURE_K
     w = _weights(ev, "module", k, 200)
-    filled = ev.facts.get("module.params")
-    count = sum(math.prod(entry[1]) for entry in filled if isinstance(entry, list) and len(entry) == 2
-                and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1]))
+    count = modules.parameter_count(ev, "module")
     if count != 3 * k * k:
         fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
              "Are extra layers or biases registered, or some projection kept outside the module?",
@@ -441,8 +395,7 @@ def _probe_module_oracle(cls: Callable, rec: Recorder) -> None:
         return
     (y * upstream).sum().backward()
     rec.tensor("grad.x", x.grad)
-    for name, p in module.named_parameters():
-        rec.tensor(f"grad.{name}", p.grad)
+    modules.record_gradients(rec, module)
 
 
 def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
@@ -453,9 +406,9 @@ def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
     x = x.clone().requires_grad_(True)
     y, _ = mha(x, x, x, need_weights=False)
     (y * upstream).sum().backward()
-    gq, gk, gv = mha.in_proj_weight.grad.chunk(3)
     # MultiheadAttention's query weight is √k times the module's, so the module's gradient is √k times its
-    return {"x": x.grad, "to_queries.weight": gq * math.sqrt(k), "to_keys.weight": gk, "to_values.weight": gv}
+    grads = oracles.projection_gradients(mha, oracles.unscaled(k))
+    return {"x": x.grad, "to_queries.weight": grads["q"], "to_keys.weight": grads["k"], "to_values.weight": grads["v"]}
 
 
 def _judge_module_oracle(ev: Evidence) -> None:
@@ -472,22 +425,11 @@ def _judge_module_oracle(ev: Evidence) -> None:
     w = _weights(ev, "grad_module", 4, 700)
     x, upstream = _grad_inputs()
     y = _module_output(ev, "y_grad", (2, 5, 4))
-    if not requires_grad(ev, "y_grad"):
-        fail(f"{MODULE_NAME}.forward(x) is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside "
-             "it.", mistake=DETACHED)
+    modules.expect_attached(ev, "y_grad", f"{MODULE_NAME}.forward(x)")
     expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
                  mistakes=_module_mistakes(w, x), case="x of shape (2, 5, 4)", otherwise=_FORWARD_HINT)
-    grads = _oracle_gradients(w, x, upstream)
-    for name, expected in grads.items():
-        got = tensor(ev, f"grad.{name}", shape=tuple(expected.shape))
-        if got is None or (name != "x" and not bool(got.abs().sum() > 0)):
-            fail(f"The input x of {MODULE_NAME}.forward receives no gradient." if name == "x" else
-                 f"{MODULE_NAME}.{name.removesuffix('.weight')} receives no gradient, so it would never learn. "
-                 "Is it used in forward?", mistake=NO_GRADIENT)
-        expect_close(got, expected, what=f"The gradient of a loss on {MODULE_NAME}.forward with respect to {name}",
-                     device=ev.device, case="k=4, x of shape (2, 5, 4)",
-                     otherwise="Compare with autograd through nn.MultiheadAttention: build the output only from "
-                               "differentiable torch operations on the projections.")
+    modules.expect_gradients(ev, _oracle_gradients(w, x, upstream), owner=f"{MODULE_NAME}.forward",
+                             case="k=4, x of shape (2, 5, 4)", oracle="nn.MultiheadAttention")
 
 
 self_attention_qkv_oracle = Check("self_attention_qkv_oracle", _probe_module_oracle, _judge_module_oracle)
@@ -509,10 +451,7 @@ def _probe_equivariance(cls: Callable, rec: Recorder) -> None:
 
 def _judge_equivariance(ev: Evidence) -> None:
     """Like basic self-attention, the projected version ignores where a vector sits."""
-    raised(ev, "module", f"{MODULE_NAME}(4)")
-    if ev.facts.get("module.is_module") is not True:
-        fail(f"{MODULE_NAME}(4) should create an nn.Module. Does the class derive from nn.Module?",
-             mistake=NOT_A_MODULE)
+    modules.built(ev, "module", f"{MODULE_NAME}(4)")
     y = _module_output(ev, "y", (2, 6, 4))
     y_perm = _module_output(ev, "y_perm", (2, 6, 4))
     expect_close(y_perm, y[:, list(_PERMUTATION)], what=f"{MODULE_NAME}.forward on permuted positions",

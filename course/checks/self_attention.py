@@ -195,7 +195,7 @@ def _probe_output_oracle(basic_self_attention, rec: Recorder) -> None:
     y = rec.call("y_grad", basic_self_attention, x)
     if isinstance(y, torch.Tensor) and y.requires_grad and y.shape == x.shape:
         (y * _upstream().to(rec.device)).sum().backward()
-        rec.tensor("x_grad", x.grad)
+        rec.tensor("grad.x", x.grad)
 
 
 def _judge_output_oracle(ev: Evidence) -> None:
@@ -213,7 +213,7 @@ def _judge_output_oracle(ev: Evidence) -> None:
              mistake="detached")
     x = _grad_x().requires_grad_(True)
     (_oracle_output(x) * _upstream()).sum().backward()
-    grad = tensor(ev, "x_grad", shape=(2, 5, 3))
+    grad = tensor(ev, "grad.x", shape=(2, 5, 3))
     if grad is None:
         fail(f"The input of {OUTPUT_NAME} receives no gradient; every output depends on every input.")
     expect_close(grad, x.grad, what=f"The gradient of a loss on {OUTPUT_NAME} with respect to x", device=ev.device,

@@ -1,0 +1,200 @@
+"""A student's nn.Module on both sides of a check: built and filled by the probe, read back by the judge.
+
+The probe (:func:`build`) constructs the student's class, records whether it gave an nn.Module, what the module
+is made of (every submodule's type and sizes), which of its named layers are one object, and loads the check's
+weights into every parameter (course/checks/weights.py), recording their names and shapes. After running it,
+:func:`record_gradients` keeps the gradients a loss left on its parameters.
+
+The judge reads those facts back: :func:`built` fails plainly when the constructor raised or gave something else,
+:func:`expect_linear` and :func:`expect_separate` check the layers, :func:`loaded` recreates the weights the probe
+loaded, and :func:`expect_gradients` compares recorded gradients with the ones autograd gives through the oracle
+(:func:`autograd`). Nothing here calls student code on the judge's side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from course.checks import weights
+from course.checks.compare import Mistake, expect_close, fail, raised, requires_grad, tensor
+from course.checks.evidence import Evidence, Recorder
+
+# ids of the structure and gradient failures every assignment shares
+NOT_A_MODULE = "not-a-module"
+MISSING_LAYER = "missing-layer"
+WRONG_LAYER_TYPE = "wrong-layer-type"
+WRONG_LAYER_SIZE = "wrong-layer-size"
+WRONG_BIAS = "wrong-bias"
+SHARED_LAYER = "shared-layer"
+MISSING_PARAMETER = "missing-parameter"
+NO_GRADIENT = "no-gradient"
+DETACHED = "detached"
+
+
+# ------------------------------------------------------------------------------------------- the probe's side
+
+def shared_layers(module: nn.Module, names: Iterable[str]) -> list[list[str]]:
+    """[[name, the earlier name it is the same object as], ...] among the module's attributes `names`."""
+    names = list(names)
+    layers = [getattr(module, name, None) for name in names]
+    return [[name, next(names[j] for j in range(i) if layers[j] is layer)]
+            for i, (name, layer) in enumerate(zip(names, layers))
+            if layer is not None and any(layer is other for other in layers[:i])]
+
+
+def build(rec: Recorder, key: str, cls: Callable, *args: Any, seed: int | None = None,
+          gains: Mapping[str, float] | None = None, layers: Iterable[str] = (),
+          facts: Callable[[nn.Module], Mapping[str, Any]] | None = None, train: bool | None = None,
+          **kwargs: Any) -> nn.Module | None:
+    """cls(*args, **kwargs) on the device, its structure recorded under key and, with a seed, the check's weights
+    loaded; None (recorded as such) when it raised, is not an nn.Module, or cannot be inspected or moved.
+
+    layers: attribute names whose sharing is recorded (key.shared); facts: further structure facts
+    (key.<name>) read from the module; train: put it in training (True) or evaluation (False) mode."""
+    module = rec.call(key, cls, *args, **kwargs)
+    is_module = isinstance(module, nn.Module)
+    rec.fact(f"{key}.is_module", is_module)
+    if not is_module:
+        return None
+    try:
+        rec.fact(f"{key}.shared", shared_layers(module, layers))
+        for name, value in (facts(module) if facts else {}).items():
+            rec.fact(f"{key}.{name}", value)
+        rec.fact(f"{key}.modules", weights.describe(module))
+        module = module.to(rec.device)
+        if train is not None:
+            module.train(train)
+        if seed is not None:
+            rec.fact(f"{key}.params", weights.fill(module, seed, gains))
+    except Exception as error:  # noqa: BLE001 - a module that cannot be inspected or moved is evidence too
+        rec.raised(key, error)
+        return None
+    return module
+
+
+def record_gradients(rec: Recorder, module: nn.Module, prefix: str = "grad.") -> None:
+    """Keep the gradient every parameter of module received (None where it received none)."""
+    for name, p in module.named_parameters():
+        rec.tensor(f"{prefix}{name}", p.grad)
+
+
+# ------------------------------------------------------------------------------------------- the judge's side
+
+def built(ev: Evidence, key: str, what: str, hint: str = "") -> None:
+    """Fail in plain words unless the constructor recorded under key ran and gave an nn.Module."""
+    __tracebackhide__ = True
+    raised(ev, key, what)
+    fact = ev.facts.get(key)
+    if not isinstance(fact, dict):
+        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
+    if ev.facts.get(f"{key}.is_module") is not True:
+        kind = "None" if fact.get("kind") == "none" else str(fact.get("type", "None"))[:60]
+        fail(f"{what} should create an nn.Module, but gave a {kind}. "
+             f"{hint or 'Does the class derive from nn.Module?'}", mistake=NOT_A_MODULE)
+
+
+def described(ev: Evidence, key: str) -> dict[str, dict]:
+    """Qualified submodule name -> its recorded facts (type, sizes)."""
+    found = ev.facts.get(f"{key}.modules")
+    return {m.get("name"): m for m in found if isinstance(m, dict)} if isinstance(found, list) else {}
+
+
+def expect_separate(ev: Evidence, key: str, message: str) -> None:
+    """Fail with message unless the layers whose sharing the probe recorded are distinct objects."""
+    __tracebackhide__ = True
+    shared = ev.facts.get(f"{key}.shared")
+    if not isinstance(shared, list):
+        fail("The test recorded nothing about the module's layers: the check did not run to the end.")
+    if shared:
+        fail(message, mistake=SHARED_LAYER)
+
+
+def expect_linear(ev: Evidence, key: str, owner: str, name: str, n_in: int, n_out: int, bias: bool,
+                  spec: str, bias_mistake: str = WRONG_BIAS) -> None:
+    """owner.name is an nn.Linear(n_in, n_out) with (or without) a bias; spec says how to create it."""
+    __tracebackhide__ = True
+    layer = described(ev, key).get(name)
+    if not isinstance(layer, dict):
+        fail(f"{owner} has no layer `{name}`. Create it in __init__: self.{name} = {spec}.", mistake=MISSING_LAYER)
+    if "in_features" not in layer:
+        fail(f"{owner}.{name} is a {str(layer.get('type'))[:60]}; it should be {spec}.", mistake=WRONG_LAYER_TYPE)
+    if (layer.get("in_features"), layer.get("out_features")) != (n_in, n_out):
+        fail(f"{owner}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; here it "
+             f"should map {n_in} -> {n_out}: {spec}.", mistake=WRONG_LAYER_SIZE)
+    if layer.get("bias") is not bias:
+        fail(f"{owner}.{name} {'has no' if bias else 'has a'} bias; it should be {spec}.", mistake=bias_mistake)
+
+
+def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
+    """name -> the value the probe loaded into that parameter (recreated from the seed, never read)."""
+    return weights.recreate(ev.facts.get(f"{key}.params"), seed, gains)
+
+
+def parameter_count(ev: Evidence, key: str) -> int:
+    """The number of values in the parameters the probe filled."""
+    total = 0
+    for entry in ev.facts.get(f"{key}.params") or []:
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list) \
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in entry[1]):
+            count = 1
+            for n in entry[1]:
+                count *= n
+            total += count
+    return total
+
+
+def expect_attached(ev: Evidence, key: str, what: str) -> None:
+    """The recorded output is part of an autograd graph (nothing detached it)."""
+    __tracebackhide__ = True
+    if not requires_grad(ev, key):
+        fail(f"{what} is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
+             mistake=DETACHED)
+
+
+def autograd(forward: Callable[..., torch.Tensor], leaves: Mapping[str, torch.Tensor],
+             inputs: Mapping[str, torch.Tensor], upstream: torch.Tensor) -> dict[str, torch.Tensor | None]:
+    """Gradients of sum(forward(leaves, **inputs) * upstream) with respect to every leaf and floating input."""
+    leaves = {name: value.clone().requires_grad_(True) for name, value in leaves.items()}
+    given = {name: value.clone().requires_grad_(value.is_floating_point()) for name, value in inputs.items()}
+    (forward(leaves, **given) * upstream).sum().backward()
+    return {**{name: leaf.grad for name, leaf in leaves.items()},
+            **{name: value.grad for name, value in given.items() if value.is_floating_point()}}
+
+
+def expect_gradients(ev: Evidence, expected: Mapping[str, torch.Tensor | None], *, owner: str, case: str,
+                     oracle: str, hints: Mapping[str, str] | None = None, because: Mistake | None = None,
+                     present: Iterable[str] = ()) -> None:
+    """Every name in expected received a gradient (recorded as grad.<name>) equal to autograd's through the oracle.
+
+    Names with a dot are parameters, the others inputs. present: further parameters that must receive some
+    gradient, which the judge does not recompute. because: the typical mistake the output already showed, named
+    when it leaves a parameter without a gradient."""
+    __tracebackhide__ = True
+    for name in present:
+        if name not in expected:
+            got = tensor(ev, f"grad.{name}")
+            if got is None or not bool(got.abs().sum() > 0):
+                _no_gradient(name, "parameter", owner, hints, because)
+    for name, value in expected.items():
+        kind = "parameter" if "." in name else "input"
+        got = tensor(ev, f"grad.{name}", shape=None if value is None else tuple(value.shape))
+        if got is None or value is None or (kind == "parameter" and not bool(got.abs().sum() > 0)):
+            _no_gradient(name, kind, owner, hints, because)
+        expect_close(got, value, what=f"The gradient of a loss on {owner}'s output with respect to {name}",
+                     device=ev.device, case=case,
+                     otherwise=f"Compare with autograd through {oracle}: build the output only from differentiable "
+                               "torch operations.")
+
+
+def _no_gradient(name: str, kind: str, owner: str, hints: Mapping[str, str] | None, because: Mistake | None) -> None:
+    __tracebackhide__ = True
+    if because is not None:
+        fail(f"The {kind} {name} of {owner} receives no gradient. Your {owner} is not what was asked: "
+             f"{because.explanation}", mistake=because.id)
+    fail(f"The {kind} {name} of {owner} receives no gradient"
+         + (", so it would never learn. Is it used in forward?" if kind == "parameter" else ".")
+         + (" " + hints[name] if hints and name in hints else ""), mistake=NO_GRADIENT)

@@ -1,0 +1,49 @@
+"""PyTorch's own modules with the check's weights copied in: the oracles the judges compare against.
+
+Building a PyTorch module draws random initial weights; every builder here forks the global RNG first, so a
+judge leaves the caller's random state exactly as it found it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def multihead_attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, heads: int = 1, *,
+                        wo: torch.Tensor | None = None, bo: torch.Tensor | None = None,
+                        bq: torch.Tensor | None = None, bk: torch.Tensor | None = None,
+                        bv: torch.Tensor | None = None, query_scale: float = 1.0) -> nn.MultiheadAttention:
+    """nn.MultiheadAttention (batch first) computing with these projections: (k, k) query, key and value weights,
+    an output projection (identity when wo is None) and biases (zero when None).
+
+    nn.MultiheadAttention divides the scores by √(k / heads). To model attention scaled differently, pass
+    query_scale: the query weight and bias are multiplied by it (√(k / heads) undoes the scaling entirely).
+    """
+    k = wq.shape[0]
+    with torch.random.fork_rng(devices=[]):
+        mha = nn.MultiheadAttention(k, heads, bias=True, batch_first=True)
+    zero = torch.zeros(k)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([wq * query_scale, wk, wv]))
+        mha.in_proj_bias.copy_(torch.cat([(zero if bq is None else bq) * query_scale,
+                                          zero if bk is None else bk, zero if bv is None else bv]))
+        mha.out_proj.weight.copy_(torch.eye(k) if wo is None else wo)
+        mha.out_proj.bias.copy_(torch.zeros(mha.out_proj.bias.shape) if bo is None else bo)
+    return mha
+
+
+def unscaled(k: int, heads: int = 1) -> float:
+    """The query_scale that undoes nn.MultiheadAttention's division by √(head size)."""
+    return math.sqrt(k / heads)
+
+
+def projection_gradients(mha: nn.MultiheadAttention, query_scale: float = 1.0) -> dict[str, torch.Tensor | None]:
+    """After a backward pass through mha: the gradients of the query, key, value and output weights, in the
+    coordinates of the weights passed to :func:`multihead_attention` (the query's undone by query_scale)."""
+    grad = mha.in_proj_weight.grad
+    gq, gk, gv = grad.chunk(3) if grad is not None else (None, None, None)
+    return {"q": None if gq is None else gq * query_scale, "k": gk, "v": gv,
+            "o": mha.out_proj.weight.grad, "o_bias": mha.out_proj.bias.grad}
