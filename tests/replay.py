@@ -32,6 +32,12 @@ class Result:
     max_score: float
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # test grade_id -> verdict
     points: dict[str, float] = field(default_factory=dict)  # test grade_id -> its points
+    hidden: set[str] = field(default_factory=set)  # grade_ids of the test cells a student does not see
+
+    @property
+    def fails_visibly(self) -> bool:
+        """True when a test the student sees while working fails (not only hidden ones)."""
+        return any(not v.passed for gid, v in self.verdicts.items() if gid not in self.hidden)
 
     @property
     def mistakes(self) -> set[str]:
@@ -39,6 +45,9 @@ class Result:
 
     def failures(self) -> str:
         return "\n\n".join(f"{gid}: {v.message}" for gid, v in self.verdicts.items() if not v.passed)
+
+
+HIDDEN_TESTS_MARKER = "### BEGIN HIDDEN TESTS"
 
 
 def notebook_of(assignment: str, cell: str) -> str:
@@ -93,7 +102,7 @@ def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, f
                     pass
                 except Exception:  # noqa: BLE001 - the probe failed to write: the judge finds no record
                     pass
-                visit(gid, meta)
+                visit(gid, {**meta, "hidden": HIDDEN_TESTS_MARKER in cell.source})
 
 
 def _notebook(assignment: str, answers: dict[str, str], notebook: str | None) -> str:
@@ -116,6 +125,8 @@ def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str 
             result.points[gid] = points
             result.max_score += points
             result.score += points if verdict.passed else 0.0
+            if meta.get("hidden"):
+                result.hidden.add(gid)
 
         _run(assignment, answers, _notebook(assignment, answers, notebook), device, Path(tmp), judged)
     return result

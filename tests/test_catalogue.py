@@ -1,6 +1,8 @@
 """Every catalogued mistake is diagnosed by name and every correct alternative scores full marks, graded in this
 process through the same evidence records and judges as real grading (tests/replay.py)."""
 
+from functools import cache
+
 import nbformat
 import pytest
 from catalogue import alternatives, mistakes, variants
@@ -15,8 +17,17 @@ from course.checks.check import GRADE_ID_PREFIX, checks_of
 NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]
 
 
+#: the share of an assignment's catalogued mistakes that a visible test must catch while the student works
+VISIBLE_CATCH_RATE = 0.9
+
+
 def _id(v):
     return f"{v.assignment}:{v.name}"
+
+
+@cache
+def _graded(variant):
+    return grade(variant.assignment, {variant.cell: variant.code})
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)
@@ -36,15 +47,26 @@ def test_untouched_release_scores_zero_and_says_not_implemented(assignment, note
 
 @pytest.mark.parametrize("variant", [v for v in mistakes() if v.assignment in ASSIGNMENTS], ids=_id)
 def test_mistake_scores_below_full_marks_and_is_named(variant):
-    result = grade(variant.assignment, {variant.cell: variant.code})
+    result = _graded(variant)
     assert result.score < result.max_score, f"{variant.name} was not caught"
     assert variant.mistake in result.mistakes, f"{variant.name}: expected {variant.mistake!r}\n{result.failures()}"
 
 
 @pytest.mark.parametrize("variant", [v for v in alternatives() if v.assignment in ASSIGNMENTS], ids=_id)
 def test_correct_alternative_scores_full_marks(variant):
-    result = grade(variant.assignment, {variant.cell: variant.code})
+    result = _graded(variant)
     assert result.score == result.max_score, result.failures()
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_visible_tests_catch_nine_in_ten_typical_mistakes(assignment):
+    """A student should rarely learn of a mistake only from the grade: the tests shown while working (hidden parts
+    left out) fail for at least VISIBLE_CATCH_RATE of the catalogued mistakes."""
+    found = mistakes(assignment)
+    missed = [v.name for v in found if not _graded(v).fails_visibly]
+    caught = len(found) - len(missed)
+    assert caught >= VISIBLE_CATCH_RATE * len(found), \
+        f"visible tests catch {caught} of {len(found)} mistakes of {assignment}; only hidden ones catch {missed}"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
