@@ -1,0 +1,62 @@
+"""Run All on a fresh release notebook: the first failure a student meets is one of the course's own messages.
+
+JupyterLab's Run All stops at the first cell that fails. In an untouched release notebook that is a demo cell
+calling a stub, or a test cell: either way it must say in the course's words which exercise is not implemented
+yet, never show a raw traceback through code the student has not written (course/unfinished.py, checks).
+"""
+
+import nbformat
+import pytest
+from conftest import ASSIGNMENTS, release_notebook
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from autograder import course_dir
+
+NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]
+#: what IPython prints in a raw traceback and the course's messages never contain
+RAW_TRACEBACK = ("Traceback (most recent call last)", "----> ", "Cell In[")
+
+
+def _first_failure(nb: nbformat.NotebookNode) -> tuple[int, str]:
+    """Run the cells in one in-process IPython shell until one fails: (its index, what it printed)."""
+    InteractiveShell.clear_instance()
+    shell = InteractiveShell.instance(colors="nocolor")
+    try:
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            with capture_output() as shown:
+                result = shell.run_cell(cell.source, store_history=True)
+            if not result.success:
+                return index, shown.stdout + shown.stderr
+    finally:
+        InteractiveShell.clear_instance()
+    pytest.fail("every cell of the untouched release notebook ran without an error")
+
+
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)
+def test_run_all_stops_first_at_a_course_message(assignment, notebook):
+    nb = release_notebook(assignment, notebook)
+    index, shown = _first_failure(nb)
+    where = f"cell {index} ({nb.cells[index].get('metadata', {}).get('nbgrader', {}).get('grade_id')})"
+    assert "is not implemented yet" in shown, f"{where} failed with:\n{shown[-2000:]}"
+    assert not any(marker in shown for marker in RAW_TRACEBACK), f"{where} shows a raw traceback:\n{shown[-2000:]}"
+
+
+def test_a_real_kernel_shows_the_unfinished_demo_as_one_message(tmp_path):
+    """The same in a Jupyter kernel, as JupyterLab runs it: the error output carries only the course's lines."""
+    assignment = ASSIGNMENTS[0]
+    notebook = course_dir.notebooks(assignment)[0]
+    nb = release_notebook(assignment, notebook)
+    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
+    with pytest.raises(CellExecutionError):
+        client.execute()
+    errors = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
+              if o.output_type == "error"]
+    assert len(errors) == 1
+    text = "\n".join(errors[0].traceback)
+    assert "is not implemented yet" in text
+    assert not any(marker in text for marker in RAW_TRACEBACK), text
