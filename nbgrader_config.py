@@ -1,8 +1,23 @@
 """nbgrader configuration for this course. The repository root is the course directory."""
 
+import os
+import sys
+
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
+# nbgrader runs `alembic` from PATH when it creates a gradebook. An nbgrader or JupyterLab started as .venv/bin/...
+# without an activated environment would not find it (Formgrader answers 500 and leaves a gradebook.db without its
+# version record), so every nbgrader app that reads this file gets its interpreter's scripts folder on PATH.
+_scripts = os.path.dirname(sys.executable)
+if _scripts not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([_scripts, os.environ.get("PATH", "")])
+
 c.CourseDirectory.course_id = "transformers-from-scratch"
+# Assignments and feedback travel through an exchange folder inside the course (git-ignored), so JupyterLab's
+# Assignment List and Formgrader work on one machine without a shared system folder. On JupyterHub, point every
+# user's nbgrader at one shared folder instead: c.Exchange.root = "/srv/nbgrader/exchange" (see README).
+c.Exchange.root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exchange")
+os.makedirs(c.Exchange.root, exist_ok=True)  # nbgrader's exchange refuses a root that does not exist yet
 # Only the notebooks of an assignment are part of it; keep caches and editor leftovers out of release.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.egg-info", ".DS_Store"]
 
@@ -10,12 +25,25 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.egg
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Test cells only probe under autograde; the verdict is the judge's, reached in nbgrader's own process from the
-# evidence the kernel recorded (autograder/judging.py). ClearEvidence runs before the kernel, JudgeEvidence after
-# the outputs are final and before SaveAutoGrades scores them.
+# The grading steps, as nbgrader preprocessors (so plain `nbgrader autograde` grades exactly as
+# `python -m autograder grade` does). Sanitising: RestoreCells resets nbgrader metadata from source/ and puts deleted
+# cells back before nbgrader's OverwriteCells restores locked and test cells from the gradebook; FlagTampering notes
+# suspicious lines of the student's own cells for the instructor (it changes nothing). Autograding: test cells only
+# probe in the kernel; ClearEvidence runs before it, GradingExecute runs it (output limit; a cell that kills the
+# kernel is stopped and the rest graded), and JudgeEvidence decides every test from the recorded evidence, in this
+# process, before SaveAutoGrades scores it (autograder/judging.py).
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "autograder.cells.RestoreCells",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "autograder.tamper.FlagTampering",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 c.Autograde.autograde_preprocessors = [
     "autograder.judging.ClearEvidence",
-    "nbgrader.preprocessors.Execute",
+    "autograder.execute.GradingExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -24,10 +52,16 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# Feedback shows hidden tests' results, not their code.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "autograder.feedback.HideHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
 
 # Seconds one cell may run before grading moves on.
 c.ExecutePreprocessor.timeout = 300
 
-# Deleted cells: `python -m autograder grade` puts them back itself. nbgrader's add_missing_cells assumes the
-# cell before a test is an answer or a test; the locked demo cells of these notebooks break that (KeyError).
+# Deleted cells are put back by autograder.cells.RestoreCells. nbgrader's add_missing_cells assumes the cell before a
+# test is an answer or a test; the locked demo cells of these notebooks break that (KeyError).
 c.OverwriteCells.add_missing_cells = False

@@ -25,6 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--named-regexp", default=None, metavar="REGEX",
                        help="file-name pattern of a learning-management-system export, with named groups "
                             "student_id, file_id and optionally timestamp (nbgrader zip_collect's convention)")
+    grade.add_argument("--gradebook", action="store_true",
+                       help="also record the results in the course's nbgrader gradebook (nbgrader_config.py's "
+                            "db_url, else gradebook.db) and its submitted/, autograded/ and feedback/ folders, "
+                            "as nbgrader autograde does: Formgrader, nbgrader export and release_feedback see them")
+    grade.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="grade on the workers of this Dask scheduler (tcp://host:8786) instead of local "
+                            "worker processes; every node needs the course checked out and setup.sh run")
+    grade.add_argument("--kernel-threads", type=int, default=None, metavar="N",
+                       help="torch threads per kernel (default: the cores shared among the workers; 1 on a cluster)")
 
     build = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
     build.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
@@ -35,14 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "grade":
         from autograder.grade import grade as run_grade
-        from autograder.grade import table
+        from autograder.grade import instructor_course
+        from autograder.results import table
         from autograder.submissions import DEFAULT_NAMED_REGEXP
 
+        course = instructor_course() if args.gradebook else None
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers, sandbox=not args.no_sandbox,
-                           named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP, cell_seconds=args.cell_timeout)
+                           named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP, cell_seconds=args.cell_timeout,
+                           gradebook=course, scheduler=args.scheduler, kernel_threads=args.kernel_threads)
         print()
         print(table(grades))
         print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under {args.out / 'feedback'}")
+        if course is not None:
+            print(f"recorded in the gradebook {course.db_url} and under {course.root}/autograded")
         return 0
     from autograder.build import main as run_build
 

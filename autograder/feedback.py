@@ -1,9 +1,9 @@
 """What a student sees of a graded notebook: results and diagnoses, not the hidden tests' code."""
 
 import re
-from pathlib import Path
 
 import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
 
 from autograder.judging import METADATA_KEY
 from autograder.notebooks import grade_id, hidden_tests_removed
@@ -13,16 +13,10 @@ HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re
 HIDDEN_NOTE = "# Hidden tests ran here; what they found is shown below."
 
 
-def hidden_test_cells(source: nbformat.NotebookNode) -> dict[str, str]:
-    """grade_id -> the visible part of every source cell that holds hidden tests."""
-    return {grade_id(cell): hidden_tests_removed(cell.source) for cell in source.cells
-            if cell.cell_type == "code" and "BEGIN HIDDEN TESTS" in cell.source}
-
-
-def _hidden_lines(source: nbformat.NotebookNode) -> list[str]:
+def _hidden_lines(nb: nbformat.NotebookNode) -> list[str]:
     """The code lines of the hidden tests (inside the markers), as they could be quoted in an output."""
     lines = []
-    for cell in source.cells:
+    for cell in nb.cells:
         for block in HIDDEN_BLOCK.findall(cell.source if cell.cell_type == "code" else ""):
             lines += [line.strip() for line in block.splitlines() if len(line.strip()) > 8]
     return lines
@@ -34,16 +28,15 @@ def _scrub(text: str, lines: list[str]) -> str:
     return text
 
 
-def hide_hidden_tests(autograded: Path, source: nbformat.NotebookNode) -> None:
-    """Rewrite an autograded notebook so its feedback shows hidden tests' results but not their code.
+def hide_hidden_tests(nb: nbformat.NotebookNode) -> None:
+    """Make a graded notebook show its hidden tests' results but not their code.
 
-    Test cells' outputs are the judge's verdicts already (autograder/judging.py). Any other output that quotes a
-    line of a hidden test (code in a student's cell can read the kernel's history and print it) has that line
-    replaced, and tracebacks of hidden test cells are cut to their last line.
+    Test cells' outputs are the judge's verdicts already (autograder/judging.py). The hidden part of every test
+    cell is replaced by a note; any other output that quotes a line of a hidden test (code in a student's cell
+    can read the kernel's history and print it) has that line replaced; tracebacks of hidden test cells are cut
+    to their last line.
     """
-    hidden = hidden_test_cells(source)
-    lines = _hidden_lines(source)
-    nb = nbformat.read(autograded, as_version=4)
+    lines = _hidden_lines(nb)
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if "text" in output:
@@ -55,19 +48,25 @@ def hide_hidden_tests(autograded: Path, source: nbformat.NotebookNode) -> None:
                 output.evalue = _scrub(output.evalue, lines)
                 output.traceback = [_scrub(line, lines) for line in output.traceback]
     for cell in nb.cells:
-        if grade_id(cell) not in hidden:
+        if cell.cell_type != "code" or "BEGIN HIDDEN TESTS" not in cell.source:
             continue
-        visible = hidden[grade_id(cell)]
+        visible = hidden_tests_removed(cell.source)
         cell.source = f"{visible}\n{HIDDEN_NOTE}" if visible else HIDDEN_NOTE
         for output in cell.get("outputs", []):
             if output.output_type == "error" and output.ename != "CheckFailed":
                 output.traceback = [f"{output.ename}: {output.evalue}"]
-    nbformat.write(nb, autograded)
 
 
-def diagnoses(autograded: Path) -> list[tuple[str, str]]:
+class HideHiddenTests(NbGraderPreprocessor):
+    """A feedback step (nbgrader_config.py's GenerateFeedback preprocessors): hidden tests' results, not code."""
+
+    def preprocess(self, nb, resources):
+        hide_hidden_tests(nb)
+        return nb, resources
+
+
+def diagnoses(nb: nbformat.NotebookNode) -> list[tuple[str, str]]:
     """(grade_id, first paragraph of the failure) for every failed test cell of an autograded notebook."""
-    nb = nbformat.read(autograded, as_version=4)
     found = []
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -81,9 +80,8 @@ def diagnoses(autograded: Path) -> list[tuple[str, str]]:
     return found
 
 
-def mistakes(autograded: Path) -> list[tuple[str, str]]:
+def mistakes(nb: nbformat.NotebookNode) -> list[tuple[str, str]]:
     """(grade_id, mistake id) for every test cell whose judge named a catalogued mistake."""
-    nb = nbformat.read(autograded, as_version=4)
     found = []
     for cell in nb.cells:
         verdict = cell.get("metadata", {}).get(METADATA_KEY) or {}

@@ -71,3 +71,18 @@ def solution_skeleton(source: nbformat.NotebookNode, assignment: str, notebook: 
     nb.cells.insert(0, banner)
     nb.metadata["generated_from"] = f"source/{assignment}/{notebook}"
     return nb
+
+
+#: notebook metadata key under which the grading steps leave what the instructor should read
+NOTES_KEY = "autograder"
+
+
+def add_note(nb: nbformat.NotebookNode, kind: str, text: str) -> None:
+    """Leave a line for the instructor in the graded notebook (kind: notes, flags or stopped)."""
+    nb.metadata.setdefault(NOTES_KEY, {}).setdefault(kind, []).append(text)
+
+
+def grading_notes(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
+    """What the grading steps noted in a graded notebook: kind -> lines."""
+    found = nb.get("metadata", {}).get(NOTES_KEY) or {}
+    return {kind: [str(line) for line in lines] for kind, lines in found.items() if isinstance(lines, list)}

@@ -28,8 +28,8 @@ What the student's code then can and cannot do:
   and threads), RLIMIT_FSIZE, no core files; nbgrader's per-cell timeout interrupts by message
   (``interrupt_mode: message``), because a signal to the launcher would not reach into the sandbox;
 - stdout/stderr/display output past ``Limits.output_mb`` per notebook is dropped by nbgrader's side
-  (``SandboxExecute``) with one note;
-- after the kernel, ``SandboxExecute`` removes symlinks, fifos and sockets from the kernel's folder and gives
+  (``autograder.execute.GradingExecute``) with one note;
+- after the kernel, ``GradingExecute`` (through ``reclaim``) removes symlinks, fifos and sockets from the kernel's folder and gives
   its files back to the grader, so nbgrader's writing of the graded notebook cannot be redirected.
 
 Uid: when the grader runs as root (CI), the kernel runs as uid ``uid + <the launcher's pid>`` (unique among
@@ -56,10 +56,10 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 KERNEL_NAME = "autograder-sandbox"
 MB = 1024 * 1024
@@ -136,15 +136,13 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     of submissions (folder or zip), the output folder (grades.csv, everyone's feedback) and the parent of
     work (other workers' course folders) when they are outside /tmp, /home, /root and the repository's parent.
 
-    Writes the kernelspec and launcher plan under work/.sandbox/, prepends work/.sandbox to JUPYTER_PATH
-    (jupyter_client's KernelManager builds its KernelSpecManager without the config, so the kernelspec must
-    be found through the environment), and sets Execute.kernel_name/timeout/interrupt_on_timeout,
-    KernelManager.transport = "ipc" with an absolute socket prefix, and nbgrader's Autograde execution step
-    to SandboxExecute (the output limit). Call it before creating NbGraderAPI from config.
+    Writes the kernelspec and launcher plan under work/.sandbox/ and configures the grading steps
+    (autograder/execute.py) to use them: GradingKernelManager.kernel_dirs finds the kernelspec,
+    Execute.kernel_name/timeout/interrupt_on_timeout, KernelManager.transport = "ipc" with an absolute socket
+    prefix, and GradingExecute.output_limit_bytes. The autograde steps must run kernels with GradingExecute
+    (nbgrader_config.py names it): plain nbgrader Execute would not find the kernelspec. Changes nothing outside
+    config and work.
     """
-    from nbgrader.converters.autograde import Autograde
-    from nbgrader.preprocessors import Execute
-
     work = Path(work).resolve()
     base = work / ".sandbox"
     ipc = base / "ipc"
@@ -166,19 +164,14 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
         "interrupt_mode": "message",
         "metadata": {"debugger": False},
     }, indent=1))
-    paths = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != str(base)]
-    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(base), *paths])
+    config.GradingKernelManager.kernel_dirs = [str(base / "kernels")]
 
     config.Execute.kernel_name = KERNEL_NAME
     config.Execute.timeout = limits.cell_seconds
     config.Execute.interrupt_on_timeout = True
     config.KernelManager.transport = "ipc"
     config.KernelManager.ip = str(ipc / "kernel")
-    config.SandboxExecute.output_limit_bytes = limits.output_mb * MB
-    default = Autograde.class_traits()["autograde_preprocessors"].default()
-    steps = list(config.Autograde.get("autograde_preprocessors", default))
-    config.Autograde.autograde_preprocessors = [SandboxExecute if step in (Execute, "nbgrader.preprocessors.Execute")
-                                                else step for step in steps]
+    config.GradingExecute.output_limit_bytes = limits.output_mb * MB
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -395,45 +388,6 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
     command = [plan["python"], "-m", "ipykernel_launcher", "-f", CONNECTION, *extra]
     argv = _bwrap_argv(plan, cwd, ipc, kernel_uid, read, command)
     os.execvp(argv[0], argv)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The grader's side of the output limit.
-
-if __name__ != "__main__":  # the launcher needs only the standard library: keep its start fast
-    from nbformat.v4 import new_output
-    from nbgrader.preprocessors import Execute
-    from traitlets import Integer
-
-    class SandboxExecute(Execute):
-        """nbgrader's Execute, dropping output past output_limit_bytes per notebook (with one note)."""
-
-        output_limit_bytes = Integer(20 * MB, help="total output text kept per notebook").tag(config=True)
-
-        def preprocess(self, nb, resources=None, km=None):
-            self._output_bytes = 0
-            self._output_noted = False
-            try:
-                return super().preprocess(nb, resources, km=km)
-            finally:  # the kernel and everything in its pid namespace are gone now
-                folder = ((resources or {}).get("metadata") or {}).get("path")
-                if folder:
-                    reclaim(Path(folder))
-
-        def output(self, outs, msg, display_id, cell_index):
-            content = msg.get("content", {})
-            size = len(content.get("text", "") or "")
-            size += sum(len(str(v)) for v in (content.get("data") or {}).values())
-            size += sum(len(line) for line in (content.get("traceback") or []))
-            self._output_bytes = getattr(self, "_output_bytes", 0) + size
-            if self._output_bytes > self.output_limit_bytes and msg["msg_type"] != "error":
-                if not getattr(self, "_output_noted", False):
-                    self._output_noted = True
-                    note = (f"\n[autograder: output limit of {self.output_limit_bytes // MB} MB reached;"
-                            " further output of this notebook was dropped]\n")
-                    outs.append(new_output("stream", name="stdout", text=note))
-                return None
-            return super().output(outs, msg, display_id, cell_index)
 
 
 if __name__ == "__main__":

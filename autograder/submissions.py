@@ -16,6 +16,10 @@ import nbformat
 
 from autograder import GradingError
 
+#: the file in which nbgrader records when a submission was handed in
+TIMESTAMP = "timestamp.txt"
+#: files nbgrader's submit and collect leave beside the notebooks (the secret names the student's feedback)
+NBGRADER_FILES = (TIMESTAMP, "submission_secret.txt")
 #: nbgrader's documented example for LMS exports: <anything>_<student>_attempt_<timestamp>_<file>
 DEFAULT_NAMED_REGEXP = r".+_(?P<student_id>\w+)_attempt_(?P<timestamp>[0-9\-]+)_(?P<file_id>.+)"
 
@@ -30,6 +34,11 @@ class Submission:
     notes: list[str] = field(default_factory=list)
     status: str = ""  # empty when it can be graded; else missing | missing-notebook | invalid-notebook
     message: str = ""
+    nbgrader_files: dict[str, str] = field(default_factory=dict)  # timestamp.txt, submission_secret.txt, as collected
+
+    @property
+    def timestamp(self) -> str | None:
+        return self.nbgrader_files.get(TIMESTAMP)
 
 
 def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], named_regexp: str) -> Path:
@@ -74,9 +83,16 @@ def _lay_out_export(files: list[Path], target: Path, assignment: str, named_rege
         stamp = match.groupdict().get("timestamp") or ""
         if (student, file_id) not in latest or stamp > latest[student, file_id][0]:
             latest[student, file_id] = (stamp, path)
-    for (student, file_id), (_, path) in latest.items():
-        (target / student / assignment).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target / student / assignment / file_id)
+    for (student, file_id), (stamp, path) in latest.items():
+        folder = target / student / assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, folder / file_id)
+        when = re.fullmatch(r"(\d{4}-\d\d-\d\d)-(\d\d)-(\d\d)-(\d\d)", stamp)
+        if when:  # nbgrader's zip_collect convention, e.g. 2026-11-20-14-05-09
+            latest_stamp = folder / TIMESTAMP
+            text = f"{when[1]} {when[2]}:{when[3]}:{when[4]}"
+            if not latest_stamp.exists() or latest_stamp.read_text() < text:
+                latest_stamp.write_text(text)
     return target
 
 
@@ -121,6 +137,13 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str]) 
         sub.status, sub.message = "missing", "no folder for this assignment"
         return sub
     present = sorted(p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts)
+    for name in NBGRADER_FILES:  # what nbgrader's collect left beside the notebooks
+        path = folder / name
+        if path in present:
+            present.remove(path)
+            text = path.read_text(errors="replace").strip()
+            if text and text.isprintable() and len(text) <= 256:
+                sub.nbgrader_files[name] = text
     notebooks = [p for p in present if p.suffix.lower() == ".ipynb"]
     for name in expected:
         exact = folder / name
@@ -149,25 +172,24 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str]) 
     return sub
 
 
-def read_notebook(path: Path) -> tuple[nbformat.NotebookNode | None, str]:
-    """The notebook as nbformat 4, or None and a plain-words reason it cannot be read."""
-    data = path.read_bytes()
+def read_notebook(name: str, data: bytes) -> tuple[nbformat.NotebookNode | None, str]:
+    """The notebook file `name` with this content as nbformat 4, or None and a plain-words reason it cannot be read."""
     if not data.strip():
-        return None, f"{path.name} is empty"
+        return None, f"{name} is empty"
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        return None, f"{path.name} is not UTF-8 text (byte {error.start}); was it saved by another program?"
+        return None, f"{name} is not UTF-8 text (byte {error.start}); was it saved by another program?"
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as error:
-        return None, f"{path.name} is not valid JSON (line {error.lineno}): the file is damaged or was cut off"
+        return None, f"{name} is not valid JSON (line {error.lineno}): the file is damaged or was cut off"
     try:
         nb = nbformat.reads(text, as_version=4)
     except Exception as error:
-        return None, f"{path.name} is JSON but not a Jupyter notebook ({type(error).__name__})"
+        return None, f"{name} is JSON but not a Jupyter notebook ({type(error).__name__})"
     if not isinstance(raw, dict) or not isinstance(nb.get("cells"), list):
-        return None, f"{path.name} is JSON but not a Jupyter notebook"
+        return None, f"{name} is JSON but not a Jupyter notebook"
     original = raw.get("nbformat")
     for index, cell in enumerate(nb.cells):  # notebooks older than format 4.5 have no cell ids
         cell.setdefault("id", f"cell-{index}")

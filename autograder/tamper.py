@@ -10,6 +10,11 @@ course never needs what is flagged here; tampering usually does.
 import ast
 from dataclasses import dataclass
 
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from autograder.course_dir import answer_modules
+from autograder.notebooks import add_note
+
 #: names whose mere use lets code rewrite other modules or the kernel
 FORBIDDEN_NAMES = {
     "setattr", "delattr", "vars", "globals", "locals", "exec", "eval", "compile", "__import__", "breakpoint",
@@ -37,7 +42,7 @@ class Finding:
     reason: str
 
 
-class _Sanitiser(ast.NodeTransformer):
+class _Finder(ast.NodeTransformer):
     """Walks a cell statement by statement and records why each flagged one is flagged."""
 
     def __init__(self, references: tuple[str, ...] = ()) -> None:
@@ -161,8 +166,6 @@ def flags(source: str, assignment: str = "") -> list[Finding]:
     (the grader's sandbox hides them anyway). Code that does not parse is not flagged: it raises a SyntaxError
     when run, which is honest. Magics and shell escapes (% and !) are flagged too: IPython would run them.
     """
-    from autograder.course_dir import answer_modules
-
     findings = [Finding(i + 1, "uses an IPython magic or shell command") for i, line in enumerate(source.splitlines())
                 if line.lstrip().startswith(("%", "!"))]
     if findings:
@@ -171,6 +174,23 @@ def flags(source: str, assignment: str = "") -> list[Finding]:
         tree = ast.parse(source)
     except SyntaxError:
         return findings
-    finder = _Sanitiser(tuple(f"course.{m}" for m in answer_modules(assignment)) if assignment else ())
+    finder = _Finder(tuple(f"course.{m}" for m in answer_modules(assignment)) if assignment else ())
     finder.generic_visit(tree)
     return sorted(findings + finder.findings, key=lambda f: f.line)
+
+
+class FlagTampering(NbGraderPreprocessor):
+    """Note, for the instructor, every flagged line of the cells nbgrader does not restore from the gradebook
+    (answers, the student's own cells); the cells are left exactly as submitted."""
+
+    def preprocess(self, nb, resources):
+        assignment = resources["nbgrader"]["assignment"]
+        name = f"{resources['nbgrader']['notebook']}.ipynb"
+        for index, cell in enumerate(nb.cells):
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type != "code" or meta.get("locked") or meta.get("grade"):
+                continue
+            for finding in flags(cell.source, assignment):
+                add_note(nb, "flags", f"{name} cell {meta.get('grade_id') or index} line {finding.line} "
+                                      f"{finding.reason}")
+        return nb, resources

@@ -1,14 +1,19 @@
 """Benchmark: the course's grader against plain nbgrader on the same batch, in the same run.
 
-    .venv/bin/python benchmarks/grading.py [--submissions 12] [--workers 1 2] [--no-sandbox]
+    .venv/bin/python benchmarks/grading.py [--submissions 12] [--runs plain local1 local2 dask2 ...] [--no-sandbox]
 
-Builds a class of solved, untouched and mistaken submissions of assignments 01 and 02, then times
-1. plain nbgrader: `nbgrader autograde` + `nbgrader generate_feedback` for each assignment, in a copy of the
-   course directory (its nbgrader_config.py included, so the judge step runs there too; no sandbox, one
-   process) — the baseline;
-2. `python -m autograder grade` (restores, flags, sandbox, judges, feedback, report) once per worker count.
-Prints seconds per submission, submissions per hour and each run's time as a ratio to the baseline. Not a test:
-timings depend on the machine and on what else runs on it, so compare ratios taken in one run.
+Builds a class of solved, untouched and mistaken submissions of assignments 01 and 02, then times, each on the
+same batch:
+- `plain`: nbgrader's own `autograde` + `generate_feedback` for each assignment in a copy of the course directory
+  (its nbgrader_config.py included, so the course's grading steps run there too; no sandbox, one process) — the
+  baseline every other run is a ratio of;
+- `local1`, `local2`: `python -m autograder grade` with 1 and 2 local worker processes;
+- `dask2`: on a local Dask cluster of 2 worker processes (started here, on loopback);
+- `dask2-kill`: the same, with one worker killed while it grades: the cost of a dead worker;
+- `sqlite2`, `postgres2`: 2 local workers recording into an instructor's gradebook (`--gradebook`), a SQLite
+  file, and a PostgreSQL server started here (Debian's postgresql package).
+Prints seconds, seconds per submission, submissions per hour and the ratio to plain nbgrader. Not a test: timings
+depend on the machine and on what else runs on it, so compare ratios taken in one run.
 """
 
 import argparse
@@ -17,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,14 +32,13 @@ from autograder import course_dir, sandbox
 from autograder.grade import grade
 from autograder.notebooks import answer_cells, filled
 
+sys.path.insert(0, str(course_dir.ROOT / "tests"))
+import servers  # noqa: E402 - the tests' real servers: PostgreSQL and a Dask cluster
+from catalogue import mistakes  # noqa: E402
+from conftest import instructor_course  # noqa: E402
+
 ASSIGNMENTS = ["01_self_attention", "02_qkv"]
-
-
-def _mistakes(assignment: str) -> list:
-    sys.path.insert(0, str(course_dir.ROOT / "tests"))
-    from catalogue import mistakes
-
-    return mistakes(assignment)
+RUNS = ("plain", "local1", "local2", "dask2", "dask2-kill", "sqlite2", "postgres2")
 
 
 def build_class(folder: Path, count: int) -> None:
@@ -47,7 +52,7 @@ def build_class(folder: Path, count: int) -> None:
         if kind == 1:
             answers = {}
         elif kind == 2:
-            mistake = _mistakes(assignment)[0]
+            mistake = mistakes(assignment)[0]
             answers = {**answers, mistake.cell: mistake.code}
         target = folder / f"student-{i // len(ASSIGNMENTS):03d}" / assignment
         target.mkdir(parents=True, exist_ok=True)
@@ -59,11 +64,9 @@ def plain_nbgrader(batch: Path, work: Path) -> float:
     shutil.copytree(course_dir.source_dir(), work / "source")
     shutil.copy(course_dir.ROOT / "nbgrader_config.py", work / "nbgrader_config.py")
     shutil.copytree(batch, work / "submitted")
-    scripts = os.path.dirname(os.path.abspath(sys.executable))
-    env = {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", "")}
 
     def nbgrader(*args: str) -> None:
-        subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=work, env=env, check=True,
+        subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=work, check=True,
                        stdout=subprocess.DEVNULL)
 
     for assignment in ASSIGNMENTS:
@@ -75,35 +78,75 @@ def plain_nbgrader(batch: Path, work: Path) -> float:
     return time.perf_counter() - started
 
 
+def kill_a_busy_worker(cluster: servers.DaskCluster, done: threading.Event) -> None:
+    """Wait until a worker is grading, then kill its process."""
+    from distributed import Client
+
+    with Client(cluster.address, timeout=30) as client:
+        while not done.is_set():
+            busy = [w for w, tasks in client.processing().items() if tasks]
+            if busy:
+                pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+                os.kill(pid, 9)
+                print(f"  killed the worker at {busy[0]} (pid {pid}) while it graded", flush=True)
+                return
+            time.sleep(0.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--submissions", type=int, default=12)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS)
     parser.add_argument("--no-sandbox", action="store_true")
     args = parser.parse_args()
     use_sandbox = not args.no_sandbox and sandbox.available() is None
     n = args.submissions
-    print(f"machine: {os.cpu_count()} cores; sandbox: {sandbox.describe() if use_sandbox else 'off'}; "
-          f"{n} submissions of {', '.join(ASSIGNMENTS)}")
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; sandbox: "
+          f"{sandbox.describe() if use_sandbox else 'off'}; {n} submissions of {', '.join(ASSIGNMENTS)}")
+    baseline: float | None = None
 
-    def report(label: str, seconds: float, baseline: float | None) -> None:
+    def report(label: str, seconds: float) -> None:
         ratio = f"  {seconds / baseline:4.2f}x plain nbgrader" if baseline else ""
-        print(f"{label:<34} {seconds:6.1f} s = {seconds / n:5.2f} s per submission, "
+        print(f"{label:<40} {seconds:6.1f} s = {seconds / n:5.2f} s per submission, "
               f"{3600 * n / seconds:6.0f} per hour{ratio}", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
-        batch = Path(tmp) / "class"
+        root = Path(tmp)
+        batch = root / "class"
         build_class(batch, n)
-        baseline = plain_nbgrader(batch, Path(tmp) / "plain")
-        report("plain nbgrader (1 process)", baseline, None)
-        for workers in args.workers:
-            out = Path(tmp) / f"out-{workers}"
+        if "plain" in args.runs:
+            baseline = plain_nbgrader(batch, root / "plain")
+            report("plain nbgrader (1 process)", baseline)
+
+        def timed(label: str, **kwargs) -> None:
+            out = root / f"out-{label}"
             started = time.perf_counter()
-            rows = grade(batch, out, ASSIGNMENTS, workers=workers, sandbox=use_sandbox, progress=False)
+            rows = grade(batch, out, ASSIGNMENTS, sandbox=use_sandbox, progress=False, **kwargs)
             elapsed = time.perf_counter() - started
             assert sum(r.status == "graded" for r in rows) == n, [(r.student, r.status, r.message) for r in rows]
-            report(f"python -m autograder, {workers} worker(s)", elapsed, baseline)
+            report(label, elapsed)
             shutil.rmtree(out)
+
+        for workers in (1, 2):
+            if f"local{workers}" in args.runs:
+                timed(f"autograder, {workers} local worker(s)", workers=workers)
+        for run in ("dask2", "dask2-kill"):
+            if run in args.runs:
+                with servers.dask_cluster(root / run, workers=2) as cluster:
+                    done = threading.Event()
+                    killer = threading.Thread(target=kill_a_busy_worker, args=(cluster, done))
+                    if run.endswith("kill"):
+                        killer.start()
+                    timed(f"autograder, 2 Dask workers{', one killed' if run.endswith('kill') else ''}",
+                          scheduler=cluster.address)
+                    done.set()
+        if "sqlite2" in args.runs:
+            course = instructor_course(root / "course-sqlite", f"sqlite:///{root / 'course-sqlite' / 'gradebook.db'}")
+            timed("autograder, 2 workers, SQLite gradebook", workers=2, gradebook=course)
+        if "postgres2" in args.runs:
+            with servers.postgresql() as url:
+                course = instructor_course(root / "course-postgres", url)
+                timed("autograder, 2 workers, PostgreSQL gradebook", workers=2, gradebook=course)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import html
 import os
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -11,8 +12,9 @@ import pytest
 os.environ.setdefault("MPLBACKEND", "Agg")  # replays run setup cells that import pyplot
 
 from autograder import course_dir
-from autograder.grade import Grade, grade
+from autograder.grade import grade
 from autograder.notebooks import answer_cells, filled
+from autograder.results import Grade
 
 ROOT = course_dir.ROOT
 #: Developer convenience: COURSE_TEST_ASSIGNMENTS=03_scaling,04_multi_head grades only those in the batch.
@@ -101,3 +103,47 @@ def graded_batch(tmp_path_factory: pytest.TempPathFactory) -> GradedBatch:
             write_submission(batch, variant.name, variant.assignment, notebook, nb)
     out = tmp_path_factory.mktemp("graded")
     return GradedBatch(out, grade(batch, out, ASSIGNMENTS, workers=2, sandbox=use_sandbox(), progress=False), batch)
+
+
+def instructor_course(folder: Path, db_url: str):
+    """An nbgrader course directory for an instructor: the course's nbgrader_config.py and source/, with this
+    gradebook and an exchange folder of its own."""
+    from autograder.grade import Course
+
+    folder.mkdir(parents=True)
+    shutil.copytree(ROOT / "source", folder / "source")
+    config = (ROOT / "nbgrader_config.py").read_text()
+    config += f"\nc.CourseDirectory.db_url = {db_url!r}\nc.Exchange.root = {str(folder / 'exchange')!r}\n"
+    (folder / "nbgrader_config.py").write_text(config)
+    return Course(folder, db_url)
+
+
+SMALL_CLASS = "01_self_attention"
+
+
+def small_class_batch(folder: Path) -> Path:
+    """Four students handing in 01: one solved, collected through nbgrader's exchange (with the timestamp.txt and
+    submission_secret.txt that nbgrader's submit leaves), one untouched, two with a catalogued mistake each."""
+    from catalogue import mistakes
+
+    notebook = course_dir.notebooks(SMALL_CLASS)[0]
+    write_submission(folder, "ada", SMALL_CLASS, notebook, complete_submission(SMALL_CLASS, notebook))
+    (folder / "ada" / SMALL_CLASS / "timestamp.txt").write_text("2026-11-20 14:05:09.123456 UTC")
+    (folder / "ada" / SMALL_CLASS / "submission_secret.txt").write_text("5ec7e7" * 20)
+    write_submission(folder, "bob", SMALL_CLASS, notebook, release_notebook(SMALL_CLASS, notebook))
+    for student, variant in zip(("cy", "dee"), mistakes(SMALL_CLASS)[:2], strict=True):
+        notebook, nb = variant_submission(variant)
+        write_submission(folder, student, SMALL_CLASS, notebook, nb)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def small_class(tmp_path_factory: pytest.TempPathFactory):
+    """The small class graded with two local workers into an instructor's SQLite gradebook:
+    (batch, rows by student, the course, the output folder)."""
+    root = tmp_path_factory.mktemp("small-class")
+    batch = small_class_batch(root / "batch")
+    course = instructor_course(root / "course", f"sqlite:///{root / 'course' / 'gradebook.db'}")
+    rows = grade(batch, root / "out", [SMALL_CLASS], workers=2, sandbox=use_sandbox(), progress=False,
+                 gradebook=course)
+    return batch, {row.student: row for row in rows}, course, root / "out"

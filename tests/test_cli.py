@@ -5,9 +5,9 @@ import shutil
 import subprocess
 import sys
 
-from autograder import course_dir
-
 from conftest import use_sandbox
+
+from autograder import course_dir
 
 ROOT = course_dir.ROOT
 

@@ -2,8 +2,8 @@
 reaches no network, reads no secrets, writes only its own folder and /tmp, and is held to its limits.
 
 Real kernels, started from the kernelspec that autograder.sandbox.configure writes: two notebooks (one for
-isolation with the default limits, one with tiny limits) run through SandboxExecute, the Execute step that
-configure gives nbgrader, and one tiny assignment goes through NbGraderAPI.autograde in-process.
+isolation with the default limits, one with tiny limits) run through GradingExecute, nbgrader's Execute step as the
+course configures it (autograder/execute.py), and one tiny assignment goes through NbGraderAPI.autograde in-process.
 """
 
 import os
@@ -20,21 +20,12 @@ from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
 from autograder import sandbox
+from autograder.execute import GradingExecute
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"sandbox unavailable: {sandbox.available()}")
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "987654321"  # argument of the sleepers that must not outlive their kernel
-
-
-@pytest.fixture(scope="module")
-def saved_environ():
-    before = os.environ.get("JUPYTER_PATH")
-    yield
-    if before is None:
-        os.environ.pop("JUPYTER_PATH", None)
-    else:
-        os.environ["JUPYTER_PATH"] = before
 
 
 def make_work(root: Path) -> tuple[Path, Path]:
@@ -55,7 +46,7 @@ def run(work: Path, cwd: Path, limits: sandbox.Limits, cells: dict[str, str], hi
     sandbox.configure(config, work, limits, hide=hide)
     nb = new_notebook(cells=[new_code_cell(code) for code in cells.values()])
     started = time.perf_counter()
-    nb, _ = sandbox.SandboxExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
+    nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
     out = {"seconds": time.perf_counter() - started}
     for name, cell in zip(cells, nb.cells):
         texts = []
@@ -86,7 +77,7 @@ def sandbox_processes(work: Path) -> set[str]:
 # ------------------------------------------------------------------------------------------------ isolation
 
 @pytest.fixture(scope="module")
-def isolated(tmp_path_factory, saved_environ, request):
+def isolated(tmp_path_factory, request):
     work, cwd = make_work(tmp_path_factory.mktemp("isolation"))
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -209,7 +200,7 @@ def test_no_process_survives_the_kernel(isolated):
 # --------------------------------------------------------------------------------------------------- limits
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory, saved_environ):
+def limited(tmp_path_factory):
     work, cwd = make_work(tmp_path_factory.mktemp("limits"))
     limits = sandbox.Limits(cell_seconds=3, memory_mb=1024, processes=64, output_mb=1, file_mb=5)
     cells = {
@@ -273,7 +264,7 @@ def test_printing_100_mb_is_cut_to_the_output_limit(limited):
 
 # --------------------------------------------------------------------------------------- nbgrader, in-process
 
-def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path, saved_environ):
+def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
@@ -301,6 +292,8 @@ def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path, saved_e
     config = Config()
     config.CourseDirectory.root = str(work)
     config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
+    config.Autograde.autograde_preprocessors = ["autograder.execute.GradingExecute",
+                                                "nbgrader.preprocessors.SaveAutoGrades"]
     sandbox.configure(config, work, sandbox.Limits(cell_seconds=60))
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
     assert api.generate_assignment("a1")["success"]
@@ -321,7 +314,7 @@ def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path, saved_e
         assert gradebook.find_submission("a1", "alice").score == 2
 
 
-def test_references_holding_the_graded_answers_are_hidden(tmp_path, saved_environ):
+def test_references_holding_the_graded_answers_are_hidden(tmp_path):
     """Grading 04: course.multi_head (its answers) and what imports it are stubs; earlier references work."""
     import importlib
 

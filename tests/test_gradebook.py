@@ -1,0 +1,122 @@
+"""`grade --gradebook`: results land in the instructor's own nbgrader gradebook and course folders, as
+`nbgrader autograde` leaves them, so nbgrader's own tools see them — on SQLite, and on a real PostgreSQL server
+with several workers writing at once."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+import servers
+from conftest import SMALL_CLASS, complete_submission, instructor_course, use_sandbox
+from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+from traitlets.config.loader import PyFileConfigLoader
+
+from autograder import course_dir
+from autograder.grade import grade
+
+NOTEBOOK = course_dir.notebooks(SMALL_CLASS)[0]
+
+
+def nbgrader(course, *args: str) -> subprocess.CompletedProcess:
+    """Run an nbgrader command in the course directory, as an instructor would (environment not activated)."""
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course.root, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def exported(course) -> dict[str, float]:
+    """student -> score, from `nbgrader export` of the course's gradebook."""
+    nbgrader(course, "export", "--to", "export.csv")
+    with (course.root / "export.csv").open() as f:
+        return {row["student_id"]: float(row["score"]) for row in csv.DictReader(f) if row["assignment"] == SMALL_CLASS}
+
+
+def test_nbgrader_export_gives_the_scores_of_grades_csv(small_class):
+    _, rows, course, _ = small_class
+    assert exported(course) == {student: row.score for student, row in rows.items()}
+    assert rows["ada"].score == 8 and rows["bob"].score == 0 and 0 < rows["cy"].score < 8
+
+
+def test_submissions_timestamps_and_autograded_notebooks_are_where_nbgrader_keeps_them(small_class):
+    _, rows, course, _ = small_class
+    with Gradebook(course.db_url) as gradebook:
+        submission = gradebook.find_submission(SMALL_CLASS, "ada")
+        assert submission.timestamp.strftime("%Y-%m-%d %H:%M:%S") == "2026-11-20 14:05:09"
+        assert {s.id for s in gradebook.students} == set(rows)
+    for student in rows:
+        graded = nbformat.read(course.root / "autograded" / student / SMALL_CLASS / NOTEBOOK, as_version=4)
+        assert any(cell.get("metadata", {}).get("judge") for cell in graded.cells), student
+        assert (course.root / "submitted" / student / SMALL_CLASS / NOTEBOOK).is_file()
+
+
+def test_formgrader_lists_every_submission_for_manual_review(small_class):
+    """The API behind Formgrader's tables sees the autograded submissions and their scores."""
+    _, rows, course, _ = small_class
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course.root)).load_config()
+    config.CourseDirectory.root = str(course.root)
+    api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+    listed = {s["student"]: s for s in api.get_submissions(SMALL_CLASS)}
+    assert set(listed) == set(rows)
+    for student, row in rows.items():
+        assert listed[student]["autograded"], student
+        assert listed[student]["score"] == row.score
+    notebooks = api.get_notebook_submissions(SMALL_CLASS, NOTEBOOK.removesuffix(".ipynb"))
+    assert {n["student"] for n in notebooks} == set(rows)
+
+
+def test_nbgrader_generates_and_releases_feedback_from_them(small_class):
+    """Feedback goes back through the exchange for submissions collected through it (they carry nbgrader's
+    submission secret); nbgrader's own generate_feedback hides the hidden tests as the grader does."""
+    _, rows, course, _ = small_class
+    nbgrader(course, "generate_feedback", SMALL_CLASS, "--force")
+    page = (course.root / "feedback" / "cy" / SMALL_CLASS / NOTEBOOK.replace(".ipynb", ".html")).read_text()
+    assert "BEGIN HIDDEN TESTS" not in page and "check.attention_weights_oracle" not in page
+    assert "the softmax is missing" in page or "not what was asked" in page
+    nbgrader(course, "release_feedback", SMALL_CLASS, "--student", "ada")
+    released = list((course.root / "exchange").rglob("*.html"))
+    assert len(released) == 1, released
+
+
+def test_regrading_replaces_stale_scores_and_never_duplicates_students(small_class, tmp_path):
+    batch, rows, course, _ = small_class
+    fixed = tmp_path / "batch"
+    (fixed / "bob" / SMALL_CLASS).mkdir(parents=True)
+    nbformat.write(complete_submission(SMALL_CLASS, NOTEBOOK), fixed / "bob" / SMALL_CLASS / NOTEBOOK)
+    (fixed / "Ada" / SMALL_CLASS).mkdir(parents=True)  # the same student, written otherwise, is not a new one
+    (fixed / "Ada" / SMALL_CLASS / NOTEBOOK).write_bytes((batch / "ada" / SMALL_CLASS / NOTEBOOK).read_bytes())
+    again = grade(fixed, tmp_path / "out", [SMALL_CLASS], sandbox=use_sandbox(), progress=False, gradebook=course)
+    assert {r.student: r.score for r in again} == {"Ada": 8, "bob": 8}
+    scores = exported(course)
+    assert scores["bob"] == 8, "the stale score of the untouched release was kept"
+    with Gradebook(course.db_url) as gradebook:
+        assert sorted(s.id for s in gradebook.students) == sorted({*rows, "Ada"})
+        assert len(gradebook.find_assignment(SMALL_CLASS).submissions) == len(rows) + 1
+
+
+def test_postgresql_with_several_workers_gives_the_grades_sqlite_gives(small_class, tmp_path):
+    batch, rows, _, _ = small_class
+    with servers.postgresql() as url:
+        course = instructor_course(tmp_path / "course", url)
+        graded = grade(batch, tmp_path / "out", [SMALL_CLASS], workers=3, sandbox=use_sandbox(), progress=False,
+                       gradebook=course)
+        assert {r.student: (r.score, r.status, r.cells) for r in graded} == \
+               {s: (r.score, r.status, r.cells) for s, r in rows.items()}
+        assert exported(course) == {student: row.score for student, row in rows.items()}
+        with Gradebook(url) as gradebook:
+            assert len(gradebook.students) == len(rows)
+            assert all(len(gradebook.find_submission(SMALL_CLASS, s).notebooks) == 1 for s in rows)
+
+
+def test_a_cluster_cannot_share_a_sqlite_file(small_class, tmp_path):
+    from autograder import GradingError
+
+    batch, _, course, _ = small_class
+    with pytest.raises(GradingError, match="database server"):
+        grade(batch, tmp_path / "out", [SMALL_CLASS], progress=False, gradebook=course, scheduler="tcp://127.0.0.1:1")
