@@ -147,8 +147,7 @@ def browser():
         chromium.close()
 
 
-@pytest.fixture
-def page(browser):
+def _new_page(browser):
     """A fresh page that may reach this machine only: any other request is recorded and refused."""
     context = browser.new_context(viewport=VIEWPORT)
     fetched: list[str] = []
@@ -164,6 +163,23 @@ def page(browser):
     context.route("**/*", only_local)
     page = context.new_page()
     page.remote_requests = fetched
+    return context, page
+
+
+@pytest.fixture
+def page(browser):
+    context, page = _new_page(browser)
+    yield page
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def notebook(browser, lab):
+    """The release notebook open in JupyterLab, its kernel started: one page that the student's tests share."""
+    timer = Timer()
+    context, page = _new_page(browser)
+    _open(page, lab, f"{ASSIGNMENT}/{NOTEBOOK}")
+    timer.step("open a release notebook in JupyterLab, kernel started")
     yield page
     context.close()
 
@@ -255,23 +271,19 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_opening_a_release_notebook_does_not_mark_it_modified(lab, page):
-    timer = Timer()
-    _open(page, lab, f"{ASSIGNMENT}/{NOTEBOOK}")
+def test_opening_a_release_notebook_does_not_mark_it_modified(notebook):
     time.sleep(2)  # JupyterLab writes the kernel's language_info into the notebook once the kernel is up
-    assert not _dirty_tabs(page), "JupyterLab changed the notebook on opening it: see autograder/build.py"
-    timer.step("open a release notebook, kernel started: not marked modified")
+    assert not _dirty_tabs(notebook), "JupyterLab changed the notebook on opening it: see autograder/build.py"
+    STEPS.append(("... and it is not marked modified", 2.0))
 
 
-def test_a_student_runs_fills_in_and_validates_a_release_notebook(lab, page):
-    timer = Timer()
+def test_a_student_runs_fills_in_and_validates_a_release_notebook(notebook):
+    timer, page = Timer(), notebook
     release = nbformat.read(ROOT / "release" / ASSIGNMENT / NOTEBOOK, as_version=4)
     index = {grade_id(cell): i for i, cell in enumerate(release.cells)}
     answers = source_answers(ASSIGNMENT, NOTEBOOK)
-    _open(page, lab, f"{ASSIGNMENT}/{NOTEBOOK}")
     page.wait_for_function(f"() => document.querySelectorAll('{NOTEBOOK_PANEL} .jp-Notebook .jp-Cell').length"
                            f" === {len(release.cells)}")  # JupyterLab adds the cells a few at a time
-    timer.step("open the notebook")
 
     _run_all(page)
     outputs = page.locator(f"{NOTEBOOK_PANEL} .jp-OutputArea-output").all_text_contents()
