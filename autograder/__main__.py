@@ -1,4 +1,4 @@
-"""python -m autograder {grade,build} — see README.md."""
+"""python -m autograder {grade,build,site} — see README.md."""
 
 import argparse
 import os
@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
                        help="build only this assignment (repeatable); default: all")
 
+    site = commands.add_parser("site", help="build the static site for self-learners from solutions/ (offline)")
+    site.add_argument("--out", type=Path, default=Path("site"), help="folder to write it to (default: site/)")
+    site.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
+                      help="only this assignment's pages (repeatable); default: all")
+
     args = parser.parse_args(argv)
     if args.command == "grade":
         from autograder.grade import grade as run_grade
@@ -58,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         if course is not None:
             print(f"recorded in the gradebook {course.db_url} and under {course.root}/autograded")
         return 0
+    if args.command == "site":
+        from autograder.website import main as run_site
+
+        return run_site(args.out, only=args.assignments)
     from autograder.build import main as run_build
 
     return run_build(check=args.check, solutions=not args.skip_solutions, only=args.assignments)

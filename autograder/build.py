@@ -1,10 +1,13 @@
 """Build release/, solutions/ and samples/ from source/ — or, with check=True, report where they drifted.
 
-release/    exactly what `nbgrader generate_assignment --no-db` makes of source/ (deterministic).
+release/    what `nbgrader generate_assignment --no-db` makes of source/ (deterministic), with the language_info
+            the pinned kernel reports, so that JupyterLab opens a release notebook without marking it modified.
 solutions/  source notebooks with solutions in, hidden tests out, executed top to bottom with outputs.
 samples/    a small batch of submissions in nbgrader's submitted/ layout, for the README's first command.
 """
 
+import json
+import operator
 import shutil
 import subprocess
 import sys
@@ -31,8 +34,39 @@ def _write_json(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
+def kernel_language_info() -> dict:
+    """The language_info the pinned environment's kernel (ipykernel's python3) reports.
+
+    JupyterLab copies it into a notebook's metadata when the kernel starts and marks the notebook modified if
+    that changes anything; a notebook that already carries it opens unmodified.
+    """
+    from ipykernel.ipkernel import IPythonKernel
+
+    return json.loads(json.dumps(IPythonKernel.language_info))
+
+
+def _same_but_python_patch(a: str, b: str) -> bool:
+    """Equal texts, or notebooks that differ only in the Python patch version of their language_info.
+
+    The patch version is the building machine's (3.11.7 or 3.11.9 are the same pinned environment): a build on
+    another machine is not drift, and does not rewrite the committed files.
+    """
+    if a == b:
+        return True
+    try:
+        notebooks = [json.loads(a), json.loads(b)]
+    except ValueError:
+        return False
+    for nb in notebooks:
+        info = nb.get("metadata", {}).get("language_info", {}) if isinstance(nb, dict) else {}
+        if isinstance(info, dict) and "version" in info:
+            info["version"] = ".".join(str(info["version"]).split(".")[:2])
+    return notebooks[0] == notebooks[1]
+
+
 def generate_release(root: Path, out: Path, assignments: list[str]) -> None:
-    """Run nbgrader generate_assignment --no-db for these assignments, writing out/<assignment>/."""
+    """Run nbgrader generate_assignment --no-db for these assignments, writing out/<assignment>/; each notebook
+    gets the kernel's language_info (kernel_language_info)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         shutil.copytree(course_dir.source_dir(root), work / "source")
@@ -42,6 +76,11 @@ def generate_release(root: Path, out: Path, assignments: list[str]) -> None:
                 [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--no-db", "--force", "--log-level=WARN"],
                 cwd=work, check=True,
             )
+        language_info = kernel_language_info()
+        for path in (work / "release").rglob("*.ipynb"):
+            nb = nbformat.read(path, as_version=4)
+            nb.metadata["language_info"] = language_info
+            path.write_text(_write_json(nb))
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(work / "release", out)
@@ -126,9 +165,10 @@ def build(root: Path = course_dir.ROOT, check: bool = False, solutions: bool = T
         release = Path(tmp) / "release"
         generate_release(root, release, assignments)
         built = {p.relative_to(release): p.read_text() for p in release.rglob("*") if p.is_file()}
-        drift += _sync(root / "release", built, check, lambda rel: rel.parts[0] in assignments)
+        drift += _sync(root / "release", built, check, lambda rel: rel.parts[0] in assignments, _same_but_python_patch)
         samples = sample_submissions(root, release, assignments)
-        drift += _sync(root / "samples", samples, check, lambda rel: len(rel.parts) < 3 or rel.parts[1] in assignments)
+        drift += _sync(root / "samples", samples, check, lambda rel: len(rel.parts) < 3 or rel.parts[1] in assignments,
+                       _same_but_python_patch)
 
     if solutions:
         for assignment in assignments:
@@ -151,7 +191,8 @@ def build(root: Path = course_dir.ROOT, check: bool = False, solutions: bool = T
     return drift
 
 
-def _sync(folder: Path, files: dict[Path, str], check: bool, in_scope: Callable[[Path], bool]) -> list[str]:
+def _sync(folder: Path, files: dict[Path, str], check: bool, in_scope: Callable[[Path], bool],
+          same: Callable[[str, str], bool] = operator.eq) -> list[str]:
     """Make the in-scope part of folder hold exactly these files, or (check) list how it differs."""
     existing = {p.relative_to(folder) for p in folder.rglob("*") if p.is_file()} if folder.exists() else set()
     existing = {rel for rel in existing if in_scope(rel)}
@@ -162,7 +203,7 @@ def _sync(folder: Path, files: dict[Path, str], check: bool, in_scope: Callable[
             drift.append(f"{name} is not built from source/ any more")
             if not check:
                 (folder / rel).unlink()
-        elif rel not in existing or (folder / rel).read_text() != files[rel]:
+        elif rel not in existing or not same((folder / rel).read_text(), files[rel]):
             drift.append(f"{name} differs from what the build makes")
             if not check:
                 (folder / rel).parent.mkdir(parents=True, exist_ok=True)

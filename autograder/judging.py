@@ -69,7 +69,7 @@ def verdict_outputs(verdict: Verdict, check: Check | None) -> list:
         summary = (check.__doc__ or "").strip().splitlines()[0] if check and check.__doc__ else ""
         return [new_output("stream", name="stdout", text=wrap(f"Passed. {summary}".strip()) + "\n")]
     return [new_output("error", ename="CheckFailed", evalue=verdict.message,
-                       traceback=[f"CheckFailed: {verdict.message}"])]
+                       traceback=["CheckFailed:", verdict.message])]  # as CheckFailed._render_traceback_
 
 
 class ClearEvidence(NbGraderPreprocessor):

@@ -35,12 +35,13 @@ class CheckFailed(AssertionError):
     """
 
     def __init__(self, message: str, mistake: str | None = None):
-        super().__init__(message)
+        super().__init__(wrap(message))  # a message composed of others' (a note added to a failure) wraps too
         self.mistake = mistake
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows for this error: the diagnosis, not the checker's code."""
-        return [f"{type(self).__name__}: {self}"]
+        """What IPython shows for this error: the diagnosis, not the checker's code. The name stands on a line
+        of its own, so that no line is longer than the wrapped message (nbgrader's Validate dialog shows them)."""
+        return [f"{type(self).__name__}:", str(self)]
 
 
 def wrap(text: str) -> str:

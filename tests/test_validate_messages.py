@@ -1,0 +1,41 @@
+"""A failed test reads without horizontal scrolling: nbgrader's Validate dialog shows the lines of the error output
+as they are, so no line the course writes there is longer than compare.WIDTH (88) characters.
+tests/test_browser.py measures the dialog itself."""
+
+import pytest
+import torch
+
+from autograder.judging import Verdict, verdict_outputs
+from course.checks.compare import WIDTH, CheckFailed, fail
+
+LONG = ("attention_weights(x) is not what was asked: these are the raw dot products of the inputs with each other, "
+        "so the softmax is missing; apply it over the last dimension, the keys, so that every row sums to one.")
+
+
+def _failure() -> CheckFailed:
+    with pytest.raises(CheckFailed) as failure:
+        fail(LONG, expected=torch.eye(3), actual=torch.ones(3, 3), case="x = [[1,0],[0,1],[1,1]]", mistake="no-softmax")
+    return failure.value
+
+
+def _lines(traceback: list[str]) -> list[str]:
+    return "\n".join(traceback).splitlines()  # what IPython and nbgrader's validator show
+
+
+def test_a_failure_is_shown_in_lines_of_at_most_88_characters():
+    lines = _lines(_failure()._render_traceback_())
+    assert lines[0] == "CheckFailed:"
+    assert max(len(line) for line in lines) <= WIDTH
+    assert " ".join(" ".join(lines[1:]).split()).startswith(LONG)
+
+
+def test_a_failure_with_a_note_added_is_wrapped_too():
+    note = "Note: " + "the decoder block this model is built from fails its own test; fix that first. " * 3
+    lines = _lines(CheckFailed(f"{_failure()}\n\n{note}", "no-softmax")._render_traceback_())
+    assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_a_judged_test_cell_shows_the_failure_as_the_kernel_does():
+    failure = _failure()
+    [output] = verdict_outputs(Verdict(False, str(failure), failure.mistake), None)
+    assert output.traceback == failure._render_traceback_()
