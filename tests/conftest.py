@@ -78,16 +78,17 @@ class GradedBatch:
 
 
 def end_to_end_variants(assignment: str) -> list:
-    """The catalogue's representatives graded end to end: its first two mistakes and first alternative."""
-    from catalogue import alternatives, mistakes
+    """The catalogue's representatives graded end to end: its first two mistakes (every alternative and every
+    other mistake is graded in-process, tests/test_catalogue.py, through the same records and judges)."""
+    from catalogue import mistakes
 
-    return mistakes(assignment)[:2] + alternatives(assignment)[:1]
+    return mistakes(assignment)[:2]
 
 
 @pytest.fixture(scope="session")
 def graded_batch(tmp_path_factory: pytest.TempPathFactory) -> GradedBatch:
     """A representative slice graded by real nbgrader in the sandbox, with two workers: per assignment the
-    complete solution, the untouched release, two catalogued mistakes and one correct alternative.
+    complete solution, the untouched release and two catalogued mistakes.
 
     Student ids: 'complete', 'untouched', and each variant's name. Every other catalogued variant is graded in
     this process through the same evidence records and judges (test_catalogue.py); test_grading.py shows the two

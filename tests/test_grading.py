@@ -1,15 +1,14 @@
 """Real nbgrader, in the sandbox, grades a representative slice: full marks for solutions, zero for untouched
-releases, catalogued mistakes below full marks and named, alternatives full marks — and every grade equals the
-in-process replay of the same submission, so the catalogue replays in test_catalogue.py stand for real grading."""
+releases, catalogued mistakes below full marks and named — and every grade equals the in-process replay of the same
+submission, so the catalogue replays in test_catalogue.py stand for real grading. (That the same batch graded again
+gives identical rows is shown by test_gradebook.py and test_cluster.py, which grade one class three times.)"""
 
 import csv
-import shutil
 
 import pytest
 from conftest import ASSIGNMENTS, end_to_end_variants, feedback_text
 from replay import grade as replay
 
-from autograder.grade import grade
 
 SLICE = [(a, v) for a in ASSIGNMENTS for v in end_to_end_variants(a)]
 
@@ -56,17 +55,3 @@ def test_grades_csv_has_a_row_per_student_and_assignment(graded_batch):
     name, own = SLICE[0][1].name, SLICE[0][0]  # a variant submits only its own assignment
     other = next(a for a in ASSIGNMENTS if a != own)
     assert {(r["student"], r["assignment"]): r["status"] for r in rows}[name, other] == "missing"
-
-
-def test_the_same_batch_graded_twice_gives_identical_grades(graded_batch, tmp_path):
-    """Deterministic: a fresh grading of part of the batch gives the same scores, statuses, cells and messages."""
-    assignment = ASSIGNMENTS[0]
-    batch = tmp_path / "batch"
-    for student in ["complete", "untouched"] + [v.name for v in end_to_end_variants(assignment)]:
-        shutil.copytree(graded_batch.batch / student / assignment, batch / student / assignment)
-    rows = grade(batch, tmp_path / "out", [assignment], workers=2, progress=False,
-                 sandbox=__import__("conftest").use_sandbox())
-    for row in rows:
-        first = graded_batch[row.student, assignment]
-        assert (row.score, row.status, row.message, row.cells, row.mistakes) == \
-               (first.score, first.status, first.message, first.cells, first.mistakes), row.student
