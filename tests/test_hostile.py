@@ -15,16 +15,37 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import complete_submission, feedback_text, release_notebook, source_answers, use_sandbox, write_submission
+from catalogue import mistakes
+from conftest import (
+    complete_submission,
+    feedback_text,
+    release_notebook,
+    source_answers,
+    use_sandbox,
+    variant_submission,
+    write_submission,
+)
+from replay import grade as replay_grade
 
 from autograder.grade import grade
 from autograder.notebooks import grade_id
+from course.checks import multi_head as multi_head_checks
+from course.checks import self_attention as self_attention_checks
+from course.checks.check import checks_of
+
+
+def replay(answers: dict):
+    return replay_grade(A, answers)
 
 A, NB = "01_self_attention", "self_attention.ipynb"
 NO_SOFTMAX = "def attention_weights(x):\n    return x @ x.transpose(1, 2)\n"
-FIRST_ONLY_POINTS = 4  # the three test cells of attention_weights
-CHECKS = ("attention_weights_by_hand", "attention_weights_rows", "attention_weights_oracle",
-          "basic_self_attention_by_hand", "basic_self_attention_oracle", "permutation_equivariance")
+UNFINISHED = "def basic_self_attention(x):\n    raise NotImplementedError()\n"
+CHECKS = tuple(checks_of(self_attention_checks))
+#: what the honest twins score, from the in-process replay (the catalogue tests show it equals real grading)
+TWIN_SCORE = replay({"attention_weights": NO_SOFTMAX}).score
+FIRST_ONLY_POINTS = replay({"basic_self_attention": UNFINISHED}).score  # the tests of attention_weights
+A04 = "04_multi_head"
+MISTAKE_04 = mistakes(A04)[0]  # its honest twin 'twin-04' scores what this mistake alone earns
 PWNED = "/tmp/course-hostile-pickle-ran"  # the grader's /tmp: a kernel's /tmp is private
 
 # Writes a record as a probe would, with whatever tensors and facts the attacker chooses.
@@ -53,6 +74,19 @@ def plausible():
     for name, tensors in out.items():
         forge(name, tensors, {k: fact(v, grad=k == "y_grad") for k, v in tensors.items()})
 '''
+
+# appended to 04's answer cell that holds its wrong answer: every in-kernel route at once
+ATTACK_04 = FORGE + f"""
+import course.checks.check as _cc
+_cc.recording = lambda: False
+for _n, _c in _cc.checks_of(check).items():
+    _c.judge = lambda ev: None
+    setattr(check, _n, lambda *a, **k: None)
+def _zeros(r):
+    for _n in {tuple(checks_of(multi_head_checks))!r}:
+        forge(_n, {{"y": torch.zeros(2, 5, 16)}}, {{"y": fact(torch.zeros(2, 5, 16))}})
+get_ipython().events.register("post_run_cell", _zeros)
+"""
 
 # attack -> code appended to the attention_weights answer cell (which holds the wrong answer)
 ATTACKS = {
@@ -123,15 +157,24 @@ def _build(batch: Path) -> dict[str, tuple]:
     expect["honest-complete"] = (8, "graded", "")
     write_submission(batch, "honest-untouched", A, NB, release_notebook(A, NB))
     expect["honest-untouched"] = (0, "graded", "")
-    first_only = _with({"basic_self_attention": "def basic_self_attention(x):\n    raise NotImplementedError()\n"})
+    first_only = _with({"basic_self_attention": UNFINISHED})
     write_submission(batch, "honest-first-only", A, NB, first_only)
     expect["honest-first-only"] = (FIRST_ONLY_POINTS, "graded", "")
     write_submission(batch, "twin-no-softmax", A, NB, _with({"attention_weights": NO_SOFTMAX}))
-    expect["twin-no-softmax"] = (1, "graded", "")
+    expect["twin-no-softmax"] = (TWIN_SCORE, "graded", "")
 
     for name, code in ATTACKS.items():
         write_submission(batch, name, A, NB, _with({"attention_weights": NO_SOFTMAX}, code))
-        expect[name] = ("twin", None, "")
+        expect[name] = ("twin", "twin-no-softmax", "")
+    # 04 too: its most catalogued answer with the checks, the judge switch and the records all rewritten
+    notebook, twin = variant_submission(MISTAKE_04)
+    write_submission(batch, "twin-04", A04, notebook, twin)
+    expect["twin-04"] = (replay_grade(A04, {MISTAKE_04.cell: MISTAKE_04.code}).score, "graded", "")
+    attacked = copy.deepcopy(twin)
+    cell = next(c for c in attacked.cells if grade_id(c) == MISTAKE_04.cell)
+    cell.source += "\n" + ATTACK_04
+    write_submission(batch, "attack-04-everything", A04, notebook, attacked)
+    expect["attack-04-everything"] = ("twin", "twin-04", "")
     copied = _with({"attention_weights": "from course.self_attention import attention_weights\n"})
     write_submission(batch, "copy-reference", A, NB, copied)
     expect["copy-reference"] = (0, "flagged", "imports course.self_attention")
@@ -139,19 +182,19 @@ def _build(batch: Path) -> dict[str, tuple]:
     deleted = _with({"attention_weights": NO_SOFTMAX})
     deleted.cells = [c for c in deleted.cells if c not in _tests(deleted)]
     write_submission(batch, "tamper-deleted-tests", A, NB, deleted)
-    expect["tamper-deleted-tests"] = (1, "graded", "put back 6 deleted cell(s)")
+    expect["tamper-deleted-tests"] = (TWIN_SCORE, "graded", f"put back {len(CHECKS)} deleted cell(s)")
     emptied = _with({"attention_weights": NO_SOFTMAX})
     for c in _tests(emptied):
         c.source = "pass"
     write_submission(batch, "tamper-emptied-tests", A, NB, emptied)
-    expect["tamper-emptied-tests"] = (1, "graded", "")
+    expect["tamper-emptied-tests"] = (TWIN_SCORE, "graded", "")
     points = _with({"attention_weights": NO_SOFTMAX})
     for c in _tests(points):
         c.metadata["nbgrader"]["points"] = 100
     _tests(points)[0].metadata["nbgrader"]["grade_id"] = "my_own_test"
     _tests(points)[0].source = "pass"
     write_submission(batch, "tamper-metadata", A, NB, points)
-    expect["tamper-metadata"] = (1, "graded", "")
+    expect["tamper-metadata"] = (TWIN_SCORE, "graded", "")
     impostor = _with({"attention_weights": "class Anything(torch.Tensor):\n    def __eq__(self, other):\n"
                                            "        return True\n\ndef attention_weights(x):\n"
                                            "    return torch.zeros(x.shape[0], x.shape[1], x.shape[1]).as_subclass(Anything)\n"})
@@ -217,8 +260,8 @@ def hostile(tmp_path_factory):
     batch = tmp_path_factory.mktemp("hostile")
     expect = _build(batch)
     out = tmp_path_factory.mktemp("hostile-graded")
-    rows = {g.student: g for g in grade(batch, out, [A], workers=2, cell_seconds=15, sandbox=use_sandbox(),
-                                         progress=False)}
+    graded = grade(batch, out, [A, A04], workers=2, cell_seconds=15, sandbox=use_sandbox(), progress=False)
+    rows = {g.student: g for g in graded if g.status != "missing"}  # each student hands in one assignment
     return expect, rows, out, batch
 
 
@@ -239,10 +282,9 @@ def test_submission_scores_what_its_code_computes(hostile, student):
     expect, rows, _, _ = hostile
     score, status, words = expect[student]
     row = rows[student]
-    assert row.max_score == 8
     if score == "twin":  # an attack: never more than the same wrong answer without it
-        twin = rows["twin-no-softmax"]
-        assert twin.status == "graded" and twin.score == 1
+        twin = rows[status]
+        assert twin.status == "graded" and twin.score == expect[status][0] < twin.max_score
         assert row.score <= twin.score, f"{student} gained: {row.score} > {twin.score} ({row.status}: {row.message})"
         assert row.status in ("graded", "flagged", "crashed"), f"{student}: {row.status} ({row.message})"
         return
