@@ -5,6 +5,12 @@ import os
 import sys
 from pathlib import Path
 
+from autograder import GradingError, build, website
+from autograder.grade import grade as run_grade
+from autograder.grade import instructor_course
+from autograder.results import table
+from autograder.submissions import DEFAULT_NAMED_REGEXP
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
@@ -35,10 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--kernel-threads", type=int, default=None, metavar="N",
                        help="torch threads per kernel (default: the cores shared among the workers; 1 on a cluster)")
 
-    build = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
-    build.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
-    build.add_argument("--skip-solutions", action="store_true", help="do not execute the solution notebooks")
-    build.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
+    rebuild = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
+    rebuild.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
+    rebuild.add_argument("--skip-solutions", action="store_true", help="do not execute the solution notebooks")
+    rebuild.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
                        help="build only this assignment (repeatable); default: all")
 
     site = commands.add_parser("site", help="build the static site for self-learners from solutions/ (offline)")
@@ -48,33 +54,24 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "grade":
-        from autograder.grade import grade as run_grade
-        from autograder.grade import instructor_course
-        from autograder.results import table
-        from autograder.submissions import DEFAULT_NAMED_REGEXP
-
         course = instructor_course() if args.gradebook else None
-        grades = run_grade(args.path, args.out, args.assignments, workers=args.workers, sandbox=not args.no_sandbox,
-                           named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP, cell_seconds=args.cell_timeout,
-                           gradebook=course, scheduler=args.scheduler, kernel_threads=args.kernel_threads)
+        grades = run_grade(args.path, args.out, args.assignments, workers=args.workers,
+                           sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
+                           cell_seconds=args.cell_timeout, gradebook=course, scheduler=args.scheduler,
+                           kernel_threads=args.kernel_threads)
         print()
         print(table(grades))
-        print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under {args.out / 'feedback'}")
+        print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under "
+              f"{args.out / 'feedback'}")
         if course is not None:
             print(f"recorded in the gradebook {course.db_url} and under {course.root}/autograded")
         return 0
     if args.command == "site":
-        from autograder.website import main as run_site
-
-        return run_site(args.out, only=args.assignments)
-    from autograder.build import main as run_build
-
-    return run_build(check=args.check, solutions=not args.skip_solutions, only=args.assignments)
+        return website.main(args.out, only=args.assignments)
+    return build.main(check=args.check, solutions=not args.skip_solutions, only=args.assignments)
 
 
 if __name__ == "__main__":
-    from autograder import GradingError
-
     try:
         sys.exit(main())
     except GradingError as problem:

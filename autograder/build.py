@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
+from ipykernel.ipkernel import IPythonKernel
 from nbclient import NotebookClient
 
 from autograder import GradingError, course_dir
@@ -40,8 +41,6 @@ def kernel_language_info() -> dict:
     JupyterLab copies it into a notebook's metadata when the kernel starts and marks the notebook modified if
     that changes anything; a notebook that already carries it opens unmodified.
     """
-    from ipykernel.ipkernel import IPythonKernel
-
     return json.loads(json.dumps(IPythonKernel.language_info))
 
 
@@ -118,7 +117,7 @@ def _sample_mistakes(root: Path):
     """The catalogue's sample_mistakes: the catalogue is test data and lives in tests/catalogue."""
     if str(root / "tests") not in sys.path:
         sys.path.insert(0, str(root / "tests"))
-    from catalogue import sample_mistakes
+    from catalogue import sample_mistakes  # noqa: PLC0415 - test data, found once tests/ is on the path
 
     return sample_mistakes
 

@@ -25,8 +25,8 @@ def source_notebook(preprocessor: NbGraderPreprocessor, resources: dict) -> nbfo
     """The instructor's source notebook of the notebook being graded, from the course directory in the config."""
     coursedir = CourseDirectory(parent=preprocessor)
     info = resources["nbgrader"]
-    path = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"])) / f"{info['notebook']}.ipynb"
-    return nbformat.read(path, as_version=4)
+    folder = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
+    return nbformat.read(folder / f"{info['notebook']}.ipynb", as_version=4)
 
 
 def reset_metadata(nb: nbformat.NotebookNode, source: nbformat.NotebookNode) -> None:

@@ -34,7 +34,7 @@ def grade_on_node(item: Job, options: Options) -> Result:
 
 def on_cluster(jobs: list[Job], options: Options, scheduler: str) -> Iterator[tuple[Job, Result | None, str]]:
     """(job, result, error) for every job, as the cluster's workers finish them."""
-    from distributed import Client, as_completed
+    from distributed import Client, as_completed  # noqa: PLC0415 - only the main process needs a client
 
     with Client(scheduler, timeout=30) as client:
         futures = {}

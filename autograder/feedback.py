@@ -74,7 +74,8 @@ def diagnoses(nb: nbformat.NotebookNode) -> list[tuple[str, str]]:
             continue
         for output in cell.get("outputs", []):
             if output.output_type == "error":
-                text = output.evalue.split("\n\n")[0].strip() if output.ename == "CheckFailed" else f"{output.ename}: {output.evalue}"
+                failed = output.ename == "CheckFailed"
+                text = output.evalue.split("\n\n")[0].strip() if failed else f"{output.ename}: {output.evalue}"
                 found.append((meta["grade_id"], " ".join(text.split())[:200] if text else output.ename))
                 break
     return found

@@ -25,10 +25,13 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import nbformat
+from nbgrader.coursedir import CourseDirectory
 from tqdm import tqdm
+from traitlets.config.loader import PyFileConfigLoader
 
 from autograder import GradingError, course_dir, report
 from autograder.results import GRADED, Grade, write_csv
+from autograder.sandbox import available as sandbox_available
 from autograder.submissions import DEFAULT_NAMED_REGEXP, TIMESTAMP, Submission, find, unpack
 from autograder.workspace import Job, Options, Result, Workspace, ensure_assignments, grader_version
 
@@ -45,9 +48,6 @@ class Course:
 
 def instructor_course(root: Path = course_dir.ROOT) -> Course:
     """The course at root: its gradebook is nbgrader_config.py's CourseDirectory.db_url, or gradebook.db there."""
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import PyFileConfigLoader
-
     config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
     config.CourseDirectory.root = str(root)
     return Course(root, CourseDirectory(config=config).db_url)
@@ -88,7 +88,8 @@ def _grade_in_worker(item: Job) -> Result:
     return _workspace.grade(item)
 
 
-def _locally(jobs: list[Job], options: Options, workers: int, scratch: Path) -> Iterator[tuple[Job, Result | None, str]]:
+def _locally(jobs: list[Job], options: Options, workers: int,
+             scratch: Path) -> Iterator[tuple[Job, Result | None, str]]:
     """(job, result, error) for every job, graded in this process (one worker) or in worker processes."""
     scratch.mkdir(parents=True, exist_ok=True)
     if workers <= 1:
@@ -174,9 +175,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     if unknown:
         raise GradingError(f"unknown assignment(s) {unknown}; this course has {known}")
     if sandbox and scheduler is None:
-        from autograder import sandbox as sandbox_module
-
-        reason = sandbox_module.available()
+        reason = sandbox_available()
         if reason:
             raise GradingError(f"cannot sandbox student code: {reason}")
     if scheduler and gradebook and gradebook.db_url.startswith("sqlite"):
@@ -216,7 +215,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         started = time.perf_counter()
         jobs = [job(sub) for sub in todo]
         if scheduler:
-            from autograder.cluster import on_cluster
+            from autograder.cluster import on_cluster  # noqa: PLC0415 - Dask is a heavy import only a cluster needs
 
             results = on_cluster(jobs, options, scheduler)
         else:
@@ -234,7 +233,8 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
                 shutil.rmtree(out / "feedback" / item.student / item.assignment, ignore_errors=True)
             bar.update(1)
         bar.close()
-        new_state = {f"{student}/{assignment}": {"fingerprint": fingerprints[student, assignment], "grade": row.to_json()}
+        new_state = {f"{student}/{assignment}": {"fingerprint": fingerprints[student, assignment],
+                                                  "grade": row.to_json()}
                      for (student, assignment), row in grades.items() if row.status in GRADED}
     _remove_stale_feedback(out, set(grades))
     ordered = [grades[key] for key in sorted(grades)]

@@ -14,12 +14,15 @@ def answer(source: str) -> str:
     return SOLUTION_MARKERS.sub("", source)
 
 
-SOLUTION_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.MULTILINE | re.DOTALL)
+SOLUTION_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$",
+                             re.MULTILINE | re.DOTALL)
 
 
 def cleared(source: str) -> str:
     """A source answer cell as the release shows it: each solution region replaced by the stub."""
-    return SOLUTION_REGION.sub(lambda m: f"{m.group(1)}# YOUR CODE HERE\n{m.group(1)}raise NotImplementedError()", source)
+    def stub(match: re.Match) -> str:
+        return f"{match.group(1)}# YOUR CODE HERE\n{match.group(1)}raise NotImplementedError()"
+    return SOLUTION_REGION.sub(stub, source)
 
 
 def hidden_tests_removed(source: str) -> str:

@@ -30,7 +30,8 @@ def write(grades: list, path: Path) -> None:
             points = got[0][1]
             full = sum(s == m for s, m in got)
             zero = sum(s == 0 for s, m in got)
-            lines.append(f"| {cell} | {points:g} | {full} | {len(got) - full - zero} | {zero} | {mean(s for s, _ in got):.2f} |")
+            average = mean(s for s, _ in got)
+            lines.append(f"| {cell} | {points:g} | {full} | {len(got) - full - zero} | {zero} | {average:.2f} |")
         named = Counter((cell, mistake) for g in graded for cell, mistake in g.mistakes)
         if named:
             lines += ["", "Mistakes the judges named (ids from course/checks):", "",
@@ -45,7 +46,8 @@ def write(grades: list, path: Path) -> None:
         lines.append("")
     problems = [g for g in grades if g.status not in ("graded",)]
     if problems:
-        lines += ["## Submissions that need a look", "", "| student | assignment | status | message |", "|---|---|---|---|"]
+        lines += ["## Submissions that need a look", "", "| student | assignment | status | message |",
+                  "|---|---|---|---|"]
         lines += [f"| {g.student} | {g.assignment} | {g.status} | {g.message.replace('|', '/')} |" for g in problems]
         lines.append("")
     path.write_text("\n".join(lines))

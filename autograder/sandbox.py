@@ -29,16 +29,16 @@ What the student's code then can and cannot do:
   (``interrupt_mode: message``), because a signal to the launcher would not reach into the sandbox;
 - stdout/stderr/display output past ``Limits.output_mb`` per notebook is dropped by nbgrader's side
   (``autograder.execute.GradingExecute``) with one note;
-- after the kernel, ``GradingExecute`` (through ``reclaim``) removes symlinks, fifos and sockets from the kernel's folder and gives
-  its files back to the grader, so nbgrader's writing of the graded notebook cannot be redirected.
+- after the kernel, ``GradingExecute`` (through ``reclaim``) removes symlinks, fifos and sockets from the kernel's
+  folder and gives its files back to the grader, so nbgrader's writing of the graded notebook cannot be redirected.
 
 Uid: when the grader runs as root (CI), the kernel runs as uid ``uid + <the launcher's pid>`` (unique among
 running kernels, also across grading worker processes, so RLIMIT_NPROC, which root ignores, applies per
 kernel, and one kernel cannot connect to another's sockets: they are created with umask 077). The launcher
-chowns the kernel's working folder to that uid. When the grader is not root (a teacher's laptop) it cannot switch uid: the kernel runs
-as the grader's own uid inside an unprivileged user namespace, which still gives the network, file system,
-pid and memory/file-size isolation, but RLIMIT_NPROC then counts all processes of the grader's user, and
-concurrent kernels could reach each other's sockets. ``describe()`` says which mode is in force.
+chowns the kernel's working folder to that uid. When the grader is not root (a teacher's laptop) it cannot switch
+uid: the kernel runs as the grader's own uid inside an unprivileged user namespace, which still gives the
+network, file system, pid and memory/file-size isolation, but RLIMIT_NPROC then counts all processes of the
+grader's user, and concurrent kernels could reach each other's sockets. ``describe()`` says which mode is in force.
 
 Not covered: memory is per process (RLIMIT_DATA), so up to ``processes`` children could each use
 ``memory_mb``; use a cgroup (e.g. ``systemd-run --scope -p MemoryMax=``) around the grader for a hard total.
@@ -115,8 +115,9 @@ def available() -> str | None:
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as probe:
         os.chmod(probe, 0o777)
         plan = _plan(Path(probe), Limits(), 61000)
+        command = [os.path.abspath(sys.executable), "-c", "import ipykernel, sys; sys.exit(0)"]
         argv = _bwrap_argv(plan, cwd=Path(probe), ipc=None, kernel_uid=61000 if _switches_uid() else None,
-                           conn_fd=None, command=[os.path.abspath(sys.executable), "-c", "import ipykernel, sys; sys.exit(0)"])
+                           conn_fd=None, command=command)
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
                                     preexec_fn=lambda: _set_rlimits(plan["limits"]))
@@ -181,7 +182,7 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
 def _answer_stubs(folder: Path) -> dict[str, list[list[str]]]:
     """assignment -> [[stub, reference file], ...]: the course modules holding that assignment's answers (and
     those built on them), each to be replaced in the kernel's view by a stub that refuses to be imported."""
-    from autograder import course_dir
+    from autograder import course_dir  # noqa: PLC0415 - the launcher (this file as a script) imports nothing of ours
 
     folder.mkdir(parents=True, exist_ok=True)
     package = REPO / "course"
@@ -190,8 +191,8 @@ def _answer_stubs(folder: Path) -> dict[str, list[list[str]]]:
         pairs = []
         for module in course_dir.answer_modules(assignment):
             stub = folder / f"{module}.py"
-            stub.write_text(f"raise ImportError('course.{module} holds the answers of an assignment being graded, so it "
-                            "is hidden from the code being graded: write the answer yourself.')\n")
+            stub.write_text(f"raise ImportError('course.{module} holds the answers of an assignment being graded, "
+                            "so it is hidden from the code being graded: write the answer yourself.')\n")
             pairs.append([str(stub), str(package / f"{module}.py")])
         plan[assignment] = pairs
     return plan
@@ -227,7 +228,7 @@ def _editable_paths() -> list[str]:
 
 def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> dict:
     try:
-        from jupyter_core.paths import jupyter_runtime_dir
+        from jupyter_core.paths import jupyter_runtime_dir  # noqa: PLC0415 - the launcher needs the stdlib only
         runtime = jupyter_runtime_dir()
     except Exception:  # noqa: BLE001 - jupyter_core missing: nothing to hide there
         runtime = None
@@ -254,8 +255,8 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
             if any(_within(form, h) for h in [*hides, "/tmp"]):
                 binds.append(form)
     return {"work": work, "hide": hides, "blank": blanks, "empty": os.path.join(work, ".sandbox", "empty"),
-            "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid, "python": os.path.abspath(sys.executable),
-            "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
+            "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid,
+            "python": os.path.abspath(sys.executable), "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -42,7 +42,8 @@ class Submission:
 
 
 def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], named_regexp: str) -> Path:
-    """The folder whose children are student folders: path itself, its unzipped content, or an LMS export laid out anew."""
+    """The folder whose children are student folders: path itself, its unzipped content, or an LMS export laid
+    out anew."""
     if path.is_file():
         if not zipfile.is_zipfile(path):
             raise GradingError(f"{path} is neither a folder nor a zip file.")
@@ -110,7 +111,8 @@ def _normalised(name: str) -> str:
 
 
 def find(batch: Path, assignments: list[str], expected: dict[str, list[str]]) -> list[Submission]:
-    """One Submission per student folder and assignment; a student's folders that differ only in case are one student."""
+    """One Submission per student folder and assignment; a student's folders that differ only in case are one
+    student."""
     by_student: dict[str, list[Path]] = {}
     for folder in visible_dirs(batch):
         by_student.setdefault(folder.name.strip().lower(), []).append(folder)
@@ -166,9 +168,11 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str]) 
         if others:
             sub.notes.append(f"ignored other versions {others}")
         sub.notebooks[name] = chosen
-    extra = [str(p.relative_to(folder)) for p in present if p not in sub.notebooks.values() and p.suffix.lower() != ".ipynb"]
+    extra = [str(p.relative_to(folder)) for p in present
+             if p not in sub.notebooks.values() and p.suffix.lower() != ".ipynb"]
     if extra:
-        sub.notes.append(f"ignored {len(extra)} extra file(s): {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
+        more = " ..." if len(extra) > 5 else ""
+        sub.notes.append(f"ignored {len(extra)} extra file(s): {', '.join(extra[:5])}{more}")
     return sub
 
 

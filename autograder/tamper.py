@@ -23,7 +23,8 @@ FORBIDDEN_NAMES = {
 #: modules that reach the interpreter, the import system or the process
 FORBIDDEN_MODULES = {
     "builtins", "sys", "importlib", "ctypes", "gc", "inspect", "types", "os", "subprocess", "signal", "socket",
-    "marshal", "runpy", "code", "codeop", "pkgutil", "threading", "multiprocessing", "concurrent", "asyncio", "pty", "unittest", "pytest",
+    "marshal", "runpy", "code", "codeop", "pkgutil", "threading", "multiprocessing", "concurrent", "asyncio", "pty",
+    "unittest", "pytest",
     "IPython", "ipykernel", "nbgrader", "shutil", "pathlib", "io", "atexit", "weakref", "copyreg", "dis",
     "course.checks", "autograder", "torch.library", "torch.overrides", "torch.utils._python_dispatch",
     "torch._C", "torch._ops", "torch.ops", "numpy.testing", "torch.testing",
@@ -68,7 +69,8 @@ class _Finder(ast.NodeTransformer):
                 return f"reaches {sub.attr}, which can replace what PyTorch computes"
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "getattr":
                 name = sub.args[1] if len(sub.args) > 1 else None
-                if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("__")):
+                plain = isinstance(name, ast.Constant) and isinstance(name.value, str)
+                if not (plain and not name.value.startswith("__")):
                     return "uses getattr with a computed or internal name"
             if isinstance(sub, (ast.Import, ast.ImportFrom)):
                 for module in _imported(sub):

@@ -176,7 +176,7 @@ def build_site(out: Path, root: Path = course_dir.ROOT, only: list[str] | None =
             page = describe(assignment, notebook, solution, release, root)
             solutions[page.href] = solution
             pages.append(page)
-    for before, after in zip(pages, pages[1:]):
+    for before, after in zip(pages, pages[1:], strict=False):
         before.next, after.prev = after, before
 
     for page in pages:

@@ -26,7 +26,7 @@ from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.exc import SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
-from autograder import GradingError, course_dir, feedback
+from autograder import GradingError, course_dir, feedback, sandbox
 from autograder.notebooks import grade_id, grading_notes
 from autograder.results import Grade
 from autograder.submissions import read_notebook
@@ -129,8 +129,9 @@ class Workspace:
         threads = str(max(1, options.kernel_threads))
         config.GradingKernelManager.kernel_env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         if options.sandbox:
-            from autograder import sandbox
-
+            reason = sandbox.available()
+            if reason:
+                raise GradingError(f"cannot sandbox student code here: {reason}")
             sandbox.configure(config, root, sandbox.Limits(cell_seconds=options.cell_seconds),
                               hide=[root.parent, *(Path(p) for p in options.hidden)])
         self.api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
@@ -175,7 +176,8 @@ class Workspace:
             done = self.api.autograde(job.assignment, job.student)
         if not done["success"]:
             row.status = "error"
-            row.message = "nbgrader could not grade this submission: " + _last_line(done.get("error") or done.get("log"))
+            row.message = "nbgrader could not grade this submission: " + _last_line(done.get("error")
+                                                                                   or done.get("log"))
             return Result(row)
         graded = {name: nbformat.read(self._folder("autograded", job) / name, as_version=4) for name in job.files}
         self._read_scores(row)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from distributed import Client
 
 from autograder import course_dir, sandbox
 from autograder.grade import grade
@@ -80,7 +81,6 @@ def plain_nbgrader(batch: Path, work: Path) -> float:
 
 def kill_a_busy_worker(cluster: servers.DaskCluster, done: threading.Event) -> None:
     """Wait until a worker is grading, then kill its process."""
-    from distributed import Client
 
     with Client(cluster.address, timeout=30) as client:
         while not done.is_set():
