@@ -9,7 +9,6 @@ import pytest
 from conftest import ASSIGNMENTS, end_to_end_variants, feedback_text
 from replay import grade as replay
 
-
 SLICE = [(a, v) for a in ASSIGNMENTS for v in end_to_end_variants(a)]
 
 

@@ -10,7 +10,8 @@ from conftest import ASSIGNMENTS
 from replay import grade
 
 from autograder import course_dir
-from autograder.notebooks import answer_cells
+from autograder.notebooks import answer_cells, grade_id
+from autograder.tamper import CHECKS_NAME
 from course.device import get_device
 
 NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]
@@ -50,3 +51,13 @@ def test_check_modules_hold_no_mutable_state():
             if not name.startswith("_") and isinstance(value, (list, dict, set, bytearray)):
                 raise AssertionError(f"course.checks.{info.name}.{name} is a mutable {type(value).__name__}: use a tuple "
                                      "or a mapping proxy")
+
+
+def test_every_setup_cell_binds_its_checks_to_the_name_the_tamper_flags_watch():
+    """tamper.CHECKS_NAME is the name student code has no reason to touch; every notebook binds its checks to it."""
+    for assignment in course_dir.assignments():
+        for notebook in course_dir.notebooks(assignment):
+            nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
+            setup = next(c for c in nb.cells if grade_id(c) == "setup")
+            module = assignment.split("_", 1)[1]
+            assert f"from course.checks import {module} as {CHECKS_NAME}" in setup.source, assignment
