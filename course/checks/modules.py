@@ -82,6 +82,20 @@ def record_gradients(rec: Recorder, module: nn.Module, prefix: str = "grad.") ->
         rec.tensor(f"{prefix}{name}", p.grad)
 
 
+def backward(rec: Recorder, y: Any, upstream: torch.Tensor, inputs: Mapping[str, torch.Tensor],
+             module: nn.Module | None = None) -> None:
+    """After the student's code gave y: backpropagate sum(y * upstream) and keep the gradients the inputs
+    (grad.<name>) and the module's parameters received. Nothing is kept when y is not a tensor of upstream's
+    shape in an autograd graph; the judge then says why from the recorded output."""
+    if not isinstance(y, torch.Tensor) or not y.requires_grad or tuple(y.shape) != tuple(upstream.shape):
+        return
+    (y * upstream.to(y.device)).sum().backward()
+    for name, value in inputs.items():
+        rec.tensor(f"grad.{name}", value.grad)
+    if module is not None:
+        record_gradients(rec, module)
+
+
 # ------------------------------------------------------------------------------------------- the judge's side
 
 def built(ev: Evidence, key: str, what: str, hint: str = "") -> None:
