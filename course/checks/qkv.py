@@ -24,7 +24,6 @@ from course.checks.compare import (
     randn,
 )
 from course.checks.evidence import Evidence, Recorder
-from course.checks.modules import MISSING_PARAMETER
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -67,6 +66,8 @@ _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights
                 "The number of queries and of keys differ here, so transposed weights do not fit the values.")
 _ATTENTION_HINT = "weights = softmax(queries·keysᵀ) over the keys (last dimension), output = weights·values."
 _FORWARD_HINT = "forward should compute attention(to_queries(x), to_keys(x), to_values(x))."
+_SHARED = ("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: create three "
+           "separate nn.Linear modules.")
 
 
 # ---------------------------------------------------------------- attention written out, with its mistakes
@@ -316,28 +317,13 @@ def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return oracles.attend(_mha(w, x.shape[-1]), x)
 
 
-def _check_structure(ev: Evidence, key: str, k: int) -> None:
-    """Three separate bias-free k×k nn.Linear projections."""
-    __tracebackhide__ = True
-    modules.built(ev, key, f"{MODULE_NAME}({k})")
-    modules.expect_separate(ev, key, "Two of to_queries, to_keys, to_values are the same layer. Each role needs its "
-                                     "own weights: create three separate nn.Linear modules.")
-    for name in ROLES:
-        modules.expect_linear(ev, key, MODULE_NAME, name, k, k, False, PROJECTION, bias_mistake=PROJECTION_BIAS)
-
-
 def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
-    """The structure is right, and the values the probe loaded into the three weights (recreated here)."""
+    """Three separate bias-free k×k nn.Linear projections, and the values the probe loaded into their weights."""
     __tracebackhide__ = True
-    _check_structure(ev, key, k)
-    loaded = modules.loaded(ev, key, seed)
-    found = {}
-    for name in (f"{role}.weight" for role in ROLES):
-        if name not in loaded or tuple(loaded[name].shape) != (k, k):
-            fail(f"{MODULE_NAME}({k}) has no registered parameter {name} of shape {(k, k)}. Register the layers as "
-                 "attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
-        found[name] = loaded[name]
-    return found
+    what = f"{MODULE_NAME}({k})"
+    modules.expect_layers(ev, key, what, MODULE_NAME, dict.fromkeys(ROLES, (k, k, False, PROJECTION)), _SHARED,
+                          dict.fromkeys(ROLES, PROJECTION_BIAS))
+    return modules.expect_parameters(ev, key, what, {f"{role}.weight": (k, k) for role in ROLES}, seed)
 
 
 def _any_weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor] | None:
