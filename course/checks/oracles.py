@@ -9,6 +9,8 @@ nn.MultiheadAttention's, which marks what is NOT allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from types import MappingProxyType
 
 import torch
 from torch import nn
@@ -35,6 +37,11 @@ def multihead_attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, he
         mha.out_proj.weight.copy_(torch.eye(k) if wo is None else wo)
         mha.out_proj.bias.copy_(torch.zeros(mha.out_proj.bias.shape) if bo is None else bo)
     return mha
+
+
+#: the keys of :func:`projection_gradients` -> the names of the course's modules' parameters
+COURSE_NAMES = MappingProxyType({"q": "to_queries.weight", "k": "to_keys.weight", "v": "to_values.weight",
+                                 "o": "unify_heads.weight", "o_bias": "unify_heads.bias"})
 
 
 def unscaled(k: int, heads: int = 1) -> float:
@@ -76,3 +83,10 @@ def gradients(mha: nn.MultiheadAttention, x: torch.Tensor, upstream: torch.Tenso
     if context is not None:
         found["context"] = context.grad
     return found
+
+
+def as_course(grads: dict[str, torch.Tensor | None],
+              roles: Iterable[str] = ("q", "k", "v")) -> dict[str, torch.Tensor | None]:
+    """The gradients of x, of the context (if any) and of these projections, under the course's parameter names."""
+    return {**{name: grads[name] for name in ("x", "context") if name in grads},
+            **{COURSE_NAMES[role]: grads[role] for role in roles}}

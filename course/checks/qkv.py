@@ -407,9 +407,7 @@ def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
     """Autograd through nn.MultiheadAttention with these weights: gradients of x and of the three weights."""
     k = x.shape[-1]
     # MultiheadAttention's query weight is √k times the module's, so the module's gradient is √k times its
-    grads = oracles.gradients(_mha(w, k), x, upstream, query_scale=oracles.unscaled(k))
-    return {"x": grads["x"], "to_queries.weight": grads["q"], "to_keys.weight": grads["k"],
-            "to_values.weight": grads["v"]}
+    return oracles.as_course(oracles.gradients(_mha(w, k), x, upstream, query_scale=oracles.unscaled(k)))
 
 
 def _judge_gradient_case(ev: Evidence, k: int, seed: int, x: torch.Tensor, upstream: torch.Tensor) -> None:

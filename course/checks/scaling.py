@@ -602,8 +602,7 @@ def _judge_module_vs_pytorch(ev: Evidence) -> None:
                  mistakes=_module_mistakes(w, x, mask), case=case,
                  otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
     modules.expect_attached(ev, "y", f"{MODULE_NAME}.forward(x, mask)")
-    grads = oracles.gradients(_mha(w), x, upstream, mask=mask)
-    modules.expect_gradients(ev, {"x": grads["x"], **{f"{role}.weight": grads[r] for role, r in zip(ROLES, "qkv")}},
+    modules.expect_gradients(ev, oracles.as_course(oracles.gradients(_mha(w), x, upstream, mask=mask)),
                              owner=f"{MODULE_NAME}.forward", case=case, oracle="nn.MultiheadAttention")
 
 
