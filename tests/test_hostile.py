@@ -19,12 +19,13 @@ from conftest import complete_submission, feedback_text, release_notebook, sourc
 
 from autograder.grade import grade
 from autograder.notebooks import grade_id
+from course.checks import self_attention
+from course.checks.check import checks_of
 
 A, NB = "01_self_attention", "self_attention.ipynb"
 NO_SOFTMAX = "def attention_weights(x):\n    return x @ x.transpose(1, 2)\n"
-FIRST_ONLY_POINTS = 4  # the three test cells of attention_weights
-CHECKS = ("attention_weights_by_hand", "attention_weights_rows", "attention_weights_oracle",
-          "basic_self_attention_by_hand", "basic_self_attention_oracle", "permutation_equivariance")
+FIRST_ONLY_POINTS = 4  # the four test cells of attention_weights
+CHECKS = tuple(checks_of(self_attention))  # every check of 01, each an attack's target
 PWNED = "/tmp/course-hostile-pickle-ran"  # the grader's /tmp: a kernel's /tmp is private
 
 # Writes a record as a probe would, with whatever tensors and facts the attacker chooses.
@@ -137,9 +138,10 @@ def _build(batch: Path) -> dict[str, tuple]:
     expect["copy-reference"] = (0, "flagged", "imports course.self_attention")
 
     deleted = _with({"attention_weights": NO_SOFTMAX})
-    deleted.cells = [c for c in deleted.cells if c not in _tests(deleted)]
+    tests = _tests(deleted)
+    deleted.cells = [c for c in deleted.cells if c not in tests]
     write_submission(batch, "tamper-deleted-tests", A, NB, deleted)
-    expect["tamper-deleted-tests"] = (1, "graded", "put back 6 deleted cell(s)")
+    expect["tamper-deleted-tests"] = (1, "graded", f"put back {len(tests)} deleted cell(s)")
     emptied = _with({"attention_weights": NO_SOFTMAX})
     for c in _tests(emptied):
         c.source = "pass"

@@ -32,6 +32,7 @@ WRONG_LAYER_SIZE = "wrong-layer-size"
 WRONG_BIAS = "wrong-bias"
 SHARED_LAYER = "shared-layer"
 MISSING_PARAMETER = "missing-parameter"
+PARAMETER_COUNT = "parameter-count"
 NO_GRADIENT = "no-gradient"
 DETACHED = "detached"
 
@@ -184,6 +185,14 @@ def parameter_count(ev: Evidence, key: str) -> int:
                 count *= n
             total += count
     return total
+
+
+def expect_parameter_count(ev: Evidence, key: str, what: str, expected: int, formula: str, hint: str) -> None:
+    """The parameters the probe filled hold `expected` values (formula: how they add up, in words)."""
+    __tracebackhide__ = True
+    count = parameter_count(ev, key)
+    if count != expected:
+        fail(f"{what} has {count} registered parameters; {formula} = {expected}. {hint}", mistake=PARAMETER_COUNT)
 
 
 def expect_attached(ev: Evidence, key: str, what: str) -> None:

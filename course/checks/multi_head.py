@@ -116,7 +116,6 @@ MASK_IGNORED = Mistake(
 # ids of structure and property failures (fail(..., mistake=...)); the shared ones are in course/checks/modules.py
 UNIFY_NO_BIAS = "unify-no-bias"
 PROJECTION_BIAS = "projection-bias"
-PARAMETER_COUNT = "parameter-count"
 NO_DIVISIBILITY_CHECK = "no-divisibility-check"
 LOOP_OVER_HEADS = "loop-over-heads"
 SEVERAL = "several-mistakes"  # a combination of the module mistakes above, named part by part
@@ -444,13 +443,10 @@ def _judge_structure(ev: Evidence, wide: bool) -> None:
     k, heads = _STRUCTURE[wide]
     cls_name = WIDE_NAME if wide else NARROW_NAME
     w = _weights(ev, "module", cls_name, k, heads, wide, 200)
-    count = modules.parameter_count(ev, "module")
-    expected = 4 * heads * k * k + k if wide else 4 * k * k + k
-    if count != expected:
-        formula = "4·heads·k² + k" if wide else "4k² + k"
-        fail(f"{cls_name}({k}, {heads}) has {count} registered parameters; it should have {formula} = {expected}. "
-             "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?",
-             mistake=PARAMETER_COUNT)
+    modules.expect_parameter_count(
+        ev, "module", f"{cls_name}({k}, {heads})", 4 * heads * k * k + k if wide else 4 * k * k + k,
+        f"it should have {'4·heads·k² + k' if wide else '4k² + k'}",
+        "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?")
     x = _structure_x(k)
     y = _module_output(ev, "y", cls_name, x, None, None)
     _anchor(ev, y, w, k, heads, wide, x, None, None, f"{cls_name} has the right layers",

@@ -59,7 +59,6 @@ QUERIES_KEYS_SWAPPED = Mistake("queries-keys-swapped", "queries and keys are swa
 
 # ids of structure failures of this assignment (the shared ones are in course/checks/modules.py)
 PROJECTION_BIAS = "projection-bias"
-PARAMETER_COUNT = "parameter-count"
 SEVERAL = "several-mistakes"  # a mistake in attention together with one in the module, named part by part
 
 _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). "
@@ -379,11 +378,8 @@ def _judge_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
     k = _STRUCTURE_K
     w = _weights(ev, "module", k, 200)
-    count = modules.parameter_count(ev, "module")
-    if count != 3 * k * k:
-        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
-             "Are extra layers or biases registered, or some projection kept outside the module?",
-             mistake=PARAMETER_COUNT)
+    modules.expect_parameter_count(ev, "module", f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
+                                   "Are extra layers or biases registered, or some projection kept outside the module?")
     x = _structure_x()
     y = _module_output(ev, "y", tuple(x.shape))
     _anchor_module(ev, y, w, x, f"{MODULE_NAME} has the right layers")

@@ -73,7 +73,6 @@ NOT_A_PAIR = "not-a-pair"
 NAN_IN_EMPTY_ROWS = "nan-in-empty-rows"
 NAN_GRADIENTS = "nan-gradients"
 PROJECTION_BIAS = "projection-bias"
-PARAMETER_COUNT = "parameter-count"
 NO_MASK_ARGUMENT = "no-mask-argument"
 CAUSAL_LEAK = "causal-leak"
 MASK_WITHOUT_MASK = "masks-without-a-mask"
@@ -560,11 +559,8 @@ def _judge_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
     k = _STRUCTURE_K
     w = _weights(ev, "module", k, 400)
-    count = modules.parameter_count(ev, "module")
-    if count != 3 * k * k:
-        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
-             "Are extra layers or biases registered, or some projection kept outside the module?",
-             mistake=PARAMETER_COUNT)
+    modules.expect_parameter_count(ev, "module", f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
+                                   "Are extra layers or biases registered, or some projection kept outside the module?")
     x = _structure_x()
     y = _module_output(ev, "y", x, False)
     _anchor(ev, y, w, x, None, f"{MODULE_NAME} has the right layers", f"x of shape {tuple(x.shape)}, no mask")
