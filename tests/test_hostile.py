@@ -33,17 +33,13 @@ from course.checks import multi_head as multi_head_checks
 from course.checks import self_attention as self_attention_checks
 from course.checks.check import checks_of
 
-
-def replay(answers: dict):
-    return replay_grade(A, answers)
-
 A, NB = "01_self_attention", "self_attention.ipynb"
 NO_SOFTMAX = "def attention_weights(x):\n    return x @ x.transpose(1, 2)\n"
 UNFINISHED = "def basic_self_attention(x):\n    raise NotImplementedError()\n"
-CHECKS = tuple(checks_of(self_attention_checks))
+CHECKS = tuple(checks_of(self_attention_checks))  # every check of 01, each an attack's target
 #: what the honest twins score, from the in-process replay (the catalogue tests show it equals real grading)
-TWIN_SCORE = replay({"attention_weights": NO_SOFTMAX}).score
-FIRST_ONLY_POINTS = replay({"basic_self_attention": UNFINISHED}).score  # the tests of attention_weights
+TWIN_SCORE = replay_grade(A, {"attention_weights": NO_SOFTMAX}).score
+FIRST_ONLY_POINTS = replay_grade(A, {"basic_self_attention": UNFINISHED}).score  # the tests of attention_weights
 A04 = "04_multi_head"
 MISTAKE_04 = mistakes(A04)[0]  # its honest twin 'twin-04' scores what this mistake alone earns
 PWNED = "/tmp/course-hostile-pickle-ran"  # the grader's /tmp: a kernel's /tmp is private
@@ -180,9 +176,10 @@ def _build(batch: Path) -> dict[str, tuple]:
     expect["copy-reference"] = (0, "flagged", "imports course.self_attention")
 
     deleted = _with({"attention_weights": NO_SOFTMAX})
-    deleted.cells = [c for c in deleted.cells if c not in _tests(deleted)]
+    tests = _tests(deleted)
+    deleted.cells = [c for c in deleted.cells if c not in tests]
     write_submission(batch, "tamper-deleted-tests", A, NB, deleted)
-    expect["tamper-deleted-tests"] = (TWIN_SCORE, "graded", f"put back {len(CHECKS)} deleted cell(s)")
+    expect["tamper-deleted-tests"] = (TWIN_SCORE, "graded", f"put back {len(tests)} deleted cell(s)")
     emptied = _with({"attention_weights": NO_SOFTMAX})
     for c in _tests(emptied):
         c.source = "pass"

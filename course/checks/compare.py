@@ -6,6 +6,7 @@ used, with PyTorch's own functions and modules, and compares them with the recor
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -60,14 +61,30 @@ def fail(message: str, expected: Any = None, actual: Any = None, case: str = "",
     __tracebackhide__ = True
     text = message.strip()
     if expected is not None or actual is not None:
+        at = _first_difference(expected, actual)
+        where = f"[{', '.join(map(str, at))}]" if any(at) else ""
         text += f"\n\nOn a small case{(' (' + case + ')') if case else ''}:"
-        text += f"\n  expected:\n{_show(expected)}\n  actual:\n{_show(actual)}"
+        text += f"\n  expected{where}:\n{_show(expected, at)}\n  actual{where}:\n{_show(actual, at)}"
     raise CheckFailed(wrap(text), mistake) from None
 
 
-def _show(value: Any) -> str:
+def _first_difference(expected: Any, actual: Any) -> tuple[int, ...]:
+    """The leading index of the first matrix in which two batches of one shape differ (all zeros otherwise), so
+    that a message never shows two equal matrices of batches that differ further on."""
+    if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)) \
+            or expected.shape != actual.shape or expected.dim() <= 2:
+        return ()
+    e, a = (t.detach().to("cpu", torch.float64) for t in (expected, actual))
+    for at in itertools.product(*map(range, e.shape[:-2])):
+        if not close(a[at], e[at], rtol=1e-4, atol=1e-5):
+            return at
+    return ()
+
+
+def _show(value: Any, at: tuple[int, ...] = ()) -> str:
     if isinstance(value, torch.Tensor):
         v = value.detach().to("cpu", torch.float64)
+        v = v[at] if at else v
         while v.dim() > 2:  # show the first matrix of a batch
             v = v[0]
         if v.dim() == 2:

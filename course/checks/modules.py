@@ -3,12 +3,13 @@
 The probe (:func:`build`) constructs the student's class, records whether it gave an nn.Module, what the module
 is made of (every submodule's type and sizes), which of its named layers are one object, and loads the check's
 weights into every parameter (course/checks/weights.py), recording their names and shapes. After running it,
-:func:`record_gradients` keeps the gradients a loss left on its parameters.
+:func:`backward` keeps the gradients a loss on the output left on the inputs and parameters.
 
 The judge reads those facts back: :func:`built` fails plainly when the constructor raised or gave something else,
-:func:`expect_linear` and :func:`expect_separate` check the layers, :func:`loaded` recreates the weights the probe
-loaded, and :func:`expect_gradients` compares recorded gradients with the ones autograd gives through the oracle
-(:func:`autograd`). Nothing here calls student code on the judge's side.
+:func:`expect_linear` and :func:`expect_separate` check the layers (:func:`expect_layers` all of that at once),
+:func:`loaded` and :func:`expect_parameters` recreate the weights the probe loaded, and :func:`expect_gradients`
+compares recorded gradients with the ones autograd gives through the oracle (:func:`autograd`). Nothing here
+calls student code on the judge's side.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ WRONG_LAYER_SIZE = "wrong-layer-size"
 WRONG_BIAS = "wrong-bias"
 SHARED_LAYER = "shared-layer"
 MISSING_PARAMETER = "missing-parameter"
+PARAMETER_COUNT = "parameter-count"
 NO_GRADIENT = "no-gradient"
 DETACHED = "detached"
 
@@ -82,6 +84,20 @@ def record_gradients(rec: Recorder, module: nn.Module, prefix: str = "grad.") ->
         rec.tensor(f"{prefix}{name}", p.grad)
 
 
+def backward(rec: Recorder, y: Any, upstream: torch.Tensor, inputs: Mapping[str, torch.Tensor],
+             module: nn.Module | None = None) -> None:
+    """After the student's code gave y: backpropagate sum(y * upstream) and keep the gradients the inputs
+    (grad.<name>) and the module's parameters received. Nothing is kept when y is not a tensor of upstream's
+    shape in an autograd graph; the judge then says why from the recorded output."""
+    if not isinstance(y, torch.Tensor) or not y.requires_grad or tuple(y.shape) != tuple(upstream.shape):
+        return
+    (y * upstream.to(y.device)).sum().backward()
+    for name, value in inputs.items():
+        rec.tensor(f"grad.{name}", value.grad)
+    if module is not None:
+        record_gradients(rec, module)
+
+
 # ------------------------------------------------------------------------------------------- the judge's side
 
 def built(ev: Evidence, key: str, what: str, hint: str = "") -> None:
@@ -129,9 +145,33 @@ def expect_linear(ev: Evidence, key: str, owner: str, name: str, n_in: int, n_ou
         fail(f"{owner}.{name} {'has no' if bias else 'has a'} bias; it should be {spec}.", mistake=bias_mistake)
 
 
+def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[str, tuple[int, int, bool, str]],
+                  shared: str, bias_mistakes: Mapping[str, str] | None = None) -> None:
+    """The constructor recorded under key gave an nn.Module (what: how it was called) whose layers are separate
+    objects (shared: the message otherwise), each name in layers an nn.Linear(n_in, n_out) with a bias or without
+    as (n_in, n_out, bias, spec) says; bias_mistakes: the mistake id of a wrong bias, per layer."""
+    __tracebackhide__ = True
+    built(ev, key, what)
+    expect_separate(ev, key, shared)
+    for name, (n_in, n_out, bias, spec) in layers.items():
+        expect_linear(ev, key, owner, name, n_in, n_out, bias, spec, (bias_mistakes or {}).get(name, WRONG_BIAS))
+
+
 def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded into that parameter (recreated from the seed, never read)."""
     return weights.recreate(ev.facts.get(f"{key}.params"), seed, gains)
+
+
+def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tuple[int, ...]], seed: int,
+                      gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
+    """name -> the value the probe loaded, for every parameter in shapes; fails when one was not registered."""
+    __tracebackhide__ = True
+    found = loaded(ev, key, seed, gains)
+    for name, shape in shapes.items():
+        if name not in found or tuple(found[name].shape) != tuple(shape):
+            fail(f"{what} has no registered parameter {name} of shape {tuple(shape)}. Register the layers as "
+                 "attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
+    return {name: found[name] for name in shapes}
 
 
 def parameter_count(ev: Evidence, key: str) -> int:
@@ -145,6 +185,14 @@ def parameter_count(ev: Evidence, key: str) -> int:
                 count *= n
             total += count
     return total
+
+
+def expect_parameter_count(ev: Evidence, key: str, what: str, expected: int, formula: str, hint: str) -> None:
+    """The parameters the probe filled hold `expected` values (formula: how they add up, in words)."""
+    __tracebackhide__ = True
+    count = parameter_count(ev, key)
+    if count != expected:
+        fail(f"{what} has {count} registered parameters; {formula} = {expected}. {hint}", mistake=PARAMETER_COUNT)
 
 
 def expect_attached(ev: Evidence, key: str, what: str) -> None:

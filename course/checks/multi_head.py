@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks import weights
+from course.checks import modules, oracles
 from course.checks.check import Check
 from course.checks.compare import (
     Mistake,
@@ -24,10 +24,7 @@ from course.checks.compare import (
     generator,
     matches_any,
     output,
-    raised,
     randn,
-    requires_grad,
-    tensor,
 )
 from course.checks.evidence import Evidence, Recorder
 
@@ -116,24 +113,18 @@ MASK_IGNORED = Mistake(
     "the mask is ignored: pass it on to the attention, broadcast over the heads — (b, tq, tk) becomes "
     "(b, 1, tq, tk).")
 
-# ids of structure and property failures (fail(..., mistake=...))
-NOT_A_MODULE = "not-a-module"
-MISSING_LAYER = "missing-layer"
-WRONG_LAYER_TYPE = "wrong-layer-type"
-WRONG_LAYER_SIZE = "wrong-layer-size"
+# ids of structure and property failures (fail(..., mistake=...)); the shared ones are in course/checks/modules.py
 UNIFY_NO_BIAS = "unify-no-bias"
 PROJECTION_BIAS = "projection-bias"
-SHARED_LAYER = "shared-layer"
-MISSING_PARAMETER = "missing-parameter"
-PARAMETER_COUNT = "parameter-count"
 NO_DIVISIBILITY_CHECK = "no-divisibility-check"
-NO_GRADIENT = "no-gradient"
 LOOP_OVER_HEADS = "loop-over-heads"
 SEVERAL = "several-mistakes"  # a combination of the module mistakes above, named part by part
 
 _MASK_HINT = ("The mask is broadcastable to (b, tq, tk), and the scores are (b, heads, tq, tk): put a heads axis "
               "in it, e.g. torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1), or mask.unsqueeze(1) when it has 3 "
               "dimensions. A (tq, tk) mask broadcasts as it is.")
+_SHARED = ("Two of {}'s layers are the same object. Queries, keys, values and unify_heads each need their own "
+           "nn.Linear.")
 _FORWARD_HINT = ("Follow the shapes: project (b, t, k), split_heads to (b, heads, t, s), attention, merge_heads to "
                  "(b, t, k), unify_heads.")
 
@@ -257,18 +248,7 @@ merge_heads_oracle = Check("merge_heads_oracle", _probe_merge_oracle, _judge_mer
 
 def _make(cls: Callable, rec: Recorder, key: str, k: int, heads: int, seed: int) -> nn.Module | None:
     """Build the student's module, record its structure, and load the check's weights (seed) into it."""
-    module = rec.call(key, cls, k, heads)
-    is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
-    if not is_module:
-        return None
-    layers = [getattr(module, name, None) for name in LAYERS]
-    rec.fact(f"{key}.shared", [name for i, (name, layer) in enumerate(zip(LAYERS, layers))
-                               if layer is not None and any(layer is other for other in layers[:i])])
-    rec.fact(f"{key}.modules", weights.describe(module))
-    module = module.to(rec.device)
-    rec.fact(f"{key}.params", weights.fill(module, seed, GAINS))
-    return module
+    return modules.build(rec, key, cls, k, heads, seed=seed, gains=GAINS, layers=LAYERS)
 
 
 def _forward_kwargs(context: torch.Tensor | None, mask: torch.Tensor | None, device: torch.device) -> dict:
@@ -295,90 +275,31 @@ def _expected_params(k: int, heads: int, wide: bool) -> dict[str, tuple[int, ...
             "unify_heads.weight": (k, width), "unify_heads.bias": (k,)}
 
 
-def _check_structure(ev: Evidence, key: str, cls_name: str, k: int, heads: int, wide: bool) -> None:
-    """The four layers are nn.Linear of the right sizes, with a bias only on unify_heads, and not shared."""
-    __tracebackhide__ = True
-    what = f"{cls_name}({k}, {heads})"
-    raised(ev, key, what)
-    if ev.facts.get(f"{key}.is_module") is not True:
-        fact = ev.facts.get(key)
-        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
-        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
-    shared = ev.facts.get(f"{key}.shared")
-    if not isinstance(shared, list):
-        fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
-    if shared:
-        fail(f"Two of {cls_name}'s projections are the same layer ({str(shared[0])[:40]} is another one too). "
-             "Queries, keys, values and unify_heads each need their own nn.Linear.", mistake=SHARED_LAYER)
-    described = ev.facts.get(f"{key}.modules")
-    found = {m.get("name"): m for m in described if isinstance(m, dict)} if isinstance(described, list) else {}
-    width, width_spec = (k * heads, "k * heads") if wide else (k, "k")
-    for name in LAYERS:
-        bias = name == "unify_heads"
-        n_in, n_out = (width, k) if bias else (k, width)
-        spec = f"nn.Linear({width_spec}, k)" if bias else f"nn.Linear(k, {width_spec}, bias=False)"
-        layer = found.get(name)
-        if not isinstance(layer, dict):
-            fail(f"{cls_name} has no attribute `{name}`. Create it in __init__: self.{name} = {spec}.",
-                 mistake=MISSING_LAYER)
-        if "in_features" not in layer:
-            fail(f"{cls_name}.{name} is a {str(layer.get('type'))[:60]}; it should be {spec}.",
-                 mistake=WRONG_LAYER_TYPE)
-        if (layer.get("in_features"), layer.get("out_features")) != (n_in, n_out):
-            fail(f"{cls_name}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; here it "
-                 f"should map {n_in} -> {n_out}: {spec}.", mistake=WRONG_LAYER_SIZE)
-        if bias and layer.get("bias") is not True:
-            fail(f"{cls_name}.{name} has no bias. unify_heads is an ordinary linear layer with a bias, as in "
-                 f"nn.MultiheadAttention's out_proj: {spec}.", mistake=UNIFY_NO_BIAS)
-        if not bias and layer.get("bias") is not False:
-            fail(f"{cls_name}.{name} has a bias. The query, key and value projections have none: {spec}.",
-                 mistake=PROJECTION_BIAS)
-
-
 def _weights(ev: Evidence, key: str, cls_name: str, k: int, heads: int, wide: bool,
              seed: int) -> dict[str, torch.Tensor]:
-    """The structure is right, and the values the probe loaded into the five parameters (recreated here)."""
+    """The four layers are separate nn.Linear of the right sizes, with a bias only on unify_heads; and the values
+    the probe loaded into the five parameters (recreated here)."""
     __tracebackhide__ = True
-    _check_structure(ev, key, cls_name, k, heads, wide)
-    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed, GAINS)
-    found = {}
-    for name, shape in _expected_params(k, heads, wide).items():
-        if name not in loaded or tuple(loaded[name].shape) != shape:
-            fail(f"{cls_name}({k}, {heads}) has no registered parameter {name} of shape {shape}. Register the "
-                 "layers as attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
-        found[name] = loaded[name]
-    return found
+    width, width_spec = (k * heads, "k * heads") if wide else (k, "k")
+    projection = (k, width, False, f"nn.Linear(k, {width_spec}, bias=False)")
+    layers = {**dict.fromkeys(LAYERS[:3], projection), "unify_heads": (width, k, True, f"nn.Linear({width_spec}, k)")}
+    what = f"{cls_name}({k}, {heads})"
+    modules.expect_layers(ev, key, what, cls_name, layers, _SHARED.format(cls_name),
+                          {**dict.fromkeys(LAYERS[:3], PROJECTION_BIAS), "unify_heads": UNIFY_NO_BIAS})
+    return modules.expect_parameters(ev, key, what, _expected_params(k, heads, wide), seed, GAINS)
 
 
 def _mha(w: dict[str, torch.Tensor], heads: int) -> nn.MultiheadAttention:
-    """nn.MultiheadAttention carrying these weights (zero input biases); its parameters require grad."""
-    k = w["unify_heads.weight"].shape[0]
-    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
-        mha = nn.MultiheadAttention(k, heads, bias=True, batch_first=True)
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([w["to_queries.weight"], w["to_keys.weight"], w["to_values.weight"]]))
-        mha.in_proj_bias.zero_()
-        mha.out_proj.weight.copy_(w["unify_heads.weight"])
-        mha.out_proj.bias.copy_(w["unify_heads.bias"])
-    return mha
-
-
-def _mha_forward(mha: nn.MultiheadAttention, x: torch.Tensor, context: torch.Tensor | None,
-                 mask: torch.Tensor | None, heads: int) -> torch.Tensor:
-    source = x if context is None else context
-    attn_mask = None
-    if mask is not None:  # nn.MultiheadAttention: True means NOT allowed, one (tq, tk) mask per batch and head
-        full = torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))
-        attn_mask = ~full.repeat_interleave(heads, dim=0)  # (b·h, tq, tk)
-    y, _ = mha(x, source, source, attn_mask=attn_mask, need_weights=False)
-    return y
+    """nn.MultiheadAttention carrying these weights (zero input biases)."""
+    return oracles.multihead_attention(w["to_queries.weight"], w["to_keys.weight"], w["to_values.weight"], heads,
+                                       wo=w["unify_heads.weight"], bo=w["unify_heads.bias"])
 
 
 def _narrow_oracle(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor | None,
                    mask: torch.Tensor | None, heads: int) -> torch.Tensor:
     """nn.MultiheadAttention with the check's weights."""
     with torch.no_grad():
-        return _mha_forward(_mha(w, heads), x, context, mask, heads)
+        return oracles.attend(_mha(w, heads), x, context, mask)
 
 
 def _wide_oracle(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor | None,
@@ -522,15 +443,10 @@ def _judge_structure(ev: Evidence, wide: bool) -> None:
     k, heads = _STRUCTURE[wide]
     cls_name = WIDE_NAME if wide else NARROW_NAME
     w = _weights(ev, "module", cls_name, k, heads, wide, 200)
-    filled = ev.facts.get("module.params")
-    count = sum(math.prod(entry[1]) for entry in filled if isinstance(entry, list) and len(entry) == 2
-                and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1]))
-    expected = 4 * heads * k * k + k if wide else 4 * k * k + k
-    if count != expected:
-        formula = "4·heads·k² + k" if wide else "4k² + k"
-        fail(f"{cls_name}({k}, {heads}) has {count} registered parameters; it should have {formula} = {expected}. "
-             "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?",
-             mistake=PARAMETER_COUNT)
+    modules.expect_parameter_count(
+        ev, "module", f"{cls_name}({k}, {heads})", 4 * heads * k * k + k if wide else 4 * k * k + k,
+        f"it should have {'4·heads·k² + k' if wide else '4k² + k'}",
+        "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?")
     x = _structure_x(k)
     y = _module_output(ev, "y", cls_name, x, None, None)
     _anchor(ev, y, w, k, heads, wide, x, None, None, f"{cls_name} has the right layers",
@@ -747,14 +663,6 @@ wide_oracle = Check("wide_oracle", lambda cls, rec: _probe_oracle(cls, rec, True
 
 # ---------------------------------------------------------------- gradients, and no loop over the heads
 
-_GRAD_K, _GRAD_HEADS = 16, 8
-
-
-def _grad_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x (2, 5, 16), context (2, 7, 16) and the upstream gradient (2, 5, 16)."""
-    return randn(2, 5, 16, seed=441), randn(2, 7, 16, seed=442), randn(2, 5, 16, seed=443)
-
-
 def count_matmuls(y: torch.Tensor) -> int:
     """Matrix products in the autograd graph of y: a loop over heads repeats them once per head."""
     seen, stack, count = set(), [y.grad_fn], 0
@@ -770,79 +678,70 @@ def count_matmuls(y: torch.Tensor) -> int:
     return count
 
 
-def _probe_gradients(cls: Callable, rec: Recorder) -> None:
-    module = _make(cls, rec, "module", _GRAD_K, _GRAD_HEADS, 440)
+#: a case with gradients: k, heads, the module's seed, x (b, tq, k), context (b, tk, k), mask or None, upstream
+GradientCase = tuple[int, int, int, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]
+
+
+def _probe_gradient_case(cls: Callable, rec: Recorder, case: GradientCase) -> None:
+    """Record forward(x, context=..., mask=...), its matrix products and the gradients a loss on it leaves on x,
+    the context and every parameter."""
+    k, heads, seed, x, context, mask, upstream = case
+    module = _make(cls, rec, "module", k, heads, seed)
     if module is None:
         return
-    x, context, upstream = (t.to(rec.device) for t in _grad_inputs())
-    x.requires_grad_(True)
-    context.requires_grad_(True)
-    y = rec.call("y", module, x, context=context)
-    if not isinstance(y, torch.Tensor) or not y.requires_grad or y.shape != upstream.shape:
-        return
-    rec.fact("matmuls", count_matmuls(y))
-    (y * upstream).sum().backward()
-    rec.tensor("grad.x", x.grad)
-    rec.tensor("grad.context", context.grad)
-    for name, p in module.named_parameters():
-        rec.tensor(f"grad.{name}", p.grad)
+    x, context = (t.to(rec.device).requires_grad_(True) for t in (x, context))
+    y = rec.call("y", module, x, **_forward_kwargs(context, mask, rec.device))
+    if isinstance(y, torch.Tensor) and y.requires_grad:
+        rec.fact("matmuls", count_matmuls(y))
+    modules.backward(rec, y, upstream, {"x": x, "context": context}, module)
 
 
-def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor,
-                      upstream: torch.Tensor) -> dict[str, torch.Tensor | None]:
-    """Autograd through nn.MultiheadAttention with these weights: gradients of x, the context and every weight."""
-    mha = _mha(w, _GRAD_HEADS)
-    x, context = x.clone().requires_grad_(True), context.clone().requires_grad_(True)
-    (_mha_forward(mha, x, context, None, _GRAD_HEADS) * upstream).sum().backward()
-    wq, wk, wv = mha.in_proj_weight.grad.chunk(3)
-    return {"x": x.grad, "context": context.grad, "to_queries.weight": wq, "to_keys.weight": wk,
-            "to_values.weight": wv, "unify_heads.weight": mha.out_proj.weight.grad,
-            "unify_heads.bias": mha.out_proj.bias.grad}
+def _oracle_gradients(w: dict[str, torch.Tensor], case: GradientCase, wide: bool,
+                      switches: dict[str, Any] | None = None) -> dict[str, torch.Tensor | None]:
+    """Autograd of the probe's loss through the oracle (nn.MultiheadAttention, or PyTorch's fused attention on the
+    projections for wide heads), or through one typical mistake's computation (switches of _forward)."""
+    _, heads, _, x, context, mask, upstream = case
+    if switches is None and not wide:
+        return oracles.as_course(oracles.gradients(_mha(w, heads), x, upstream, context, mask), oracles.COURSE_NAMES)
+
+    def forward(leaves: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        if switches is None:
+            return _wide_oracle(leaves, x, context, mask, heads)
+        return _forward(leaves, x, context, mask, heads, **switches)
+    return modules.autograd(forward, w, {"x": x, "context": context}, upstream)
 
 
-def _mistake_gradients(w: dict[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor, upstream: torch.Tensor,
-                       switches: dict[str, Any]) -> dict[str, torch.Tensor | None]:
-    """Autograd through one typical mistake's computation."""
-    leaves = {name: value.clone().requires_grad_(True) for name, value in w.items()}
-    x, context = x.clone().requires_grad_(True), context.clone().requires_grad_(True)
-    (_forward(leaves, x, context, None, _GRAD_HEADS, **switches) * upstream).sum().backward()
-    return {"x": x.grad, "context": context.grad, **{name: leaf.grad for name, leaf in leaves.items()}}
-
-
-def _judge_gradients(ev: Evidence) -> None:
-    """Gradients reach every parameter, x and the context, as autograd through nn.MultiheadAttention gives them;
-    the heads are computed together, not in a Python loop."""
-    w = _weights(ev, "module", NARROW_NAME, _GRAD_K, _GRAD_HEADS, False, 440)
-    x, context, upstream = _grad_inputs()
-    y = _module_output(ev, "y", NARROW_NAME, x, context, None)
-    if not requires_grad(ev, "y"):
-        fail(f"{NARROW_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.",
-             mistake="detached")
-    # the gradients are those of the computation the output is: the reference, or a known mistake (judged elsewhere)
-    expected = _narrow_oracle(w, x, context, None, _GRAD_HEADS)
-    specs = _mistake_specs(_GRAD_K, _GRAD_HEADS, False, x, context, None)
-    if matches_any(y, [expected], ev.device):
-        grads = _oracle_gradients(w, x, context, upstream)
-    else:
-        found = [kw for m, kw in specs if matches_any(y, [_forward(w, x, context, None, _GRAD_HEADS, **kw).detach()],
-                                                      ev.device)]
+def _judge_gradient_case(ev: Evidence, case: GradientCase, wide: bool, named: bool) -> None:
+    """The gradients of a loss on the output, with respect to x, the context and every parameter, are autograd's
+    through the oracle; the heads are computed together, not in a Python loop (narrow heads). named: the output
+    must be the oracle's, or fail naming the typical mistake it is; otherwise the gradients of a typical mistake
+    are those of its computation (another check names it)."""
+    __tracebackhide__ = True
+    k, heads, seed, x, context, mask, _ = case
+    cls_name = WIDE_NAME if wide else NARROW_NAME
+    w = _weights(ev, "module", cls_name, k, heads, wide, seed)
+    y = _module_output(ev, "y", cls_name, x, context, mask)
+    described = _describe_case(k, heads, x, context, mask)
+    modules.expect_attached(ev, "y", f"{cls_name}.forward")
+    expected = _oracle(wide)(w, x, context, mask, heads)
+    oracle = "PyTorch's fused attention on your projections" if wide else "nn.MultiheadAttention with your weights"
+    mistake, switches = None, None
+    if not matches_any(y, [expected], ev.device):
+        found = [] if named else [(m, kw) for m, kw in _mistake_specs(k, heads, wide, x, context, mask)
+                                  if matches_any(y, [_forward(w, x, context, mask, heads, **kw)], ev.device)]
         if not found:
-            expect_close(y, expected, what=f"{NARROW_NAME}.forward(x, context)", device=ev.device,
-                         case=_describe_case(_GRAD_K, _GRAD_HEADS, x, context, None),
-                         otherwise="It differs from nn.MultiheadAttention with your weights. " + _FORWARD_HINT)
-        grads = _mistake_gradients(w, x, context, upstream, found[0])
-    for name, shape in (*_expected_params(_GRAD_K, _GRAD_HEADS, False).items(), ("x", x.shape), ("context",
-                                                                                                 context.shape)):
-        got = tensor(ev, f"grad.{name}", shape=tuple(shape))
-        kind = "parameter" if "." in name else "input"
-        if got is None or grads[name] is None:
-            fail(f"The {kind} {name} receives no gradient through {NARROW_NAME}.forward"
-                 + (", so it would never learn. Is it used in forward?" if kind == "parameter" else "."),
-                 mistake=NO_GRADIENT)
-        expect_close(got, grads[name], what=f"The gradient of a loss on {NARROW_NAME}.forward with respect to {name}",
-                     device=ev.device, case="k=16, 8 heads, x (2, 5, 16), context (2, 7, 16)",
-                     otherwise="Compare with autograd through nn.MultiheadAttention: build the output only from "
-                               "differentiable torch operations on the layers' outputs.")
+            expect_close(y, expected, what=f"{cls_name}.forward", device=ev.device, case=described,
+                         mistakes=[] if not named else _mistakes(w, k, heads, wide, x, context, mask),
+                         otherwise=f"It differs from {oracle}. " + _FORWARD_HINT)
+        mistake, switches = found[0]
+    modules.expect_gradients(ev, _oracle_gradients(w, case, wide, switches), owner=f"{cls_name}.forward",
+                             case=described, oracle=oracle.removesuffix(" with your weights"), because=mistake)
+    if not wide:
+        _expect_no_loop(ev)
+
+
+def _expect_no_loop(ev: Evidence) -> None:
+    __tracebackhide__ = True
     count = ev.facts.get("matmuls")
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         fail(f"The test recorded nothing about the computation of {NARROW_NAME}.forward: the check did not run to "
@@ -854,4 +753,52 @@ def _judge_gradients(ev: Evidence) -> None:
              mistake=LOOP_OVER_HEADS)
 
 
-multi_head_gradients = Check("multi_head_gradients", _probe_gradients, _judge_gradients)
+_GRAD_K, _GRAD_HEADS = 16, 8
+
+
+def _hidden_gradient_case() -> GradientCase:
+    """x (2, 5, 16), context (2, 7, 16), no mask."""
+    return _GRAD_K, _GRAD_HEADS, 440, randn(2, 5, 16, seed=441), randn(2, 7, 16, seed=442), None, \
+        randn(2, 5, 16, seed=443)
+
+
+def _judge_gradients(ev: Evidence) -> None:
+    """Gradients reach every parameter, x and the context, as autograd through nn.MultiheadAttention gives them;
+    the heads are computed together, not in a Python loop."""
+    _judge_gradient_case(ev, _hidden_gradient_case(), wide=False, named=False)
+
+
+multi_head_gradients = Check("multi_head_gradients",
+                             lambda cls, rec: _probe_gradient_case(cls, rec, _hidden_gradient_case()),
+                             _judge_gradients)
+
+
+# ---------------------------------------------------------------- a small case against PyTorch, visible
+
+def _small_case(wide: bool) -> GradientCase:
+    """Cross-attention on a batch of two, 3 queries and 4 keys, a mask (b, tq, tk): 8 heads of size 2 (narrow) or 2
+    heads of size 4 (wide)."""
+    k, heads, seed = (4, 2, 475) if wide else (_GRAD_K, _GRAD_HEADS, 465)
+    mask = torch.rand(2, 3, 4, generator=generator(seed + 2)) < 0.5
+    mask[:, torch.arange(3), torch.arange(3)] = True  # every query may attend to something
+    return k, heads, seed, randn(2, 3, k, seed=seed + 1), randn(2, 4, k, seed=seed + 3), mask, \
+        randn(2, 3, k, seed=seed + 4)
+
+
+def _judge_narrow_vs_pytorch(ev: Evidence) -> None:
+    """A small masked cross-attention case against nn.MultiheadAttention with the check's weights loaded into your
+    module; gradients reach x, the context and every parameter; no Python loop over the heads."""
+    _judge_gradient_case(ev, _small_case(False), wide=False, named=True)
+
+
+def _judge_wide_vs_pytorch(ev: Evidence) -> None:
+    """A small masked cross-attention case against PyTorch's fused attention on your projections, split into heads
+    of size k; gradients reach x, the context and every parameter."""
+    _judge_gradient_case(ev, _small_case(True), wide=True, named=True)
+
+
+multi_head_vs_pytorch = Check("multi_head_vs_pytorch",
+                              lambda cls, rec: _probe_gradient_case(cls, rec, _small_case(False)),
+                              _judge_narrow_vs_pytorch)
+wide_vs_pytorch = Check("wide_vs_pytorch", lambda cls, rec: _probe_gradient_case(cls, rec, _small_case(True)),
+                        _judge_wide_vs_pytorch)

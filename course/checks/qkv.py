@@ -24,7 +24,6 @@ from course.checks.compare import (
     randn,
 )
 from course.checks.evidence import Evidence, Recorder
-from course.checks.modules import MISSING_PARAMETER
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -60,13 +59,14 @@ QUERIES_KEYS_SWAPPED = Mistake("queries-keys-swapped", "queries and keys are swa
 
 # ids of structure failures of this assignment (the shared ones are in course/checks/modules.py)
 PROJECTION_BIAS = "projection-bias"
-PARAMETER_COUNT = "parameter-count"
 SEVERAL = "several-mistakes"  # a mistake in attention together with one in the module, named part by part
 
 _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). "
                 "The number of queries and of keys differ here, so transposed weights do not fit the values.")
 _ATTENTION_HINT = "weights = softmax(queries·keysᵀ) over the keys (last dimension), output = weights·values."
 _FORWARD_HINT = "forward should compute attention(to_queries(x), to_keys(x), to_values(x))."
+_SHARED = ("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: create three "
+           "separate nn.Linear modules.")
 
 
 # ---------------------------------------------------------------- attention written out, with its mistakes
@@ -96,8 +96,8 @@ def _attention_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> li
     return found
 
 
-def _attention_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, scale=1.0)
+def _attention_oracle(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(queries, keys, values, scale=1.0)
 
 
 def _shape_hints(b: int, tq: int, tk: int, k: int, v: int) -> dict[tuple[int, ...], str]:
@@ -182,6 +182,41 @@ def _judge_average(ev: Evidence) -> None:
 
 
 attention_weighted_average = Check("attention_weighted_average", _probe_average, _judge_average)
+
+
+# ---------------------------------------------------------------- attention: a small batch against PyTorch
+
+_SMALL = (2, 3, 4, 4, 2)  # (b, tq, tk, k, v)
+
+
+def _small_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """queries, keys, values of the small case, and the upstream gradient of the output."""
+    b, tq, tk, k, v = _SMALL
+    return randn(b, tq, k, seed=560), randn(b, tk, k, seed=561), randn(b, tk, v, seed=562), randn(b, tq, v, seed=563)
+
+
+def _probe_attention_vs_pytorch(attention: Callable, rec: Recorder) -> None:
+    *inputs, upstream = _small_inputs()
+    queries, keys, values = (t.to(rec.device).requires_grad_(True) for t in inputs)
+    y = rec.call("y", attention, queries, keys, values)
+    modules.backward(rec, y, upstream, {"queries": queries, "keys": keys, "values": values})
+
+
+def _judge_attention_vs_pytorch(ev: Evidence) -> None:
+    """A batch of two (tq != tk, v != k) against PyTorch's fused attention, unscaled; the gradients reach the
+    queries, keys and values as autograd through it gives them."""
+    queries, keys, values, upstream = _small_inputs()
+    case = "b=2, tq=3, tk=4, k=4, v=2"
+    y = _attention_output(ev, "y", *_SMALL)
+    expect_close(y, _attention_oracle(queries, keys, values), what=ATTENTION_NAME, device=ev.device,
+                 mistakes=_attention_mistakes(queries, keys, values), otherwise=_ATTENTION_HINT, case=case)
+    modules.expect_attached(ev, "y", ATTENTION_NAME)
+    grads = modules.autograd(lambda _, **qkv: _attention_oracle(**qkv), {},
+                             {"queries": queries, "keys": keys, "values": values}, upstream)
+    modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=case, oracle="F.scaled_dot_product_attention")
+
+
+attention_vs_pytorch = Check("attention_vs_pytorch", _probe_attention_vs_pytorch, _judge_attention_vs_pytorch)
 
 
 # ---------------------------------------------------------------- attention: the oracle and the lookup limit
@@ -278,32 +313,16 @@ def _mha(w: dict[str, torch.Tensor], k: int) -> nn.MultiheadAttention:
 
 def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        y, _ = _mha(w, x.shape[-1])(x, x, x, need_weights=False)
-    return y
-
-
-def _check_structure(ev: Evidence, key: str, k: int) -> None:
-    """Three separate bias-free k×k nn.Linear projections."""
-    __tracebackhide__ = True
-    modules.built(ev, key, f"{MODULE_NAME}({k})")
-    modules.expect_separate(ev, key, "Two of to_queries, to_keys, to_values are the same layer. Each role needs its "
-                                     "own weights: create three separate nn.Linear modules.")
-    for name in ROLES:
-        modules.expect_linear(ev, key, MODULE_NAME, name, k, k, False, PROJECTION, bias_mistake=PROJECTION_BIAS)
+        return oracles.attend(_mha(w, x.shape[-1]), x)
 
 
 def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
-    """The structure is right, and the values the probe loaded into the three weights (recreated here)."""
+    """Three separate bias-free k×k nn.Linear projections, and the values the probe loaded into their weights."""
     __tracebackhide__ = True
-    _check_structure(ev, key, k)
-    loaded = modules.loaded(ev, key, seed)
-    found = {}
-    for name in (f"{role}.weight" for role in ROLES):
-        if name not in loaded or tuple(loaded[name].shape) != (k, k):
-            fail(f"{MODULE_NAME}({k}) has no registered parameter {name} of shape {(k, k)}. Register the layers as "
-                 "attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
-        found[name] = loaded[name]
-    return found
+    what = f"{MODULE_NAME}({k})"
+    modules.expect_layers(ev, key, what, MODULE_NAME, dict.fromkeys(ROLES, (k, k, False, PROJECTION)), _SHARED,
+                          dict.fromkeys(ROLES, PROJECTION_BIAS))
+    return modules.expect_parameters(ev, key, what, {f"{role}.weight": (k, k) for role in ROLES}, seed)
 
 
 def _any_weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor] | None:
@@ -359,11 +378,8 @@ def _judge_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
     k = _STRUCTURE_K
     w = _weights(ev, "module", k, 200)
-    count = modules.parameter_count(ev, "module")
-    if count != 3 * k * k:
-        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
-             "Are extra layers or biases registered, or some projection kept outside the module?",
-             mistake=PARAMETER_COUNT)
+    modules.expect_parameter_count(ev, "module", f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
+                                   "Are extra layers or biases registered, or some projection kept outside the module?")
     x = _structure_x()
     y = _module_output(ev, "y", tuple(x.shape))
     _anchor_module(ev, y, w, x, f"{MODULE_NAME} has the right layers")
@@ -374,9 +390,54 @@ self_attention_qkv_structure = Check("self_attention_qkv_structure", _probe_stru
 
 # ---------------------------------------------------------------- the module: the oracle and gradients
 
-def _grad_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    """x (2, 5, 4) and the upstream gradient (2, 5, 4)."""
-    return randn(2, 5, 4, seed=701), randn(2, 5, 4, seed=702)
+def _probe_gradient_case(cls: Callable, rec: Recorder, k: int, seed: int, x: torch.Tensor,
+                         upstream: torch.Tensor) -> None:
+    module = _make(cls, rec, "grad_module", k, seed)
+    if module is not None:
+        x = x.to(rec.device).requires_grad_(True)
+        modules.backward(rec, rec.call("y_grad", module, x), upstream, {"x": x}, module)
+
+
+def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
+                      upstream: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Autograd through nn.MultiheadAttention with these weights: gradients of x and of the three weights."""
+    k = x.shape[-1]
+    # MultiheadAttention's query weight is √k times the module's, so the module's gradient is √k times its
+    return oracles.as_course(oracles.gradients(_mha(w, k), x, upstream, query_scale=oracles.unscaled(k)))
+
+
+def _judge_gradient_case(ev: Evidence, k: int, seed: int, x: torch.Tensor, upstream: torch.Tensor) -> None:
+    """The output against nn.MultiheadAttention with the check's weights, and the gradients of a loss on it, with
+    respect to x and the three weights, against autograd through it."""
+    __tracebackhide__ = True
+    w = _weights(ev, "grad_module", k, seed)
+    case = f"k={k}, x of shape {tuple(x.shape)}"
+    y = _module_output(ev, "y_grad", tuple(x.shape))
+    expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
+                 mistakes=_module_mistakes(w, x), case=case,
+                 otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
+    modules.expect_attached(ev, "y_grad", f"{MODULE_NAME}.forward(x)")
+    modules.expect_gradients(ev, _oracle_gradients(w, x, upstream), owner=f"{MODULE_NAME}.forward", case=case,
+                             oracle="nn.MultiheadAttention")
+
+
+def _small_module_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """x (2, 3, 4) and the upstream gradient of the output."""
+    return randn(2, 3, 4, seed=751), randn(2, 3, 4, seed=752)
+
+
+def _probe_module_vs_pytorch(cls: Callable, rec: Recorder) -> None:
+    _probe_gradient_case(cls, rec, 4, 750, *_small_module_inputs())
+
+
+def _judge_module_vs_pytorch(ev: Evidence) -> None:
+    """A batch of two against PyTorch's own multi-head attention (one head) with the check's weights loaded into
+    your module; the gradients reach the input and the three projections."""
+    _judge_gradient_case(ev, 4, 750, *_small_module_inputs())
+
+
+self_attention_qkv_vs_pytorch = Check("self_attention_qkv_vs_pytorch", _probe_module_vs_pytorch,
+                                      _judge_module_vs_pytorch)
 
 
 def _probe_module_oracle(cls: Callable, rec: Recorder) -> None:
@@ -385,30 +446,7 @@ def _probe_module_oracle(cls: Callable, rec: Recorder) -> None:
         if module is None:
             return
         _run(rec, f"y{i}", module, randn(b, t, k, seed=650 + i))
-    module = _make(cls, rec, "grad_module", 4, 700)
-    if module is None:
-        return
-    x, upstream = (t.to(rec.device) for t in _grad_inputs())
-    x.requires_grad_(True)
-    y = rec.call("y_grad", module, x)
-    if not isinstance(y, torch.Tensor) or not y.requires_grad or y.shape != upstream.shape:
-        return
-    (y * upstream).sum().backward()
-    rec.tensor("grad.x", x.grad)
-    modules.record_gradients(rec, module)
-
-
-def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
-                      upstream: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Autograd through nn.MultiheadAttention with these weights: gradients of x and of the three weights."""
-    k = x.shape[-1]
-    mha = _mha(w, k)
-    x = x.clone().requires_grad_(True)
-    y, _ = mha(x, x, x, need_weights=False)
-    (y * upstream).sum().backward()
-    # MultiheadAttention's query weight is √k times the module's, so the module's gradient is √k times its
-    grads = oracles.projection_gradients(mha, oracles.unscaled(k))
-    return {"x": x.grad, "to_queries.weight": grads["q"], "to_keys.weight": grads["k"], "to_values.weight": grads["v"]}
+    _probe_gradient_case(cls, rec, 4, 700, randn(2, 5, 4, seed=701), randn(2, 5, 4, seed=702))
 
 
 def _judge_module_oracle(ev: Evidence) -> None:
@@ -422,14 +460,7 @@ def _judge_module_oracle(ev: Evidence) -> None:
         expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
                      mistakes=_module_mistakes(w, x), case=f"x of shape {(b, t, k)}",
                      otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
-    w = _weights(ev, "grad_module", 4, 700)
-    x, upstream = _grad_inputs()
-    y = _module_output(ev, "y_grad", (2, 5, 4))
-    modules.expect_attached(ev, "y_grad", f"{MODULE_NAME}.forward(x)")
-    expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
-                 mistakes=_module_mistakes(w, x), case="x of shape (2, 5, 4)", otherwise=_FORWARD_HINT)
-    modules.expect_gradients(ev, _oracle_gradients(w, x, upstream), owner=f"{MODULE_NAME}.forward",
-                             case="k=4, x of shape (2, 5, 4)", oracle="nn.MultiheadAttention")
+    _judge_gradient_case(ev, 4, 700, randn(2, 5, 4, seed=701), randn(2, 5, 4, seed=702))
 
 
 self_attention_qkv_oracle = Check("self_attention_qkv_oracle", _probe_module_oracle, _judge_module_oracle)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks import weights as weight_values
+from course.checks import modules, oracles
 from course.checks.check import Check
 from course.checks.compare import (
     Mistake,
@@ -68,19 +68,11 @@ WEIGHTS_ARE_SCORES = Mistake("weights-are-scores", "the weights returned are the
 VALUES_NOT_PROJECTED = Mistake("values-not-projected", "the values are the raw inputs x; they should go through "
                                "to_values first.")
 
-# ids of structure and property failures (fail(..., mistake=...))
+# ids of structure and property failures (fail(..., mistake=...)); the shared ones are in course/checks/modules.py
 NOT_A_PAIR = "not-a-pair"
 NAN_IN_EMPTY_ROWS = "nan-in-empty-rows"
 NAN_GRADIENTS = "nan-gradients"
-NO_GRADIENT = "no-gradient"
-NOT_A_MODULE = "not-a-module"
-MISSING_LAYER = "missing-layer"
-WRONG_LAYER_TYPE = "wrong-layer-type"
-WRONG_LAYER_SIZE = "wrong-layer-size"
 PROJECTION_BIAS = "projection-bias"
-SHARED_LAYER = "shared-layer"
-MISSING_PARAMETER = "missing-parameter"
-PARAMETER_COUNT = "parameter-count"
 NO_MASK_ARGUMENT = "no-mask-argument"
 CAUSAL_LEAK = "causal-leak"
 MASK_WITHOUT_MASK = "masks-without-a-mask"
@@ -92,6 +84,8 @@ _SDPA_RECIPE = ("scores = queries·keysᵀ / √d (d the query/key size), masked
 _FORWARD_HINT = ("forward should return the output of scaled_dot_product_attention(to_queries(x), to_keys(x), "
                  "to_values(x), mask).")
 _MASK_ARGUMENT_HINT = "forward takes the mask as a keyword argument: def forward(self, x, mask=None)."
+_SHARED = ("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: create three "
+           "separate nn.Linear modules.")
 
 
 # ---------------------------------------------------------------- oracle and typical mistakes
@@ -360,8 +354,9 @@ def _upstream(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return randn(*shape, seed=seed)
 
 
-def _probe_gradients(fn: Callable, rec: Recorder) -> None:
-    q, k, v, mask, _ = _oracle_case(_GRAD_CASE)
+def _probe_gradients_of(fn: Callable, rec: Recorder, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        mask: torch.Tensor) -> None:
+    """Record fn(q, k, v, mask=mask) and the gradients a loss on its output and weights leaves on q, k and v."""
     q, k, v = (t.to(rec.device).requires_grad_(True) for t in (q, k, v))
     result = rec.call("r", fn, q, k, v, mask=mask.to(rec.device))
     if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, torch.Tensor) for t in result)):
@@ -377,6 +372,10 @@ def _probe_gradients(fn: Callable, rec: Recorder) -> None:
         rec.tensor(f"grad.{name}", t.grad)
 
 
+def _probe_gradients(fn: Callable, rec: Recorder) -> None:
+    _probe_gradients_of(fn, rec, *_oracle_case(_GRAD_CASE)[:4])
+
+
 def _gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, compute: Callable,
                with_weights: bool) -> dict[str, torch.Tensor | None]:
     """Autograd of the probe's loss through compute(q, k, v, mask) -> (output, weights)."""
@@ -389,10 +388,11 @@ def _gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     return {"queries": q.grad, "keys": k.grad, "values": v.grad}
 
 
-def _judge_gradients(ev: Evidence) -> None:
+def _judge_gradients_of(ev: Evidence, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                        case: str) -> None:
     """Gradients reach queries, keys and values, stay finite even with a query that may attend to nothing, and
     are autograd's through PyTorch's fused attention (or through the typical mistake the output is)."""
-    q, k, v, mask, case = _oracle_case(_GRAD_CASE)
+    __tracebackhide__ = True
     out, w = _result(ev, "r", q, k, v)
     if not requires_grad(ev, "r.0"):
         fail(f"The output of {SDPA_NAME} is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.",
@@ -416,7 +416,7 @@ def _judge_gradients(ev: Evidence) -> None:
         got = tensor(ev, f"grad.{name}", shape=tuple(t.shape))
         if got is None or float(got.abs().sum()) == 0.0:
             fail(f"The {name} receive no gradient through {SDPA_NAME}. Are they used, and is nothing detached?",
-                 mistake=NO_GRADIENT)
+                 mistake=modules.NO_GRADIENT)
         if not bool(torch.isfinite(got).all()):
             fail(f"NaN gradients reach the {name} from a query that may attend to nothing. The forward pass can "
                  "hide a NaN that the backward pass still sees: adding −∞ to the scores (scores + where(mask, 0, "
@@ -429,25 +429,42 @@ def _judge_gradients(ev: Evidence) -> None:
                                "from differentiable torch operations.")
 
 
+def _judge_gradients(ev: Evidence) -> None:
+    """Gradients on random shapes with queries that may attend to nothing: finite, and autograd's."""
+    _judge_gradients_of(ev, *_oracle_case(_GRAD_CASE))
+
+
 sdpa_gradients = Check("sdpa_gradients", _probe_gradients, _judge_gradients)
+
+
+def _small_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    """A batch of two: tq=3 queries, tk=4 keys, d=4, dv=2, a mask (2, 3, 4) in which query 2 of the second
+    element may attend to nothing."""
+    mask = _random_mask((2, 3, 4), 363)
+    mask[1, 2] = False
+    q, k, v = randn(2, 3, 4, seed=360) * 2.0, randn(2, 4, 4, seed=361), randn(2, 4, 2, seed=362)
+    return q, k, v, mask, "queries 2×3×4, keys 2×4×4, values 2×4×2, a mask (2, 3, 4) with an empty row"
+
+
+def _probe_vs_pytorch(fn: Callable, rec: Recorder) -> None:
+    _probe_gradients_of(fn, rec, *_small_case()[:4])
+
+
+def _judge_vs_pytorch(ev: Evidence) -> None:
+    """A small masked batch against F.scaled_dot_product_attention (output and weights, an empty row zeroed);
+    gradients reach queries, keys and values, finite and as autograd gives them."""
+    _judge_case(ev, "r", *_small_case())
+    _judge_gradients_of(ev, *_small_case())
+
+
+sdpa_vs_pytorch = Check("sdpa_vs_pytorch", _probe_vs_pytorch, _judge_vs_pytorch)
 
 
 # ---------------------------------------------------------------- ScaledSelfAttention: the probe's side
 
 def _make(cls: Callable, rec: Recorder, key: str, k: int, seed: int) -> nn.Module | None:
     """Build the student's module, record its structure, and load the check's weights (seed) into it."""
-    module = rec.call(key, cls, k)
-    is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
-    if not is_module:
-        return None
-    layers = [getattr(module, name, None) for name in ROLES]
-    rec.fact(f"{key}.shared", [name for i, (name, layer) in enumerate(zip(ROLES, layers))
-                               if layer is not None and any(layer is other for other in layers[:i])])
-    rec.fact(f"{key}.modules", weight_values.describe(module))
-    module = module.to(rec.device)
-    rec.fact(f"{key}.params", weight_values.fill(module, seed, GAINS))
-    return module
+    return modules.build(rec, key, cls, k, seed=seed, gains=GAINS, layers=ROLES)
 
 
 def _run(rec: Recorder, key: str, module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
@@ -461,65 +478,23 @@ def _run(rec: Recorder, key: str, module: nn.Module, x: torch.Tensor, mask: torc
 
 # ---------------------------------------------------------------- ScaledSelfAttention: the judge's side
 
-def _check_structure(ev: Evidence, key: str, k: int) -> None:
-    """Three separate bias-free k×k nn.Linear projections."""
+def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
+    """Three separate bias-free k×k nn.Linear projections, and the values the probe loaded into their weights."""
     __tracebackhide__ = True
     what = f"{MODULE_NAME}({k})"
-    raised(ev, key, what)
-    if ev.facts.get(f"{key}.is_module") is not True:
-        fact = ev.facts.get(key)
-        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
-        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
-    shared = ev.facts.get(f"{key}.shared")
-    if not isinstance(shared, list):
-        fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
-    if shared:
-        fail("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: "
-             "create three separate nn.Linear modules.", mistake=SHARED_LAYER)
-    described = ev.facts.get(f"{key}.modules")
-    found = {m.get("name"): m for m in described if isinstance(m, dict)} if isinstance(described, list) else {}
-    for name in ROLES:
-        layer = found.get(name)
-        if not isinstance(layer, dict):
-            fail(f"{MODULE_NAME} has no attribute `{name}`. Create it in __init__: self.{name} = {PROJECTION}.",
-                 mistake=MISSING_LAYER)
-        if "in_features" not in layer:
-            fail(f"{MODULE_NAME}.{name} is a {str(layer.get('type'))[:60]}; it should be {PROJECTION}.",
-                 mistake=WRONG_LAYER_TYPE)
-        if (layer.get("in_features"), layer.get("out_features")) != (k, k):
-            fail(f"{MODULE_NAME}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; "
-                 f"here it should map {k} -> {k}: {PROJECTION}.", mistake=WRONG_LAYER_SIZE)
-        if layer.get("bias") is not False:
-            fail(f"{MODULE_NAME}.{name} has a bias. The projections are plain matrices: {PROJECTION}.",
-                 mistake=PROJECTION_BIAS)
+    modules.expect_layers(ev, key, what, MODULE_NAME, dict.fromkeys(ROLES, (k, k, False, PROJECTION)), _SHARED,
+                          dict.fromkeys(ROLES, PROJECTION_BIAS))
+    return modules.expect_parameters(ev, key, what, {f"{role}.weight": (k, k) for role in ROLES}, seed, GAINS)
 
 
-def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
-    """The structure is right, and the values the probe loaded into the three weights (recreated here)."""
-    __tracebackhide__ = True
-    _check_structure(ev, key, k)
-    loaded = weight_values.recreate(ev.facts.get(f"{key}.params"), seed, GAINS)
-    found = {}
-    for name in (f"{role}.weight" for role in ROLES):
-        if name not in loaded or tuple(loaded[name].shape) != (k, k):
-            fail(f"{MODULE_NAME}({k}) has no registered parameter {name} of shape {(k, k)}. Register the layers as "
-                 "attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
-        found[name] = loaded[name]
-    return found
+def _mha(w: dict[str, torch.Tensor]) -> nn.MultiheadAttention:
+    """nn.MultiheadAttention with one head carrying these projections and an identity output: it scales by √k."""
+    return oracles.multihead_attention(*(w[f"{role}.weight"] for role in ROLES))
 
 
 def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """nn.MultiheadAttention with one head, these projections and an identity output: it scales by √k itself."""
-    b, t, k = x.shape
-    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
-        mha = nn.MultiheadAttention(k, num_heads=1, bias=False, batch_first=True)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([w[f"{role}.weight"] for role in ROLES]))
-        mha.out_proj.weight.copy_(torch.eye(k))
-        # MultiheadAttention's boolean mask means True = NOT allowed, the opposite of ours.
-        attn_mask = None if mask is None else ~torch.broadcast_to(mask, (b, t, t))
-        y, _ = mha(x, x, x, attn_mask=attn_mask, need_weights=False)
-    return y
+        return oracles.attend(_mha(w), x, mask=mask)
 
 
 def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor,
@@ -584,19 +559,51 @@ def _judge_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
     k = _STRUCTURE_K
     w = _weights(ev, "module", k, 400)
-    filled = ev.facts.get("module.params")
-    count = sum(math.prod(entry[1]) for entry in filled if isinstance(entry, list) and len(entry) == 2
-                and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1]))
-    if count != 3 * k * k:
-        fail(f"{MODULE_NAME}({k}) has {count} parameters; three k×k matrices make 3k² = {3 * k * k}. "
-             "Are extra layers or biases registered, or some projection kept outside the module?",
-             mistake=PARAMETER_COUNT)
+    modules.expect_parameter_count(ev, "module", f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
+                                   "Are extra layers or biases registered, or some projection kept outside the module?")
     x = _structure_x()
     y = _module_output(ev, "y", x, False)
     _anchor(ev, y, w, x, None, f"{MODULE_NAME} has the right layers", f"x of shape {tuple(x.shape)}, no mask")
 
 
 scaled_self_attention_structure = Check("scaled_self_attention_structure", _probe_structure, _judge_structure)
+
+
+# ---------------------------------------------------------------- ScaledSelfAttention: a small case against PyTorch
+
+def _small_module_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (2, 5, 4), a padding mask (2, 1, 5) that hides the last two keys of the second sequence, and the upstream
+    gradient of the output."""
+    mask = (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, :]  # (b, 1, t)
+    return randn(2, 5, 4, seed=490), mask, randn(2, 5, 4, seed=491)
+
+
+def _probe_module_vs_pytorch(cls: Callable, rec: Recorder) -> None:
+    module = _make(cls, rec, "module", 4, 495)
+    if module is None:
+        return
+    x, mask, upstream = _small_module_case()
+    x = x.to(rec.device).requires_grad_(True)
+    modules.backward(rec, rec.call("y", module, x, mask=mask.to(rec.device)), upstream, {"x": x}, module)
+
+
+def _judge_module_vs_pytorch(ev: Evidence) -> None:
+    """A small masked batch against nn.MultiheadAttention (one head, which scales by √k) with the check's weights
+    loaded into your module; the gradients reach the input and the three projections."""
+    w = _weights(ev, "module", 4, 495)
+    x, mask, upstream = _small_module_case()
+    case = "x of shape (2, 5, 4), padding mask of shape (2, 1, 5)"
+    y = _module_output(ev, "y", x, True)
+    expect_close(y, _module_oracle(w, x, mask), what=f"{MODULE_NAME}.forward", device=ev.device,
+                 mistakes=_module_mistakes(w, x, mask), case=case,
+                 otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
+    modules.expect_attached(ev, "y", f"{MODULE_NAME}.forward(x, mask)")
+    modules.expect_gradients(ev, oracles.as_course(oracles.gradients(_mha(w), x, upstream, mask=mask)),
+                             owner=f"{MODULE_NAME}.forward", case=case, oracle="nn.MultiheadAttention")
+
+
+scaled_self_attention_vs_pytorch = Check("scaled_self_attention_vs_pytorch", _probe_module_vs_pytorch,
+                                         _judge_module_vs_pytorch)
 
 
 # ---------------------------------------------------------------- ScaledSelfAttention: a causal mask

@@ -1,7 +1,8 @@
 """Checks for assignment 01: attention_weights and basic_self_attention.
 
 Each check is a probe (runs the student's function on inputs chosen here) and a judge (decides from what the
-probe recorded, with PyTorch's fused attention as the oracle). See course/checks/check.py.
+probe recorded, with PyTorch's fused attention as the oracle). See course/checks/check.py. The visible checks
+compare with the oracle on one small batch; the hidden ones add shapes.
 """
 
 import math
@@ -9,8 +10,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from course.checks import modules
 from course.checks.check import Check
-from course.checks.compare import Mistake, expect_close, fail, matches_any, output, randn, requires_grad, tensor
+from course.checks.compare import Mistake, expect_close, fail, matches_any, output, randn
 from course.checks.evidence import Evidence, Recorder
 
 # batch > 1, t != k, a single position, k = 1: shapes that expose swapped or missing dimensions
@@ -112,6 +114,34 @@ def _judge_weights_by_hand(ev: Evidence) -> None:
 attention_weights_by_hand = Check("attention_weights_by_hand", _probe_weights_by_hand, _judge_weights_by_hand)
 
 
+def _small_x() -> torch.Tensor:
+    """The visible checks' small batch: two sequences of four 3-vectors."""
+    return randn(2, 4, 3, seed=50)
+
+
+def _probe_weights_vs_pytorch(attention_weights, rec: Recorder) -> None:
+    x = _small_x().to(rec.device).requires_grad_(True)
+    w = rec.call("w", attention_weights, x)
+    modules.backward(rec, w, randn(2, 4, 4, seed=51), {"x": x})
+
+
+def _judge_weights_vs_pytorch(ev: Evidence) -> None:
+    """A batch of two against PyTorch's fused attention (unscaled, values = identity); the gradient of a loss on
+    the weights reaches x as autograd through the oracle gives it."""
+    x, case = _small_x(), "x of shape (2, 4, 3)"
+    w = output(ev, "w", what=WEIGHTS_NAME, shape=(2, 4, 4),
+               shape_hints={(2, 4, 3): "That is the shape of the input: return the (t, t) weights."})
+    expect_close(w, _oracle_weights(x), what=WEIGHTS_NAME, device=ev.device, mistakes=_weight_mistakes(x),
+                 case=case, otherwise=_WEIGHTS_HINT)
+    modules.expect_attached(ev, "w", WEIGHTS_NAME)
+    grads = modules.autograd(lambda _, x: _oracle_weights(x), {}, {"x": x}, randn(2, 4, 4, seed=51))
+    modules.expect_gradients(ev, grads, owner=WEIGHTS_NAME, case=case, oracle="F.scaled_dot_product_attention")
+
+
+attention_weights_vs_pytorch = Check("attention_weights_vs_pytorch", _probe_weights_vs_pytorch,
+                                     _judge_weights_vs_pytorch)
+
+
 def _rows_x() -> torch.Tensor:
     return randn(2, 5, 4, seed=11)
 
@@ -180,22 +210,43 @@ def _judge_output_by_hand(ev: Evidence) -> None:
 basic_self_attention_by_hand = Check("basic_self_attention_by_hand", _probe_output_by_hand, _judge_output_by_hand)
 
 
-def _grad_x() -> torch.Tensor:
-    return randn(2, 5, 3, seed=400)
+def _probe_output_and_gradient(basic_self_attention, rec: Recorder, x: torch.Tensor, upstream: torch.Tensor) -> None:
+    x = x.to(rec.device).requires_grad_(True)
+    modules.backward(rec, rec.call("y_grad", basic_self_attention, x), upstream, {"x": x})
 
 
-def _upstream() -> torch.Tensor:
-    return randn(2, 5, 3, seed=401)
+def _judge_output_and_gradient(ev: Evidence, x: torch.Tensor, upstream: torch.Tensor) -> None:
+    """The output against PyTorch's fused attention, and the gradient of a loss on it with respect to x against
+    autograd through it."""
+    case = f"x of shape {tuple(x.shape)}"
+    y = output(ev, "y_grad", what=OUTPUT_NAME, shape=tuple(x.shape),
+               shape_hints={(x.shape[0], x.shape[1], x.shape[1]): "That is the shape of the weights: return the "
+                                                                  "weighted sum w·x."})
+    expect_close(y, _oracle_output(x), what=OUTPUT_NAME, device=ev.device, mistakes=_output_mistakes(x), case=case,
+                 otherwise=_OUTPUT_HINT)
+    modules.expect_attached(ev, "y_grad", OUTPUT_NAME)
+    grads = modules.autograd(lambda _, x: _oracle_output(x), {}, {"x": x}, upstream)
+    modules.expect_gradients(ev, grads, owner=OUTPUT_NAME, case=case, oracle="F.scaled_dot_product_attention",
+                             hints={"x": "Every output depends on every input."})
+
+
+def _probe_output_vs_pytorch(basic_self_attention, rec: Recorder) -> None:
+    _probe_output_and_gradient(basic_self_attention, rec, _small_x(), randn(2, 4, 3, seed=52))
+
+
+def _judge_output_vs_pytorch(ev: Evidence) -> None:
+    """A batch of two against PyTorch's fused attention with queries = keys = values = x; the gradient reaches x."""
+    _judge_output_and_gradient(ev, _small_x(), randn(2, 4, 3, seed=52))
+
+
+basic_self_attention_vs_pytorch = Check("basic_self_attention_vs_pytorch", _probe_output_vs_pytorch,
+                                        _judge_output_vs_pytorch)
 
 
 def _probe_output_oracle(basic_self_attention, rec: Recorder) -> None:
     for i, (b, t, k) in enumerate(SHAPES):
         rec.call(f"y{i}", basic_self_attention, _shape_x(i, b, t, k, 200).to(rec.device))
-    x = _grad_x().to(rec.device).requires_grad_(True)
-    y = rec.call("y_grad", basic_self_attention, x)
-    if isinstance(y, torch.Tensor) and y.requires_grad and y.shape == x.shape:
-        (y * _upstream().to(rec.device)).sum().backward()
-        rec.tensor("grad.x", x.grad)
+    _probe_output_and_gradient(basic_self_attention, rec, randn(2, 5, 3, seed=400), randn(2, 5, 3, seed=401))
 
 
 def _judge_output_oracle(ev: Evidence) -> None:
@@ -207,17 +258,7 @@ def _judge_output_oracle(ev: Evidence) -> None:
                    shape_hints={(b, t, t): "That is the shape of the weights: return the weighted sum w·x."})
         expect_close(y, _oracle_output(x), what=OUTPUT_NAME, device=ev.device, mistakes=_output_mistakes(x),
                      case=f"x of shape {(b, t, k)}", otherwise=_OUTPUT_HINT)
-    output(ev, "y_grad", what=OUTPUT_NAME, shape=(2, 5, 3))
-    if not requires_grad(ev, "y_grad"):
-        fail(f"{OUTPUT_NAME} is cut off from autograd: avoid .detach(), .numpy() or torch.no_grad() inside it.",
-             mistake="detached")
-    x = _grad_x().requires_grad_(True)
-    (_oracle_output(x) * _upstream()).sum().backward()
-    grad = tensor(ev, "grad.x", shape=(2, 5, 3))
-    if grad is None:
-        fail(f"The input of {OUTPUT_NAME} receives no gradient; every output depends on every input.")
-    expect_close(grad, x.grad, what=f"The gradient of a loss on {OUTPUT_NAME} with respect to x", device=ev.device,
-                 case="x of shape (2, 5, 3)", otherwise="Build the output only from differentiable torch operations on x.")
+    _judge_output_and_gradient(ev, randn(2, 5, 3, seed=400), randn(2, 5, 3, seed=401))
 
 
 basic_self_attention_oracle = Check("basic_self_attention_oracle", _probe_output_oracle, _judge_output_oracle)

@@ -45,6 +45,12 @@ def weights_first_sequence_only(x):
     return F.softmax(raw, dim=-1).expand(x.shape[0], -1, -1)
 
 
+@mistake("detached", "attention_weights")
+def weights_under_no_grad(x):
+    with torch.no_grad():
+        return F.softmax(x @ x.transpose(1, 2), dim=-1)
+
+
 # ------------------------------------------------------------------ basic_self_attention: mistakes
 
 @mistake("weights-transposed", "basic_self_attention")
