@@ -68,7 +68,7 @@ def plain_nbgrader(batch: Path, work: Path) -> float:
 
     def nbgrader(*args: str) -> None:
         subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=work, check=True,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     for assignment in ASSIGNMENTS:
         nbgrader("generate_assignment", assignment, "--force")
