@@ -208,20 +208,27 @@ def _probe_table_odd_size(sinusoidal_positional_encoding: Callable, rec: Recorde
     rec.call("table", sinusoidal_positional_encoding, *_ODD_ANCHOR)
 
 
+def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mistake, accepted: str,
+                        accepted_mistake: str) -> None:
+    """The call recorded under key raised a ValueError; accepted is the message when it raised nothing."""
+    __tracebackhide__ = True
+    fact = ev.facts.get(key)
+    if not isinstance(fact, dict):
+        fail(f"The test recorded nothing for {call}: the check did not run to the end.")
+    if fact.get("kind") != "raised":
+        fail(accepted, mistake=accepted_mistake)
+    if fact.get("not_implemented"):
+        fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
+             mistake="not-implemented")
+    if fact.get("type") != "ValueError":
+        fail(f"{call} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:300]}. {wrong.explanation}",
+             mistake=wrong.id)
+
+
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
-    fact = ev.facts.get("odd")
-    if not isinstance(fact, dict):
-        fail(f"The test recorded nothing for {TABLE_NAME}: the check did not run to the end.")
-    if fact.get("kind") == "raised":
-        if fact.get("not_implemented"):
-            fail(f"{TABLE_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-                 mistake="not-implemented")
-        if fact.get("type") != "ValueError":
-            fail(f"sinusoidal_positional_encoding(10, 5) raised {str(fact.get('type'))[:80]}: "
-                 f"{str(fact.get('message'))[:300]}. {ODD_WRONG_ERROR.explanation}", mistake=ODD_WRONG_ERROR.id)
-    else:
-        fail(ODD_ACCEPTED.explanation, mistake=ODD_ACCEPTED.id)
+    _expect_value_error(ev, "odd", TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", ODD_WRONG_ERROR,
+                        ODD_ACCEPTED.explanation, ODD_ACCEPTED.id)
     max_len, k = _ODD_ANCHOR
     table = output(ev, "table", what=f"sinusoidal_positional_encoding({max_len}, {k})", device=False)
     expected = _formula(max_len, k)
@@ -423,20 +430,11 @@ def _judge_too_long(ev: Evidence) -> None:
     what = f"{MODULE_NAME}(4, max_len={_LONG_MAX_LEN})"
     modules.built(ev, "module", what)
     fact = ev.facts.get("long")
-    if not isinstance(fact, dict):
-        fail(f"The test recorded nothing for {what} on a long sequence: the check did not run to the end.")
-    if fact.get("kind") == "raised":
-        if fact.get("not_implemented"):
-            fail(f"{MODULE_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-                 mistake="not-implemented")
-        if fact.get("type") != "ValueError":
-            fail(f"{what} on a sequence of length 7 raised {str(fact.get('type'))[:80]}: "
-                 f"{str(fact.get('message'))[:300]}. {NO_LENGTH_CHECK.explanation}", mistake=NO_LENGTH_CHECK.id)
-    else:
-        shape = fact.get("shape") if fact.get("kind") == "tensor" else None
-        fail(f"{what} accepted a sequence of length 7 and returned {f'shape {tuple(shape)}' if shape else 'a value'}. "
-             f"The table has no row for position 6: raise a ValueError. {NO_LENGTH_CHECK.explanation}",
-             mistake=NO_LENGTH_CHECK.id)
+    shape = fact.get("shape") if isinstance(fact, dict) and fact.get("kind") == "tensor" else None
+    _expect_value_error(ev, "long", MODULE_NAME, f"{what} on a sequence of length 7", NO_LENGTH_CHECK,
+                        f"{what} accepted a sequence of length 7 and returned "
+                        f"{f'shape {tuple(shape)}' if isinstance(shape, list) else 'a value'}. The table has no row "
+                        f"for position 6: raise a ValueError. {NO_LENGTH_CHECK.explanation}", NO_LENGTH_CHECK.id)
     _anchor(ev, "y", _long_x(), _LONG_MAX_LEN, f"{what} raises a ValueError for a sequence of length 7",
             "x of shape (2, 6, 4)")
 

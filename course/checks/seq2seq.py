@@ -31,6 +31,7 @@ from course.checks.compare import (
     randn,
     tensor,
     value_kind,
+    wrap,
 )
 from course.checks.evidence import Evidence, Recorder
 from course.checks.modules import MISSING_PARAMETER
@@ -1124,7 +1125,7 @@ def _model_check(name: str, probe: Callable[[Any, Recorder], None], judge: Calla
             note = _prerequisite_note(ev)
             if not note:
                 raise
-            raise CheckFailed(f"{failure}\n\n{note}", failure.mistake) from None
+            raise CheckFailed(wrap(f"{failure}\n\n{note}"), failure.mistake) from None
 
     return Check(name, probed, judged, judge.__doc__ or "")
 

@@ -1143,10 +1143,13 @@ def _judge_classifier_gradients(ev: Evidence) -> None:
     def forward(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
         return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff), kind)
 
+    hint = (f"If your {BLOCK_NAME} does not pass its own tests yet (exercise 2), fix it first: a block cut off "
+            "from autograd stops the gradient before it reaches the blocks and the embedding.")
     modules.expect_gradients(ev, modules.autograd(forward, w, {}, lambda out: F.cross_entropy(out, labels)),
                              owner=CLASSIFIER_NAME, case="tokens arange(9) as (3, 3), labels 0, 1, 2",
                              oracle="embedding, nn.TransformerEncoderLayer blocks, mean and linear layer with the "
-                                    "same weights", present=modules.parameter_names(ev, "module"))
+                                    "same weights", present=modules.parameter_names(ev, "module"),
+                             hints={name: hint for name in w if name != parts.out_weight and name != parts.out_bias})
 
 
 transformer_classifier_gradients = Check("transformer_classifier_gradients", _probe_classifier_gradients,
