@@ -50,7 +50,7 @@ def test_run_all_stops_first_at_a_course_message(assignment, notebook):
     assert failed, "every cell of the untouched release notebook ran without an error"
     index, shown = failed[0]
     where = f"cell {index} ({nb.cells[index].get('metadata', {}).get('nbgrader', {}).get('grade_id')})"
-    assert "is not implemented yet" in shown, f"{where} failed with:\n{shown[-2000:]}"
+    assert "is not implemented yet" in " ".join(shown.split()), f"{where} failed with:\n{shown[-2000:]}"
     assert not any(marker in shown for marker in RAW_TRACEBACK), f"{where} shows a raw traceback:\n{shown[-2000:]}"
 
 
@@ -66,7 +66,7 @@ def test_a_real_kernel_shows_the_unfinished_demo_as_one_message(tmp_path):
               if o.output_type == "error"]
     assert len(errors) == 1
     text = "\n".join(errors[0].traceback)
-    assert "is not implemented yet" in text
+    assert "is not implemented yet" in " ".join(text.split())
     assert not any(marker in text for marker in RAW_TRACEBACK), text
 
 
@@ -86,5 +86,5 @@ def test_07_cells_that_train_or_decode_with_unfinished_parts_end_in_a_course_mes
     assert failed, "no cell failed, though exercises are unfinished"
     for index, shown in failed:
         where = f"cell {index} ({nb.cells[index].get('metadata', {}).get('nbgrader', {}).get('grade_id')})"
-        assert "is not implemented yet" in shown, f"{where} failed with:\n{shown[-2000:]}"
+        assert "is not implemented yet" in " ".join(shown.split()), f"{where} failed with:\n{shown[-2000:]}"
         assert not any(marker in shown for marker in RAW_TRACEBACK), f"{where} shows a raw traceback:\n{shown[-2000:]}"
