@@ -1,9 +1,8 @@
 """Reference multi-head attention from assignment 04, imported by later notebooks."""
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-
-from course.scaling import scaled_dot_product_attention
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -16,6 +15,18 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(b, heads, t, s) -> (b, t, heads * s), the inverse of split_heads."""
     b, h, t, s = x.shape
     return x.transpose(1, 2).reshape(b, t, h * s)  # (b, t, k)
+
+
+def attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+           mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The output of course.scaling.scaled_dot_product_attention (assignment 03), without its weights.
+
+    The modules below never return the weights, so they take PyTorch's fused kernel: it computes the same
+    softmax(q·kᵀ/√s)·v with the same mask convention (bool, True = allowed; a row with nothing allowed gives
+    zeros) but never stores the (tq, tk) weights, which makes it several times faster on long sequences
+    (benchmarks/attention.py). To look at the weights, call scaled_dot_product_attention.
+    """
+    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
 
 
 def _heads_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -47,7 +58,7 @@ class MultiHeadAttention(nn.Module):
         queries = split_heads(self.to_queries(x), self.heads)  # (b, h, tq, s)
         keys = split_heads(self.to_keys(context), self.heads)  # (b, h, tk, s)
         values = split_heads(self.to_values(context), self.heads)  # (b, h, tk, s)
-        out, _ = scaled_dot_product_attention(queries, keys, values, _heads_mask(mask))  # (b, h, tq, s)
+        out = attend(queries, keys, values, _heads_mask(mask))  # (b, h, tq, s)
         return self.unify_heads(merge_heads(out))  # (b, tq, k)
 
 
@@ -67,5 +78,5 @@ class WideMultiHeadAttention(nn.Module):
         queries = split_heads(self.to_queries(x), self.heads)  # (b, h, tq, k)
         keys = split_heads(self.to_keys(context), self.heads)  # (b, h, tk, k)
         values = split_heads(self.to_values(context), self.heads)  # (b, h, tk, k)
-        out, _ = scaled_dot_product_attention(queries, keys, values, _heads_mask(mask))  # (b, h, tq, k)
+        out = attend(queries, keys, values, _heads_mask(mask))  # (b, h, tq, k)
         return self.unify_heads(merge_heads(out))  # (b, tq, k)

@@ -41,20 +41,20 @@ def test_a_claimed_value_error_needs_a_real_computation(name, anchor):
 
 
 def test_forged_dropout_in_training_fails():
-    ev = forgery.honest(A, "positional_encoding_oracle")
+    ev = forgery.honest(A, "positional_encoding_dropout")
     y = ev.tensors["y_eval"]
     mask = torch.rand(y.shape, generator=torch.Generator().manual_seed(1)) < 0.5
     ev.tensors["y_train"] = torch.where(mask, torch.zeros_like(y), y)  # half zeroed, the rest not doubled
     with pytest.raises(CheckFailed, match="training mode"):
-        check.positional_encoding_oracle.judge(ev)
+        check.positional_encoding_dropout.judge(ev)
 
 
 def test_a_forged_embedding_gradient_fails():
-    ev = forgery.honest(A, "learned_oracle")
-    key = next(k for k in ev.tensors if k.startswith("grad."))
+    ev = forgery.honest(A, "learned_gradients")
+    key = next(k for k in ev.tensors if k.startswith("grad.") and k != "grad.x")
     ev.tensors[key] = torch.ones_like(ev.tensors[key])  # every row, not just the positions used
     with pytest.raises(CheckFailed, match="gradient"):
-        check.learned_oracle.judge(ev)
+        check.learned_gradients.judge(ev)
 
 
 def test_renamed_parameters_change_the_judge_s_weights_not_the_verdict():

@@ -86,6 +86,7 @@ def test_the_notebook_trains_with_the_settings_the_benchmark_uses():
             f"max_len={m.max_len})") in code
     assert f"endless_batches(train_pairs, BATCH_SIZE, seed={t.seed})" in code
     assert "OneCycleLR(optimizer, max_lr=LR, total_steps=STEPS, pct_start=0.1" in code
+    assert "torch.optim.Adam(model.parameters(), lr=LR, fused=True)" in code
     with pytest.raises(AttributeError):
         harness.TRAINING.steps = 1  # frozen
 

@@ -98,6 +98,27 @@ def backward(rec: Recorder, y: Any, upstream: torch.Tensor, inputs: Mapping[str,
         record_gradients(rec, module)
 
 
+def record_backward(rec: Recorder, key: str, module: Callable, *args: Any, loss: Callable[[torch.Tensor], torch.Tensor],
+                    inputs: Mapping[str, torch.Tensor] | None = None, **kwargs: Any) -> bool:
+    """Record module(*args, **kwargs) under key with autograd on and, if it is part of a graph, backpropagate
+    loss(output): keep the gradients of the named inputs (grad.<name>) and of every parameter of module. An error
+    in the backward pass is recorded under key.backward. True when the backward pass ran."""
+    with torch.enable_grad():
+        y = rec.call(key, module, *args, **kwargs)
+        if not isinstance(y, torch.Tensor) or not y.requires_grad:
+            return False
+        try:
+            loss(y).backward()
+        except Exception as error:  # noqa: BLE001 - a backward pass that breaks is evidence too
+            rec.raised(f"{key}.backward", error)
+            return False
+    for name, value in (inputs or {}).items():
+        rec.tensor(f"grad.{name}", value.grad)
+    if isinstance(module, nn.Module):
+        record_gradients(rec, module)
+    return True
+
+
 # ------------------------------------------------------------------------------------------- the judge's side
 
 def built(ev: Evidence, key: str, what: str, hint: str = "") -> None:
@@ -174,11 +195,12 @@ def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tu
     return {name: found[name] for name in shapes}
 
 
-def parameter_count(ev: Evidence, key: str) -> int:
-    """The number of values in the parameters the probe filled."""
+def parameter_count(ev: Evidence, key: str, prefix: str = "") -> int:
+    """The number of values in the parameters the probe filled (those whose names start with prefix)."""
     total = 0
     for entry in ev.facts.get(f"{key}.params") or []:
-        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list) \
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) \
+                and entry[0].startswith(prefix) and isinstance(entry[1], list) \
                 and all(isinstance(n, int) and not isinstance(n, bool) for n in entry[1]):
             count = 1
             for n in entry[1]:
@@ -195,6 +217,13 @@ def expect_parameter_count(ev: Evidence, key: str, what: str, expected: int, for
         fail(f"{what} has {count} registered parameters; {formula} = {expected}. {hint}", mistake=PARAMETER_COUNT)
 
 
+def parameter_names(ev: Evidence, key: str) -> list[str]:
+    """The names of the parameters the probe filled."""
+    params = ev.facts.get(f"{key}.params")
+    return [e[0] for e in params if isinstance(e, list) and e and isinstance(e[0], str)] if isinstance(params, list) \
+        else []
+
+
 def expect_attached(ev: Evidence, key: str, what: str) -> None:
     """The recorded output is part of an autograd graph (nothing detached it)."""
     __tracebackhide__ = True
@@ -204,11 +233,14 @@ def expect_attached(ev: Evidence, key: str, what: str) -> None:
 
 
 def autograd(forward: Callable[..., torch.Tensor], leaves: Mapping[str, torch.Tensor],
-             inputs: Mapping[str, torch.Tensor], upstream: torch.Tensor) -> dict[str, torch.Tensor | None]:
-    """Gradients of sum(forward(leaves, **inputs) * upstream) with respect to every leaf and floating input."""
+             inputs: Mapping[str, torch.Tensor],
+             upstream: torch.Tensor | Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    """Gradients of sum(forward(leaves, **inputs) * upstream) with respect to every leaf and floating input;
+    upstream may instead be a loss function of the output."""
     leaves = {name: value.clone().requires_grad_(True) for name, value in leaves.items()}
     given = {name: value.clone().requires_grad_(value.is_floating_point()) for name, value in inputs.items()}
-    (forward(leaves, **given) * upstream).sum().backward()
+    out = forward(leaves, **given)
+    (upstream(out) if callable(upstream) else (out * upstream).sum()).backward()
     return {**{name: leaf.grad for name, leaf in leaves.items()},
             **{name: value.grad for name, value in given.items() if value.is_floating_point()}}
 

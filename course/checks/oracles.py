@@ -4,16 +4,44 @@ Building a PyTorch module draws random initial weights; every builder here forks
 judge leaves the caller's random state exactly as it found it. Masks follow the course's convention (bool,
 broadcastable to (b, tq, tk), True where attention is allowed); :func:`attend` turns them into
 nn.MultiheadAttention's, which marks what is NOT allowed.
+
+
+judge leaves the caller's random state exactly as it found it. Where a judge needs gradients through the
+oracle, the weights are passed with torch.func.functional_call (attention, layer_parameters), so autograd
+reaches them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from types import MappingProxyType
 
+
+from collections.abc import Mapping, Sequence
+
 import torch
 from torch import nn
+from torch.func import functional_call
+
+
+def attention_parameters(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, *, wo: torch.Tensor | None = None,
+                         bo: torch.Tensor | None = None, bq: torch.Tensor | None = None, bk: torch.Tensor | None = None,
+                         bv: torch.Tensor | None = None, query_scale: float = 1.0,
+                         prefix: str = "") -> dict[str, torch.Tensor]:
+    """nn.MultiheadAttention's parameters, by name (after prefix), carrying these projections: (k, k) query, key
+    and value weights, an output projection (identity when wo is None) and biases (zero when None).
+
+    For torch.func.functional_call, through which autograd reaches the given tensors; query_scale as in
+    :func:`multihead_attention`."""
+    k = wq.shape[0]
+    zero = torch.zeros(k)
+    return {f"{prefix}in_proj_weight": torch.cat([wq * query_scale, wk, wv]),
+            f"{prefix}in_proj_bias": torch.cat([(zero if bq is None else bq) * query_scale,
+                                                zero if bk is None else bk, zero if bv is None else bv]),
+            f"{prefix}out_proj.weight": torch.eye(k) if wo is None else wo,
+            f"{prefix}out_proj.bias": zero if bo is None else bo}
 
 
 def multihead_attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, heads: int = 1, *,
@@ -26,22 +54,81 @@ def multihead_attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, he
     nn.MultiheadAttention divides the scores by √(k / heads). To model attention scaled differently, pass
     query_scale: the query weight and bias are multiplied by it (√(k / heads) undoes the scaling entirely).
     """
-    k = wq.shape[0]
     with torch.random.fork_rng(devices=[]):
-        mha = nn.MultiheadAttention(k, heads, bias=True, batch_first=True)
-    zero = torch.zeros(k)
+        mha = nn.MultiheadAttention(wq.shape[0], heads, bias=True, batch_first=True)
+    values = attention_parameters(wq, wk, wv, wo=wo, bo=bo, bq=bq, bk=bk, bv=bv, query_scale=query_scale)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([wq * query_scale, wk, wv]))
-        mha.in_proj_bias.copy_(torch.cat([(zero if bq is None else bq) * query_scale,
-                                          zero if bk is None else bk, zero if bv is None else bv]))
-        mha.out_proj.weight.copy_(torch.eye(k) if wo is None else wo)
-        mha.out_proj.bias.copy_(torch.zeros(mha.out_proj.bias.shape) if bo is None else bo)
+        for name, value in values.items():
+            mha.get_parameter(name).copy_(value)
     return mha
 
 
 #: the keys of :func:`projection_gradients` -> the names of the course's modules' parameters
 COURSE_NAMES = MappingProxyType({"q": "to_queries.weight", "k": "to_keys.weight", "v": "to_values.weight",
                                  "o": "unify_heads.weight", "o_bias": "unify_heads.bias"})
+
+
+def torch_mask(mask: torch.Tensor | None, b: int, tq: int, tk: int, heads: int) -> torch.Tensor | None:
+    """The course's mask (bool, True = allowed, broadcastable to (b, tq, tk)) as PyTorch's attn_mask for
+    nn.MultiheadAttention and the transformer layers: (b·heads, tq, tk), True = NOT allowed."""
+    if mask is None:
+        return None
+    return ~torch.broadcast_to(mask, (b, tq, tk)).repeat_interleave(heads, dim=0)  # (b·h, tq, tk)
+
+
+@functools.cache
+def _attention_module(k: int, heads: int) -> nn.MultiheadAttention:
+    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
+        return nn.MultiheadAttention(k, heads, batch_first=True).eval()
+
+
+def attention(x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None, heads: int,
+              **projections: torch.Tensor | None) -> torch.Tensor:
+    """nn.MultiheadAttention with these projections (the keywords of :func:`attention_parameters`) on x (b, tq, k),
+    reading context (b, tk, k) (x itself when None); mask bool, True = allowed, broadcastable to (b, tq, tk).
+    Autograd reaches the projections and the inputs."""
+    source = x if context is None else context
+    params = attention_parameters(**projections)
+    y, _ = functional_call(_attention_module(x.shape[-1], heads), params, (x, source, source),
+                           {"attn_mask": torch_mask(mask, x.shape[0], x.shape[1], source.shape[1], heads),
+                            "need_weights": False})
+    return y
+
+
+@functools.cache
+def encoder_layer(k: int, heads: int, hidden: int, eps: float = 1e-5,
+                  norm_first: bool = False) -> nn.TransformerEncoderLayer:
+    """nn.TransformerEncoderLayer (batch first, ReLU, no dropout) of these sizes, for functional_call with
+    :func:`layer_parameters`: post-norm, or pre-norm with norm_first."""
+    with torch.random.fork_rng(devices=[]):
+        return nn.TransformerEncoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
+                                          layer_norm_eps=eps, batch_first=True, norm_first=norm_first).eval()
+
+
+@functools.cache
+def decoder_layer(k: int, heads: int, hidden: int) -> nn.TransformerDecoderLayer:
+    """nn.TransformerDecoderLayer (batch first, post-norm, ReLU, no dropout), for functional_call."""
+    with torch.random.fork_rng(devices=[]):
+        return nn.TransformerDecoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
+                                          batch_first=True, norm_first=False).eval()
+
+
+def layer_parameters(attentions: Mapping[str, Mapping[str, torch.Tensor | None]],
+                     norms: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                     feed_forward: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]
+                     ) -> dict[str, torch.Tensor]:
+    """The parameters of an encoder or decoder layer, by name: attentions maps the layer's attention attribute
+    ("self_attn", "multihead_attn") to the keywords of :func:`attention_parameters`; norms are (weight, bias) of
+    norm1, norm2, ...; feed_forward is (W1, b1, W2, b2), a missing bias zero."""
+    params = {}
+    for name, projections in attentions.items():
+        params.update(attention_parameters(**projections, prefix=f"{name}."))
+    for i, (weight, bias) in enumerate(norms, 1):
+        params[f"norm{i}.weight"], params[f"norm{i}.bias"] = weight, bias
+    w1, b1, w2, b2 = feed_forward
+    params.update({"linear1.weight": w1, "linear1.bias": torch.zeros(w1.shape[0]) if b1 is None else b1,
+                   "linear2.weight": w2, "linear2.bias": torch.zeros(w2.shape[0]) if b2 is None else b2})
+    return params
 
 
 def unscaled(k: int, heads: int = 1) -> float:

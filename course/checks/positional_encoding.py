@@ -13,7 +13,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from course.checks import weights
+from course.checks import modules, weights
 from course.checks.check import Check
 from course.checks.compare import (
     Mistake,
@@ -21,9 +21,7 @@ from course.checks.compare import (
     expect_close,
     fail,
     output,
-    raised,
     randn,
-    requires_grad,
     tensor,
     tolerance,
 )
@@ -59,7 +57,6 @@ ODD_ACCEPTED = Mistake("odd-k-accepted", "sinusoidal_positional_encoding(10, 5) 
 ODD_WRONG_ERROR = Mistake("odd-k-wrong-error", "An odd k should be caught first, with a clear message: "
                           "`if k % 2: raise ValueError(...)`.")
 
-NOT_A_MODULE = Mistake("not-a-module", "the class should subclass nn.Module and call super().__init__().")
 TABLE_IS_PARAMETER = Mistake("table-is-parameter", "The sinusoidal table is fixed, not a parameter: register it with "
                              "self.register_buffer('table', ...), which moves it with .to(device) and saves it, but "
                              "never trains it.")
@@ -211,20 +208,27 @@ def _probe_table_odd_size(sinusoidal_positional_encoding: Callable, rec: Recorde
     rec.call("table", sinusoidal_positional_encoding, *_ODD_ANCHOR)
 
 
+def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mistake, accepted: str,
+                        accepted_mistake: str) -> None:
+    """The call recorded under key raised a ValueError; accepted is the message when it raised nothing."""
+    __tracebackhide__ = True
+    fact = ev.facts.get(key)
+    if not isinstance(fact, dict):
+        fail(f"The test recorded nothing for {call}: the check did not run to the end.")
+    if fact.get("kind") != "raised":
+        fail(accepted, mistake=accepted_mistake)
+    if fact.get("not_implemented"):
+        fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
+             mistake="not-implemented")
+    if fact.get("type") != "ValueError":
+        fail(f"{call} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:300]}. {wrong.explanation}",
+             mistake=wrong.id)
+
+
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
-    fact = ev.facts.get("odd")
-    if not isinstance(fact, dict):
-        fail(f"The test recorded nothing for {TABLE_NAME}: the check did not run to the end.")
-    if fact.get("kind") == "raised":
-        if fact.get("not_implemented"):
-            fail(f"{TABLE_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-                 mistake="not-implemented")
-        if fact.get("type") != "ValueError":
-            fail(f"sinusoidal_positional_encoding(10, 5) raised {str(fact.get('type'))[:80]}: "
-                 f"{str(fact.get('message'))[:300]}. {ODD_WRONG_ERROR.explanation}", mistake=ODD_WRONG_ERROR.id)
-    else:
-        fail(ODD_ACCEPTED.explanation, mistake=ODD_ACCEPTED.id)
+    _expect_value_error(ev, "odd", TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", ODD_WRONG_ERROR,
+                        ODD_ACCEPTED.explanation, ODD_ACCEPTED.id)
     max_len, k = _ODD_ANCHOR
     table = output(ev, "table", what=f"sinusoidal_positional_encoding({max_len}, {k})", device=False)
     expected = _formula(max_len, k)
@@ -255,18 +259,19 @@ table_oracle = Check("table_oracle", _probe_table_oracle, _judge_table_oracle)
 
 # ---------------------------------------------------------------- PositionalEncoding: the probe's side
 
+def _tensors(module: nn.Module) -> dict:
+    """Its parameters (names and shapes, left as they are), buffers, and tensors kept as plain attributes."""
+    return {"params": [[name, list(p.shape)] for name, p in module.named_parameters()],
+            "buffers": weights.buffers(module),
+            "plain": sorted(name for name, v in vars(module).items() if isinstance(v, torch.Tensor))}
+
+
 def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, **kwargs) -> nn.Module | None:
-    """Build the student's module on the CPU, record its parameters and buffers, and move it to the device."""
-    module = rec.call(key, cls, k, **kwargs)
-    is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
-    if not is_module:
-        return None
-    rec.fact(f"{key}.params", [[name, list(p.shape)] for name, p in module.named_parameters()])
-    rec.fact(f"{key}.buffers", weights.buffers(module))
-    rec.fact(f"{key}.plain", sorted(name for name, v in vars(module).items() if isinstance(v, torch.Tensor)))
-    module = module.to(rec.device)
-    rec.fact(f"{key}.buffer_devices", [b.device.type for _, b in module.named_buffers()])
+    """Build the student's module on the CPU, record its parameters and buffers, move it to the device and record
+    where its buffers went."""
+    module = modules.build(rec, key, cls, k, **kwargs, facts=_tensors)
+    if module is not None:
+        rec.fact(f"{key}.buffer_devices", [b.device.type for _, b in module.named_buffers()])
     return module
 
 
@@ -281,17 +286,6 @@ def _forward(rec: Recorder, key: str, module: nn.Module | None, x: torch.Tensor)
 _MODULE_HINT = "forward(x) should return dropout(x + table[:t]) with t = x.shape[1], the table broadcast over the batch."
 
 
-def _module_built(ev: Evidence, key: str, what: str) -> None:
-    """The constructor ran and gave an nn.Module."""
-    __tracebackhide__ = True
-    raised(ev, key, what)
-    if ev.facts.get(f"{key}.is_module") is not True:
-        fact = ev.facts.get(key)
-        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
-        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}: {NOT_A_MODULE.explanation}",
-             mistake=NOT_A_MODULE.id)
-
-
 def _shape_of(entry: object) -> tuple[int, ...] | None:
     if isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[1], list) and all(
             isinstance(n, int) for n in entry[1]):
@@ -302,7 +296,7 @@ def _shape_of(entry: object) -> tuple[int, ...] | None:
 def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> int:
     """No parameters, and a registered buffer holding max_len·k values with positions down the rows; its index."""
     __tracebackhide__ = True
-    _module_built(ev, key, what)
+    modules.built(ev, key, what)
     params = ev.facts.get(f"{key}.params")
     buffers = ev.facts.get(f"{key}.buffers")
     if not isinstance(params, list) or not isinstance(buffers, list):
@@ -411,7 +405,7 @@ def _probe_adds(PositionalEncoding: Callable, rec: Recorder) -> None:
 
 def _judge_adds(ev: Evidence) -> None:
     """Zeros in give the table out; the same table row is added at one position of every sequence."""
-    _module_built(ev, "module", f"{MODULE_NAME}(4, max_len={_ADDS_MAX_LEN})")
+    modules.built(ev, "module", f"{MODULE_NAME}(4, max_len={_ADDS_MAX_LEN})")
     for i, (shape, fill, case) in enumerate(_ADDS_CASES):
         _expect_encoded(ev, f"y{i}", torch.full(shape, fill), _ADDS_MAX_LEN, case)
 
@@ -434,22 +428,13 @@ def _probe_too_long(PositionalEncoding: Callable, rec: Recorder) -> None:
 def _judge_too_long(ev: Evidence) -> None:
     """A sequence longer than max_len has no row in the table: a ValueError that says so."""
     what = f"{MODULE_NAME}(4, max_len={_LONG_MAX_LEN})"
-    _module_built(ev, "module", what)
+    modules.built(ev, "module", what)
     fact = ev.facts.get("long")
-    if not isinstance(fact, dict):
-        fail(f"The test recorded nothing for {what} on a long sequence: the check did not run to the end.")
-    if fact.get("kind") == "raised":
-        if fact.get("not_implemented"):
-            fail(f"{MODULE_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-                 mistake="not-implemented")
-        if fact.get("type") != "ValueError":
-            fail(f"{what} on a sequence of length 7 raised {str(fact.get('type'))[:80]}: "
-                 f"{str(fact.get('message'))[:300]}. {NO_LENGTH_CHECK.explanation}", mistake=NO_LENGTH_CHECK.id)
-    else:
-        shape = fact.get("shape") if fact.get("kind") == "tensor" else None
-        fail(f"{what} accepted a sequence of length 7 and returned {f'shape {tuple(shape)}' if shape else 'a value'}. "
-             f"The table has no row for position 6: raise a ValueError. {NO_LENGTH_CHECK.explanation}",
-             mistake=NO_LENGTH_CHECK.id)
+    shape = fact.get("shape") if isinstance(fact, dict) and fact.get("kind") == "tensor" else None
+    _expect_value_error(ev, "long", MODULE_NAME, f"{what} on a sequence of length 7", NO_LENGTH_CHECK,
+                        f"{what} accepted a sequence of length 7 and returned "
+                        f"{f'shape {tuple(shape)}' if isinstance(shape, list) else 'a value'}. The table has no row "
+                        f"for position 6: raise a ValueError. {NO_LENGTH_CHECK.explanation}", NO_LENGTH_CHECK.id)
     _anchor(ev, "y", _long_x(), _LONG_MAX_LEN, f"{what} raises a ValueError for a sequence of length 7",
             "x of shape (2, 6, 4)")
 
@@ -473,6 +458,19 @@ def _probe_oracle(PositionalEncoding: Callable, rec: Recorder) -> None:
     for i, (b, t, k, max_len) in enumerate(_ORACLE_CASES):
         module = _make_encoding(PositionalEncoding, rec, f"module{i}", k, max_len=max_len)
         _forward(rec, f"y{i}", module, _oracle_x(i, b, t, k))
+
+
+def _judge_oracle(ev: Evidence) -> None:
+    """Random inputs of several shapes on the device: x + the sinusoidal table, the buffer moved with .to(device)."""
+    for i, (b, t, k, max_len) in enumerate(_ORACLE_CASES):
+        _table_buffer(ev, f"module{i}", max_len, k, f"{MODULE_NAME}({k}, max_len={max_len})")
+        _expect_encoded(ev, f"y{i}", _oracle_x(i, b, t, k), max_len, f"x of shape {(b, t, k)}, max_len={max_len}")
+
+
+positional_encoding_oracle = Check("positional_encoding_oracle", _probe_oracle, _judge_oracle)
+
+
+def _probe_dropout(PositionalEncoding: Callable, rec: Recorder) -> None:
     _, _, k, max_len = _DROPOUT_CASE
     module = _make_encoding(PositionalEncoding, rec, "dropout", k, max_len=max_len, dropout=0.5)
     if module is not None:
@@ -481,15 +479,11 @@ def _probe_oracle(PositionalEncoding: Callable, rec: Recorder) -> None:
         _forward(rec, "y_train", module.train(), _dropout_x())
 
 
-def _judge_oracle(ev: Evidence) -> None:
-    """Random inputs of several shapes on the device: x + the sinusoidal table, the buffer moved with .to(device);
-    with dropout=0.5, training zeroes about half of x + table and scales the rest by 2, evaluation does not."""
-    for i, (b, t, k, max_len) in enumerate(_ORACLE_CASES):
-        _table_buffer(ev, f"module{i}", max_len, k, f"{MODULE_NAME}({k}, max_len={max_len})")
-        _expect_encoded(ev, f"y{i}", _oracle_x(i, b, t, k), max_len, f"x of shape {(b, t, k)}, max_len={max_len}")
+def _judge_dropout(ev: Evidence) -> None:
+    """With dropout=0.5, training zeroes about half of x + table and scales the rest by 2; evaluation does not."""
     b, t, k, max_len = _DROPOUT_CASE
     what = f"{MODULE_NAME}({k}, max_len={max_len}, dropout=0.5)"
-    _module_built(ev, "dropout", what)
+    modules.built(ev, "dropout", what)
     x = _dropout_x()
     expected = x + _formula(max_len, k)[:t]
     y_eval = output(ev, "y_eval", what=f"{MODULE_NAME}.forward(x) in eval mode", shape=(b, t, k), hint=_MODULE_HINT)
@@ -503,11 +497,12 @@ def _judge_oracle(ev: Evidence) -> None:
     kept = y_train != 0
     if not 0.35 < zeros < 0.65 or not _close(y_train[kept], 2 * expected[kept], ev.device):
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
-             f"outputs are zero. {DROPOUT_IGNORED.explanation}",
+             f"outputs are zero. {DROPOUT_IGNORED.explanation}", 2 * expected, y_train,
+             case="training mode: each value 0 or 2·(x + table)",
              mistake=DROPOUT_IGNORED.id if _close(y_train, expected, ev.device) else None)
 
 
-positional_encoding_oracle = Check("positional_encoding_oracle", _probe_oracle, _judge_oracle)
+positional_encoding_dropout = Check("positional_encoding_dropout", _probe_dropout, _judge_dropout)
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
@@ -516,32 +511,13 @@ _LEARNED_HINT = ("forward(x) should return x + embedding(positions) with positio
                  "and t = x.shape[1].")
 
 
-def _make_learned(cls: Callable, rec: Recorder, key: str, max_len: int, k: int, seed: int) -> nn.Module | None:
-    """Build the student's module, record its structure, and load the check's weights (seed) into it."""
-    module = rec.call(key, cls, max_len, k)
-    is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
-    if not is_module:
-        return None
-    rec.fact(f"{key}.modules", weights.describe(module))
-    module = module.to(rec.device)
-    rec.fact(f"{key}.params", weights.fill(module, seed))
-    return module
-
-
 def _embedding_weight(ev: Evidence, key: str, max_len: int, k: int, seed: int) -> tuple[str, torch.Tensor]:
     """One nn.Embedding(max_len, k) and nothing else; its parameter's name and the values the probe loaded."""
     __tracebackhide__ = True
     what = f"{LEARNED_NAME}({max_len}, {k})"
-    raised(ev, key, what)
-    if ev.facts.get(f"{key}.is_module") is not True:
-        fact = ev.facts.get(key)
-        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
-        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}: {NOT_A_MODULE.explanation}",
-             mistake=NOT_A_MODULE.id)
+    modules.built(ev, key, what)
     described = ev.facts.get(f"{key}.modules")
-    filled = ev.facts.get(f"{key}.params")
-    if not isinstance(described, list) or not isinstance(filled, list):
+    if not isinstance(described, list) or not isinstance(ev.facts.get(f"{key}.params"), list):
         fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
     embeddings = [m for m in described if isinstance(m, dict) and "num_embeddings" in m]
     if len(embeddings) != 1:
@@ -555,12 +531,12 @@ def _embedding_weight(ev: Evidence, key: str, max_len: int, k: int, seed: int) -
              f"nn.Embedding({max_len}, {k}): one learned row per position."
              + (f" {EMB_SWAPPED.explanation}" if swapped else ""),
              mistake=EMB_SWAPPED.id if swapped else EMB_SIZE.id)
-    count = sum(math.prod(shape) for entry in filled if (shape := _shape_of(entry)) is not None)
+    count = modules.parameter_count(ev, key)
     if count != max_len * k:
         fail(f"{what} has {count} parameters; {PARAMETER_COUNT.explanation} (= {max_len * k})",
              mistake=PARAMETER_COUNT.id)
     name = f"{emb.get('name')}.weight" if emb.get("name") else "weight"
-    loaded = weights.recreate(filled, seed)
+    loaded = modules.loaded(ev, key, seed)
     if name not in loaded or tuple(loaded[name].shape) != (max_len, k):
         fail(f"{what}'s embedding has no registered weight {name} of shape {(max_len, k)}.")
     return name, loaded[name]
@@ -589,7 +565,7 @@ _LEARNED_STRUCTURE = (10, 6)  # max_len, k
 
 def _probe_learned_structure(LearnedPositionalEmbedding: Callable, rec: Recorder) -> None:
     max_len, k = _LEARNED_STRUCTURE
-    module = _make_learned(LearnedPositionalEmbedding, rec, "module", max_len, k, 3300)
+    module = modules.build(rec, "module", LearnedPositionalEmbedding, max_len, k, seed=3300)
     if module is not None:
         with torch.no_grad():
             rec.call("y", module, torch.ones(2, 4, k, device=rec.device))
@@ -613,60 +589,54 @@ def _learned_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
     return randn(b, t, k, seed=3210 + i)
 
 
+def _probe_learned_oracle(LearnedPositionalEmbedding: Callable, rec: Recorder) -> None:
+    for i, (b, t, max_len, k) in enumerate(_LEARNED_CASES):
+        module = modules.build(rec, f"module{i}", LearnedPositionalEmbedding, max_len, k, seed=3200 + i)
+        if module is not None:
+            with torch.no_grad():
+                rec.call(f"y{i}", module, _learned_x(i, b, t, k).to(rec.device))
+
+
+def _judge_learned_oracle(ev: Evidence) -> None:
+    """The check's weights and random inputs of several shapes on the device: x + weight[:t]."""
+    for i, (b, t, max_len, k) in enumerate(_LEARNED_CASES):
+        _, weight = _embedding_weight(ev, f"module{i}", max_len, k, 3200 + i)
+        _expect_learned(ev, f"y{i}", _learned_x(i, b, t, k), weight, f"x of shape {(b, t, k)}, max_len={max_len}")
+
+
+learned_oracle = Check("learned_oracle", _probe_learned_oracle, _judge_learned_oracle)
+
+
 def _grad_inputs() -> tuple[torch.Tensor, torch.Tensor]:
     b, t, _, k = _GRAD_CASE
     return randn(b, t, k, seed=3220), randn(b, t, k, seed=3221)
 
 
-def _probe_learned_oracle(LearnedPositionalEmbedding: Callable, rec: Recorder) -> None:
-    for i, (b, t, max_len, k) in enumerate(_LEARNED_CASES):
-        module = _make_learned(LearnedPositionalEmbedding, rec, f"module{i}", max_len, k, 3200 + i)
-        if module is not None:
-            with torch.no_grad():
-                rec.call(f"y{i}", module, _learned_x(i, b, t, k).to(rec.device))
+def _probe_learned_gradients(LearnedPositionalEmbedding: Callable, rec: Recorder) -> None:
     _, _, max_len, k = _GRAD_CASE
-    module = _make_learned(LearnedPositionalEmbedding, rec, "grad_module", max_len, k, 3230)
-    if module is None:
-        return
-    x, upstream = (v.to(rec.device) for v in _grad_inputs())
-    x.requires_grad_(True)
-    y = rec.call("y_grad", module, x)
-    if isinstance(y, torch.Tensor) and y.requires_grad and y.shape == x.shape:
-        (y * upstream).sum().backward()
-        rec.tensor("x_grad", x.grad)
-        for name, p in module.named_parameters():
-            rec.tensor(f"grad.{name}", p.grad)
+    module = modules.build(rec, "grad_module", LearnedPositionalEmbedding, max_len, k, seed=3230)
+    if module is not None:
+        x, upstream = (v.to(rec.device) for v in _grad_inputs())
+        x.requires_grad_(True)
+        modules.record_backward(rec, "y_grad", module, x, loss=lambda y: (y * upstream).sum(), inputs={"x": x})
 
 
-def _judge_learned_oracle(ev: Evidence) -> None:
-    """The check's weights and random inputs on the device: x + weight[:t]; the gradient of a loss reaches the input
-    unchanged and exactly the rows of the positions used, as autograd through the oracle says."""
-    for i, (b, t, max_len, k) in enumerate(_LEARNED_CASES):
-        _, weight = _embedding_weight(ev, f"module{i}", max_len, k, 3200 + i)
-        _expect_learned(ev, f"y{i}", _learned_x(i, b, t, k), weight, f"x of shape {(b, t, k)}, max_len={max_len}")
+def _judge_learned_gradients(ev: Evidence) -> None:
+    """A small case: x + weight[:t], and the gradient of a loss reaches the input unchanged and exactly the rows
+    of the positions used, as autograd through the oracle says."""
     b, t, max_len, k = _GRAD_CASE
     name, weight = _embedding_weight(ev, "grad_module", max_len, k, 3230)
     x, upstream = _grad_inputs()
-    _expect_learned(ev, "y_grad", x, weight, f"x of shape {(b, t, k)}, max_len={max_len}")
-    if not requires_grad(ev, "y_grad"):
-        fail(f"{LEARNED_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
-             mistake="detached")
-    x.requires_grad_(True)
-    weight = weight.clone().requires_grad_(True)
-    ((x + weight[:t]) * upstream).sum().backward()
-    x_grad = tensor(ev, "x_grad", shape=(b, t, k))
-    if x_grad is None:
-        fail(f"The input x of {LEARNED_NAME}.forward receives no gradient: return x + ….")
-    expect_close(x_grad, x.grad, what=f"The gradient of a loss on {LEARNED_NAME}.forward(x) with respect to x",
-                 device=ev.device, case=f"x of shape {(b, t, k)}",
-                 otherwise="The input x should pass through unchanged (gradient 1): return x + ….")
+    case = f"x of shape {(b, t, k)}, max_len={max_len}"
+    _expect_learned(ev, "y_grad", x, weight, case)
+    modules.expect_attached(ev, "y_grad", f"{LEARNED_NAME}.forward")
     w_grad = tensor(ev, f"grad.{name}", shape=(max_len, k))
     if w_grad is None or not bool(w_grad.any()):
         fail(f"{LEARNED_NAME}: {EMB_CUT_OFF.explanation}", mistake=EMB_CUT_OFF.id)
-    expect_close(w_grad, weight.grad, what=f"The gradient of {LEARNED_NAME}'s embedding", device=ev.device,
-                 case=f"x of shape {(b, t, k)}, max_len={max_len}",
-                 otherwise=f"It should reach exactly the rows of positions 0 … t−1 (here 0 … {t - 1}). Look up "
-                           "torch.arange(t) in the embedding and add the result to x.")
+    expected = modules.autograd(lambda leaves, x: x + leaves[name][:t], {name: weight}, {"x": x}, upstream)
+    modules.expect_gradients(ev, expected, owner=f"{LEARNED_NAME}.forward", case=case,
+                             oracle=f"x + weight[:t], which reaches exactly the rows of positions 0 … {t - 1}",
+                             hints={"x": "The input x should pass through unchanged (gradient 1): return x + …."})
 
 
-learned_oracle = Check("learned_oracle", _probe_learned_oracle, _judge_learned_oracle)
+learned_gradients = Check("learned_gradients", _probe_learned_gradients, _judge_learned_gradients)

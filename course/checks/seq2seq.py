@@ -8,7 +8,6 @@ step-by-step argmax over stand-in models defined here. Properties (causality, pa
 to outputs the judge recomputes. See course/checks/check.py.
 """
 
-import functools
 import math
 from collections.abc import Callable
 from types import MappingProxyType
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from course.checks import weights
+from course.checks import modules, oracles, weights
 from course.checks.check import Check
 from course.checks.compare import (
     CheckFailed,
@@ -30,11 +29,11 @@ from course.checks.compare import (
     output,
     raised,
     randn,
-    requires_grad,
-    tensor,
     value_kind,
+    wrap,
 )
 from course.checks.evidence import Evidence, Recorder
+from course.checks.modules import MISSING_PARAMETER
 from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
 from course.transformer_block import FeedForward, TransformerBlock
@@ -148,12 +147,11 @@ DECODE_FIRST_POSITION = Mistake("greedy-first-position", "the next token is the 
                                 "decoder's output; the prediction for the next token is at the LAST position: "
                                 "logits[:, -1].argmax(-1).")
 
-# ids of structure, property and format failures (fail(..., mistake=...))
+# ids of structure, property and format failures of this assignment (the shared ones: course/checks/modules.py)
 FLOAT_MASK = "float-mask"
 ADDITIVE_MASK = "additive-mask"
 PADDING_TRANSPOSED = "padding-transposed"
 MASK_DEVICE = "mask-wrong-device"
-NOT_A_MODULE = "not-a-module"
 MISSING_PART = "missing-part"
 WRONG_PART_TYPE = "wrong-part-type"
 WRONG_SIZE = "wrong-size"
@@ -163,8 +161,6 @@ SHARED_EMBEDDING = "shared-embedding"
 SHARED_BLOCK = "shared-block"
 WRONG_DEPTH = "wrong-depth"
 PARAMETER_COUNT = "parameter-count"
-MISSING_PARAMETER = "missing-parameter"
-NO_GRADIENT = "no-gradient"
 BLOCK_NOT_CAUSAL = "block-not-causal"
 BLOCK_READS_PADDING = "block-reads-padding"
 MODEL_READS_FUTURE = "model-reads-future"
@@ -412,22 +408,10 @@ def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
     return facts
 
 
-def _make(cls: Callable, rec: Recorder, key: str, args: tuple, parts: tuple[str, ...], seed: int) -> nn.Module | None:
-    """Build the student's module (dropout 0), record its structure, and load the check's weights (seed) into it."""
-    module = rec.call(key, cls, *args, dropout=0.0)
-    is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
-    if not is_module:
-        return None
-    try:
-        rec.fact(f"{key}.parts", _part_facts(module, parts))
-        rec.fact(f"{key}.modules", weights.describe(module))
-        module = module.to(rec.device).eval()
-        rec.fact(f"{key}.params", weights.fill(module, seed))
-    except Exception as error:  # noqa: BLE001 - a module that cannot be inspected or moved is evidence too
-        rec.raised(key, error)
-        return None
-    return module
+def _build(cls: Callable, rec: Recorder, key: str, args: tuple, parts: tuple[str, ...], seed: int) -> nn.Module | None:
+    """modules.build with dropout 0 and the named parts' facts, in evaluation mode, the check's weights loaded."""
+    return modules.build(rec, key, cls, *args, dropout=0.0, seed=seed, facts=lambda m: {"parts": _part_facts(m, parts)},
+                         train=False)
 
 
 def _sub_record(rec: Recorder, prefix: str, check: Check, part: Any) -> None:
@@ -462,20 +446,6 @@ def _part(ev: Evidence, key: str, owner: str, name: str, kind: str, how: str) ->
     if fact.get("kind") != kind:
         fail(f"{owner}.{name} is a {str(fact.get('kind'))[:60]}; it should be {how}.", mistake=WRONG_PART_TYPE)
     return fact
-
-
-def _is_module(ev: Evidence, key: str, what: str, owner: str) -> None:
-    __tracebackhide__ = True
-    raised(ev, key, what)
-    if ev.facts.get(f"{key}.is_module") is not True:
-        fact = ev.facts.get(key)
-        kind = fact.get("type", "None") if isinstance(fact, dict) and fact.get("kind") != "none" else "None"
-        fail(f"{owner}(...) should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
-
-
-def _described(ev: Evidence, key: str) -> dict[str, dict]:
-    found = ev.facts.get(f"{key}.modules")
-    return {m.get("name"): m for m in found if isinstance(m, dict)} if isinstance(found, list) else {}
 
 
 def _attention_shapes(p: str, k: int) -> dict[str, tuple[int, ...]]:
@@ -514,7 +484,7 @@ def _model_shapes(src_vocab: int, tgt_vocab: int, k: int, depth: int) -> dict[st
 def _weights(ev: Evidence, key: str, owner: str, shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, torch.Tensor]:
     """The values the probe loaded into the parameters the exercise names (recreated here, never read)."""
     __tracebackhide__ = True
-    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    loaded = modules.loaded(ev, key, seed)
     found = {}
     for name, shape in shapes.items():
         if name not in loaded or tuple(loaded[name].shape) != shape:
@@ -524,60 +494,27 @@ def _weights(ev: Evidence, key: str, owner: str, shapes: dict[str, tuple[int, ..
     return found
 
 
-def _count(ev: Evidence, key: str) -> int:
-    params = ev.facts.get(f"{key}.params")
-    return sum(math.prod(entry[1]) for entry in params if isinstance(entry, list) and len(entry) == 2
-               and isinstance(entry[1], list) and all(isinstance(n, int) for n in entry[1])) \
-        if isinstance(params, list) else -1
-
-
 # ---------------------------------------------------------------- PyTorch's layers with the check's weights
 
-@functools.cache
-def _mha_module(k: int, heads: int) -> nn.MultiheadAttention:
-    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
-        return nn.MultiheadAttention(k, heads, batch_first=True).eval()
-
-
-@functools.cache
-def _decoder_layer(k: int, heads: int, hidden: int) -> nn.TransformerDecoderLayer:
-    with torch.random.fork_rng(devices=[]):
-        return nn.TransformerDecoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
-                                          batch_first=True, norm_first=False).eval()
-
-
-@functools.cache
-def _encoder_layer(k: int, heads: int, hidden: int) -> nn.TransformerEncoderLayer:
-    with torch.random.fork_rng(devices=[]):
-        return nn.TransformerEncoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
-                                          batch_first=True, norm_first=False).eval()
-
-
-def _attn_params(w: dict[str, torch.Tensor], p: str, into: str) -> dict[str, torch.Tensor]:
-    """Course MultiHeadAttention -> nn.MultiheadAttention: in_proj = [Wq; Wk; Wv] without bias, out_proj =
-    unify_heads."""
-    wq = w[f"{p}to_queries.weight"]
-    return {f"{into}in_proj_weight": torch.cat([wq, w[f"{p}to_keys.weight"], w[f"{p}to_values.weight"]]),
-            f"{into}in_proj_bias": torch.zeros(3 * wq.shape[0]), f"{into}out_proj.weight": w[f"{p}unify_heads.weight"],
-            f"{into}out_proj.bias": w[f"{p}unify_heads.bias"]}
+def _projections(w: dict[str, torch.Tensor], p: str) -> dict[str, torch.Tensor]:
+    """The course's MultiHeadAttention under prefix p as keywords of oracles.attention_parameters: queries, keys
+    and values without bias, the output projection unify_heads."""
+    return {"wq": w[f"{p}to_queries.weight"], "wk": w[f"{p}to_keys.weight"], "wv": w[f"{p}to_values.weight"],
+            "wo": w[f"{p}unify_heads.weight"], "bo": w[f"{p}unify_heads.bias"]}
 
 
 def _layer_params(w: dict[str, torch.Tensor], p: str, attentions: dict[str, str], norms: int) -> dict:
-    params = {}
-    for course_name, torch_name in attentions.items():
-        params.update(_attn_params(w, f"{p}{course_name}.", f"{torch_name}."))
-    for i in range(1, norms + 1):
-        params[f"norm{i}.weight"], params[f"norm{i}.bias"] = w[f"{p}norm{i}.weight"], w[f"{p}norm{i}.bias"]
-    params.update({"linear1.weight": w[f"{p}ff.net.0.weight"], "linear1.bias": w[f"{p}ff.net.0.bias"],
-                   "linear2.weight": w[f"{p}ff.net.2.weight"], "linear2.bias": w[f"{p}ff.net.2.bias"]})
-    return params
+    """The block under prefix p as the parameters of PyTorch's layer (attentions: course name -> torch name)."""
+    return oracles.layer_parameters(
+        {torch_name: _projections(w, f"{p}{course_name}.") for course_name, torch_name in attentions.items()},
+        [(w[f"{p}norm{i}.weight"], w[f"{p}norm{i}.bias"]) for i in range(1, norms + 1)],
+        (w[f"{p}ff.net.0.weight"], w[f"{p}ff.net.0.bias"], w[f"{p}ff.net.2.weight"], w[f"{p}ff.net.2.bias"]))
 
 
 def _torch_decoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor,
                    causal: bool = True, pad: torch.Tensor | None = None) -> torch.Tensor:
     """nn.TransformerDecoderLayer (post-norm, ReLU) carrying the block's weights; pad (b, s): True at real tokens."""
-    k, hidden = x.shape[-1], w[f"{p}ff.net.0.weight"].shape[0]
-    layer = _decoder_layer(k, heads, hidden)
+    layer = oracles.decoder_layer(x.shape[-1], heads, w[f"{p}ff.net.0.weight"].shape[0])
     params = _layer_params(w, p, {"self_attention": "self_attn", "cross_attention": "multihead_attn"}, 3)
     kwargs = {"tgt_mask": ~_causal(x.shape[1]) if causal else None,
               "memory_key_padding_mask": None if pad is None else ~pad}
@@ -586,23 +523,9 @@ def _torch_decoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tens
 
 def _torch_encoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor,
                    pad: torch.Tensor | None) -> torch.Tensor:
-    k, hidden = x.shape[-1], w[f"{p}ff.net.0.weight"].shape[0]
-    params = _layer_params(w, p, {"attention": "self_attn"}, 2)
-    return functional_call(_encoder_layer(k, heads, hidden), params, (x,),
+    layer = oracles.encoder_layer(x.shape[-1], heads, w[f"{p}ff.net.0.weight"].shape[0])
+    return functional_call(layer, _layer_params(w, p, {"attention": "self_attn"}, 2), (x,),
                            {"src_key_padding_mask": None if pad is None else ~pad})
-
-
-def _attend(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, context: torch.Tensor | None,
-            mask: torch.Tensor | None) -> torch.Tensor:
-    """The course's MultiHeadAttention as nn.MultiheadAttention; mask True = allowed, broadcastable to (b, tq, tk)."""
-    source = x if context is None else context
-    attn_mask = None
-    if mask is not None:
-        full = torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))
-        attn_mask = ~full.repeat_interleave(heads, dim=0)  # (b·h, tq, tk), True = NOT allowed
-    y, _ = functional_call(_mha_module(x.shape[-1], heads), _attn_params(w, p, ""), (x, source, source),
-                           {"attn_mask": attn_mask, "need_weights": False})
-    return y
 
 
 def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memory: torch.Tensor,
@@ -619,11 +542,13 @@ def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memo
                         w["ff.net.2.bias"])
 
     def sa(h: torch.Tensor) -> torch.Tensor:
-        return _attend(w, "self_attention.", heads, h, None, self_mask if use_self_mask else None)
+        return oracles.attention(h, None, self_mask if use_self_mask else None, heads,
+                                 **_projections(w, "self_attention."))
 
     def ca(h: torch.Tensor) -> torch.Tensor:
         mask = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
-        return _attend(w, "cross_attention.", heads, h, memory if context == "memory" else None, mask)
+        return oracles.attention(h, memory if context == "memory" else None, mask, heads,
+                                 **_projections(w, "cross_attention."))
 
     if layout == "pre":
         h = x + sa(norm(1, x))
@@ -680,7 +605,7 @@ def _block_inputs(b: int, t: int, s: int, k: int, seed: int) -> tuple[torch.Tens
 
 def _make_block(DecoderBlock: Callable, rec: Recorder, key: str, k: int, heads: int, ff_mult: int,
                 seed: int) -> nn.Module | None:
-    return _make(lambda *a, **kw: DecoderBlock(*a, ff_mult=ff_mult, **kw), rec, key, (k, heads), BLOCK_PARTS, seed)
+    return _build(lambda *a, **kw: DecoderBlock(*a, ff_mult=ff_mult, **kw), rec, key, (k, heads), BLOCK_PARTS, seed)
 
 
 def _run_block(rec: Recorder, key: str, block: nn.Module, x, memory, self_mask=None, memory_mask=None) -> None:
@@ -696,13 +621,13 @@ def _run_block(rec: Recorder, key: str, block: nn.Module, x, memory, self_mask=N
 def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -> None:
     """The attributes the notebook names, of the right kinds and sizes, and no others with parameters."""
     __tracebackhide__ = True
-    _is_module(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)", BLOCK_NAME)
+    modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
     attention = [_part(ev, key, BLOCK_NAME, n, "MultiHeadAttention", "MultiHeadAttention(k, heads)")
                  for n in ("self_attention", "cross_attention")]
     if attention[1].get("same_as") == "self_attention":
         fail(f"{BLOCK_NAME}.self_attention and .cross_attention are the same module. Reading the target and reading "
              "the source are different jobs: create two MultiHeadAttention modules.", mistake=SHARED_ATTENTION)
-    described = _described(ev, key)
+    described = modules.described(ev, key)
     for name, fact in zip(("self_attention", "cross_attention"), attention):
         size, count = described.get(f"{name}.to_queries", {}).get("in_features"), fact.get("heads", heads)
         if (size, count) != (k, heads):
@@ -723,7 +648,7 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
              f"k={k} and ff_mult={ff_mult} it should be FeedForward(k, ff_mult * k) = FeedForward({k}, "
              f"{ff_mult * k}).", mistake=WRONG_SIZE)
     expected = 2 * (4 * k * k + k) + 3 * 2 * k + 2 * ff_mult * k * k + ff_mult * k + k
-    count = _count(ev, key)
+    count = modules.parameter_count(ev, key)
     if count != expected:
         fail(f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}) has {count} parameters; two attentions, three norms and "
              f"the feed-forward make {expected}. Is an extra layer registered?", mistake=PARAMETER_COUNT)
@@ -866,6 +791,41 @@ def _judge_block_oracle(ev: Evidence) -> None:
 decoder_block_oracle = Check("decoder_block_oracle", _probe_block_oracle, _judge_block_oracle)
 
 
+def _small_block_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (2, 3, 4), memory (2, 5, 4), source lengths [5, 3] and the upstream gradient (2, 3, 4)."""
+    x, memory, _ = _block_inputs(2, 3, 5, 4, 1460)
+    return x, memory, torch.tensor([5, 3]), randn(2, 3, 4, seed=1470)
+
+
+def _probe_block_small_case(DecoderBlock, rec: Recorder) -> None:
+    block = _make_block(DecoderBlock, rec, "block", 4, 2, 4, 1450)
+    if block is None:
+        return
+    x, memory, lengths, upstream = _small_block_case()
+    _run_block(rec, "y", block, x, memory, _causal(3), _padding(lengths, 5).unsqueeze(1))
+    _probe_block_backward(rec, "y_grad", block, x, memory, lengths, upstream)
+
+
+def _judge_block_small_case(ev: Evidence) -> None:
+    """k=4, 2 heads, a target of 3 and a source of 5 positions (the second with 2 padded): the block against
+    nn.TransformerDecoderLayer with the same weights, with the causal and the padding mask; a loss on the output
+    sends autograd's gradient to x, memory and every parameter."""
+    w = _block_weights(ev, "block", 4, 2, 4, 1450)
+    x, memory, lengths, upstream = _small_block_case()
+    pad = _padding(lengths, 5)
+    y = output(ev, "y", what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", shape=(2, 3, 4),
+               hint=_MASK_SHAPE_HINT)
+    with torch.no_grad():
+        expected = _block_oracle(w, 2, x, memory, True, pad)
+    case = "x (2, 3, 4), memory (2, 5, 4), source lengths [5, 3], heads=2"
+    _expect_close_shown(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device, otherwise=_BLOCK_HINT,
+                        mistakes=_block_mistakes(w, 2, x, memory, _causal(3), pad.unsqueeze(1)), case=case)
+    _expect_block_gradients(ev, "y_grad", w, 2, x, memory, lengths, upstream, case)
+
+
+decoder_block_small_case = Check("decoder_block_small_case", _probe_block_small_case, _judge_block_small_case)
+
+
 _PADDING_BLOCK = (2, 4, 5, 8, 2)  # b, t, s, k, heads
 
 
@@ -876,6 +836,50 @@ def _padding_block_inputs():
     return x, memory, longer, torch.tensor([5, 3]), randn(b, t, k, seed=1530)
 
 
+def _probe_block_backward(rec: Recorder, key: str, block: nn.Module, x: torch.Tensor, memory: torch.Tensor,
+                         lengths: torch.Tensor, upstream: torch.Tensor) -> None:
+    """Record block(x, memory, causal, padding) in training mode and the gradients of sum(output · upstream) for
+    x, memory and every parameter."""
+    t, s = x.shape[1], memory.shape[1]
+    block.train()
+    x, memory = x.to(rec.device).requires_grad_(True), memory.to(rec.device).requires_grad_(True)
+    modules.record_backward(rec, key, block, x, memory, self_mask=_causal(t).to(rec.device),
+                            memory_mask=_padding(lengths, s).unsqueeze(1).to(rec.device),
+                            loss=lambda y: (y * upstream.to(rec.device)).sum(), inputs={"x": x, "memory": memory})
+
+
+def _expect_block_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], heads: int, x: torch.Tensor,
+                            memory: torch.Tensor, lengths: torch.Tensor, upstream: torch.Tensor, case: str) -> None:
+    """The output under key is in autograd's graph, and x, memory and every parameter got autograd's gradient
+    through nn.TransformerDecoderLayer (or through the typical mistake the output is)."""
+    __tracebackhide__ = True
+    output(ev, key, what=f"{BLOCK_NAME}.forward", shape=tuple(x.shape), hint=_MASK_SHAPE_HINT)
+    modules.expect_attached(ev, key, f"{BLOCK_NAME}.forward")
+    raised(ev, f"{key}.backward", f"backward() through {BLOCK_NAME}.forward")
+    pad = _padding(lengths, memory.shape[1])
+    self_mask, memory_mask = _causal(x.shape[1]), pad.unsqueeze(1)
+
+    def forward(leaves, x, memory, **switches):
+        return (_block_variant(leaves, heads, x, memory, self_mask, memory_mask, **switches) if switches
+                else _torch_decoder(leaves, "", heads, x, memory, True, pad))
+
+    because, chosen = None, {}
+    with torch.no_grad():
+        if not matches_any(ev.tensors[key], [forward(w, x, memory)], ev.device):
+            because, chosen = next(((m, dict(sw)) for m, sw in _BLOCK_MISTAKES
+                                    if matches_any(ev.tensors[key], [forward(w, x, memory, **sw)], ev.device)),
+                                   (None, {}))
+    expected = modules.autograd(lambda leaves, x, memory: forward(leaves, x, memory, **chosen), w,
+                                {"x": x, "memory": memory}, upstream)
+    modules.expect_gradients(ev, expected, owner=f"{BLOCK_NAME}.forward", case=case, because=because,
+                             oracle="nn.TransformerDecoderLayer with the same weights",
+                             hints={"memory": _MEMORY_GRADIENT_HINT})
+
+
+_MEMORY_GRADIENT_HINT = ("Cross-attention must read memory (cross_attention(x, context=memory, ...)), or the "
+                         "encoder would never learn.")
+
+
 def _probe_block_padding(DecoderBlock, rec: Recorder) -> None:
     _b, t, s, k, heads = _PADDING_BLOCK
     block = _make_block(DecoderBlock, rec, "block", k, heads, 4, 1500)
@@ -884,48 +888,7 @@ def _probe_block_padding(DecoderBlock, rec: Recorder) -> None:
     x, memory, longer, lengths, upstream = _padding_block_inputs()
     _run_block(rec, "y", block, x, memory, _causal(t), _padding(lengths, s).unsqueeze(1))
     _run_block(rec, "y_longer", block, x, longer, _causal(t), _padding(lengths, s + 3).unsqueeze(1))
-    block.train()
-    x, memory = x.to(rec.device).requires_grad_(True), memory.to(rec.device).requires_grad_(True)
-    y = rec.call("y_grad", block, x, memory, self_mask=_causal(t).to(rec.device),
-                 memory_mask=_padding(lengths, s).unsqueeze(1).to(rec.device))
-    if not isinstance(y, torch.Tensor) or not y.requires_grad or y.shape != upstream.shape:
-        return
-    try:
-        (y * upstream.to(rec.device)).sum().backward()
-    except Exception as error:  # noqa: BLE001
-        rec.raised("backward", error)
-        return
-    rec.tensor("grad.x", x.grad)
-    rec.tensor("grad.memory", memory.grad)
-    for name, p in block.named_parameters():
-        rec.tensor(f"grad.{name}", p.grad)
-
-
-def _gradients(forward: Callable[..., torch.Tensor], w: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor],
-               upstream: torch.Tensor) -> dict[str, torch.Tensor | None]:
-    """Autograd through forward(leaves, **inputs): the gradients of every weight and input by name."""
-    leaves = {name: value.clone().requires_grad_(True) for name, value in w.items()}
-    given = {name: value.clone().requires_grad_(value.is_floating_point()) for name, value in inputs.items()}
-    (forward(leaves, **given) * upstream).sum().backward()
-    return {**{name: leaf.grad for name, leaf in leaves.items()},
-            **{name: value.grad for name, value in given.items() if value.is_floating_point()}}
-
-
-def _expect_gradients(ev: Evidence, grads: dict[str, torch.Tensor | None], shapes: dict[str, tuple[int, ...]],
-                      owner: str, case: str) -> None:
-    __tracebackhide__ = True
-    for name, shape in shapes.items():
-        got = tensor(ev, f"grad.{name}", shape=tuple(shape))
-        kind = "input" if "." not in name else "parameter"
-        if got is None or grads.get(name) is None:
-            hint = {"memory": " Cross-attention must read memory (cross_attention(x, context=memory, ...)), or the "
-                              "encoder would never learn."}.get(name, "")
-            fail(f"The {kind} {name} of {owner} receives no gradient, so it would never learn. Is it used in forward?"
-                 + hint, mistake=NO_GRADIENT)
-        expect_close(got, grads[name], what=f"The gradient of a loss on {owner} with respect to {name}",
-                     device=ev.device, case=case,
-                     otherwise="Compare with autograd through PyTorch's layers: build the output only from "
-                               "differentiable torch operations.")
+    _probe_block_backward(rec, "y_grad", block, x, memory, lengths, upstream)
 
 
 def _judge_block_padding(ev: Evidence) -> None:
@@ -945,26 +908,8 @@ def _judge_block_padding(ev: Evidence) -> None:
              mistake=BLOCK_MEMORY_NOT_MASKED.id if matches_any(y, [memory_not_masked.detach()], ev.device)
              else BLOCK_READS_PADDING)
     _anchor_block(ev, y, w, heads, x, memory, pad, True, f"{BLOCK_NAME} ignores padded memory")
-    y_grad = output(ev, "y_grad", what=f"{BLOCK_NAME}.forward", shape=(b, t, k))
-    if not requires_grad(ev, "y_grad"):
-        fail(f"{BLOCK_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
-             mistake="detached")
-    raised(ev, "backward", f"backward() through {BLOCK_NAME}.forward")
-    self_mask, memory_mask = _causal(t), pad.unsqueeze(1)
-
-    def forward(leaves, x, memory, **switches):
-        return (_block_variant(leaves, heads, x, memory, self_mask, memory_mask, **switches) if switches
-                else _torch_decoder(leaves, "", heads, x, memory, True, pad))
-
-    chosen: dict = {}
-    with torch.no_grad():
-        if not matches_any(y_grad, [forward(w, x, memory)], ev.device):
-            chosen = next((dict(sw) for _, sw in _BLOCK_MISTAKES
-                           if matches_any(y_grad, [forward(w, x, memory, **sw)], ev.device)), {})
-    grads = _gradients(lambda leaves, x, memory: forward(leaves, x, memory, **chosen), w, {"x": x, "memory": memory},
-                       upstream)
-    _expect_gradients(ev, grads, {**_block_shapes("", k, 4), "x": (b, t, k), "memory": (b, s, k)}, BLOCK_NAME,
-                      f"b={b}, t={t}, s={s}, k={k}, source lengths [5, 3]")
+    _expect_block_gradients(ev, "y_grad", w, heads, x, memory, lengths, upstream,
+                            f"b={b}, t={t}, s={s}, k={k}, source lengths [5, 3]")
 
 
 decoder_block_padding_gradients = Check("decoder_block_padding_gradients", _probe_block_padding, _judge_block_padding)
@@ -1052,7 +997,7 @@ _MODEL_CALL_HINT = ("If the error is about sizes inside attention: a (b, s) padd
 
 def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, key: str, case: tuple, seed: int) -> nn.Module | None:
     src_vocab, tgt_vocab, k, heads, depth, max_len = case[3:9]
-    return _make(Seq2SeqTransformer, rec, key, (src_vocab, tgt_vocab, k, heads, depth, max_len), MODEL_PARTS, seed)
+    return _build(Seq2SeqTransformer, rec, key, (src_vocab, tgt_vocab, k, heads, depth, max_len), MODEL_PARTS, seed)
 
 
 def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, lengths, grad: bool = False) -> Any:
@@ -1065,14 +1010,14 @@ def _model_structure(ev: Evidence, key: str, case: tuple) -> None:
     __tracebackhide__ = True
     src_vocab, tgt_vocab, k, heads, depth, max_len = case[3:9]
     what = MODEL_NAME
-    _is_module(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
-                        f"max_len={max_len})", MODEL_NAME)
+    modules.built(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
+                           f"max_len={max_len})")
     _part(ev, key, what, "src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
     tgt_embedding = _part(ev, key, what, "tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)")
     if tgt_embedding.get("same_as") == "src_embedding":
         fail(f"{what}.src_embedding and .tgt_embedding are the same module: source and target have different "
              "vocabularies, so each needs its own nn.Embedding.", mistake=SHARED_EMBEDDING)
-    described = _described(ev, key)
+    described = modules.described(ev, key)
     for name, size in (("src_embedding", src_vocab), ("tgt_embedding", tgt_vocab)):
         emb = described.get(name, {})
         if (emb.get("num_embeddings"), emb.get("embedding_dim")) != (size, k):
@@ -1179,7 +1124,7 @@ def _model_check(name: str, probe: Callable[[Any, Recorder], None], judge: Calla
             note = _prerequisite_note(ev)
             if not note:
                 raise
-            raise CheckFailed(f"{failure}\n\n{note}", failure.mistake) from None
+            raise CheckFailed(wrap(f"{failure}\n\n{note}"), failure.mistake) from None
 
     return Check(name, probed, judged, judge.__doc__ or "")
 
@@ -1319,24 +1264,46 @@ def _judge_model_padding(ev: Evidence) -> None:
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} ignores the source padding")
 
 
+def _probe_model_backward(rec: Recorder, key: str, model: nn.Module, case: tuple, seed: int,
+                         upstream_seed: int) -> None:
+    """Record the logits of the case's batch in training mode, and the gradients of sum(logits · upstream) for
+    every parameter."""
+    b, _, t, _, tgt_vocab = case[:5]
+    src, tgt, lengths = _model_inputs(case, seed)
+    upstream = randn(b, t, tgt_vocab, seed=upstream_seed).to(rec.device)
+    model.train()
+    modules.record_backward(rec, key, model, src.to(rec.device), tgt.to(rec.device),
+                            _padding(lengths, src.shape[1]).to(rec.device), loss=lambda y: (y * upstream).sum())
+
+
+def _expect_model_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], case: tuple, seed: int,
+                            upstream_seed: int, case_text: str) -> None:
+    """The logits under key are in autograd's graph, and every parameter got autograd's gradient through PyTorch's
+    layers (or through the typical mistake the logits are)."""
+    __tracebackhide__ = True
+    b, _, t, _, tgt_vocab = case[:5]
+    src, tgt, lengths = _model_inputs(case, seed)
+    logits = _logits(ev, key, case)
+    modules.expect_attached(ev, key, f"{MODEL_NAME}.forward")
+    raised(ev, f"{key}.backward", f"backward() through {MODEL_NAME}.forward")
+    because, chosen = None, {}
+    with torch.no_grad():
+        if not matches_any(logits, [_model_oracle(w, case, src, tgt, lengths)], ev.device):
+            because, chosen = next(((m, sw) for m, sw in _model_mistake_switches(case, tgt) if matches_any(
+                logits, [_model_oracle(w, case, src, tgt, lengths, **sw)], ev.device)), (None, {}))
+    expected = modules.autograd(lambda leaves: _model_oracle(leaves, case, src, tgt, lengths, **chosen), w, {},
+                                randn(b, t, tgt_vocab, seed=upstream_seed))
+    hints = {name: "Is memory the output of the encoder blocks?" for name in w
+             if name.startswith("encoder") or name.startswith("src")}
+    modules.expect_gradients(ev, expected, owner=MODEL_NAME, case=case_text, because=because, hints=hints,
+                             oracle="PyTorch's encoder and decoder layers with the same weights")
+
+
 def _probe_model_gradients(Seq2SeqTransformer, rec: Recorder) -> None:
     case = MODEL_CASES[0]
     model = _make_model(Seq2SeqTransformer, rec, "model", case, 2000)
-    if model is None:
-        return
-    model.train()
-    src, tgt, lengths = _model_inputs(case, 2010)
-    logits = _run_model(rec, "logits", model, src, tgt, lengths, grad=True)
-    if not isinstance(logits, torch.Tensor) or not logits.requires_grad:
-        return
-    upstream = randn(*logits.shape, seed=2020).to(rec.device)
-    try:
-        (logits * upstream).sum().backward()
-    except Exception as error:  # noqa: BLE001
-        rec.raised("backward", error)
-        return
-    for name, p in model.named_parameters():
-        rec.tensor(f"grad.{name}", p.grad)
+    if model is not None:
+        _probe_model_backward(rec, "logits", model, case, 2010, 2020)
 
 
 def _judge_model_gradients(ev: Evidence) -> None:
@@ -1346,27 +1313,33 @@ def _judge_model_gradients(ev: Evidence) -> None:
     w = _model_weights(ev, "model", case, 2000)
     src, tgt, lengths = _model_inputs(case, 2010)
     logits = _logits(ev, "logits", case)
-    if not requires_grad(ev, "logits"):
-        fail(f"{MODEL_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
-             mistake="detached")
-    raised(ev, "backward", f"backward() through {MODEL_NAME}.forward")
+    modules.expect_attached(ev, "logits", f"{MODEL_NAME}.forward")
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} passes gradients")
-    chosen: dict = {}
+    _expect_model_gradients(ev, "logits", w, case, 2010, 2020, "the logits of a random batch")
+
+
+#: (b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len): a source with padding, two layers of each kind
+SMALL_MODEL = (2, 5, 4, 7, 6, 4, 2, 2, 8)
+
+
+def _probe_model_small_case(Seq2SeqTransformer, rec: Recorder) -> None:
+    model = _make_model(Seq2SeqTransformer, rec, "model", SMALL_MODEL, 2500)
+    if model is not None:
+        _probe_model_backward(rec, "logits", model, SMALL_MODEL, 2510, 2520)
+
+
+def _judge_model_small_case(ev: Evidence) -> None:
+    """A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and decoder layers
+    with the same weights; a loss on the logits sends autograd's gradient to every parameter."""
+    w = _model_weights(ev, "model", SMALL_MODEL, 2500)
+    src, tgt, lengths = _model_inputs(SMALL_MODEL, 2510)
+    logits = _logits(ev, "logits", SMALL_MODEL)
     with torch.no_grad():
-        if not matches_any(logits, [_model_oracle(w, case, src, tgt, lengths)], ev.device):
-            chosen = next((sw for m, sw in _model_mistake_switches(case, tgt)
-                           if matches_any(logits, [_model_oracle(w, case, src, tgt, lengths, **sw)], ev.device)), {})
-    grads = _gradients(lambda leaves: _model_oracle(leaves, case, src, tgt, lengths, **chosen), w, {},
-                       randn(*logits.shape, seed=2020))
-    src_vocab, tgt_vocab, k, _, depth = case[3:8]
-    for name in _model_shapes(src_vocab, tgt_vocab, k, depth):
-        got = tensor(ev, f"grad.{name}")
-        if got is None or float(got.abs().sum()) == 0.0:
-            where = ("Is memory the output of the encoder blocks?" if name.startswith("encoder") or "src" in name
-                     else "Is it used in forward?")
-            fail(f"{MODEL_NAME}.{name} receives no gradient, so it would never learn. {where}", mistake=NO_GRADIENT)
-    _expect_gradients(ev, grads, _model_shapes(src_vocab, tgt_vocab, k, depth), MODEL_NAME,
-                      "the logits of a random batch")
+        expected = _model_oracle(w, SMALL_MODEL, src, tgt, lengths)
+    case = f"src (2, 5) with lengths {lengths.tolist()}, tgt (2, 4), k=4, heads=2, depth=2"
+    _expect_close_shown(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
+                        mistakes=_model_mistakes(w, SMALL_MODEL, src, tgt, lengths), case=case)
+    _expect_model_gradients(ev, "logits", w, SMALL_MODEL, 2510, 2520, case)
 
 
 # ---------------------------------------------------------------- stand-in translators for the loss and decoding
@@ -1454,20 +1427,10 @@ def _loss_mistakes(model, src, src_mask, tgt, pad) -> list[tuple[Mistake, torch.
     ]
 
 
-def _probe_loss_case(teacher_forcing_loss, rec: Recorder, key: str, seed: int, pad: int, grad: bool) -> None:
+def _probe_loss_case(teacher_forcing_loss, rec: Recorder, key: str, seed: int, pad: int) -> None:
     model, src, src_mask, tgt = _loss_case(seed, pad)
-    model = model.to(rec.device)
-    loss = rec.call(key, teacher_forcing_loss, model, src.to(rec.device), src_mask.to(rec.device),
-                    tgt.to(rec.device), pad)
-    if not grad or not isinstance(loss, torch.Tensor) or not loss.requires_grad or loss.dim() != 0:
-        return
-    try:
-        loss.backward()
-    except Exception as error:  # noqa: BLE001
-        rec.raised(f"{key}.backward", error)
-        return
-    for name, p in model.named_parameters():
-        rec.tensor(f"{key}.grad.{name}", p.grad)
+    rec.call(key, teacher_forcing_loss, model.to(rec.device), src.to(rec.device), src_mask.to(rec.device),
+             tgt.to(rec.device), pad)
 
 
 def _judge_loss_case(ev: Evidence, key: str, seed: int, pad: int) -> None:
@@ -1481,12 +1444,13 @@ def _judge_loss_case(ev: Evidence, key: str, seed: int, pad: int) -> None:
 
 
 LOSS_CASES = ((2100, 0),)
-LOSS_HIDDEN_CASES = ((2200, 0), (2300, 4))
+LOSS_GRADIENT_CASE = (2300, 4)
+LOSS_HIDDEN_CASES = ((2200, 0), (2400, 5))
 
 
 def _probe_loss(teacher_forcing_loss, rec: Recorder) -> None:
     for i, (seed, pad) in enumerate(LOSS_CASES):
-        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad, grad=False)
+        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad)
 
 
 def _judge_loss(ev: Evidence) -> None:
@@ -1499,33 +1463,45 @@ def _judge_loss(ev: Evidence) -> None:
 loss_oracle = Check("loss_oracle", _probe_loss, _judge_loss)
 
 
+def _probe_loss_gradients(teacher_forcing_loss, rec: Recorder) -> None:
+    seed, pad = LOSS_GRADIENT_CASE
+    model, src, src_mask, tgt = _loss_case(seed, pad)
+    model = model.to(rec.device)
+    if modules.record_backward(rec, "loss", teacher_forcing_loss, model, src.to(rec.device), src_mask.to(rec.device),
+                               tgt.to(rec.device), pad, loss=lambda loss: loss):
+        modules.record_gradients(rec, model)
+
+
+def _judge_loss_gradients(ev: Evidence) -> None:
+    """A padding id other than 0 (here 4), and a loss that trains the model: its gradients are autograd's through
+    F.cross_entropy."""
+    seed, pad = LOSS_GRADIENT_CASE
+    _judge_loss_case(ev, "loss", seed, pad)
+    modules.expect_attached(ev, "loss", LOSS_NAME)
+    raised(ev, "loss.backward", f"loss.backward() on {LOSS_NAME}")
+    model, src, src_mask, tgt = _loss_case(seed, pad)
+
+    def loss(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
+        return functional_call(model, leaves, (src, tgt[:, :-1], src_mask)).transpose(1, 2)
+
+    expected = modules.autograd(loss, {name: p.detach() for name, p in model.named_parameters()}, {},
+                                lambda logits: F.cross_entropy(logits, tgt[:, 1:], ignore_index=pad))
+    modules.expect_gradients(ev, expected, owner=LOSS_NAME, case=f"3 targets padded with {pad}",
+                             oracle="F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)")
+
+
+loss_gradients = Check("loss_gradients", _probe_loss_gradients, _judge_loss_gradients)
+
+
 def _probe_loss_hidden(teacher_forcing_loss, rec: Recorder) -> None:
     for i, (seed, pad) in enumerate(LOSS_HIDDEN_CASES):
-        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad, grad=i == len(LOSS_HIDDEN_CASES) - 1)
+        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad)
 
 
 def _judge_loss_hidden(ev: Evidence) -> None:
-    """Another batch, a padding id other than 0, and the loss must be differentiable: its gradients are
-    autograd's through F.cross_entropy."""
+    """Other batches, with padding ids 0 and 5."""
     for i, (seed, pad) in enumerate(LOSS_HIDDEN_CASES):
         _judge_loss_case(ev, f"loss{i}", seed, pad)
-    key = f"loss{len(LOSS_HIDDEN_CASES) - 1}"
-    if not requires_grad(ev, key):
-        fail(f"{LOSS_NAME} returns a loss cut off from autograd, so loss.backward() cannot train the model: keep it "
-             "a tensor (no .item(), .detach() or torch.no_grad()).", mistake="detached")
-    raised(ev, f"{key}.backward", f"loss.backward() on {LOSS_NAME}")
-    seed, pad = LOSS_HIDDEN_CASES[-1]
-    model, src, src_mask, tgt = _loss_case(seed, pad)
-    _loss_oracle(model, src, src_mask, tgt, pad).backward()
-    for name, p in model.named_parameters():
-        got = tensor(ev, f"{key}.grad.{name}", shape=tuple(p.shape))
-        if got is None:
-            fail(f"The model's parameter {name} receives no gradient from {LOSS_NAME}: build the loss from the "
-                 "model's logits with differentiable torch operations.", mistake=NO_GRADIENT)
-        expect_close(got, p.grad, what=f"The gradient of {LOSS_NAME} with respect to the model's {name}",
-                     device=ev.device, case=f"3 targets padded with {pad}",
-                     otherwise="Compare with autograd through F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], "
-                               "ignore_index=pad).")
 
 
 loss_hidden = Check("loss_hidden", _probe_loss_hidden, _judge_loss_hidden)
@@ -1709,6 +1685,7 @@ _PREREQUISITES = (("causal_mask", (causal_mask_by_hand,)),
 
 seq2seq_structure = _model_check("seq2seq_structure", _probe_model_structure, _judge_model_structure)
 seq2seq_causality = _model_check("seq2seq_causality", _probe_model_causality, _judge_model_causality)
+seq2seq_small_case = _model_check("seq2seq_small_case", _probe_model_small_case, _judge_model_small_case)
 seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle, _judge_model_oracle)
 seq2seq_padding = _model_check("seq2seq_padding", _probe_model_padding, _judge_model_padding)
 seq2seq_gradients = _model_check("seq2seq_gradients", _probe_model_gradients, _judge_model_gradients)

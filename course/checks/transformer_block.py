@@ -9,8 +9,6 @@ dropout; norm_first=True for the pre-norm mistake) carrying those weights, and F
 feed-forward layer. See course/checks/check.py.
 """
 
-import functools
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -19,9 +17,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
-from course.checks import weights
+from course.checks import modules, oracles
 from course.checks.check import Check
 from course.checks.compare import (
     Mistake,
@@ -31,13 +28,11 @@ from course.checks.compare import (
     generator,
     matches_any,
     output,
-    raised,
     randn,
-    requires_grad,
-    tensor,
     tolerance,
 )
 from course.checks.evidence import Evidence, Recorder
+from course.checks.modules import MISSING_PARAMETER, WRONG_LAYER_SIZE
 
 FF_NAME = "FeedForward"
 BLOCK_NAME = "TransformerBlock"
@@ -121,24 +116,19 @@ BLOCKS_NOT_CHAINED = Mistake("blocks-not-chained", "each block is applied to the
 CLASSIFIER_MISTAKES = (SUM_POOLING, FIRST_TOKEN, LAST_TOKEN, MAX_POOLING, SOFTMAX_ON_LOGITS, LOG_SOFTMAX_ON_LOGITS,
                        BLOCKS_SKIPPED, FIRST_BLOCK_ONLY, BLOCKS_NOT_CHAINED)
 
-# ids of structure and property failures (fail(..., mistake=...))
-NOT_A_MODULE = "not-a-module"
+# ids of structure and property failures of this assignment (the shared ones are in course/checks/modules.py)
 MISSING_PART = "missing-part"
 NOT_COURSE_ATTENTION = "not-course-attention"
 HEADS_NOT_PASSED = "heads-not-passed"
 WRONG_NORM = "wrong-norm"
 SHARED_NORM = "shared-norm"
 LINEAR_COUNT = "linear-count"
-WRONG_LAYER_SIZE = "wrong-layer-size"
 HIDDEN_IGNORED = "hidden-ignored"
 HIDDEN_4X4 = "hidden-4x4"
 HIDDEN_EQUALS_K = "hidden-equals-k"
 HIDDEN_IGNORES_FF_MULT = "hidden-ignores-ff-mult"
 FF_NO_BIAS = "ff-no-bias"
 PARAMETER_COUNT = "parameter-count"
-MISSING_PARAMETER = "missing-parameter"
-NO_GRADIENT = "no-gradient"
-DETACHED = "detached"
 BLOCKS_NOT_REGISTERED = "blocks-not-registered"
 REPEATED_BLOCK = "repeated-block"
 BLOCK_COUNT = "block-count"
@@ -174,22 +164,9 @@ def _block_facts(module: nn.Module) -> list[dict]:
     return found
 
 
-def _make(rec: Recorder, key: str, cls: Callable, args: tuple, seed: int) -> nn.Module | None:
-    """Build the student's module, record its structure, and load the check's weights (seed) into it."""
-    module = rec.call(key, cls, *args)
-    is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
-    if not is_module:
-        return None
-    try:
-        rec.fact(f"{key}.blocks", _block_facts(module))
-        rec.fact(f"{key}.modules", weights.describe(module))
-        module = module.to(rec.device).eval()
-        rec.fact(f"{key}.params", weights.fill(module, seed))
-    except Exception as error:  # noqa: BLE001 - a module that cannot be inspected or moved is evidence too
-        rec.raised(key, error)
-        return None
-    return module
+def _build(rec: Recorder, key: str, cls: Callable, args: tuple, seed: int) -> nn.Module | None:
+    """modules.build with the blocks' facts, in evaluation mode, the check's weights (seed) loaded."""
+    return modules.build(rec, key, cls, *args, seed=seed, facts=lambda m: {"blocks": _block_facts(m)}, train=False)
 
 
 def _run(rec: Recorder, key: str, module: Any, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
@@ -201,46 +178,17 @@ def _run(rec: Recorder, key: str, module: Any, x: torch.Tensor, mask: torch.Tens
 
 # ================================================================ the judge's side: structure and roles
 
-def _is_module(ev: Evidence, key: str, what: str) -> None:
-    __tracebackhide__ = True
-    raised(ev, key, what)
-    if ev.facts.get(f"{key}.is_module") is not True:
-        fact = ev.facts.get(key)
-        if not isinstance(fact, dict):
-            fail(f"The test recorded nothing for {what}: the check did not run to the end.")
-        kind = fact.get("type", "None") if fact.get("kind") != "none" else "None"
-        fail(f"{what} should create an nn.Module, but gave a {str(kind)[:60]}.", mistake=NOT_A_MODULE)
-
-
-def _described(ev: Evidence, key: str) -> list[dict]:
-    found = ev.facts.get(f"{key}.modules")
-    return [m for m in found if isinstance(m, dict) and isinstance(m.get("name"), str)] if isinstance(found, list) \
-        else []
-
-
-def _entry(described: list[dict], name: str) -> dict | None:
-    return next((m for m in described if m["name"] == name), None)
-
-
 def _is_linear(entry: dict | None) -> bool:
     return isinstance(entry, dict) and isinstance(entry.get("in_features"), int) \
         and isinstance(entry.get("out_features"), int)
 
 
-def _param_count(ev: Evidence, key: str, prefix: str = "") -> int:
-    params = ev.facts.get(f"{key}.params")
-    if not isinstance(params, list):
-        return -1
-    return sum(math.prod(e[1]) for e in params if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
-               and e[0].startswith(prefix) and isinstance(e[1], list) and all(isinstance(n, int) for n in e[1]))
-
-
-def _ff_roles(described: list[dict], prefix: str, k: int, hidden: int | None, what: str,
+def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | None, what: str,
               in_block: bool) -> tuple[dict[str, str | None], dict[str, tuple[int, ...]]]:
     """The two nn.Linear layers of a feed-forward module (names under prefix, found by type): roles f1 (k ->
     hidden) and f2 (hidden -> k). hidden None: any hidden size, biases optional (a tolerant judge)."""
     __tracebackhide__ = True
-    layers = [m for m in described if m["name"].startswith(prefix) and _is_linear(m)]
+    layers = [m for name, m in described.items() if name.startswith(prefix) and _is_linear(m)]
     if len(layers) != 2:
         fail(f"{what} should hold exactly two nn.Linear layers (k -> hidden, then hidden -> k), registered as "
              f"attributes or in an nn.Sequential; found {len(layers)}. Layers kept in a plain Python list are not "
@@ -309,10 +257,10 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
         if not isinstance(parts.get(part), str):
             fail(f"{what} has no module attribute `{part}`. __init__ should create self.attention, self.norm1, "
                  "self.norm2 and self.ff.", mistake=MISSING_PART)
-    described = _described(ev, key)
+    described = modules.described(ev, key)
     names: dict[str, str | None] = {}
     shapes: dict[str, tuple[int, ...]] = {}
-    attention = _entry(described, f"{prefix}attention")
+    attention = described.get(f"{prefix}attention")
     course_attention = "the course's MultiHeadAttention(k, heads) (from course.multi_head import MultiHeadAttention)"
     if strict is None and isinstance(attention, dict) and attention.get("type") == "MultiheadAttention":
         a = f"{prefix}attention."
@@ -321,7 +269,7 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
         shapes.update(wqkv=(3 * k, k), bqkv=(3 * k,), wo=(k, k), bo=(k,))
     else:
         for layer, role in zip(ATTENTION_LAYERS, ("q", "k", "v", "o")):
-            entry = _entry(described, f"{prefix}attention.{layer}")
+            entry = described.get(f"{prefix}attention.{layer}")
             if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
                 fail(f"{what}.attention should be {course_attention}; it is a {str(parts['attention'])[:60]} "
                      f"without a {k} -> {k} nn.Linear `{layer}`.", mistake=NOT_COURSE_ATTENTION)
@@ -338,7 +286,7 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
     eps = 1e-5
     shared = fact.get("shared_norms") is True
     for i in (1, 2):
-        norm = _entry(described, f"{prefix}norm{1 if shared else i}")
+        norm = described.get(f"{prefix}norm{1 if shared else i}")
         if not isinstance(norm, dict) or norm.get("type") != "LayerNorm" or norm.get("shape") != [k] \
                 or norm.get("affine") is not True:
             shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
@@ -361,7 +309,7 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
 def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded, for every parameter a role names (recreated here, never read)."""
     __tracebackhide__ = True
-    loaded = weights.recreate(ev.facts.get(f"{key}.params"), seed)
+    loaded = modules.loaded(ev, key, seed)
     found = {}
     for role, name in roles.names.items():
         if name is None:
@@ -404,49 +352,20 @@ def _ff_mistakes(v: Mapping[str, torch.Tensor | None], x: torch.Tensor) -> list[
         return [(m, _ff(v, x, kind)) for m, kind in FF_MISTAKES]
 
 
-@functools.cache
-def _encoder_layer(k: int, heads: int, hidden: int, eps: float, norm_first: bool) -> nn.TransformerEncoderLayer:
-    with torch.random.fork_rng(devices=[]):  # building it draws random weights: leave the caller's RNG alone
-        return nn.TransformerEncoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
-                                          layer_norm_eps=eps, batch_first=True, norm_first=norm_first).eval()
-
-
-def _torch_mask(mask: torch.Tensor | None, b: int, t: int, heads: int) -> torch.Tensor | None:
-    """Our mask (True = allowed, broadcastable to (b, t, t)) as PyTorch's (b·heads, t, t) (True = NOT allowed)."""
-    if mask is None:
-        return None
-    return ~torch.broadcast_to(mask, (b, t, t)).repeat_interleave(heads, dim=0)  # (b·h, t, t)
+def _projections(v: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+    """The attention's roles as keywords of oracles.attention_parameters."""
+    return {"wq": v["wq"], "wk": v["wk"], "wv": v["wv"], "wo": v["wo"], "bo": v["bo"], "bq": v["bq"], "bk": v["bk"],
+            "bv": v["bv"]}
 
 
 def _torch_block(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
                  eps: float, norm_first: bool = False) -> torch.Tensor:
     """nn.TransformerEncoderLayer (post-norm, or pre-norm with norm_first) carrying these weights."""
     b, t, k = x.shape
-    zeros = torch.zeros(k)
-    params = {
-        "self_attn.in_proj_weight": torch.cat([v["wq"], v["wk"], v["wv"]]),
-        "self_attn.in_proj_bias": torch.cat([zeros if v[r] is None else v[r] for r in ("bq", "bk", "bv")]),
-        "self_attn.out_proj.weight": v["wo"], "self_attn.out_proj.bias": zeros if v["bo"] is None else v["bo"],
-        "linear1.weight": v["f1w"], "linear1.bias": torch.zeros(v["f1w"].shape[0]) if v["f1b"] is None else v["f1b"],
-        "linear2.weight": v["f2w"], "linear2.bias": zeros if v["f2b"] is None else v["f2b"],
-        "norm1.weight": v["n1w"], "norm1.bias": v["n1b"], "norm2.weight": v["n2w"], "norm2.bias": v["n2b"],
-    }
-    layer = _encoder_layer(k, heads, v["f1w"].shape[0], eps, norm_first)
-    return functional_call(layer, params, (x,), {"src_mask": _torch_mask(mask, b, t, heads)})
-
-
-def _attend(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, heads: int,
-            mask: torch.Tensor | None) -> torch.Tensor:
-    """Multi-head self-attention with these weights, from PyTorch's fused attention (mask True = allowed)."""
-    b, t, k = x.shape
-
-    def heads_of(w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return F.linear(x, w, bias).view(b, t, heads, k // heads).transpose(1, 2)  # (b, h, t, s)
-
-    m = None if mask is None else torch.broadcast_to(mask, (b, t, t))[:, None]  # (b, 1, t, t)
-    out = F.scaled_dot_product_attention(heads_of(v["wq"], v["bq"]), heads_of(v["wk"], v["bk"]),
-                                         heads_of(v["wv"], v["bv"]), attn_mask=m)  # (b, h, t, s)
-    return F.linear(out.transpose(1, 2).reshape(b, t, k), v["wo"], v["bo"])
+    params = oracles.layer_parameters({"self_attn": _projections(v)}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
+                                      (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
+    layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps, norm_first)
+    return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
 
 
 def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
@@ -461,7 +380,7 @@ def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: 
     k = x.shape[-1]
 
     def a(z: torch.Tensor) -> torch.Tensor:
-        return _attend(v, z, heads, mask)
+        return oracles.attention(z, None, mask, heads, **_projections(v))
 
     def f(z: torch.Tensor) -> torch.Tensor:
         return _ff(v, z, ff)
@@ -534,9 +453,9 @@ def _ff_structure(ev: Evidence, key: str, k: int, hidden: int) -> Roles:
     """A module with two linear layers k -> hidden -> k with biases, and nothing else with parameters."""
     __tracebackhide__ = True
     what = f"{FF_NAME}({k}, {hidden})"
-    _is_module(ev, key, what)
-    names, shapes = _ff_roles(_described(ev, key), "", k, hidden, what, in_block=False)
-    count = _param_count(ev, key)
+    modules.built(ev, key, what)
+    names, shapes = _ff_roles(modules.described(ev, key), "", k, hidden, what, in_block=False)
+    count = modules.parameter_count(ev, key)
     if count != 2 * k * hidden + hidden + k:
         fail(f"{what} has {count} parameters; two linear layers with biases make 2·k·hidden + hidden + k = "
              f"{2 * k * hidden + hidden + k}.", mistake=PARAMETER_COUNT)
@@ -588,10 +507,10 @@ def _ff_structure_x() -> torch.Tensor:
 
 
 def _probe_ff_structure(FeedForward: Callable, rec: Recorder) -> None:
-    ff = _make(rec, "module", FeedForward, (6, 10), 900)
+    ff = _build(rec, "module", FeedForward, (6, 10), 900)
     if ff is not None:
         _run(rec, "y", ff, _ff_structure_x())
-    hand = _make(rec, "hand", FeedForward, (1, 2), 950)
+    hand = _build(rec, "hand", FeedForward, (1, 2), 950)
     if hand is not None:
         _set_by_hand(hand)
         _run(rec, "y_hand", hand, _hand_x())
@@ -630,10 +549,10 @@ def _ff_local_inputs() -> tuple[torch.Tensor, torch.Tensor]:
 
 def _probe_ff_oracle(FeedForward: Callable, rec: Recorder) -> None:
     for i, (b, t, k, hidden) in enumerate(FF_SHAPES):
-        ff = _make(rec, f"module{i}", FeedForward, (k, hidden), 1000 + 20 * i)
+        ff = _build(rec, f"module{i}", FeedForward, (k, hidden), 1000 + 20 * i)
         if ff is not None:
             _run(rec, f"y{i}", ff, _ff_case_x(i, b, t, k))
-    ff = _make(rec, "local", FeedForward, (4, 8), 1200)
+    ff = _build(rec, "local", FeedForward, (4, 8), 1200)
     if ff is not None:
         x, x_changed = _ff_local_inputs()
         _run(rec, "y_local", ff, x)
@@ -676,7 +595,7 @@ def _block_values(ev: Evidence, key: str, k: int, heads: int, ff_mult: int | Non
     parameter name."""
     __tracebackhide__ = True
     what = _block_what(k, heads, ff_mult)
-    _is_module(ev, key, what)
+    modules.built(ev, key, what)
     roles = _block_roles(ev, key, "", k, what, (heads, ff_mult or 4) if strict else None)
     return roles, _recreated(ev, key, roles, seed, what)
 
@@ -709,7 +628,7 @@ _STRUCTURE_CASES = ((12, 3, None, 1250), (8, 2, 2, 1260))  # (k, heads, ff_mult 
 def _probe_block_structure(TransformerBlock: Callable, rec: Recorder) -> None:
     for i, (k, heads, ff_mult, seed) in enumerate(_STRUCTURE_CASES):
         args = (k, heads) if ff_mult is None else (k, heads, ff_mult)
-        block = _make(rec, f"module{i}", TransformerBlock, args, seed)
+        block = _build(rec, f"module{i}", TransformerBlock, args, seed)
         if block is None:
             return
         _run(rec, f"y{i}", block, _structure_x(k))
@@ -723,7 +642,7 @@ def _judge_block_structure(ev: Evidence) -> None:
         what = _block_what(k, heads, ff_mult)
         hidden = (ff_mult or 4) * k
         expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
-        count = _param_count(ev, f"module{i}")
+        count = modules.parameter_count(ev, f"module{i}")
         if count != expected:
             fail(f"{what} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and the feed-forward "
                  f"layer (2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?",
@@ -742,7 +661,7 @@ def _normalised_x() -> torch.Tensor:
 
 
 def _probe_normalised(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _make(rec, "module", TransformerBlock, (8, 2), 1300)
+    block = _build(rec, "module", TransformerBlock, (8, 2), 1300)
     if block is None:
         return
     with torch.no_grad():  # a new block's norms: gain 1, bias 0 (the check's values everywhere else)
@@ -776,13 +695,46 @@ def _judge_normalised(ev: Evidence) -> None:
 transformer_block_normalised = Check("transformer_block_normalised", _probe_normalised, _judge_normalised)
 
 
+def _small_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (2, 3, 4), a causal mask (3, 3) and the upstream gradient (2, 3, 4)."""
+    return randn(2, 3, 4, seed=1651), torch.ones(3, 3, dtype=torch.bool).tril(), randn(2, 3, 4, seed=1652)
+
+
+def _probe_block_small_case(TransformerBlock: Callable, rec: Recorder) -> None:
+    block = _build(rec, "module", TransformerBlock, (4, 2), 1650)
+    if block is None:
+        return
+    x, causal, upstream = _small_case()
+    if isinstance(getattr(block, "ff", None), nn.Module):
+        _run(rec, "ff", block.ff, x)
+    _run(rec, "y", block, x)
+    _run(rec, "y_masked", block, x, causal)
+    _probe_block_backward(rec, "y_grad", block, x, upstream, causal)
+
+
+def _judge_block_small_case(ev: Evidence) -> None:
+    """k=4, 2 heads, x (2, 3, 4): the block against nn.TransformerEncoderLayer with the same weights, without and
+    with a causal mask (which must change the output); a loss on the output sends autograd's gradient to x and
+    to every parameter."""
+    roles, w = _block_values(ev, "module", 4, 2, None, 1650, strict=False)
+    x, causal, upstream = _small_case()
+    _compare_block(ev, "ff", "y", roles, w, x, None, case="x of shape (2, 3, 4), heads=2, no mask")
+    _compare_block(ev, "ff", "y_masked", roles, w, x, causal, case="x of shape (2, 3, 4), heads=2, causal mask")
+    _expect_block_gradients(ev, "module", "y_grad", roles, w, x, causal, upstream,
+                            "x of shape (2, 3, 4), heads=2, causal mask")
+
+
+transformer_block_small_case = Check("transformer_block_small_case", _probe_block_small_case,
+                                     _judge_block_small_case)
+
+
 def _block_case_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
     return randn(b, t, k, seed=1390 + i)
 
 
 def _probe_block_oracle(TransformerBlock: Callable, rec: Recorder) -> None:
     for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES):
-        block = _make(rec, f"module{i}", TransformerBlock, (k, heads, ff_mult), 1400 + 50 * i)
+        block = _build(rec, f"module{i}", TransformerBlock, (k, heads, ff_mult), 1400 + 50 * i)
         if block is None:
             return
         x = _block_case_x(i, b, t, k)
@@ -829,7 +781,7 @@ def _mask_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _probe_block_mask(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _make(rec, "module", TransformerBlock, (8, 2, 4), 1600)
+    block = _build(rec, "module", TransformerBlock, (8, 2, 4), 1600)
     if block is None:
         return
     x, causal, padding = _mask_inputs()
@@ -857,61 +809,48 @@ def _gradient_inputs() -> tuple[torch.Tensor, torch.Tensor]:
 _PERMUTATION = (5, 2, 0, 4, 1, 3)
 
 
+def _probe_block_backward(rec: Recorder, key: str, block: nn.Module, x: torch.Tensor, upstream: torch.Tensor,
+                         mask: torch.Tensor | None = None) -> None:
+    """Record block(x[, mask]) and the gradients of sum(output · upstream) for x and every parameter."""
+    x = x.to(rec.device).requires_grad_(True)
+    kwargs = {} if mask is None else {"mask": mask.to(rec.device)}
+    modules.record_backward(rec, key, block, x, **kwargs, loss=lambda y: (y * upstream.to(rec.device)).sum(),
+                            inputs={"x": x})
+
+
+def _expect_block_gradients(ev: Evidence, module: str, key: str, roles: Roles, w: dict[str, torch.Tensor],
+                            x: torch.Tensor, mask: torch.Tensor | None, upstream: torch.Tensor, case: str) -> None:
+    """The output recorded under key is attached to autograd and is the block (or a typical mistake, which then
+    explains a parameter without gradient); x and every parameter of the module recorded under `module` received
+    autograd's gradient through it."""
+    __tracebackhide__ = True
+    y = _block_output(ev, key, tuple(x.shape), mask is not None)
+    modules.expect_attached(ev, key, f"{BLOCK_NAME}.forward(x)")
+    specs = _block_specs(mask)
+    outputs = _block_outputs(_values(roles, w), x, mask, roles.heads, roles.eps)
+    found = [spec for spec, (_, out) in zip(specs, outputs) if matches_any(y, [out], ev.device)]
+    if not found:
+        expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x)", device=ev.device, otherwise=_BLOCK_HINT,
+                     case=case)
+    because, layout, ff = found[0]
+
+    def forward(leaves: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return _block_forward(_values(roles, leaves), x, mask, roles.heads, roles.eps, layout, ff)
+
+    modules.expect_gradients(ev, modules.autograd(forward, w, {"x": x}, upstream), owner=BLOCK_NAME, case=case,
+                             oracle="nn.TransformerEncoderLayer with the same weights", because=because,
+                             present=modules.parameter_names(ev, module))
+
+
 def _probe_block_gradients(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _make(rec, "module", TransformerBlock, (8, 2), 1700)
+    block = _build(rec, "module", TransformerBlock, (8, 2), 1700)
     if block is not None:
-        x, upstream = (t.to(rec.device) for t in _gradient_inputs())
-        x.requires_grad_(True)
-        y = rec.call("y", block, x)
-        if isinstance(y, torch.Tensor) and y.requires_grad and y.shape == upstream.shape:
-            (y * upstream).sum().backward()
-            rec.tensor("grad.x", x.grad)
-            for name, p in block.named_parameters():
-                rec.tensor(f"grad.{name}", p.grad)
-    block = _make(rec, "perm", TransformerBlock, (8, 2), 1800)
+        _probe_block_backward(rec, "y", block, *_gradient_inputs())
+    block = _build(rec, "perm", TransformerBlock, (8, 2), 1800)
     if block is not None:
         x = randn(2, 6, 8, seed=1801)
         _run(rec, "y_plain", block, x)
         _run(rec, "y_perm", block, x[:, list(_PERMUTATION)])
-
-
-def _autograd(fn: Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor], w: Mapping[str, torch.Tensor],
-              x: torch.Tensor | None, loss: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor | None]:
-    """Gradients of loss(fn(leaves, x)) with respect to every weight (by parameter name) and to x ("x")."""
-    leaves = {name: value.clone().requires_grad_(True) for name, value in w.items()}
-    if x is not None:
-        x = x.clone().requires_grad_(True)
-    loss(fn(leaves, x)).backward()
-    return {**{name: leaf.grad for name, leaf in leaves.items()}, "x": None if x is None else x.grad}
-
-
-def _compare_gradients(ev: Evidence, grads: Mapping[str, torch.Tensor | None], names: list[str], owner: str,
-                       case: str, oracle: str, because: Mistake | None = None) -> None:
-    """Every recorded parameter received a gradient, and the gradients the judge can recompute are autograd's.
-    because: the typical mistake the output showed, named when it leaves a parameter without a gradient."""
-    __tracebackhide__ = True
-    for name in names:
-        got = tensor(ev, f"grad.{name}")
-        if got is None or float(got.abs().sum()) == 0.0:
-            fail(f"The parameter {name} of {owner} receives no gradient, so it would never learn. "
-                 + (f"Your {owner} is not what was asked: {because.explanation}" if because else
-                    "Is its layer used in forward?"), mistake=because.id if because else NO_GRADIENT)
-    for name, expected in grads.items():
-        if expected is None:
-            continue
-        kind = "input" if name == "x" else "parameter"
-        got = tensor(ev, f"grad.{name}", shape=tuple(expected.shape))
-        if got is None:
-            fail(f"The {kind} {name} of {owner} receives no gradient.", mistake=NO_GRADIENT)
-        expect_close(got, expected, what=f"The gradient of a loss on {owner}'s output with respect to {name}",
-                     device=ev.device, case=case, otherwise=f"Compare with autograd through {oracle}: build the "
-                     "output only from differentiable torch operations on the layers' outputs.")
-
-
-def _recorded_names(ev: Evidence, key: str) -> list[str]:
-    params = ev.facts.get(f"{key}.params")
-    return [e[0] for e in params if isinstance(e, list) and e and isinstance(e[0], str)] \
-        if isinstance(params, list) else []
 
 
 def _judge_block_gradients(ev: Evidence) -> None:
@@ -919,24 +858,7 @@ def _judge_block_gradients(ev: Evidence) -> None:
     permuting the input positions permutes the outputs the same way."""
     roles, w = _block_values(ev, "module", 8, 2, None, 1700, strict=False)
     x, upstream = _gradient_inputs()
-    y = _block_output(ev, "y", (2, 5, 8))
-    if not requires_grad(ev, "y"):
-        fail(f"{BLOCK_NAME}.forward(x) is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
-             mistake=DETACHED)
-    specs = _block_specs(None)
-    outputs = _block_outputs(_values(roles, w), x, None, roles.heads, roles.eps)
-    found = [spec for spec, (_, out) in zip(specs, outputs) if matches_any(y, [out], ev.device)]
-    if not found:
-        expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x)", device=ev.device, otherwise=_BLOCK_HINT,
-                     case="x of shape (2, 5, 8), heads=2")
-    because, layout, ff = found[0]
-
-    def forward(leaves: dict[str, torch.Tensor], x_leaf: torch.Tensor | None) -> torch.Tensor:
-        return _block_forward(_values(roles, leaves), x_leaf, None, roles.heads, roles.eps, layout, ff)
-
-    grads = _autograd(forward, w, x, lambda out: (out * upstream).sum())
-    _compare_gradients(ev, grads, _recorded_names(ev, "module"), BLOCK_NAME, "k=8, 2 heads, x (2, 5, 8)",
-                       "nn.TransformerEncoderLayer with the same weights", because)
+    _expect_block_gradients(ev, "module", "y", roles, w, x, None, upstream, "k=8, 2 heads, x (2, 5, 8)")
     roles, w = _block_values(ev, "perm", 8, 2, None, 1800, strict=False)
     x = randn(2, 6, 8, seed=1801)
     y = _block_output(ev, "y_plain", (2, 6, 8))
@@ -973,7 +895,7 @@ def _classifier_parts(ev: Evidence, key: str, vocab: int, k: int, heads: int, de
     """The embedding, the blocks (in order) and the output layer of a classifier, found by type."""
     __tracebackhide__ = True
     what = _classifier_what(vocab, k, heads, depth, classes)
-    _is_module(ev, key, what)
+    modules.built(ev, key, what)
     facts = ev.facts.get(f"{key}.blocks")
     if not isinstance(facts, list):
         fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
@@ -985,7 +907,7 @@ def _classifier_parts(ev: Evidence, key: str, vocab: int, k: int, heads: int, de
                 if len(names) == 1 else "")
         fail(f"{what} should hold depth={depth} separate TransformerBlocks; found {len(names)} registered.{hint}",
              mistake=BLOCKS_NOT_REGISTERED if not names else REPEATED_BLOCK if len(names) == 1 else BLOCK_COUNT)
-    described = _described(ev, key)
+    described = modules.described(ev, key).values()
     embeddings = [m for m in described if m.get("type") == "Embedding"]
     if len(embeddings) != 1 or (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim")) != (vocab, k):
         shown = [f"Embedding({m.get('num_embeddings')}, {m.get('embedding_dim')})" for m in embeddings[:4]]
@@ -1101,7 +1023,7 @@ def _structure_tokens() -> torch.Tensor:
 
 
 def _probe_classifier_structure(TransformerClassifier: Callable, rec: Recorder) -> None:
-    model = _make(rec, "module", TransformerClassifier, _CLASSIFIER_STRUCTURE, 1900)
+    model = _build(rec, "module", TransformerClassifier, _CLASSIFIER_STRUCTURE, 1900)
     if model is not None:
         _run(rec, "y", model, _structure_tokens())
 
@@ -1113,9 +1035,9 @@ def _judge_classifier_structure(ev: Evidence) -> None:
     what = _classifier_what(*_CLASSIFIER_STRUCTURE)
     first = ev.facts["module.blocks"]
     first_block = next(f["name"] for f in first if isinstance(f, dict) and f.get("name"))
-    block_params = _param_count(ev, "module", first_block + ".")
+    block_params = modules.parameter_count(ev, "module", first_block + ".")
     expected = vocab * k + depth * block_params + k * classes + classes
-    count = _param_count(ev, "module")
+    count = modules.parameter_count(ev, "module")
     if count != expected:
         fail(f"{what} has {count} parameters; the embedding ({vocab * k}), {depth} blocks ({block_params} each) and "
              f"the output layer ({k * classes + classes}) make {expected}. Is an extra layer registered?",
@@ -1139,7 +1061,7 @@ def _case_tokens(i: int, b: int, t: int, vocab: int) -> torch.Tensor:
 
 def _probe_classifier_oracle(TransformerClassifier: Callable, rec: Recorder) -> None:
     for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES):
-        model = _make(rec, f"module{i}", TransformerClassifier, (vocab, k, heads, depth, classes), 2100 + 100 * i)
+        model = _build(rec, f"module{i}", TransformerClassifier, (vocab, k, heads, depth, classes), 2100 + 100 * i)
         if model is None:
             return
         _run(rec, f"y{i}", model, _case_tokens(i, b, t, vocab))
@@ -1172,25 +1094,15 @@ def _gradient_tokens() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _probe_classifier_order(TransformerClassifier: Callable, rec: Recorder) -> None:
-    model = _make(rec, "order", TransformerClassifier, _ORDER_SHAPE, 2200)
+    model = _build(rec, "order", TransformerClassifier, _ORDER_SHAPE, 2200)
     if model is not None:
         tokens = _order_tokens()
         _run(rec, "y", model, tokens)
         _run(rec, "y_perm", model, tokens[:, list(_TOKEN_PERMUTATION)])
-    model = _make(rec, "module", TransformerClassifier, _ORDER_SHAPE, 2300)
-    if model is None:
-        return
-    tokens, labels = (t.to(rec.device) for t in _gradient_tokens())
-    y = rec.call("y_grad", model, tokens)
-    if isinstance(y, torch.Tensor) and y.requires_grad and tuple(y.shape) == (3, 3):
-        F.cross_entropy(y, labels).backward()
-        for name, p in model.named_parameters():
-            rec.tensor(f"grad.{name}", p.grad)
 
 
 def _judge_classifier_order(ev: Evidence) -> None:
-    """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits. The
-    cross-entropy of a batch sends autograd's gradient to the embedding, every block and the output layer."""
+    """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits."""
     parts, w = _classifier_values(ev, "order", _ORDER_SHAPE, 2200)
     tokens = _order_tokens()
     what = f"{CLASSIFIER_NAME}.forward(tokens)"
@@ -1205,23 +1117,40 @@ def _judge_classifier_order(ev: Evidence) -> None:
                 "Is something position-dependent (a first/last token, a flatten) used instead of the mean?"),
              y, y_perm, case="positions permuted", mistake=found[0].id if found else None)
     _judge_classifier_output(ev, y, parts, w, tokens, "tokens of shape (4, 7), depth=2")
-    parts, w = _classifier_values(ev, "module", _ORDER_SHAPE, 2300)
-    tokens, labels = _gradient_tokens()
-    y = output(ev, "y_grad", what=what, shape=(3, 3), hint=_CLASSIFIER_HINT)
-    if not requires_grad(ev, "y_grad"):
-        fail(f"{CLASSIFIER_NAME}.forward is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside "
-             "it.", mistake=DETACHED)
-    _, layout, ff, kind = _judge_classifier_output(ev, y, parts, w, tokens, "tokens arange(9) as (3, 3), depth=2")
-
-    def forward(leaves: dict[str, torch.Tensor], _: torch.Tensor | None) -> torch.Tensor:
-        return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff), kind)
-
-    grads = _autograd(forward, w, None, lambda out: F.cross_entropy(out, labels))
-    grads.pop("x")
-    _compare_gradients(ev, grads, _recorded_names(ev, "module"), CLASSIFIER_NAME,
-                       "tokens arange(9) as (3, 3), labels 0, 1, 2", "embedding, nn.TransformerEncoderLayer blocks, "
-                       "mean and linear layer with the same weights")
 
 
 transformer_classifier_order_blind = Check("transformer_classifier_order_blind", _probe_classifier_order,
                                            _judge_classifier_order)
+
+
+def _probe_classifier_gradients(TransformerClassifier: Callable, rec: Recorder) -> None:
+    model = _build(rec, "module", TransformerClassifier, _ORDER_SHAPE, 2300)
+    if model is not None:
+        tokens, labels = (t.to(rec.device) for t in _gradient_tokens())
+        modules.record_backward(rec, "y_grad", model, tokens, loss=lambda y: F.cross_entropy(y, labels))
+
+
+def _judge_classifier_gradients(ev: Evidence) -> None:
+    """A small batch: the logits are the classifier's, and their cross-entropy sends autograd's gradient to the
+    embedding, every block and the output layer."""
+    parts, w = _classifier_values(ev, "module", _ORDER_SHAPE, 2300)
+    tokens, labels = _gradient_tokens()
+    what = f"{CLASSIFIER_NAME}.forward(tokens)"
+    y = output(ev, "y_grad", what=what, shape=(3, 3), hint=_CLASSIFIER_HINT)
+    modules.expect_attached(ev, "y_grad", what)
+    _, layout, ff, kind = _judge_classifier_output(ev, y, parts, w, tokens, "tokens arange(9) as (3, 3), depth=2")
+
+    def forward(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
+        return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff), kind)
+
+    hint = (f"If your {BLOCK_NAME} does not pass its own tests yet (exercise 2), fix it first: a block cut off "
+            "from autograd stops the gradient before it reaches the blocks and the embedding.")
+    modules.expect_gradients(ev, modules.autograd(forward, w, {}, lambda out: F.cross_entropy(out, labels)),
+                             owner=CLASSIFIER_NAME, case="tokens arange(9) as (3, 3), labels 0, 1, 2",
+                             oracle="embedding, nn.TransformerEncoderLayer blocks, mean and linear layer with the "
+                                    "same weights", present=modules.parameter_names(ev, "module"),
+                             hints={name: hint for name in w if name != parts.out_weight and name != parts.out_bias})
+
+
+transformer_classifier_gradients = Check("transformer_classifier_gradients", _probe_classifier_gradients,
+                                         _judge_classifier_gradients)
