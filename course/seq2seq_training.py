@@ -5,11 +5,14 @@ function takes the model and the parts it needs — the loss, the decoder, the p
 notebook passes the student's parts and benchmarks/train_seq2seq.py the reference ones.
 """
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from course.dates import BOS, EOS, PAD, SOURCE, TARGET, endless_batches
 from course.dates import pad as pad_sequences
@@ -29,17 +32,30 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """The notebook's training settings."""
+    """The notebook's training settings: Adam, and a one-cycle schedule that warms up over the first `warmup`
+    fraction of the steps to `lr`, then decays linearly to almost zero."""
 
     steps: int = 800
     batch_size: int = 64
     lr: float = 2e-3
+    warmup: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.999)
     seed: int = 0
 
 
-#: The model and training settings of the notebook (and of benchmarks/train_seq2seq.py).
+#: The model and training settings of the notebook and of benchmarks/train_seq2seq.py: both read them here.
 MODEL = ModelConfig()
 TRAINING = TrainingConfig()
+
+
+@dataclass
+class TrainingLog:
+    """What train() returns: every step's loss, the seconds spent in training steps (the checks not counted),
+    and what each check returned, by step."""
+
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    checks: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 def new_model(model_class: Callable[..., nn.Module], device: torch.device | str = "cpu",
@@ -50,29 +66,40 @@ def new_model(model_class: Callable[..., nn.Module], device: torch.device | str 
 
 
 def train(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torch.device | str, *, loss_fn: Callable,
-          padding_mask: Callable, steps: int, batch_size: int, lr: float, seed: int = 0,
-          progress: Callable[[Iterable], Iterable] = lambda steps: steps) -> list[float]:
-    """The notebook's loop: Adam, a one-cycle schedule (10% warm-up, then a linear decay); returns every step's loss.
+          padding_mask: Callable, config: TrainingConfig = TRAINING,
+          check: Callable[[nn.Module], dict[str, float]] | None = None, check_every: int = 50,
+          progress: bool = False) -> TrainingLog:
+    """Train the model on the pairs with the config's settings; returns the losses, time and checks.
 
     loss_fn(model, src, src_mask, tgt, pad) is a teacher_forcing_loss; padding_mask(lengths, t) builds src_mask.
+    check(model), if given, runs every check_every steps and after the last; it returns {name: fraction right}
+    and is not counted in the training time. progress: a progress bar (a widget in JupyterLab) showing the
+    loss and the mean of the last check.
     """
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=True)  # one kernel for all ~100 tensors
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.1,
-                                                   anneal_strategy="linear")
-    stream = endless_batches(pairs, batch_size, seed=seed)
-    losses = []
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=config.betas, fused=True)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=config.steps,
+                                                   pct_start=config.warmup, anneal_strategy="linear")
+    batches = endless_batches(pairs, config.batch_size, seed=config.seed)
+    log = TrainingLog()
     model.train()
-    for _ in progress(range(steps)):
-        batch = next(stream).to(device)
-        src_mask = padding_mask(batch.src_lengths, batch.src.shape[1])  # (b, s)
-        loss = loss_fn(model, batch.src, src_mask, batch.tgt, PAD)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
+    with tqdm(total=config.steps, desc="training", disable=not progress) as bar:
+        for step in range(1, config.steps + 1):
+            started = time.perf_counter()
+            batch = next(batches).to(device)
+            src_mask = padding_mask(batch.src_lengths, batch.src.shape[1])  # (b, s)
+            loss = loss_fn(model, batch.src, src_mask, batch.tgt, PAD)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            log.losses.append(loss.item())  # .item() waits for the step to finish, on a GPU too
+            log.seconds += time.perf_counter() - started
+            if check is not None and (step % check_every == 0 or step == config.steps):
+                log.checks[step] = check(model)
+                bar.set_postfix(loss=f"{log.losses[-1]:.4f}", held_out=f"{fmean(log.checks[step].values()):.1%}")
+            bar.update()
     model.eval()
-    return losses
+    return log
 
 
 def translate(model: nn.Module, texts: Sequence[str], device: torch.device | str, *, decode: Callable,

@@ -3,6 +3,7 @@ specific to 07 fail, the stand-in models behave as the checks need, and the trai
 reference answers."""
 
 import ast
+import functools
 
 import forgery
 import pytest
@@ -72,23 +73,93 @@ def test_nothing_the_kernel_needs_while_07_is_graded_imports_the_answers():
         assert "course.seq2seq" not in _course_imports(path), path
 
 
-def test_the_notebook_trains_with_the_settings_the_benchmark_uses():
+def _notebook_training_call(monkeypatch) -> tuple[dict, dict, list[str]]:
+    """Run the solution's cells up to its training cell, as nbgrader runs them (training cut short), with the
+    harness's train() watched: (the arguments it was called with, the notebook's names, each cell's stderr)."""
     import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
 
-    nb = nbformat.read(course_dir.source_dir() / "07_seq2seq" / "seq2seq.ipynb", as_version=4)
-    code = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
-    m, t = harness.MODEL, harness.TRAINING
-    line = next(line for line in code.splitlines() if line.startswith("STEPS, BATCH_SIZE, LR = "))
-    settings: dict = {}
-    exec(line, {"QUICK": False}, settings)  # noqa: S102 - a line of the notebook
-    assert (settings["STEPS"], settings["BATCH_SIZE"], settings["LR"]) == (t.steps, t.batch_size, t.lr)
-    assert (f"Seq2SeqTransformer(len(SOURCE), len(TARGET), k={m.k}, heads={m.heads}, depth={m.depth}, "
-            f"max_len={m.max_len})") in code
-    assert f"endless_batches(train_pairs, BATCH_SIZE, seed={t.seed})" in code
-    assert "OneCycleLR(optimizer, max_lr=LR, total_steps=STEPS, pct_start=0.1" in code
-    assert "torch.optim.Adam(model.parameters(), lr=LR, fused=True)" in code
+    from autograder.notebooks import grade_id
+
+    calls, train = [], harness.train
+
+    @functools.wraps(train)  # the notebook prints the source of train(): the harness's
+    def watched(model, pairs, device, **kwargs):
+        calls.append({"model": model, "pairs": pairs, **kwargs})
+        return train(model, pairs, device, **kwargs)
+
+    monkeypatch.setattr(harness, "train", watched)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    nb = nbformat.read(course_dir.source_dir() / A / "seq2seq.ipynb", as_version=4)
+    InteractiveShell.clear_instance()
+    shell = InteractiveShell.instance(colors="nocolor")
+    stderr = []
+    try:
+        for cell in nb.cells:
+            if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade"):
+                continue  # test cells: graded elsewhere
+            with capture_output() as shown:
+                assert shell.run_cell(cell.source).success, shown.stdout + shown.stderr
+            stderr.append(shown.stderr)
+            if grade_id(cell) == "demo_11":
+                break
+        names = dict(shell.user_ns)
+    finally:
+        InteractiveShell.clear_instance()
+    assert len(calls) == 1, f"the notebook called the harness's train() {len(calls)} times"
+    return calls[0], names, stderr
+
+
+def test_the_notebook_trains_through_the_harness_with_its_settings_silently_under_grading(monkeypatch):
+    """One loop: the notebook's training is the harness's train(), given the student's parts, TRAINING (cut to
+    20 steps under grading) and a model of MODEL's size; under grading no progress bar and nothing on stderr."""
+    from dataclasses import replace
+
+    call, names, stderr = _notebook_training_call(monkeypatch)
+    assert call["config"] == replace(harness.TRAINING, steps=20)
+    assert call["loss_fn"] is names["teacher_forcing_loss"] and call["padding_mask"] is names["padding_mask"]
+    assert call["check"] is names["exact_match_by_format"] and call["progress"] is False
+    model, m = call["model"], harness.MODEL
+    assert isinstance(model, names["Seq2SeqTransformer"]) and model is names["model"]
+    assert (model.src_embedding.embedding_dim, len(model.encoder), len(model.decoder)) == (m.k, m.depth, m.depth)
+    assert model.decoder[0].self_attention.heads == m.heads and model.positions.table.shape[0] == m.max_len
+    assert sorted(names["log"].checks) == [20] and len(names["log"].losses) == 20
+    assert not "".join(stderr), "".join(stderr)
+
+
+def test_the_benchmark_trains_through_the_harness_with_the_notebooks_settings(monkeypatch, capsys):
+    """benchmarks/train_seq2seq.py reads the same MODEL and TRAINING objects and calls the same train()."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("train_seq2seq", course_dir.ROOT / "benchmarks" / "train_seq2seq.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    assert benchmark.MODEL is harness.MODEL and benchmark.TRAINING is harness.TRAINING
+    assert benchmark.train is harness.train and benchmark.new_model is harness.new_model
+    calls = []
+
+    def watched(model, pairs, device, **kwargs):
+        calls.append({"model": model, **kwargs})
+        return harness.TrainingLog(losses=[1.0], seconds=1.0)
+
+    monkeypatch.setattr(benchmark, "train", watched)
+    monkeypatch.setattr(benchmark, "exact_match", lambda *args, **kwargs: (1.0, []))
+    monkeypatch.setattr(sys, "argv", ["train_seq2seq.py", "--device", "cpu", "--threads", "0"])
+    benchmark.main()
+    assert [call["config"] for call in calls] == [harness.TRAINING]
+    assert calls[0]["loss_fn"] is reference.teacher_forcing_loss
+    assert calls[0]["model"].src_embedding.embedding_dim == harness.MODEL.k
+    assert "held-out exact match" in capsys.readouterr().out
+
+
+def test_the_settings_are_frozen():
     with pytest.raises(AttributeError):
-        harness.TRAINING.steps = 1  # frozen
+        harness.TRAINING.steps = 1
+    with pytest.raises(AttributeError):
+        harness.MODEL.k = 1
 
 
 def test_cross_attention_weights_are_rows_of_a_softmax_that_skip_padding():
@@ -109,9 +180,15 @@ def test_training_with_the_reference_parts_lowers_the_loss_and_translates():
     torch.manual_seed(0)
     train_pairs, test_pairs = translation_data(n_train=2000, n_test=10)
     model = harness.new_model(reference.Seq2SeqTransformer, config=harness.ModelConfig(k=32, heads=2, depth=1))
-    losses = harness.train(model, train_pairs, "cpu", loss_fn=reference.teacher_forcing_loss,
-                           padding_mask=reference.padding_mask, steps=30, batch_size=32, lr=2e-3)
+    checks = []
+    log = harness.train(model, train_pairs, "cpu", loss_fn=reference.teacher_forcing_loss,
+                        padding_mask=reference.padding_mask,
+                        config=harness.TrainingConfig(steps=30, batch_size=32, lr=2e-3),
+                        check=lambda m: checks.append(m.training) or {"a": 0.5, "b": 1.0}, check_every=10)
+    losses = log.losses
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert len(losses) == 30 and 0 < log.seconds and log.checks == {s: {"a": 0.5, "b": 1.0} for s in (10, 20, 30)}
+    assert checks == [True, True, True] and not model.training  # checks see the model as it trains; eval after
     accuracy, predictions = harness.exact_match(model, test_pairs, "cpu", decode=reference.greedy_decode,
                                                 padding_mask=reference.padding_mask)
     assert 0.0 <= accuracy <= 1.0 and len(predictions) == len(test_pairs)
