@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -69,11 +69,12 @@ def fail(message: str, expected: Any = None, actual: Any = None, case: str = "",
 
 
 class Rows:
-    """Integer rows (masks as 0/1, token ids) shown as a small table where fail() shows expected and actual."""
+    """Integer rows (masks as 0/1, token ids) shown as a small table where fail() shows expected and actual: the
+    first `columns` entries of each row (a 1-d tensor is one row)."""
 
-    def __init__(self, values: torch.Tensor):
+    def __init__(self, values: torch.Tensor, columns: int = 16):
         v = values.detach().to("cpu").long()
-        self.rows = (v.unsqueeze(0) if v.dim() == 1 else v).tolist()
+        self.rows = [row[:columns] for row in (v.unsqueeze(0) if v.dim() == 1 else v).tolist()]
 
     def __repr__(self) -> str:
         return "\n    ".join(" ".join(f"{x:3d}" for x in row) for row in self.rows)
@@ -229,6 +230,22 @@ def expect_close(actual: torch.Tensor, expected: torch.Tensor, *, what: str, dev
         if close(actual, candidate, **tol):
             fail(f"{what} is not what was asked: {mistake.explanation}", expected, actual, case, mistake.id)
     fail(f"{what} does not match the reference. {otherwise}", expected, actual, case)
+
+
+def expect_equal(actual: torch.Tensor, expected: torch.Tensor | Sequence[torch.Tensor], *, what: str, otherwise: str,
+                 case: str = "", mistakes: Iterable[tuple[Mistake, torch.Tensor]] = (),
+                 differs: str = "does not match the reference") -> None:
+    """Fail unless actual equals expected (or one of several right answers) exactly, as masks and token ids must;
+    name the first typical mistake that actual equals instead. Both are shown as rows of integers (Rows)."""
+    __tracebackhide__ = True
+    right = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    if any(torch.equal(actual, r) for r in right):
+        return
+    for mistake, candidate in mistakes:
+        if torch.equal(actual, candidate):
+            fail(f"{what} is not what was asked: {mistake.explanation}", Rows(right[0]), Rows(actual), case,
+                 mistake.id)
+    fail(f"{what} {differs}. {otherwise}", Rows(right[0]), Rows(actual), case)
 
 
 def expect_close_batch(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str, otherwise: str,

@@ -26,6 +26,7 @@ from course.checks.compare import (
     Rows,
     expect_close,
     expect_close_batch,
+    expect_equal,
     fail,
     matches_any,
     output,
@@ -952,14 +953,8 @@ def _tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hint: str =
 def _expect_tokens(out: torch.Tensor, good: Sequence[torch.Tensor], mistakes, *, what: str, case: str,
                    otherwise: str = _SAMPLE_HINT) -> None:
     __tracebackhide__ = True
-    if any(torch.equal(out, g) for g in good):
-        return
-    for mistake, candidate in mistakes:
-        if torch.equal(out, candidate):
-            fail(f"{what} is not what was asked: {mistake.explanation}", Rows(good[0][:16]), Rows(out[:16]), case,
-                 mistake.id)
-    fail(f"{what} does not give the tokens torch.multinomial draws with the given generator. {otherwise}",
-         Rows(good[0][:16]), Rows(out[:16]), case)
+    expect_equal(out, good, what=what, mistakes=mistakes, otherwise=otherwise, case=case,
+                 differs="does not give the tokens torch.multinomial draws with the given generator")
 
 
 def _call_sampler(rec: Recorder, key: str, sample_next_token, logits: torch.Tensor, temperature: float,
@@ -1053,7 +1048,7 @@ def _judge_sampling_generator(ev: Evidence) -> None:
     good = _draws(logits, temperature, top_k, seed + 1)
     if not torch.equal(outs[0], outs[1]):
         fail(f"{what} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
-             f"{SAMPLE_GLOBAL_RNG.explanation}", Rows(outs[0][:16]), Rows(outs[1][:16]),
+             f"{SAMPLE_GLOBAL_RNG.explanation}", Rows(outs[0]), Rows(outs[1]),
              "the same generator seed, two global seeds", SAMPLE_GLOBAL_RNG.id)
     _expect_tokens(outs[0], good, _sample_mistakes(logits, temperature, top_k, seed + 1), what=what,
                    case=f"logits ({b}, {vocab}), first 16 rows")
@@ -1229,20 +1224,11 @@ def _judge_generation(ev: Evidence, key: str, spec: tuple, use_cache: bool) -> N
     good = _good_generations(spec, "plain")
     mistakes = _generate_mistakes(spec, use_cache)
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
-    if tuple(out.shape) != (b, t0 + n):
-        for mistake, candidate in mistakes:
-            if tuple(out.shape) == tuple(candidate.shape) and torch.equal(out, candidate):
-                fail(f"{what} is not what was asked: {mistake.explanation}", Rows(good[0]), Rows(out), case,
-                     mistake.id)
+    if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
         fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
              "prompt, then the new tokens.", Rows(good[0]), Rows(out), case, "wrong-shape")
-    if not any(torch.equal(out, g) for g in good):
-        for mistake, candidate in mistakes:
-            if tuple(out.shape) == tuple(candidate.shape) and torch.equal(out, candidate):
-                fail(f"{what} is not what was asked: {mistake.explanation}", Rows(good[0]), Rows(out), case,
-                     mistake.id)
-        fail(f"{what} does not give the tokens of the step-by-step oracle. {_GENERATE_HINT}", Rows(good[0]),
-             Rows(out), case)
+    expect_equal(out, good, what=what, mistakes=mistakes, otherwise=_GENERATE_HINT, case=case,
+                 differs="does not give the tokens of the step-by-step oracle")
     calls = ev.facts.get(f"{key}.calls")
     if not isinstance(calls, list) or len(calls) < n:
         fail(f"{what} made {len(calls) if isinstance(calls, list) else 'no'} calls of the model for {n} new tokens.")

@@ -25,6 +25,7 @@ from course.checks.compare import (
     Rows,
     expect_close,
     expect_close_batch,
+    expect_equal,
     fail,
     matches_any,
     output,
@@ -206,18 +207,6 @@ def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: 
     return value
 
 
-def _expect_equal_mask(actual: torch.Tensor, expected: torch.Tensor, *, what: str,
-                       mistakes: list[tuple[Mistake, torch.Tensor]], otherwise: str, case: str) -> None:
-    __tracebackhide__ = True
-    if torch.equal(actual, expected):
-        return
-    for mistake, candidate in mistakes:
-        if torch.equal(actual, candidate):
-            fail(f"{what} is not what was asked: {mistake.explanation}", Rows(expected), Rows(actual), case,
-                 mistake.id)
-    fail(f"{what} does not match the reference. {otherwise}", Rows(expected), Rows(actual), case)
-
-
 def _causal_mistakes(t: int) -> list[tuple[Mistake, torch.Tensor]]:
     good = oracles.causal_mask(t)
     return [(CAUSAL_INVERTED, ~good), (CAUSAL_NO_DIAGONAL, good & ~torch.eye(t, dtype=torch.bool)),
@@ -234,7 +223,7 @@ def _probe_causal_by_hand(causal_mask, rec: Recorder) -> None:
 def _judge_causal_by_hand(ev: Evidence) -> None:
     """t = 4: the lower triangle, diagonal included, as bools."""
     mask = _mask(ev, "mask", what=CAUSAL_NAME, shape=(4, 4), device="cpu")
-    _expect_equal_mask(mask, oracles.causal_mask(4), what=CAUSAL_NAME, mistakes=_causal_mistakes(4),
+    expect_equal(mask, oracles.causal_mask(4), what=CAUSAL_NAME, mistakes=_causal_mistakes(4),
                        otherwise=_CAUSAL_HINT, case="t=4, shown as 0/1")
 
 
@@ -254,10 +243,10 @@ def _judge_causal_oracle(ev: Evidence) -> None:
     for t in CAUSAL_LENGTHS:
         what = f"causal_mask({t}, device={ev.device!r})"
         mask = _mask(ev, f"mask{t}", what=what, shape=(t, t), device=ev.device)
-        _expect_equal_mask(mask, oracles.causal_mask(t), what=what, mistakes=_causal_mistakes(t),
+        expect_equal(mask, oracles.causal_mask(t), what=what, mistakes=_causal_mistakes(t),
                            otherwise=_CAUSAL_HINT, case=f"t={t}")
     mask = _mask(ev, "mask_default", what="causal_mask(2) without a device", shape=(2, 2), device="cpu")
-    _expect_equal_mask(mask, oracles.causal_mask(2), what="causal_mask(2)", mistakes=_causal_mistakes(2),
+    expect_equal(mask, oracles.causal_mask(2), what="causal_mask(2)", mistakes=_causal_mistakes(2),
                        otherwise=_CAUSAL_HINT, case="t=2")
 
 
@@ -300,7 +289,7 @@ def _judge_padding_by_hand(ev: Evidence) -> None:
     """lengths [3, 1, 4], t = 5."""
     lengths, t = torch.tensor(PADDING_BY_HAND[0]), PADDING_BY_HAND[1]
     mask = _mask(ev, "mask", what=PADDING_NAME, shape=(3, t), device="cpu", hints=_padding_hints(3, t))
-    _expect_equal_mask(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
+    expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
                        otherwise=_PADDING_HINT, case="lengths=[3, 1, 4], t=5, shown as 0/1")
 
 
@@ -317,7 +306,7 @@ def _judge_padding_oracle(ev: Evidence) -> None:
     for i, (lengths_list, t) in enumerate(PADDING_CASES):
         lengths, b = torch.tensor(lengths_list), len(lengths_list)
         mask = _mask(ev, f"mask{i}", what=PADDING_NAME, shape=(b, t), device=ev.device, hints=_padding_hints(b, t))
-        _expect_equal_mask(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
+        expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
                            otherwise=_PADDING_HINT, case=f"lengths={list(lengths_list)}, t={t}")
 
 
@@ -1435,15 +1424,8 @@ def _judge_decode(ev: Evidence, key: str, model: nn.Module, src, lengths, max_le
         fail(f"{DECODE_NAME} stopped after {width} tokens, but a sequence had not written <eos> yet (it needs {n}). "
              "Stop only when every sequence is finished, or after max_len steps.", Rows(expected), Rows(out), case,
              DECODE_STOPS_EARLY)
-    target = _fit(expected, width)
-    if torch.equal(out, target):
-        return
-    for mistake, candidate in mistakes:
-        if torch.equal(out, candidate):
-            fail(f"{DECODE_NAME} is not what was asked: {mistake.explanation}", Rows(target), Rows(out), case,
-                 mistake.id)
-    fail(f"{DECODE_NAME} does not agree with the step-by-step argmax of the model. {_DECODE_HINT}", Rows(target),
-         Rows(out), case)
+    expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=mistakes, otherwise=_DECODE_HINT, case=case,
+                 differs="does not agree with the step-by-step argmax of the model")
 
 
 _SCRIPTED_SRC = ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4))
