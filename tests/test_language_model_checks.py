@@ -3,7 +3,6 @@ specific to 08 fail (a record claiming that cached equals uncached earns nothing
 a failing generation names a failing sampler, the judge's own models are what they claim, and the training harness
 works without the reference answers."""
 
-import ast
 import math
 
 import forgery
@@ -143,19 +142,13 @@ def test_the_reference_generation_is_the_same_cached_and_uncached():
 
 # ---------------------------------------------------------------- the harness
 
-def _imports(path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module} | \
-           {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-
-
 def test_nothing_the_kernel_needs_while_08_is_graded_imports_the_answers():
     """The checks, the corpus and the training harness work while course/language_model.py is hidden."""
     root = course_dir.ROOT
     assert course_dir.answer_modules(A) == ["language_model"]
     for path in (root / "course" / "language_model_training.py", root / "course" / "corpus.py",
                  root / "course" / "checks" / "language_model.py"):
-        assert "course.language_model" not in _imports(path), path
+        assert "language_model" not in course_dir.course_imports(path), path
 
 
 def test_the_notebook_trains_with_the_settings_the_benchmark_uses():
