@@ -2,10 +2,14 @@
 as they are, so no line the course writes there is longer than compare.WIDTH (88) characters.
 tests/test_browser.py measures the dialog itself."""
 
+import nbformat
 import pytest
 import torch
+from conftest import ASSIGNMENTS
 
+from autograder import course_dir
 from autograder.judging import Verdict, verdict_outputs
+from autograder.notebooks import grade_id, hidden_tests_removed
 from course.checks.compare import WIDTH, CheckFailed, fail
 
 LONG = ("attention_weights(x) is not what was asked: these are the raw dot products of the inputs with each other, "
@@ -39,3 +43,14 @@ def test_a_judged_test_cell_shows_the_failure_as_the_kernel_does():
     failure = _failure()
     [output] = verdict_outputs(Verdict(False, str(failure), failure.mistake), None)
     assert output.traceback == failure._render_traceback_()
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_test_cells_a_student_sees_fit_in_the_dialog(assignment):
+    """nbgrader's Validate dialog shows a failing test cell's source too: its visible lines fit in WIDTH."""
+    for notebook in course_dir.notebooks(assignment):
+        nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
+        for cell in nb.cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+                long = [line for line in hidden_tests_removed(cell.source).splitlines() if len(line) > WIDTH]
+                assert not long, f"{assignment} {grade_id(cell)}: {long}"

@@ -6,6 +6,7 @@ module, F.scaled_dot_product_attention on the projections for the wide one. See 
 """
 
 import math
+from dataclasses import dataclass
 from collections.abc import Callable
 from itertools import product
 from types import MappingProxyType
@@ -597,16 +598,29 @@ multi_head_causal = Check("multi_head_causal", _probe_causal, _judge_causal)
 
 # ---------------------------------------------------------------- against the oracle
 
-# (k, heads, b, tq, tk or None for self-attention, mask kind): head size != k, tq != tk, batch > 1, three mask shapes
-NARROW_CASES = ((12, 3, 3, 5, None, None), (8, 2, 2, 4, 7, None), (8, 4, 2, 6, None, "causal"),
-                (12, 4, 2, 5, 6, "random"), (6, 3, 2, 5, 5, "padding"), (6, 1, 2, 3, None, None))
-WIDE_CASES = ((6, 3, 3, 5, None, None), (4, 2, 2, 4, 7, None), (4, 4, 2, 6, None, "causal"),
-              (6, 2, 2, 5, 6, "random"), (4, 3, 2, 5, 5, "padding"))
+@dataclass(frozen=True)
+class Case:
+    """One oracle case: model size k, heads, batch b, tq queries, tk keys (None: self-attention) and a mask kind
+    (None, "causal", "random" or "padding")."""
+
+    k: int
+    heads: int
+    b: int
+    tq: int
+    tk: int | None = None
+    mask: str | None = None
 
 
-def _case(i: int, spec: tuple) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+# head size != k, tq != tk, batch > 1, three mask shapes
+NARROW_CASES = (Case(12, 3, 3, 5), Case(8, 2, 2, 4, 7), Case(8, 4, 2, 6, mask="causal"),
+                Case(12, 4, 2, 5, 6, "random"), Case(6, 3, 2, 5, 5, "padding"), Case(6, 1, 2, 3))
+WIDE_CASES = (Case(6, 3, 3, 5), Case(4, 2, 2, 4, 7), Case(4, 4, 2, 6, mask="causal"),
+              Case(6, 2, 2, 5, 6, "random"), Case(4, 3, 2, 5, 5, "padding"))
+
+
+def _case(i: int, case: Case) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """x, context and mask of one case, on the CPU."""
-    k, _, b, tq, tk, kind = spec
+    k, b, tq, tk, kind = case.k, case.b, case.tq, case.tk, case.mask
     x = randn(b, tq, k, seed=250 + i)
     context = None if tk is None else randn(b, tk, k, seed=260 + i)
     n = tq if tk is None else tk
@@ -623,11 +637,11 @@ def _case(i: int, spec: tuple) -> tuple[torch.Tensor, torch.Tensor | None, torch
 
 
 def _probe_oracle(cls: Callable, rec: Recorder, wide: bool) -> None:
-    for i, spec in enumerate(WIDE_CASES if wide else NARROW_CASES):
-        module = _make(cls, rec, f"module{i}", spec[0], spec[1], 300 + 20 * i)
+    for i, case in enumerate(WIDE_CASES if wide else NARROW_CASES):
+        module = _make(cls, rec, f"module{i}", case.k, case.heads, 300 + 20 * i)
         if module is None:
             return
-        x, context, mask = _case(i, spec)
+        x, context, mask = _case(i, case)
         _run(rec, f"y{i}", module, x, context, mask)
 
 
@@ -635,14 +649,14 @@ def _judge_oracle(ev: Evidence, wide: bool) -> None:
     __tracebackhide__ = True
     cls_name = WIDE_NAME if wide else NARROW_NAME
     oracle = "PyTorch's fused attention on your projections" if wide else "nn.MultiheadAttention with your weights"
-    for i, spec in enumerate(WIDE_CASES if wide else NARROW_CASES):
-        k, heads = spec[0], spec[1]
+    for i, case in enumerate(WIDE_CASES if wide else NARROW_CASES):
+        k, heads = case.k, case.heads
         w = _weights(ev, f"module{i}", cls_name, k, heads, wide, 300 + 20 * i)
-        x, context, mask = _case(i, spec)
+        x, context, mask = _case(i, case)
         y = _module_output(ev, f"y{i}", cls_name, x, context, mask)
         expect_close(y, _oracle(wide)(w, x, context, mask, heads), what=f"{cls_name}.forward", device=ev.device,
                      mistakes=_mistakes(w, k, heads, wide, x, context, mask),
-                     case=_describe_case(k, heads, x, context, mask, spec[5]),
+                     case=_describe_case(k, heads, x, context, mask, case.mask),
                      otherwise=f"It differs from {oracle}. " + _FORWARD_HINT)
 
 

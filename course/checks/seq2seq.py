@@ -10,6 +10,7 @@ to outputs the judge recomputes. See course/checks/check.py.
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -773,8 +774,23 @@ decoder_block_padding_gradients = Check("decoder_block_padding_gradients", _prob
 
 # ---------------------------------------------------------------- the model
 
-# (b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len)
-MODEL_CASES = ((3, 7, 5, 11, 9, 16, 2, 2, 20), (2, 4, 6, 7, 13, 12, 3, 1, 12), (1, 5, 1, 11, 9, 8, 4, 2, 10))
+@dataclass(frozen=True)
+class ModelCase:
+    """A case for the model: batch b, source length s, target length t, the vocabularies, and the model's size."""
+
+    b: int
+    s: int
+    t: int
+    src_vocab: int
+    tgt_vocab: int
+    k: int
+    heads: int
+    depth: int
+    max_len: int
+
+
+MODEL_CASES = (ModelCase(3, 7, 5, 11, 9, 16, 2, 2, 20), ModelCase(2, 4, 6, 7, 13, 12, 3, 1, 12),
+               ModelCase(1, 5, 1, 11, 9, 8, 4, 2, 10))
 
 
 def _sinusoids(t: int, k: int) -> torch.Tensor:
@@ -787,8 +803,8 @@ def _sinusoids(t: int, k: int) -> torch.Tensor:
     return table.to(torch.float32)
 
 
-def _model_inputs(case: tuple, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    b, s, t, src_vocab, tgt_vocab = case[:5]
+def _model_inputs(case: ModelCase, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, s, t, src_vocab, tgt_vocab = case.b, case.s, case.t, case.src_vocab, case.tgt_vocab
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(3, src_vocab, (b, s), generator=g)
     tgt = torch.randint(3, tgt_vocab, (b, t), generator=g)
@@ -798,11 +814,11 @@ def _model_inputs(case: tuple, seed: int) -> tuple[torch.Tensor, torch.Tensor, t
     return src, tgt, lengths
 
 
-def _model_oracle(w: dict[str, torch.Tensor], case: tuple, src, tgt, lengths, *, src_positions=True,
+def _model_oracle(w: dict[str, torch.Tensor], case: ModelCase, src, tgt, lengths, *, src_positions=True,
                   tgt_positions=True, encoder_mask=True, memory_mask=True, causal=True, use_encoder=True,
                   tgt_embedding="tgt", scaled=False, softmax=False) -> torch.Tensor:
     """PyTorch's encoder and decoder layers with the check's weights; the keywords switch typical mistakes on."""
-    s, t, k, heads, depth = src.shape[1], tgt.shape[1], case[5], case[6], case[7]
+    s, t, k, heads, depth = src.shape[1], tgt.shape[1], case.k, case.heads, case.depth
     scale = math.sqrt(k) if scaled else 1.0
     pad = _padding(lengths, s)
     x = F.embedding(src, w["src_embedding.weight"]) * scale
@@ -834,9 +850,9 @@ _MODEL_MISTAKES = ((MODEL_SOFTMAX, MappingProxyType({"softmax": True})),
                    (MODEL_TARGET_SOURCE_EMBEDDING, MappingProxyType({"tgt_embedding": "src"})))
 
 
-def _model_mistake_switches(case: tuple, tgt: torch.Tensor) -> list[tuple[Mistake, dict]]:
+def _model_mistake_switches(case: ModelCase, tgt: torch.Tensor) -> list[tuple[Mistake, dict]]:
     return [(m, dict(sw)) for m, sw in _MODEL_MISTAKES
-            if m is not MODEL_TARGET_SOURCE_EMBEDDING or int(tgt.max()) < case[3]]
+            if m is not MODEL_TARGET_SOURCE_EMBEDDING or int(tgt.max()) < case.src_vocab]
 
 
 def _model_mistakes(w, case, src, tgt, lengths) -> list[tuple[Mistake, torch.Tensor]]:
@@ -851,8 +867,9 @@ _MODEL_CALL_HINT = ("If the error is about sizes inside attention: a (b, s) padd
                     "MultiHeadAttention as (b, 1, s) — src_mask.unsqueeze(1) — so that it broadcasts over the queries.")
 
 
-def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, key: str, case: tuple, seed: int) -> nn.Module | None:
-    src_vocab, tgt_vocab, k, heads, depth, max_len = case[3:9]
+def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, key: str, case: ModelCase, seed: int) -> nn.Module | None:
+    src_vocab, tgt_vocab, k, heads, depth, max_len = (case.src_vocab, case.tgt_vocab, case.k, case.heads,
+                                                      case.depth, case.max_len)
     return _build(Seq2SeqTransformer, rec, key, (src_vocab, tgt_vocab, k, heads, depth, max_len), MODEL_PARTS, seed)
 
 
@@ -862,9 +879,10 @@ def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, lengths, gra
         return rec.call(key, model, src.to(rec.device), tgt.to(rec.device), mask)
 
 
-def _model_structure(ev: Evidence, key: str, case: tuple) -> None:
+def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     __tracebackhide__ = True
-    src_vocab, tgt_vocab, k, heads, depth, max_len = case[3:9]
+    src_vocab, tgt_vocab, k, heads, depth, max_len = (case.src_vocab, case.tgt_vocab, case.k, case.heads,
+                                                      case.depth, case.max_len)
     what = MODEL_NAME
     modules.built(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
                            f"max_len={max_len})")
@@ -908,17 +926,17 @@ def _model_structure(ev: Evidence, key: str, case: tuple) -> None:
              f"nn.Linear({k}, {tgt_vocab}): one logit per target token.", mistake=WRONG_SIZE)
 
 
-def _model_weights(ev: Evidence, key: str, case: tuple, seed: int) -> dict[str, torch.Tensor]:
+def _model_weights(ev: Evidence, key: str, case: ModelCase, seed: int) -> dict[str, torch.Tensor]:
     __tracebackhide__ = True
     _model_structure(ev, key, case)
-    src_vocab, tgt_vocab, k, _, depth = case[3:8]
+    src_vocab, tgt_vocab, k, depth = case.src_vocab, case.tgt_vocab, case.k, case.depth
     return modules.expect_parameters(ev, key, MODEL_NAME, _model_shapes(src_vocab, tgt_vocab, k, depth), seed,
                                      hint=modules.PARTS_HINT)
 
 
-def _logits(ev: Evidence, key: str, case: tuple, t: int | None = None) -> torch.Tensor:
+def _logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None) -> torch.Tensor:
     __tracebackhide__ = True
-    b, s, t_case, _, tgt_vocab, k = case[:6]
+    b, s, t_case, tgt_vocab, k = case.b, case.s, case.t, case.tgt_vocab, case.k
     t = t_case if t is None else t
     return output(ev, key, what=f"{MODEL_NAME}.forward(src, tgt, src_mask)", shape=(b, t, tgt_vocab),
                   hint=_MODEL_CALL_HINT, shape_hints={
@@ -951,7 +969,7 @@ def _probe_model_structure(Seq2SeqTransformer, rec: Recorder) -> None:
 def _judge_model_structure(ev: Evidence) -> None:
     """The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k)."""
     case = MODEL_CASES[0]
-    b, s, k = case[0], case[1], case[5]
+    b, s, k = case.b, case.s, case.k
     w = _model_weights(ev, "model", case, 1600)
     src, tgt, lengths = _model_inputs(case, 1610)
     output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(b, s, k), hint=_MODEL_CALL_HINT)
@@ -962,11 +980,11 @@ def _judge_model_structure(ev: Evidence) -> None:
 _CAUSAL_POSITIONS = (4, 2)
 
 
-def _changed_targets(case: tuple, tgt: torch.Tensor) -> list[torch.Tensor]:
+def _changed_targets(case: ModelCase, tgt: torch.Tensor) -> list[torch.Tensor]:
     out = []
     for j in _CAUSAL_POSITIONS:
         changed = tgt.clone()
-        changed[:, j] = 3 + (changed[:, j] - 2) % (case[4] - 3)  # another real token
+        changed[:, j] = 3 + (changed[:, j] - 2) % (case.tgt_vocab - 3)  # another real token
         out.append(changed)
     return out
 
@@ -1018,7 +1036,7 @@ def _judge_model_oracle(ev: Evidence) -> None:
     """Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the same
     weights; decode(tgt, encode(src, src_mask), src_mask) equals forward."""
     for i, case in enumerate(MODEL_CASES):
-        b, s, t, _, tgt_vocab, k, heads, depth = case[:8]
+        b, s, t, tgt_vocab, k, heads, depth = case.b, case.s, case.t, case.tgt_vocab, case.k, case.heads, case.depth
         w = _model_weights(ev, f"model{i}", case, 1800 + 100 * i)
         src, tgt, lengths = _model_inputs(case, 1850 + i)
         logits = _logits(ev, f"logits{i}", case)
@@ -1037,8 +1055,8 @@ def _judge_model_oracle(ev: Evidence) -> None:
                  mistake=DECODE_INCONSISTENT)
 
 
-def _padding_model_inputs(case: tuple):
-    b, s, _, src_vocab = case[:4]
+def _padding_model_inputs(case: ModelCase):
+    b, s, src_vocab = case.b, case.s, case.src_vocab
     src, tgt, lengths = _model_inputs(case, 1910)
     extra = torch.randint(3, src_vocab, (b, 4), generator=torch.Generator().manual_seed(1920))
     longer = torch.cat([src, extra], dim=1)  # (b, s + 4): garbage in the padded positions, masked out
@@ -1072,11 +1090,11 @@ def _judge_model_padding(ev: Evidence) -> None:
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} ignores the source padding")
 
 
-def _probe_model_backward(rec: Recorder, key: str, model: nn.Module, case: tuple, seed: int,
+def _probe_model_backward(rec: Recorder, key: str, model: nn.Module, case: ModelCase, seed: int,
                          upstream_seed: int) -> None:
     """Record the logits of the case's batch in training mode, and the gradients of sum(logits · upstream) for
     every parameter."""
-    b, _, t, _, tgt_vocab = case[:5]
+    b, t, tgt_vocab = case.b, case.t, case.tgt_vocab
     src, tgt, lengths = _model_inputs(case, seed)
     upstream = randn(b, t, tgt_vocab, seed=upstream_seed).to(rec.device)
     model.train()
@@ -1084,12 +1102,12 @@ def _probe_model_backward(rec: Recorder, key: str, model: nn.Module, case: tuple
                             _padding(lengths, src.shape[1]).to(rec.device), loss=lambda y: (y * upstream).sum())
 
 
-def _expect_model_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], case: tuple, seed: int,
+def _expect_model_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], case: ModelCase, seed: int,
                             upstream_seed: int, case_text: str) -> None:
     """The logits under key are in autograd's graph, and every parameter got autograd's gradient through PyTorch's
     layers (or through the typical mistake the logits are)."""
     __tracebackhide__ = True
-    b, _, t, _, tgt_vocab = case[:5]
+    b, t, tgt_vocab = case.b, case.t, case.tgt_vocab
     src, tgt, lengths = _model_inputs(case, seed)
     logits = _logits(ev, key, case)
     modules.expect_differentiable(ev, key, f"{MODEL_NAME}.forward")
@@ -1126,7 +1144,7 @@ def _judge_model_gradients(ev: Evidence) -> None:
 
 
 #: (b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len): a source with padding, two layers of each kind
-SMALL_MODEL = (2, 5, 4, 7, 6, 4, 2, 2, 8)
+SMALL_MODEL = ModelCase(2, 5, 4, 7, 6, 4, 2, 2, 8)
 
 
 def _probe_model_small_case(Seq2SeqTransformer, rec: Recorder) -> None:
