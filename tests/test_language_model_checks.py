@@ -28,7 +28,7 @@ def test_a_record_claiming_cached_equals_uncached_earns_nothing_without_real_log
     made_up = torch.randn(forged.tensors["full"].shape, generator=torch.Generator().manual_seed(0))
     forged.tensors["full"] = made_up
     start = 0
-    for c, size in enumerate(lm.CACHE_CASE[2]):
+    for c, size in enumerate(lm.CACHE_CASE.chunks):
         forged.tensors[f"step{c}.0"] = made_up[:, start:start + size].clone()
         start += size
     with pytest.raises(CheckFailed, match="not a language model"):
@@ -50,8 +50,8 @@ def test_a_forged_call_log_does_not_make_an_uncached_generation_cached():
     with pytest.raises(CheckFailed):
         lm.generate_cache.judge(wrong)
     uncached = forgery.honest(A, "generate_cache")
-    for i, (_, _, _, t0, n, *_rest) in enumerate(lm.CACHED_GENERATIONS):
-        uncached.facts[f"tokens{i}.calls"] = [[t0 + j, 0, False] for j in range(n)]
+    for i, spec in enumerate(lm.CACHED_GENERATIONS):
+        uncached.facts[f"tokens{i}.calls"] = [[spec.t0 + j, 0, False] for j in range(spec.new_tokens)]
     with pytest.raises(CheckFailed) as failure:
         lm.generate_cache.judge(uncached)
     assert failure.value.mistake == lm.GENERATE_CACHE_UNUSED
@@ -88,7 +88,7 @@ def test_a_generation_failing_because_of_the_sampler_says_so():
 # ---------------------------------------------------------------- the judge's own models
 
 def _weights(case, seed=1):
-    model = reference.LanguageModel(*case[2:7])
+    model = reference.LanguageModel(case.vocab, case.k, case.heads, case.depth, case.max_len)
     weights.fill(model, seed)
     return model.eval(), weights.recreate([[n, list(p.shape)] for n, p in model.named_parameters()], seed)
 
@@ -105,7 +105,7 @@ def test_the_hand_written_model_is_pytorchs_layers_and_the_reference(case):
 
 def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
     """Each catalogued switch gives other logits (or another cache) on the visible cache case than the right model."""
-    case, seed, sizes = lm.CACHE_CASE
+    case, seed, sizes = lm.CACHE_CASE.model, lm.CACHE_CASE.seed, lm.CACHE_CASE.chunks
     _, w = _weights(case, seed)
     tokens = lm._lm_tokens(case, seed + 10)
     right_logits, right_caches = lm._lm_run_cached(w, case, tokens, sizes, {})

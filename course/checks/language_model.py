@@ -11,6 +11,7 @@ course/checks/check.py.
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -171,10 +172,31 @@ MODEL_PARTS = ("token_embedding", "position_embedding", "blocks", "norm", "to_lo
 BLOCK_PARTS = (("norm1", "LayerNorm", "nn.LayerNorm(k)"), ("attention", "MultiHeadAttention",
                                                             "MultiHeadAttention(k, heads)"),
                ("norm2", "LayerNorm", "nn.LayerNorm(k)"), ("ff", "FeedForward", "FeedForward(k, 4 * k)"))
-#: (b, t, vocab_size, k, heads, depth, max_len): head size != k, batch > 1, odd lengths, one case with t == max_len
-STRUCTURE_CASE = (2, 6, 11, 16, 2, 2, 10)
-ORACLE_CASES = ((3, 7, 11, 16, 2, 2, 12), (2, 5, 13, 12, 3, 1, 5))
-HIDDEN_CASES = ((1, 9, 7, 8, 4, 3, 9), (4, 4, 17, 20, 5, 2, 30))
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """A case for the model: b sequences of t tokens, and LanguageModel(vocab, k, heads, depth, max_len)."""
+
+    b: int
+    t: int
+    vocab: int
+    k: int
+    heads: int
+    depth: int
+    max_len: int
+
+    @property
+    def call(self) -> str:
+        """How the case builds the model, as a student would write it."""
+        return (f"{MODEL_NAME}({self.vocab}, k={self.k}, heads={self.heads}, depth={self.depth}, "
+                f"max_len={self.max_len})")
+
+
+# head size != k, batch > 1, odd lengths, one case with t == max_len
+STRUCTURE_CASE = ModelCase(2, 6, 11, 16, 2, 2, 10)
+ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1, 5))
+HIDDEN_CASES = (ModelCase(1, 9, 7, 8, 4, 3, 9), ModelCase(4, 4, 17, 20, 5, 2, 30))
 
 
 def _lm_facts(model: nn.Module) -> dict:
@@ -190,14 +212,13 @@ def _lm_facts(model: nn.Module) -> dict:
     return facts
 
 
-def _make_lm(LanguageModel: Callable, rec: Recorder, key: str, case: tuple, seed: int) -> nn.Module | None:
-    vocab, k, heads, depth, max_len = case[2:7]
-    return modules.build(rec, key, LanguageModel, vocab, k, heads, depth, max_len, seed=seed,
+def _make_lm(LanguageModel: Callable, rec: Recorder, key: str, case: ModelCase, seed: int) -> nn.Module | None:
+    return modules.build(rec, key, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len, seed=seed,
                          facts=_lm_facts, train=False)
 
 
-def _lm_shapes(case: tuple) -> dict[str, tuple[int, ...]]:
-    vocab, k, _heads, depth, max_len = case[2:7]
+def _lm_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
+    vocab, k, depth, max_len = case.vocab, case.k, case.depth, case.max_len
     shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (max_len, k)}
     for i in range(depth):
         shapes.update(modules.block_shapes(f"blocks.{i}.", k, 4 * k))
@@ -205,17 +226,12 @@ def _lm_shapes(case: tuple) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _lm_call(case: tuple) -> str:
-    vocab, k, heads, depth, max_len = case[2:7]
-    return f"{MODEL_NAME}({vocab}, k={k}, heads={heads}, depth={depth}, max_len={max_len})"
-
-
-def _lm_structure(ev: Evidence, key: str, case: tuple) -> None:
+def _lm_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     """The parts the notebook names, of the right kinds and sizes, registered, and no others with parameters."""
     __tracebackhide__ = True
-    vocab, k, heads, depth, max_len = case[2:7]
+    vocab, k, heads, depth, max_len = case.vocab, case.k, case.heads, case.depth, case.max_len
     what = MODEL_NAME
-    modules.built(ev, key, _lm_call(case))
+    modules.built(ev, key, case.call)
     parts = recorded(ev, f"{key}.parts", f"the parts of {MODEL_NAME}")
     described = modules.described(ev, key)
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
@@ -228,7 +244,7 @@ def _lm_structure(ev: Evidence, key: str, case: tuple) -> None:
         emb = described.get(name, {})
         if (emb.get("num_embeddings"), emb.get("embedding_dim")) != (rows, k):
             fail(f"{what}.{name} is nn.Embedding({emb.get('num_embeddings')}, {emb.get('embedding_dim')}); with "
-                 f"{_lm_call(case)} it should be {how} = nn.Embedding({rows}, {k}).", mistake=WRONG_SIZE)
+                 f"{case.call} it should be {how} = nn.Embedding({rows}, {k}).", mistake=WRONG_SIZE)
     blocks = modules.expect_part(ev, key, what, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
                                  "nn.ModuleList of `depth` blocks")
     if blocks.get("kind") in ("list", "tuple"):
@@ -268,12 +284,12 @@ def _lm_structure(ev: Evidence, key: str, case: tuple) -> None:
     if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, vocab):
         fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should "
              f"be nn.Linear({k}, {vocab}): one logit per token of the vocabulary.", mistake=WRONG_SIZE)
-    modules.expect_parameter_count(ev, key, _lm_call(case), sum(math.prod(s) for s in _lm_shapes(case).values()),
+    modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in _lm_shapes(case).values()),
                                    f"the embeddings, {depth} blocks, the final norm and the output layer",
                                    "Is an extra layer registered?")
 
 
-def _lm_weights(ev: Evidence, key: str, case: tuple, seed: int) -> dict[str, torch.Tensor]:
+def _lm_weights(ev: Evidence, key: str, case: ModelCase, seed: int) -> dict[str, torch.Tensor]:
     __tracebackhide__ = True
     _lm_structure(ev, key, case)
     return modules.expect_parameters(ev, key, MODEL_NAME, _lm_shapes(case), seed, hint=modules.PARTS_HINT)
@@ -281,15 +297,14 @@ def _lm_weights(ev: Evidence, key: str, case: tuple, seed: int) -> dict[str, tor
 
 # ---------------------------------------------------------------- the model: oracles
 
-def _lm_tokens(case: tuple, seed: int) -> torch.Tensor:
-    b, t, vocab = case[:3]
-    return torch.randint(vocab, (b, t), generator=torch.Generator().manual_seed(seed))
+def _lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
+    return torch.randint(case.vocab, (case.b, case.t), generator=torch.Generator().manual_seed(seed))
 
 
-def _lm_oracle(w: Mapping[str, torch.Tensor], case: tuple, tokens: torch.Tensor) -> torch.Tensor:
+def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
     """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
     _b, t = tokens.shape
-    k, heads, depth = case[3:6]
+    k, heads, depth = case.k, case.heads, case.depth
     x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][:t]  # (b, t, k)
     layer = oracles.encoder_layer(k, heads, 4 * k, norm_first=True)
     for i in range(depth):
@@ -311,14 +326,14 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: 
     return weights @ values  # (b, h, t, s)
 
 
-def _lm_step(w: Mapping[str, torch.Tensor], case: tuple, tokens: torch.Tensor, cache: list | None = None, *,
+def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
              mask: str = "causal", positions: str = "continue", layout: str = "pre", final_norm: bool = True,
              softmax: bool = False, scaled: bool = False, stored: str = "keys", order: str = "append",
              offset: bool = True, read_cache: bool = True) -> tuple[torch.Tensor, list]:
     """One call of a language model written out with PyTorch's functions: (logits, cache). The keywords switch the
     typical mistakes on; with none it is the model the notebook asks for."""
     _b, t = tokens.shape
-    k, heads, depth = case[3:6]
+    k, heads, depth = case.k, case.heads, case.depth
     past = 0 if cache is None else cache[0][0].shape[2]
     start = past if positions == "continue" else 0
     x = F.embedding(tokens, w["token_embedding.weight"]) * (math.sqrt(k) if scaled else 1.0)
@@ -413,11 +428,11 @@ _LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each b
             "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
 
 
-def _logits(ev: Evidence, key: str, case: tuple, t: int | None = None, what: str = f"{MODEL_NAME}.forward(tokens)"
+def _logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None, what: str = f"{MODEL_NAME}.forward(tokens)"
             ) -> torch.Tensor:
     __tracebackhide__ = True
-    b, t_case, vocab, k = case[:4]
-    t = t_case if t is None else t
+    b, vocab, k = case.b, case.vocab, case.k
+    t = case.t if t is None else t
     if value_kind(ev, key) == "tuple":
         fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.",
              mistake=LM_RETURNS_TUPLE)
@@ -462,7 +477,7 @@ def _judge_lm_structure(ev: Evidence) -> None:
 
 lm_structure = Check("lm_structure", _probe_lm_structure, _judge_lm_structure)
 
-_CAUSALITY_CASE = (3, 7, 11, 16, 2, 2, 9)
+_CAUSALITY_CASE = ModelCase(3, 7, 11, 16, 2, 2, 9)
 _CHANGED_POSITIONS = (5, 2)
 
 
@@ -479,7 +494,7 @@ def _probe_lm_causality(LanguageModel, rec: Recorder) -> None:
     tokens = _lm_tokens(_CAUSALITY_CASE, 3110)
     _run_lm(rec, "logits", model, tokens)
     for j in _CHANGED_POSITIONS:
-        _run_lm(rec, f"changed{j}", model, _changed_tokens(tokens, j, _CAUSALITY_CASE[2]))
+        _run_lm(rec, f"changed{j}", model, _changed_tokens(tokens, j, _CAUSALITY_CASE.vocab))
 
 
 def _judge_lm_causality(ev: Evidence) -> None:
@@ -506,7 +521,7 @@ def _judge_lm_causality(ev: Evidence) -> None:
 lm_causality = Check("lm_causality", _probe_lm_causality, _judge_lm_causality)
 
 
-def _probe_lm_oracle_cases(LanguageModel, rec: Recorder, cases: Sequence[tuple], seed: int) -> None:
+def _probe_lm_oracle_cases(LanguageModel, rec: Recorder, cases: Sequence[ModelCase], seed: int) -> None:
     for i, case in enumerate(cases):
         model = _make_lm(LanguageModel, rec, f"model{i}", case, seed + 100 * i)
         if model is None:
@@ -514,10 +529,9 @@ def _probe_lm_oracle_cases(LanguageModel, rec: Recorder, cases: Sequence[tuple],
         _run_lm(rec, f"logits{i}", model, _lm_tokens(case, seed + 100 * i + 10))
 
 
-def _judge_lm_oracle_cases(ev: Evidence, cases: Sequence[tuple], seed: int) -> None:
+def _judge_lm_oracle_cases(ev: Evidence, cases: Sequence[ModelCase], seed: int) -> None:
     __tracebackhide__ = True
     for i, case in enumerate(cases):
-        b, t, vocab, k, heads, depth, max_len = case
         w = _lm_weights(ev, f"model{i}", case, seed + 100 * i)
         tokens = _lm_tokens(case, seed + 100 * i + 10)
         logits = _logits(ev, f"logits{i}", case)
@@ -525,8 +539,8 @@ def _judge_lm_oracle_cases(ev: Evidence, cases: Sequence[tuple], seed: int) -> N
             expected = _lm_oracle(w, case, tokens)
         expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
                            mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
-                           case=f"b={b}, t={t}, vocab_size={vocab}, k={k}, heads={heads}, depth={depth}, "
-                                f"max_len={max_len}")
+                           case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
+                                f"depth={case.depth}, max_len={case.max_len}")
 
 
 def _probe_lm_oracle(LanguageModel, rec: Recorder) -> None:
@@ -544,9 +558,18 @@ lm_oracle = Check("lm_oracle", _probe_lm_oracle, _judge_lm_oracle)
 
 # ---------------------------------------------------------------- LanguageModel: the KV cache
 
-#: (case, seed, chunk sizes): the first chunk is the prompt, fed without a cache; each later one with the cache
-CACHE_CASE = ((2, 8, 11, 16, 2, 2, 10), 3300, (3, 2, 1, 1, 1))
-HIDDEN_CACHE_CASE = ((3, 9, 13, 12, 3, 3, 12), 3400, (2, 1, 3, 1, 2))
+@dataclass(frozen=True)
+class CacheCase:
+    """The model's tokens fed in chunks of these sizes: the first (the prompt) without a cache, each later one with
+    the cache the call before returned; seed: the check's weights (tokens: seed + 10)."""
+
+    model: ModelCase
+    seed: int
+    chunks: tuple[int, ...]
+
+
+CACHE_CASE = CacheCase(ModelCase(2, 8, 11, 16, 2, 2, 10), 3300, (3, 2, 1, 1, 1))
+HIDDEN_CACHE_CASE = CacheCase(ModelCase(3, 9, 13, 12, 3, 3, 12), 3400, (2, 1, 3, 1, 2))
 
 
 def _chunks(sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -558,8 +581,8 @@ def _chunks(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _probe_cache(LanguageModel, rec: Recorder, spec: tuple, prefix: str = "") -> None:
-    case, seed, sizes = spec
+def _probe_cache(LanguageModel, rec: Recorder, spec: CacheCase, prefix: str = "") -> None:
+    case, seed, sizes = spec.model, spec.seed, spec.chunks
     model = _make_lm(LanguageModel, rec, f"{prefix}model", case, seed)
     if model is None:
         return
@@ -574,10 +597,10 @@ def _probe_cache(LanguageModel, rec: Recorder, spec: tuple, prefix: str = "") ->
             cache = result[1]
 
 
-def _cache_tensors(ev: Evidence, key: str, case: tuple, positions: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _cache_tensors(ev: Evidence, key: str, case: ModelCase, positions: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The (keys, values) of every block in a recorded cache, each (b, heads, positions, s)."""
     __tracebackhide__ = True
-    b, _t, _vocab, k, heads, depth = case[:6]
+    b, k, heads, depth = case.b, case.k, case.heads, case.depth
     shape = (b, heads, positions, k // heads)
     fact = ev.facts.get(key)
     if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != depth:
@@ -638,9 +661,9 @@ def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torc
     return logits, caches
 
 
-def _judge_cache(ev: Evidence, spec: tuple, prefix: str = "") -> None:
+def _judge_cache(ev: Evidence, spec: CacheCase, prefix: str = "") -> None:
     __tracebackhide__ = True
-    case, seed, sizes = spec
+    case, seed, sizes = spec.model, spec.seed, spec.chunks
     w = _lm_weights(ev, f"{prefix}model", case, seed)
     tokens = _lm_tokens(case, seed + 10)
     full = _logits(ev, f"{prefix}full", case)
@@ -731,7 +754,7 @@ def _judge_lm_hidden(ev: Evidence) -> None:
 
 lm_hidden = Check("lm_hidden", _probe_lm_hidden, _judge_lm_hidden)
 
-_GRADIENT_CASE = (2, 6, 9, 12, 3, 2, 8)
+_GRADIENT_CASE = ModelCase(2, 6, 9, 12, 3, 2, 8)
 
 
 def _probe_lm_gradients(LanguageModel, rec: Recorder) -> None:
@@ -764,14 +787,25 @@ lm_gradients = Check("lm_gradients", _probe_lm_gradients, _judge_lm_gradients)
 
 # ---------------------------------------------------------------- next_token_loss
 
-#: (seed, b, t, vocab_size, scale of the logits): V != t - 1, so logits with the classes last cannot pass
-LOSS_CASES = ((4000, 3, 6, 11, 1.0), (4100, 2, 5, 7, 60.0))
-LOSS_HIDDEN_CASES = ((4200, 1, 2, 3, 1.0), (4300, 4, 13, 29, 3.0))
+@dataclass(frozen=True)
+class LossCase:
+    """Random logits (b, t, vocab) times scale, and tokens (b, t), drawn from seed."""
+
+    seed: int
+    b: int
+    t: int
+    vocab: int
+    scale: float
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed)
+        return (self.scale * torch.randn(self.b, self.t, self.vocab, generator=g),
+                torch.randint(self.vocab, (self.b, self.t), generator=g))
 
 
-def _loss_inputs(seed: int, b: int, t: int, vocab: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return scale * torch.randn(b, t, vocab, generator=g), torch.randint(vocab, (b, t), generator=g)
+# vocab != t - 1, so logits with the classes last cannot pass
+LOSS_CASES = (LossCase(4000, 3, 6, 11, 1.0), LossCase(4100, 2, 5, 7, 60.0))
+LOSS_HIDDEN_CASES = (LossCase(4200, 1, 2, 3, 1.0), LossCase(4300, 4, 13, 29, 3.0))
 
 
 def _loss_oracle(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -802,18 +836,19 @@ _LOSS_HINT = ("loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1
               "two dimensions, or in dimension 1.")
 
 
-def _probe_loss_cases(next_token_loss, rec: Recorder, cases: Sequence[tuple]) -> None:
-    for i, (seed, b, t, vocab, scale) in enumerate(cases):
-        logits, tokens = _loss_inputs(seed, b, t, vocab, scale)
+def _probe_loss_cases(next_token_loss, rec: Recorder, cases: Sequence[LossCase]) -> None:
+    for i, spec in enumerate(cases):
+        logits, tokens = spec.inputs()
         logits = logits.to(rec.device).requires_grad_(True)
         modules.record_backward(rec, f"loss{i}", next_token_loss, logits, tokens.to(rec.device), loss=lambda loss: loss,
                                 inputs={f"logits{i}": logits})
 
 
-def _judge_loss_cases(ev: Evidence, cases: Sequence[tuple]) -> None:
+def _judge_loss_cases(ev: Evidence, cases: Sequence[LossCase]) -> None:
     __tracebackhide__ = True
-    for i, (seed, b, t, vocab, scale) in enumerate(cases):
-        logits, tokens = _loss_inputs(seed, b, t, vocab, scale)
+    for i, spec in enumerate(cases):
+        logits, tokens = spec.inputs()
+        b, t, scale = spec.b, spec.t, spec.scale
         case = f"logits {tuple(logits.shape)} of scale {scale:g}, tokens {tuple(tokens.shape)}"
         loss = output(ev, f"loss{i}", what=LOSS_NAME, shape=(), hint=_LOSS_HINT, shape_hints={
             (b, t - 1): "That is one loss per predicted token: return their mean.",
@@ -966,46 +1001,60 @@ def _call_sampler(rec: Recorder, key: str, sample_next_token, logits: torch.Tens
         rec.call(key, sample_next_token, logits.clone(), temperature, top_k, torch.Generator().manual_seed(seed))
 
 
-_GREEDY_CASES = ((4500, 5, 9, None), (4510, 4, 6, 3))
+@dataclass(frozen=True)
+class SamplingCase:
+    """Logits (b, vocab) drawn from seed, sampled at this temperature and top_k with a generator seeded seed + 1."""
+
+    seed: int
+    b: int
+    vocab: int
+    temperature: float
+    top_k: int | None
+
+    @property
+    def call(self) -> str:
+        return f"sample_next_token(logits, temperature={self.temperature:g}, top_k={self.top_k}, generator)"
+
+
+_GREEDY_CASES = (SamplingCase(4500, 5, 9, 0, None), SamplingCase(4510, 4, 6, 0, 3))
 
 
 def _probe_sampling_greedy(sample_next_token, rec: Recorder) -> None:
-    for i, (seed, b, vocab, top_k) in enumerate(_GREEDY_CASES):
-        _call_sampler(rec, f"tokens{i}", sample_next_token, _logits_rows(seed, b, vocab), 0, top_k, seed + 1)
+    _probe_sampling_cases(sample_next_token, rec, _GREEDY_CASES)
 
 
 def _judge_sampling_greedy(ev: Evidence) -> None:
     """Temperature 0 is greedy: the argmax of each row, (b,) token ids, with or without top_k."""
-    for i, (seed, b, vocab, top_k) in enumerate(_GREEDY_CASES):
-        logits = _logits_rows(seed, b, vocab)
-        what = f"sample_next_token(logits, temperature=0, top_k={top_k}, generator)"
-        out = _tokens(ev, f"tokens{i}", b, what, greedy=True)
-        _expect_tokens(out, [logits.argmax(dim=-1)], [], what=what, case=f"logits ({b}, {vocab})",
+    for i, spec in enumerate(_GREEDY_CASES):
+        logits = _logits_rows(spec.seed, spec.b, spec.vocab)
+        out = _tokens(ev, f"tokens{i}", spec.b, spec.call, greedy=True)
+        _expect_tokens(out, [logits.argmax(dim=-1)], [], what=spec.call, case=f"logits ({spec.b}, {spec.vocab})",
                        otherwise="At temperature 0 return logits.argmax(dim=-1), the most likely token of each row.")
 
 
 sampling_greedy = Check("sampling_greedy", _probe_sampling_greedy, _judge_sampling_greedy)
 
-#: (seed, b, vocab_size, temperature, top_k)
-SAMPLING_CASES = ((4600, 64, 10, 1.0, None), (4609, 4, 10, 0.9, 3), (4610, 64, 10, 0.7, 3), (4620, 48, 12, 2.0, None),
-                  (4630, 40, 9, 1.3, 5))
-SAMPLING_HIDDEN_CASES = ((4700, 1, 5, 0.9, 2), (4710, 33, 40, 1.0, 40), (4720, 20, 7, 0.5, 1), (4730, 9, 3, 1e-3, None))
+SAMPLING_CASES = (SamplingCase(4600, 64, 10, 1.0, None), SamplingCase(4609, 4, 10, 0.9, 3),
+                  SamplingCase(4610, 64, 10, 0.7, 3), SamplingCase(4620, 48, 12, 2.0, None),
+                  SamplingCase(4630, 40, 9, 1.3, 5))
+SAMPLING_HIDDEN_CASES = (SamplingCase(4700, 1, 5, 0.9, 2), SamplingCase(4710, 33, 40, 1.0, 40),
+                         SamplingCase(4720, 20, 7, 0.5, 1), SamplingCase(4730, 9, 3, 1e-3, None))
 
 
-def _probe_sampling_cases(sample_next_token, rec: Recorder, cases: Sequence[tuple]) -> None:
-    for i, (seed, b, vocab, temperature, top_k) in enumerate(cases):
-        _call_sampler(rec, f"tokens{i}", sample_next_token, _logits_rows(seed, b, vocab), temperature, top_k, seed + 1)
+def _probe_sampling_cases(sample_next_token, rec: Recorder, cases: Sequence[SamplingCase]) -> None:
+    for i, spec in enumerate(cases):
+        _call_sampler(rec, f"tokens{i}", sample_next_token, _logits_rows(spec.seed, spec.b, spec.vocab),
+                      spec.temperature, spec.top_k, spec.seed + 1)
 
 
-def _judge_sampling_cases(ev: Evidence, cases: Sequence[tuple]) -> None:
+def _judge_sampling_cases(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
     __tracebackhide__ = True
-    for i, (seed, b, vocab, temperature, top_k) in enumerate(cases):
-        logits = _logits_rows(seed, b, vocab)
-        what = f"sample_next_token(logits, temperature={temperature:g}, top_k={top_k}, generator)"
-        out = _tokens(ev, f"tokens{i}", b, what)
-        _expect_tokens(out, _draws(logits, temperature, top_k, seed + 1),
-                       _sample_mistakes(logits, temperature, top_k, seed + 1), what=what,
-                       case=f"logits ({b}, {vocab}), first 16 rows")
+    for i, spec in enumerate(cases):
+        logits = _logits_rows(spec.seed, spec.b, spec.vocab)
+        out = _tokens(ev, f"tokens{i}", spec.b, spec.call)
+        _expect_tokens(out, _draws(logits, spec.temperature, spec.top_k, spec.seed + 1),
+                       _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1), what=spec.call,
+                       case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
 
 
 def _probe_sampling_distribution(sample_next_token, rec: Recorder) -> None:
@@ -1020,20 +1069,20 @@ def _judge_sampling_distribution(ev: Evidence) -> None:
 
 sampling_distribution = Check("sampling_distribution", _probe_sampling_distribution, _judge_sampling_distribution)
 
-_GENERATOR_CASE = (4800, 32, 8, 1.0, 4)
+_GENERATOR_CASE = SamplingCase(4800, 32, 8, 1.0, 4)
 _GLOBAL_SEEDS = (11, 22)
 
 
 def _probe_sampling_generator(sample_next_token, rec: Recorder) -> None:
-    seed, b, vocab, temperature, top_k = _GENERATOR_CASE
-    logits = _logits_rows(seed, b, vocab)
+    spec = _GENERATOR_CASE
+    logits = _logits_rows(spec.seed, spec.b, spec.vocab)
     changed = []
     for i, global_seed in enumerate(_GLOBAL_SEEDS):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(global_seed)
             before = torch.random.get_rng_state()
-            generator = torch.Generator().manual_seed(seed + 1)
-            rec.call(f"tokens{i}", sample_next_token, logits.clone(), temperature, top_k, generator)
+            generator = torch.Generator().manual_seed(spec.seed + 1)
+            rec.call(f"tokens{i}", sample_next_token, logits.clone(), spec.temperature, spec.top_k, generator)
             changed.append(not torch.equal(before, torch.random.get_rng_state()))
     rec.fact("global_state_changed", changed)
 
@@ -1041,9 +1090,10 @@ def _probe_sampling_generator(sample_next_token, rec: Recorder) -> None:
 def _judge_sampling_generator(ev: Evidence) -> None:
     """The same generator gives the same tokens whatever the state of PyTorch's global generator, which the
     function leaves alone."""
-    seed, b, vocab, temperature, top_k = _GENERATOR_CASE
+    spec = _GENERATOR_CASE
+    seed, b, vocab, temperature, top_k = spec.seed, spec.b, spec.vocab, spec.temperature, spec.top_k
     logits = _logits_rows(seed, b, vocab)
-    what = f"sample_next_token(logits, temperature={temperature:g}, top_k={top_k}, generator)"
+    what = spec.call
     outs = [_tokens(ev, f"tokens{i}", b, what) for i in range(len(_GLOBAL_SEEDS))]
     good = _draws(logits, temperature, top_k, seed + 1)
     if not torch.equal(outs[0], outs[1]):
@@ -1060,12 +1110,14 @@ def _judge_sampling_generator(ev: Evidence) -> None:
 
 sampling_generator = Check("sampling_generator", _probe_sampling_generator, _judge_sampling_generator)
 
-_TOP_K_PROPERTY = (4900, 12, 4, 1.0, 1500)  # seed, vocab, top_k, temperature, draws
+#: b copies of one row of logits (seed, vocab): the draws must never leave its top k
+_TOP_K_PROPERTY = SamplingCase(4900, 1500, 12, 1.0, 4)
 
 
 def _probe_sampling_hidden(sample_next_token, rec: Recorder) -> None:
     _probe_sampling_cases(sample_next_token, rec, SAMPLING_HIDDEN_CASES)
-    seed, vocab, top_k, temperature, draws = _TOP_K_PROPERTY
+    spec = _TOP_K_PROPERTY
+    seed, vocab, top_k, temperature, draws = spec.seed, spec.vocab, spec.top_k, spec.temperature, spec.b
     row = _logits_rows(seed, 1, vocab)
     many = row.expand(draws, vocab).contiguous()
     _call_sampler(rec, "many", sample_next_token, many, temperature, top_k, seed + 1)
@@ -1078,7 +1130,8 @@ def _judge_sampling_hidden(ev: Evidence) -> None:
     """A batch of one, top_k as large as the vocabulary, top_k = 1, a tiny temperature; and 1,500 draws from one
     row never leave its top k (on the notebook's device too)."""
     _judge_sampling_cases(ev, SAMPLING_HIDDEN_CASES)
-    seed, vocab, top_k, temperature, draws = _TOP_K_PROPERTY
+    spec = _TOP_K_PROPERTY
+    seed, vocab, top_k, temperature, draws = spec.seed, spec.vocab, spec.top_k, spec.temperature, spec.b
     row = _logits_rows(seed, 1, vocab)
     allowed = set(row[0].topk(top_k).indices.tolist())
     keys = ["many"] + (["on_device"] if ev.device != "cpu" else [])
@@ -1133,32 +1186,44 @@ class StandInLM(nn.Module):
         return (logits, [(keys, keys)]) if use_cache else logits
 
 
-#: (seed of the stand-in, vocab_size, b, t0, max_new_tokens, temperature, top_k, generator seed)
-GREEDY_GENERATION = (5000, 9, 3, 4, 6, 0.0, None, 5001)
-SAMPLED_GENERATION = (5100, 9, 3, 4, 7, 0.8, 4, 5101)
-CACHED_GENERATIONS = ((5200, 9, 3, 4, 6, 0.0, None, 5201), (5300, 11, 2, 3, 8, 1.0, None, 5301))
-HIDDEN_GENERATIONS = ((5400, 7, 1, 1, 5, 1.2, 3, 5401), (5500, 13, 4, 5, 1, 0.6, 2, 5501),
-                      (5600, 10, 2, 2, 9, 1.0, 1, 5601))
+@dataclass(frozen=True)
+class Generation:
+    """generate on a stand-in model (seed, vocab) from a prompt (b, t0) drawn from seed + 7: new_tokens tokens at
+    this temperature and top_k, with a generator seeded generator_seed."""
+
+    seed: int
+    vocab: int
+    b: int
+    t0: int
+    new_tokens: int
+    temperature: float
+    top_k: int | None
+    generator_seed: int
+
+
+GREEDY_GENERATION = Generation(5000, 9, 3, 4, 6, 0.0, None, 5001)
+SAMPLED_GENERATION = Generation(5100, 9, 3, 4, 7, 0.8, 4, 5101)
+CACHED_GENERATIONS = (Generation(5200, 9, 3, 4, 6, 0.0, None, 5201), Generation(5300, 11, 2, 3, 8, 1.0, None, 5301))
+HIDDEN_GENERATIONS = (Generation(5400, 7, 1, 1, 5, 1.2, 3, 5401), Generation(5500, 13, 4, 5, 1, 0.6, 2, 5501),
+                      Generation(5600, 10, 2, 2, 9, 1.0, 1, 5601))
 _STAND_IN_MAX_LEN = 64
 
 
-def _stand_in(spec: tuple) -> tuple[StandInLM, torch.Tensor]:
-    seed, vocab, b, t0 = spec[:4]
-    prompt = torch.randint(vocab, (b, t0), generator=torch.Generator().manual_seed(seed + 7))
-    return StandInLM(vocab, _STAND_IN_MAX_LEN, seed), prompt
+def _stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
+    prompt = torch.randint(spec.vocab, (spec.b, spec.t0), generator=torch.Generator().manual_seed(spec.seed + 7))
+    return StandInLM(spec.vocab, _STAND_IN_MAX_LEN, spec.seed), prompt
 
 
-def _oracle_generate(spec: tuple, *, pattern: str = "plain", position: int = -1, seed: int | None = None,
+def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int = -1, seed: int | None = None,
                      settings: bool = True, how: str = "full") -> torch.Tensor:
     """What generate gives with the stand-in: pattern 'plain' (the whole sequence each step), 'cached' (prompt,
     then the last token with the cache), or one of the cache mistakes; seed replaces the generator's."""
     model, prompt = _stand_in(spec)
-    _, _, _, _, n, temperature, top_k, generator_seed = spec
-    temperature, top_k = (temperature, top_k) if settings else (1.0, None)
-    generator = torch.Generator().manual_seed(generator_seed if seed is None else seed)
+    temperature, top_k = (spec.temperature, spec.top_k) if settings else (1.0, None)
+    generator = torch.Generator().manual_seed(spec.generator_seed if seed is None else seed)
     tokens, cache, first = prompt, None, None
     with torch.no_grad():
-        for _ in range(n):
+        for _ in range(spec.new_tokens):
             if pattern == "plain":
                 logits = model(tokens)
             elif cache is None:
@@ -1177,14 +1242,13 @@ def _oracle_generate(spec: tuple, *, pattern: str = "plain", position: int = -1,
     return tokens
 
 
-def _good_generations(spec: tuple, pattern: str = "plain") -> list[torch.Tensor]:
+def _good_generations(spec: Generation, pattern: str = "plain") -> list[torch.Tensor]:
     return [_oracle_generate(spec, pattern=pattern, how=how) for how in ("full", "subset")]
 
 
-def _generate_mistakes(spec: tuple, cached: bool) -> list[tuple[Mistake, torch.Tensor]]:
-    t0 = spec[3]
+def _generate_mistakes(spec: Generation, cached: bool) -> list[tuple[Mistake, torch.Tensor]]:
     pattern = "cached" if cached else "plain"
-    out = [(GENERATE_DROPS_PROMPT, g[:, t0:]) for g in _good_generations(spec, pattern)]
+    out = [(GENERATE_DROPS_PROMPT, g[:, spec.t0:]) for g in _good_generations(spec, pattern)]
     out += [(GENERATE_FIRST_POSITION, _oracle_generate(spec, pattern=pattern, position=0)),
             (GENERATE_FORGETS_GENERATOR, _oracle_generate(spec, pattern=pattern, seed=GLOBAL_SEED)),
             (GENERATE_IGNORES_SETTINGS, _oracle_generate(spec, pattern=pattern, settings=False))]
@@ -1195,14 +1259,13 @@ def _generate_mistakes(spec: tuple, cached: bool) -> list[tuple[Mistake, torch.T
     return out
 
 
-def _probe_generation(generate, rec: Recorder, key: str, spec: tuple, use_cache: bool) -> None:
+def _probe_generation(generate, rec: Recorder, key: str, spec: Generation, use_cache: bool) -> None:
     """generate on the stand-in, on the CPU, with PyTorch's global generator seeded to GLOBAL_SEED."""
     model, prompt = _stand_in(spec)
-    _, _, _, _, n, temperature, top_k, generator_seed = spec
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(GLOBAL_SEED)
-        rec.call(key, generate, model, prompt, n, temperature, top_k, torch.Generator().manual_seed(generator_seed),
-                 use_cache)
+        rec.call(key, generate, model, prompt, spec.new_tokens, spec.temperature, spec.top_k,
+                 torch.Generator().manual_seed(spec.generator_seed), use_cache)
     rec.fact(f"{key}.calls", model.calls[:64])
 
 
@@ -1212,9 +1275,9 @@ _GENERATE_HINT = ("Start from the prompt; at each step run the model, draw the n
                   "last token, with the cache the call before returned.")
 
 
-def _judge_generation(ev: Evidence, key: str, spec: tuple, use_cache: bool) -> None:
+def _judge_generation(ev: Evidence, key: str, spec: Generation, use_cache: bool) -> None:
     __tracebackhide__ = True
-    _, _, b, t0, n, temperature, top_k, _ = spec
+    b, t0, n, temperature, top_k = spec.b, spec.t0, spec.new_tokens, spec.temperature, spec.top_k
     what = (f"{GENERATE_NAME.split('(')[0]}(model, prompt {(b, t0)}, max_new_tokens={n}, temperature={temperature:g}, "
             f"top_k={top_k}, generator, use_cache={use_cache})")
     raised(ev, key, what, _GENERATE_HINT)
