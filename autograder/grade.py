@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from multiprocessing import get_context
@@ -36,6 +37,8 @@ from autograder.submissions import DEFAULT_NAMED_REGEXP, TIMESTAMP, Submission, 
 from autograder.workspace import Job, Options, Result, Workspace, ensure_assignments, grader_version
 
 STATE_FILE = ".grading-state.json"
+#: how many pools of worker processes grade the jobs a dead worker process left unfinished
+POOL_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -97,14 +100,26 @@ def _locally(jobs: list[Job], options: Options, workers: int,
         for item in jobs:
             yield item, workspace.grade(item), ""
         return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker,
-                             initargs=(str(scratch), options)) as pool:
-        futures = {pool.submit(_grade_in_worker, item): item for item in jobs}
-        for future in as_completed(futures):
-            try:
-                yield futures[future], future.result(), ""
-            except Exception as error:  # noqa: BLE001 - a worker that crashed takes only this submission down
-                yield futures[future], None, f"{type(error).__name__}: {error}"
+    remaining = list(jobs)
+    for attempt in range(POOL_ATTEMPTS):
+        broken: list[Job] = []
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker,
+                                 initargs=(str(scratch), options)) as pool:
+            futures = {pool.submit(_grade_in_worker, item): item for item in remaining}
+            for future in as_completed(futures):
+                try:
+                    yield futures[future], future.result(), ""
+                except BrokenProcessPool as error:
+                    # a worker process died (killed, out of memory): every job it left unfinished goes to a new pool
+                    if attempt + 1 < POOL_ATTEMPTS:
+                        broken.append(futures[future])
+                    else:
+                        yield futures[future], None, f"{type(error).__name__}: {error}"
+                except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
+                    yield futures[future], None, f"{type(error).__name__}: {error}"
+        if not broken:
+            return
+        remaining = broken
 
 
 # ----------------------------------------------------------------------------------------------- results

@@ -205,6 +205,10 @@ def _open(page, lab, path: str) -> None:
     _wait_idle(page)
 
 
+#: the execution prompts of the notebook's cells, e.g. ["[1]:", "[*]:", "[ ]:"]
+_PROMPTS = f"() => [...document.querySelectorAll('{NOTEBOOK_PANEL} .jp-InputPrompt')].map(p => p.textContent)"
+
+
 def _wait_idle(page, timeout: float = 120) -> None:
     """Until the kernel is idle and no cell waits to run ([*]), twice in a row."""
     deadline, calm = time.monotonic() + timeout, 0
@@ -225,9 +229,12 @@ def _dirty_tabs(page) -> list[str]:
 
 
 def _run_all(page) -> None:
+    before = page.evaluate(_PROMPTS)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    time.sleep(1)
+    # on a busy machine the first cell may start seconds later: wait until some prompt has changed
+    page.wait_for_function(f"before => JSON.stringify(({_PROMPTS})()) !== JSON.stringify(before)", arg=before,
+                           timeout=120_000)
     _wait_idle(page)
 
 

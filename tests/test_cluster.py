@@ -1,9 +1,11 @@
 """`grade --scheduler`: a real local Dask cluster (a scheduler and worker processes) grades exactly as local worker
-processes do, and a worker killed in the middle of the batch costs nothing but time."""
+processes do, and a worker killed in the middle of the batch costs nothing but time — on the cluster and among
+local worker processes alike."""
 
 import threading
 import time
 
+import psutil
 import servers
 from conftest import SMALL_CLASS, use_sandbox
 
@@ -64,3 +66,27 @@ def _listens_on(pid: int, port: str) -> bool:
             if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == int(port) and fields[9] in inodes:
                 return True
     return False
+
+
+def test_a_local_worker_process_killed_mid_batch_costs_nothing_but_time(small_class, tmp_path):
+    """Local worker processes too: when one dies (killed, out of memory), its unfinished jobs go to a new pool."""
+    batch, local, _, _ = small_class
+    results: dict = {}
+    grading = threading.Thread(target=lambda: results.setdefault("rows", grade(
+        batch, tmp_path / "out", [SMALL_CLASS], workers=2, sandbox=use_sandbox(), progress=False)))
+    grading.start()
+    deadline, killed = time.monotonic() + 180, None
+    while killed is None and time.monotonic() < deadline and grading.is_alive():
+        for worker in psutil.Process().children():  # the pool's workers; a kernel below one means it is grading
+            if "multiprocessing" in " ".join(worker.cmdline()) and worker.children(recursive=True):
+                worker.kill()
+                killed = worker.pid
+                break
+        time.sleep(0.2)
+    grading.join(600)
+    assert killed is not None, "no worker process was ever seen grading"
+    rows = results["rows"]
+    assert sorted(r.student for r in rows) == sorted(local), "a submission was lost or graded twice"
+    for row in rows:
+        assert (row.score, row.status, row.cells) == (local[row.student].score, local[row.student].status,
+                                                      local[row.student].cells), row.student
