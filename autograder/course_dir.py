@@ -20,8 +20,8 @@ def notebooks(assignment: str, root: Path = ROOT) -> list[str]:
     return sorted(p.name for p in (source_dir(root) / assignment).glob("*.ipynb"))
 
 
-def _course_imports(path: Path) -> set[str]:
-    """The course modules a file imports (course.X, from course import X)."""
+def course_imports(path: Path) -> set[str]:
+    """The course modules a file imports (course.X, from course import X): X, e.g. 'checks' or 'seq2seq'."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -42,7 +42,7 @@ def answer_modules(assignment: str, root: Path = ROOT) -> list[str]:
     hand in the reference instead of the student's work.
     """
     package = root / "course"
-    imports = {p.stem: _course_imports(p) for p in package.glob("*.py")}
+    imports = {p.stem: course_imports(p) for p in package.glob("*.py")}
     own = assignment.split("_", 1)[1]
     hidden = {own} if own in imports else set()
     grew = True

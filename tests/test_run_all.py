@@ -14,6 +14,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from autograder import course_dir
+from autograder.notebooks import filled
 
 NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]
 #: what IPython prints in a raw traceback and the course's messages never contain
@@ -70,18 +71,25 @@ def test_a_real_kernel_shows_the_unfinished_demo_as_one_message(tmp_path):
     assert not any(marker in text for marker in RAW_TRACEBACK), text
 
 
-@pytest.mark.parametrize("unfinished", [("teacher_forcing_loss", "greedy_decode"), ("seq2seq_model",)])
-def test_07_cells_that_train_or_decode_with_unfinished_parts_end_in_a_course_message(unfinished, monkeypatch):
-    """The exercises before them done, the ones named here not: every later demo cell that fails (training,
-    translating, reading the trained model) says in one sentence which exercise it waits for."""
-    if "07_seq2seq" not in ASSIGNMENTS:
-        pytest.skip("07_seq2seq is not among the assignments tested")
-    from autograder.notebooks import filled
+#: (assignment, notebook, answer cells left unfinished): the demo cells after them train, decode or generate
+UNFINISHED = (("07_seq2seq", "seq2seq.ipynb", ("teacher_forcing_loss", "greedy_decode")),
+              ("07_seq2seq", "seq2seq.ipynb", ("seq2seq_model",)),
+              ("08_language_model", "language_model.ipynb", ("language_model",)),
+              ("08_language_model", "language_model.ipynb", ("next_token_loss",)),
+              ("08_language_model", "language_model.ipynb", ("sample_next_token", "generate")))
 
+
+@pytest.mark.parametrize("assignment,notebook,unfinished", UNFINISHED,
+                         ids=[f"{a}:{'+'.join(u)}" for a, _, u in UNFINISHED])
+def test_cells_that_train_or_generate_with_unfinished_parts_end_in_a_course_message(assignment, notebook, unfinished,
+                                                                                    monkeypatch):
+    """The exercises before them done, the ones named here not: every later demo cell that fails (training,
+    translating or generating, reading the trained model) says in one sentence which exercise it waits for."""
+    if assignment not in ASSIGNMENTS:
+        pytest.skip(f"{assignment} is not among the assignments tested")
     monkeypatch.setenv("NBGRADER_EXECUTION", "validate")  # a short training, should a cell get that far
-    answers = {cell: code for cell, code in source_answers("07_seq2seq", "seq2seq.ipynb").items()
-               if cell not in unfinished}
-    nb = filled(release_notebook("07_seq2seq", "seq2seq.ipynb"), answers)
+    answers = {cell: code for cell, code in source_answers(assignment, notebook).items() if cell not in unfinished}
+    nb = filled(release_notebook(assignment, notebook), answers)
     failed = _failures(nb, skip_tests=True)
     assert failed, "no cell failed, though exercises are unfinished"
     for index, shown in failed:

@@ -2,7 +2,6 @@
 specific to 07 fail, the stand-in models behave as the checks need, and the training harness works without the
 reference answers."""
 
-import ast
 import functools
 
 import forgery
@@ -59,18 +58,12 @@ def test_random_stand_in_translator_ends_some_sequences_early_and_not_others():
     assert len({tuple(row) for row in out.tolist()}) == len(lengths), "every source gets its own translation"
 
 
-def _course_imports(path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module} | \
-           {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-
-
 def test_nothing_the_kernel_needs_while_07_is_graded_imports_the_answers():
     """The checks and the training harness work while course/seq2seq.py is hidden."""
     root = course_dir.ROOT
     assert "seq2seq_training" not in course_dir.answer_modules("07_seq2seq")
     for path in (root / "course" / "seq2seq_training.py", root / "course" / "checks" / "seq2seq.py"):
-        assert "course.seq2seq" not in _course_imports(path), path
+        assert "seq2seq" not in course_dir.course_imports(path), path
 
 
 def _notebook_training_call(monkeypatch) -> tuple[dict, dict, list[str]]:

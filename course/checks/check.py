@@ -9,18 +9,21 @@ verdict at once (also under ``nbgrader validate``). Under grading (``NBGRADER_EX
 only probes and writes the evidence to ``.evidence/NAME/``; the grader judges it in its own process
 (``autograder.judging``), and the test cell's score and message are the judge's.
 
-The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``.
+The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``. A check made by
+:func:`with_prerequisites` also says, when it fails, which earlier exercise of the notebook that the tested code
+uses does not pass its own tests yet.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from course.checks.compare import CheckFailed
 from course.checks.evidence import FOLDER, Evidence, Recorder, write
 
 GRADE_ID_PREFIX = "test_"
@@ -73,3 +76,81 @@ class Check:
 def checks_of(module: Any) -> dict[str, Check]:
     """name -> Check for every check a checks module defines."""
     return {name: value for name, value in vars(module).items() if isinstance(value, Check)}
+
+
+# ------------------------------------------------------------------------------------------- earlier exercises
+
+#: (the name an earlier exercise defines in the notebook, its exercise number, the checks that test it)
+Prerequisite = tuple[str, int, tuple[Check, ...]]
+
+
+def with_prerequisites(name: str, probe: Callable[[Any, Recorder], None], judge: Callable[[Evidence], None], *,
+                       prerequisites: Iterable[Prerequisite], namespace: Callable[[Any], Any], user: str) -> Check:
+    """A check that, when it fails, also says which earlier exercise the student's code is built from fails its
+    own tests, so a student fixes that first.
+
+    namespace(student) gives the notebook's globals (a function's __globals__); the probe also records each
+    prerequisite's checks on the part of that name found there (under pre.<check>), and the judge judges those
+    records only to add the note. user: what the tested code is called in the note."""
+    prerequisites = tuple(prerequisites)
+
+    def probed(student: Any, rec: Recorder) -> None:
+        probe(student, rec)
+        found = namespace(student)
+        if not isinstance(found, dict):
+            return
+        for part_name, _, checks in prerequisites:
+            part = found.get(part_name)
+            if callable(part):
+                for check in checks:
+                    _sub_record(rec, f"pre.{check.name}", check, part)
+
+    def note(ev: Evidence) -> str:
+        notes = []
+        for part_name, exercise, checks in prerequisites:
+            for check in checks:
+                sub = _sub_evidence(ev, f"pre.{check.name}", check)
+                if sub is None:
+                    continue
+                try:
+                    check.judge(sub)
+                except CheckFailed:
+                    notes.append(f"your {part_name} (exercise {exercise}) does not pass its own tests yet")
+                    break
+                except Exception:  # noqa: BLE001, S112 - a record that trips a prerequisite judge says nothing
+                    continue
+        return (f"Note: {' and '.join(notes)}, and {user} is built from it. Fix that first; this test may then pass "
+                "too.") if notes else ""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        try:
+            judge(ev)
+        except CheckFailed as failure:
+            text = note(ev)
+            if not text:
+                raise
+            raise CheckFailed(f"{failure}\n\n{text}", failure.mistake) from None
+
+    return Check(name, probed, judged, judge.__doc__ or "")
+
+
+def _sub_record(rec: Recorder, prefix: str, check: Check, part: Any) -> None:
+    """Probe another check on part and keep its record under prefix (read back with _sub_evidence)."""
+    try:
+        sub = check.record(part, rec.device)
+    except Exception:  # noqa: BLE001 - a prerequisite that breaks its probe is simply not reported
+        return
+    rec.fact(prefix, True)
+    for key, value in sub.facts.items():
+        rec.evidence.facts[f"{prefix}.{key}"] = value
+    for key, value in sub.tensors.items():
+        rec.evidence.tensors[f"{prefix}.{key}"] = value
+
+
+def _sub_evidence(ev: Evidence, prefix: str, check: Check) -> Evidence | None:
+    if ev.facts.get(prefix) is not True:
+        return None
+    start = prefix + "."
+    return Evidence(check.name, ev.device, {k[len(start):]: v for k, v in ev.tensors.items() if k.startswith(start)},
+                    {k[len(start):]: v for k, v in ev.facts.items() if k.startswith(start)})

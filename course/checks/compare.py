@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -66,6 +66,18 @@ def fail(message: str, expected: Any = None, actual: Any = None, case: str = "",
         text += f"\n\nOn a small case{(' (' + case + ')') if case else ''}:"
         text += f"\n  expected{where}:\n{_show(expected, at)}\n  actual{where}:\n{_show(actual, at)}"
     raise CheckFailed(wrap(text), mistake) from None
+
+
+class Rows:
+    """Integer rows (masks as 0/1, token ids) shown as a small table where fail() shows expected and actual: the
+    first `columns` entries of each row (a 1-d tensor is one row)."""
+
+    def __init__(self, values: torch.Tensor, columns: int = 16):
+        v = values.detach().to("cpu").long()
+        self.rows = [row[:columns] for row in (v.unsqueeze(0) if v.dim() == 1 else v).tolist()]
+
+    def __repr__(self) -> str:
+        return "\n    ".join(" ".join(f"{x:3d}" for x in row) for row in self.rows)
 
 
 def _first_difference(expected: Any, actual: Any) -> tuple[int, ...]:
@@ -136,6 +148,14 @@ def raised(ev: Evidence, key: str, what: str, hint: str = "") -> None:
     where = f"\n\nYour code raised it here:\n{trace}" if trace else ""
     fail(f"{what} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:600]}{where}\n\n{hint}".rstrip(),
          mistake="raised")
+
+
+def recorded(ev: Evidence, key: str, what: str) -> Any:
+    """A JSON fact the probe must have recorded; fails plainly if it is missing."""
+    __tracebackhide__ = True
+    if key not in ev.facts:
+        fail(f"The test recorded nothing about {what}: the check did not run to the end.")
+    return ev.facts[key]
 
 
 def value_kind(ev: Evidence, key: str) -> str:
@@ -210,6 +230,40 @@ def expect_close(actual: torch.Tensor, expected: torch.Tensor, *, what: str, dev
         if close(actual, candidate, **tol):
             fail(f"{what} is not what was asked: {mistake.explanation}", expected, actual, case, mistake.id)
     fail(f"{what} does not match the reference. {otherwise}", expected, actual, case)
+
+
+def expect_equal(actual: torch.Tensor, expected: torch.Tensor | Sequence[torch.Tensor], *, what: str, otherwise: str,
+                 case: str = "", mistakes: Iterable[tuple[Mistake, torch.Tensor]] = (),
+                 differs: str = "does not match the reference") -> None:
+    """Fail unless actual equals expected (or one of several right answers) exactly, as masks and token ids must;
+    name the first typical mistake that actual equals instead. Both are shown as rows of integers (Rows)."""
+    __tracebackhide__ = True
+    right = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    if any(torch.equal(actual, r) for r in right):
+        return
+    for mistake, candidate in mistakes:
+        if torch.equal(actual, candidate):
+            fail(f"{what} is not what was asked: {mistake.explanation}", Rows(right[0]), Rows(actual), case,
+                 mistake.id)
+    fail(f"{what} {differs}. {otherwise}", Rows(right[0]), Rows(actual), case)
+
+
+def expect_close_batch(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str, otherwise: str,
+                       case: str, mistakes: Iterable[tuple[Mistake, torch.Tensor]] = ()) -> None:
+    """expect_close on a batch (b, ...), whose message shows the sequence that differs most, not sequence 0."""
+    __tracebackhide__ = True
+    if matches_any(actual, [expected], device):
+        return
+    i = 0
+    if actual.shape == expected.shape and actual.dim() >= 3:
+        diff = (actual - expected).abs().nan_to_num(float("inf")).flatten(1).amax(dim=1)  # (b,)
+        i = int(diff.argmax())
+    shown = f"{case}; sequence {i} of the batch shown"
+    for mistake, candidate in mistakes:
+        if matches_any(actual, [candidate], device):
+            fail(f"{what} is not what was asked: {mistake.explanation}", expected[i], actual[i], shown, mistake.id)
+    expect_close(actual[i], expected[i], what=what, device=device, otherwise=otherwise, case=shown)
+    fail(f"{what} does not match the reference. {otherwise}", expected[i], actual[i], shown)
 
 
 def matches_any(actual: torch.Tensor, candidates: Iterable[torch.Tensor], device: str = "cpu") -> bool:

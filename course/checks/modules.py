@@ -2,14 +2,16 @@
 
 The probe (:func:`build`) constructs the student's class, records whether it gave an nn.Module, what the module
 is made of (every submodule's type and sizes), which of its named layers are one object, and loads the check's
-weights into every parameter (course/checks/weights.py), recording their names and shapes. After running it,
-:func:`backward` keeps the gradients a loss on the output left on the inputs and parameters.
+weights into every parameter (course/checks/weights.py), recording their names and shapes. :func:`part_facts`
+describes the named parts of a model built from the course's classes. After running it, :func:`backward` keeps
+the gradients a loss on the output left on the inputs and parameters.
 
 The judge reads those facts back: :func:`built` fails plainly when the constructor raised or gave something else,
 :func:`expect_linear` and :func:`expect_separate` check the layers (:func:`expect_layers` all of that at once),
-:func:`loaded` and :func:`expect_parameters` recreate the weights the probe loaded, and :func:`expect_gradients`
-compares recorded gradients with the ones autograd gives through the oracle (:func:`autograd`). Nothing here
-calls student code on the judge's side.
+:func:`expect_part` one named part, :func:`loaded` and :func:`expect_parameters` recreate the weights the probe
+loaded (:func:`attention_shapes`, :func:`norm_shapes`, :func:`feed_forward_shapes` and :func:`block_shapes` name
+those of the course's parts), and :func:`expect_gradients` compares recorded gradients with the ones autograd
+gives through the oracle (:func:`autograd`). Nothing here calls student code on the judge's side.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from torch import nn
 
 from course.checks import weights
-from course.checks.compare import Mistake, expect_close, fail, raised, requires_grad, tensor
+from course.checks.compare import Mistake, expect_close, fail, raised, recorded, requires_grad, tensor
 from course.checks.evidence import Evidence, Recorder
 
 # ids of the structure and gradient failures every assignment shares
@@ -35,6 +37,11 @@ MISSING_PARAMETER = "missing-parameter"
 PARAMETER_COUNT = "parameter-count"
 NO_GRADIENT = "no-gradient"
 DETACHED = "detached"
+MISSING_PART = "missing-part"
+WRONG_PART_TYPE = "wrong-part-type"
+
+#: how to register the parts of a model built from the course's classes (a hint of :func:`expect_parameters`)
+PARTS_HINT = "Register the parts as attributes of the module (self.name = ...), built from the course's classes."
 
 
 # ------------------------------------------------------------------------------------------- the probe's side
@@ -46,6 +53,32 @@ def shared_layers(module: nn.Module, names: Iterable[str]) -> list[list[str]]:
     return [[name, next(names[j] for j in range(i) if layers[j] is layer)]
             for i, (name, layer) in enumerate(zip(names, layers))
             if layer is not None and any(layer is other for other in layers[:i])]
+
+
+def kind(obj: Any, kinds: Iterable[tuple[str, type]]) -> str:
+    """The name of the first (name, class) of kinds that obj is an instance of, else its type's name."""
+    for name, cls in kinds:
+        if isinstance(obj, cls):
+            return name
+    return type(obj).__name__[:60]
+
+
+def part_facts(module: Any, names: Iterable[str], kinds: Iterable[tuple[str, type]]) -> dict[str, dict]:
+    """For each attribute of module in names: what it is (its kind, or "missing"), which earlier attribute it is
+    the same object as (same_as), and its number of heads if it has one. kinds: (name, class), most specific
+    first (the course's classes before nn.Module's)."""
+    facts, seen = {}, []
+    kinds = tuple(kinds)
+    for name in names:
+        value = getattr(module, name, None)
+        fact: dict = {"kind": "missing" if value is None else kind(value, kinds),
+                      "same_as": next((other for other, obj in seen if value is not None and obj is value), None)}
+        heads = getattr(value, "heads", None)
+        if isinstance(heads, int) and not isinstance(heads, bool):
+            fact["heads"] = heads
+        facts[name] = fact
+        seen.append((name, value))
+    return facts
 
 
 def build(rec: Recorder, key: str, cls: Callable, *args: Any, seed: int | None = None,
@@ -134,6 +167,19 @@ def built(ev: Evidence, key: str, what: str, hint: str = "") -> None:
              f"{hint or 'Does the class derive from nn.Module?'}", mistake=NOT_A_MODULE)
 
 
+def expect_part(ev: Evidence, key: str, owner: str, name: str, kinds: str | tuple[str, ...], how: str) -> dict:
+    """The facts :func:`part_facts` recorded (under key.parts) for the attribute `name` of owner, which must be of
+    this kind (or one of these kinds); how: the code that creates it."""
+    __tracebackhide__ = True
+    parts = recorded(ev, f"{key}.parts", f"the parts of {owner}")
+    fact = parts.get(name) if isinstance(parts, dict) else None
+    if not isinstance(fact, dict) or fact.get("kind") == "missing":
+        fail(f"{owner} has no attribute `{name}`. Create it in __init__: self.{name} = {how}.", mistake=MISSING_PART)
+    if fact.get("kind") not in ((kinds,) if isinstance(kinds, str) else kinds):
+        fail(f"{owner}.{name} is a {str(fact.get('kind'))[:60]}; it should be {how}.", mistake=WRONG_PART_TYPE)
+    return fact
+
+
 def described(ev: Evidence, key: str) -> dict[str, dict]:
     """Qualified submodule name -> its recorded facts (type, sizes)."""
     found = ev.facts.get(f"{key}.modules")
@@ -184,15 +230,42 @@ def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None 
 
 
 def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tuple[int, ...]], seed: int,
-                      gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
-    """name -> the value the probe loaded, for every parameter in shapes; fails when one was not registered."""
+                      gains: Mapping[str, float] | None = None,
+                      hint: str = "Register the layers as attributes of the module (self.name = nn.Linear(...))."
+                      ) -> dict[str, torch.Tensor]:
+    """name -> the value the probe loaded, for every parameter in shapes; fails when one was not registered (hint:
+    how to register it)."""
     __tracebackhide__ = True
     found = loaded(ev, key, seed, gains)
     for name, shape in shapes.items():
         if name not in found or tuple(found[name].shape) != tuple(shape):
-            fail(f"{what} has no registered parameter {name} of shape {tuple(shape)}. Register the layers as "
-                 "attributes of the module (self.name = nn.Linear(...)).", mistake=MISSING_PARAMETER)
+            fail(f"{what} has no registered parameter {name} of shape {tuple(shape)}. {hint}",
+                 mistake=MISSING_PARAMETER)
     return {name: found[name] for name in shapes}
+
+
+def attention_shapes(prefix: str, k: int) -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of the course's MultiHeadAttention(k, heads) named prefix + ..."""
+    return {**{f"{prefix}{n}.weight": (k, k) for n in ("to_queries", "to_keys", "to_values", "unify_heads")},
+            f"{prefix}unify_heads.bias": (k,)}
+
+
+def norm_shapes(prefix: str, k: int, names: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of the nn.LayerNorm(k) attributes `names` of the module named prefix."""
+    return {f"{prefix}{n}.{w}": (k,) for n in names for w in ("weight", "bias")}
+
+
+def feed_forward_shapes(prefix: str, k: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of the course's FeedForward(k, hidden) attribute `ff` of the module named prefix."""
+    return {f"{prefix}ff.net.0.weight": (hidden, k), f"{prefix}ff.net.0.bias": (hidden,),
+            f"{prefix}ff.net.2.weight": (k, hidden), f"{prefix}ff.net.2.bias": (k,)}
+
+
+def block_shapes(prefix: str, k: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of a block named prefix made of the course's parts as TransformerBlock names them:
+    attention (MultiHeadAttention(k, heads)), norm1 and norm2 (nn.LayerNorm(k)), ff (FeedForward(k, hidden))."""
+    return {**attention_shapes(f"{prefix}attention.", k), **norm_shapes(prefix, k, ("norm1", "norm2")),
+            **feed_forward_shapes(prefix, k, hidden)}
 
 
 def parameter_count(ev: Evidence, key: str, prefix: str = "") -> int:
@@ -230,6 +303,14 @@ def expect_attached(ev: Evidence, key: str, what: str) -> None:
     if not requires_grad(ev, key):
         fail(f"{what} is cut off from autograd: avoid .detach(), .data or torch.no_grad() inside it.",
              mistake=DETACHED)
+
+
+def expect_differentiable(ev: Evidence, key: str, what: str) -> None:
+    """The output recorded under key is part of an autograd graph, and the backward pass through it
+    (:func:`record_backward`) ran without an error."""
+    __tracebackhide__ = True
+    expect_attached(ev, key, what)
+    raised(ev, f"{key}.backward", f"backward() through {what}")
 
 
 def autograd(forward: Callable[..., torch.Tensor], leaves: Mapping[str, torch.Tensor],

@@ -2,28 +2,29 @@
 
 Building a PyTorch module draws random initial weights; every builder here forks the global RNG first, so a
 judge leaves the caller's random state exactly as it found it. Masks follow the course's convention (bool,
-broadcastable to (b, tq, tk), True where attention is allowed); :func:`attend` turns them into
-nn.MultiheadAttention's, which marks what is NOT allowed.
-
-
-judge leaves the caller's random state exactly as it found it. Where a judge needs gradients through the
-oracle, the weights are passed with torch.func.functional_call (attention, layer_parameters), so autograd
-reaches them.
+broadcastable to (b, tq, tk), True where attention is allowed); :func:`attend` and :func:`torch_mask` turn them
+into nn.MultiheadAttention's, which marks what is NOT allowed. Where a judge needs gradients through the oracle,
+the weights are passed with torch.func.functional_call (attention, layer_parameters), so autograd reaches them.
+The course's own modules name their weights differently: :func:`course_attention` and
+:func:`course_layer_parameters` translate.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-
-
-from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 from torch.func import functional_call
+
+
+def causal_mask(t: int) -> torch.Tensor:
+    """The course's causal mask, (t, t) bool, True where key j <= query i: the complement of PyTorch's own
+    nn.Transformer.generate_square_subsequent_mask."""
+    return ~torch.isinf(nn.Transformer.generate_square_subsequent_mask(t))
 
 
 def attention_parameters(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, *, wo: torch.Tensor | None = None,
@@ -129,6 +130,26 @@ def layer_parameters(attentions: Mapping[str, Mapping[str, torch.Tensor | None]]
     params.update({"linear1.weight": w1, "linear1.bias": torch.zeros(w1.shape[0]) if b1 is None else b1,
                    "linear2.weight": w2, "linear2.bias": torch.zeros(w2.shape[0]) if b2 is None else b2})
     return params
+
+
+def course_attention(w: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The course's MultiHeadAttention whose weights in w are named prefix + to_queries.weight, ... as the keywords
+    of :func:`attention_parameters`: queries, keys and values without bias, the output projection unify_heads."""
+    return {"wq": w[f"{prefix}to_queries.weight"], "wk": w[f"{prefix}to_keys.weight"],
+            "wv": w[f"{prefix}to_values.weight"], "wo": w[f"{prefix}unify_heads.weight"],
+            "bo": w[f"{prefix}unify_heads.bias"]}
+
+
+def course_layer_parameters(w: Mapping[str, torch.Tensor], prefix: str, attentions: Mapping[str, str],
+                            norms: int) -> dict[str, torch.Tensor]:
+    """A block of the course's parts (MultiHeadAttention, norm1..norm<norms>, FeedForward `ff`) whose weights in w
+    start with prefix, as the parameters of PyTorch's encoder or decoder layer (:func:`layer_parameters`);
+    attentions maps the block's attention attributes to the layer's ("attention" -> "self_attn")."""
+    return layer_parameters(
+        {torch_name: course_attention(w, f"{prefix}{name}.") for name, torch_name in attentions.items()},
+        [(w[f"{prefix}norm{i}.weight"], w[f"{prefix}norm{i}.bias"]) for i in range(1, norms + 1)],
+        (w[f"{prefix}ff.net.0.weight"], w[f"{prefix}ff.net.0.bias"], w[f"{prefix}ff.net.2.weight"],
+         w[f"{prefix}ff.net.2.bias"]))
 
 
 def unscaled(k: int, heads: int = 1) -> float:

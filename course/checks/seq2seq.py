@@ -20,21 +20,22 @@ from torch import nn
 from torch.func import functional_call
 
 from course.checks import modules, oracles, weights
-from course.checks.check import Check
+from course.checks.check import Check, with_prerequisites
 from course.checks.compare import (
-    CheckFailed,
     Mistake,
+    Rows,
     expect_close,
+    expect_close_batch,
+    expect_equal,
     fail,
     matches_any,
     output,
     raised,
     randn,
     value_kind,
-    wrap,
 )
 from course.checks.evidence import Evidence, Recorder
-from course.checks.modules import MISSING_PARAMETER
+from course.checks.modules import WRONG_PART_TYPE
 from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
 from course.transformer_block import FeedForward, TransformerBlock
@@ -153,8 +154,6 @@ FLOAT_MASK = "float-mask"
 ADDITIVE_MASK = "additive-mask"
 PADDING_TRANSPOSED = "padding-transposed"
 MASK_DEVICE = "mask-wrong-device"
-MISSING_PART = "missing-part"
-WRONG_PART_TYPE = "wrong-part-type"
 WRONG_SIZE = "wrong-size"
 SHARED_ATTENTION = "block-shared-attention"
 SHARED_NORM = "shared-norm"
@@ -170,43 +169,6 @@ DECODE_INCONSISTENT = "decode-inconsistent"
 DECODE_TOO_LONG = "greedy-too-long"
 DECODE_STOPS_EARLY = "greedy-stops-early"
 DECODE_NOT_IDS = "greedy-not-ids"
-
-
-class _Rows:
-    """Integer rows (masks as 0/1, token ids) shown as a small table in a failure message."""
-
-    def __init__(self, values: torch.Tensor):
-        v = values.detach().to("cpu").long()
-        self.rows = (v.unsqueeze(0) if v.dim() == 1 else v).tolist()
-
-    def __repr__(self) -> str:
-        return "\n    ".join(" ".join(f"{x:3d}" for x in row) for row in self.rows)
-
-
-def _expect_close_shown(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str, otherwise: str,
-                        case: str, mistakes: list[tuple[Mistake, torch.Tensor]] = ()) -> None:
-    """expect_close on a batch, but the message shows the sequence that differs most, not sequence 0."""
-    __tracebackhide__ = True
-    if matches_any(actual, [expected], device):
-        return
-    i = 0
-    if actual.shape == expected.shape and actual.dim() >= 3:
-        diff = (actual - expected).abs().nan_to_num(float("inf")).flatten(1).amax(dim=1)  # (b,)
-        i = int(diff.argmax())
-    shown = f"{case}; sequence {i} of the batch shown"
-    for mistake, candidate in mistakes:
-        if matches_any(actual, [candidate], device):
-            fail(f"{what} is not what was asked: {mistake.explanation}", expected[i], actual[i], shown, mistake.id)
-    expect_close(actual[i], expected[i], what=what, device=device, otherwise=otherwise, case=shown)
-    fail(f"{what} does not match the reference. {otherwise}", expected[i], actual[i], shown)
-
-
-def _recorded(ev: Evidence, key: str, what: str) -> Any:
-    """A JSON fact the probe must have recorded; fails plainly if it is missing."""
-    __tracebackhide__ = True
-    if key not in ev.facts:
-        fail(f"The test recorded nothing about {what}: the check did not run to the end.")
-    return ev.facts[key]
 
 
 # ---------------------------------------------------------------- masks
@@ -246,25 +208,8 @@ def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: 
     return value
 
 
-def _expect_equal_mask(actual: torch.Tensor, expected: torch.Tensor, *, what: str,
-                       mistakes: list[tuple[Mistake, torch.Tensor]], otherwise: str, case: str) -> None:
-    __tracebackhide__ = True
-    if torch.equal(actual, expected):
-        return
-    for mistake, candidate in mistakes:
-        if torch.equal(actual, candidate):
-            fail(f"{what} is not what was asked: {mistake.explanation}", _Rows(expected), _Rows(actual), case,
-                 mistake.id)
-    fail(f"{what} does not match the reference. {otherwise}", _Rows(expected), _Rows(actual), case)
-
-
-def _causal(t: int) -> torch.Tensor:
-    """Oracle: (t, t), True where j <= i (the complement of PyTorch's generate_square_subsequent_mask)."""
-    return ~torch.isinf(nn.Transformer.generate_square_subsequent_mask(t))
-
-
 def _causal_mistakes(t: int) -> list[tuple[Mistake, torch.Tensor]]:
-    good = _causal(t)
+    good = oracles.causal_mask(t)
     return [(CAUSAL_INVERTED, ~good), (CAUSAL_NO_DIAGONAL, good & ~torch.eye(t, dtype=torch.bool)),
             (CAUSAL_TRANSPOSED, good.T.contiguous()), (CAUSAL_ALL_TRUE, torch.ones(t, t, dtype=torch.bool))]
 
@@ -279,8 +224,8 @@ def _probe_causal_by_hand(causal_mask, rec: Recorder) -> None:
 def _judge_causal_by_hand(ev: Evidence) -> None:
     """t = 4: the lower triangle, diagonal included, as bools."""
     mask = _mask(ev, "mask", what=CAUSAL_NAME, shape=(4, 4), device="cpu")
-    _expect_equal_mask(mask, _causal(4), what=CAUSAL_NAME, mistakes=_causal_mistakes(4), otherwise=_CAUSAL_HINT,
-                       case="t=4, shown as 0/1")
+    expect_equal(mask, oracles.causal_mask(4), what=CAUSAL_NAME, mistakes=_causal_mistakes(4),
+                       otherwise=_CAUSAL_HINT, case="t=4, shown as 0/1")
 
 
 causal_mask_by_hand = Check("causal_mask_by_hand", _probe_causal_by_hand, _judge_causal_by_hand)
@@ -299,11 +244,11 @@ def _judge_causal_oracle(ev: Evidence) -> None:
     for t in CAUSAL_LENGTHS:
         what = f"causal_mask({t}, device={ev.device!r})"
         mask = _mask(ev, f"mask{t}", what=what, shape=(t, t), device=ev.device)
-        _expect_equal_mask(mask, _causal(t), what=what, mistakes=_causal_mistakes(t), otherwise=_CAUSAL_HINT,
-                           case=f"t={t}")
+        expect_equal(mask, oracles.causal_mask(t), what=what, mistakes=_causal_mistakes(t),
+                           otherwise=_CAUSAL_HINT, case=f"t={t}")
     mask = _mask(ev, "mask_default", what="causal_mask(2) without a device", shape=(2, 2), device="cpu")
-    _expect_equal_mask(mask, _causal(2), what="causal_mask(2)", mistakes=_causal_mistakes(2), otherwise=_CAUSAL_HINT,
-                       case="t=2")
+    expect_equal(mask, oracles.causal_mask(2), what="causal_mask(2)", mistakes=_causal_mistakes(2),
+                       otherwise=_CAUSAL_HINT, case="t=2")
 
 
 causal_mask_oracle = Check("causal_mask_oracle", _probe_causal_oracle, _judge_causal_oracle)
@@ -345,7 +290,7 @@ def _judge_padding_by_hand(ev: Evidence) -> None:
     """lengths [3, 1, 4], t = 5."""
     lengths, t = torch.tensor(PADDING_BY_HAND[0]), PADDING_BY_HAND[1]
     mask = _mask(ev, "mask", what=PADDING_NAME, shape=(3, t), device="cpu", hints=_padding_hints(3, t))
-    _expect_equal_mask(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
+    expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
                        otherwise=_PADDING_HINT, case="lengths=[3, 1, 4], t=5, shown as 0/1")
 
 
@@ -362,7 +307,7 @@ def _judge_padding_oracle(ev: Evidence) -> None:
     for i, (lengths_list, t) in enumerate(PADDING_CASES):
         lengths, b = torch.tensor(lengths_list), len(lengths_list)
         mask = _mask(ev, f"mask{i}", what=PADDING_NAME, shape=(b, t), device=ev.device, hints=_padding_hints(b, t))
-        _expect_equal_mask(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
+        expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
                            otherwise=_PADDING_HINT, case=f"lengths={list(lengths_list)}, t={t}")
 
 
@@ -381,28 +326,15 @@ MODEL_PARTS = ("src_embedding", "tgt_embedding", "positions", "encoder", "decode
 _DECODER_ATTRIBUTES = ("self_attention", "cross_attention", "ff", "norm3")
 
 
-def _kind(obj: Any) -> str:
-    for name, cls in _KINDS:
-        if isinstance(obj, cls):
-            return name
-    return type(obj).__name__[:60]
-
-
 def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
-    """For each attribute: what it is (a course class or its type name), which earlier one it is, heads, items."""
-    facts, seen = {}, []
+    """modules.part_facts, with the items of each nn.ModuleList and whether they look like decoder blocks, and the
+    number of distinct blocks of a model."""
+    facts = modules.part_facts(module, names, _KINDS)
     for name in names:
         part = getattr(module, name, None)
-        fact: dict = {"kind": "missing" if part is None else _kind(part),
-                      "same_as": next((other for other, obj in seen if part is not None and obj is part), None)}
-        heads = getattr(part, "heads", None)
-        if isinstance(heads, int) and not isinstance(heads, bool):
-            fact["heads"] = heads
         if isinstance(part, nn.ModuleList):
-            fact["items"] = [_kind(item) for item in part]
-            fact["decoder_like"] = [all(hasattr(item, n) for n in _DECODER_ATTRIBUTES) for item in part]
-        facts[name] = fact
-        seen.append((name, part))
+            facts[name]["items"] = [modules.kind(item, _KINDS) for item in part]
+            facts[name]["decoder_like"] = [all(hasattr(item, n) for n in _DECODER_ATTRIBUTES) for item in part]
     blocks = [*getattr(module, "encoder", ()), *getattr(module, "decoder", ())] if "encoder" in names else []
     if blocks:
         facts["distinct_blocks"] = len({id(b) for b in blocks})
@@ -415,109 +347,32 @@ def _build(cls: Callable, rec: Recorder, key: str, args: tuple, parts: tuple[str
                          train=False)
 
 
-def _sub_record(rec: Recorder, prefix: str, check: Check, part: Any) -> None:
-    """Probe another check on `part` and keep its record under prefix (the judge reads it back with _sub_evidence)."""
-    try:
-        sub = check.record(part, rec.device)
-    except Exception:  # noqa: BLE001 - a prerequisite that breaks its probe is simply not reported
-        return
-    rec.fact(prefix, True)
-    for key, value in sub.facts.items():
-        rec.evidence.facts[f"{prefix}.{key}"] = value
-    for key, value in sub.tensors.items():
-        rec.evidence.tensors[f"{prefix}.{key}"] = value
-
-
-def _sub_evidence(ev: Evidence, prefix: str, check: Check) -> Evidence | None:
-    if ev.facts.get(prefix) is not True:
-        return None
-    start = prefix + "."
-    return Evidence(check.name, ev.device, {k[len(start):]: v for k, v in ev.tensors.items() if k.startswith(start)},
-                    {k[len(start):]: v for k, v in ev.facts.items() if k.startswith(start)})
-
-
 # ---------------------------------------------------------------- modules: the judge's side
 
-def _part(ev: Evidence, key: str, owner: str, name: str, kind: str, how: str) -> dict:
-    __tracebackhide__ = True
-    parts = _recorded(ev, f"{key}.parts", f"the parts of {owner}")
-    fact = parts.get(name) if isinstance(parts, dict) else None
-    if not isinstance(fact, dict) or fact.get("kind") == "missing":
-        fail(f"{owner} has no attribute `{name}`. Create it in __init__: self.{name} = {how}.", mistake=MISSING_PART)
-    if fact.get("kind") != kind:
-        fail(f"{owner}.{name} is a {str(fact.get('kind'))[:60]}; it should be {how}.", mistake=WRONG_PART_TYPE)
-    return fact
-
-
-def _attention_shapes(p: str, k: int) -> dict[str, tuple[int, ...]]:
-    return {**{f"{p}{n}.weight": (k, k) for n in ("to_queries", "to_keys", "to_values", "unify_heads")},
-            f"{p}unify_heads.bias": (k,)}
-
-
-def _norm_shapes(p: str, k: int, names: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    return {f"{p}{n}.{w}": (k,) for n in names for w in ("weight", "bias")}
-
-
-def _ff_shapes(p: str, k: int, hidden: int) -> dict[str, tuple[int, ...]]:
-    return {f"{p}ff.net.0.weight": (hidden, k), f"{p}ff.net.0.bias": (hidden,), f"{p}ff.net.2.weight": (k, hidden),
-            f"{p}ff.net.2.bias": (k,)}
-
-
 def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
-    return {**_attention_shapes(f"{p}self_attention.", k), **_attention_shapes(f"{p}cross_attention.", k),
-            **_norm_shapes(p, k, ("norm1", "norm2", "norm3")), **_ff_shapes(p, k, ff_mult * k)}
-
-
-def _encoder_shapes(p: str, k: int) -> dict[str, tuple[int, ...]]:
-    return {**_attention_shapes(f"{p}attention.", k), **_norm_shapes(p, k, ("norm1", "norm2")), **_ff_shapes(p, k, 4 * k)}
+    return {**modules.attention_shapes(f"{p}self_attention.", k), **modules.attention_shapes(f"{p}cross_attention.", k),
+            **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
 def _model_shapes(src_vocab: int, tgt_vocab: int, k: int, depth: int) -> dict[str, tuple[int, ...]]:
     shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k)}
     for i in range(depth):
-        shapes.update(_encoder_shapes(f"encoder.{i}.", k))
+        shapes.update(modules.block_shapes(f"encoder.{i}.", k, 4 * k))
     for i in range(depth):
         shapes.update(_block_shapes(f"decoder.{i}.", k, 4))
     shapes.update({"to_logits.weight": (tgt_vocab, k), "to_logits.bias": (tgt_vocab,)})
     return shapes
 
 
-def _weights(ev: Evidence, key: str, owner: str, shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, torch.Tensor]:
-    """The values the probe loaded into the parameters the exercise names (recreated here, never read)."""
-    __tracebackhide__ = True
-    loaded = modules.loaded(ev, key, seed)
-    found = {}
-    for name, shape in shapes.items():
-        if name not in loaded or tuple(loaded[name].shape) != shape:
-            fail(f"{owner} has no registered parameter {name} of shape {shape}. Register the parts as attributes of "
-                 "the module (self.name = ...), built from the course's classes.", mistake=MISSING_PARAMETER)
-        found[name] = loaded[name]
-    return found
-
-
 # ---------------------------------------------------------------- PyTorch's layers with the check's weights
-
-def _projections(w: dict[str, torch.Tensor], p: str) -> dict[str, torch.Tensor]:
-    """The course's MultiHeadAttention under prefix p as keywords of oracles.attention_parameters: queries, keys
-    and values without bias, the output projection unify_heads."""
-    return {"wq": w[f"{p}to_queries.weight"], "wk": w[f"{p}to_keys.weight"], "wv": w[f"{p}to_values.weight"],
-            "wo": w[f"{p}unify_heads.weight"], "bo": w[f"{p}unify_heads.bias"]}
-
-
-def _layer_params(w: dict[str, torch.Tensor], p: str, attentions: dict[str, str], norms: int) -> dict:
-    """The block under prefix p as the parameters of PyTorch's layer (attentions: course name -> torch name)."""
-    return oracles.layer_parameters(
-        {torch_name: _projections(w, f"{p}{course_name}.") for course_name, torch_name in attentions.items()},
-        [(w[f"{p}norm{i}.weight"], w[f"{p}norm{i}.bias"]) for i in range(1, norms + 1)],
-        (w[f"{p}ff.net.0.weight"], w[f"{p}ff.net.0.bias"], w[f"{p}ff.net.2.weight"], w[f"{p}ff.net.2.bias"]))
-
 
 def _torch_decoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor,
                    causal: bool = True, pad: torch.Tensor | None = None) -> torch.Tensor:
     """nn.TransformerDecoderLayer (post-norm, ReLU) carrying the block's weights; pad (b, s): True at real tokens."""
     layer = oracles.decoder_layer(x.shape[-1], heads, w[f"{p}ff.net.0.weight"].shape[0])
-    params = _layer_params(w, p, {"self_attention": "self_attn", "cross_attention": "multihead_attn"}, 3)
-    kwargs = {"tgt_mask": ~_causal(x.shape[1]) if causal else None,
+    params = oracles.course_layer_parameters(w, p, {"self_attention": "self_attn",
+                                                    "cross_attention": "multihead_attn"}, 3)
+    kwargs = {"tgt_mask": ~oracles.causal_mask(x.shape[1]) if causal else None,
               "memory_key_padding_mask": None if pad is None else ~pad}
     return functional_call(layer, params, (x, memory), kwargs)
 
@@ -525,7 +380,7 @@ def _torch_decoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tens
 def _torch_encoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor,
                    pad: torch.Tensor | None) -> torch.Tensor:
     layer = oracles.encoder_layer(x.shape[-1], heads, w[f"{p}ff.net.0.weight"].shape[0])
-    return functional_call(layer, _layer_params(w, p, {"attention": "self_attn"}, 2), (x,),
+    return functional_call(layer, oracles.course_layer_parameters(w, p, {"attention": "self_attn"}, 2), (x,),
                            {"src_key_padding_mask": None if pad is None else ~pad})
 
 
@@ -544,12 +399,12 @@ def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memo
 
     def sa(h: torch.Tensor) -> torch.Tensor:
         return oracles.attention(h, None, self_mask if use_self_mask else None, heads,
-                                 **_projections(w, "self_attention."))
+                                 **oracles.course_attention(w, "self_attention."))
 
     def ca(h: torch.Tensor) -> torch.Tensor:
         mask = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
         return oracles.attention(h, memory if context == "memory" else None, mask, heads,
-                                 **_projections(w, "cross_attention."))
+                                 **oracles.course_attention(w, "cross_attention."))
 
     if layout == "pre":
         h = x + sa(norm(1, x))
@@ -623,7 +478,7 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
     """The attributes the notebook names, of the right kinds and sizes, and no others with parameters."""
     __tracebackhide__ = True
     modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
-    attention = [_part(ev, key, BLOCK_NAME, n, "MultiHeadAttention", "MultiHeadAttention(k, heads)")
+    attention = [modules.expect_part(ev, key, BLOCK_NAME, n, "MultiHeadAttention", "MultiHeadAttention(k, heads)")
                  for n in ("self_attention", "cross_attention")]
     if attention[1].get("same_as") == "self_attention":
         fail(f"{BLOCK_NAME}.self_attention and .cross_attention are the same module. Reading the target and reading "
@@ -634,7 +489,8 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
         if (size, count) != (k, heads):
             fail(f"{BLOCK_NAME}'s attention has k={size}, heads={count}; with DecoderBlock({k}, {heads}) it should be "
                  f"MultiHeadAttention({k}, {heads}).", mistake=WRONG_SIZE)
-    norms = [_part(ev, key, BLOCK_NAME, n, "LayerNorm", "nn.LayerNorm(k)") for n in ("norm1", "norm2", "norm3")]
+    norms = [modules.expect_part(ev, key, BLOCK_NAME, n, "LayerNorm", "nn.LayerNorm(k)")
+             for n in ("norm1", "norm2", "norm3")]
     if any(n.get("same_as") for n in norms):
         fail(f"Two of {BLOCK_NAME}.norm1, norm2, norm3 are the same module: each sublayer needs its own LayerNorm(k).",
              mistake=SHARED_NORM)
@@ -642,7 +498,7 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
         shape = described.get(name, {}).get("shape")
         if shape != [k]:
             fail(f"{BLOCK_NAME}.{name} normalizes shape {shape}; it should be nn.LayerNorm({k}).", mistake=WRONG_SIZE)
-    _part(ev, key, BLOCK_NAME, "ff", "FeedForward", "FeedForward(k, ff_mult * k)")
+    modules.expect_part(ev, key, BLOCK_NAME, "ff", "FeedForward", "FeedForward(k, ff_mult * k)")
     first = described.get("ff.net.0", {})
     if (first.get("in_features"), first.get("out_features")) != (k, ff_mult * k):
         fail(f"{BLOCK_NAME}.ff maps {first.get('in_features')} -> {first.get('out_features')} features first; with "
@@ -658,14 +514,15 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
 def _block_weights(ev: Evidence, key: str, k: int, heads: int, ff_mult: int, seed: int) -> dict[str, torch.Tensor]:
     __tracebackhide__ = True
     _block_structure(ev, key, k, heads, ff_mult)
-    return _weights(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})", _block_shapes("", k, ff_mult), seed)
+    return modules.expect_parameters(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})",
+                                     _block_shapes("", k, ff_mult), seed, hint=modules.PARTS_HINT)
 
 
 def _anchor_block(ev: Evidence, y: torch.Tensor, w, heads, x, memory, pad: torch.Tensor | None, causal: bool,
                   claim: str) -> None:
     """Rule 2: the output is what the block, right or typically wrong, computes with the check's weights."""
     __tracebackhide__ = True
-    self_mask = _causal(x.shape[1]) if causal else None
+    self_mask = oracles.causal_mask(x.shape[1]) if causal else None
     memory_mask = None if pad is None else pad.unsqueeze(1)
     with torch.no_grad():
         expected = _block_oracle(w, heads, x, memory, causal, pad)
@@ -686,7 +543,7 @@ def _probe_block_structure(DecoderBlock, rec: Recorder) -> None:
         if block is None:
             return
         x, memory, lengths = _structure_case(k)
-        _run_block(rec, f"y{i}", block, x, memory, _causal(3), _padding(lengths, 4).unsqueeze(1))
+        _run_block(rec, f"y{i}", block, x, memory, oracles.causal_mask(3), _padding(lengths, 4).unsqueeze(1))
 
 
 def _judge_block_structure(ev: Evidence) -> None:
@@ -718,7 +575,7 @@ def _probe_block_causality(DecoderBlock, rec: Recorder) -> None:
     if block is None:
         return
     x, changed, memory, lengths = _causality_inputs()
-    self_mask, memory_mask = _causal(t), _padding(lengths, s).unsqueeze(1)
+    self_mask, memory_mask = oracles.causal_mask(t), _padding(lengths, s).unsqueeze(1)
     _run_block(rec, "y", block, x, memory, self_mask, memory_mask)
     _run_block(rec, "y_changed", block, changed, memory, self_mask, memory_mask)
 
@@ -736,7 +593,7 @@ def _judge_block_causality(ev: Evidence) -> None:
     y_changed = output(ev, "y_changed", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), shape_hints=hints)
     if not matches_any(y_changed[:, :3], [y[:, :3]], ev.device):
         pad = _padding(lengths, s)
-        named = [m for m, out in _block_mistakes(w, heads, x, memory, _causal(t), pad.unsqueeze(1))
+        named = [m for m, out in _block_mistakes(w, heads, x, memory, oracles.causal_mask(t), pad.unsqueeze(1))
                  if matches_any(y, [out], ev.device)]
         fail(f"{BLOCK_NAME} is not causal: changing target positions 3 and 4 changed the outputs at positions 0-2. "
              "Pass self_mask to self-attention (self_attention(x, mask=self_mask))."
@@ -756,7 +613,7 @@ def _probe_block_oracle(DecoderBlock, rec: Recorder) -> None:
         if block is None:
             return
         x, memory, lengths = _block_inputs(b, t, s, k, 1230 + 10 * i)
-        _run_block(rec, f"y{i}", block, x, memory, _causal(t), _padding(lengths, s).unsqueeze(1))
+        _run_block(rec, f"y{i}", block, x, memory, oracles.causal_mask(t), _padding(lengths, s).unsqueeze(1))
     block = _make_block(DecoderBlock, rec, "block_unmasked", 8, 2, 4, 1400)
     if block is not None:
         x, memory, _ = _block_inputs(2, 3, 5, 8, 1410)
@@ -773,8 +630,8 @@ def _judge_block_oracle(ev: Evidence) -> None:
                    hint=_MASK_SHAPE_HINT)
         with torch.no_grad():
             expected = _block_oracle(w, heads, x, memory, True, pad)
-        _expect_close_shown(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device,
-                            mistakes=_block_mistakes(w, heads, x, memory, _causal(t), pad.unsqueeze(1)),
+        expect_close_batch(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device,
+                            mistakes=_block_mistakes(w, heads, x, memory, oracles.causal_mask(t), pad.unsqueeze(1)),
                             otherwise=_BLOCK_HINT,
                             case=f"b={b}, t={t}, s={s}, k={k}, heads={heads}, source lengths {lengths.tolist()}")
     # without masks (both None), as an encoder-free decoder or a test would call it
@@ -803,7 +660,7 @@ def _probe_block_small_case(DecoderBlock, rec: Recorder) -> None:
     if block is None:
         return
     x, memory, lengths, upstream = _small_block_case()
-    _run_block(rec, "y", block, x, memory, _causal(3), _padding(lengths, 5).unsqueeze(1))
+    _run_block(rec, "y", block, x, memory, oracles.causal_mask(3), _padding(lengths, 5).unsqueeze(1))
     _probe_block_backward(rec, "y_grad", block, x, memory, lengths, upstream)
 
 
@@ -819,8 +676,8 @@ def _judge_block_small_case(ev: Evidence) -> None:
     with torch.no_grad():
         expected = _block_oracle(w, 2, x, memory, True, pad)
     case = "x (2, 3, 4), memory (2, 5, 4), source lengths [5, 3], heads=2"
-    _expect_close_shown(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device, otherwise=_BLOCK_HINT,
-                        mistakes=_block_mistakes(w, 2, x, memory, _causal(3), pad.unsqueeze(1)), case=case)
+    expect_close_batch(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device, otherwise=_BLOCK_HINT,
+                        mistakes=_block_mistakes(w, 2, x, memory, oracles.causal_mask(3), pad.unsqueeze(1)), case=case)
     _expect_block_gradients(ev, "y_grad", w, 2, x, memory, lengths, upstream, case)
 
 
@@ -844,7 +701,7 @@ def _probe_block_backward(rec: Recorder, key: str, block: nn.Module, x: torch.Te
     t, s = x.shape[1], memory.shape[1]
     block.train()
     x, memory = x.to(rec.device).requires_grad_(True), memory.to(rec.device).requires_grad_(True)
-    modules.record_backward(rec, key, block, x, memory, self_mask=_causal(t).to(rec.device),
+    modules.record_backward(rec, key, block, x, memory, self_mask=oracles.causal_mask(t).to(rec.device),
                             memory_mask=_padding(lengths, s).unsqueeze(1).to(rec.device),
                             loss=lambda y: (y * upstream.to(rec.device)).sum(), inputs={"x": x, "memory": memory})
 
@@ -855,10 +712,9 @@ def _expect_block_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], 
     through nn.TransformerDecoderLayer (or through the typical mistake the output is)."""
     __tracebackhide__ = True
     output(ev, key, what=f"{BLOCK_NAME}.forward", shape=tuple(x.shape), hint=_MASK_SHAPE_HINT)
-    modules.expect_attached(ev, key, f"{BLOCK_NAME}.forward")
-    raised(ev, f"{key}.backward", f"backward() through {BLOCK_NAME}.forward")
+    modules.expect_differentiable(ev, key, f"{BLOCK_NAME}.forward")
     pad = _padding(lengths, memory.shape[1])
-    self_mask, memory_mask = _causal(x.shape[1]), pad.unsqueeze(1)
+    self_mask, memory_mask = oracles.causal_mask(x.shape[1]), pad.unsqueeze(1)
 
     def forward(leaves, x, memory, **switches):
         return (_block_variant(leaves, heads, x, memory, self_mask, memory_mask, **switches) if switches
@@ -887,8 +743,8 @@ def _probe_block_padding(DecoderBlock, rec: Recorder) -> None:
     if block is None:
         return
     x, memory, longer, lengths, upstream = _padding_block_inputs()
-    _run_block(rec, "y", block, x, memory, _causal(t), _padding(lengths, s).unsqueeze(1))
-    _run_block(rec, "y_longer", block, x, longer, _causal(t), _padding(lengths, s + 3).unsqueeze(1))
+    _run_block(rec, "y", block, x, memory, oracles.causal_mask(t), _padding(lengths, s).unsqueeze(1))
+    _run_block(rec, "y_longer", block, x, longer, oracles.causal_mask(t), _padding(lengths, s + 3).unsqueeze(1))
     _probe_block_backward(rec, "y_grad", block, x, memory, lengths, upstream)
 
 
@@ -902,7 +758,7 @@ def _judge_block_padding(ev: Evidence) -> None:
     y_longer = output(ev, "y_longer", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), hint=_MASK_SHAPE_HINT)
     pad = _padding(lengths, s)
     if not matches_any(y_longer, [y], ev.device):
-        memory_not_masked = _block_variant(w, heads, x, memory, _causal(t), None, cross_mask="none")
+        memory_not_masked = _block_variant(w, heads, x, memory, oracles.causal_mask(t), None, cross_mask="none")
         fail(f"{BLOCK_NAME} reads padded memory positions: three more padded source positions (masked out by "
              "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], y_longer[:, :, 0],
              case="first feature, before and after adding padding",
@@ -1030,8 +886,8 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     what = MODEL_NAME
     modules.built(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
                            f"max_len={max_len})")
-    _part(ev, key, what, "src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
-    tgt_embedding = _part(ev, key, what, "tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)")
+    modules.expect_part(ev, key, what, "src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
+    tgt_embedding = modules.expect_part(ev, key, what, "tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)")
     if tgt_embedding.get("same_as") == "src_embedding":
         fail(f"{what}.src_embedding and .tgt_embedding are the same module: source and target have different "
              "vocabularies, so each needs its own nn.Embedding.", mistake=SHARED_EMBEDDING)
@@ -1042,9 +898,11 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
             fail(f"{what}.{name} is nn.Embedding({emb.get('num_embeddings')}, {emb.get('embedding_dim')}); it should "
                  f"be nn.Embedding({size}, {k}) here. Are the source and target vocabulary sizes swapped?",
                  mistake=WRONG_SIZE)
-    _part(ev, key, what, "positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
-    encoder = _part(ev, key, what, "encoder", "ModuleList", "nn.ModuleList of `depth` TransformerBlock(k, heads)")
-    decoder = _part(ev, key, what, "decoder", "ModuleList", "nn.ModuleList of `depth` DecoderBlock(k, heads)")
+    modules.expect_part(ev, key, what, "positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
+    encoder = modules.expect_part(ev, key, what, "encoder", "ModuleList",
+                                  "nn.ModuleList of `depth` TransformerBlock(k, heads)")
+    decoder = modules.expect_part(ev, key, what, "decoder", "ModuleList",
+                                  "nn.ModuleList of `depth` DecoderBlock(k, heads)")
     for name, blocks in (("encoder", encoder), ("decoder", decoder)):
         items = blocks.get("items")
         if not isinstance(items, list) or len(items) != depth:
@@ -1061,7 +919,7 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * depth:
         fail(f"{what} reuses one block several times: create a new block for every layer, or the layers share "
              "weights.", mistake=SHARED_BLOCK)
-    _part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
+    modules.expect_part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
     to_logits = described.get("to_logits", {})
     if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, tgt_vocab):
         fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should be "
@@ -1072,7 +930,8 @@ def _model_weights(ev: Evidence, key: str, case: ModelCase, seed: int) -> dict[s
     __tracebackhide__ = True
     _model_structure(ev, key, case)
     src_vocab, tgt_vocab, k, depth = case.src_vocab, case.tgt_vocab, case.k, case.depth
-    return _weights(ev, key, MODEL_NAME, _model_shapes(src_vocab, tgt_vocab, k, depth), seed)
+    return modules.expect_parameters(ev, key, MODEL_NAME, _model_shapes(src_vocab, tgt_vocab, k, depth), seed,
+                                     hint=modules.PARTS_HINT)
 
 
 def _logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None) -> torch.Tensor:
@@ -1094,57 +953,6 @@ def _anchor_model(ev: Evidence, logits: torch.Tensor, w, case, src, tgt, lengths
     if not matches_any(logits, candidates, ev.device):
         fail(f"{claim}, but it is not an encoder-decoder transformer with the check's weights: " + _MODEL_HINT,
              expected, logits, case=f"src {tuple(src.shape)}, tgt {tuple(tgt.shape)}")
-
-
-# a failing model check also says when the cause may be an earlier exercise the model uses
-
-def _probe_prerequisites(Seq2SeqTransformer: Any, rec: Recorder) -> None:
-    namespace = getattr(getattr(Seq2SeqTransformer, "decode", None), "__globals__", {})
-    if not isinstance(namespace, dict):
-        return
-    for name, checks in _PREREQUISITES:
-        part = namespace.get(name)
-        if callable(part):
-            for check in checks:
-                _sub_record(rec, f"pre.{check.name}", check, part)
-
-
-def _prerequisite_note(ev: Evidence) -> str:
-    notes = []
-    for (name, checks), exercise in zip(_PREREQUISITES, (1, 3)):
-        for check in checks:
-            sub = _sub_evidence(ev, f"pre.{check.name}", check)
-            if sub is None:
-                continue
-            try:
-                check.judge(sub)
-            except CheckFailed:
-                notes.append(f"your {name} (exercise {exercise}) does not pass its own tests yet")
-                break
-            except Exception:  # noqa: BLE001, S112 - a record that trips a prerequisite judge says nothing
-                continue
-    if not notes:
-        return ""
-    return (f"Note: {' and '.join(notes)}, and {MODEL_NAME} is built from it. Fix that first; this test may then "
-            "pass too.")
-
-
-def _model_check(name: str, probe: Callable[[Any, Recorder], None], judge: Callable[[Evidence], None]) -> Check:
-    def probed(Seq2SeqTransformer: Any, rec: Recorder) -> None:
-        probe(Seq2SeqTransformer, rec)
-        _probe_prerequisites(Seq2SeqTransformer, rec)
-
-    def judged(ev: Evidence) -> None:
-        __tracebackhide__ = True
-        try:
-            judge(ev)
-        except CheckFailed as failure:
-            note = _prerequisite_note(ev)
-            if not note:
-                raise
-            raise CheckFailed(wrap(f"{failure}\n\n{note}"), failure.mistake) from None
-
-    return Check(name, probed, judged, judge.__doc__ or "")
 
 
 def _probe_model_structure(Seq2SeqTransformer, rec: Recorder) -> None:
@@ -1234,7 +1042,7 @@ def _judge_model_oracle(ev: Evidence) -> None:
         logits = _logits(ev, f"logits{i}", case)
         with torch.no_grad():
             expected = _model_oracle(w, case, src, tgt, lengths)
-        _expect_close_shown(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
+        expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
                             mistakes=_model_mistakes(w, case, src, tgt, lengths), otherwise=_MODEL_HINT,
                             case=f"b={b}, s={s}, t={t}, k={k}, heads={heads}, depth={depth}, source lengths "
                                  f"{lengths.tolist()}")
@@ -1302,8 +1110,7 @@ def _expect_model_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], 
     b, t, tgt_vocab = case.b, case.t, case.tgt_vocab
     src, tgt, lengths = _model_inputs(case, seed)
     logits = _logits(ev, key, case)
-    modules.expect_attached(ev, key, f"{MODEL_NAME}.forward")
-    raised(ev, f"{key}.backward", f"backward() through {MODEL_NAME}.forward")
+    modules.expect_differentiable(ev, key, f"{MODEL_NAME}.forward")
     because, chosen = None, {}
     with torch.no_grad():
         if not matches_any(logits, [_model_oracle(w, case, src, tgt, lengths)], ev.device):
@@ -1355,7 +1162,7 @@ def _judge_model_small_case(ev: Evidence) -> None:
     with torch.no_grad():
         expected = _model_oracle(w, SMALL_MODEL, src, tgt, lengths)
     case = f"src (2, 5) with lengths {lengths.tolist()}, tgt (2, 4), k=4, heads=2, depth=2"
-    _expect_close_shown(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
+    expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
                         mistakes=_model_mistakes(w, SMALL_MODEL, src, tgt, lengths), case=case)
     _expect_model_gradients(ev, "logits", w, SMALL_MODEL, 2510, 2520, case)
 
@@ -1495,8 +1302,7 @@ def _judge_loss_gradients(ev: Evidence) -> None:
     F.cross_entropy."""
     seed, pad = LOSS_GRADIENT_CASE
     _judge_loss_case(ev, "loss", seed, pad)
-    modules.expect_attached(ev, "loss", LOSS_NAME)
-    raised(ev, "loss.backward", f"loss.backward() on {LOSS_NAME}")
+    modules.expect_differentiable(ev, "loss", LOSS_NAME)
     model, src, src_mask, tgt = _loss_case(seed, pad)
 
     def loss(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -1628,23 +1434,16 @@ def _judge_decode(ev: Evidence, key: str, model: nn.Module, src, lengths, max_le
     mistakes = _decode_mistakes(model, src, src_mask, max_len, expected, width)
     if width > max_len:
         if torch.equal(out, mistakes[1][1]):
-            fail(f"{DECODE_NAME} is not what was asked: {DECODE_RETURNS_BOS.explanation}", _Rows(expected),
-                 _Rows(out), case, DECODE_RETURNS_BOS.id)
+            fail(f"{DECODE_NAME} is not what was asked: {DECODE_RETURNS_BOS.explanation}", Rows(expected),
+                 Rows(out), case, DECODE_RETURNS_BOS.id)
         fail(f"{DECODE_NAME} returned {width} tokens per sequence, more than max_len={max_len}. Generate at most "
-             "max_len tokens, and do not return the <bos>.", _Rows(expected), _Rows(out), case, DECODE_TOO_LONG)
+             "max_len tokens, and do not return the <bos>.", Rows(expected), Rows(out), case, DECODE_TOO_LONG)
     if width < n:
         fail(f"{DECODE_NAME} stopped after {width} tokens, but a sequence had not written <eos> yet (it needs {n}). "
-             "Stop only when every sequence is finished, or after max_len steps.", _Rows(expected), _Rows(out), case,
+             "Stop only when every sequence is finished, or after max_len steps.", Rows(expected), Rows(out), case,
              DECODE_STOPS_EARLY)
-    target = _fit(expected, width)
-    if torch.equal(out, target):
-        return
-    for mistake, candidate in mistakes:
-        if torch.equal(out, candidate):
-            fail(f"{DECODE_NAME} is not what was asked: {mistake.explanation}", _Rows(target), _Rows(out), case,
-                 mistake.id)
-    fail(f"{DECODE_NAME} does not agree with the step-by-step argmax of the model. {_DECODE_HINT}", _Rows(target),
-         _Rows(out), case)
+    expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=mistakes, otherwise=_DECODE_HINT, case=case,
+                 differs="does not agree with the step-by-step argmax of the model")
 
 
 _SCRIPTED_SRC = ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4))
@@ -1698,8 +1497,14 @@ greedy_decode_step_by_step = Check("greedy_decode_step_by_step", _probe_decode_s
 
 # ---------------------------------------------------------------- the model's checks (they name their prerequisites)
 
-_PREREQUISITES = (("causal_mask", (causal_mask_by_hand,)),
-                  ("DecoderBlock", (decoder_block_structure, decoder_block_oracle)))
+_PREREQUISITES = (("causal_mask", 1, (causal_mask_by_hand,)),
+                  ("DecoderBlock", 3, (decoder_block_structure, decoder_block_oracle)))
+
+
+def _model_check(name: str, probe: Callable[[Any, Recorder], None], judge: Callable[[Evidence], None]) -> Check:
+    """A model check that also says when the cause may be an earlier exercise the model uses."""
+    return with_prerequisites(name, probe, judge, prerequisites=_PREREQUISITES, user=MODEL_NAME,
+                              namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 seq2seq_structure = _model_check("seq2seq_structure", _probe_model_structure, _judge_model_structure)
 seq2seq_causality = _model_check("seq2seq_causality", _probe_model_causality, _judge_model_causality)

@@ -1,0 +1,195 @@
+"""Assignment 08's checks beyond the catalogue and the generic forgeries (test_forged_records.py): forged records
+specific to 08 fail (a record claiming that cached equals uncached earns nothing without the outputs of real code),
+a failing generation names a failing sampler, the judge's own models are what they claim, and the training harness
+works without the reference answers."""
+
+import math
+
+import forgery
+import nbformat
+import pytest
+import torch
+
+from autograder import course_dir
+from course import language_model as reference
+from course import language_model_training as harness
+from course.checks import language_model as lm
+from course.checks import weights
+from course.checks.compare import CheckFailed
+from course.corpus import CHARACTERS, sentences
+
+A = "08_language_model"
+
+
+def test_a_record_claiming_cached_equals_uncached_earns_nothing_without_real_logits():
+    """Cached calls that agree exactly with the uncached call, and caches of the right shapes, all made up: the
+    uncached logits are not what a language model with the check's weights computes."""
+    forged = forgery.honest(A, "lm_cache")
+    made_up = torch.randn(forged.tensors["full"].shape, generator=torch.Generator().manual_seed(0))
+    forged.tensors["full"] = made_up
+    start = 0
+    for c, size in enumerate(lm.CACHE_CASE.chunks):
+        forged.tensors[f"step{c}.0"] = made_up[:, start:start + size].clone()
+        start += size
+    with pytest.raises(CheckFailed, match="not a language model"):
+        lm.lm_cache.judge(forged)
+
+
+def test_right_logits_with_a_cache_of_other_numbers_fail():
+    forged = forgery.forged(A, "lm_cache", lambda key, t: torch.zeros_like(t) if key.endswith((".1.0.0", ".1.0.1"))
+                            else t)
+    with pytest.raises(CheckFailed, match="cache"):
+        lm.lm_cache.judge(forged)
+
+
+def test_a_forged_call_log_does_not_make_an_uncached_generation_cached():
+    """generate_cache reads the model's calls from the record; a log of perfect cached calls with the tokens of a
+    wrong generation earns nothing, and the right tokens with a log of uncached calls are named."""
+    wrong = forgery.forged(A, "generate_cache", lambda key, t: t.flip(-1) if key.startswith("tokens") and t.dim() == 2
+                           else t)
+    with pytest.raises(CheckFailed):
+        lm.generate_cache.judge(wrong)
+    uncached = forgery.honest(A, "generate_cache")
+    for i, spec in enumerate(lm.CACHED_GENERATIONS):
+        uncached.facts[f"tokens{i}.calls"] = [[spec.t0 + j, 0, False] for j in range(spec.new_tokens)]
+    with pytest.raises(CheckFailed) as failure:
+        lm.generate_cache.judge(uncached)
+    assert failure.value.mistake == lm.GENERATE_CACHE_UNUSED
+
+
+def test_sampling_under_another_global_seed_is_named_as_the_global_generator():
+    def from_global(logits, temperature=1.0, top_k=None, generator=None):
+        return reference.sample_next_token(logits, temperature, top_k, None)
+
+    with pytest.raises(CheckFailed) as failure:
+        lm.sampling_generator(from_global)
+    assert failure.value.mistake == lm.SAMPLE_GLOBAL_RNG.id
+
+
+GENERATE_WITH_THE_NOTEBOOKS_SAMPLER = """
+def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True):
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        next_token = sample_next_token(model(tokens)[:, -1], temperature, top_k, generator)
+        tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)
+    return tokens
+"""
+
+
+def test_a_generation_failing_because_of_the_sampler_says_so():
+    """generate is right, but the notebook's sample_next_token (exercise 3) takes the argmin: the failure says so."""
+    namespace = {"torch": torch, "__name__": "notebook",
+                 "sample_next_token": lambda logits, temperature=1.0, top_k=None, generator=None: logits.argmin(-1)}
+    exec(GENERATE_WITH_THE_NOTEBOOKS_SAMPLER, namespace)  # noqa: S102 - a notebook namespace
+    with pytest.raises(CheckFailed, match=r"your sample_next_token \(exercise 3\) does not pass its own tests"):
+        lm.generate_greedy(namespace["generate"])
+
+
+# ---------------------------------------------------------------- the judge's own models
+
+def _weights(case, seed=1):
+    model = reference.LanguageModel(case.vocab, case.k, case.heads, case.depth, case.max_len)
+    weights.fill(model, seed)
+    return model.eval(), weights.recreate([[n, list(p.shape)] for n, p in model.named_parameters()], seed)
+
+
+@pytest.mark.parametrize("case", [*lm.ORACLE_CASES, *lm.HIDDEN_CASES])
+def test_the_hand_written_model_is_pytorchs_layers_and_the_reference(case):
+    model, w = _weights(case)
+    tokens = lm._lm_tokens(case, 7)
+    with torch.no_grad():
+        oracle = lm._lm_oracle(w, case, tokens)
+        torch.testing.assert_close(lm._lm_step(w, case, tokens)[0], oracle, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(model(tokens), oracle, rtol=1e-4, atol=1e-5)
+
+
+def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
+    """Each catalogued switch gives other logits (or another cache) on the visible cache case than the right model."""
+    case, seed, sizes = lm.CACHE_CASE.model, lm.CACHE_CASE.seed, lm.CACHE_CASE.chunks
+    _, w = _weights(case, seed)
+    tokens = lm._lm_tokens(case, seed + 10)
+    right_logits, right_caches = lm._lm_run_cached(w, case, tokens, sizes, {})
+    for mistake, switches in (*lm._LM_MISTAKES, *lm._CACHE_MISTAKES):
+        logits, caches = lm._lm_run_cached(w, case, tokens, sizes, dict(switches))
+        same = all(torch.allclose(a, b) for a, b in zip(logits, right_logits, strict=True)) and all(
+            torch.allclose(x, y) for c1, c2 in zip(caches, right_caches, strict=True)
+            for p1, p2 in zip(c1, c2, strict=True) for x, y in zip(p1, p2, strict=True))
+        assert not same, mistake.id
+
+
+def test_the_stand_in_writes_the_same_logits_with_and_without_its_cache_to_the_last_bit():
+    model, prompt = lm._stand_in(lm.CACHED_GENERATIONS[1])
+    tokens = torch.cat([prompt, torch.randint(11, (prompt.shape[0], 9), generator=torch.Generator().manual_seed(3))], 1)
+    full = model(tokens)
+    logits, cache = model(tokens[:, :3], use_cache=True)
+    steps = [logits]
+    for i in range(3, tokens.shape[1]):
+        logits, cache = model(tokens[:, i:i + 1], cache=cache, use_cache=True)
+        steps.append(logits)
+    assert torch.equal(torch.cat(steps, dim=1), full)
+    assert model.calls[0] == [tokens.shape[1], 0, False] and model.calls[-1] == [1, tokens.shape[1] - 1, True]
+
+
+def test_the_reference_generation_is_the_same_cached_and_uncached():
+    torch.manual_seed(0)
+    model = reference.LanguageModel(11, 16, 2, 2, 30).eval()
+    prompt = torch.randint(11, (3, 4))
+    for temperature, top_k in ((0, None), (1.0, None), (0.8, 3)):
+        outs = [reference.generate(model, prompt, 20, temperature, top_k, torch.Generator().manual_seed(5), use_cache)
+                for use_cache in (True, False)]
+        assert torch.equal(*outs) and outs[0].shape == (3, 24)
+
+
+# ---------------------------------------------------------------- the harness
+
+def test_nothing_the_kernel_needs_while_08_is_graded_imports_the_answers():
+    """The checks, the corpus and the training harness work while course/language_model.py is hidden."""
+    root = course_dir.ROOT
+    assert course_dir.answer_modules(A) == ["language_model"]
+    for path in (root / "course" / "language_model_training.py", root / "course" / "corpus.py",
+                 root / "course" / "checks" / "language_model.py"):
+        assert "language_model" not in course_dir.course_imports(path), path
+
+
+def test_the_notebook_trains_with_the_settings_the_benchmark_uses():
+    nb = nbformat.read(course_dir.source_dir() / A / "language_model.ipynb", as_version=4)
+    code = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    assert "model = new_model(LanguageModel, device)" in code
+    assert "steps=STEPS, batch_size=TRAINING.batch_size" in code and "lr=TRAINING.lr, length=MODEL.max_len" in code
+    assert "STEPS = 20 if QUICK else TRAINING.steps" in code
+    with pytest.raises(AttributeError):
+        harness.TRAINING.steps = 1  # frozen
+
+
+def test_training_with_the_reference_parts_lowers_the_loss_and_evaluation_counts_every_character():
+    torch.manual_seed(0)
+    text = "".join(sentences(2000, seed=4))
+    model = harness.new_model(reference.LanguageModel, config=harness.ModelConfig(k=32, heads=2, depth=1))
+    history = harness.train(model, text, "cpu", loss_fn=reference.next_token_loss, steps=40, batch_size=16, lr=3e-3,
+                            length=harness.MODEL.max_len, held_out=sentences(50, seed=9), evaluate_every=20)
+    assert sum(history.losses[-5:]) / 5 < 0.8 * sum(history.losses[:5]) / 5
+    assert [step for step, _ in history.held_out] == [20, 40]
+
+    class Uniform(torch.nn.Module):
+        def forward(self, tokens):
+            return torch.zeros(*tokens.shape, len(CHARACTERS))
+
+    held_out = sentences(30, seed=2)
+    assert math.isclose(harness.bits_per_character(Uniform(), held_out, "cpu"), math.log2(len(CHARACTERS)),
+                        rel_tol=1e-6)
+    assert harness.sentence_bits(Uniform(), held_out, "cpu").shape == (30,)
+
+
+def test_multiplication_counts_of_generation():
+    k, depth = 8, 2
+    # without a cache, step m computes m positions, each query reading up to m keys
+    assert harness.multiplies_to_generate(2, k, depth, use_cache=False) == depth * (12 * k * k * 3 + 2 * k * (1 + 3))
+    assert harness.multiplies_to_generate(2, k, depth, use_cache=True) == depth * (12 * k * k * 2 + 2 * k * (1 + 2))
+    assert harness.multiplies_to_generate(1, k, depth, True) == harness.multiplies_to_generate(1, k, depth, False)
+
+
+def test_cache_bytes_counts_keys_and_values_of_every_block():
+    model = reference.LanguageModel(11, 16, 4, 3, 20).eval()
+    with torch.no_grad():
+        _, cache = model(torch.zeros(2, 7, dtype=torch.long), use_cache=True)
+    assert harness.cache_bytes(cache) == 2 * 3 * 2 * 7 * 16 * 4
