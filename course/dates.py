@@ -58,7 +58,8 @@ FORMATS: dict[str, Callable[[datetime.date], str]] = {
     "dd-Mon-yyyy": lambda d: f"{d.day:02d}-{_mon(d)}-{d.year}",  # 03-Mar-2021
     "d.m.yy": lambda d: f"{d.day}.{d.month}.{_yy(d)}",  # 3.3.21
     "weekday short": lambda d: f"{_weekday(d)[:3]}, {d.day} {_mon(d)} {d.year}",  # Wed, 3 Mar 2021
-    "weekday US ordinal": lambda d: f"{_weekday(d)}, {_month(d)} {ordinal(d.day)}, {d.year}",  # Wednesday, March 3rd, 2021
+    # Wednesday, March 3rd, 2021
+    "weekday US ordinal": lambda d: f"{_weekday(d)}, {_month(d)} {ordinal(d.day)}, {d.year}",
     "upper": lambda d: f"{d.day} {_mon(d).upper()} {d.year}",  # 3 MAR 2021
     "d/m/yy": lambda d: f"{d.day}/{d.month}/{_yy(d)}",  # 3/3/21
 }

@@ -53,7 +53,8 @@ class MultiHeadAttention(nn.Module):
         self.to_values = nn.Linear(k, k, bias=False)
         self.unify_heads = nn.Linear(k, k)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         context = x if context is None else context
         queries = split_heads(self.to_queries(x), self.heads)  # (b, h, tq, s)
         keys = split_heads(self.to_keys(context), self.heads)  # (b, h, tk, s)
@@ -73,7 +74,8 @@ class WideMultiHeadAttention(nn.Module):
         self.to_values = nn.Linear(k, k * heads, bias=False)
         self.unify_heads = nn.Linear(k * heads, k)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         context = x if context is None else context
         queries = split_heads(self.to_queries(x), self.heads)  # (b, h, tq, k)
         keys = split_heads(self.to_keys(context), self.heads)  # (b, h, tk, k)

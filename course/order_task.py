@@ -47,11 +47,15 @@ def accuracy(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> fl
     return correct
 
 
-def train(model: nn.Module, train_data: tuple[torch.Tensor, torch.Tensor], test_data: tuple[torch.Tensor, torch.Tensor],
-          steps: int, batch_size: int = 128, lr: float = 3e-3, every: int = 10, seed: int = 0) -> dict[str, list[float]]:
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def train(model: nn.Module, train_data: Pair, test_data: Pair, steps: int, batch_size: int = 128, lr: float = 3e-3,
+          every: int = 10, seed: int = 0) -> dict[str, list[float]]:
     """Adam on the cross-entropy of random mini-batches; every `every` steps records the loss and test accuracy.
 
-    Tokens and labels must be on the model's device. On the CPU it runs on one thread. Returns {"step": [...], "loss": [...], "accuracy": [...]}.
+    Tokens and labels must be on the model's device. On the CPU it runs on one thread. Returns {"step": [...],
+    "loss": [...], "accuracy": [...]}.
     """
     threads = torch.get_num_threads()
     if train_data[0].device.type == "cpu":
@@ -62,8 +66,8 @@ def train(model: nn.Module, train_data: tuple[torch.Tensor, torch.Tensor], test_
         torch.set_num_threads(threads)
 
 
-def _train(model: nn.Module, train_data: tuple[torch.Tensor, torch.Tensor], test_data: tuple[torch.Tensor, torch.Tensor],
-           steps: int, batch_size: int, lr: float, every: int, seed: int) -> dict[str, list[float]]:
+def _train(model: nn.Module, train_data: Pair, test_data: Pair, steps: int, batch_size: int, lr: float, every: int,
+           seed: int) -> dict[str, list[float]]:
     tokens, labels = train_data
     g = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

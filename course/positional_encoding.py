@@ -7,7 +7,9 @@ from torch import nn
 
 
 def sinusoidal_positional_encoding(max_len: int, k: int) -> torch.Tensor:
-    """(max_len, k) float32 table: PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(same). Positions run down the rows."""
+    """(max_len, k) float32 table: PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(same).
+
+    Positions run down the rows."""
     if k % 2 != 0:
         raise ValueError(f"the sinusoidal encoding needs an even size k, got k={k}")
     positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)

@@ -119,7 +119,7 @@ def exact_match(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torc
     for start in range(0, len(pairs), batch_size):
         predictions += translate(model, [s for s, _ in pairs[start : start + batch_size]], device, decode=decode,
                                  padding_mask=padding_mask)
-    correct = sum(p == t for p, (_, t) in zip(predictions, pairs))
+    correct = sum(p == t for p, (_, t) in zip(predictions, pairs, strict=True))
     return correct / max(1, len(pairs)), predictions
 
 
@@ -134,7 +134,7 @@ def cross_attention_weights(model: nn.Module, src: torch.Tensor, src_mask: torch
 
     def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
         names = ("x", "context", "mask")
-        given = {**dict(zip(names, args)), **kwargs}
+        given = {**dict(zip(names, args, strict=False)), **kwargs}
         x, context, mask = given["x"], given.get("context"), given.get("mask")
         context = x if context is None else context
         queries = split_heads(module.to_queries(x), module.heads)  # (b, h, t, s_head)

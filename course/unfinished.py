@@ -72,7 +72,7 @@ def show_unfinished_plainly() -> None:
     """In IPython (a notebook kernel): show NotImplementedError as the course's one-sentence message, and a
     NameError for a name that an unfinished exercise kept from being made as another."""
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # noqa: PLC0415 - optional: the course also runs without IPython
     except ImportError:
         return
     shell = get_ipython()

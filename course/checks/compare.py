@@ -56,7 +56,8 @@ def wrap(text: str) -> str:
     return "\n".join(out)
 
 
-def fail(message: str, expected: Any = None, actual: Any = None, case: str = "", mistake: str | None = None) -> NoReturn:
+def fail(message: str, expected: Any = None, actual: Any = None, case: str = "",
+         mistake: str | None = None) -> NoReturn:
     """Raise CheckFailed with the message and, if given, expected vs actual on a small case."""
     __tracebackhide__ = True
     text = message.strip()

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load, save
 
 FORMAT = "course-evidence/1"
 FOLDER = ".evidence"
@@ -123,8 +125,6 @@ class Recorder:
 
 def write(evidence: Evidence, folder: Path) -> None:
     """Write one record: folder/record.json and folder/tensors.safetensors (replacing what was there)."""
-    from safetensors.torch import save
-
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     record = {"format": FORMAT, "check": evidence.check, "device": evidence.device, "facts": evidence.facts}
@@ -155,9 +155,6 @@ def read(folder: Path, check: str) -> Evidence:
     Nothing in it is executed: JSON is parsed as data, tensors are parsed by safetensors (a header and raw
     bytes). Symlinks, extra files, oversized files, unknown dtypes and records of another check are refused.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
     try:
         info = os.lstat(folder)
     except FileNotFoundError:

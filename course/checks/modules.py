@@ -51,7 +51,7 @@ def shared_layers(module: nn.Module, names: Iterable[str]) -> list[list[str]]:
     names = list(names)
     layers = [getattr(module, name, None) for name in names]
     return [[name, next(names[j] for j in range(i) if layers[j] is layer)]
-            for i, (name, layer) in enumerate(zip(names, layers))
+            for i, (name, layer) in enumerate(zip(names, layers, strict=True))
             if layer is not None and any(layer is other for other in layers[:i])]
 
 
@@ -118,36 +118,41 @@ def record_gradients(rec: Recorder, module: nn.Module, prefix: str = "grad.") ->
 
 
 def backward(rec: Recorder, y: Any, upstream: torch.Tensor, inputs: Mapping[str, torch.Tensor],
-             module: nn.Module | None = None) -> None:
+             module: nn.Module | None = None) -> bool:
     """After the student's code gave y: backpropagate sum(y * upstream) and keep the gradients the inputs
     (grad.<name>) and the module's parameters received. Nothing is kept when y is not a tensor of upstream's
-    shape in an autograd graph; the judge then says why from the recorded output."""
-    if not isinstance(y, torch.Tensor) or not y.requires_grad or tuple(y.shape) != tuple(upstream.shape):
-        return
-    (y * upstream.to(y.device)).sum().backward()
-    for name, value in inputs.items():
-        rec.tensor(f"grad.{name}", value.grad)
-    if module is not None:
-        record_gradients(rec, module)
+    shape in an autograd graph; the judge then says why from the recorded output. True when the pass ran."""
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(upstream.shape):
+        return False
+    return _backpropagate(rec, None, y, lambda out: (out * upstream.to(out.device)).sum(), inputs, module)
 
 
 def record_backward(rec: Recorder, key: str, module: Callable, *args: Any, loss: Callable[[torch.Tensor], torch.Tensor],
                     inputs: Mapping[str, torch.Tensor] | None = None, **kwargs: Any) -> bool:
     """Record module(*args, **kwargs) under key with autograd on and, if it is part of a graph, backpropagate
-    loss(output): keep the gradients of the named inputs (grad.<name>) and of every parameter of module. An error
-    in the backward pass is recorded under key.backward. True when the backward pass ran."""
+    loss(output) as :func:`backward` does; an error in the backward pass is recorded under key.backward. True when
+    the backward pass ran."""
     with torch.enable_grad():
         y = rec.call(key, module, *args, **kwargs)
-        if not isinstance(y, torch.Tensor) or not y.requires_grad:
-            return False
-        try:
-            loss(y).backward()
-        except Exception as error:  # noqa: BLE001 - a backward pass that breaks is evidence too
-            rec.raised(f"{key}.backward", error)
-            return False
-    for name, value in (inputs or {}).items():
+        return _backpropagate(rec, key, y, loss, inputs or {}, module if isinstance(module, nn.Module) else None)
+
+
+def _backpropagate(rec: Recorder, key: str | None, y: Any, loss: Callable[[torch.Tensor], torch.Tensor],
+                   inputs: Mapping[str, torch.Tensor], module: nn.Module | None) -> bool:
+    """Backpropagate loss(y) if y is part of an autograd graph and keep the gradients of inputs and module. An
+    error in the backward pass is recorded under key.backward (raised when key is None)."""
+    if not isinstance(y, torch.Tensor) or not y.requires_grad:
+        return False
+    try:
+        loss(y).backward()
+    except Exception as error:  # noqa: BLE001 - a backward pass that breaks is evidence too
+        if key is None:
+            raise
+        rec.raised(f"{key}.backward", error)
+        return False
+    for name, value in inputs.items():
         rec.tensor(f"grad.{name}", value.grad)
-    if isinstance(module, nn.Module):
+    if module is not None:
         record_gradients(rec, module)
     return True
 

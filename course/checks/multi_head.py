@@ -6,8 +6,8 @@ module, F.scaled_dot_product_attention on the projections for the wide one. See 
 """
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import product
 from types import MappingProxyType
 from typing import Any

@@ -60,8 +60,8 @@ ODD_WRONG_ERROR = Mistake("odd-k-wrong-error", "An odd k should be caught first,
 TABLE_IS_PARAMETER = Mistake("table-is-parameter", "The sinusoidal table is fixed, not a parameter: register it with "
                              "self.register_buffer('table', ...), which moves it with .to(device) and saves it, but "
                              "never trains it.")
-NOT_A_BUFFER = Mistake("table-not-a-buffer", "Use self.register_buffer('table', sinusoidal_positional_encoding(max_len, "
-                       "k)).")
+NOT_A_BUFFER = Mistake("table-not-a-buffer",
+                       "Use self.register_buffer('table', sinusoidal_positional_encoding(max_len, k)).")
 BUFFER_TRANSPOSED = Mistake("buffer-transposed", "positions should run down the rows of the table buffer: "
                             "(max_len, k).")
 FIRST_ROW_ONLY = Mistake("first-row-everywhere", "every position gets the encoding of position 0. The whole "
@@ -283,7 +283,8 @@ def _forward(rec: Recorder, key: str, module: nn.Module | None, x: torch.Tensor)
 
 # ---------------------------------------------------------------- PositionalEncoding: the judge's side
 
-_MODULE_HINT = "forward(x) should return dropout(x + table[:t]) with t = x.shape[1], the table broadcast over the batch."
+_MODULE_HINT = ("forward(x) should return dropout(x + table[:t]) with t = x.shape[1], the table broadcast over the "
+                "batch.")
 
 
 def _shape_of(entry: object) -> tuple[int, ...] | None:
@@ -305,7 +306,8 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> in
         names = [str(p[0])[:40] for p in params if isinstance(p, list) and p]
         fail(f"{what} registers parameters {names[:4]}. {TABLE_IS_PARAMETER.explanation}",
              mistake=TABLE_IS_PARAMETER.id)
-    found = [i for i, b in enumerate(buffers) if (shape := _shape_of(b)) is not None and math.prod(shape) == max_len * k]
+    found = [i for i, b in enumerate(buffers)
+             if (shape := _shape_of(b)) is not None and math.prod(shape) == max_len * k]
     if not found:
         plain = [str(name)[:40] for name in ev.facts.get(f"{key}.plain") or []]
         hint = (f" The table is a plain tensor attribute ({', '.join(plain)}), which .to(device) does not move."

@@ -484,7 +484,7 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
         fail(f"{BLOCK_NAME}.self_attention and .cross_attention are the same module. Reading the target and reading "
              "the source are different jobs: create two MultiHeadAttention modules.", mistake=SHARED_ATTENTION)
     described = modules.described(ev, key)
-    for name, fact in zip(("self_attention", "cross_attention"), attention):
+    for name, fact in zip(("self_attention", "cross_attention"), attention, strict=False):
         size, count = described.get(f"{name}.to_queries", {}).get("in_features"), fact.get("heads", heads)
         if (size, count) != (k, heads):
             fail(f"{BLOCK_NAME}'s attention has k={size}, heads={count}; with DecoderBlock({k}, {heads}) it should be "
@@ -996,7 +996,7 @@ def _probe_model_causality(Seq2SeqTransformer, rec: Recorder) -> None:
         return
     src, tgt, lengths = _model_inputs(case, 1710)
     _run_model(rec, "logits", model, src, tgt, lengths)
-    for j, changed in zip(_CAUSAL_POSITIONS, _changed_targets(case, tgt)):
+    for j, changed in zip(_CAUSAL_POSITIONS, _changed_targets(case, tgt), strict=True):
         _run_model(rec, f"logits_changed{j}", model, src, changed, lengths)
 
 
@@ -1009,7 +1009,8 @@ def _judge_model_causality(ev: Evidence) -> None:
     for j in _CAUSAL_POSITIONS:
         changed = _logits(ev, f"logits_changed{j}", case)
         if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
-            named = [m for m, out in _model_mistakes(w, case, src, tgt, lengths) if matches_any(logits, [out], ev.device)]
+            named = [m for m, out in _model_mistakes(w, case, src, tgt, lengths)
+                     if matches_any(logits, [out], ev.device)]
             fail(f"{MODEL_NAME} is not causal: changing target token {j} changed the logits at earlier positions, "
                  "so in training the model could read the answer. Pass causal_mask(t) as self_mask to every "
                  "decoder block.", logits[0, :j, 0], changed[0, :j, 0],
@@ -1264,7 +1265,8 @@ def _judge_loss_case(ev: Evidence, key: str, seed: int, pad: int) -> None:
     loss = output(ev, key, what=LOSS_NAME, shape=(), shape_hints=_LOSS_SHAPE_HINTS, hint=_LOSS_HINT)
     with torch.no_grad():
         expected = _loss_oracle(model, src, src_mask, tgt, pad)
-    expect_close(loss, expected, what=LOSS_NAME, device=ev.device, mistakes=_loss_mistakes(model, src, src_mask, tgt, pad),
+    expect_close(loss, expected, what=LOSS_NAME, device=ev.device,
+                 mistakes=_loss_mistakes(model, src, src_mask, tgt, pad),
                  otherwise=_LOSS_HINT, case=f"3 targets of lengths 7, 4, 5 padded with {pad}")
 
 

@@ -268,7 +268,7 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
                      bo=f"{a}out_proj.bias")
         shapes.update(wqkv=(3 * k, k), bqkv=(3 * k,), wo=(k, k), bo=(k,))
     else:
-        for layer, role in zip(ATTENTION_LAYERS, ("q", "k", "v", "o")):
+        for layer, role in zip(ATTENTION_LAYERS, ("q", "k", "v", "o"), strict=True):
             entry = described.get(f"{prefix}attention.{layer}")
             if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
                 fail(f"{what}.attention should be {course_attention}; it is a {str(parts['attention'])[:60]} "
@@ -828,7 +828,7 @@ def _expect_block_gradients(ev: Evidence, module: str, key: str, roles: Roles, w
     modules.expect_attached(ev, key, f"{BLOCK_NAME}.forward(x)")
     specs = _block_specs(mask)
     outputs = _block_outputs(_values(roles, w), x, mask, roles.heads, roles.eps)
-    found = [spec for spec, (_, out) in zip(specs, outputs) if matches_any(y, [out], ev.device)]
+    found = [spec for spec, (_, out) in zip(specs, outputs, strict=True) if matches_any(y, [out], ev.device)]
     if not found:
         expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x)", device=ev.device, otherwise=_BLOCK_HINT,
                      case=case)
