@@ -48,7 +48,7 @@ def run(work: Path, cwd: Path, limits: sandbox.Limits, cells: dict[str, str], hi
     started = time.perf_counter()
     nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
     out = {"seconds": time.perf_counter() - started}
-    for name, cell in zip(cells, nb.cells):
+    for name, cell in zip(cells, nb.cells, strict=True):
         texts = []
         for output in cell.outputs:
             if output.output_type == "stream":
