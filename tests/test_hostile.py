@@ -10,6 +10,8 @@ kernel from plain data. Honest submissions and bad input keep exactly the grades
 import copy
 import json
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -268,8 +270,6 @@ def test_every_student_gets_exactly_one_row(hostile):
 
 
 def _students() -> list[str]:
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         return sorted(_build(Path(tmp)))
 
@@ -322,8 +322,6 @@ def test_feedback_shows_the_judges_diagnoses_and_no_hidden_test_code(hostile):
 
 def test_regrading_reuses_unchanged_grades_and_regrades_changed_ones(hostile, tmp_path):
     _, _, out, batch = hostile
-    import shutil
-
     again = tmp_path / "out"
     shutil.copytree(out, again)
     small = tmp_path / "batch"

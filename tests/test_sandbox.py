@@ -6,6 +6,7 @@ isolation with the default limits, one with tiny limits) run through GradingExec
 course configures it (autograder/execute.py), and one tiny assignment goes through NbGraderAPI.autograde in-process.
 """
 
+import importlib
 import os
 import shutil
 import socket
@@ -16,7 +17,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_core.paths import jupyter_runtime_dir
 from nbformat.v4 import new_code_cell, new_notebook
+from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
 from autograder import sandbox
@@ -100,7 +105,6 @@ def isolated(tmp_path_factory, request):
     secrets += [outside / "out" / "grades.csv"]
     for path in secrets:
         assert path.read_bytes() is not None  # readable here, so a failure inside means the sandbox
-    from jupyter_core.paths import jupyter_runtime_dir
     cells = {
         "whoami": "import os, socket; print(socket.gethostname(), os.getuid(), os.getcwd())",
         "compute": "import torch, numpy, matplotlib.pyplot as plt, course\n"
@@ -265,9 +269,6 @@ def test_printing_100_mb_is_cut_to_the_output_limit(limited):
 # --------------------------------------------------------------------------------------- nbgrader, in-process
 
 def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path):
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
     work = tmp_path / "course"
     source = work / "source" / "a1"
     source.mkdir(parents=True)
@@ -309,15 +310,12 @@ def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path):
     graded = nbformat.read(work / "autograded" / "alice" / "a1" / "a1.ipynb", as_version=4)
     errors = [o for o in graded.cells[1].outputs if o.output_type == "error"]
     assert not errors, errors
-    from nbgrader.api import Gradebook
     with Gradebook(config.CourseDirectory.db_url) as gradebook:
         assert gradebook.find_submission("a1", "alice").score == 2
 
 
 def test_references_holding_the_graded_answers_are_hidden(tmp_path):
     """Grading 04: course.multi_head (its answers) and what imports it are stubs; earlier references work."""
-    import importlib
-
     importlib.import_module("course.multi_head")  # leaves a compiled copy in course/__pycache__, if writable
     work = tmp_path / "course"
     cwd = work / "autograded" / "alice" / "04_multi_head"
