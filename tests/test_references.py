@@ -47,8 +47,8 @@ def test_check_modules_hold_no_mutable_state():
         module = importlib.import_module(f"course.checks.{info.name}")
         for name, value in vars(module).items():
             if not name.startswith("_") and isinstance(value, (list, dict, set, bytearray)):
-                raise AssertionError(f"course.checks.{info.name}.{name} is a mutable {type(value).__name__}: use a tuple "
-                                     "or a mapping proxy")
+                raise AssertionError(f"course.checks.{info.name}.{name} is a mutable {type(value).__name__}: "
+                                     "use a tuple or a mapping proxy")
 
 
 def test_every_setup_cell_binds_its_checks_to_the_name_the_tamper_flags_watch():

@@ -118,19 +118,22 @@ def isolated(tmp_path_factory, request):
                    "try:\n    socket.getaddrinfo('pypi.org', 443); print('RESOLVED')\n"
                    "except OSError as e:\n    print('no dns', type(e).__name__)",
         "write": "import os\n"
-                 f"for path in ['mine.txt', '/tmp/mine.txt', {str(REPO / 'evil.txt')!r}, {str(REPO / 'course/evil.py')!r},"
+                 f"for path in ['mine.txt', '/tmp/mine.txt', {str(REPO / 'evil.txt')!r},"
+                 f" {str(REPO / 'course/evil.py')!r},"
                  f" {str(work / 'source/a1/evil.txt')!r}, {str(work / 'evil.txt')!r}, '/usr/evil.txt']:\n"
                  "    try:\n        open(path, 'w').write('x'); print('wrote', path)\n"
                  "    except OSError as e:\n        print('refused', path, type(e).__name__)",
         "read": f"for path in {[str(p) for p in secrets]!r}:\n"
                 "    try:\n        open(path).read(); print('READ', path)\n"
                 "    except OSError as e:\n        print('unreadable', path, type(e).__name__)\n"
-                f"import os\nprint('runtime', os.listdir({jupyter_runtime_dir()!r}) if os.path.isdir({jupyter_runtime_dir()!r}) else 'absent')\n"
+                f"import os\nprint('runtime', os.listdir({jupyter_runtime_dir()!r})"
+                f" if os.path.isdir({jupyter_runtime_dir()!r}) else 'absent')\n"
                 f"print('root', os.listdir('/root'))\n"
                 f"print('zip', repr(open({str(outside / 'batch.zip')!r}).read()))\n"
                 f"print('autograded', os.listdir({str(work / 'autograded')!r}))",
         "traps": "import os\n"
-                 f"os.symlink({str(REPO / 'README.md')!r}, 'trap.ipynb'); os.symlink('/etc', 'trapdir'); os.mkfifo('fifo')\n"
+                 f"os.symlink({str(REPO / 'README.md')!r}, 'trap.ipynb'); os.symlink('/etc', 'trapdir');"
+                 " os.mkfifo('fifo')\n"
                  "print('traps set')",
         "leave": "import subprocess\n"
                  f"subprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n"
@@ -324,7 +327,8 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
     out = run(work, cwd, sandbox.Limits(cell_seconds=60), {
         "own": "try:\n    from course.multi_head import MultiHeadAttention\n    print('IMPORTED')\n"
                "except ImportError as e:\n    print('refused:', e)",
-        "later": "try:\n    import course.transformer_block\n    print('IMPORTED')\nexcept ImportError as e:\n    print('refused')",
+        "later": "try:\n    import course.transformer_block\n    print('IMPORTED')\n"
+                 "except ImportError as e:\n    print('refused')",
         "earlier": "from course.scaling import scaled_dot_product_attention\nprint('earlier ok')",
         "read": f"print('class MultiHeadAttention' in open({str(reference)!r}).read())",
         "cache": f"import os\nd = {str(REPO / 'course' / '__pycache__')!r}\n"

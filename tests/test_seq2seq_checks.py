@@ -32,7 +32,8 @@ def _noise(key: str, t: torch.Tensor) -> torch.Tensor:
 def test_a_claimed_structure_without_its_outputs_earns_nothing():
     """The facts of the reference DecoderBlock with outputs of another block (other weights): the structure check
     is anchored to what the block computes."""
-    forged = forgery.forged(A, "decoder_block_structure", lambda key, t: torch.randn(t.shape, generator=torch.Generator()))
+    forged = forgery.forged(A, "decoder_block_structure",
+                            lambda key, t: torch.randn(t.shape, generator=torch.Generator()))
     with pytest.raises(CheckFailed, match="it is not a decoder block"):
         seq2seq.decoder_block_structure.judge(forged)
 
