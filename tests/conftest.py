@@ -11,8 +11,10 @@ import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # replays run setup cells that import pyplot
 
-from autograder import course_dir
-from autograder.grade import grade
+from catalogue import mistakes
+
+from autograder import course_dir, sandbox
+from autograder.grade import Course, grade
 from autograder.notebooks import answer_cells, filled
 from autograder.results import Grade
 
@@ -24,8 +26,6 @@ ASSIGNMENTS = [a for a in os.environ.get("COURSE_TEST_ASSIGNMENTS", "").split(",
 def use_sandbox() -> bool:
     """Grade in the sandbox when it works here; COURSE_TEST_SANDBOX=on (the default under CI) insists on it,
     =off skips it."""
-    from autograder import sandbox
-
     wanted = os.environ.get("COURSE_TEST_SANDBOX", "on" if os.environ.get("CI") else "auto")
     if wanted == "on" and sandbox.available() is not None:
         pytest.fail(f"COURSE_TEST_SANDBOX=on but the sandbox does not work here: {sandbox.available()}")
@@ -80,8 +80,6 @@ class GradedBatch:
 def end_to_end_variants(assignment: str) -> list:
     """The catalogue's representatives graded end to end: its first two mistakes (every alternative and every
     other mistake is graded in-process, tests/test_catalogue.py, through the same records and judges)."""
-    from catalogue import mistakes
-
     return mistakes(assignment)[:2]
 
 
@@ -109,8 +107,6 @@ def graded_batch(tmp_path_factory: pytest.TempPathFactory) -> GradedBatch:
 def instructor_course(folder: Path, db_url: str):
     """An nbgrader course directory for an instructor: the course's nbgrader_config.py and source/, with this
     gradebook and an exchange folder of its own."""
-    from autograder.grade import Course
-
     folder.mkdir(parents=True)
     shutil.copytree(ROOT / "source", folder / "source")
     config = (ROOT / "nbgrader_config.py").read_text()
@@ -125,8 +121,6 @@ SMALL_CLASS = "01_self_attention"
 def small_class_batch(folder: Path) -> Path:
     """Four students handing in 01: one solved, collected through nbgrader's exchange (with the timestamp.txt and
     submission_secret.txt that nbgrader's submit leaves), one untouched, two with a catalogued mistake each."""
-    from catalogue import mistakes
-
     notebook = course_dir.notebooks(SMALL_CLASS)[0]
     write_submission(folder, "ada", SMALL_CLASS, notebook, complete_submission(SMALL_CLASS, notebook))
     (folder / "ada" / SMALL_CLASS / "timestamp.txt").write_text("2026-11-20 14:05:09.123456 UTC")

@@ -123,7 +123,7 @@ def dask_cluster(folder: Path, workers: int) -> Iterator[DaskCluster]:
                 [str(SCRIPTS / "dask"), "worker", cluster.address, "--nthreads", "1", "--no-nanny",
                  "--host", "127.0.0.1", "--dashboard-address", ":0", "--local-directory", str(folder)],
                 cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        from distributed import Client
+        from distributed import Client  # noqa: PLC0415 - heavy; only dask_cluster needs it, not the other servers
 
         with Client(cluster.address, timeout=60) as client:
             client.wait_for_workers(workers, timeout=120)

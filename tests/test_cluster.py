@@ -2,20 +2,20 @@
 processes do, and a worker killed in the middle of the batch costs nothing but time — on the cluster and among
 local worker processes alike."""
 
+import os
 import threading
 import time
 
 import psutil
 import servers
 from conftest import SMALL_CLASS, use_sandbox
+from distributed import Client
 
 from autograder.grade import grade
 
 
 def _busy_worker(address: str) -> str | None:
     """The address of a worker that is running a task right now, if any."""
-    from distributed import Client
-
     with Client(address, timeout=30) as client:
         return next((worker for worker, tasks in client.processing().items() if tasks), None)
 
@@ -50,8 +50,6 @@ def test_a_dask_cluster_grades_as_local_workers_even_when_a_worker_dies(small_cl
 
 def _listens_on(pid: int, port: str) -> bool:
     """True when the process has a listening TCP socket on this port (read from /proc, no tools needed)."""
-    import os
-
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:

@@ -12,6 +12,7 @@ from safetensors.torch import save
 from autograder.judging import judge
 from course.checks import self_attention
 from course.checks.evidence import Evidence, Recorder, read, write
+from course.self_attention import attention_weights
 
 CHECK = self_attention.attention_weights_by_hand
 MARKER = "/tmp/course-test-evidence-pickle-ran"
@@ -27,8 +28,6 @@ def _good(folder):
 
 
 def self_attention_reference():
-    from course.self_attention import attention_weights
-
     return attention_weights
 
 

@@ -98,7 +98,8 @@ def test_malformed_facts_fail_plainly(assignment, name):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_forged_gradients_fail(assignment):
     """The honest outputs with every recorded gradient doubled, for each check that records gradients."""
-    with_gradients = [name for name, ev in _honest(assignment).items() if any(k.startswith("grad.") for k in ev.tensors)]
+    with_gradients = [name for name, ev in _honest(assignment).items()
+                      if any(k.startswith("grad.") for k in ev.tensors)]
     assert with_gradients, f"no check of {assignment} records gradients"
     for name in with_gradients:
         with pytest.raises(CheckFailed, match="gradient"):

@@ -16,7 +16,7 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder import course_dir
+from autograder import GradingError, course_dir
 from autograder.grade import grade
 
 NOTEBOOK = course_dir.notebooks(SMALL_CLASS)[0]
@@ -117,8 +117,6 @@ def test_postgresql_with_several_workers_gives_the_grades_sqlite_gives(small_cla
 
 
 def test_a_cluster_cannot_share_a_sqlite_file(small_class, tmp_path):
-    from autograder import GradingError
-
     batch, _, course, _ = small_class
     with pytest.raises(GradingError, match="database server"):
         grade(batch, tmp_path / "out", [SMALL_CLASS], progress=False, gradebook=course, scheduler="tcp://127.0.0.1:1")

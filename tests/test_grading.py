@@ -36,7 +36,8 @@ def test_variant_graded_end_to_end_as_in_process(graded_batch, assignment, varia
     assert (row.score, row.max_score) == (alone.score, alone.max_score), alone.failures()
     if variant.is_mistake:
         assert row.score < row.max_score, f"{variant.name} was not caught"
-        assert variant.mistake in {m for _, m in row.mistakes}, f"{variant.name}: the judge did not name {variant.mistake}"
+        assert variant.mistake in {m for _, m in row.mistakes}, \
+            f"{variant.name}: the judge did not name {variant.mistake}"
         failing = [gid for gid, v in alone.verdicts.items() if not v.passed]
         assert all(row.cells[gid][0] == 0 for gid in failing)
     else:

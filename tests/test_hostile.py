@@ -10,6 +10,8 @@ kernel from plain data. Honest submissions and bad input keep exactly the grades
 import copy
 import json
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -122,7 +124,8 @@ ATTACKS = {
         "        if target.exists():\n            target.unlink()\n"
         "        if (root / name).exists():\n            target.symlink_to('/etc/passwd')\n"
         "get_ipython().events.register('post_run_cell', _bad)"),
-    "attack-leak-hidden-tests": "get_ipython().events.register('pre_run_cell', lambda info: print('LEAK', info.raw_cell))\n"
+    "attack-leak-hidden-tests": "get_ipython().events.register('pre_run_cell',"
+                                " lambda info: print('LEAK', info.raw_cell))\n"
                                 "print('HISTORY', get_ipython().user_ns.get('In'))",
     "attack-ast-transformer": "import ast\nclass _Noop(ast.NodeTransformer):\n"
                               "    def visit_Call(self, node):\n        return ast.Constant(None)\n"
@@ -194,7 +197,8 @@ def _build(batch: Path) -> dict[str, tuple]:
     expect["tamper-metadata"] = (TWIN_SCORE, "graded", "")
     impostor = _with({"attention_weights": "class Anything(torch.Tensor):\n    def __eq__(self, other):\n"
                                            "        return True\n\ndef attention_weights(x):\n"
-                                           "    return torch.zeros(x.shape[0], x.shape[1], x.shape[1]).as_subclass(Anything)\n"})
+                                           "    return torch.zeros(x.shape[0], x.shape[1], x.shape[1])"
+                                           ".as_subclass(Anything)\n"})
     write_submission(batch, "tamper-impostor", A, NB, impostor)
     expect["tamper-impostor"] = (0, "graded", "")
     shadow = complete_submission(A, NB)
@@ -208,10 +212,12 @@ def _build(batch: Path) -> dict[str, tuple]:
     write_submission(batch, "limit-infinite-loop", A, NB, looping)
     expect["limit-infinite-loop"] = (8, "graded", "")
     segfault = "np.lib.stride_tricks.as_strided(np.zeros(1), shape=(10**6,), strides=(10**7,)).sum()"
-    crash = _with({"basic_self_attention": f"import numpy as np\n{segfault}\ndef basic_self_attention(x):\n    return x\n"})
+    crash = _with({"basic_self_attention": f"import numpy as np\n{segfault}\n"
+                                           "def basic_self_attention(x):\n    return x\n"})
     write_submission(batch, "crash-in-answer", A, NB, crash)
     expect["crash-in-answer"] = (FIRST_ONLY_POINTS, "crashed", "the kernel died in 1 cell(s)")
-    crash = _with({"basic_self_attention": f"import numpy as np\ndef basic_self_attention(x):\n    {segfault}\n    return x\n"})
+    crash = _with({"basic_self_attention": "import numpy as np\ndef basic_self_attention(x):\n"
+                                           f"    {segfault}\n    return x\n"})
     write_submission(batch, "crash-in-tests", A, NB, crash)
     expect["crash-in-tests"] = (FIRST_ONLY_POINTS, "crashed", "test_basic_self_attention_by_hand")
     if use_sandbox():  # without the sandbox these would really exhaust the grader's machine
@@ -241,7 +247,8 @@ def _build(batch: Path) -> dict[str, tuple]:
     (batch / "old-format" / A).mkdir(parents=True)
     with warnings.catch_warnings():  # format 3 has no cell ids; nbformat warns while downgrading
         warnings.simplefilter("ignore")
-        (batch / "old-format" / A / NB).write_text(nbformat.writes(nbformat.convert(copy.deepcopy(complete), 3), version=3))
+        old = nbformat.convert(copy.deepcopy(complete), 3)
+        (batch / "old-format" / A / NB).write_text(nbformat.writes(old, version=3))
     expect["old-format"] = (8, "graded", "converted from notebook format 3")
     write_submission(batch, "Twice", A, NB, release_notebook(A, NB))
     write_submission(batch, "twice", A, NB, complete)
@@ -268,8 +275,6 @@ def test_every_student_gets_exactly_one_row(hostile):
 
 
 def _students() -> list[str]:
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         return sorted(_build(Path(tmp)))
 
@@ -322,8 +327,6 @@ def test_feedback_shows_the_judges_diagnoses_and_no_hidden_test_code(hostile):
 
 def test_regrading_reuses_unchanged_grades_and_regrades_changed_ones(hostile, tmp_path):
     _, _, out, batch = hostile
-    import shutil
-
     again = tmp_path / "out"
     shutil.copytree(out, again)
     small = tmp_path / "batch"
@@ -334,7 +337,8 @@ def test_regrading_reuses_unchanged_grades_and_regrades_changed_ones(hostile, tm
     assert set(regraded) == {"honest-complete", "twin-no-softmax", "broken-json"}
     assert regraded["honest-complete"].score == 8
     assert regraded["twin-no-softmax"].score == 8, "a changed submission kept its stale score"
-    assert not (again / "feedback" / "attack-rewrite-torch").exists(), "feedback of a student no longer in the batch was kept"
+    assert not (again / "feedback" / "attack-rewrite-torch").exists(), \
+        "feedback of a student no longer in the batch was kept"
     state = json.loads((again / ".grading-state.json").read_text())
     assert set(state) == {"honest-complete/01_self_attention", "twin-no-softmax/01_self_attention"}
 

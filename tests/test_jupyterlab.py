@@ -3,6 +3,7 @@ not activated): Formgrader's tables and the Assignment List answer, and the grad
 
 import json
 import shutil
+import sqlite3
 
 import pytest
 import servers
@@ -31,8 +32,6 @@ def test_formgrader_lists_the_assignments(lab):
 def test_the_gradebook_formgrader_creates_has_its_version_record(lab):
     server, root = lab
     assert server.get("/formgrader/api/assignments")[0] == 200
-    import sqlite3
-
     with sqlite3.connect(root / "gradebook.db") as db:
         versions = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert len(versions) == 1 and versions[0][0], versions

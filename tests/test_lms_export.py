@@ -3,6 +3,7 @@
 import zipfile
 
 import nbformat
+import pytest
 from conftest import complete_submission, release_notebook, use_sandbox
 
 from autograder import GradingError
@@ -25,8 +26,6 @@ def test_lms_zip_is_laid_out_by_student_and_the_latest_attempt_counts(tmp_path):
 
 
 def test_lms_zip_needs_its_assignment_named(tmp_path):
-    import pytest
-
     archive = tmp_path / "export.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr(f"A1_ada_attempt_2026-11-03-09-30-00_{NB}", nbformat.writes(complete_submission(A, NB)))

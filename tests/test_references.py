@@ -1,5 +1,7 @@
 """The course's reference parts pass every check of their assignment, and a few properties of the checks."""
 
+import importlib
+import pkgutil
 import warnings
 
 import nbformat
@@ -9,6 +11,7 @@ from catalogue import defined_name
 from conftest import ASSIGNMENTS
 from replay import grade
 
+import course.checks
 from autograder import course_dir
 from autograder.notebooks import answer_cells, grade_id
 from autograder.tamper import CHECKS_NAME
@@ -40,17 +43,12 @@ def test_device_can_be_forced_by_environment(monkeypatch):
 
 def test_check_modules_hold_no_mutable_state():
     """A student's cell could empty a list of test shapes with a method call; constants must be immutable."""
-    import importlib
-    import pkgutil
-
-    import course.checks
-
     for info in pkgutil.iter_modules(course.checks.__path__):
         module = importlib.import_module(f"course.checks.{info.name}")
         for name, value in vars(module).items():
             if not name.startswith("_") and isinstance(value, (list, dict, set, bytearray)):
-                raise AssertionError(f"course.checks.{info.name}.{name} is a mutable {type(value).__name__}: use a tuple "
-                                     "or a mapping proxy")
+                raise AssertionError(f"course.checks.{info.name}.{name} is a mutable {type(value).__name__}: "
+                                     "use a tuple or a mapping proxy")
 
 
 def test_every_setup_cell_binds_its_checks_to_the_name_the_tamper_flags_watch():

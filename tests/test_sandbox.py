@@ -6,6 +6,7 @@ isolation with the default limits, one with tiny limits) run through GradingExec
 course configures it (autograder/execute.py), and one tiny assignment goes through NbGraderAPI.autograde in-process.
 """
 
+import importlib
 import os
 import shutil
 import socket
@@ -16,7 +17,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_core.paths import jupyter_runtime_dir
 from nbformat.v4 import new_code_cell, new_notebook
+from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
 from autograder import sandbox
@@ -48,7 +53,7 @@ def run(work: Path, cwd: Path, limits: sandbox.Limits, cells: dict[str, str], hi
     started = time.perf_counter()
     nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
     out = {"seconds": time.perf_counter() - started}
-    for name, cell in zip(cells, nb.cells):
+    for name, cell in zip(cells, nb.cells, strict=True):
         texts = []
         for output in cell.outputs:
             if output.output_type == "stream":
@@ -100,7 +105,6 @@ def isolated(tmp_path_factory, request):
     secrets += [outside / "out" / "grades.csv"]
     for path in secrets:
         assert path.read_bytes() is not None  # readable here, so a failure inside means the sandbox
-    from jupyter_core.paths import jupyter_runtime_dir
     cells = {
         "whoami": "import os, socket; print(socket.gethostname(), os.getuid(), os.getcwd())",
         "compute": "import torch, numpy, matplotlib.pyplot as plt, course\n"
@@ -114,19 +118,22 @@ def isolated(tmp_path_factory, request):
                    "try:\n    socket.getaddrinfo('pypi.org', 443); print('RESOLVED')\n"
                    "except OSError as e:\n    print('no dns', type(e).__name__)",
         "write": "import os\n"
-                 f"for path in ['mine.txt', '/tmp/mine.txt', {str(REPO / 'evil.txt')!r}, {str(REPO / 'course/evil.py')!r},"
+                 f"for path in ['mine.txt', '/tmp/mine.txt', {str(REPO / 'evil.txt')!r},"
+                 f" {str(REPO / 'course/evil.py')!r},"
                  f" {str(work / 'source/a1/evil.txt')!r}, {str(work / 'evil.txt')!r}, '/usr/evil.txt']:\n"
                  "    try:\n        open(path, 'w').write('x'); print('wrote', path)\n"
                  "    except OSError as e:\n        print('refused', path, type(e).__name__)",
         "read": f"for path in {[str(p) for p in secrets]!r}:\n"
                 "    try:\n        open(path).read(); print('READ', path)\n"
                 "    except OSError as e:\n        print('unreadable', path, type(e).__name__)\n"
-                f"import os\nprint('runtime', os.listdir({jupyter_runtime_dir()!r}) if os.path.isdir({jupyter_runtime_dir()!r}) else 'absent')\n"
+                f"import os\nprint('runtime', os.listdir({jupyter_runtime_dir()!r})"
+                f" if os.path.isdir({jupyter_runtime_dir()!r}) else 'absent')\n"
                 f"print('root', os.listdir('/root'))\n"
                 f"print('zip', repr(open({str(outside / 'batch.zip')!r}).read()))\n"
                 f"print('autograded', os.listdir({str(work / 'autograded')!r}))",
         "traps": "import os\n"
-                 f"os.symlink({str(REPO / 'README.md')!r}, 'trap.ipynb'); os.symlink('/etc', 'trapdir'); os.mkfifo('fifo')\n"
+                 f"os.symlink({str(REPO / 'README.md')!r}, 'trap.ipynb'); os.symlink('/etc', 'trapdir');"
+                 " os.mkfifo('fifo')\n"
                  "print('traps set')",
         "leave": "import subprocess\n"
                  f"subprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n"
@@ -265,9 +272,6 @@ def test_printing_100_mb_is_cut_to_the_output_limit(limited):
 # --------------------------------------------------------------------------------------- nbgrader, in-process
 
 def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path):
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
     work = tmp_path / "course"
     source = work / "source" / "a1"
     source.mkdir(parents=True)
@@ -309,15 +313,12 @@ def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path):
     graded = nbformat.read(work / "autograded" / "alice" / "a1" / "a1.ipynb", as_version=4)
     errors = [o for o in graded.cells[1].outputs if o.output_type == "error"]
     assert not errors, errors
-    from nbgrader.api import Gradebook
     with Gradebook(config.CourseDirectory.db_url) as gradebook:
         assert gradebook.find_submission("a1", "alice").score == 2
 
 
 def test_references_holding_the_graded_answers_are_hidden(tmp_path):
     """Grading 04: course.multi_head (its answers) and what imports it are stubs; earlier references work."""
-    import importlib
-
     importlib.import_module("course.multi_head")  # leaves a compiled copy in course/__pycache__, if writable
     work = tmp_path / "course"
     cwd = work / "autograded" / "alice" / "04_multi_head"
@@ -326,7 +327,8 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
     out = run(work, cwd, sandbox.Limits(cell_seconds=60), {
         "own": "try:\n    from course.multi_head import MultiHeadAttention\n    print('IMPORTED')\n"
                "except ImportError as e:\n    print('refused:', e)",
-        "later": "try:\n    import course.transformer_block\n    print('IMPORTED')\nexcept ImportError as e:\n    print('refused')",
+        "later": "try:\n    import course.transformer_block\n    print('IMPORTED')\n"
+                 "except ImportError as e:\n    print('refused')",
         "earlier": "from course.scaling import scaled_dot_product_attention\nprint('earlier ok')",
         "read": f"print('class MultiHeadAttention' in open({str(reference)!r}).read())",
         "cache": f"import os\nd = {str(REPO / 'course' / '__pycache__')!r}\n"

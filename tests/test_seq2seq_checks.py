@@ -3,16 +3,24 @@ specific to 07 fail, the stand-in models behave as the checks need, and the trai
 reference answers."""
 
 import functools
+import importlib.util
+import sys
+from dataclasses import replace
 
 import forgery
+import nbformat
 import pytest
 import torch
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 
 from autograder import course_dir
+from autograder.notebooks import grade_id
 from course import seq2seq as reference
 from course import seq2seq_training as harness
 from course.checks import seq2seq
 from course.checks.compare import CheckFailed
+from course.dates import translation_data
 
 A = "07_seq2seq"
 
@@ -24,7 +32,8 @@ def _noise(key: str, t: torch.Tensor) -> torch.Tensor:
 def test_a_claimed_structure_without_its_outputs_earns_nothing():
     """The facts of the reference DecoderBlock with outputs of another block (other weights): the structure check
     is anchored to what the block computes."""
-    forged = forgery.forged(A, "decoder_block_structure", lambda key, t: torch.randn(t.shape, generator=torch.Generator()))
+    forged = forgery.forged(A, "decoder_block_structure",
+                            lambda key, t: torch.randn(t.shape, generator=torch.Generator()))
     with pytest.raises(CheckFailed, match="it is not a decoder block"):
         seq2seq.decoder_block_structure.judge(forged)
 
@@ -69,12 +78,6 @@ def test_nothing_the_kernel_needs_while_07_is_graded_imports_the_answers():
 def _notebook_training_call(monkeypatch) -> tuple[dict, dict, list[str]]:
     """Run the solution's cells up to its training cell, as nbgrader runs them (training cut short), with the
     harness's train() watched: (the arguments it was called with, the notebook's names, each cell's stderr)."""
-    import nbformat
-    from IPython.core.interactiveshell import InteractiveShell
-    from IPython.utils.capture import capture_output
-
-    from autograder.notebooks import grade_id
-
     calls, train = [], harness.train
 
     @functools.wraps(train)  # the notebook prints the source of train(): the harness's
@@ -108,8 +111,6 @@ def _notebook_training_call(monkeypatch) -> tuple[dict, dict, list[str]]:
 def test_the_notebook_trains_through_the_harness_with_its_settings_silently_under_grading(monkeypatch):
     """One loop: the notebook's training is the harness's train(), given the student's parts, TRAINING (cut to
     20 steps under grading) and a model of MODEL's size; under grading no progress bar and nothing on stderr."""
-    from dataclasses import replace
-
     call, names, stderr = _notebook_training_call(monkeypatch)
     assert call["config"] == replace(harness.TRAINING, steps=20)
     assert call["loss_fn"] is names["teacher_forcing_loss"] and call["padding_mask"] is names["padding_mask"]
@@ -124,9 +125,6 @@ def test_the_notebook_trains_through_the_harness_with_its_settings_silently_unde
 
 def test_the_benchmark_trains_through_the_harness_with_the_notebooks_settings(monkeypatch, capsys):
     """benchmarks/train_seq2seq.py reads the same MODEL and TRAINING objects and calls the same train()."""
-    import importlib.util
-    import sys
-
     spec = importlib.util.spec_from_file_location("train_seq2seq", course_dir.ROOT / "benchmarks" / "train_seq2seq.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
@@ -168,8 +166,6 @@ def test_cross_attention_weights_are_rows_of_a_softmax_that_skip_padding():
 
 
 def test_training_with_the_reference_parts_lowers_the_loss_and_translates():
-    from course.dates import translation_data
-
     torch.manual_seed(0)
     train_pairs, test_pairs = translation_data(n_train=2000, n_test=10)
     model = harness.new_model(reference.Seq2SeqTransformer, config=harness.ModelConfig(k=32, heads=2, depth=1))

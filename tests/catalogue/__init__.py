@@ -22,6 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
+import nbformat
+
+from autograder import course_dir
+from autograder.notebooks import answer_cells
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -81,11 +86,6 @@ def defined_name(cell_source: str) -> str | None:
 
 @cache
 def _answer_names() -> dict[tuple[str, str], str]:
-    import nbformat
-
-    from autograder import course_dir
-    from autograder.notebooks import answer_cells
-
     names = {}
     for assignment in course_dir.assignments():
         for notebook in course_dir.notebooks(assignment):
