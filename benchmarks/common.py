@@ -1,7 +1,7 @@
 """What the training benchmarks share: the --threads and --device options, and a line describing the machine.
 
-train_language_model.py uses it; train_seq2seq.py still spells the same three things out and can adopt it as is
-(device_arguments for its parser, chosen_device after parsing, machine for its first line)."""
+train_seq2seq.py and train_language_model.py use it: device_arguments for their parser, chosen_device after
+parsing, machine for their first line."""
 
 import argparse
 import os

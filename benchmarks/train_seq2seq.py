@@ -13,19 +13,26 @@ average, since a shared machine stretches the wall time. The script only reports
 something crashes.
 """
 
-import argparse
 import os
-import platform
 import time
 from dataclasses import replace
 
 import torch
+from common import chosen_device, device_arguments, machine
 
-from course import get_device, seed_everything
+from course import seed_everything
 from course.dates import translation_data
 from course.seq2seq import Seq2SeqTransformer, greedy_decode, padding_mask, teacher_forcing_loss
-from course.seq2seq_training import (MODEL, TRAINING, ModelConfig, TrainingConfig, exact_match, new_model,
-                                     parameter_count, train)
+from course.seq2seq_training import (
+    MODEL,
+    TRAINING,
+    ModelConfig,
+    TrainingConfig,
+    exact_match,
+    new_model,
+    parameter_count,
+    train,
+)
 
 #: the settings of 07 before they were tuned for speed: 99.95% held-out exact match in 48-51 s on one thread
 BEFORE = (ModelConfig(k=64, heads=4, depth=2, max_len=64),
@@ -55,21 +62,15 @@ def run(name: str, model_config: ModelConfig, config: TrainingConfig, seed: int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads on the CPU (the notebook uses 1; 0 keeps PyTorch's default)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: what the notebook picks)")
+    parser = device_arguments(__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=TRAINING.steps)
     parser.add_argument("--seeds", type=int, nargs="+", default=[TRAINING.seed],
                         help="train once per seed (default: the notebook's)")
     parser.add_argument("--before", action="store_true", help="also train with the settings before the tuning")
     args = parser.parse_args()
 
-    device = torch.device(args.device) if args.device else get_device()
-    if device.type == "cpu" and args.threads > 0:
-        torch.set_num_threads(args.threads)
-    print(f"device {device}, torch threads {torch.get_num_threads()} (os.cpu_count() = {os.cpu_count()}), "
-          f"{platform.processor() or platform.machine()}")
+    device = chosen_device(args)
+    print(machine(device))
     for seed in args.seeds:
         if args.before:
             run("before", *BEFORE, seed, device)

@@ -125,6 +125,7 @@ def test_the_notebook_trains_through_the_harness_with_its_settings_silently_unde
 
 def test_the_benchmark_trains_through_the_harness_with_the_notebooks_settings(monkeypatch, capsys):
     """benchmarks/train_seq2seq.py reads the same MODEL and TRAINING objects and calls the same train()."""
+    monkeypatch.syspath_prepend(str(course_dir.ROOT / "benchmarks"))  # as when run as a script: common.py
     spec = importlib.util.spec_from_file_location("train_seq2seq", course_dir.ROOT / "benchmarks" / "train_seq2seq.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
