@@ -1,7 +1,7 @@
 """Real nbgrader, in the sandbox, grades a representative slice: full marks for solutions, zero for untouched
 releases, catalogued mistakes below full marks and named — and every grade equals the in-process replay of the same
 submission, so the catalogue replays in test_catalogue.py stand for real grading. (That the same batch graded again
-gives identical rows is shown by test_gradebook.py and test_cluster.py, which grade one class three times.)"""
+gives identical rows is shown by test_gradebook.py, which grades one class three times.)"""
 
 import csv
 
