@@ -23,6 +23,19 @@ ROOT = course_dir.ROOT
 ASSIGNMENTS = [a for a in os.environ.get("COURSE_TEST_ASSIGNMENTS", "").split(",") if a] or course_dir.assignments()
 
 
+#: the modules that grade real classes, longest first: they start first, so that pytest-xdist's workers (pyproject.toml)
+#: fill the rest of the time with the short modules instead of waiting on one long module at the end
+LONGEST_FIRST = ("test_grading.py", "test_hostile.py", "test_gradebook.py", "test_browser.py", "test_cli.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the longest modules first; every module's tests stay together and in their order."""
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)
+
+
 def use_sandbox() -> bool:
     """Grade in the sandbox when it works here; COURSE_TEST_SANDBOX=on (the default under CI) insists on it,
     =off skips it."""
