@@ -5,6 +5,7 @@ calling a stub, or a test cell: either way it must say in the course's words whi
 yet, never show a raw traceback through code the student has not written (course/unfinished.py, checks).
 """
 
+import matplotlib.pyplot as plt
 import nbformat
 import pytest
 from conftest import ASSIGNMENTS, release_notebook, source_answers
@@ -35,6 +36,7 @@ def _failures(nb: nbformat.NotebookNode, skip_tests: bool = False, first: bool =
                 continue
             with capture_output() as shown:
                 result = shell.run_cell(cell.source, store_history=True)
+            plt.close("all")  # a kernel shows and forgets its figures; pyplot here would keep every one open
             if not result.success:
                 failed.append((index, shown.stdout + shown.stderr))
                 if first:
