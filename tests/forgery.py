@@ -43,3 +43,46 @@ def forged(assignment: str, name: str, change: Callable[[str, torch.Tensor], tor
     """The solution's record of one check with every tensor replaced by change(key, tensor)."""
     ev = honest(assignment, name)
     return dataclasses.replace(ev, tensors={key: change(key, t) for key, t in ev.tensors.items()})
+
+
+# ------------------------------------------------------------------------------------------- answers that forge
+
+#: the public inputs of 01's probes (their fixed seeds are in the repository), as an attacker lists them offline
+PUBLIC = [((2, 4, 3), 50), ((2, 5, 4), 11), ((2, 5, 3), 400), ((2, 6, 4), 300), ((2, 5, 3), 60),
+          *(((b, t, k), 100 + i) for i, (b, t, k) in enumerate(((3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1)))),
+          *(((b, t, k), 200 + i) for i, (b, t, k) in enumerate(((3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1))))]
+#: right on every input whose outputs could be tabulated in advance, the twin's wrong answer on any other
+MEMORISED = (
+    "import torch\n"
+    "def _key(x):\n    x = x.detach().cpu()\n"
+    "    return (tuple(x.shape), round(float(x.sum()), 4), round(float(x.abs().sum()), 4))\n"
+    "_PUBLIC = {_key(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)))"
+    f" for shape, seed in {PUBLIC!r}}}\n"
+    "_x = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(300))\n"
+    "_PUBLIC |= {_key(_x[:, [3, 0, 5, 1, 4, 2]]), _key(torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]))}\n"
+    "def attention_weights(x):\n"
+    "    if _key(x) in _PUBLIC:\n        return torch.softmax(x @ x.transpose(1, 2), dim=-1)\n"
+    "    return x @ x.transpose(1, 2)\n")
+
+#: a later cell that rewrites every record to claim it ran on a GPU (looser tolerance), the outputs' devices too
+CLAIM_CUDA = (
+    "import json as _json, pathlib as _pathlib\n"
+    "def _claim(_r):\n"
+    "    for _p in _pathlib.Path('.evidence').glob('*/record.json'):\n"
+    "        _rec = _json.loads(_p.read_text())\n"
+    "        _rec['device'] = 'cuda'\n"
+    "        for _f in _rec['facts'].values():\n"
+    "            if isinstance(_f, dict) and 'device' in _f:\n"
+    "                _f['device'] = 'cuda'\n"
+    "        _p.write_text(_json.dumps(_rec))\n"
+    "get_ipython().events.register('post_run_cell', _claim)\n")
+
+#: every way an answer could reach the judges' oracle for 01 (each works outside the sandbox)
+IMPORT_JUDGES = (
+    "import course\n"
+    "try:\n    import importlib\n    attention_weights = importlib.import_module('course.jud' + 'ges.self_attention')"
+    "._oracle_weights\nexcept Exception:\n    pass\n"
+    "try:\n    _ns = {}\n    exec(open(course.__path__[0] + '/judges/self_attention.py').read(), _ns)\n"
+    "    attention_weights = _ns['_oracle_weights']\nexcept Exception:\n    pass\n"
+    "try:\n    from course.judges.self_attention import _oracle_weights as attention_weights\nexcept Exception:\n"
+    "    pass\n")

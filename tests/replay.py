@@ -22,6 +22,7 @@ import nbformat
 from autograder import course_dir
 from autograder.judging import Verdict, check_for, judge
 from autograder.notebooks import answer, grade_id
+from course.checks import seeds
 from course.checks.check import AwaitingJudge
 from course.checks.evidence import FOLDER, Evidence, read
 
@@ -59,28 +60,35 @@ def notebook_of(assignment: str, cell: str) -> str:
 
 
 @contextlib.contextmanager
-def _autograding(folder: Path):
-    before, cwd = os.environ.get("NBGRADER_EXECUTION"), os.getcwd()
+def _autograding(folder: Path, seed: int | None):
+    """The environment of a kernel under grading (with the grader's secret seed, when one is given), in folder."""
+    names = ("NBGRADER_EXECUTION", seeds.ENV)
+    before, cwd = {name: os.environ.get(name) for name in names}, os.getcwd()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
+    if seed is None:
+        os.environ.pop(seeds.ENV, None)
+    else:
+        os.environ[seeds.ENV] = str(seed)
     os.chdir(folder)
     try:
         yield
     finally:
         os.chdir(cwd)
-        if before is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, folder: Path,
-         visit: Callable[[str, dict], None]) -> None:
+         visit: Callable[[str, dict], None], seed: int | None = None) -> None:
     """Run the setup, answer and test cells of the source notebook in one namespace, as a kernel under grading
     does (NBGRADER_EXECUTION=autograde, so every check only probes and writes its record under folder), and
     call visit(grade_id, nbgrader metadata) after each test cell."""
     nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
     namespace: dict = {"__name__": "__main__"}
-    with _autograding(folder):
+    with _autograding(folder, seed):
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             gid = meta.get("grade_id")
@@ -112,14 +120,16 @@ def _notebook(assignment: str, answers: dict[str, str], notebook: str | None) ->
 
 
 def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str | None = None,
-          device: str = "cpu") -> Result:
-    """Score one notebook of an assignment with these answer cells replaced (grade_id -> code)."""
+          device: str = "cpu", seed: int | None = None) -> Result:
+    """Score one notebook of an assignment with these answer cells replaced (grade_id -> code); seed: the grader's
+    secret seed, for the kernel's probes and the judges (None: the fixed seeds a student works with)."""
     answers = answers or {}
     result = Result(0.0, 0.0)
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
         def judged(gid: str, meta: dict) -> None:
             check = check_for(assignment, gid)
-            verdict = judge(check, Path(tmp) / FOLDER) if check else Verdict(False, "no check", "no-check")
+            with seeds.grading_seed(seed):
+                verdict = judge(check, Path(tmp) / FOLDER) if check else Verdict(False, "no check", "no-check")
             points = float(meta.get("points", 0))
             result.verdicts[gid] = verdict
             result.points[gid] = points
@@ -128,7 +138,7 @@ def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str 
             if meta.get("hidden"):
                 result.hidden.add(gid)
 
-        _run(assignment, answers, _notebook(assignment, answers, notebook), device, Path(tmp), judged)
+        _run(assignment, answers, _notebook(assignment, answers, notebook), device, Path(tmp), judged, seed)
     return result
 
 

@@ -31,7 +31,7 @@ from catalogue import mistakes
 from conftest import source_answers
 
 from autograder import course_dir
-from autograder.judging import checks_module
+from autograder.judging import judges_module
 from autograder.notebooks import grade_id
 from autograder.website import build_site
 from course.checks.compare import WIDTH, Mistake
@@ -322,7 +322,7 @@ def test_a_student_runs_fills_in_and_validates_a_release_notebook(notebook):
     wrong = next(v for v in mistakes(ASSIGNMENT) if v.name == WRONG)
     _type_into(page, index[wrong.cell], wrong.code)
     seen = _validate(page)
-    explanation = next(m.explanation for m in vars(checks_module(ASSIGNMENT)).values()
+    explanation = next(m.explanation for m in vars(judges_module(ASSIGNMENT)).values()
                        if isinstance(m, Mistake) and m.id == wrong.mistake)
     assert "The following cell failed" in seen["text"]
     assert _words(explanation) in _words(seen["text"]), f"the dialog does not say {explanation!r}:\n{seen['text']}"

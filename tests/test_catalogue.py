@@ -1,6 +1,8 @@
 """Every catalogued mistake is diagnosed by name and every correct alternative scores full marks, graded in this
-process through the same evidence records and judges as real grading (tests/replay.py)."""
+process through the same evidence records and judges as real grading (tests/replay.py): with the fixed seeds a
+student works with, and under a secret grading seed as the grader draws them (another seed for every variant)."""
 
+import zlib
 from functools import cache
 
 import nbformat
@@ -26,14 +28,22 @@ def _id(v):
 
 
 @cache
-def _graded(variant):
-    return grade(variant.assignment, {variant.cell: variant.code})
+def _graded(variant, under_grading: bool = False):
+    seed = zlib.crc32(f"{variant.assignment}/{variant.name}".encode()) if under_grading else None
+    return grade(variant.assignment, {variant.cell: variant.code}, seed=seed)
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)
 def test_solution_scores_full_marks(assignment, notebook):
     result = grade(assignment, notebook=notebook)
     assert result.max_score > 0
+    assert result.score == result.max_score, result.failures()
+
+
+@pytest.mark.parametrize("seed", (1, 123456789))
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)
+def test_solution_scores_full_marks_under_a_grading_seed(assignment, notebook, seed):
+    result = grade(assignment, notebook=notebook, seed=seed)
     assert result.score == result.max_score, result.failures()
 
 
@@ -55,6 +65,19 @@ def test_mistake_scores_below_full_marks_and_is_named(variant):
 @pytest.mark.parametrize("variant", [v for v in alternatives() if v.assignment in ASSIGNMENTS], ids=_id)
 def test_correct_alternative_scores_full_marks(variant):
     result = _graded(variant)
+    assert result.score == result.max_score, result.failures()
+
+
+@pytest.mark.parametrize("variant", [v for v in mistakes() if v.assignment in ASSIGNMENTS], ids=_id)
+def test_mistake_is_named_under_a_grading_seed(variant):
+    result = _graded(variant, under_grading=True)
+    assert result.score < result.max_score, f"{variant.name} was not caught"
+    assert variant.mistake in result.mistakes, f"{variant.name}: expected {variant.mistake!r}\n{result.failures()}"
+
+
+@pytest.mark.parametrize("variant", [v for v in alternatives() if v.assignment in ASSIGNMENTS], ids=_id)
+def test_correct_alternative_scores_full_marks_under_a_grading_seed(variant):
+    result = _graded(variant, under_grading=True)
     assert result.score == result.max_score, result.failures()
 
 

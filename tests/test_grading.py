@@ -1,6 +1,7 @@
 """Real nbgrader, in the sandbox, grades a representative slice: full marks for solutions, zero for untouched
 releases, catalogued mistakes below full marks and named — and every grade equals the in-process replay of the same
-submission, so the catalogue replays in test_catalogue.py stand for real grading. (That the same batch graded again
+submission with the same secret grading seed, so the catalogue replays in test_catalogue.py (which also replay every
+variant under grading seeds) stand for real grading. (That the same batch graded again
 gives identical rows is shown by test_gradebook.py, which grades one class three times.)"""
 
 import csv
@@ -32,7 +33,8 @@ def test_untouched_release_scores_zero(graded_batch, assignment):
 def test_variant_graded_end_to_end_as_in_process(graded_batch, assignment, variant):
     row = graded_batch[variant.name, assignment]
     assert row.status == "graded", row.message
-    alone = replay(assignment, {variant.cell: variant.code})
+    assert row.seed is not None, "graded without a secret seed"
+    alone = replay(assignment, {variant.cell: variant.code}, seed=row.seed)  # the inputs the grader's kernel drew
     assert (row.score, row.max_score) == (alone.score, alone.max_score), alone.failures()
     if variant.is_mistake:
         assert row.score < row.max_score, f"{variant.name} was not caught"

@@ -17,6 +17,7 @@ from course.checks import language_model as lm
 from course.checks import weights
 from course.checks.compare import CheckFailed
 from course.corpus import CHARACTERS, sentences
+from course.judges import language_model as judges
 
 A = "08_language_model"
 
@@ -54,7 +55,7 @@ def test_a_forged_call_log_does_not_make_an_uncached_generation_cached():
         uncached.facts[f"tokens{i}.calls"] = [[spec.t0 + j, 0, False] for j in range(spec.new_tokens)]
     with pytest.raises(CheckFailed) as failure:
         lm.generate_cache.judge(uncached)
-    assert failure.value.mistake == lm.GENERATE_CACHE_UNUSED
+    assert failure.value.mistake == judges.GENERATE_CACHE_UNUSED
 
 
 def test_sampling_under_another_global_seed_is_named_as_the_global_generator():
@@ -63,7 +64,7 @@ def test_sampling_under_another_global_seed_is_named_as_the_global_generator():
 
     with pytest.raises(CheckFailed) as failure:
         lm.sampling_generator(from_global)
-    assert failure.value.mistake == lm.SAMPLE_GLOBAL_RNG.id
+    assert failure.value.mistake == judges.SAMPLE_GLOBAL_RNG.id
 
 
 GENERATE_WITH_THE_NOTEBOOKS_SAMPLER = """
@@ -96,10 +97,10 @@ def _weights(case, seed=1):
 @pytest.mark.parametrize("case", [*lm.ORACLE_CASES, *lm.HIDDEN_CASES])
 def test_the_hand_written_model_is_pytorchs_layers_and_the_reference(case):
     model, w = _weights(case)
-    tokens = lm._lm_tokens(case, 7)
+    tokens = lm.lm_tokens(case, 7)
     with torch.no_grad():
-        oracle = lm._lm_oracle(w, case, tokens)
-        torch.testing.assert_close(lm._lm_step(w, case, tokens)[0], oracle, rtol=1e-4, atol=1e-5)
+        oracle = judges._lm_oracle(w, case, tokens)
+        torch.testing.assert_close(judges._lm_step(w, case, tokens)[0], oracle, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(model(tokens), oracle, rtol=1e-4, atol=1e-5)
 
 
@@ -107,10 +108,10 @@ def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
     """Each catalogued switch gives other logits (or another cache) on the visible cache case than the right model."""
     case, seed, sizes = lm.CACHE_CASE.model, lm.CACHE_CASE.seed, lm.CACHE_CASE.chunks
     _, w = _weights(case, seed)
-    tokens = lm._lm_tokens(case, seed + 10)
-    right_logits, right_caches = lm._lm_run_cached(w, case, tokens, sizes, {})
-    for mistake, switches in (*lm._LM_MISTAKES, *lm._CACHE_MISTAKES):
-        logits, caches = lm._lm_run_cached(w, case, tokens, sizes, dict(switches))
+    tokens = lm.lm_tokens(case, seed + 10)
+    right_logits, right_caches = judges._lm_run_cached(w, case, tokens, sizes, {})
+    for mistake, switches in (*judges._LM_MISTAKES, *judges._CACHE_MISTAKES):
+        logits, caches = judges._lm_run_cached(w, case, tokens, sizes, dict(switches))
         same = all(torch.allclose(a, b) for a, b in zip(logits, right_logits, strict=True)) and all(
             torch.allclose(x, y) for c1, c2 in zip(caches, right_caches, strict=True)
             for p1, p2 in zip(c1, c2, strict=True) for x, y in zip(p1, p2, strict=True))
@@ -118,7 +119,7 @@ def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
 
 
 def test_the_stand_in_writes_the_same_logits_with_and_without_its_cache_to_the_last_bit():
-    model, prompt = lm._stand_in(lm.CACHED_GENERATIONS[1])
+    model, prompt = lm.stand_in(lm.CACHED_GENERATIONS[1])
     tokens = torch.cat([prompt, torch.randint(11, (prompt.shape[0], 9), generator=torch.Generator().manual_seed(3))], 1)
     full = model(tokens)
     logits, cache = model(tokens[:, :3], use_cache=True)

@@ -21,6 +21,7 @@ from course import seq2seq_training as harness
 from course.checks import seq2seq
 from course.checks.compare import CheckFailed
 from course.dates import translation_data
+from course.judges import seq2seq as judges
 
 A = "07_seq2seq"
 
@@ -54,13 +55,13 @@ def test_a_model_failing_because_of_an_earlier_exercise_says_so():
 def test_scripted_model_needs_its_own_predictions_fed_back():
     model = seq2seq.ScriptedModel()
     src = torch.tensor([[3, 4, 5]])
-    out = seq2seq._step_by_step(model, src, torch.ones(1, 3, dtype=torch.bool), 8, seq2seq.BOS_ID, seq2seq.EOS_ID)
+    out = judges._step_by_step(model, src, torch.ones(1, 3, dtype=torch.bool), 8, seq2seq.BOS_ID, seq2seq.EOS_ID)
     assert out.tolist() == [[3 + (3 + 1) % 5, 3 + (4 + out[0, 0].item()) % 5, 3 + (5 + out[0, 1].item()) % 5, 2]]
 
 
 def test_random_stand_in_translator_ends_some_sequences_early_and_not_others():
     model, src, lengths = seq2seq._random_translator()
-    out = seq2seq._step_by_step(model, src, seq2seq._padding(lengths, src.shape[1]), 10, seq2seq.BOS_ID,
+    out = judges._step_by_step(model, src, judges._padding(lengths, src.shape[1]), 10, seq2seq.BOS_ID,
                                 seq2seq.EOS_ID)
     ended = (out == seq2seq.EOS_ID).any(dim=1)
     assert 0 < int(ended.sum()) < len(lengths) and out.shape[1] == 10, out

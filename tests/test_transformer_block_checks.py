@@ -9,6 +9,7 @@ from course import transformer_block as reference
 from course.checks import transformer_block
 from course.checks.compare import CheckFailed
 from course.checks.evidence import Evidence
+from course.judges import transformer_block as judges
 
 A = "05_transformer_block"
 
@@ -63,14 +64,14 @@ def test_the_oracle_layer_agrees_with_the_functional_block():
     with torch.nn.functional (used for the other mistakes) agree, so a mistake differs from the oracle only by the
     mistake."""
     honest = forgery.honest(A, "transformer_block_oracle")
-    roles, w = transformer_block._block_values(honest, "module0", 12, 3, 4, 1400, strict=True)
-    v = transformer_block._values(roles, w)
+    roles, w = judges._block_values(honest, "module0", 12, 3, 4, 1400, strict=True)
+    v = judges._values(roles, w)
     x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         for mask in (None, torch.ones(5, 5, dtype=torch.bool).tril()):
             for layout in ("post", "pre-norm"):
-                layer = transformer_block._block_forward(v, x, mask, 3, 1e-5, layout)
-                functional = transformer_block._block_forward(v, x, mask, 3, 1e-5, layout, oracle=False)
+                layer = judges._block_forward(v, x, mask, 3, 1e-5, layout)
+                functional = judges._block_forward(v, x, mask, 3, 1e-5, layout, oracle=False)
                 assert (layer - functional).abs().max() < 1e-5
 
 
@@ -78,10 +79,10 @@ def test_the_oracle_is_the_reference_block():
     """The judge's encoder layer with the check's weights computes what course/transformer_block.py computes."""
     block = reference.TransformerBlock(12, 3).eval()
     honest = forgery.honest(A, "transformer_block_oracle")
-    roles, w = transformer_block._block_values(honest, "module0", 12, 3, 4, 1400, strict=True)
+    roles, w = judges._block_values(honest, "module0", 12, 3, 4, 1400, strict=True)
     with torch.no_grad():
         for name, p in block.named_parameters():
             p.copy_(w[name])
         x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(2))
-        expected = transformer_block._block_forward(transformer_block._values(roles, w), x, None, 3, 1e-5)
+        expected = judges._block_forward(judges._values(roles, w), x, None, 3, 1e-5)
         assert (block(x) - expected).abs().max() < 1e-5

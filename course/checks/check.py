@@ -2,7 +2,8 @@
 
 ``probe(student, rec)`` runs the student's code on inputs the check chooses and records plain data in ``rec``
 (a :class:`~course.checks.evidence.Recorder`). ``judge(evidence)`` decides from that data alone: it recomputes
-inputs and oracles from the same seeds and raises CheckFailed with a diagnosis, or returns.
+inputs and oracles from the same seeds and raises CheckFailed with a diagnosis, or returns. Probes live in
+course/checks/ (what the student's kernel imports), judges in course/judges/ (hidden from the kernel under grading).
 
 In a notebook, ``check.NAME(student_code, device)`` probes and then judges in the kernel, so a student sees the
 verdict at once (also under ``nbgrader validate``). Under grading (``NBGRADER_EXECUTION=autograde``) the kernel
@@ -42,18 +43,58 @@ def recording() -> bool:
 
 
 class Check:
-    """One test: a probe that runs student code and a judge that decides from the evidence alone."""
+    """One test: a probe that runs student code, and the name of the judge that decides from the evidence alone.
 
-    def __init__(self, name: str, probe: Callable[[Any, Recorder], None], judge: Callable[[Evidence], None],
-                 doc: str = ""):
+    The probe lives here, in course/checks/<assignment>.py, which the student's kernel imports. The judge lives in
+    course/judges/<assignment>.py (registered with ``course.judges.judge(name)``), which the grading sandbox hides:
+    nothing the kernel can import under grading holds an oracle or a reference computation. ``check.judge`` finds
+    the judge when it is first asked for, so merely probing never imports the judges."""
+
+    def __init__(self, name: str, probe: Callable[[Any, Recorder], None], *, module: str | None = None,
+                 prerequisites: Iterable[Prerequisite] = (), namespace: Callable[[Any], Any] | None = None,
+                 user: str = ""):
         self.name = name
-        self.probe = probe
-        self.judge = judge
-        self.__doc__ = doc or (judge.__doc__ or "")
+        self.module = (module or probe.__module__).rsplit(".", 1)[-1]
+        self.prerequisites = tuple(prerequisites)
+        self._namespace = namespace
+        self._user = user
+        self._probe = probe
+        self._judge: Callable[[Evidence], None] | None = None
 
     @property
     def grade_id(self) -> str:
         return GRADE_ID_PREFIX + self.name
+
+    @property
+    def judge(self) -> Callable[[Evidence], None]:
+        """The judge of this check (imported from course.judges on first use; not importable under grading)."""
+        if self._judge is None:
+            from course.judges import judge_of  # noqa: PLC0415 - only the judging side may import the judges
+
+            base = judge_of(self.module, self.name)
+            self._judge = _noting_prerequisites(base, self.prerequisites, self._user) if self.prerequisites else base
+        return self._judge
+
+    @judge.setter
+    def judge(self, value: Callable[[Evidence], None]) -> None:
+        self._judge = value
+
+    @property
+    def __doc__(self) -> str:  # type: ignore[override]
+        """What the test checks: its judge's docstring (the "Passed." line of a test that passes)."""
+        return self.judge.__doc__ or ""
+
+    def probe(self, student: Any, rec: Recorder) -> None:
+        """Run the student's code and record what it gives (and, with prerequisites, what those give)."""
+        self._probe(student, rec)
+        if self.prerequisites and self._namespace is not None:
+            found = self._namespace(student)
+            if isinstance(found, dict):
+                for part_name, _, checks in self.prerequisites:
+                    part = found.get(part_name)
+                    if callable(part):
+                        for check in checks:
+                            _sub_record(rec, f"pre.{check.name}", check, part)
 
     def record(self, student: Any, device: torch.device | str = "cpu") -> Evidence:
         """Run the probe on the student's code and return what it recorded."""
@@ -81,29 +122,23 @@ def checks_of(module: Any) -> dict[str, Check]:
 # ------------------------------------------------------------------------------------------- earlier exercises
 
 #: (the name an earlier exercise defines in the notebook, its exercise number, the checks that test it)
-Prerequisite = tuple[str, int, tuple[Check, ...]]
+Prerequisite = tuple[str, int, tuple["Check", ...]]
 
 
-def with_prerequisites(name: str, probe: Callable[[Any, Recorder], None], judge: Callable[[Evidence], None], *,
-                       prerequisites: Iterable[Prerequisite], namespace: Callable[[Any], Any], user: str) -> Check:
+def with_prerequisites(name: str, probe: Callable[[Any, Recorder], None], *, prerequisites: Iterable[Prerequisite],
+                       namespace: Callable[[Any], Any], user: str) -> Check:
     """A check that, when it fails, also says which earlier exercise the student's code is built from fails its
     own tests, so a student fixes that first.
 
     namespace(student) gives the notebook's globals (a function's __globals__); the probe also records each
     prerequisite's checks on the part of that name found there (under pre.<check>), and the judge judges those
     records only to add the note. user: what the tested code is called in the note."""
-    prerequisites = tuple(prerequisites)
+    return Check(name, probe, prerequisites=prerequisites, namespace=namespace, user=user)
 
-    def probed(student: Any, rec: Recorder) -> None:
-        probe(student, rec)
-        found = namespace(student)
-        if not isinstance(found, dict):
-            return
-        for part_name, _, checks in prerequisites:
-            part = found.get(part_name)
-            if callable(part):
-                for check in checks:
-                    _sub_record(rec, f"pre.{check.name}", check, part)
+
+def _noting_prerequisites(judge: Callable[[Evidence], None], prerequisites: tuple[Prerequisite, ...],
+                          user: str) -> Callable[[Evidence], None]:
+    """judge, whose failures also name the earlier exercises whose own checks fail on the recorded parts."""
 
     def note(ev: Evidence) -> str:
         notes = []
@@ -132,7 +167,8 @@ def with_prerequisites(name: str, probe: Callable[[Any, Recorder], None], judge:
                 raise
             raise CheckFailed(f"{failure}\n\n{text}", failure.mistake) from None
 
-    return Check(name, probed, judged, judge.__doc__ or "")
+    judged.__doc__ = judge.__doc__
+    return judged
 
 
 def _sub_record(rec: Recorder, prefix: str, check: Check, part: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import torch
 
 from course.checks.evidence import Evidence
+from course.checks.seeds import salted
 
 #: lines of a message are wrapped to this width, so nbgrader's Validate dialog needs no horizontal scrolling
 WIDTH = 88
@@ -276,9 +277,10 @@ def matches_any(actual: torch.Tensor, candidates: Iterable[torch.Tensor], device
     return any(close(actual, candidate, **tol) for candidate in candidates)
 
 
-def generator(seed: int) -> torch.Generator:
-    """A CPU generator with a fixed seed, so a check draws the same inputs every time it runs."""
-    return torch.Generator().manual_seed(seed)
+def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator seeded with seeds.salted(seed): the same inputs every time a check runs while a student works,
+    inputs nobody can know in advance under grading."""
+    return torch.Generator(device).manual_seed(salted(seed))
 
 
 def randn(*shape: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:

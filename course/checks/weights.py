@@ -39,13 +39,29 @@ def fill(module: nn.Module, seed: int, gains: Mapping[str, float] | None = None)
     return filled
 
 
+#: what recreate() will build from a record's claims before refusing the rest: far above any probe's module (the
+#: largest, 08's language model case, has about 40,000 parameters in about 40 tensors)
+MAX_ENTRIES = 256
+MAX_ELEMENTS = 1 << 20  # per parameter
+MAX_TOTAL = 1 << 22  # all parameters of one record
+
+
 def recreate(filled: list, seed: int, gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
-    """name -> value for the [[name, shape], ...] a probe recorded (malformed entries are skipped)."""
-    out = {}
-    for entry in filled if isinstance(filled, list) else []:
-        if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], list)
-                and all(isinstance(n, int) and 0 < n <= 4096 for n in entry[1]) and len(entry[1]) <= 4):
-            out[entry[0]] = value(seed, entry[0], entry[1], (gains or {}).get(entry[0], 1.0))
+    """name -> value for the [[name, shape], ...] a probe recorded. Malformed entries are skipped, and the claimed
+    sizes are checked before anything is allocated: past MAX_ENTRIES entries, MAX_ELEMENTS per parameter or
+    MAX_TOTAL in all, the rest of the claims are ignored (a forged record cannot make the judge allocate gigabytes)."""
+    out: dict[str, torch.Tensor] = {}
+    total = 0
+    for entry in (filled if isinstance(filled, list) else [])[:MAX_ENTRIES]:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and len(entry[0]) <= 200
+                and isinstance(entry[1], list) and len(entry[1]) <= 4
+                and all(type(n) is int and 0 < n <= 4096 for n in entry[1])):
+            continue
+        size = math.prod(entry[1])
+        if size > MAX_ELEMENTS or total + size > MAX_TOTAL:
+            continue
+        total += size
+        out[entry[0]] = value(seed, entry[0], entry[1], (gains or {}).get(entry[0], 1.0))
     return out
 
 

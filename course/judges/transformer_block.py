@@ -1,0 +1,884 @@
+"""Judges for assignment 05 (probes in course/checks/transformer_block.py): FeedForward, TransformerBlock and
+TransformerClassifier.
+
+Each judge maps the roles (query, key, value and output projections, the two norms, the feed-forward layers,
+whatever they are called) from the structure facts the probe recorded, recreates the values by parameter name and
+computes the oracle: nn.TransformerEncoderLayer (post-norm, ReLU, no dropout; norm_first=True for the pre-norm
+mistake) carrying those weights, and F.linear / F.relu for the feed-forward layer; and names the typical mistakes.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import torch
+import torch.nn.functional as F
+
+from course.checks import modules
+from course.checks.compare import Mistake, close, expect_close, fail, matches_any, output, tolerance
+from course.checks.evidence import Evidence
+from course.checks.modules import MISSING_PARAMETER, WRONG_LAYER_SIZE
+from course.checks.seeds import grading
+from course.checks.transformer_block import (
+    BLOCK_PARTS,
+    BLOCK_SHAPES,
+    CLASSIFIER_SHAPES,
+    CLASSIFIER_STRUCTURE,
+    FF_SHAPES,
+    ORDER_SHAPE,
+    PERMUTATION,
+    STRUCTURE_CASES,
+    block_case_x,
+    case_tokens,
+    ff_case_x,
+    ff_local_inputs,
+    ff_structure_x,
+    gradient_inputs,
+    gradient_tokens,
+    hand_secret_x,
+    hand_values,
+    hand_x,
+    mask_inputs,
+    normalised_x,
+    order_tokens,
+    permutation_x,
+    small_case,
+    structure_tokens,
+    structure_x,
+)
+from course.judges import judge, oracles
+
+FF_NAME = "FeedForward"
+BLOCK_NAME = "TransformerBlock"
+CLASSIFIER_NAME = "TransformerClassifier"
+
+ATTENTION_LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
+
+# ---------------------------------------------------------------- mistakes: FeedForward
+
+RELU_AFTER = Mistake("relu-after-output", "the ReLU is applied after the second linear layer too (or instead). The "
+                     "output layer is linear: Linear -> ReLU -> Linear, nothing after it.")
+GELU = Mistake("gelu", "a GELU is used where a ReLU is asked (the original transformer uses ReLU; GELU came with BERT "
+               "and GPT).")
+GELU_TANH = Mistake("gelu-tanh", "the tanh approximation of GELU is used where a ReLU is asked.")
+NO_RELU = Mistake("no-relu", "the ReLU is missing: two linear layers in a row collapse into one linear map.")
+RELU_ON_INPUT = Mistake("relu-on-input", "the ReLU is applied to the input, before the first linear layer.")
+RESIDUAL_INSIDE = Mistake("residual-inside-ff", "there is a residual connection inside the feed-forward layer; the "
+                          "block adds it, not FeedForward.")
+#: (mistake, the feed-forward computation it stands for); "relu" is the right one
+FF_MISTAKES = ((RELU_AFTER, "relu-after"), (GELU, "gelu"), (GELU_TANH, "gelu-tanh"), (NO_RELU, "no-relu"),
+               (RELU_ON_INPUT, "relu-on-input"), (RESIDUAL_INSIDE, "residual"))
+
+# ---------------------------------------------------------------- mistakes: TransformerBlock
+
+PRE_NORM = Mistake("pre-norm", "this is the pre-norm block x = x + attention(norm1(x)); x = x + ff(norm2(x)). This "
+                   "exercise asks for the original post-norm block: x = norm1(x + attention(x)); x = norm2(x + ff(x)).")
+RESIDUAL_AFTER_NORM = Mistake("residual-after-norm", "the residual is added after the norm: x + norm(sublayer(x)). "
+                              "The norm comes last, around the sum: norm1(x + attention(x)).")
+NORM_PLUS_SUBLAYER = Mistake("norm-plus-sublayer", "the residual is added after the norm: norm(x) + sublayer(x). Add "
+                             "first, then normalise the sum: norm1(x + attention(x)).")
+NO_RESIDUAL = Mistake("no-residual", "there is no residual connection: norm1(attention(x)) and norm2(ff(x)) drop the "
+                      "input. Add x back before each norm.")
+NO_ATTENTION_RESIDUAL = Mistake("no-attention-residual", "the residual connection around the attention is missing: "
+                                "norm1(x + attention(x)), not norm1(attention(x)).")
+NO_FF_RESIDUAL = Mistake("no-ff-residual", "the residual connection around the feed-forward layer is missing: "
+                         "norm2(x + ff(x)), not norm2(ff(x)).")
+NORM1_TWICE = Mistake("norm1-twice", "norm1 is used in both places; the second sum goes through norm2.")
+NORMS_SWAPPED = Mistake("norms-swapped", "norm1 and norm2 are swapped: norm1 follows the attention, norm2 the "
+                        "feed-forward layer.")
+FF_ON_INPUT = Mistake("ff-on-input", "the feed-forward layer is applied to the block's input x instead of the "
+                      "attention sub-layer's output.")
+SECOND_RESIDUAL_FROM_INPUT = Mistake("second-residual-from-input", "the second residual adds the block's input x "
+                                     "instead of the attention sub-layer's output.")
+NO_FINAL_NORM = Mistake("no-final-norm", "the final norm2 is missing: x = norm2(x + ff(x)).")
+SUBLAYERS_SWAPPED = Mistake("sublayers-swapped", "the two sub-layers are in the wrong order: attention comes first, "
+                            "then the feed-forward layer.")
+MASK_NOT_PASSED = Mistake("mask-not-passed", "the mask is not passed on to the attention: "
+                          "self.attention(x, mask=mask).")
+#: the block's wiring mistakes; each id also names the computation in _block_forward
+LAYOUT_MISTAKES = (PRE_NORM, RESIDUAL_AFTER_NORM, NORM_PLUS_SUBLAYER, NO_RESIDUAL, NO_ATTENTION_RESIDUAL,
+                   NO_FF_RESIDUAL, NORM1_TWICE, NORMS_SWAPPED, FF_ON_INPUT, SECOND_RESIDUAL_FROM_INPUT, NO_FINAL_NORM,
+                   SUBLAYERS_SWAPPED)
+
+# ---------------------------------------------------------------- mistakes: TransformerClassifier
+
+SUM_POOLING = Mistake("sum-pooling", "the positions are summed instead of averaged: use .mean(dim=1).")
+FIRST_TOKEN = Mistake("first-token", "only the first position is classified; average over all positions with "
+                      ".mean(dim=1).")
+LAST_TOKEN = Mistake("last-token", "only the last position is classified; average over all positions with "
+                     ".mean(dim=1).")
+MAX_POOLING = Mistake("max-pooling", "max-pooling is used; this model averages over the positions with .mean(dim=1).")
+SOFTMAX_ON_LOGITS = Mistake("softmax-on-logits", "a softmax is applied to the output. Return the raw logits: "
+                            "F.cross_entropy applies log-softmax itself.")
+LOG_SOFTMAX_ON_LOGITS = Mistake("log-softmax-on-logits", "a log-softmax is applied to the output. Return the raw "
+                                "logits: F.cross_entropy applies log-softmax itself.")
+BLOCKS_SKIPPED = Mistake("blocks-skipped", "the blocks are skipped: the embeddings go straight to the mean.")
+FIRST_BLOCK_ONLY = Mistake("first-block-only", "only the first block is used; apply every block, in order.")
+BLOCKS_NOT_CHAINED = Mistake("blocks-not-chained", "each block is applied to the embeddings rather than to the "
+                             "previous block's output: write x = block(x) in the loop.")
+#: each id also names the computation in _head; "mean" is the right one
+CLASSIFIER_MISTAKES = (SUM_POOLING, FIRST_TOKEN, LAST_TOKEN, MAX_POOLING, SOFTMAX_ON_LOGITS, LOG_SOFTMAX_ON_LOGITS,
+                       BLOCKS_SKIPPED, FIRST_BLOCK_ONLY, BLOCKS_NOT_CHAINED)
+
+# ids of structure and property failures of this assignment (the shared ones are in course/checks/modules.py)
+MISSING_PART = "missing-part"
+NOT_COURSE_ATTENTION = "not-course-attention"
+HEADS_NOT_PASSED = "heads-not-passed"
+WRONG_NORM = "wrong-norm"
+SHARED_NORM = "shared-norm"
+LINEAR_COUNT = "linear-count"
+HIDDEN_IGNORED = "hidden-ignored"
+HIDDEN_4X4 = "hidden-4x4"
+HIDDEN_EQUALS_K = "hidden-equals-k"
+HIDDEN_IGNORES_FF_MULT = "hidden-ignores-ff-mult"
+FF_NO_BIAS = "ff-no-bias"
+PARAMETER_COUNT = "parameter-count"
+BLOCKS_NOT_REGISTERED = "blocks-not-registered"
+REPEATED_BLOCK = "repeated-block"
+BLOCK_COUNT = "block-count"
+WRONG_EMBEDDING = "wrong-embedding"
+NO_OUTPUT_LAYER = "no-output-layer"
+
+_FF_HINT = "forward should compute second(relu(first(x))): Linear(k, hidden), ReLU, Linear(hidden, k)."
+_BLOCK_HINT = "forward should compute x = norm1(x + attention(x, mask=mask)), then x = norm2(x + ff(x))."
+_CLASSIFIER_HINT = ("forward should compute embedding(tokens) -> each block in order -> .mean(dim=1) -> the linear "
+                    "layer.")
+
+
+# ================================================================ structure and roles
+
+def _is_linear(entry: dict | None) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("in_features"), int) \
+        and isinstance(entry.get("out_features"), int)
+
+
+def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | None, what: str,
+              in_block: bool) -> tuple[dict[str, str | None], dict[str, tuple[int, ...]]]:
+    """The two nn.Linear layers of a feed-forward module (names under prefix, found by type): roles f1 (k ->
+    hidden) and f2 (hidden -> k). hidden None: any hidden size, biases optional (a tolerant judge)."""
+    __tracebackhide__ = True
+    layers = [m for name, m in described.items() if name.startswith(prefix) and _is_linear(m)]
+    if len(layers) != 2:
+        fail(f"{what} should hold exactly two nn.Linear layers (k -> hidden, then hidden -> k), registered as "
+             f"attributes or in an nn.Sequential; found {len(layers)}. Layers kept in a plain Python list are not "
+             "registered.", mistake=LINEAR_COUNT)
+    first, second = layers
+    in_order = first["in_features"] == k and second["out_features"] == k \
+        and first["out_features"] == second["in_features"]
+    if not in_order and second["in_features"] == k and first["out_features"] == k \
+            and second["out_features"] == first["in_features"]:
+        first, second = second, first  # registered in the other order; the sizes tell them apart
+    h = first["out_features"]
+    sizes = (first["in_features"], first["out_features"], second["in_features"], second["out_features"])
+    wanted = (k, hidden if hidden is not None else h, hidden if hidden is not None else h, k)
+    if sizes != wanted:
+        hint, mistake = "", WRONG_LAYER_SIZE
+        if hidden is not None and not in_block and h != hidden:
+            hint, mistake = " The hidden size is the `hidden` argument, not a size fixed inside FeedForward.", \
+                HIDDEN_IGNORED
+        elif hidden is not None and in_block and h == 16 and hidden != 16:
+            hint, mistake = " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k.", HIDDEN_4X4
+        elif hidden is not None and in_block and h == k and hidden != k:
+            hint, mistake = " The hidden size equals k: multiply k by ff_mult.", HIDDEN_EQUALS_K
+        elif hidden is not None and in_block and h == 4 * k and hidden != 4 * k:
+            hint, mistake = " The hidden size is 4·k whatever ff_mult is: use ff_mult·k.", HIDDEN_IGNORES_FF_MULT
+        shown = f"{k} -> {hidden} -> {k}" if hidden is not None else f"{k} -> hidden -> {k}"
+        fail(f"{what}'s linear layers map {sizes[0]} -> {sizes[1]} -> {sizes[3]}; with k={k} they should map "
+             f"{shown} (Linear(k, hidden), then Linear(hidden, k)).{hint}", mistake=mistake)
+    if hidden is not None and (first.get("bias") is not True or second.get("bias") is not True):
+        fail(f"{what}'s linear layers should have biases (nn.Linear's default).", mistake=FF_NO_BIAS)
+    roles = {"f1w": f"{first['name']}.weight", "f1b": f"{first['name']}.bias" if first.get("bias") else None,
+             "f2w": f"{second['name']}.weight", "f2b": f"{second['name']}.bias" if second.get("bias") else None}
+    shapes = {"f1w": (h, k), "f1b": (h,), "f2w": (k, h), "f2b": (k,)}
+    return roles, shapes
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Which recorded parameter plays which part (role -> parameter name, None: no such parameter), the shape
+    each role must have, the number of heads and the LayerNorm eps."""
+
+    names: Mapping[str, str | None]
+    shapes: Mapping[str, tuple[int, ...]]
+    heads: int = 1
+    eps: float = 1e-5
+
+
+def _block_fact(ev: Evidence, key: str, name: str) -> dict | None:
+    facts = ev.facts.get(f"{key}.blocks")
+    found = [f for f in facts if isinstance(f, dict) and f.get("name") == name] if isinstance(facts, list) else []
+    return found[0] if found else None
+
+
+def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
+                 strict: tuple[int, int] | None) -> Roles:
+    """Map the block under prefix ("" for the module itself, "blocks.0." ...) to roles.
+
+    strict = (heads, ff_mult): the exercise's structure exactly (the course's MultiHeadAttention with these heads,
+    two separate nn.LayerNorm(k), hidden size ff_mult·k, biases). None: any real block the judge can recompute
+    (nn.MultiheadAttention, shared norms, any hidden size and number of heads), for checks of other parts."""
+    __tracebackhide__ = True
+    fact = _block_fact(ev, key, prefix.removesuffix("."))
+    parts = fact.get("parts") if isinstance(fact, dict) else None
+    if not isinstance(parts, dict):
+        fail(f"The test recorded nothing about the parts of {what}: the check did not run to the end.")
+    for part in BLOCK_PARTS:
+        if not isinstance(parts.get(part), str):
+            fail(f"{what} has no module attribute `{part}`. __init__ should create self.attention, self.norm1, "
+                 "self.norm2 and self.ff.", mistake=MISSING_PART)
+    described = modules.described(ev, key)
+    names: dict[str, str | None] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    attention = described.get(f"{prefix}attention")
+    course_attention = "the course's MultiHeadAttention(k, heads) (from course.multi_head import MultiHeadAttention)"
+    if strict is None and isinstance(attention, dict) and attention.get("type") == "MultiheadAttention":
+        a = f"{prefix}attention."
+        names.update(wqkv=f"{a}in_proj_weight", bqkv=f"{a}in_proj_bias", wo=f"{a}out_proj.weight",
+                     bo=f"{a}out_proj.bias")
+        shapes.update(wqkv=(3 * k, k), bqkv=(3 * k,), wo=(k, k), bo=(k,))
+    else:
+        for layer, role in zip(ATTENTION_LAYERS, ("q", "k", "v", "o"), strict=True):
+            entry = described.get(f"{prefix}attention.{layer}")
+            if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
+                fail(f"{what}.attention should be {course_attention}; it is a {str(parts['attention'])[:60]} "
+                     f"without a {k} -> {k} nn.Linear `{layer}`.", mistake=NOT_COURSE_ATTENTION)
+            names[f"w{role}"] = f"{prefix}attention.{layer}.weight"
+            names[f"b{role}"] = f"{prefix}attention.{layer}.bias" if entry.get("bias") else None
+            shapes[f"w{role}"], shapes[f"b{role}"] = (k, k), (k,)
+    heads = fact.get("heads")
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1 or k % heads:
+        fail(f"{what}.attention has no valid number of heads (an attribute `heads` dividing k={k}): it should be "
+             f"{course_attention}.", mistake=NOT_COURSE_ATTENTION)
+    if strict is not None and heads != strict[0]:
+        fail(f"{what}.attention has {heads} heads; pass the block's `heads` on: MultiHeadAttention(k, heads).",
+             mistake=HEADS_NOT_PASSED)
+    eps = 1e-5
+    shared = fact.get("shared_norms") is True
+    for i in (1, 2):
+        norm = described.get(f"{prefix}norm{1 if shared else i}")
+        if not isinstance(norm, dict) or norm.get("type") != "LayerNorm" or norm.get("shape") != [k] \
+                or norm.get("affine") is not True:
+            shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
+            fail(f"{what}.norm{i} should be nn.LayerNorm(k) = nn.LayerNorm({k}), which normalises each position's "
+                 f"{k} features; it is {shown}.", mistake=WRONG_NORM)
+        if isinstance(norm.get("eps"), float) and 0 < norm["eps"] <= 1e-2:
+            eps = norm["eps"] if i == 1 else eps
+        names[f"n{i}w"], names[f"n{i}b"] = f"{norm['name']}.weight", f"{norm['name']}.bias"
+        shapes[f"n{i}w"], shapes[f"n{i}b"] = (k,), (k,)
+    if shared and strict is not None:
+        fail(f"{what}.norm1 and norm2 are the same LayerNorm. Each place needs its own, with its own gain and "
+             "bias: create two nn.LayerNorm(k).", mistake=SHARED_NORM)
+    ff_names, ff_shapes = _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k,
+                                    f"{what}.ff", in_block=True)
+    names.update(ff_names)
+    shapes.update(ff_shapes)
+    return Roles(MappingProxyType(names), MappingProxyType(shapes), heads, eps)
+
+
+def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> dict[str, torch.Tensor]:
+    """name -> the value the probe loaded, for every parameter a role names (recreated here, never read)."""
+    __tracebackhide__ = True
+    loaded = modules.loaded(ev, key, seed)
+    found = {}
+    for role, name in roles.names.items():
+        if name is None:
+            continue
+        if name not in loaded or tuple(loaded[name].shape) != roles.shapes[role]:
+            fail(f"{owner} has no registered parameter {name} of shape {roles.shapes[role]}. Register the layers as "
+                 "attributes of the module (self.name = ...).", mistake=MISSING_PARAMETER)
+        found[name] = loaded[name]
+    return found
+
+
+def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    """role -> tensor (w by parameter name, possibly autograd leaves); nn.MultiheadAttention's packed
+    projections are split into queries, keys and values."""
+    v = {role: (w[name] if name is not None else None) for role, name in roles.names.items()}
+    if "wqkv" in v:
+        v["wq"], v["wk"], v["wv"] = v.pop("wqkv").chunk(3)
+        bqkv = v.pop("bqkv")
+        v["bq"], v["bk"], v["bv"] = bqkv.chunk(3) if bqkv is not None else (None, None, None)
+    return v
+
+
+# ================================================================ oracles and typical mistakes
+
+def _ff(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, kind: str = "relu") -> torch.Tensor:
+    """The feed-forward layer with these weights: the right one ("relu") or a typical mistake."""
+    a = F.linear(F.relu(x) if kind == "relu-on-input" else x, v["f1w"], v["f1b"])
+    if kind in ("gelu", "gelu-tanh"):
+        a = F.gelu(a, approximate="tanh" if kind == "gelu-tanh" else "none")
+    elif kind not in ("no-relu", "relu-on-input"):
+        a = F.relu(a)
+    y = F.linear(a, v["f2w"], v["f2b"])
+    if kind == "relu-after":
+        return F.relu(y)
+    return x + y if kind == "residual" else y
+
+
+def _ff_mistakes(v: Mapping[str, torch.Tensor | None], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
+    with torch.no_grad():
+        return [(m, _ff(v, x, kind)) for m, kind in FF_MISTAKES]
+
+
+def _projections(v: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+    """The attention's roles as keywords of oracles.attention_parameters."""
+    return {"wq": v["wq"], "wk": v["wk"], "wv": v["wv"], "wo": v["wo"], "bo": v["bo"], "bq": v["bq"], "bk": v["bk"],
+            "bv": v["bv"]}
+
+
+def _torch_block(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
+                 eps: float, norm_first: bool = False) -> torch.Tensor:
+    """nn.TransformerEncoderLayer (post-norm, or pre-norm with norm_first) carrying these weights."""
+    b, t, k = x.shape
+    params = oracles.layer_parameters({"self_attn": _projections(v)}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
+                                      (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
+    layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps, norm_first)
+    return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
+
+
+def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
+                   eps: float, layout: str = "post", ff: str = "relu", oracle: bool = True) -> torch.Tensor:
+    """The block with these weights: the right one (layout "post", ff "relu", PyTorch's encoder layer), or a
+    typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES computation).
+    oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests)."""
+    if layout == MASK_NOT_PASSED.id:
+        layout, mask = "post", None
+    if oracle and ff == "relu" and layout in ("post", PRE_NORM.id):
+        return _torch_block(v, x, mask, heads, eps, norm_first=layout == PRE_NORM.id)
+    k = x.shape[-1]
+
+    def a(z: torch.Tensor) -> torch.Tensor:
+        return oracles.attention(z, None, mask, heads, **_projections(v))
+
+    def f(z: torch.Tensor) -> torch.Tensor:
+        return _ff(v, z, ff)
+
+    def n1(z: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(z, (k,), v["n1w"], v["n1b"], eps)
+
+    def n2(z: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(z, (k,), v["n2w"], v["n2b"], eps)
+
+    if layout == "post":
+        h = n1(x + a(x))
+        return n2(h + f(h))
+    if layout == PRE_NORM.id:
+        g = x + a(n1(x))
+        return g + f(n2(g))
+    if layout == RESIDUAL_AFTER_NORM.id:
+        g = x + n1(a(x))
+        return g + n2(f(g))
+    if layout == NORM_PLUS_SUBLAYER.id:
+        g = n1(x) + a(x)
+        return n2(g) + f(g)
+    if layout == NO_RESIDUAL.id:
+        return n2(f(n1(a(x))))
+    if layout == NO_ATTENTION_RESIDUAL.id:
+        g = n1(a(x))
+        return n2(g + f(g))
+    if layout == SUBLAYERS_SWAPPED.id:
+        g = n1(x + f(x))
+        return n2(g + a(g))
+    if layout == NORMS_SWAPPED.id:
+        g = n2(x + a(x))
+        return n1(g + f(g))
+    h = n1(x + a(x))
+    return {NO_FF_RESIDUAL.id: lambda: n2(f(h)), NORM1_TWICE.id: lambda: n1(h + f(h)),
+            FF_ON_INPUT.id: lambda: n2(h + f(x)), SECOND_RESIDUAL_FROM_INPUT.id: lambda: n2(x + f(h)),
+            NO_FINAL_NORM.id: lambda: h + f(h)}[layout]()
+
+
+def _in_block(m: Mistake, prefix: str = "its feed-forward layer is wrong: ") -> Mistake:
+    """A FeedForward mistake seen in the block: the same id, and the advice to fix FeedForward first."""
+    return Mistake(m.id, f"{prefix}{m.explanation} Make your {FF_NAME} pass its tests (exercise 1) first.")
+
+
+def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, str]]:
+    """(mistake or None for the right block, layout, ff) of every computation a block check recognises."""
+    specs: list[tuple[Mistake | None, str, str]] = [(None, "post", "relu")]
+    if mask is not None:
+        specs.append((MASK_NOT_PASSED, MASK_NOT_PASSED.id, "relu"))
+    specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
+    specs += [(_in_block(m), "post", kind) for m, kind in FF_MISTAKES]
+    return specs
+
+
+def _block_outputs(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
+                   eps: float) -> list[tuple[Mistake | None, torch.Tensor]]:
+    """The right output first, then every typical mistake's, with these weights."""
+    with torch.no_grad():
+        return [(m, _block_forward(v, x, mask, heads, eps, layout, ff)) for m, layout, ff in _block_specs(mask)]
+
+
+def _matching(y: torch.Tensor, outputs: list[tuple[Mistake | None, torch.Tensor]], device: str) -> Mistake | None:
+    """The first typical mistake whose output y is (None if y is none of them)."""
+    return next((m for m, out in outputs if m is not None and matches_any(y, [out], device)), None)
+
+
+# ================================================================ FeedForward
+
+def _ff_structure(ev: Evidence, key: str, k: int, hidden: int) -> Roles:
+    """A module with two linear layers k -> hidden -> k with biases, and nothing else with parameters."""
+    __tracebackhide__ = True
+    what = f"{FF_NAME}({k}, {hidden})"
+    modules.built(ev, key, what)
+    names, shapes = _ff_roles(modules.described(ev, key), "", k, hidden, what, in_block=False)
+    count = modules.parameter_count(ev, key)
+    if count != 2 * k * hidden + hidden + k:
+        fail(f"{what} has {count} parameters; two linear layers with biases make 2·k·hidden + hidden + k = "
+             f"{2 * k * hidden + hidden + k}.", mistake=PARAMETER_COUNT)
+    return Roles(MappingProxyType(names), MappingProxyType(shapes))
+
+
+def _ff_values(ev: Evidence, key: str, k: int, hidden: int, seed: int) -> dict[str, torch.Tensor | None]:
+    __tracebackhide__ = True
+    roles = _ff_structure(ev, key, k, hidden)
+    return _values(roles, _recreated(ev, key, roles, seed, f"{FF_NAME}({k}, {hidden})"))
+
+
+def _ff_anchor(ev: Evidence, y: torch.Tensor, v: Mapping[str, torch.Tensor | None], x: torch.Tensor, claim: str,
+               case: str) -> None:
+    """Fail unless y is what the feed-forward layer (or one of its typical mistakes) computes with these weights."""
+    __tracebackhide__ = True
+    expected = _ff(v, x)
+    if not matches_any(y, [expected, *(out for _, out in _ff_mistakes(v, x))], ev.device):
+        fail(f"{claim}, but it is not the feed-forward layer: its output matches neither the reference nor a known "
+             f"mistake. {_FF_HINT}", expected, y, case=case)
+
+
+@judge("feed_forward_structure")
+def _judge_ff_structure(ev: Evidence) -> None:
+    """Two linear layers, k -> hidden -> k with biases, nothing else with parameters; and the |x| - 1 example."""
+    v = _ff_values(ev, "module", 6, 10, 900)
+    _ff_structure(ev, "hand", 1, 2)
+    x = ff_structure_x()
+    y = output(ev, "y", what=f"{FF_NAME}.forward(x)", shape=(2, 4, 6), hint=_FF_HINT)
+    hand, x_hand = hand_values(), hand_x()
+    # some mistakes agree on the hand example (no ReLU, ReLU on the input): name the one the random case shows
+    found = _matching(y, [(m, out) for m, out in _ff_mistakes(v, x)], ev.device)
+    mistakes = sorted(_ff_mistakes(hand, x_hand), key=lambda pair: pair[0] != found)
+    y_hand = output(ev, "y_hand", what=f"{FF_NAME}.forward(x)", shape=(1, 3, 1), hint=_FF_HINT)
+    expect_close(y_hand, torch.tensor([[[1.0], [-0.5], [2.0]]]), what=f"{FF_NAME}.forward(x)", device=ev.device,
+                 mistakes=mistakes, otherwise=_FF_HINT,
+                 case="first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; x = -2, 0.5, 3")
+    if grading():
+        x_secret = hand_secret_x()
+        y_secret = output(ev, "y_hand_secret", what=f"{FF_NAME}.forward(x)", shape=tuple(x_secret.shape),
+                          hint=_FF_HINT)
+        expect_close(y_secret, _ff(hand, x_secret), what=f"{FF_NAME}.forward(x)", device=ev.device,
+                     mistakes=sorted(_ff_mistakes(hand, x_secret), key=lambda pair: pair[0] != found),
+                     otherwise=_FF_HINT, case="the hand example's weights (FF(x) = |x| - 1) on a random x of shape "
+                                              f"{tuple(x_secret.shape)}")
+    _ff_anchor(ev, y, v, x, f"{FF_NAME} has the right layers", "x of shape (2, 4, 6), hidden=10")
+
+
+@judge("feed_forward_oracle")
+def _judge_ff_oracle(ev: Evidence) -> None:
+    """Random weights and inputs of several shapes against F.linear(F.relu(F.linear(x, W1, b1)), W2, b2); and
+    each position is transformed alone: changing one position changes that output only."""
+    for i, (b, t, k, hidden) in enumerate(FF_SHAPES):
+        v = _ff_values(ev, f"module{i}", k, hidden, 1000 + 20 * i)
+        x = ff_case_x(i, b, t, k)
+        y = output(ev, f"y{i}", what=f"{FF_NAME}.forward(x)", shape=(b, t, k), hint=_FF_HINT)
+        expect_close(y, _ff(v, x), what=f"{FF_NAME}.forward(x)", device=ev.device, mistakes=_ff_mistakes(v, x),
+                     otherwise=_FF_HINT, case=f"x of shape {(b, t, k)}, hidden={hidden}")
+    v = _ff_values(ev, "local", 4, 8, 1200)
+    x, _ = ff_local_inputs()
+    y = output(ev, "y_local", what=f"{FF_NAME}.forward(x)", shape=(2, 5, 4), hint=_FF_HINT)
+    y_changed = output(ev, "y_local_changed", what=f"{FF_NAME}.forward(x)", shape=(2, 5, 4), hint=_FF_HINT)
+    keep = [0, 1, 2, 4]
+    expect_close(y_changed[:, keep], y[:, keep], what=f"{FF_NAME}.forward at the positions that did not change",
+                 device=ev.device, case="position 3 of x changed",
+                 otherwise="Changing position 3 of the input changed other positions' outputs. The feed-forward "
+                           "layer acts on the last dimension only; nothing should mix positions.")
+    _ff_anchor(ev, y, v, x, f"{FF_NAME} transforms each position alone", "x of shape (2, 5, 4), hidden=8")
+
+
+# ================================================================ TransformerBlock
+
+def _block_what(k: int, heads: int, ff_mult: int | None = None) -> str:
+    return f"{BLOCK_NAME}({k}, {heads})" if ff_mult is None else f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
+
+
+def _block_values(ev: Evidence, key: str, k: int, heads: int, ff_mult: int | None, seed: int,
+                  strict: bool) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """The block's roles (its structure checked, strictly or tolerantly) and the values the probe loaded, by
+    parameter name."""
+    __tracebackhide__ = True
+    what = _block_what(k, heads, ff_mult)
+    modules.built(ev, key, what)
+    roles = _block_roles(ev, key, "", k, what, (heads, ff_mult or 4) if strict else None)
+    return roles, _recreated(ev, key, roles, seed, what)
+
+
+def _block_output(ev: Evidence, key: str, shape: tuple[int, ...], mask: bool = False) -> torch.Tensor:
+    __tracebackhide__ = True
+    b, t, _ = shape
+    return output(ev, key, what=f"{BLOCK_NAME}.forward(x{', mask=mask' if mask else ''})", shape=shape,
+                  hint=_BLOCK_HINT + (" forward's signature is forward(self, x, mask=None)." if mask else ""),
+                  shape_hints={(b, t, t): "That is the shape of attention weights: return the block's output."})
+
+
+def _block_anchor(ev: Evidence, y: torch.Tensor, v: Mapping[str, torch.Tensor | None], roles: Roles,
+                  x: torch.Tensor, mask: torch.Tensor | None, claim: str, case: str) -> None:
+    """Fail unless y is what a transformer block (right, or with a typical mistake) computes with these weights."""
+    __tracebackhide__ = True
+    outputs = _block_outputs(v, x, mask, roles.heads, roles.eps)
+    if not matches_any(y, [out for _, out in outputs], ev.device):
+        fail(f"{claim}, but it is not a transformer block: its output matches neither the reference nor a known "
+             f"mistake. {_BLOCK_HINT}", outputs[0][1], y, case=case)
+
+
+@judge("transformer_block_structure")
+def _judge_block_structure(ev: Evidence) -> None:
+    """Attention (the course's MultiHeadAttention), two separate LayerNorms and a feed-forward layer with hidden size
+    ff_mult·k, all registered."""
+    for i, (k, heads, ff_mult, seed) in enumerate(STRUCTURE_CASES):
+        roles, w = _block_values(ev, f"module{i}", k, heads, ff_mult, seed, strict=True)
+        what = _block_what(k, heads, ff_mult)
+        hidden = (ff_mult or 4) * k
+        expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
+        count = modules.parameter_count(ev, f"module{i}")
+        if count != expected:
+            fail(f"{what} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and the feed-forward "
+                 f"layer (2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?",
+                 mistake=PARAMETER_COUNT)
+        x = structure_x(k)
+        y = _block_output(ev, f"y{i}", tuple(x.shape))
+        _block_anchor(ev, y, _values(roles, w), roles, x, None, f"{what} has the right parts",
+                      f"x of shape {tuple(x.shape)}, heads={heads}")
+
+
+@judge("transformer_block_normalised")
+def _judge_normalised(ev: Evidence) -> None:
+    """A post-norm block ends with a fresh LayerNorm: each output position has mean 0 and variance 1."""
+    roles, w = _block_values(ev, "module", 8, 2, None, 1300, strict=False)
+    v = _values(roles, w)
+    v.update(n1w=torch.ones(8), n1b=torch.zeros(8), n2w=torch.ones(8), n2b=torch.zeros(8))
+    x = normalised_x()
+    y = _block_output(ev, "y", (2, 5, 8))
+    mean, var = y.mean(dim=-1), y.var(dim=-1, unbiased=False)
+    if not (torch.allclose(mean, torch.zeros_like(mean), atol=1e-4)
+            and torch.allclose(var, torch.ones_like(var), atol=1e-3)):
+        found = _matching(y, _block_outputs(v, x, None, roles.heads, roles.eps), ev.device)
+        fail(f"The outputs of a new {BLOCK_NAME} should be normalised per position (mean 0, variance 1 over the k "
+             "features), because the post-norm block ends with norm2(x + ff(x)). "
+             + (f"Your block is not what was asked: {found.explanation}" if found else
+                "Is the last LayerNorm missing, or the residual added after it (x + norm2(...)), or is this a "
+                "pre-norm block?"),
+             torch.stack([torch.zeros(5), torch.ones(5)]), torch.stack([mean[0], var[0]]),
+             case="row 1: mean of each output position, row 2: its variance", mistake=found.id if found else None)
+    _block_anchor(ev, y, v, roles, x, None, f"The outputs of {BLOCK_NAME} are normalised",
+                  "x of shape (2, 5, 8), heads=2, norms with gain 1 and bias 0")
+
+
+def _compare_block(ev: Evidence, ff_key: str, y_key: str, roles: Roles, w: dict[str, torch.Tensor], x: torch.Tensor,
+                   mask: torch.Tensor | None, case: str) -> None:
+    """The block's feed-forward layer first (a wrong one is diagnosed as such), then the block's output against
+    nn.TransformerEncoderLayer with the same weights."""
+    __tracebackhide__ = True
+    v = _values(roles, w)
+    ff = output(ev, ff_key, what=f"{BLOCK_NAME}.ff(x)", shape=tuple(x.shape), hint=_FF_HINT)
+    expect_close(ff, _ff(v, x), what=f"{BLOCK_NAME}.ff(x)", device=ev.device,
+                 mistakes=[(_in_block(m, ""), out) for m, out in _ff_mistakes(v, x)],
+                 case="block.ff(x)", otherwise=f"{BLOCK_NAME}.ff does not compute Linear -> ReLU -> Linear, so the "
+                 f"block cannot match PyTorch's nn.TransformerEncoderLayer. Make your {FF_NAME} pass its tests "
+                 "(exercise 1) first.")
+    y = _block_output(ev, y_key, tuple(x.shape), mask is not None)
+    outputs = _block_outputs(v, x, mask, roles.heads, roles.eps)
+    expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x{'' if mask is None else ', mask=mask'})",
+                 device=ev.device, mistakes=[(m, out) for m, out in outputs[1:] if m is not None],
+                 otherwise=_BLOCK_HINT, case=case)
+
+
+def _expect_block_gradients(ev: Evidence, module: str, key: str, roles: Roles, w: dict[str, torch.Tensor],
+                            x: torch.Tensor, mask: torch.Tensor | None, upstream: torch.Tensor, case: str) -> None:
+    """The output recorded under key is attached to autograd and is the block (or a typical mistake, which then
+    explains a parameter without gradient); x and every parameter of the module recorded under `module` received
+    autograd's gradient through it."""
+    __tracebackhide__ = True
+    y = _block_output(ev, key, tuple(x.shape), mask is not None)
+    modules.expect_attached(ev, key, f"{BLOCK_NAME}.forward(x)")
+    specs = _block_specs(mask)
+    outputs = _block_outputs(_values(roles, w), x, mask, roles.heads, roles.eps)
+    found = [spec for spec, (_, out) in zip(specs, outputs, strict=True) if matches_any(y, [out], ev.device)]
+    if not found:
+        expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x)", device=ev.device, otherwise=_BLOCK_HINT,
+                     case=case)
+    because, layout, ff = found[0]
+
+    def forward(leaves: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return _block_forward(_values(roles, leaves), x, mask, roles.heads, roles.eps, layout, ff)
+
+    modules.expect_gradients(ev, modules.autograd(forward, w, {"x": x}, upstream), owner=BLOCK_NAME, case=case,
+                             oracle="nn.TransformerEncoderLayer with the same weights", because=because,
+                             present=modules.parameter_names(ev, module))
+
+
+@judge("transformer_block_small_case")
+def _judge_block_small_case(ev: Evidence) -> None:
+    """k=4, 2 heads, x (2, 3, 4): the block against nn.TransformerEncoderLayer with the same weights, without and
+    with a causal mask (which must change the output); a loss on the output sends autograd's gradient to x and
+    to every parameter."""
+    roles, w = _block_values(ev, "module", 4, 2, None, 1650, strict=False)
+    x, causal, upstream = small_case()
+    _compare_block(ev, "ff", "y", roles, w, x, None, case="x of shape (2, 3, 4), heads=2, no mask")
+    _compare_block(ev, "ff", "y_masked", roles, w, x, causal, case="x of shape (2, 3, 4), heads=2, causal mask")
+    _expect_block_gradients(ev, "module", "y_grad", roles, w, x, causal, upstream,
+                            "x of shape (2, 3, 4), heads=2, causal mask")
+
+
+@judge("transformer_block_oracle")
+def _judge_block_oracle(ev: Evidence) -> None:
+    """Random weights and inputs of several shapes against nn.TransformerEncoderLayer with the same weights."""
+    for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES):
+        roles, w = _block_values(ev, f"module{i}", k, heads, ff_mult, 1400 + 50 * i, strict=True)
+        _compare_block(ev, f"ff{i}", f"y{i}", roles, w, block_case_x(i, b, t, k), None,
+                       case=f"x of shape {(b, t, k)}, heads={heads}")
+
+
+@judge("transformer_block_mask")
+def _judge_block_mask(ev: Evidence) -> None:
+    """A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention."""
+    roles, w = _block_values(ev, "module", 8, 2, 4, 1600, strict=True)
+    x, causal, padding = mask_inputs()
+    _compare_block(ev, "ff", "y_causal", roles, w, x, causal, case="causal mask (6, 6)")
+    _compare_block(ev, "ff", "y_padding", roles, w, x, padding, case="padding mask (3, 1, 6), lengths 6, 4, 2")
+
+
+@judge("transformer_block_gradients")
+def _judge_block_gradients(ev: Evidence) -> None:
+    """A loss on the output sends autograd's gradient to every parameter and to the input; and without positions,
+    permuting the input positions permutes the outputs the same way."""
+    roles, w = _block_values(ev, "module", 8, 2, None, 1700, strict=False)
+    x, upstream = gradient_inputs()
+    _expect_block_gradients(ev, "module", "y", roles, w, x, None, upstream, "k=8, 2 heads, x (2, 5, 8)")
+    roles, w = _block_values(ev, "perm", 8, 2, None, 1800, strict=False)
+    x = permutation_x()
+    y = _block_output(ev, "y_plain", (2, 6, 8))
+    y_perm = _block_output(ev, "y_perm", (2, 6, 8))
+    expect_close(y_perm, y[:, list(PERMUTATION)], what=f"{BLOCK_NAME}.forward on permuted positions",
+                 device=ev.device, case="permutation [5, 2, 0, 4, 1, 3]",
+                 otherwise="Every part of the block is permutation equivariant, so the block must be too. Does "
+                           "something mix positions outside the attention (a norm or a mean over dim=1)?")
+    _block_anchor(ev, y, _values(roles, w), roles, x, None, f"{BLOCK_NAME} is permutation equivariant",
+                  "x of shape (2, 6, 8), heads=2")
+
+
+# ================================================================ TransformerClassifier
+
+@dataclass(frozen=True)
+class Classifier:
+    """The parts of a classifier: its embedding and output layer (parameter names) and its blocks' roles."""
+
+    embedding: str
+    out_weight: str
+    out_bias: str | None
+    blocks: tuple[Roles, ...]
+
+
+def _classifier_what(vocab: int, k: int, heads: int, depth: int, classes: int) -> str:
+    return f"{CLASSIFIER_NAME}({vocab}, {k}, {heads}, {depth}, {classes})"
+
+
+def _classifier_parts(ev: Evidence, key: str, vocab: int, k: int, heads: int, depth: int,
+                      classes: int) -> Classifier:
+    """The embedding, the blocks (in order) and the output layer of a classifier, found by type."""
+    __tracebackhide__ = True
+    what = _classifier_what(vocab, k, heads, depth, classes)
+    modules.built(ev, key, what)
+    facts = ev.facts.get(f"{key}.blocks")
+    if not isinstance(facts, list):
+        fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
+    names = [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
+    if len(names) != depth:
+        hint = (" Blocks kept in a plain Python list are not registered: use nn.ModuleList or nn.Sequential."
+                if not names else
+                " [TransformerBlock(...)] * depth repeats ONE block; create a new one for each layer."
+                if len(names) == 1 else "")
+        fail(f"{what} should hold depth={depth} separate TransformerBlocks; found {len(names)} registered.{hint}",
+             mistake=BLOCKS_NOT_REGISTERED if not names else REPEATED_BLOCK if len(names) == 1 else BLOCK_COUNT)
+    described = modules.described(ev, key).values()
+    embeddings = [m for m in described if m.get("type") == "Embedding"]
+    if len(embeddings) != 1 or (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim")) != (vocab, k):
+        shown = [f"Embedding({m.get('num_embeddings')}, {m.get('embedding_dim')})" for m in embeddings[:4]]
+        fail(f"{what} should have one nn.Embedding(vocab_size, k) = nn.Embedding({vocab}, {k}); found {shown}.",
+             mistake=WRONG_EMBEDDING)
+    outputs = [m for m in described if _is_linear(m) and not any(m["name"].startswith(n + ".") for n in names)
+               and (m["in_features"], m["out_features"]) == (k, classes)]
+    if not outputs:
+        fail(f"{what} should end with an nn.Linear(k, num_classes) = nn.Linear({k}, {classes}) outside the blocks; "
+             "none found.", mistake=NO_OUTPUT_LAYER)
+    blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
+    out = outputs[-1]
+    return Classifier(f"{embeddings[0]['name']}.weight", f"{out['name']}.weight",
+                      f"{out['name']}.bias" if out.get("bias") else None, blocks)
+
+
+def _classifier_values(ev: Evidence, key: str, shape: tuple[int, ...], seed: int) -> tuple[Classifier, dict]:
+    __tracebackhide__ = True
+    vocab, k, heads, depth, classes = shape
+    parts = _classifier_parts(ev, key, vocab, k, heads, depth, classes)
+    what = _classifier_what(*shape)
+    w: dict[str, torch.Tensor] = {}
+    for roles in parts.blocks:
+        w.update(_recreated(ev, key, roles, seed, what))
+    own = Roles(MappingProxyType({"e": parts.embedding, "ow": parts.out_weight, "ob": parts.out_bias}),
+                MappingProxyType({"e": (vocab, k), "ow": (classes, k), "ob": (classes,)}))
+    w.update(_recreated(ev, key, own, seed, what))
+    return parts, w
+
+
+def _stacks(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tensor, layout: str,
+            ff: str) -> dict[str, torch.Tensor]:
+    """What the heads are computed from, the blocks computed as (layout, ff) (see _block_forward): the embeddings,
+    the blocks applied in order, the first block alone and the last block on the embeddings."""
+    x = F.embedding(tokens, w[parts.embedding])  # (b, t, k)
+
+    def block(i: int, h: torch.Tensor) -> torch.Tensor:
+        roles = parts.blocks[i]
+        return _block_forward(_values(roles, w), h, None, roles.heads, roles.eps, layout, ff)
+
+    h, first = x, None
+    for i in range(len(parts.blocks)):
+        h = block(i, h)
+        first = h if i == 0 else first
+    last = first if len(parts.blocks) == 1 else block(len(parts.blocks) - 1, x)
+    return {"embedded": x, "chained": h, "first": first, "last": last}
+
+
+def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str, torch.Tensor],
+          kind: str = "mean") -> torch.Tensor:
+    """The logits from the blocks' outputs: kind "mean" is the right head, any other a CLASSIFIER_MISTAKES id."""
+    h = stacks[{BLOCKS_SKIPPED.id: "embedded", FIRST_BLOCK_ONLY.id: "first", BLOCKS_NOT_CHAINED.id: "last"}
+               .get(kind, "chained")]
+
+    def out(z: torch.Tensor) -> torch.Tensor:
+        return F.linear(z, w[parts.out_weight], None if parts.out_bias is None else w[parts.out_bias])
+
+    if kind == SUM_POOLING.id:
+        return out(h.sum(dim=1))
+    if kind == FIRST_TOKEN.id:
+        return out(h[:, 0])
+    if kind == LAST_TOKEN.id:
+        return out(h[:, -1])
+    if kind == MAX_POOLING.id:
+        return out(h.amax(dim=1))
+    logits = out(h.mean(dim=1))  # (b, classes)
+    if kind == SOFTMAX_ON_LOGITS.id:
+        return F.softmax(logits, dim=-1)
+    if kind == LOG_SOFTMAX_ON_LOGITS.id:
+        return F.log_softmax(logits, dim=-1)
+    return logits
+
+
+def _classifier_outputs(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tensor):
+    """(mistake or None, block layout, block ff, head) and its output, for every computation a classifier check
+    recognises, the right one first. The blocks are the student's own TransformerBlock: right, or with one of its
+    typical mistakes (judged by the block's tests, not here). A generator: the right answer costs one stack."""
+    heads = ((None, "mean"), *((m, m.id) for m in CLASSIFIER_MISTAKES))
+    for _, layout, ff in _block_specs(None):
+        with torch.no_grad():
+            stacks = _stacks(parts, w, tokens, layout, ff)
+            for m, kind in heads:
+                yield (m, layout, ff, kind), _head(parts, w, stacks, kind)
+
+
+def _judge_classifier_output(ev: Evidence, y: torch.Tensor, parts: Classifier, w: Mapping[str, torch.Tensor],
+                             tokens: torch.Tensor, case: str) -> tuple[Mistake | None, str, str, str]:
+    """The computation y is: the right head on the student's blocks, or a typical mistake (which fails, named)."""
+    __tracebackhide__ = True
+    what = f"{CLASSIFIER_NAME}.forward(tokens)"
+    right: dict[tuple[str, str], torch.Tensor] = {}
+    mistaken = None
+    for spec, out in _classifier_outputs(parts, w, tokens):
+        if spec[0] is None:
+            right[spec[1:3]] = out
+            if matches_any(y, [out], ev.device):
+                return spec
+        elif mistaken is None and matches_any(y, [out], ev.device):
+            mistaken = spec, out
+    if mistaken is not None:
+        spec, out = mistaken
+        expect_close(y, right[spec[1:3]], what=what, device=ev.device, mistakes=[(spec[0], out)],
+                     otherwise=_CLASSIFIER_HINT, case=case)
+    expect_close(y, right["post", "relu"], what=what, device=ev.device, otherwise=_CLASSIFIER_HINT, case=case)
+    return None, "post", "relu", "mean"  # not reached: y is none of the computations above
+
+
+@judge("transformer_classifier_structure")
+def _judge_classifier_structure(ev: Evidence) -> None:
+    """An embedding, depth separate registered blocks and a linear output layer; logits of shape (b, num_classes)."""
+    vocab, k, _, depth, classes = CLASSIFIER_STRUCTURE
+    parts, w = _classifier_values(ev, "module", CLASSIFIER_STRUCTURE, 1900)
+    what = _classifier_what(*CLASSIFIER_STRUCTURE)
+    first = ev.facts["module.blocks"]
+    first_block = next(f["name"] for f in first if isinstance(f, dict) and f.get("name"))
+    block_params = modules.parameter_count(ev, "module", first_block + ".")
+    expected = vocab * k + depth * block_params + k * classes + classes
+    count = modules.parameter_count(ev, "module")
+    if count != expected:
+        fail(f"{what} has {count} parameters; the embedding ({vocab * k}), {depth} blocks ({block_params} each) and "
+             f"the output layer ({k * classes + classes}) make {expected}. Is an extra layer registered?",
+             mistake=PARAMETER_COUNT)
+    y = output(ev, "y", what=f"{CLASSIFIER_NAME}.forward(tokens) for tokens of shape (5, 7)", shape=(5, classes),
+               hint=_CLASSIFIER_HINT, shape_hints={
+                   (7, classes): "There is one row per position: the mean runs over the batch (dim=0) instead of "
+                                 "the positions (dim=1).",
+                   (5, 7, classes): "There is one row per position: average over the positions (dim=1) before "
+                                    "the output layer."})
+    _judge_classifier_output(ev, y, parts, w, structure_tokens(), "tokens of shape (5, 7), depth=3")
+
+
+@judge("transformer_classifier_oracle")
+def _judge_classifier_oracle(ev: Evidence) -> None:
+    """Random weights and tokens: embedding -> your blocks in order -> mean over positions -> linear (the blocks
+    recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock computes them)."""
+    for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES):
+        parts, w = _classifier_values(ev, f"module{i}", (vocab, k, heads, depth, classes), 2100 + 100 * i)
+        y = output(ev, f"y{i}", what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(b, classes), hint=_CLASSIFIER_HINT)
+        _judge_classifier_output(ev, y, parts, w, case_tokens(i, b, t, vocab),
+                                 f"tokens of shape {(b, t)}, depth={depth}")
+
+
+@judge("transformer_classifier_order_blind")
+def _judge_classifier_order(ev: Evidence) -> None:
+    """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits."""
+    parts, w = _classifier_values(ev, "order", ORDER_SHAPE, 2200)
+    tokens = order_tokens()
+    what = f"{CLASSIFIER_NAME}.forward(tokens)"
+    y = output(ev, "y", what=what, shape=(4, 3), hint=_CLASSIFIER_HINT)
+    y_perm = output(ev, "y_perm", what=what, shape=(4, 3), hint=_CLASSIFIER_HINT)
+    if not close(y_perm, y, **tolerance(ev.device)):
+        found = [spec[0] for spec, out in _classifier_outputs(parts, w, tokens)
+                 if spec[0] is not None and matches_any(y, [out], ev.device)][:1]
+        fail(f"{CLASSIFIER_NAME}.forward on shuffled tokens changes the logits. Equivariant blocks followed by a mean "
+             "over the positions cannot see order, so shuffling the tokens must leave the logits unchanged. "
+             + (f"Your model is not what was asked: {found[0].explanation}" if found else
+                "Is something position-dependent (a first/last token, a flatten) used instead of the mean?"),
+             y, y_perm, case="positions permuted", mistake=found[0].id if found else None)
+    _judge_classifier_output(ev, y, parts, w, tokens, "tokens of shape (4, 7), depth=2")
+
+
+@judge("transformer_classifier_gradients")
+def _judge_classifier_gradients(ev: Evidence) -> None:
+    """A small batch: the logits are the classifier's, and their cross-entropy sends autograd's gradient to the
+    embedding, every block and the output layer."""
+    parts, w = _classifier_values(ev, "module", ORDER_SHAPE, 2300)
+    tokens, labels = gradient_tokens()
+    what = f"{CLASSIFIER_NAME}.forward(tokens)"
+    y = output(ev, "y_grad", what=what, shape=(3, 3), hint=_CLASSIFIER_HINT)
+    modules.expect_attached(ev, "y_grad", what)
+    _, layout, ff, kind = _judge_classifier_output(ev, y, parts, w, tokens, "tokens arange(9) as (3, 3), depth=2")
+
+    def forward(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
+        return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff), kind)
+
+    hint = (f"If your {BLOCK_NAME} does not pass its own tests yet (exercise 2), fix it first: a block cut off "
+            "from autograd stops the gradient before it reaches the blocks and the embedding.")
+    modules.expect_gradients(ev, modules.autograd(forward, w, {}, lambda out: F.cross_entropy(out, labels)),
+                             owner=CLASSIFIER_NAME, case="tokens arange(9) as (3, 3), labels 0, 1, 2",
+                             oracle="embedding, nn.TransformerEncoderLayer blocks, mean and linear layer with the "
+                                    "same weights", present=modules.parameter_names(ev, "module"),
+                             hints={name: hint for name in w if name != parts.out_weight and name != parts.out_bias})
