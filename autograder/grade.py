@@ -33,6 +33,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder import GradingError, course_dir, report
 from autograder.results import GRADED, Grade, write_csv
 from autograder.sandbox import available as sandbox_available
+from autograder.secret import course_secret, fingerprint
 from autograder.submissions import DEFAULT_NAMED_REGEXP, TIMESTAMP, Submission, find, unpack
 from autograder.workspace import Job, Options, Result, Workspace, ensure_assignments, grader_version
 
@@ -178,12 +179,13 @@ def _max_scores(assignments: tuple[str, ...]) -> dict[str, float]:
 def grade(path: Path, out: Path, assignments: list[str] | None = None, *, workers: int = 1, sandbox: bool = False,
           named_regexp: str = DEFAULT_NAMED_REGEXP, progress: bool = True, cell_seconds: int = 120,
           gradebook: Course | None = None, scheduler: str | None = None,
-          kernel_threads: int | None = None) -> list[Grade]:
+          kernel_threads: int | None = None, notebook_seconds: int | None = None) -> list[Grade]:
     """Grade every student of the batch at path for the given assignments (default: all of the course).
 
     gradebook: also record the results in this course's gradebook and folders. scheduler: the address of a Dask
     scheduler whose workers grade (workers is then ignored). kernel_threads: torch threads per kernel (default:
-    this machine's cores shared among the workers; 1 on a cluster)."""
+    this machine's cores shared among the workers; 1 on a cluster). notebook_seconds: wall time one notebook may
+    run in all (default: 10 x cell_seconds); the cells left when it runs out are not run and score 0."""
     known = course_dir.assignments()
     chosen = tuple(assignments or known)
     unknown = sorted(set(chosen) - set(known))
@@ -198,14 +200,15 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
                            "(set c.CourseDirectory.db_url in nbgrader_config.py to a postgresql:// URL); "
                            f"{gradebook.db_url} is a file on this machine")
     version = grader_version(chosen)
+    secret = course_secret()
     threads = kernel_threads or (1 if scheduler else max(1, (os.cpu_count() or 1) // max(1, workers)))
-    options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds,
+    options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds, notebook_seconds=notebook_seconds,
                       hidden=(str(Path(path).resolve()), str(Path(out).resolve())), kernel_threads=threads,
-                      db_url=gradebook.db_url if gradebook else None, version=version)
+                      db_url=gradebook.db_url if gradebook else None, version=version, secret=secret)
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE_FILE
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
-    version_here = version + (gradebook.db_url if gradebook else "")
+    version_here = version + (gradebook.db_url if gradebook else "") + fingerprint(secret)
     maxima = _max_scores(chosen)
     with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
         scratch = Path(tmp)

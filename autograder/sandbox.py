@@ -20,7 +20,8 @@ What the student's code then can and cannot do:
   autograder package), /root, /home, the grader's HOME and Jupyter runtime folder (connection files), /run,
   /mnt, /media, /srv, /var/lib, /var/log, /var/mail, /var/spool, /var/backups. Bound back read-only: only
   the Python installation, the virtual environment, and editable packages other than ``autograder``
-  (that is the course's ``course`` package);
+  (that is the course's ``course`` package), less ``course/judges`` (the judges, oracles and simulated
+  mistakes: a stub package that refuses to be imported) and the reference modules of the assignment graded;
 - a fresh environment (``--clearenv``): HOME=/tmp, MPLCONFIGDIR=/tmp/matplotlib, JPY_PARENT_PID=1, no
   CI secrets; NBGRADER_EXECUTION, COURSE_*, LANG/LC_*, TZ and thread-count variables are passed through;
 - a pid namespace with --die-with-parent: when jupyter_client kills the kernel, everything started inside dies;
@@ -29,6 +30,9 @@ What the student's code then can and cannot do:
   (``interrupt_mode: message``), because a signal to the launcher would not reach into the sandbox;
 - stdout/stderr/display output past ``Limits.output_mb`` per notebook is dropped by nbgrader's side
   (``autograder.execute.GradingExecute``) with one note;
+- disk: what the kernel writes in its folder and the socket folder (the only writable places on disk) is measured
+  by ``GradingExecute`` every 0.05 s; past ``Limits.disk_mb`` or ``Limits.disk_files`` the kernel is killed and
+  what it wrote removed (it may overshoot by what it writes in 0.05 s, at most ``file_mb`` per file);
 - after the kernel, ``GradingExecute`` (through ``reclaim``) removes symlinks, fifos and sockets from the kernel's
   folder and gives its files back to the grader, so nbgrader's writing of the graded notebook cannot be redirected.
 
@@ -83,6 +87,8 @@ class Limits:
     processes: int = 256  # RLIMIT_NPROC for the kernel's uid (threads count too: torch + ipykernel use ~20)
     output_mb: int = 20  # total stdout/stderr/display text per notebook; past it output is dropped with one note
     file_mb: int = 100  # RLIMIT_FSIZE
+    disk_mb: int = 256  # what the kernel may write in its folder on disk (GradingExecute's watchdog kills it past)
+    disk_files: int = 4096  # files and folders it may create there
 
     @property
     def tmp_mb(self) -> int:
@@ -152,6 +158,7 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     os.chmod(ipc, 0o1777 if _switches_uid() else 0o700)
     plan = _plan(work, limits, uid, hide)
     plan["answers"] = _answer_stubs(base / "stubs")
+    plan["judges"] = _judges_stub(base / "judges")
     if not os.path.exists(plan["empty"]):
         Path(plan["empty"]).write_bytes(b"")  # bound over hidden files (/dev/null would be unreadable: nodev)
         os.chmod(plan["empty"], 0o444)
@@ -173,6 +180,8 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     config.KernelManager.transport = "ipc"
     config.KernelManager.ip = str(ipc / "kernel")
     config.GradingExecute.output_limit_bytes = limits.output_mb * MB
+    config.GradingExecute.disk_limit_bytes = limits.disk_mb * MB
+    config.GradingExecute.disk_limit_files = limits.disk_files
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -196,6 +205,15 @@ def _answer_stubs(folder: Path) -> dict[str, list[list[str]]]:
             pairs.append([str(stub), str(package / f"{module}.py")])
         plan[assignment] = pairs
     return plan
+
+
+def _judges_stub(folder: Path) -> list[str]:
+    """[stub folder, course/judges]: the judges (oracles, simulated mistakes, reference computations) are hidden
+    from every kernel under grading, whatever the assignment, by a package that refuses to be imported."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "__init__.py").write_text("raise ImportError('course.judges decides the grades, outside the code being "
+                                        "graded; it is hidden here: write the answer yourself.')\n")
+    return [str(folder), str(REPO / "course" / "judges")]
 
 
 def _real(path: str | Path) -> str:
@@ -320,6 +338,8 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
         argv += [option, path, path]
     for stub, reference in plan.get("answers", {}).get(cwd.name, []):
         argv += ["--ro-bind", stub, reference]
+    if plan.get("judges"):
+        argv += ["--ro-bind", *plan["judges"]]
     if plan.get("answers", {}).get(cwd.name):  # compiled copies of the hidden references
         cache = REPO / "course" / "__pycache__"
         if cache.is_dir():

@@ -26,11 +26,15 @@ FORBIDDEN_MODULES = {
     "marshal", "runpy", "code", "codeop", "pkgutil", "threading", "multiprocessing", "concurrent", "asyncio", "pty",
     "unittest", "pytest",
     "IPython", "ipykernel", "nbgrader", "shutil", "pathlib", "io", "atexit", "weakref", "copyreg", "dis",
-    "course.checks", "autograder", "torch.library", "torch.overrides", "torch.utils._python_dispatch",
+    "course.checks", "course.judges", "autograder", "operator",
+    "torch.library", "torch.overrides", "torch.utils._python_dispatch",
     "torch._C", "torch._ops", "torch.ops", "numpy.testing", "torch.testing",
 }
 #: the name the notebooks' locked setup cell gives their checks module; answers have no reason to touch it
 CHECKS_NAME = "check"
+#: the course's packages of tests, reached as attributes (course.checks, getattr(course, "judges"), ...)
+TEST_PACKAGES = {"checks", "judges"}
+TEST_PATHS = ("course.checks", "course.judges", "course/checks", "course/judges")
 #: torch attributes that replace what its operators compute
 FORBIDDEN_ATTRIBUTES = {"library", "overrides", "ops", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 #: dunder attributes an honest answer uses
@@ -61,6 +65,11 @@ class _Finder(ast.NodeTransformer):
             if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "course" \
                     and sub.attr in self.forbidden_course:
                 return f"uses the course's reference course.{sub.attr}, which holds this assignment's answers"
+            if isinstance(sub, ast.Attribute) and sub.attr in TEST_PACKAGES:
+                return f"reaches the course's tests ({sub.attr})"
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) \
+                    and any(p in sub.value for p in TEST_PATHS):
+                return "names the course's tests in a string"
             if isinstance(sub, ast.Attribute) and sub.attr.startswith("_") and _root(sub) != "self" \
                     and sub.attr not in ALLOWED_DUNDERS:
                 kind = "internal" if sub.attr.startswith("__") else "private"
@@ -72,6 +81,8 @@ class _Finder(ast.NodeTransformer):
                 plain = isinstance(name, ast.Constant) and isinstance(name.value, str)
                 if not (plain and not name.value.startswith("__")):
                     return "uses getattr with a computed or internal name"
+                if name.value in TEST_PACKAGES | self.forbidden_course:
+                    return f"reaches {name.value} with getattr"
             if isinstance(sub, (ast.Import, ast.ImportFrom)):
                 for module in _imported(sub):
                     if any(module == m or module.startswith(m + ".") for m in self.forbidden_modules):

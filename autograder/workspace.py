@@ -39,10 +39,12 @@ class Options:
     assignments: tuple[str, ...]
     sandbox: bool = False
     cell_seconds: int = 120
+    notebook_seconds: int | None = None  # wall time per notebook, reruns included; None: 10 x cell_seconds
     hidden: tuple[str, ...] = ()  # folders student code must not see: the batch, the output, the scratch space
     kernel_threads: int = 1  # torch/OpenMP threads of each kernel
     db_url: str | None = None  # the instructor's gradebook (--gradebook); None: a private one per workspace
     version: str = ""  # grader_version() where the batch was started: a node with another course refuses
+    secret: str = ""  # the course secret (hex) the grading seeds come from; empty: this node's own (secret.py)
 
 
 @dataclass
@@ -111,6 +113,11 @@ def ensure_assignments(db_url: str, assignments: tuple[str, ...], scratch: Path)
                                f"{result.get('error') or result.get('log')}")
 
 
+def notebook_budget(options: Options) -> int:
+    """Seconds one notebook may run in all: Options.notebook_seconds, by default ten cells' worth."""
+    return options.notebook_seconds if options.notebook_seconds is not None else 10 * options.cell_seconds
+
+
 class Workspace:
     """A private nbgrader course directory, ready to grade the given assignments."""
 
@@ -126,8 +133,10 @@ class Workspace:
         config = course_config(root, self.db_url)
         config.Execute.timeout = options.cell_seconds
         config.Execute.interrupt_on_timeout = True
+        config.GradingExecute.notebook_timeout = notebook_budget(options)
         threads = str(max(1, options.kernel_threads))
         config.GradingKernelManager.kernel_env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        config.GradingExecute.secret = config.JudgeEvidence.secret = options.secret
         if options.sandbox:
             reason = sandbox.available()
             if reason:
@@ -180,6 +189,7 @@ class Workspace:
                                                                                    or done.get("log"))
             return Result(row)
         graded = {name: nbformat.read(self._folder("autograded", job) / name, as_version=4) for name in job.files}
+        _keep_only(self._folder("autograded", job), {*job.files, *job.extras})
         self._read_scores(row)
         flags, stopped = [], []
         for nb in graded.values():
@@ -187,6 +197,7 @@ class Workspace:
             notes += noted.get("notes", [])
             flags += noted.get("flags", [])
             stopped += noted.get("stopped", [])
+            row.seed = next((int(s) for s in noted.get("seed", []) if s.isdigit()), row.seed)
             row.diagnoses += feedback.diagnoses(nb)
             row.mistakes += feedback.mistakes(nb)
         if stopped:
@@ -223,6 +234,18 @@ class Workspace:
                         found[grade.name] = (float(grade.score), float(grade.max_score))
         order = [grade_id(c) for (a, _), nb in self.sources.items() if a == row.assignment for c in nb.cells]
         row.cells = {name: found[name] for name in order if name in found}
+
+
+def _keep_only(folder: Path, names: set[str]) -> None:
+    """Remove what the kernel left in its folder (evidence records, files it wrote) besides the graded notebooks and
+    nbgrader's own files: nbgrader's feedback would copy all of it to the student, and it would fill the disk."""
+    for path in folder.iterdir():
+        if path.name in names and path.is_file() and not path.is_symlink():
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _last_line(text: str | None) -> str:

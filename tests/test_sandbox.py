@@ -318,8 +318,10 @@ def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path):
 
 
 def test_references_holding_the_graded_answers_are_hidden(tmp_path):
-    """Grading 04: course.multi_head (its answers) and what imports it are stubs; earlier references work."""
+    """Grading 04: course.multi_head (its answers) and what imports it are stubs; earlier references work; the judges
+    (oracles, simulated mistakes) cannot be imported, read or listed, while the probes can."""
     importlib.import_module("course.multi_head")  # leaves a compiled copy in course/__pycache__, if writable
+    importlib.import_module("course.judges.self_attention")  # and of the judges in course/judges/__pycache__
     work = tmp_path / "course"
     cwd = work / "autograded" / "alice" / "04_multi_head"
     cwd.mkdir(parents=True)
@@ -331,6 +333,10 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
                  "except ImportError as e:\n    print('refused')",
         "earlier": "from course.scaling import scaled_dot_product_attention\nprint('earlier ok')",
         "read": f"print('class MultiHeadAttention' in open({str(reference)!r}).read())",
+        "judges": "try:\n    import course.judges.self_attention\n    print('IMPORTED')\n"
+                  "except ImportError as e:\n    print('refused:', e)\n"
+                  f"import os\nprint('listed', sorted(os.listdir({str(REPO / 'course' / 'judges')!r})))\n"
+                  "import course.checks.self_attention as probes\nprint('probes', probes.small_x().shape)",
         "cache": f"import os\nd = {str(REPO / 'course' / '__pycache__')!r}\n"
                  "print('compiled', [f for f in os.listdir(d) if 'multi_head' in f] if os.path.isdir(d) else [])",
     })
@@ -339,3 +345,6 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
     assert "earlier ok" in out["earlier"]
     assert out["read"].strip() == "False"
     assert out["cache"].strip() == "compiled []"
+    assert "refused: course.judges decides the grades" in out["judges"], out["judges"]
+    assert "listed ['__init__.py']" in out["judges"], out["judges"]
+    assert "probes torch.Size([2, 4, 3])" in out["judges"], out["judges"]
