@@ -31,7 +31,9 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # suspicious lines of the student's own cells for the instructor (it changes nothing). Autograding: test cells only
 # probe in the kernel; ClearEvidence runs before it, GradingExecute runs it (output limit; a cell that kills the
 # kernel is stopped and the rest graded), and JudgeEvidence decides every test from the recorded evidence, in this
-# process, before SaveAutoGrades scores it (autograder/judging.py).
+# process, before SaveAutoGrades scores it (autograder/judging.py). SanitiseStudentContent then makes everything the
+# student wrote inert (scripts, handlers, javascript: links, active outputs; autograder/sanitise.py), so the
+# autograded notebook Formgrader renders and the feedback made from it run nothing of the student's in a browser.
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "autograder.cells.RestoreCells",
@@ -48,16 +50,24 @@ c.Autograde.autograde_preprocessors = [
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     "autograder.judging.JudgeEvidence",
+    "autograder.sanitise.SanitiseStudentContent",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-# Feedback shows hidden tests' results, not their code.
+# Feedback shows hidden tests' results, not their code, and nothing of the student's runs in it: the notebook is
+# sanitised again, and every page nbconvert renders (feedback, Formgrader's views) cleans markdown, HTML outputs and
+# raw cells with the course's allowlist (it keeps headings, tables and images; nbconvert's own drops them) and shows
+# no JavaScript or widget output.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "autograder.feedback.HideHiddenTests",
+    "autograder.sanitise.SanitiseStudentContent",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"clean_html": "autograder.sanitise.clean_html"}
+c.HTMLExporter.preprocessors = ["autograder.sanitise.SanitiseOutputs"]
 
 # Seconds one cell may run before grading moves on.
 c.ExecutePreprocessor.timeout = 300

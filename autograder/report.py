@@ -1,8 +1,18 @@
 """The instructor's view of a graded batch: score distributions per exercise and the commonest mistakes."""
 
+import re
 from collections import Counter
 from pathlib import Path
 from statistics import mean, median
+
+#: markdown that a student's text could use to add HTML, links or code, or to end a table cell
+_MARKDOWN = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def inert(text: str) -> str:
+    """Text a student may have chosen (an id, a message), quoted for one cell of a markdown table."""
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f]+", " ", str(text))
+    return "".join(_MARKDOWN.get(char, char) for char in text)
 
 
 def write(grades: list, path: Path) -> None:
@@ -31,23 +41,23 @@ def write(grades: list, path: Path) -> None:
             full = sum(s == m for s, m in got)
             zero = sum(s == 0 for s, m in got)
             average = mean(s for s, _ in got)
-            lines.append(f"| {cell} | {points:g} | {full} | {len(got) - full - zero} | {zero} | {average:.2f} |")
+            lines.append(f"| {inert(cell)} | {points:g} | {full} | {len(got) - full - zero} | {zero} | {average:.2f} |")
         named = Counter((cell, mistake) for g in graded for cell, mistake in g.mistakes)
         if named:
-            lines += ["", "Mistakes the judges named (ids from course/checks):", "",
+            lines += ["", "Mistakes the judges named (ids from course/judges):", "",
                       "| students | test | mistake |", "|---|---|---|"]
             for (cell, mistake), count in named.most_common(15):
-                lines.append(f"| {count} | {cell} | {mistake} |")
+                lines.append(f"| {count} | {inert(cell)} | {inert(mistake)} |")
         common = Counter((cell, text) for g in graded for cell, text in g.diagnoses)
         if common:
             lines += ["", "Most common diagnoses:", "", "| students | test | diagnosis |", "|---|---|---|"]
             for (cell, text), count in common.most_common(10):
-                lines.append(f"| {count} | {cell} | {text.replace('|', '/')} |")
+                lines.append(f"| {count} | {inert(cell)} | {inert(text)} |")
         lines.append("")
     problems = [g for g in grades if g.status not in ("graded",)]
     if problems:
         lines += ["## Submissions that need a look", "", "| student | assignment | status | message |",
                   "|---|---|---|---|"]
-        lines += [f"| {g.student} | {g.assignment} | {g.status} | {g.message.replace('|', '/')} |" for g in problems]
+        lines += [f"| {inert(g.student)} | {g.assignment} | {g.status} | {inert(g.message)} |" for g in problems]
         lines.append("")
     path.write_text("\n".join(lines))

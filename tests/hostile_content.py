@@ -1,0 +1,86 @@
+"""Hostile content for a browser: complete submissions of 01 that carry scripts in their outputs and markdown, and a
+student id a spreadsheet would read as a formula. They earn full marks; what they carry must stay inert in the
+feedback, in the notebooks Formgrader renders, in grades.csv and in report.md (tests/test_inert_content.py, and
+test_hostile.py, whose class includes them)."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import nbformat
+from conftest import complete_submission, write_submission
+from nbformat.v4 import new_markdown_cell, new_raw_cell
+
+from autograder.notebooks import grade_id
+
+A, NB = "01_self_attention", "self_attention.ipynb"
+#: every payload sets window.__pwned (and the title): a page where either is set ran the student's code
+MARK = "PWNED"
+PAYLOADS = {
+    "html_script": f"<script>window.__pwned = 'html output script'; document.title = '{MARK}';</script>",
+    "img_onerror": "<img src=x onerror=\"window.__pwned = 'onerror'\">",
+    "javascript_output": "window.__pwned = 'application/javascript output'",
+    "markdown_script": "<script>window.__pwned = 'markdown script'</script>",
+    "markdown_link": "[click me](javascript:window.__pwned='markdown_link')",
+    "html_link": "<a href=\"javascript:window.__pwned='html link'\">or me</a>",
+    "iframe": "<iframe srcdoc=\"<script>parent.__pwned = 'iframe'</script>\"></iframe>",
+    "svg": "<svg><script>window.__pwned = 'svg'</script></svg>",
+}
+#: markup of the payloads in a page: an event handler in a tag, a javascript: target, a frame, an SVG, a form
+ACTIVE_MARKUP = (r"""<[a-z][^>]*\son[a-z]+\s*=|(?:href|src|action)\s*=\s*["']?\s*javascript:"""
+                 r"|<(?:iframe|svg|object|embed|form)\b")
+#: strings of the payloads that must never reach a page or a notebook as markup
+ACTIVE = ("<script", "onerror=", "javascript:", "<iframe", "<svg")
+SVG_DOCUMENT = PAYLOADS["svg"].replace("<svg>", '<svg xmlns="http://www.w3.org/2000/svg">')
+ANSWER = ("\nfrom IPython.display import HTML, Javascript, SVG, display\n"
+          f"display(HTML({PAYLOADS['html_script'] + PAYLOADS['img_onerror'] + '<b>bold stays</b>'!r}))\n"
+          f"display(Javascript({PAYLOADS['javascript_output']!r}))\n"
+          f"display(SVG({SVG_DOCUMENT!r}))\n"
+          "import ipywidgets\ndisplay(ipywidgets.IntSlider())\n")
+MARKDOWN = ("My notes, with math: $\\sqrt{d}$.\n\n" + PAYLOADS["markdown_script"] + "\n\n" + PAYLOADS["markdown_link"]
+            + "\n\n" + PAYLOADS["html_link"] + "\n\n" + PAYLOADS["iframe"] + "\n")
+#: folder names are student ids; this one is a formula to a spreadsheet
+FORMULA_STUDENT = '=HYPERLINK("evil")'
+SCRIPT_STUDENT = "inert-scripts"
+STUDENTS = (SCRIPT_STUDENT, FORMULA_STUDENT)
+
+
+def scripted_submission() -> nbformat.NotebookNode:
+    """The complete solution of 01 whose answer displays scripts, and with a markdown and a raw cell of its own."""
+    nb = complete_submission(A, NB)
+    cell = next(c for c in nb.cells if grade_id(c) == "attention_weights")
+    cell.source += ANSWER
+    at = nb.cells.index(cell) + 1
+    nb.cells.insert(at, new_markdown_cell(MARKDOWN))
+    nb.cells.insert(at + 1, new_raw_cell(PAYLOADS["markdown_script"], metadata={"raw_mimetype": "text/html"}))
+    return nb
+
+
+def build(batch: Path, expect: dict) -> None:
+    """Write the hostile-content submissions of 01 into batch; expect[student] = (score, status, words)."""
+    write_submission(batch, SCRIPT_STUDENT, A, NB, scripted_submission())
+    expect[SCRIPT_STUDENT] = (8, "flagged", "imports IPython.display")  # a note for the instructor, no penalty
+    write_submission(batch, FORMULA_STUDENT, A, NB, complete_submission(A, NB))
+    expect[FORMULA_STUDENT] = (8, "graded", "")
+
+
+def assert_inert(out: Path) -> None:
+    """The graded output folder shows these students' content inertly: no script of theirs, event handler or
+    javascript: link in their feedback pages, and no cell of grades.csv a spreadsheet reads as a formula."""
+    for student in STUDENTS:
+        pages = sorted((out / "feedback" / student / A).glob("*.html"))
+        assert pages, f"{student} has no feedback"
+        for page in pages:
+            text = page.read_text()
+            scripts = re.findall(r"<script[^>]*>(.*?)</script>", text, flags=re.DOTALL | re.IGNORECASE)
+            assert not [s for s in scripts if "__pwned" in s], f"{page}: a student's script is in the page"
+            body = text[text.index("<body"):]
+            assert not re.search(ACTIVE_MARKUP, body, flags=re.IGNORECASE), f"{page}: active markup"
+    with (out / "grades.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert any(row["student"] == "'" + FORMULA_STUDENT for row in rows), "the formula student's row is missing"
+    for row in rows:
+        assert not any(value.startswith(("=", "+", "@", "\t", "\r")) for value in row.values()), row
+        assert not row["student"].startswith("-") and not row["message"].startswith("-"), row

@@ -1,0 +1,289 @@
+"""Anything a student wrote is data: graded notebooks, feedback pages, grades.csv and report.md run or evaluate none
+of it. The sanitising step on in-memory notebooks, the feedback exporter on a notebook that skipped it, the CSV and
+the report on hostile strings, and a real graded submission opened in headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import csv
+import json
+import re
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import hostile_content as hc
+import nbformat
+import pytest
+import servers
+from conftest import ROOT, instructor_course, release_notebook, use_sandbox
+from nbconvert import HTMLExporter
+from nbformat.v4 import new_markdown_cell, new_output
+from traitlets.config import Config
+
+from autograder.notebooks import grade_id
+from autograder.report import write as write_report
+from autograder.results import Grade, table, write_csv
+from autograder.sanitise import SanitiseStudentContent
+from autograder.workspace import course_config
+
+A, NB = hc.A, hc.NB
+PNG = base64.b64encode(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                                     "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")).decode()
+VERDICT = new_output("error", ename="CheckFailed", evalue="The rows of w do not sum to 1: the softmax is missing.",
+                     traceback=["CheckFailed:", "The rows of w do not sum to 1: the softmax is missing."])
+COURSE_OUTPUTS = [new_output("stream", name="stdout", text="running on cpu\n"),
+                  new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure size 640x480 with 1 Axes>"},
+                             metadata={"image/png": {"width": 320, "height": 240}}),
+                  new_output("execute_result", data={"text/plain": "tensor([1., 2.])"}, execution_count=3)]
+HOSTILE_OUTPUTS = [
+    new_output("display_data", data={"text/html": hc.PAYLOADS["html_script"] + hc.PAYLOADS["img_onerror"]
+                                     + "<b>bold stays</b><table><tr><td>1</td></tr></table>" + hc.PAYLOADS["iframe"],
+                                     "text/plain": "<IPython.core.display.HTML object>"}),
+    new_output("display_data", data={"application/javascript": hc.PAYLOADS["javascript_output"]}),
+    new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2,
+                                                                                  "version_minor": 0},
+                                     "text/plain": "IntSlider(value=0)"}),
+    new_output("display_data", data={"image/svg+xml": hc.PAYLOADS["svg"]}),
+    new_output("display_data", data={"text/markdown": hc.MARKDOWN}),
+    new_output("display_data", data={"text/latex": "$\\href{javascript:window.__pwned=1}{x}$"}),
+    new_output("display_data", data={"image/png": PNG}, metadata={"image/png": {"width": "1 onerror=alert(1)"}}),
+]
+
+
+def _resources() -> dict:
+    return {"nbgrader": {"assignment": A, "notebook": NB.removesuffix(".ipynb"), "student": "mallory"}}
+
+
+def _config() -> Config:
+    config = Config()
+    config.CourseDirectory.root = str(ROOT)
+    return config
+
+
+def _graded_notebook() -> nbformat.NotebookNode:
+    """01 as grading leaves it, with the course's outputs and verdicts, a student's hostile outputs in an answer
+    cell, a markdown cell and a raw cell of the student's, and saved widget state."""
+    nb = release_notebook(A, NB)
+    answer = next(c for c in nb.cells if grade_id(c) == "attention_weights")
+    answer.outputs = copy.deepcopy(COURSE_OUTPUTS + HOSTILE_OUTPUTS)
+    test = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade"))
+    test.outputs = [copy.deepcopy(VERDICT)]
+    at = nb.cells.index(answer) + 1
+    nb.cells.insert(at, new_markdown_cell(hc.MARKDOWN))
+    nb.cells.insert(at + 1, nbformat.v4.new_raw_cell(hc.PAYLOADS["markdown_script"],
+                                                      metadata={"raw_mimetype": "text/html"}))
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2}}
+    return nb
+
+
+def _sanitised(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    nb, _ = SanitiseStudentContent(config=_config()).preprocess(nb, _resources())
+    return nb
+
+
+def _student_parts(nb: nbformat.NotebookNode) -> str:
+    """What a browser would render of the student's: markdown and raw cells and every output (code is highlighted
+    as text by nbconvert, so the payloads may stay in the code itself)."""
+    parts = [c.source for c in nb.cells if c.cell_type in ("markdown", "raw")]
+    parts += [nbformat.writes(nbformat.from_dict({"o": c.outputs})) for c in nb.cells if c.cell_type == "code"]
+    parts.append(repr(nb.metadata))
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------ the notebook
+
+def test_hostile_markup_and_outputs_lose_scripts_handlers_links_and_frames():
+    nb = _graded_notebook()
+    before = _student_parts(nb).lower()
+    assert all(active in before for active in hc.ACTIVE), "the hostile notebook lacks a payload"
+    after = _student_parts(_sanitised(nb)).lower()
+    for active in hc.ACTIVE + ("<object", "<embed", "<form", "\\href", "widget-state"):
+        assert active not in after, f"{active!r} survived the sanitiser"
+
+
+def test_active_outputs_are_removed_and_the_removal_is_said():
+    nb = _sanitised(_graded_notebook())
+    answer = next(c for c in nb.cells if grade_id(c) == "attention_weights")
+    mimes = {mime for output in answer.outputs for mime in output.get("data", {})}
+    assert not mimes & {"application/javascript", "application/vnd.jupyter.widget-view+json", "image/svg+xml"}
+    notes = [o.data["text/plain"] for o in answer.outputs if "not shown in grading" in o.get("data", {}).get(
+        "text/plain", "")]
+    assert any("application/javascript" in note for note in notes) and any("svg" in note for note in notes), notes
+    widget = next(o for o in answer.outputs if "IntSlider" in o.get("data", {}).get("text/plain", ""))
+    assert set(widget.data) == {"text/plain"}, "a widget keeps its plain-text form only"
+    odd = answer.outputs[len(COURSE_OUTPUTS) + len(HOSTILE_OUTPUTS) - 1]
+    assert odd.data["image/png"] == PNG and odd.metadata == {}, "an image's metadata is numbers or nothing"
+
+
+def test_safe_html_and_the_students_own_math_survive():
+    nb = _sanitised(_graded_notebook())
+    answer = next(c for c in nb.cells if grade_id(c) == "attention_weights")
+    html = answer.outputs[len(COURSE_OUTPUTS)].data["text/html"]
+    assert "<b>bold stays</b>" in html and "<td>1</td>" in html, html
+    notes = next(c for c in nb.cells if c.cell_type == "markdown" and "My notes" in c.source)
+    assert "$\\sqrt{d}$" in notes.source and "[click me]" in notes.source, notes.source
+
+
+def test_the_course_content_survives_unchanged():
+    original = _graded_notebook()
+    nb = _sanitised(copy.deepcopy(original))
+    course = [c.source for c in release_notebook(A, NB).cells if c.cell_type == "markdown"]
+    kept = [c.source for c in nb.cells if c.cell_type == "markdown" and "My notes" not in c.source]
+    assert kept == course, "the course's own markdown (math, headings) changed"
+    assert any("$y_i = \\sum_{j=1}^{t}" in source for source in kept)
+    answer = next(c for c in nb.cells if grade_id(c) == "attention_weights")
+    assert answer.outputs[: len(COURSE_OUTPUTS)] == COURSE_OUTPUTS, "a figure, a print or a result changed"
+    test = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade"))
+    assert test.outputs == [VERDICT], "the judge's verdict changed"
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert code == [c.source for c in original.cells if c.cell_type == "code"]
+
+
+# ------------------------------------------------------------------------------------------------ the exporter
+
+def _render(nb: nbformat.NotebookNode) -> str:
+    """The notebook as the feedback's template (nbconvert's classic) renders it with the course's configuration."""
+    config = course_config(ROOT, "sqlite://")
+    return HTMLExporter(config=config, template_name="classic").from_notebook_node(nb)[0]
+
+
+def test_the_feedback_exporter_cleans_a_notebook_that_skipped_the_step():
+    page = _render(_graded_notebook())
+    scripts = re.findall(r"<script[^>]*>(.*?)</script>", page, flags=re.DOTALL | re.IGNORECASE)
+    assert scripts, "the template's own scripts (MathJax) are expected"
+    assert not [s for s in scripts if "__pwned" in s], "a student's script reached the page"
+    active = re.findall(hc.ACTIVE_MARKUP, page[page.index("<body"):], flags=re.IGNORECASE)
+    assert not active, f"active markup reached the page: {active}"
+
+
+@pytest.mark.parametrize("assignment", ["01_self_attention", "07_seq2seq"])
+def test_the_course_pages_render_the_same_through_the_exporters_sanitiser(assignment):
+    notebook = next((ROOT / "release" / assignment).glob("*.ipynb")).name
+    nb = release_notebook(assignment, notebook)
+    plain = HTMLExporter(template_name="classic").from_notebook_node(copy.deepcopy(nb))[0]
+    assert _render(nb) == plain, "the feedback sanitiser changed the course's own headings, math or code"
+
+
+# ------------------------------------------------------------------------------------------------ CSV and report
+
+HOSTILE_ROWS = [Grade('=HYPERLINK("x")', A, -1.0, 8.0, "error", "@SUM(A1:A9)"),
+                Grade("+cmd", A, 8.0, 8.0, "graded", "-2+3"),
+                Grade("\tindented", A, 0.0, 8.0, "flagged", "\r=1"),
+                Grade("<script>alert(1)</script>|x|`y`", A, 0.0, 8.0, "flagged", "a | b <img src=x onerror=y> [l](j:)")]
+
+
+def test_grades_csv_neutralises_formulas_and_keeps_scores_numbers(tmp_path):
+    write_csv(HOSTILE_ROWS, tmp_path / "grades.csv")
+    with (tmp_path / "grades.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["student"] == "'=HYPERLINK(\"x\")" and rows[0]["message"] == "'@SUM(A1:A9)"
+    assert rows[1]["student"] == "'+cmd" and rows[1]["message"] == "'-2+3"
+    assert rows[2]["student"] == "'\tindented" and rows[2]["message"] == "'\r=1"
+    assert float(rows[0]["score"]) == -1.0 and rows[0]["score"] == "-1" and rows[0]["max_score"] == "8"
+    for row in rows:
+        for column, value in row.items():
+            assert column in ("score", "max_score") or not value.startswith(("=", "+", "-", "@", "\t", "\r")), row
+
+
+def test_report_quotes_student_text_inertly(tmp_path):
+    write_report(HOSTILE_ROWS, tmp_path / "report.md")
+    report = (tmp_path / "report.md").read_text()
+    assert "<script" not in report and "<img" not in report
+    assert not re.search(r"(?<!\\)\]\(", report), "a student's text made a link"
+    rows = [line for line in report.splitlines() if "alert(1)" in line]
+    assert len(rows) == 1 and len(re.findall(r"(?<!\\)\|", rows[0])) == 5, f"a student's text split the row: {rows}"
+    assert "\\`y\\`" in rows[0]
+
+
+def test_printed_table_shows_no_control_characters():
+    printed = table([Grade("\x1b[2Jwiped", A, 8.0, 8.0, "graded", "\x1b]0;title\x07")])
+    assert "\x1b" not in printed and "\x07" not in printed
+
+
+# ------------------------------------------------------------------------------------------------ in a browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHECK_PAGE = "() => ({pwned: window.__pwned === undefined ? null : String(window.__pwned), title: document.title})"
+
+
+def _browser_or_skip():
+    try:
+        from test_browser import CHROMIUM_FLAGS, _missing  # noqa: PLC0415 - the browser tests' own launcher
+    except ImportError as error:
+        pytest.skip(f"tests/test_browser.py cannot be imported: {error}")
+    missing = _missing()
+    deadline = time.monotonic() + 300  # Debian's chromium may still be installing
+    while missing and not CHROMIUM.exists() and time.monotonic() < deadline and "Playwright" not in str(missing):
+        time.sleep(5)
+        missing = _missing()
+    if missing:
+        pytest.skip("no " + " and no ".join(missing))
+    return CHROMIUM_FLAGS
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_path):
+    """The feedback pages, and Formgrader's view of the autograded notebook in a running JupyterLab (graded into an
+    instructor's gradebook), in headless Chromium: the student's payloads are there as text, none of them runs."""
+    flags = _browser_or_skip()
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only the browser tests need it
+
+    from autograder.grade import grade  # noqa: PLC0415
+
+    batch, out = tmp_path / "batch", tmp_path / "out"
+    expect: dict = {}
+    hc.build(batch, expect)
+    course = instructor_course(tmp_path / "course", f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}")
+    rows = {g.student: g for g in grade(batch, out, [A], sandbox=use_sandbox(), progress=False, gradebook=course)}
+    for student, (_, status, _) in expect.items():  # the scores are test_hostile.py's to check
+        assert rows[student].status == status, rows[student]
+    pages = sorted((out / "feedback" / hc.SCRIPT_STUDENT / A).glob("*.html"))
+    assert pages
+    html = "\n".join(p.read_text() for p in pages)
+    assert "bold stays" in html and "My notes" in html, "the student's harmless content should still show"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=flags)
+        context = browser.new_context()
+        fetched: list[str] = []
+
+        def offline(route):
+            if urlsplit(route.request.url).scheme != "file":
+                fetched.append(route.request.url)
+                return route.abort()
+            return route.continue_()
+
+        context.route("**/*", offline)
+        page = context.new_page()
+        for path in pages:
+            page.goto(path.as_uri())
+            page.wait_for_load_state("load")
+            for link in page.locator("a", has_text="click me").all() + page.locator("a", has_text="or me").all():
+                link.click(timeout=2_000)  # a javascript: link that survived would run now
+            seen = page.evaluate(CHECK_PAGE)
+            assert seen["pwned"] is None, f"{path.name}: the student's script ran ({seen['pwned']})"
+            assert seen["title"] != hc.MARK
+        with servers.jupyter_lab(course.root, tmp_path / "lab") as lab:
+            status, body = lab.get(f"/formgrader/api/submitted_notebooks/{A}/{NB.removesuffix('.ipynb')}")
+            assert status == 200, body[-2000:]
+            notebook_id = next(n["id"] for n in json.loads(body) if n["student"] == hc.SCRIPT_STUDENT)
+            formgrader = context.new_page()
+            formgrader.route("**/*", lambda route: route.continue_() if route.request.url.startswith(lab.url)
+                             or urlsplit(route.request.url).scheme == "file" else route.abort())
+            formgrader.goto(f"{lab.url}/formgrader/submissions/{notebook_id}/?token={lab.token}")
+            formgrader.wait_for_load_state("load")
+            shown = formgrader.content()
+            assert "bold stays" in shown and "My notes" in shown, "Formgrader did not show the submission"
+            for link in formgrader.locator("a", has_text="click me").all() + formgrader.locator(
+                    "a", has_text="or me").all():
+                link.click(timeout=2_000)
+            seen = formgrader.evaluate(CHECK_PAGE)
+            assert seen["pwned"] is None, f"Formgrader ran the student's script ({seen['pwned']})"
+            assert seen["title"] != hc.MARK
+        browser.close()
+    # nbconvert's feedback template loads MathJax from a CDN, refused here: the course's TeX must reach the page
+    # intact for it to render where the CDN is reachable
+    assert any("mathjax" in url.lower() for url in fetched), "the feedback no longer asks for MathJax"
+    assert "y_i = \\sum_{j=1}^{t} w_{ij}" in html, "the course's math did not reach the page intact"
