@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
                             "(default: half the cores)")
     grade.add_argument("--cell-timeout", type=int, default=120, metavar="SECONDS",
                        help="wall time one cell may run before it is interrupted (default 120)")
+    grade.add_argument("--notebook-timeout", type=int, default=None, metavar="SECONDS",
+                       help="wall time one notebook may run in all, reruns after a crash included; the cells left "
+                            "when it runs out are not run and score 0, with a note (default: 10 x --cell-timeout)")
     grade.add_argument("--no-sandbox", action="store_true",
                        help="run student code without the bubblewrap sandbox: only on a trusted machine")
     grade.add_argument("--named-regexp", default=None, metavar="REGEX",
@@ -57,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         course = instructor_course() if args.gradebook else None
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers,
                            sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
-                           cell_seconds=args.cell_timeout, gradebook=course, scheduler=args.scheduler,
-                           kernel_threads=args.kernel_threads)
+                           cell_seconds=args.cell_timeout, notebook_seconds=args.notebook_timeout, gradebook=course,
+                           scheduler=args.scheduler, kernel_threads=args.kernel_threads)
         print()
         print(table(grades))
         print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under "

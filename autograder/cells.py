@@ -18,7 +18,7 @@ import nbformat
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from autograder.notebooks import add_note, cleared, grade_id
+from autograder.notebooks import add_note, cleared, drop_grader_metadata, grade_id
 
 
 def source_notebook(preprocessor: NbGraderPreprocessor, resources: dict) -> nbformat.NotebookNode:
@@ -37,7 +37,8 @@ def reset_metadata(nb: nbformat.NotebookNode, source: nbformat.NotebookNode) -> 
     for cell in nb.cells:
         gid = grade_id(cell)
         if gid is None:
-            cell.get("metadata", {}).pop("nbgrader", None)
+            if isinstance(cell.get("metadata"), dict):
+                cell.metadata.pop("nbgrader", None)
         elif gid not in metadata or gid in seen:
             del cell.metadata["nbgrader"]
         else:
@@ -70,6 +71,7 @@ class RestoreCells(NbGraderPreprocessor):
     """Reset nbgrader metadata from the source notebook and put deleted nbgrader cells back."""
 
     def preprocess(self, nb, resources):
+        drop_grader_metadata(nb)  # under plain `nbgrader autograde` too: notes and verdicts are the grader's to write
         source = source_notebook(self, resources)
         reset_metadata(nb, source)
         restored = restore_deleted(nb, source)

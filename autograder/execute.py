@@ -1,9 +1,19 @@
-"""nbgrader's Execute step as the course grades with it: bounded output, and a kernel death costs one cell.
+"""nbgrader's Execute step as the course grades with it: bounded output, time and disk, and a kernel death costs one
+cell.
 
 :class:`GradingExecute` replaces ``nbgrader.preprocessors.Execute`` in the autograde steps (nbgrader_config.py):
 
 - output past ``output_limit_bytes`` per notebook is dropped, with one note (a flood of prints cannot fill the
-  feedback or the grader's memory);
+  feedback or the grader's memory). Every kind of output counts, as it arrives: stream, display_data,
+  update_display_data (which rewrites an earlier output in place), execute_result and error; clearing output does
+  not give the budget back. An error past the limit is kept, cut short, once per cell (so a failing cell still
+  shows that it failed);
+- ``notebook_timeout`` bounds the wall time of the whole notebook (reruns included): a cell runs at most until the
+  budget ends, and the cells after it are not run (their tests find no evidence and score 0), with a note;
+- ``disk_limit_bytes`` and ``disk_limit_files`` bound what the kernel writes in its folder (and in the sandbox's
+  socket folder, the only other place on disk it can write): a watchdog thread measures both every
+  ``disk_poll_seconds`` (0.05 s), and past either limit kills the kernel (and, in the sandbox, everything it started),
+  removes everything the kernel wrote (its evidence too: the notebook scores 0), and notes why;
 - when the kernel dies during a cell (a crash in compiled code, a memory or process limit, a timeout it does
   not survive), that cell is replaced by a line that raises, and the notebook runs again from the top in a new
   kernel, so that cell scores 0 and the rest is graded; the cells stopped are noted in the notebook's metadata;
@@ -18,20 +28,28 @@ changes the grader's own process environment.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import shutil
+import signal
+import stat
+import threading
+import time
 from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.execute import UnresponsiveKernelError
-from traitlets import Dict, Integer, List, Unicode, default
+from traitlets import Dict, Float, Integer, List, Unicode, default
 
 from autograder.notebooks import add_note, grade_id
 from autograder.sandbox import reclaim
+from autograder.secret import notebook_seed
+from course.checks import seeds
 from course.checks.evidence import FOLDER
 
 MB = 1024 * 1024
@@ -40,6 +58,133 @@ STUB = ("raise RuntimeError('The grader stopped this cell: the Python kernel die
         "(a crash, or a limit of memory, processes or time). It scores 0; the rest was graded.')")
 #: how a run can end because the kernel did not survive a cell
 KERNEL_LOST = (DeadKernelError, CellTimeoutError, UnresponsiveKernelError, TimeoutError)
+#: the kernel messages that become outputs of the notebook, all counted against the output limit
+OUTPUT_MESSAGES = {"stream", "display_data", "update_display_data", "execute_result", "error"}
+#: what an error past the output limit keeps: its name, the start of its value, the end of its traceback
+ERROR_KEPT = {"ename": 200, "evalue": 1000, "traceback": 2000}
+
+
+def message_size(content) -> int:
+    """Characters of text in a message's content (keys, strings, numbers), counted without copying it."""
+    size, stack = 0, [content]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, dict):
+            size += sum(len(k) if isinstance(k, str) else 8 for k in item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            size += 1
+            stack.extend(item)
+        else:
+            size += 8
+    return size
+
+
+def cut_error(content: dict, note: str) -> dict:
+    """An error output's content cut to a few kilobytes: name, start of the value, end of the traceback."""
+    lines, kept = [], 0
+    for line in reversed([str(x) for x in content.get("traceback") or [] if isinstance(x, str)]):
+        if kept + len(line) > ERROR_KEPT["traceback"]:
+            break
+        lines.insert(0, line)
+        kept += len(line)
+    return {"ename": str(content.get("ename", "Error"))[:ERROR_KEPT["ename"]],
+            "evalue": str(content.get("evalue", ""))[:ERROR_KEPT["evalue"]], "traceback": [note, *lines]}
+
+
+def folder_usage(folders: list[Path], max_bytes: int, max_files: int) -> tuple[int, int]:
+    """(bytes, files and folders) under the folders, without following links; stops counting once past a limit."""
+    size = count = 0
+    stack = [str(f) for f in folders if f.is_dir()]
+    while stack and size <= max_bytes and count <= max_files:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                count += 1
+                if size > max_bytes or count > max_files:
+                    break
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(entry.path)
+                else:  # apparent size, or the blocks of a file whose holes were filled in
+                    size += max(info.st_size, getattr(info, "st_blocks", 0) * 512)
+    return size, count
+
+
+def entries_under(folder: Path) -> set[str]:
+    """Relative paths of everything under folder (not following links)."""
+    found = set()
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            found.add(os.path.relpath(os.path.join(root, name), folder))
+    return found
+
+
+def remove_new(folder: Path, keep: set[str]) -> None:
+    """Remove everything under folder whose relative path is not in keep (what the kernel wrote)."""
+    for root, dirs, files in os.walk(folder, topdown=True):
+        for name in list(dirs):
+            path = os.path.join(root, name)
+            if os.path.relpath(path, folder) not in keep:
+                dirs.remove(name)
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.relpath(path, folder) not in keep:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def remove_files_but_sockets(folder: Path) -> None:
+    """The socket folder holds nothing but the kernels' sockets: anything else a kernel put there goes."""
+    if not folder.is_dir():
+        return
+    for entry in os.scandir(folder):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            elif not entry.is_socket():
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+class DiskWatchdog:
+    """A thread that measures the kernel's folders every interval and calls kill() once they pass a limit."""
+
+    def __init__(self, folders, max_bytes: int, max_files: int, interval: float, kill):
+        self.folders, self.max_bytes, self.max_files, self.interval, self.kill = folders, max_bytes, max_files, \
+            interval, kill
+        self.breach = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-watchdog", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            size, count = folder_usage(self.folders(), self.max_bytes, self.max_files)
+            if size > self.max_bytes or count > self.max_files:
+                what = f"{self.max_bytes // MB} MB" if size > self.max_bytes else f"{self.max_files} files"
+                self.breach = f"the kernel wrote more than its disk quota of {what} in its folder"
+                self.kill()
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class GradingKernelManager(AsyncKernelManager):
@@ -60,57 +205,177 @@ class GradingKernelManager(AsyncKernelManager):
 
 
 class GradingExecute(Execute):
-    """nbgrader's Execute with an output limit, and a rerun without the cell whenever the kernel dies."""
+    """nbgrader's Execute with limits on output, time and disk, and a rerun without the cell whenever the kernel
+    dies."""
 
     output_limit_bytes = Integer(20 * MB, help="total output text kept per notebook").tag(config=True)
     max_stopped_cells = Integer(8, help="kernel-killing cells stopped before grading gives up").tag(config=True)
+    notebook_timeout = Integer(0, help="wall time in seconds the whole notebook may run, reruns included; past it "
+                                       "the remaining cells are not run (0: no limit)").tag(config=True)
+    disk_limit_bytes = Integer(256 * MB, help="bytes the kernel may write in its folder (0: no limit)").tag(config=True)
+    disk_limit_files = Integer(4096, help="files and folders the kernel may create in its folder (0: no limit)"
+                               ).tag(config=True)
+    disk_poll_seconds = Float(0.05, help="how often the kernel's folder is measured").tag(config=True)
+    secret = Unicode("", help="the course secret (hex); empty: autograder.secret.course_secret()").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", GradingKernelManager)
         super().__init__(*args, **kwargs)
+        self._output_bytes, self._output_noted, self._running, self._skipped = 0, False, None, []
+        self._cut_errors: set[int] = set()
+        self._deadline: float | None = None
+        self._seed: int | None = None
 
     def preprocess(self, nb, resources=None, km=None):
         original = copy.deepcopy(nb)
+        # the seed comes from the notebook as submitted, before any cell is stopped, and stays for the judge
+        self._seed = notebook_seed(self.secret, resources, original) if resources is not None else None
         stopped: list[int] = []
         folder = ((resources or {}).get("metadata") or {}).get("path")
+        name = f"{(resources or {}).get('nbgrader', {}).get('notebook', 'notebook')}.ipynb"
+        self._deadline = time.monotonic() + self.notebook_timeout if self.notebook_timeout > 0 else None
+        before = entries_under(Path(folder)) if folder else set()
+        breach = ""
         while True:
             attempt = copy.deepcopy(original)
             for index in stopped:
                 attempt.cells[index].source = STUB
-            self._output_bytes, self._output_noted, self._running = 0, False, None
+            self._output_bytes, self._output_noted, self._running, self._skipped = 0, False, None, []
+            self._cut_errors: set[int] = set()
+            watchdog = self._watch(Path(folder)) if folder else None
             try:
                 nb, resources = super().preprocess(attempt, resources, km=km)
                 break
-            except KERNEL_LOST:
-                if self._running is None or self._running in stopped or len(stopped) >= self.max_stopped_cells:
+            except Exception as error:
+                if watchdog is not None and watchdog.breach:
+                    nb = attempt
+                    break
+                if (not isinstance(error, KERNEL_LOST) or self._running is None or self._running in stopped
+                        or len(stopped) >= self.max_stopped_cells):
                     raise
                 stopped.append(self._running)
                 if folder:  # records of the run that died are not this run's
                     shutil.rmtree(Path(folder) / FOLDER, ignore_errors=True)
             finally:  # the kernel and everything in its pid namespace are gone now
+                if watchdog is not None:
+                    watchdog.stop()
+                    breach = watchdog.breach
                 if folder:
                     reclaim(Path(folder))
+                self._clean_sockets()
+        if breach:
+            remove_new(Path(folder), before)
+            add_note(nb, "notes", f"{name}: {breach}; it was stopped and everything it wrote removed, so this "
+                                  "notebook's tests found no evidence and score 0")
+        elif self._deadline is not None and time.monotonic() >= self._deadline:
+            skipped = f": {len(self._skipped)} cell(s) were not run and score 0" if self._skipped else ""
+            add_note(nb, "notes", f"{name}: the notebook ran out of its time budget of {self.notebook_timeout} s"
+                                  f"{skipped}")
         for index in stopped:
-            cell = nb.cells[index]
-            add_note(nb, "stopped", f"{(resources or {}).get('nbgrader', {}).get('notebook', 'notebook')}.ipynb "
-                                    f"cell {grade_id(cell) or index}")
+            add_note(nb, "stopped", f"{name} cell {grade_id(nb.cells[index]) or index}")
+        if self._seed is not None:  # for the instructor's records and tests; the judge takes it from resources
+            add_note(nb, "seed", str(self._seed))
         return nb, resources
+
+    def create_kernel_manager(self):
+        """nbclient's kernel manager, whose kernel also gets this submission's secret grading seed (the probes draw
+        every input from it; the judge derives the same seed itself, autograder/judging.py)."""
+        km = super().create_kernel_manager()
+        if isinstance(km, GradingKernelManager) and self._seed is not None:
+            km.kernel_env = {**km.kernel_env, seeds.ENV: str(self._seed)}
+        return km
+
+    # ------------------------------------------------------------------------------------------- time
 
     def preprocess_cell(self, cell, resources, index):
         self._running = index
+        if cell.cell_type == "code" and self._deadline is not None and time.monotonic() >= self._deadline:
+            self._skipped.append(index)
+            cell.outputs = [new_output("error", ename="NotRun", evalue="the notebook's time budget ran out",
+                                       traceback=[f"[autograder: not run: the notebook's time budget of "
+                                                  f"{self.notebook_timeout} s ran out before this cell]"])]
+            return cell, resources
         return super().preprocess_cell(cell, resources, index)
 
-    def output(self, outs, msg, display_id, cell_index):
-        content = msg.get("content", {})
-        size = len(content.get("text", "") or "")
-        size += sum(len(str(v)) for v in (content.get("data") or {}).values())
-        size += sum(len(line) for line in (content.get("traceback") or []))
-        self._output_bytes = getattr(self, "_output_bytes", 0) + size
-        if self._output_bytes > self.output_limit_bytes and msg["msg_type"] != "error":
-            if not getattr(self, "_output_noted", False):
-                self._output_noted = True
-                note = (f"\n[autograder: output limit of {self.output_limit_bytes // MB} MB reached;"
-                        " further output of this notebook was dropped]\n")
-                outs.append(new_output("stream", name="stdout", text=note))
+    def _get_timeout(self, cell):
+        timeout = super()._get_timeout(cell)
+        if self._deadline is None:
+            return timeout
+        left = max(1, math.ceil(self._deadline - time.monotonic()))
+        return left if timeout is None else min(timeout, left)
+
+    # ------------------------------------------------------------------------------------------- disk
+
+    def _watch(self, folder: Path) -> DiskWatchdog | None:
+        if self.disk_limit_bytes <= 0 and self.disk_limit_files <= 0:
             return None
-        return super().output(outs, msg, display_id, cell_index)
+        max_bytes = self.disk_limit_bytes if self.disk_limit_bytes > 0 else 1 << 62
+        max_files = self.disk_limit_files if self.disk_limit_files > 0 else 1 << 62
+        return DiskWatchdog(lambda: [folder, *self._socket_folder()], max_bytes, max_files, self.disk_poll_seconds,
+                            self._kill_kernel)
+
+    def _socket_folder(self) -> list[Path]:
+        """The folder of the kernel's unix sockets (transport ipc, the sandbox's): writable by the kernel."""
+        manager = self.config.get("KernelManager", {})
+        if manager.get("transport") != "ipc" or not manager.get("ip"):
+            return []
+        return [Path(manager["ip"]).parent]
+
+    def _clean_sockets(self) -> None:
+        for folder in self._socket_folder():
+            remove_files_but_sockets(folder)
+
+    def _kill_kernel(self) -> None:
+        """Kill the kernel's process now (in the sandbox: bwrap, and with it the kernel's whole pid namespace)."""
+        km = getattr(self, "km", None)
+        process = getattr(getattr(km, "provisioner", None), "process", None)
+        if process is not None:
+            try:
+                process.send_signal(signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+    # ------------------------------------------------------------------------------------------- output
+
+    def process_message(self, msg, cell, cell_index):
+        kind = msg.get("msg_type") or (msg.get("header") or {}).get("msg_type")
+        if kind in OUTPUT_MESSAGES:
+            content = msg.get("content") or {}
+            size = message_size(content)
+            if self._output_bytes + size > self.output_limit_bytes:
+                if kind != "error" or cell_index in self._cut_errors:
+                    self._note_limit(cell.outputs)
+                    return None
+                self._cut_errors.add(cell_index)
+                msg["content"] = content = cut_error(content, self._limit_note("this error was cut short"))
+                size = message_size(content)
+            self._output_bytes += size
+        return super().process_message(msg, cell, cell_index)
+
+    def on_cell_executed(self, **kwargs):
+        """nbgrader adds the reply's error to the cell when no output showed it: that one counts too."""
+        cell, index = kwargs["cell"], kwargs.get("cell_index")
+        before = len(cell.outputs)
+        super().on_cell_executed(**kwargs)
+        for position in range(before, len(cell.outputs)):
+            output = cell.outputs[position]
+            size = message_size(dict(output))
+            if self._output_bytes + size > self.output_limit_bytes:
+                if index in self._cut_errors:
+                    del cell.outputs[position:]
+                    break
+                self._cut_errors.add(index)
+                output = NotebookNode({"output_type": "error",
+                                       **cut_error(output, self._limit_note("this error was cut short"))})
+                cell.outputs[position] = output
+                size = message_size(dict(output))
+            self._output_bytes += size
+
+    def _limit_note(self, what: str) -> str:
+        return f"[autograder: output limit of {self.output_limit_bytes // MB} MB reached; {what}]"
+
+    def _note_limit(self, outs: list) -> None:
+        if not self._output_noted:
+            self._output_noted = True
+            outs.append(new_output("stream", name="stdout",
+                                   text=f"\n{self._limit_note('further output of this notebook was dropped')}\n"))

@@ -29,8 +29,16 @@ def hidden_tests_removed(source: str) -> str:
     return HIDDEN_TESTS.sub("", source).rstrip()
 
 
+def nbgrader_metadata(cell) -> dict:
+    """A cell's nbgrader metadata, or {} when it has none or it is not a mapping."""
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    found = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
 def grade_id(cell: nbformat.NotebookNode) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    found = nbgrader_metadata(cell).get("grade_id")
+    return found if isinstance(found, str) else None
 
 
 def answer_cells(nb: nbformat.NotebookNode) -> dict[str, str]:
@@ -38,7 +46,7 @@ def answer_cells(nb: nbformat.NotebookNode) -> dict[str, str]:
     return {
         grade_id(cell): answer(cell.source)
         for cell in nb.cells
-        if cell.get("metadata", {}).get("nbgrader", {}).get("solution")
+        if nbgrader_metadata(cell).get("solution")
     }
 
 
@@ -78,14 +86,36 @@ def solution_skeleton(source: nbformat.NotebookNode, assignment: str, notebook: 
 
 #: notebook metadata key under which the grading steps leave what the instructor should read
 NOTES_KEY = "autograder"
+#: cell metadata keys only the grader writes (autograder.judging.METADATA_KEY holds a test's verdict)
+GRADER_CELL_KEYS = ("judge", NOTES_KEY)
+
+
+def drop_grader_metadata(nb: nbformat.NotebookNode) -> None:
+    """Remove what a submission brings in the grader's own metadata namespaces (notes, verdicts): only grading
+    writes there."""
+    if isinstance(nb.get("metadata"), dict):
+        nb.metadata.pop(NOTES_KEY, None)
+    for cell in nb.get("cells") or []:
+        metadata = cell.get("metadata") if isinstance(cell, dict) else None
+        if isinstance(metadata, dict):
+            for key in GRADER_CELL_KEYS:
+                metadata.pop(key, None)
 
 
 def add_note(nb: nbformat.NotebookNode, kind: str, text: str) -> None:
     """Leave a line for the instructor in the graded notebook (kind: notes, flags or stopped)."""
-    nb.metadata.setdefault(NOTES_KEY, {}).setdefault(kind, []).append(text)
+    if not isinstance(nb.metadata.get(NOTES_KEY), dict):
+        nb.metadata[NOTES_KEY] = {}
+    notes = nb.metadata[NOTES_KEY]  # NotebookNode stores a copy of what is assigned: read it back
+    if not isinstance(notes.get(kind), list):
+        notes[kind] = []
+    notes[kind].append(text)
 
 
 def grading_notes(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
-    """What the grading steps noted in a graded notebook: kind -> lines."""
-    found = nb.get("metadata", {}).get(NOTES_KEY) or {}
+    """What the grading steps noted in a graded notebook: kind -> lines (anything not of that shape is ignored)."""
+    metadata = nb.get("metadata")
+    found = metadata.get(NOTES_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(found, dict):
+        return {}
     return {kind: [str(line) for line in lines] for kind, lines in found.items() if isinstance(lines, list)}

@@ -15,13 +15,21 @@ from pathlib import Path
 import nbformat
 
 from autograder import GradingError
+from autograder.notebooks import drop_grader_metadata
 
 #: the file in which nbgrader records when a submission was handed in
 TIMESTAMP = "timestamp.txt"
 #: files nbgrader's submit and collect leave beside the notebooks (the secret names the student's feedback)
 NBGRADER_FILES = (TIMESTAMP, "submission_secret.txt")
-#: nbgrader's documented example for LMS exports: <anything>_<student>_attempt_<timestamp>_<file>
-DEFAULT_NAMED_REGEXP = r".+_(?P<student_id>\w+)_attempt_(?P<timestamp>[0-9\-]+)_(?P<file_id>.+)"
+#: an LMS export's file names: <prefix>_<student>_attempt_<timestamp>_<file>, where the LMS writes everything up to
+#: the first "_attempt_<timestamp>_" and the student chose only <file>, so the name is read at that first one
+#: (nbgrader's documented example, r".+_(?P<student_id>\w+)_attempt_...", reads it at the last, which a student's
+#: own file name could then move onto another student)
+DEFAULT_NAMED_REGEXP = r".+?_(?P<student_id>[^\W_]+)_attempt_(?P<timestamp>[0-9\-]+)_(?P<file_id>.+)"
+#: a file name that, past the first attempt marker, holds another: it could be read as another student's or attempt
+SECOND_ATTEMPT = re.compile(r"(?:^|_)[^\W_]+_attempt_[0-9\-]+_")
+#: where laying out an LMS export leaves the files it refused, for find() to report: student -> [reasons]
+REFUSED = ".autograder-refused.json"
 
 
 @dataclass
@@ -75,13 +83,31 @@ def _layout_root(folder: Path, known: set[str]) -> Path:
     return folder
 
 
+def ambiguous(name: str, file_id: str) -> str:
+    """Why an LMS file name in the default convention could be read two ways, or '' when it cannot."""
+    second = SECOND_ATTEMPT.search(file_id)
+    if not second:
+        return ""
+    return (f"refused the file {name!r}: its own name ({file_id!r}) holds a second '_attempt_<time>_' "
+            f"({second.group(0).strip('_')!r}), so it could be read as another student's or another attempt's; "
+            "grade it by hand")
+
+
 def _lay_out_export(files: list[Path], target: Path, assignment: str, named_regexp: str) -> Path:
-    """Copy an LMS export into <student>/<assignment>/<file>, keeping the latest attempt of every file."""
+    """Copy an LMS export into <student>/<assignment>/<file>, keeping the latest attempt of every file. In the
+    default convention a name that could be read two ways is refused (noted for its student by find())."""
     latest: dict[tuple[str, str], tuple[str, Path]] = {}
+    refused: dict[str, list[str]] = {}
     for path in files:
         match = re.fullmatch(named_regexp, path.name)
         student, file_id = match["student_id"], match["file_id"]
         stamp = match.groupdict().get("timestamp") or ""
+        if not student or student.startswith(".") or "/" in student or "/" in file_id:
+            continue
+        reason = ambiguous(path.name, file_id) if named_regexp == DEFAULT_NAMED_REGEXP else ""
+        if reason:
+            refused.setdefault(student, []).append(reason)
+            continue
         if (student, file_id) not in latest or stamp > latest[student, file_id][0]:
             latest[student, file_id] = (stamp, path)
     for (student, file_id), (stamp, path) in latest.items():
@@ -94,6 +120,9 @@ def _lay_out_export(files: list[Path], target: Path, assignment: str, named_rege
             text = f"{when[1]} {when[2]}:{when[3]}:{when[4]}"
             if not latest_stamp.exists() or latest_stamp.read_text() < text:
                 latest_stamp.write_text(text)
+    target.mkdir(parents=True, exist_ok=True)
+    if refused:
+        (target / REFUSED).write_text(json.dumps(refused))
     return target
 
 
@@ -126,7 +155,30 @@ def find(batch: Path, assignments: list[str], expected: dict[str, list[str]]) ->
             if ignored:
                 sub.notes.append(f"also submitted as {ignored}; graded the newest, {chosen.name}")
             found.append(sub)
+    _report_refused(batch, assignments, found)
     return sorted(found, key=lambda s: (s.student, s.assignment))
+
+
+def _report_refused(batch: Path, assignments: list[str], found: list[Submission]) -> None:
+    """The files an LMS export's layout refused, each told to the student it names first (laid out by
+    _lay_out_export, which the batch's own students cannot write to: it sits beside their folders)."""
+    path = batch / REFUSED
+    if not path.is_file() or len(assignments) != 1:
+        return
+    try:
+        refused = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    by_student = {sub.student: sub for sub in found if sub.assignment == assignments[0]}
+    for student, reasons in (refused.items() if isinstance(refused, dict) else []):
+        text = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else str(reasons)
+        sub = by_student.get(student)
+        if sub is None:
+            found.append(Submission(str(student), assignments[0], status="missing-notebook", message=text))
+        elif sub.status:
+            sub.message = f"{sub.message}; {text}" if sub.message else text
+        else:
+            sub.notes.append(text)
 
 
 def _newest_notebook(folder: Path) -> float:
@@ -188,14 +240,78 @@ def read_notebook(name: str, data: bytes) -> tuple[nbformat.NotebookNode | None,
         raw = json.loads(text)
     except json.JSONDecodeError as error:
         return None, f"{name} is not valid JSON (line {error.lineno}): the file is damaged or was cut off"
+    if isinstance(raw, dict) and raw.get("nbformat") == 4 and malformed(raw):  # before nbformat trips over it
+        return None, f"{name} is not a well-formed notebook: {malformed(raw)}"
     try:
         nb = nbformat.reads(text, as_version=4)
     except Exception as error:
         return None, f"{name} is JSON but not a Jupyter notebook ({type(error).__name__})"
     if not isinstance(raw, dict) or not isinstance(nb.get("cells"), list):
         return None, f"{name} is JSON but not a Jupyter notebook"
+    problem = malformed(nb)
+    if problem:
+        return None, f"{name} is not a well-formed notebook: {problem}"
+    drop_grader_metadata(nb)  # the grader's notes and verdicts are the grader's to write
     original = raw.get("nbformat")
     for index, cell in enumerate(nb.cells):  # notebooks older than format 4.5 have no cell ids
         cell.setdefault("id", f"cell-{index}")
     nb.nbformat_minor = max(nb.get("nbformat_minor", 0), 5)
+    problem = schema_problem(nb)
+    if problem:
+        return None, f"{name} is not a valid notebook: {problem}"
     return nb, (f"converted from notebook format {original}" if original != 4 else "")
+
+
+CELL_TYPES = ("code", "markdown", "raw")
+
+
+def _kind(value) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def malformed(nb) -> str:
+    """What in a notebook's structure or metadata the grading steps could not read, in plain words, or ''."""
+    if not isinstance(nb.get("metadata", {}), dict):
+        return f"the notebook's metadata is {_kind(nb['metadata'])}, not a mapping"
+    if not isinstance(nb.get("cells"), list):
+        return f"its cells are {_kind(nb.get('cells'))}, not a list"
+    for number, cell in enumerate(nb["cells"], 1):
+        if not isinstance(cell, dict):
+            return f"cell {number} is {_kind(cell)}, not a cell"
+        if cell.get("cell_type") not in CELL_TYPES:
+            return f"cell {number} has the cell type {str(cell.get('cell_type'))[:40]!r}, not one of {CELL_TYPES}"
+        source = cell.get("source", "")
+        if not isinstance(source, str) and not (isinstance(source, list) and all(isinstance(x, str) for x in source)):
+            return f"cell {number}'s source is {_kind(source)}, not text"
+        metadata = cell.get("metadata", {})
+        if not isinstance(metadata, dict):
+            return f"cell {number}'s metadata is {_kind(metadata)}, not a mapping"
+        nbgrader = metadata.get("nbgrader", {})
+        if not isinstance(nbgrader, dict):
+            return f"cell {number}'s nbgrader metadata is {_kind(nbgrader)}, not a mapping"
+        if not isinstance(nbgrader.get("grade_id", ""), str):
+            return f"cell {number}'s nbgrader grade_id is {_kind(nbgrader['grade_id'])}, not text"
+    return ""
+
+
+def schema_problem(nb: nbformat.NotebookNode) -> str:
+    """Where the notebook breaks Jupyter's notebook schema (nbgrader refuses to write such a notebook), outputs
+    aside (grading clears them first), or ''."""
+    cells = []
+    for cell in nb.cells:
+        shown = {**cell, "metadata": {k: v for k, v in cell.get("metadata", {}).items()
+                                      if k not in ("collapsed", "scrolled")}}  # as nbgrader's ClearOutput leaves it
+        if cell.get("cell_type") == "code":
+            shown.update(outputs=[], execution_count=None)
+        cells.append(shown)
+    try:
+        nbformat.validate({**nb, "cells": cells})
+    except nbformat.ValidationError as error:
+        where = "/".join(str(p) for p in getattr(error, "absolute_path", None) or getattr(error, "path", []) or [])
+        message = " ".join(str(getattr(error, "message", error)).split())
+        if where.startswith("cells/") and where.split("/")[1].isdigit():  # cells counted from 1, as above
+            parts = where.split("/")
+            where = f"cell {int(parts[1]) + 1}" + ("/" + "/".join(parts[2:]) if parts[2:] else "")
+        return f"{where or 'the notebook'}: {message[:200]}"
+    return ""

@@ -15,6 +15,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import hostile_containment
+import hostile_content
 import nbformat
 import pytest
 from catalogue import mistakes
@@ -27,6 +29,7 @@ from conftest import (
     variant_submission,
     write_submission,
 )
+from forgery import CLAIM_CUDA, IMPORT_JUDGES, MEMORISED
 from replay import grade as replay_grade
 
 from autograder.grade import grade
@@ -130,7 +133,13 @@ ATTACKS = {
     "attack-ast-transformer": "import ast\nclass _Noop(ast.NodeTransformer):\n"
                               "    def visit_Call(self, node):\n        return ast.Constant(None)\n"
                               "get_ipython().ast_transformers.append(_Noop())",
+    # right on every public input (a table of outputs and gradients made offline), wrong elsewhere
+    "attack-memorised-outputs": MEMORISED,
+    # the oracle itself, through every import route there is (the sandbox hides course/judges)
+    "attack-import-judges": IMPORT_JUDGES,
 }
+#: an answer off by 0.1 %: wrong on the CPU, within a GPU's tolerance; its attack claims every record ran on a GPU
+SLIGHTLY_OFF = "def attention_weights(x):\n    return torch.softmax(x @ x.transpose(1, 2), dim=-1) * 1.001\n"
 
 
 def _with(answers: dict[str, str], extra: str = "", cell: str = "attention_weights") -> nbformat.NotebookNode:
@@ -165,6 +174,10 @@ def _build(batch: Path) -> dict[str, tuple]:
     for name, code in ATTACKS.items():
         write_submission(batch, name, A, NB, _with({"attention_weights": NO_SOFTMAX}, code))
         expect[name] = ("twin", "twin-no-softmax", "")
+    write_submission(batch, "twin-slightly-off", A, NB, _with({"attention_weights": SLIGHTLY_OFF}))
+    expect["twin-slightly-off"] = (replay_grade(A, {"attention_weights": SLIGHTLY_OFF}).score, "graded", "")
+    write_submission(batch, "attack-claims-cuda", A, NB, _with({"attention_weights": SLIGHTLY_OFF}, CLAIM_CUDA))
+    expect["attack-claims-cuda"] = ("twin", "twin-slightly-off", "")
     # 04 too: its most catalogued answer with the checks, the judge switch and the records all rewritten
     notebook, twin = variant_submission(MISTAKE_04)
     write_submission(batch, "twin-04", A04, notebook, twin)
@@ -254,6 +267,8 @@ def _build(batch: Path) -> dict[str, tuple]:
     write_submission(batch, "twice", A, NB, complete)
     os.utime(batch / "Twice" / A / NB, (1, 1))  # the untouched one is older
     expect["twice"] = (8, "graded", "also submitted as ['Twice']")
+    hostile_content.build(batch, expect)
+    hostile_containment.build(batch, expect)
     return expect
 
 
@@ -264,7 +279,8 @@ def hostile(tmp_path_factory):
     batch = tmp_path_factory.mktemp("hostile")
     expect = _build(batch)
     out = tmp_path_factory.mktemp("hostile-graded")
-    graded = grade(batch, out, [A, A04], workers=2, cell_seconds=15, sandbox=use_sandbox(), progress=False)
+    graded = grade(batch, out, [A, A04], workers=2, cell_seconds=15, sandbox=use_sandbox(), progress=False,
+                   notebook_seconds=hostile_containment.NOTEBOOK_SECONDS)
     rows = {g.student: g for g in graded if g.status != "missing"}  # each student hands in one assignment
     return expect, rows, out, batch
 
@@ -358,3 +374,8 @@ def test_class_report_names_the_commonest_mistakes_by_id(hostile):
     assert "the softmax is missing" in report
     assert "| no-softmax |" in report.replace("| test_attention_weights_by_hand ", "")
     assert "| test_attention_weights_by_hand |" in report
+
+
+def test_student_scripts_and_formulas_stay_inert(hostile):
+    _, _, out, _ = hostile
+    hostile_content.assert_inert(out)

@@ -1,0 +1,98 @@
+"""Submissions of 01 that attack the batch rather than their own grade, for the hostile class (test_hostile.py).
+
+Malformed metadata (the notebook's and a cell's, of several types), an update_display_data flood and an error
+flood on top of a complete answer, a notebook that sleeps past its time budget, and a kernel that fills its
+folder on disk, followed by students who must grade normally. Each entry of ``expect`` is
+(score, status, words in the message), as in test_hostile.py.
+
+The floods keep full marks: their answers are right, and the flood must cost nothing but the flood's own output.
+The sleeper's sleeps come before its answers, so the budget runs out before any test and it scores 0. The disk
+filler loses its own grade (what it wrote, its evidence too, is removed) and nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import nbformat
+from conftest import complete_submission, write_submission
+
+from autograder.notebooks import grade_id
+
+A, NB = "01_self_attention", "self_attention.ipynb"
+#: the hostile class's per-notebook budget (test_hostile.py passes it to grade()); the sleeper sleeps longer
+NOTEBOOK_SECONDS = 45
+#: 300 MB of display updates, each rewriting one output in place (before the fix: never counted)
+UPDATE_FLOOD = "_h = display('start', display_id=True)\nfor _i in range(300):\n    _h.update('y' * 1_000_000)"
+#: 5 cells raising a 10 MB error each (the error output, the reply and the traceback carry it)
+ERROR_FLOOD = "raise ValueError('e' * 10_000_000)"
+#: files of 5 MB until the disk is full (the quota stops it at 256 MB)
+DISK_FILLER = "for _i in range(100_000):\n    open(f'junk-{_i}.bin', 'wb').write(b'x' * 5_000_000)"
+
+
+def _write_raw(batch: Path, student: str, nb: dict) -> None:
+    """Write a notebook as JSON, however malformed (nbformat.write would validate it)."""
+    folder = batch / student / A
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / NB).write_text(json.dumps(nb))
+
+
+def _appended(cells: list[str], before_answers: bool = False) -> nbformat.NotebookNode:
+    """The complete submission with the student's own code cells added at the end, or before the first answer."""
+    nb = complete_submission(A, NB)
+    new = [nbformat.v4.new_code_cell(source) for source in cells]
+    first = next(i for i, c in enumerate(nb.cells) if grade_id(c)
+                 and c.metadata["nbgrader"].get("solution")) if before_answers else len(nb.cells)
+    nb.cells[first:first] = new
+    return nb
+
+
+def build(batch: Path, expect: dict) -> None:
+    """Write the containment attacks into batch, and what each student must get into expect."""
+    complete = json.loads(nbformat.writes(complete_submission(A, NB)))
+    answer = next(i for i, c in enumerate(complete["cells"]) if c["metadata"].get("nbgrader", {}).get("solution")
+                  and c["cell_type"] == "code")
+    test = next(i for i, c in enumerate(complete["cells"]) if c["metadata"].get("nbgrader", {}).get("grade"))
+
+    def malformed(student: str, change, outcome: tuple) -> None:
+        nb = copy.deepcopy(complete)
+        change(nb)
+        _write_raw(batch, student, nb)
+        expect[student] = outcome
+
+    # 1. metadata: the grader's own namespaces are emptied (full marks, no fake notes); wrong types are refused
+    malformed("meta-notes-string", lambda nb: nb["metadata"].update(autograder="boom"), (8, "graded", ""))
+    malformed("meta-notes-forged", lambda nb: nb["metadata"].update(
+        autograder={"flags": 5, "stopped": ["every cell"], "notes": ["FORGED NOTE"]}), (8, "graded", ""))
+    malformed("meta-cell-verdicts", lambda nb: [c["metadata"].update(judge="boom", autograder=[1])
+                                                for c in nb["cells"]], (8, "graded", ""))
+    malformed("meta-notebook-list", lambda nb: nb.update(metadata=[]),
+              (0, "invalid-notebook", "the notebook's metadata is a list, not a mapping"))
+    malformed("meta-cell-number", lambda nb: nb["cells"][answer].update(metadata=5),
+              (0, "invalid-notebook", f"cell {answer + 1}'s metadata is a number, not a mapping"))
+    malformed("meta-nbgrader-list", lambda nb: nb["cells"][test]["metadata"].update(nbgrader=[]),
+              (0, "invalid-notebook", f"cell {test + 1}'s nbgrader metadata is a list"))
+    malformed("meta-nbgrader-string", lambda nb: nb["cells"][answer]["metadata"].update(nbgrader="solution"),
+              (0, "invalid-notebook", "nbgrader metadata is a string"))
+    malformed("meta-kernelspec-string", lambda nb: nb["metadata"].update(kernelspec="python3"),
+              (0, "invalid-notebook", "metadata/kernelspec"))
+
+    # 2. floods on top of a complete answer: the answer keeps its marks, the flood is cut
+    write_submission(batch, "flood-update-display", A, NB, _appended([UPDATE_FLOOD]))
+    expect["flood-update-display"] = (8, "graded", "")
+    write_submission(batch, "flood-errors", A, NB, _appended([ERROR_FLOOD] * 5))
+    expect["flood-errors"] = (8, "graded", "")
+
+    # 3. time: sleeps before the answers use up the notebook's budget; nothing after them runs
+    sleeper = _appended(["import time"] + ["time.sleep(14)"] * 8, before_answers=True)
+    write_submission(batch, "limit-notebook-time", A, NB, sleeper)
+    expect["limit-notebook-time"] = (0, "graded", f"time budget of {NOTEBOOK_SECONDS} s")
+
+    # 4. disk: the filler loses its own grade; the students after it grade normally
+    write_submission(batch, "limit-disk-filler", A, NB, _appended([DISK_FILLER]))
+    expect["limit-disk-filler"] = (0, "graded", "disk quota")
+    for student in ("limit-disk-filler-next", "limit-disk-filler-next2"):
+        write_submission(batch, student, A, NB, complete_submission(A, NB))
+        expect[student] = (8, "graded", "")
