@@ -48,6 +48,9 @@ def _stop(process: subprocess.Popen, seconds: float = 20) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):  # an unclosed pipe warns when collected
+        if stream is not None:
+            stream.close()
 
 
 # ------------------------------------------------------------------------------------------------ PostgreSQL
@@ -168,7 +171,9 @@ def jupyter_lab(root: Path, folder: Path, notebook_dir: str | None = None) -> It
     (folder / "home").mkdir(parents=True, exist_ok=True)
     argv = [str(SCRIPTS / "jupyter"), "lab", *([notebook_dir] if notebook_dir else []), "--no-browser",
             f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}", "--ServerApp.allow_root=True"]
-    process = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = (folder / "jupyter-lab.log").open("wb")  # a pipe nobody reads would fill up and stall the server
+    process = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
     lab = Lab(f"http://127.0.0.1:{port}", token, process)
 
     def answering() -> bool:
