@@ -89,6 +89,19 @@ def _zeros(r):
 get_ipython().events.register("post_run_cell", _zeros)
 """
 
+# appended to 04's wrong answer: every record claims parameters of 4096^4 and 4096^2 values, for the judge to allocate
+HUGE_CLAIMS = """
+import json as _json, pathlib as _pathlib
+def _claim(_r):
+    for _p in _pathlib.Path('.evidence').glob('*/record.json'):
+        _rec = _json.loads(_p.read_text())
+        for _k in [k for k in _rec['facts'] if k.endswith('.params')]:
+            _rec['facts'][_k] = ([[f'p{i}', [4096] * 4] for i in range(50)]
+                                 + [[f'q{i}', [4096, 4096]] for i in range(300)])
+        _p.write_text(_json.dumps(_rec))
+get_ipython().events.register('post_run_cell', _claim)
+"""
+
 # attack -> code appended to the attention_weights answer cell (which holds the wrong answer)
 ATTACKS = {
     "attack-rewrite-checks": "for _n in " + repr(CHECKS) + ":\n    setattr(check, _n, lambda *a, **k: None)",
@@ -187,6 +200,11 @@ def _build(batch: Path) -> dict[str, tuple]:
     cell.source += "\n" + ATTACK_04
     write_submission(batch, "attack-04-everything", A04, notebook, attacked)
     expect["attack-04-everything"] = ("twin", "twin-04", "")
+    claims = copy.deepcopy(twin)
+    cell = next(c for c in claims.cells if grade_id(c) == MISTAKE_04.cell)
+    cell.source += "\n" + HUGE_CLAIMS
+    write_submission(batch, "attack-04-huge-claims", A04, notebook, claims)
+    expect["attack-04-huge-claims"] = ("twin", "twin-04", "")
     copied = _with({"attention_weights": "from course.self_attention import attention_weights\n"})
     write_submission(batch, "copy-reference", A, NB, copied)
     expect["copy-reference"] = (0, "flagged", "imports course.self_attention")
