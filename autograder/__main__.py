@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--scheduler", default=None, metavar="ADDRESS",
                        help="grade on the workers of this Dask scheduler (tcp://host:8786) instead of local "
                             "worker processes; every node needs the course checked out and setup.sh run")
+    grade.add_argument("--prune", action="store_true",
+                       help="keep in DIR only the results of this batch: remove every other row and its feedback "
+                            "(without it, earlier results of students and assignments not in this batch stay)")
     grade.add_argument("--kernel-threads", type=int, default=None, metavar="N",
                        help="torch threads per kernel (default: the cores shared among the workers; 1 on a cluster)")
 
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers,
                            sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
                            cell_seconds=args.cell_timeout, notebook_seconds=args.notebook_timeout, gradebook=course,
-                           scheduler=args.scheduler, kernel_threads=args.kernel_threads)
+                           scheduler=args.scheduler, kernel_threads=args.kernel_threads, prune=args.prune)
         print()
         print(table(grades))
         print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under "

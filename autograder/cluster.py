@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from autograder.workspace import Job, Options, Result, Workspace
+from autograder.workspace import Job, Options, Result, Workspace, failure
 
 _local = threading.local()
 
@@ -46,4 +46,4 @@ def on_cluster(jobs: list[Job], options: Options, scheduler: str) -> Iterator[tu
             try:
                 yield futures[future], future.result(), ""
             except Exception as error:  # noqa: BLE001 - one failed task is one error row, not a stopped batch
-                yield futures[future], None, f"{type(error).__name__}: {error}"
+                yield futures[future], None, failure(error)

@@ -5,7 +5,8 @@ one per worker: worker processes on this machine (the default), or the workers o
 (``scheduler``), each node with the course checked out. Results go to the output folder and, with ``gradebook``,
 into the instructor's own nbgrader gradebook and course directory, exactly as ``nbgrader autograde`` leaves them.
 A broken submission gives one row with a status and never stops the batch. Rerunning into the same output folder
-regrades only what changed (the submission or the grader).
+regrades only what changed (the submission or the grader), and never loses a result: rows of students and
+assignments not in this batch stay (``prune`` removes them, an explicit act).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from autograder.results import GRADED, Grade, write_csv
 from autograder.sandbox import available as sandbox_available
 from autograder.secret import course_secret, fingerprint
 from autograder.submissions import DEFAULT_NAMED_REGEXP, TIMESTAMP, Submission, find, unpack
-from autograder.workspace import Job, Options, Result, Workspace, ensure_assignments, grader_version
+from autograder.workspace import Job, Options, Result, Workspace, ensure_assignments, failure, grader_version
 
 STATE_FILE = ".grading-state.json"
 #: how many pools of worker processes grade the jobs a dead worker process left unfinished
@@ -99,7 +100,10 @@ def _locally(jobs: list[Job], options: Options, workers: int,
     if workers <= 1:
         workspace = Workspace(scratch / "worker", options)
         for item in jobs:
-            yield item, workspace.grade(item), ""
+            try:
+                yield item, workspace.grade(item), ""
+            except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
+                yield item, None, failure(error)
         return
     remaining = list(jobs)
     for attempt in range(POOL_ATTEMPTS):
@@ -115,9 +119,9 @@ def _locally(jobs: list[Job], options: Options, workers: int,
                     if attempt + 1 < POOL_ATTEMPTS:
                         broken.append(futures[future])
                     else:
-                        yield futures[future], None, f"{type(error).__name__}: {error}"
+                        yield futures[future], None, failure(error)
                 except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
-                    yield futures[future], None, f"{type(error).__name__}: {error}"
+                    yield futures[future], None, failure(error)
         if not broken:
             return
         remaining = broken
@@ -148,6 +152,14 @@ def _keep(result: Result, out: Path, course: Course | None, item: Job) -> None:
             (folder / name).write_bytes(data)
 
 
+def _save_log(out: Path, row: Grade, log: str) -> None:
+    """Keep what went wrong in out/logs/<student>/<assignment>.log and point the row's message at it."""
+    path = out / "logs" / row.student / f"{row.assignment}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(log or "(no log was produced)")
+    row.message = f"{row.message} (the whole log: {path.relative_to(out)})"
+
+
 def _remove_stale_feedback(out: Path, current: set[tuple[str, str]]) -> None:
     """Feedback of students or assignments no longer in the batch would be stale: remove it."""
     root = out / "feedback"
@@ -176,16 +188,49 @@ def _max_scores(assignments: tuple[str, ...]) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------------------------- the batch
 
+def _read_state(path: Path) -> dict[str, dict]:
+    """student/assignment -> {"fingerprint", "grade"} of every result the output folder holds (the rows of
+    grades.csv, with what they were graded from); {} for a new folder."""
+    if not path.exists():
+        return {}
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as error:
+        raise GradingError(f"{path} is not the JSON a grading run writes ({error}); move it away to start afresh "
+                           "(the results it held are in grades.csv beside it)") from None
+    return {key: entry for key, entry in state.items()
+            if isinstance(entry, dict) and isinstance(entry.get("grade"), dict) and "/" in key}
+
+
+def _nothing_found(path: Path, batch: Path, assignments: tuple[str, ...]) -> str:
+    """What grading expected to find at path and what it found instead, for a batch with no submission at all."""
+    folders = sorted(p.name for p in batch.iterdir() if p.is_dir()) if batch.is_dir() else []
+    files = sorted(str(p.relative_to(batch)) for p in batch.rglob("*") if p.is_file()) if batch.is_dir() else []
+    inside = sorted({str(p.relative_to(batch)) for f in folders for p in (batch / f).iterdir()})[:6] if folders else []
+    shown = ", ".join(files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
+    return (f"found no submission in {path}: expected a folder per student holding a folder per assignment "
+            f"(<student>/<assignment>/<notebook>.ipynb, assignments {', '.join(assignments)}), a zip of that, or an "
+            "LMS export whose file names match --named-regexp (the default is <prefix>_<student>_attempt_<time>_"
+            f"<file>). Found {len(folders)} folder(s) and {len(files)} file(s)"
+            + (f": {shown}" if files else "") + (f"; inside the folders: {', '.join(inside)}" if inside else "")
+            + ". Nothing was written.")
+
+
 def grade(path: Path, out: Path, assignments: list[str] | None = None, *, workers: int = 1, sandbox: bool = False,
           named_regexp: str = DEFAULT_NAMED_REGEXP, progress: bool = True, cell_seconds: int = 120,
           gradebook: Course | None = None, scheduler: str | None = None,
-          kernel_threads: int | None = None, notebook_seconds: int | None = None) -> list[Grade]:
+          kernel_threads: int | None = None, notebook_seconds: int | None = None, prune: bool = False) -> list[Grade]:
     """Grade every student of the batch at path for the given assignments (default: all of the course).
 
     gradebook: also record the results in this course's gradebook and folders. scheduler: the address of a Dask
     scheduler whose workers grade (workers is then ignored). kernel_threads: torch threads per kernel (default:
     this machine's cores shared among the workers; 1 on a cluster). notebook_seconds: wall time one notebook may
-    run in all (default: 10 x cell_seconds); the cells left when it runs out are not run and score 0."""
+    run in all (default: 10 x cell_seconds); the cells left when it runs out are not run and score 0.
+
+    The results already in out stay: this run adds or replaces only the rows of the submissions it grades (a student
+    with no folder for an assignment in this batch keeps an earlier result of it). prune: instead, keep only this
+    batch's rows and remove the feedback of everyone else. A batch with no submission at all raises GradingError
+    before anything is written. Returns every row of out/grades.csv."""
     known = course_dir.assignments()
     chosen = tuple(assignments or known)
     unknown = sorted(set(chosen) - set(known))
@@ -205,24 +250,28 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds, notebook_seconds=notebook_seconds,
                       hidden=(str(Path(path).resolve()), str(Path(out).resolve())), kernel_threads=threads,
                       db_url=gradebook.db_url if gradebook else None, version=version, secret=secret)
-    out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE_FILE
-    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    state = _read_state(state_path)
     version_here = version + (gradebook.db_url if gradebook else "") + fingerprint(secret)
     maxima = _max_scores(chosen)
     with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
         scratch = Path(tmp)
         batch = unpack(path, scratch, set(known), list(chosen), named_regexp)
         subs = find(batch, list(chosen), {a: course_dir.notebooks(a) for a in chosen})
+        if all(sub.status == "missing" for sub in subs):
+            raise GradingError(_nothing_found(Path(path), batch, chosen))
+        out.mkdir(parents=True, exist_ok=True)
         grades: dict[tuple[str, str], Grade] = {}
         fingerprints = {(s.student, s.assignment): _fingerprint(s, version_here) for s in subs if not s.status}
         todo = []
         for sub in subs:
             key = (sub.student, sub.assignment)
             cached = state.get(f"{sub.student}/{sub.assignment}")
+            if sub.status == "missing" and cached and not prune:
+                continue  # no folder for it in this batch: an earlier result stays, never replaced by "missing"
             if sub.status:
                 grades[key] = Grade(sub.student, sub.assignment, 0.0, maxima[sub.assignment], sub.status, sub.message)
-            elif cached and cached["fingerprint"] == fingerprints[key] \
+            elif cached and cached.get("fingerprint") == fingerprints[key] and cached["grade"]["status"] in GRADED \
                     and (out / "feedback" / sub.student / sub.assignment).is_dir():
                 grades[key] = Grade.from_json(cached["grade"])
             else:
@@ -242,19 +291,30 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         for item, result, error in results:
             if result is None:
                 row = Grade(item.student, item.assignment, 0.0, maxima[item.assignment], "error",
-                            f"grader failure: {error}")
+                            f"grader failure: {error.strip().splitlines()[-1][:300] if error.strip() else 'unknown'}")
+                _save_log(out, row, error)
             else:
                 row = result.grade
                 _keep(result, out, gradebook, item)
+                if row.status == "error":
+                    _save_log(out, row, result.log)
             grades[item.student, item.assignment] = row
             if row.status not in GRADED:
                 shutil.rmtree(out / "feedback" / item.student / item.assignment, ignore_errors=True)
             bar.update(1)
         bar.close()
-        new_state = {f"{student}/{assignment}": {"fingerprint": fingerprints[student, assignment],
+        this_batch = set(grades)
+        if not prune:  # every earlier result of a student or assignment not graded now stays as it was
+            for key, entry in state.items():
+                student, _, assignment = key.partition("/")
+                grades.setdefault((student, assignment), Grade.from_json(entry["grade"]))
+        new_state = {f"{student}/{assignment}": {"fingerprint": fingerprints.get((student, assignment))
+                                                  if (student, assignment) in this_batch and row.status in GRADED
+                                                  else state.get(f"{student}/{assignment}", {}).get("fingerprint"),
                                                   "grade": row.to_json()}
-                     for (student, assignment), row in grades.items() if row.status in GRADED}
-    _remove_stale_feedback(out, set(grades))
+                     for (student, assignment), row in grades.items()}
+    if prune:
+        _remove_stale_feedback(out, set(grades))
     ordered = [grades[key] for key in sorted(grades)]
     write_csv(ordered, out / "grades.csv")
     report.write(ordered, out / "report.md")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shutil
+import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ class Result:
     grade: Grade
     feedback: dict[str, bytes] = field(default_factory=dict)
     autograded: dict[str, bytes] = field(default_factory=dict)
+    log: str = ""  # for an error row: nbgrader's whole log and traceback, which the grader saves for the instructor
 
 
 @contextlib.contextmanager
@@ -187,7 +189,7 @@ class Workspace:
             row.status = "error"
             row.message = "nbgrader could not grade this submission: " + _last_line(done.get("error")
                                                                                    or done.get("log"))
-            return Result(row)
+            return Result(row, log="\n\n".join(str(done.get(k) or "") for k in ("error", "log")).strip())
         graded = {name: nbformat.read(self._folder("autograded", job) / name, as_version=4) for name in job.files}
         _keep_only(self._folder("autograded", job), {*job.files, *job.extras})
         self._read_scores(row)
@@ -246,6 +248,11 @@ def _keep_only(folder: Path, names: set[str]) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def failure(error: BaseException) -> str:
+    """An exception with its whole traceback (a worker process's included), for the error row's log."""
+    return "".join(traceback.format_exception(error))
 
 
 def _last_line(text: str | None) -> str:

@@ -8,6 +8,7 @@ kernel from plain data. Honest submissions and bad input keep exactly the grades
 """
 
 import copy
+import csv
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from replay import grade as replay_grade
 
 from autograder.grade import grade
 from autograder.notebooks import grade_id
+from autograder.results import csv_text
 from course.checks import multi_head as multi_head_checks
 from course.checks import self_attention as self_attention_checks
 from course.checks.check import checks_of
@@ -359,22 +361,31 @@ def test_feedback_shows_the_judges_diagnoses_and_no_hidden_test_code(hostile):
     assert "LEAK" in feedback_text(out, "attack-leak-hidden-tests", A), "the leak attempt did not run at all"
 
 
-def test_regrading_reuses_unchanged_grades_and_regrades_changed_ones(hostile, tmp_path):
-    _, _, out, batch = hostile
+def test_regrading_reuses_unchanged_grades_regrades_changed_ones_and_loses_no_result(hostile, tmp_path):
+    _, rows, out, batch = hostile
     again = tmp_path / "out"
     shutil.copytree(out, again)
     small = tmp_path / "batch"
     for student in ("honest-complete", "twin-no-softmax", "broken-json"):
         shutil.copytree(batch / student, small / student)
     nbformat.write(complete_submission(A, NB), small / "twin-no-softmax" / A / NB)  # the student fixed it
-    regraded = {g.student: g for g in grade(small, again, [A], cell_seconds=15, sandbox=use_sandbox(), progress=False)}
-    assert set(regraded) == {"honest-complete", "twin-no-softmax", "broken-json"}
-    assert regraded["honest-complete"].score == 8
-    assert regraded["twin-no-softmax"].score == 8, "a changed submission kept its stale score"
-    assert not (again / "feedback" / "attack-rewrite-torch").exists(), \
-        "feedback of a student no longer in the batch was kept"
+    regraded = {(g.student, g.assignment): g
+                for g in grade(small, again, [A], cell_seconds=15, sandbox=use_sandbox(), progress=False)}
+    assert regraded["honest-complete", A].score == 8
+    assert regraded["twin-no-softmax", A].score == 8, "a changed submission kept its stale score"
+    # everyone else's results stay, rows and feedback: this run graded three students of one assignment
+    assert {s for s, _ in regraded} >= set(rows)
+    assert regraded["attack-rewrite-torch", A].score == rows["attack-rewrite-torch"].score
+    assert (again / "feedback" / "attack-rewrite-torch" / A).is_dir(), "a result of a student not in the batch was lost"
+    assert (again / "feedback" / "twin-04" / A04).is_dir(), "a result of an assignment not in the batch was lost"
+    with (again / "grades.csv").open() as f:
+        assert {r["student"] for r in csv.DictReader(f)} >= {csv_text(student) for student in rows}
+    # removing them is an explicit act
+    pruned = grade(small, again, [A], cell_seconds=15, sandbox=use_sandbox(), progress=False, prune=True)
+    assert {g.student for g in pruned} == {"honest-complete", "twin-no-softmax", "broken-json"}
+    assert not (again / "feedback" / "attack-rewrite-torch").exists(), "--prune kept a departed student's feedback"
     state = json.loads((again / ".grading-state.json").read_text())
-    assert set(state) == {"honest-complete/01_self_attention", "twin-no-softmax/01_self_attention"}
+    assert set(state) == {f"{s}/{A}" for s in ("honest-complete", "twin-no-softmax", "broken-json")}
 
 
 def test_output_flood_is_cut(hostile):
