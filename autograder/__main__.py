@@ -1,13 +1,13 @@
-"""python -m autograder {grade,build,site} — see README.md."""
+"""python -m autograder {grade,refresh,export,build,site} — see README.md."""
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, build, website
+from autograder import GradingError, build, lms, record, website
 from autograder.grade import grade as run_grade
-from autograder.grade import instructor_course
+from autograder.grade import instructor_course, refresh
 from autograder.results import table
 from autograder.submissions import DEFAULT_NAMED_REGEXP
 
@@ -46,6 +46,25 @@ def main(argv: list[str] | None = None) -> int:
                             "(without it, earlier results of students and assignments not in this batch stay)")
     grade.add_argument("--kernel-threads", type=int, default=None, metavar="N",
                        help="torch threads per kernel (default: the cores shared among the workers; 1 on a cluster)")
+    grade.add_argument("--student", action="append", dest="students", metavar="NAME",
+                       help="grade only this student's submissions in PATH (repeatable); every other result in DIR "
+                            "stays as it was")
+    grade.add_argument("--roster", type=Path, default=None, metavar="CSV",
+                       help="the class list, as `nbgrader db student import` reads it (id,first_name,last_name,"
+                            "email): a student with no submission gets a `missing` row (with --gradebook, the "
+                            "gradebook's students count too)")
+
+    again = commands.add_parser("refresh", help="rewrite DIR/grades.csv and DIR/report.md from the gradebook "
+                                                 "(after manual grading, extra credit or a late penalty)")
+    again.add_argument("out", type=Path, metavar="DIR", help="a folder graded into with --gradebook")
+    again.add_argument("--roster", type=Path, default=None, metavar="CSV", help="as for grade")
+
+    export = commands.add_parser("export", help="write the gradebook's scores for an LMS or a registrar")
+    export.add_argument("format", choices=lms.FORMATS, help="canvas, moodle (grade import CSV) or wide (a column "
+                                                            "per assignment and a total)")
+    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="the CSV file to write")
+    export.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
+                        help="only this assignment (repeatable); default: every assignment in the gradebook")
 
     rebuild = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
     rebuild.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
@@ -64,13 +83,25 @@ def main(argv: list[str] | None = None) -> int:
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers,
                            sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
                            cell_seconds=args.cell_timeout, notebook_seconds=args.notebook_timeout, gradebook=course,
-                           scheduler=args.scheduler, kernel_threads=args.kernel_threads, prune=args.prune)
+                           scheduler=args.scheduler, kernel_threads=args.kernel_threads, prune=args.prune,
+                           students=args.students, roster=args.roster)
         print()
         print(table(grades))
         print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under "
               f"{args.out / 'feedback'}")
         if course is not None:
             print(f"recorded in the gradebook {course.db_url} and under {course.root}/autograded")
+        return 0
+    if args.command == "refresh":
+        course = instructor_course()
+        grades = refresh(args.out, course, roster=args.roster)
+        print(table(grades))
+        print(f"\nwrote {args.out / 'grades.csv'} and {args.out / 'report.md'} from the gradebook {course.db_url}")
+        return 0
+    if args.command == "export":
+        course = instructor_course()
+        count = lms.write(record.read(course.db_url), args.format, args.out, args.assignments)
+        print(f"wrote {args.out}: {count} student(s) from the gradebook {course.db_url} ({args.format})")
         return 0
     if args.command == "site":
         return website.main(args.out, only=args.assignments)

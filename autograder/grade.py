@@ -28,15 +28,25 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.utils import parse_utc
 from tqdm import tqdm
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder import GradingError, course_dir, report
+from autograder import GradingError, course_dir, record, report
 from autograder.results import GRADED, Grade, write_csv
 from autograder.sandbox import available as sandbox_available
 from autograder.secret import course_secret, fingerprint
 from autograder.submissions import DEFAULT_NAMED_REGEXP, TIMESTAMP, Submission, find, unpack
-from autograder.workspace import Job, Options, Result, Workspace, ensure_assignments, failure, grader_version
+from autograder.workspace import (
+    Job,
+    Options,
+    Result,
+    Workspace,
+    ensure_assignments,
+    failure,
+    grader_version,
+    late_policy,
+)
 
 STATE_FILE = ".grading-state.json"
 #: how many pools of worker processes grade the jobs a dead worker process left unfinished
@@ -186,6 +196,57 @@ def _max_scores(assignments: tuple[str, ...]) -> dict[str, float]:
     return maxima
 
 
+def _only(subs: list[Submission], students: list[str], path: Path) -> list[Submission]:
+    """The submissions of the named students (their case as the batch spells it); an unknown name is refused."""
+    wanted = {name.casefold() for name in students}
+    found = {sub.student.casefold() for sub in subs}
+    unknown = sorted(name for name in students if name.casefold() not in found)
+    if unknown:
+        raise GradingError(f"no student {', '.join(unknown)} in {path}; it holds {', '.join(sorted(found)) or 'none'}."
+                           " Nothing was written.")
+    return [sub for sub in subs if sub.student.casefold() in wanted]
+
+
+def _stamp(sub: Submission) -> datetime | None:
+    """When the submission was handed in, as nbgrader's gradebook keeps it (naive UTC), if it says."""
+    try:
+        return parse_utc(sub.timestamp) if sub.timestamp else None
+    except ValueError:
+        return None
+
+
+def write_results(out: Path, rows: list[Grade], gradebook: Course | None, roster: list[str] = (),
+                  assignments: tuple[str, ...] = (), maxima: dict[str, float] | None = None) -> list[Grade]:
+    """Write out/grades.csv and out/report.md: the grader's rows (status, message, diagnoses) with every number read
+    from the gradebook when there is one, plus a `missing` row for each student of the roster or the gradebook
+    with no result for one of the assignments. Returns the rows written."""
+    students = list(roster)
+    if gradebook is not None:
+        held = record.read(gradebook.db_url)
+        rows = record.derive(rows, held)
+        rows += record.held_rows(rows, held, assignments)
+        students += list(held.students)
+        maxima = {**held.max_scores, **(maxima or {})}
+    if students and assignments:
+        rows = rows + record.missing_rows(rows, list(dict.fromkeys(students)), assignments, maxima or {})
+    rows = sorted(rows, key=lambda row: (row.student, row.assignment))
+    write_csv(rows, out / "grades.csv")
+    report.write(rows, out / "report.md")
+    return rows
+
+
+def refresh(out: Path, gradebook: Course, roster: Path | None = None) -> list[Grade]:
+    """Rewrite out/grades.csv and out/report.md from the gradebook, grading nothing: after manual grading in
+    Formgrader, extra credit, or a late penalty. Every row out holds stays."""
+    state = _read_state(out / STATE_FILE)
+    if not state:
+        raise GradingError(f"{out} holds no grading results ({STATE_FILE} is missing): grade into it first")
+    rows = [Grade.from_json(entry["grade"]) for entry in state.values()]
+    listed = [s.id for s in record.read_roster(roster)] if roster else []
+    assignments = tuple(sorted({row.assignment for row in rows}))
+    return write_results(out, rows, gradebook, listed, assignments, _max_scores(assignments))
+
+
 # ----------------------------------------------------------------------------------------------- the batch
 
 def _read_state(path: Path) -> dict[str, dict]:
@@ -219,7 +280,8 @@ def _nothing_found(path: Path, batch: Path, assignments: tuple[str, ...]) -> str
 def grade(path: Path, out: Path, assignments: list[str] | None = None, *, workers: int = 1, sandbox: bool = False,
           named_regexp: str = DEFAULT_NAMED_REGEXP, progress: bool = True, cell_seconds: int = 120,
           gradebook: Course | None = None, scheduler: str | None = None,
-          kernel_threads: int | None = None, notebook_seconds: int | None = None, prune: bool = False) -> list[Grade]:
+          kernel_threads: int | None = None, notebook_seconds: int | None = None, prune: bool = False,
+          students: list[str] | None = None, roster: Path | None = None) -> list[Grade]:
     """Grade every student of the batch at path for the given assignments (default: all of the course).
 
     gradebook: also record the results in this course's gradebook and folders. scheduler: the address of a Dask
@@ -230,7 +292,13 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     The results already in out stay: this run adds or replaces only the rows of the submissions it grades (a student
     with no folder for an assignment in this batch keeps an earlier result of it). prune: instead, keep only this
     batch's rows and remove the feedback of everyone else. A batch with no submission at all raises GradingError
-    before anything is written. Returns every row of out/grades.csv."""
+    before anything is written. students: grade only these students' submissions (the rest of out stays as it was).
+    roster: a CSV as `nbgrader db student import` reads it; each of its students (and, with a gradebook, each student
+    the gradebook knows) with no result for an assignment gets a `missing` row.
+
+    With a gradebook, grades.csv and report.md are derived from it after the run (record.py): late penalties, manual
+    scores and extra credit count, flagged submissions are flagged there, and a submission that could not be graded
+    is recorded with 0 and the reason. Returns every row of out/grades.csv."""
     known = course_dir.assignments()
     chosen = tuple(assignments or known)
     unknown = sorted(set(chosen) - set(known))
@@ -249,10 +317,11 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     threads = kernel_threads or (1 if scheduler else max(1, (os.cpu_count() or 1) // max(1, workers)))
     options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds, notebook_seconds=notebook_seconds,
                       hidden=(str(Path(path).resolve()), str(Path(out).resolve())), kernel_threads=threads,
-                      db_url=gradebook.db_url if gradebook else None, version=version, secret=secret)
+                      db_url=gradebook.db_url if gradebook else None, version=version, secret=secret,
+                      policy=late_policy(gradebook.root) if gradebook else ())
     state_path = out / STATE_FILE
     state = _read_state(state_path)
-    version_here = version + (gradebook.db_url if gradebook else "") + fingerprint(secret)
+    version_here = version + (gradebook.db_url if gradebook else "") + fingerprint(secret) + repr(options.policy)
     maxima = _max_scores(chosen)
     with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
         scratch = Path(tmp)
@@ -260,6 +329,9 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         subs = find(batch, list(chosen), {a: course_dir.notebooks(a) for a in chosen})
         if all(sub.status == "missing" for sub in subs):
             raise GradingError(_nothing_found(Path(path), batch, chosen))
+        if students:
+            subs = _only(subs, students, Path(path))
+        listed = [s.id for s in record.read_roster(roster)] if roster else []
         out.mkdir(parents=True, exist_ok=True)
         grades: dict[tuple[str, str], Grade] = {}
         fingerprints = {(s.student, s.assignment): _fingerprint(s, version_here) for s in subs if not s.status}
@@ -304,6 +376,9 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
             bar.update(1)
         bar.close()
         this_batch = set(grades)
+        if gradebook is not None:
+            stamps = {(s.student, s.assignment): _stamp(s) for s in subs}
+            record.mark(gradebook.db_url, [grades[key] for key in this_batch], stamps)
         if not prune:  # every earlier result of a student or assignment not graded now stays as it was
             for key, entry in state.items():
                 student, _, assignment = key.partition("/")
@@ -315,10 +390,8 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
                      for (student, assignment), row in grades.items()}
     if prune:
         _remove_stale_feedback(out, set(grades))
-    ordered = [grades[key] for key in sorted(grades)]
-    write_csv(ordered, out / "grades.csv")
-    report.write(ordered, out / "report.md")
     state_path.write_text(json.dumps(new_state, indent=1))
+    ordered = write_results(out, [grades[key] for key in sorted(grades)], gradebook, listed, chosen, maxima)
     if progress:
         elapsed = time.perf_counter() - started
         where = f"on the cluster at {scheduler}" if scheduler else f"with {workers} worker(s)"

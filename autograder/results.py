@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-COLUMNS = ["student", "assignment", "score", "max_score", "status", "message"]
+COLUMNS = ["student", "assignment", "score", "max_score", "status", "late", "message"]
 #: statuses whose rows carry a real score and feedback
 GRADED = ("graded", "flagged", "crashed")
 
@@ -26,6 +26,7 @@ class Grade:
     diagnoses: list[tuple[str, str]] = field(default_factory=list)  # (grade_id, diagnosis) of failed tests
     mistakes: list[tuple[str, str]] = field(default_factory=list)  # (grade_id, mistake id) the judges named
     seed: int | None = None  # the grading seed the probes drew their inputs from (autograder/secret.py)
+    late: str = ""  # how late it was handed in and the penalty nbgrader applied, from the gradebook (record.py)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -66,8 +67,8 @@ def _printable(text: str) -> str:
 def table(grades: list[Grade]) -> str:
     """The grades as a plain-text table."""
     rows = [("student", "assignment", "score", "status", "message")]
-    rows += [(_printable(g.student), g.assignment, f"{g.score:g}/{g.max_score:g}", g.status, _printable(g.message)[:70])
-             for g in grades]
+    rows += [(_printable(g.student), g.assignment, f"{g.score:g}/{g.max_score:g}", g.status,
+              _printable("; ".join(filter(None, [g.late, g.message])))[:70]) for g in grades]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows]
     lines.insert(1, "-" * min(120, len(lines[0]) + 10))

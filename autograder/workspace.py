@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import shutil
+import time
 import traceback
 import warnings
 from collections.abc import Iterator
@@ -46,6 +48,7 @@ class Options:
     db_url: str | None = None  # the instructor's gradebook (--gradebook); None: a private one per workspace
     version: str = ""  # grader_version() where the batch was started: a node with another course refuses
     secret: str = ""  # the course secret (hex) the grading seeds come from; empty: this node's own (secret.py)
+    policy: tuple[tuple[str, str, object], ...] = ()  # the instructor's late policy: (section, trait, value) settings
 
 
 @dataclass
@@ -90,6 +93,18 @@ def grader_version(assignments: tuple[str, ...], root: Path = course_dir.ROOT) -
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+#: the configuration sections of an instructor's late-submission policy, which grading applies as nbgrader does
+POLICY_SECTIONS = ("LateSubmissionPlugin", "AssignLatePenalties")
+
+
+def late_policy(root: Path) -> tuple[tuple[str, str, object], ...]:
+    """The late-submission settings of the nbgrader_config.py at root (e.g. LateSubmissionPlugin.penalty_method =
+    "zero", or AssignLatePenalties.plugin_class naming a plugin of your own), as plain data a worker applies."""
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    return tuple((section, trait, value) for section in POLICY_SECTIONS if section in config
+                 for trait, value in sorted(config[section].items()))
 
 
 def course_config(root: Path, db_url: str) -> Config:
@@ -139,6 +154,8 @@ class Workspace:
         threads = str(max(1, options.kernel_threads))
         config.GradingKernelManager.kernel_env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         config.GradingExecute.secret = config.JudgeEvidence.secret = options.secret
+        for section, trait, value in options.policy:
+            config[section][trait] = value
         if options.sandbox:
             reason = sandbox.available()
             if reason:
@@ -183,13 +200,20 @@ class Workspace:
             nbformat.write(nb, target / name)
         for name, data in job.extras.items():
             (target / name).write_bytes(data)
-        with quiet_gradebook():
-            done = self.api.autograde(job.assignment, job.student)
-        if not done["success"]:
-            row.status = "error"
-            row.message = "nbgrader could not grade this submission: " + _last_line(done.get("error")
-                                                                                   or done.get("log"))
-            return Result(row, log="\n\n".join(str(done.get(k) or "") for k in ("error", "log")).strip())
+        logs = []
+        for attempt in range(1, ATTEMPTS + 1):
+            with quiet_gradebook():
+                done = self.api.autograde(job.assignment, job.student)
+            if done["success"]:
+                break
+            logs.append(f"--- attempt {attempt} of {ATTEMPTS}\n"
+                        + "\n\n".join(str(done.get(k) or "") for k in ("error", "log")).strip())
+            if not transient(logs[-1]) or attempt == ATTEMPTS:
+                row.status = "error"
+                row.message = "nbgrader could not grade this submission: " + cause(logs[-1]) + (
+                    f" (after {attempt} attempts)" if attempt > 1 else "")
+                return Result(row, log="\n\n".join(logs))
+            time.sleep(RETRY_SECONDS * attempt)
         graded = {name: nbformat.read(self._folder("autograded", job) / name, as_version=4) for name in job.files}
         _keep_only(self._folder("autograded", job), {*job.files, *job.extras})
         self._read_scores(row)
@@ -255,6 +279,34 @@ def failure(error: BaseException) -> str:
     return "".join(traceback.format_exception(error))
 
 
-def _last_line(text: str | None) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+#: how often a submission is tried when nbgrader fails for a reason that passes (a locked or busy gradebook, a
+#: kernel that did not start in time), and how long to wait before the next try (this, then twice this)
+ATTEMPTS = 3
+RETRY_SECONDS = 2.0
+#: what nbgrader's log says of failures that pass: the gradebook (SQLite locked, a server connection lost or a
+#: transaction that lost a race) or a kernel that did not start
+TRANSIENT = ("database is locked", "OperationalError", "could not serialize access", "deadlock detected",
+             "server closed the connection", "Kernel didn't respond", "Kernel died before replying to kernel_info",
+             "kernel_info_reply")
+#: nbgrader's guesses at a cause, which it prints without having checked it (e.g. "run `nbgrader db upgrade`" after
+#: any database error): never passed on as the reason
+UNCHECKED = ("nbgrader db upgrade", "Please see the above traceback", "see the error above", "BACK UP your database",
+             "may occur if you recently upgraded", "Please see the error")
+#: a traceback's last line: the exception's type and message
+EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)|[A-Za-z_][\w.]*\.\w+Error)\b.*")
+
+
+def transient(log: str) -> bool:
+    """Whether nbgrader failed for a reason that passes, so that another attempt may succeed."""
+    return any(marker in log for marker in TRANSIENT)
+
+
+def cause(log: str) -> str:
+    """What went wrong, as the log states it: the last exception line of its tracebacks (e.g. "sqlalchemy.exc.
+    OperationalError: (sqlite3.OperationalError) database is locked"), else its last line that is not one of
+    nbgrader's unchecked guesses."""
+    lines = [line.strip() for line in (log or "").splitlines() if line.strip()]
+    lines = [line for line in lines if not any(guess in line for guess in UNCHECKED) and not line.startswith("---")]
+    stated = [line for line in lines if EXCEPTION.match(line)]
+    chosen = stated[-1] if stated else (lines[-1] if lines else "no reason was logged")
+    return chosen[:300]

@@ -49,7 +49,7 @@ def test_variant_graded_end_to_end_as_in_process(graded_batch, assignment, varia
 def test_grades_csv_has_a_row_per_student_and_assignment(graded_batch):
     with (graded_batch.out / "grades.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["student", "assignment", "score", "max_score", "status", "message"]
+    assert list(rows[0]) == ["student", "assignment", "score", "max_score", "status", "late", "message"]
     students = {r["student"] for r in rows}
     assert len(rows) == len(students) * len(ASSIGNMENTS)
     if len(ASSIGNMENTS) < 2:
