@@ -65,6 +65,9 @@ c.GenerateFeedback.preprocessors = [
     "autograder.sanitise.SanitiseStudentContent",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+# A feedback page is handed to a student and opened anywhere, offline too: its math is MathML made here, not MathJax
+# from a CDN, and the page loads and runs nothing (autograder/math_render.py).
+c.GenerateFeedback.exporter_class = "autograder.math_render.FeedbackExporter"
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"clean_html": "autograder.sanitise.clean_html"}
 c.HTMLExporter.preprocessors = ["autograder.sanitise.SanitiseOutputs"]

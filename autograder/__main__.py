@@ -12,6 +12,15 @@ from autograder.results import table
 from autograder.submissions import DEFAULT_NAMED_REGEXP
 
 
+def _course(folder: Path | None):
+    """The instructor's course directory: folder, or this repository."""
+    if folder is None:
+        return instructor_course()
+    if not (folder / "nbgrader_config.py").is_file():
+        raise GradingError(f"{folder} is not an nbgrader course directory: it has no nbgrader_config.py")
+    return instructor_course(folder.resolve())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -46,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
                             "(without it, earlier results of students and assignments not in this batch stay)")
     grade.add_argument("--kernel-threads", type=int, default=None, metavar="N",
                        help="torch threads per kernel (default: the cores shared among the workers; 1 on a cluster)")
+    grade.add_argument("--course", type=Path, default=None, metavar="DIR",
+                       help="with --gradebook: the nbgrader course directory whose nbgrader_config.py names the "
+                            "gradebook and the late policy, and whose submitted/, autograded/ and feedback/ get the "
+                            "files (default: this repository; a folder of its own keeps the record out of a public "
+                            "clone)")
     grade.add_argument("--student", action="append", dest="students", metavar="NAME",
                        help="grade only this student's submissions in PATH (repeatable); every other result in DIR "
                             "stays as it was")
@@ -58,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  "(after manual grading, extra credit or a late penalty)")
     again.add_argument("out", type=Path, metavar="DIR", help="a folder graded into with --gradebook")
     again.add_argument("--roster", type=Path, default=None, metavar="CSV", help="as for grade")
+    again.add_argument("--course", type=Path, default=None, metavar="DIR", help="as for grade")
 
     export = commands.add_parser("export", help="write the gradebook's scores for an LMS or a registrar")
     export.add_argument("format", choices=lms.FORMATS, help="canvas, moodle (grade import CSV) or wide (a column "
@@ -65,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--out", type=Path, required=True, metavar="FILE", help="the CSV file to write")
     export.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
                         help="only this assignment (repeatable); default: every assignment in the gradebook")
+    export.add_argument("--course", type=Path, default=None, metavar="DIR", help="as for grade")
 
     rebuild = commands.add_parser("build", help="rebuild release/, solutions/ and samples/ from source/")
     rebuild.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
@@ -79,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "grade":
-        course = instructor_course() if args.gradebook else None
+        course = _course(args.course) if args.gradebook else None
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers,
                            sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
                            cell_seconds=args.cell_timeout, notebook_seconds=args.notebook_timeout, gradebook=course,
@@ -93,13 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"recorded in the gradebook {course.db_url} and under {course.root}/autograded")
         return 0
     if args.command == "refresh":
-        course = instructor_course()
+        course = _course(args.course)
         grades = refresh(args.out, course, roster=args.roster)
         print(table(grades))
         print(f"\nwrote {args.out / 'grades.csv'} and {args.out / 'report.md'} from the gradebook {course.db_url}")
         return 0
     if args.command == "export":
-        course = instructor_course()
+        course = _course(args.course)
         count = lms.write(record.read(course.db_url), args.format, args.out, args.assignments)
         print(f"wrote {args.out}: {count} student(s) from the gradebook {course.db_url} ({args.format})")
         return 0

@@ -32,7 +32,7 @@ from nbgrader.utils import parse_utc
 from tqdm import tqdm
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder import GradingError, course_dir, record, report
+from autograder import GradingError, course_dir, exchange, record, report
 from autograder.results import GRADED, Grade, write_csv
 from autograder.sandbox import available as sandbox_available
 from autograder.secret import course_secret, fingerprint
@@ -92,14 +92,22 @@ def _fingerprint(sub: Submission, version: str) -> str:
 # ----------------------------------------------------------------------------------------------- where jobs run
 
 _workspace: Workspace | None = None
+_unready: Exception | None = None  # why this worker process could not set up its workspace
 
 
 def _start_worker(scratch: str, options: Options) -> None:
-    global _workspace
-    _workspace = Workspace(Path(tempfile.mkdtemp(prefix="worker-", dir=scratch)), options)
+    """Set up the worker's workspace. A failure is kept and raised for every job, so that each error row says why
+    (e.g. the course changed after the batch started) instead of an opaque broken process pool."""
+    global _workspace, _unready
+    try:
+        _workspace = Workspace(Path(tempfile.mkdtemp(prefix="worker-", dir=scratch)), options)
+    except Exception as error:  # noqa: BLE001 - reported with every job this worker is given
+        _unready = error
 
 
 def _grade_in_worker(item: Job) -> Result:
+    if _unready is not None:
+        raise _unready
     return _workspace.grade(item)
 
 
@@ -353,6 +361,9 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
             ensure_assignments(gradebook.db_url, chosen, scratch / "gradebook")
         started = time.perf_counter()
         jobs = [job(sub) for sub in todo]
+        if gradebook is not None:  # a secret for release_feedback, kept on a regrade (before _keep replaces them)
+            for item in jobs:
+                item.extras.update(exchange.release_files(gradebook.root, item.student, item.assignment, item.extras))
         if scheduler:
             from autograder.cluster import on_cluster  # noqa: PLC0415 - Dask is a heavy import only a cluster needs
 
@@ -379,6 +390,8 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         if gradebook is not None:
             stamps = {(s.student, s.assignment): _stamp(s) for s in subs}
             record.mark(gradebook.db_url, [grades[key] for key in this_batch], stamps)
+            for assignment in chosen:  # submissions graded before secrets were given, and reused ones
+                exchange.make_releasable(gradebook.root, assignment)
         if not prune:  # every earlier result of a student or assignment not graded now stays as it was
             for key, entry in state.items():
                 student, _, assignment = key.partition("/")

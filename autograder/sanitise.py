@@ -30,12 +30,14 @@ import nbformat
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from autograder.math_render import MATHML_TAGS, mathml_attribute_allowed
+
 TAGS = frozenset({
     "a", "abbr", "acronym", "b", "blockquote", "br", "caption", "code", "col", "colgroup", "dd", "del", "div", "dl",
     "dt", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "ol", "p", "pre", "s",
     "samp", "small", "span", "strong", "sub", "sup", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "u",
     "ul", "var",
-})
+}) | MATHML_TAGS  # the MathML of feedback pages' math (autograder/math_render.py): layout attributes only
 PROTOCOLS = frozenset({"http", "https", "mailto"})
 #: images only from data inside the page: a remote image would report that the instructor opened the page
 IMAGE_DATA = re.compile(r"^data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
@@ -43,6 +45,8 @@ HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 
 def _attribute_allowed(tag: str, name: str, value: str) -> bool:
+    if tag in MATHML_TAGS:
+        return mathml_attribute_allowed(tag, name, value)
     if name in ("class", "title"):
         return True
     if tag == "a":

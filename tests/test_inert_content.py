@@ -283,7 +283,8 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
             assert seen["pwned"] is None, f"Formgrader ran the student's script ({seen['pwned']})"
             assert seen["title"] != hc.MARK
         browser.close()
-    # nbconvert's feedback template loads MathJax from a CDN, refused here: the course's TeX must reach the page
-    # intact for it to render where the CDN is reachable
-    assert any("mathjax" in url.lower() for url in fetched), "the feedback no longer asks for MathJax"
-    assert "y_i = \\sum_{j=1}^{t} w_{ij}" in html, "the course's math did not reach the page intact"
+    # the feedback's math is MathML made by the grader (autograder/math_render.py), not MathJax from a CDN: the
+    # pages ask the network for nothing, and the course's math and the student's own reach them as MathML
+    assert not fetched, f"the feedback pages asked the network for {fetched}"
+    assert html.count("<math ") > 10 and "<munderover><mo>∑</mo>" in html, "the course's math is not MathML in the page"
+    assert "<msqrt><mrow><mi>d</mi></mrow></msqrt>" in html, "the student's $\\sqrt{d}$ is not MathML in the page"
