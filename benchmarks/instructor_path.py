@@ -113,8 +113,8 @@ def main() -> None:
         step("import the roster, set a due date and a late policy", roster_and_policy)
 
         def grade_class() -> str:
-            _run([*grader, "grade", str(batch), "--assignment", A, "--out", str(out), "--gradebook", "--course", str(course.root),
-                  "--workers", "2", *safety], course_dir.ROOT)
+            _run([*grader, "grade", str(batch), "--assignment", A, "--out", str(out), "--gradebook", "--course",
+                  str(course.root), "--workers", "2", *safety], course_dir.ROOT)
             rows = _grades(out)
             assert all(rows[s]["status"] == "graded" for s in on_time), rows
             assert {rows[s]["status"] for s in late} == {"missing"}, "the roster's students with no submission"
