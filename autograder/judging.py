@@ -128,7 +128,7 @@ def judge(check: Check, evidence_root: Path, *, device: str | None = None, secon
 def verdict_outputs(verdict: Verdict, check: Check | None) -> list:
     """The outputs a judged test cell shows: a line saying it passed, or the judge's diagnosis as an error."""
     if verdict.passed:
-        summary = (check.__doc__ or "").strip().splitlines()[0] if check and check.__doc__ else ""
+        summary = check.passed if check else ""
         return [new_output("stream", name="stdout", text=wrap(f"Passed. {summary}".strip()) + "\n")]
     return [new_output("error", ename="CheckFailed", evalue=verdict.message,
                        traceback=["CheckFailed:", verdict.message])]  # as CheckFailed._render_traceback_

@@ -336,7 +336,7 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
         "judges": "try:\n    import course.judges.self_attention\n    print('IMPORTED')\n"
                   "except ImportError as e:\n    print('refused:', e)\n"
                   f"import os\nprint('listed', sorted(os.listdir({str(REPO / 'course' / 'judges')!r})))\n"
-                  "import course.checks.self_attention as probes\nprint('probes', probes.small_x().shape)",
+                  "import course.checks.self_attention as probes\nprint('probes', probes.hand_x().shape)",
         "cache": f"import os\nd = {str(REPO / 'course' / '__pycache__')!r}\n"
                  "print('compiled', [f for f in os.listdir(d) if 'multi_head' in f] if os.path.isdir(d) else [])",
     })

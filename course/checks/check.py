@@ -80,9 +80,16 @@ class Check:
         self._judge = value
 
     @property
+    def passed(self) -> str:
+        """What a passing test says after "Passed.": the judge's declared pass message (course/judges/kinds.py),
+        else the first line of its docstring."""
+        declared = getattr(self.judge, "passed", None)
+        return declared or (self.judge.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ").strip()
+
+    @property
     def __doc__(self) -> str:  # type: ignore[override]
-        """What the test checks: its judge's docstring (the "Passed." line of a test that passes)."""
-        return self.judge.__doc__ or ""
+        """What the test checks: its pass message."""
+        return self.passed
 
     def probe(self, student: Any, rec: Recorder) -> None:
         """Run the student's code and record what it gives (and, with prerequisites, what those give)."""
@@ -168,6 +175,7 @@ def _noting_prerequisites(judge: Callable[[Evidence], None], prerequisites: tupl
             raise CheckFailed(f"{failure}\n\n{text}", failure.mistake) from None
 
     judged.__doc__ = judge.__doc__
+    judged.passed = getattr(judge, "passed", None)
     return judged
 
 

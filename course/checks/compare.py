@@ -7,9 +7,11 @@ used, with PyTorch's own functions and modules, and compares them with the recor
 from __future__ import annotations
 
 import itertools
+import sys
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, NoReturn
 
 import torch
@@ -24,10 +26,42 @@ WIDTH = 88
 @dataclass(frozen=True)
 class Mistake:
     """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
-    explanation a student reads."""
+    explanation a student reads.
+
+    Declare every mistake as a module-level constant: it then adds itself to MISTAKES, so importing the judges lists
+    every id they can name (tests/test_mistake_coverage.py holds the catalogue to that list). A module declares an
+    id once (again only with the same explanation); another assignment's module may explain the same id in its own
+    words. A Mistake made inside a function (the message of one failure, several mistakes named at once) reuses a
+    declared id and is not added."""
 
     id: str
     explanation: str
+
+    def __post_init__(self) -> None:
+        _declare(self, sys._getframe(2))  # the code that wrote Mistake(...), past the dataclass's __init__
+
+
+#: every declared mistake: id -> {the module that declared it: the Mistake}
+MISTAKES: dict[str, dict[str, Mistake]] = {}
+
+
+def _declare(mistake: Mistake, where: FrameType) -> None:
+    if where.f_code.co_name != "<module>":
+        if mistake.id not in MISTAKES:
+            raise ValueError(f"the mistake {mistake.id!r} is made in {where.f_code.co_name}() but declared nowhere: "
+                             "declare it as a module-level Mistake constant")
+        return
+    module = where.f_globals.get("__name__", "?")
+    known = MISTAKES.setdefault(mistake.id, {}).setdefault(module, mistake)
+    if known.explanation != mistake.explanation:
+        raise ValueError(f"{module} declares the mistake {mistake.id!r} twice, with different explanations")
+
+
+# what every check can name, whatever the exercise (its message says it in the exercise's words)
+NOT_IMPLEMENTED = Mistake("not-implemented", "the answer still raises NotImplementedError(): replace it with code.")
+RAISED = Mistake("raised", "the code raised an exception when the test called it.")
+NOT_A_TENSOR = Mistake("not-a-tensor", "a torch.Tensor should be returned, but something else was (None, a tuple...).")
+WRONG_SHAPE = Mistake("wrong-shape", "the result has the wrong shape.")
 
 
 class CheckFailed(AssertionError):
@@ -58,16 +92,19 @@ def wrap(text: str) -> str:
 
 
 def fail(message: str, expected: Any = None, actual: Any = None, case: str = "",
-         mistake: str | None = None) -> NoReturn:
-    """Raise CheckFailed with the message and, if given, expected vs actual on a small case."""
+         mistake: Mistake | str | None = None) -> NoReturn:
+    """Raise CheckFailed with the message and, if given, expected vs actual on a small case; mistake: the declared
+    Mistake the failure names (the message says it in its own words). A plain id is still accepted from judges that
+    do not declare theirs yet."""
     __tracebackhide__ = True
+    mistake_id = mistake.id if isinstance(mistake, Mistake) else mistake
     text = message.strip()
     if expected is not None or actual is not None:
         at = _first_difference(expected, actual)
         where = f"[{', '.join(map(str, at))}]" if any(at) else ""
         text += f"\n\nOn a small case{(' (' + case + ')') if case else ''}:"
         text += f"\n  expected{where}:\n{_show(expected, at)}\n  actual{where}:\n{_show(actual, at)}"
-    raise CheckFailed(wrap(text), mistake) from None
+    raise CheckFailed(wrap(text), mistake_id) from None
 
 
 class Rows:
@@ -145,11 +182,11 @@ def raised(ev: Evidence, key: str, what: str, hint: str = "") -> None:
         return
     if fact.get("not_implemented"):
         fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-             mistake="not-implemented")
+             mistake=NOT_IMPLEMENTED)
     trace = str(fact.get("trace") or "")
     where = f"\n\nYour code raised it here:\n{trace}" if trace else ""
     fail(f"{what} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:600]}{where}\n\n{hint}".rstrip(),
-         mistake="raised")
+         mistake=RAISED)
 
 
 def recorded(ev: Evidence, key: str, what: str) -> Any:
@@ -180,10 +217,10 @@ def output(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...] | None =
         fail(f"The test recorded nothing for {what}: the check did not run to the end.")
     if kind == "tuple":
         fail(f"{what} should return a torch.Tensor, but returned a tuple of {fact.get('length')} values.",
-             mistake="not-a-tensor")
+             mistake=NOT_A_TENSOR)
     if kind != "tensor" or fact.get("type") != "Tensor" or key not in ev.tensors:
         shown = "None" if kind == "none" else str(fact.get("type"))[:60]
-        fail(f"{what} should return a torch.Tensor, but returned {shown}.", mistake="not-a-tensor")
+        fail(f"{what} should return a torch.Tensor, but returned {shown}.", mistake=NOT_A_TENSOR)
     tensor = ev.tensors[key]
     if list(tensor.shape) != list(fact.get("shape", [])):
         fail(f"The test's record of {what} is inconsistent (its shape).")
@@ -194,7 +231,7 @@ def output(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...] | None =
     if shape is not None and tuple(tensor.shape) != tuple(shape):
         extra = (shape_hints or {}).get(tuple(tensor.shape), "")
         fail(f"{what} returned shape {tuple(tensor.shape)}, expected {tuple(shape)}. {extra}".strip(),
-             mistake="wrong-shape")
+             mistake=WRONG_SHAPE)
     if device and fact.get("device") != ev.device:
         fail(f"{what} returned a tensor on {fact.get('device')}, but its input was on {ev.device}. "
              "Create new tensors with device=x.device (or use torch.*_like) so the code runs on any device.")

@@ -36,19 +36,21 @@ from course.checks.compare import (
 )
 from course.checks.evidence import Evidence, Recorder
 
-# ids of the structure and gradient failures every assignment shares
-NOT_A_MODULE = "not-a-module"
-MISSING_LAYER = "missing-layer"
-WRONG_LAYER_TYPE = "wrong-layer-type"
-WRONG_LAYER_SIZE = "wrong-layer-size"
-WRONG_BIAS = "wrong-bias"
-SHARED_LAYER = "shared-layer"
-MISSING_PARAMETER = "missing-parameter"
-PARAMETER_COUNT = "parameter-count"
-NO_GRADIENT = "no-gradient"
-DETACHED = "detached"
-MISSING_PART = "missing-part"
-WRONG_PART_TYPE = "wrong-part-type"
+# the structure and gradient failures every assignment shares (each message says it in the exercise's words)
+NOT_A_MODULE = Mistake("not-a-module", "the class does not create an nn.Module: does it derive from nn.Module?")
+MISSING_LAYER = Mistake("missing-layer", "a layer the exercise names is missing: create it in __init__.")
+WRONG_LAYER_TYPE = Mistake("wrong-layer-type", "a layer the exercise names is not an nn.Linear.")
+WRONG_LAYER_SIZE = Mistake("wrong-layer-size", "a linear layer maps the wrong numbers of features.")
+SHARED_LAYER = Mistake("shared-layer", "two of the layers are one object: each role needs its own weights.")
+MISSING_PARAMETER = Mistake("missing-parameter", "a parameter the exercise needs is not registered: make each layer "
+                            "an attribute of the module.")
+PARAMETER_COUNT = Mistake("parameter-count", "the module registers more or fewer parameter values than the layers "
+                          "the exercise asks for hold.")
+NO_GRADIENT = Mistake("no-gradient", "an input or a parameter receives no gradient: is it used in forward?")
+DETACHED = Mistake("detached", "the output is cut off from autograd: avoid .detach(), .data or torch.no_grad() "
+                   "inside it.")
+MISSING_PART = Mistake("missing-part", "a part the exercise names is missing: create it in __init__.")
+WRONG_PART_TYPE = Mistake("wrong-part-type", "a part the exercise names is of the wrong kind.")
 
 #: how to register the parts of a model built from the course's classes (a hint of :func:`expect_parameters`)
 PARTS_HINT = "Register the parts as attributes of the module (self.name = ...), built from the course's classes."
@@ -212,8 +214,9 @@ def expect_separate(ev: Evidence, key: str, message: str) -> None:
 
 
 def expect_linear(ev: Evidence, key: str, owner: str, name: str, n_in: int, n_out: int, bias: bool,
-                  spec: str, bias_mistake: str = WRONG_BIAS) -> None:
-    """owner.name is an nn.Linear(n_in, n_out) with (or without) a bias; spec says how to create it."""
+                  spec: str, bias_mistake: Mistake | str) -> None:
+    """owner.name is an nn.Linear(n_in, n_out) with (or without) a bias; spec says how to create it, bias_mistake
+    what a wrong bias is."""
     __tracebackhide__ = True
     layer = described(ev, key).get(name)
     if not isinstance(layer, dict):
@@ -228,15 +231,15 @@ def expect_linear(ev: Evidence, key: str, owner: str, name: str, n_in: int, n_ou
 
 
 def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[str, tuple[int, int, bool, str]],
-                  shared: str, bias_mistakes: Mapping[str, str] | None = None) -> None:
+                  shared: str, bias_mistakes: Mapping[str, Mistake | str]) -> None:
     """The constructor recorded under key gave an nn.Module (what: how it was called) whose layers are separate
     objects (shared: the message otherwise), each name in layers an nn.Linear(n_in, n_out) with a bias or without
-    as (n_in, n_out, bias, spec) says; bias_mistakes: the mistake id of a wrong bias, per layer."""
+    as (n_in, n_out, bias, spec) says; bias_mistakes: the mistake a wrong bias is, per layer."""
     __tracebackhide__ = True
     built(ev, key, what)
     expect_separate(ev, key, shared)
     for name, (n_in, n_out, bias, spec) in layers.items():
-        expect_linear(ev, key, owner, name, n_in, n_out, bias, spec, (bias_mistakes or {}).get(name, WRONG_BIAS))
+        expect_linear(ev, key, owner, name, n_in, n_out, bias, spec, bias_mistakes[name])
 
 
 def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:

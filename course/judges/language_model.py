@@ -16,6 +16,7 @@ from torch.func import functional_call
 
 from course.checks import modules
 from course.checks.compare import (
+    WRONG_SHAPE,
     Mistake,
     Rows,
     expect_close,
@@ -129,7 +130,8 @@ LOSS_BITS = Mistake("loss-bits", "the loss is in bits (divided by ln 2); train w
                     "F.cross_entropy uses. Convert to bits only when you report it.")
 LOSS_LAST_ONLY = Mistake("loss-last-position", "only the last position is scored; every position i < t - 1 predicts "
                          "token i + 1, and all of them count.")
-LOSS_UNSTABLE = "loss-unstable"
+LOSS_UNSTABLE = Mistake("loss-unstable", "the loss takes the log of a softmax, which underflows for large logits: "
+                        "use F.cross_entropy (or F.log_softmax).")
 
 SAMPLE_SOFTMAX_FIRST = Mistake(
     "softmax-before-temperature",
@@ -149,7 +151,14 @@ SAMPLE_GLOBAL_RNG = Mistake(
     "sampling-global-rng",
     "the draw comes from PyTorch's global random generator, not from the `generator` argument: pass it on, "
     "torch.multinomial(probs, 1, generator=generator), so the same generator gives the same tokens.")
-SAMPLE_GREEDY_DIVIDES = "greedy-divides-by-zero"
+SAMPLE_TOPK_TOO_FEW = Mistake("top-k-too-few", "fewer than top_k tokens of a row can be drawn: the k-th largest "
+                              "logit is masked too. Keep all k largest, the k-th included: set to -inf only the "
+                              "logits below it (logits < kth, not logits <= kth).")
+SAMPLE_NO_DISTRIBUTION = Mistake("no-distribution", "Some row had no token left to draw: all its probabilities were "
+                                 "0, NaN or infinite. Is top-k taken over the vocabulary of each row (dim=-1), so that "
+                                 "every row keeps k tokens?")
+SAMPLE_GREEDY_DIVIDES = Mistake("greedy-divides-by-zero", "temperature 0 divides the logits by zero: treat it "
+                                "first, as the argmax.")
 
 GENERATE_DROPS_PROMPT = Mistake("generate-drops-prompt", "the prompt is missing from the output: return the prompt "
                                 "followed by the new tokens, (b, t0 + max_new_tokens).")
@@ -169,23 +178,34 @@ GENERATE_CACHE_NOT_PASSED = Mistake("generate-cache-not-passed", "only the last 
 GENERATE_STALE_CACHE = Mistake("generate-stale-cache", "the cache is never updated: every step passes the cache of "
                                "the prompt, so the tokens sampled since are forgotten. Keep the cache the model "
                                "returns at each step.")
-GENERATE_CACHE_UNUSED = "generate-cache-unused"
-GENERATE_NOT_IDS = "generate-not-ids"
+GENERATE_CACHE_WHEN_NOT_ASKED = Mistake("generate-cache-when-not-asked", "a cache is passed to the model though "
+                                        "use_cache=False: without the cache every step runs the whole sequence.")
+GENERATE_CACHE_UNUSED = Mistake("generate-cache-unused", "with use_cache=True the model is not called as a cache "
+                                "asks: the prompt once with use_cache=True, then only the last token with the cache.")
+GENERATE_NOT_IDS = Mistake("generate-not-ids", "the tokens are not torch.long ids.")
 
-# ids of structure, property and format failures (fail(..., mistake=...))
-WRONG_SIZE = "wrong-size"
-BLOCKS_NOT_REGISTERED = "blocks-not-registered"
-POSITIONS_NOT_LEARNED = "positions-not-learned"
-SHARED_BLOCK = "shared-block"
-SHARED_NORM = "shared-norm"
-WRONG_DEPTH = "wrong-depth"
-LM_READS_FUTURE = "lm-reads-future"
-CACHE_NOT_RETURNED = "cache-not-returned"
-LM_RETURNS_TUPLE = "lm-returns-tuple"
-CACHE_SHAPE = "cache-shape"
-CACHE_WRONG_AXIS = "cache-wrong-axis"
-CACHE_MASK_SHAPE = "cache-mask-shape"
-CACHE_DIFFERS = "cache-differs"
+# structure, property and format failures, whose messages say them in their own words
+WRONG_SIZE = Mistake("wrong-size", "a part has the wrong size for the sizes the model was given.")
+BLOCKS_NOT_REGISTERED = Mistake("blocks-not-registered", "the blocks are kept in a Python list or tuple, which does "
+                                "not register them: use nn.ModuleList.")
+POSITIONS_NOT_LEARNED = Mistake("positions-not-learned", "the positions are not learned: position_embedding is "
+                                "nn.Embedding(max_len, k).")
+SHARED_BLOCK = Mistake("shared-block", "one block is used for several layers: create a new block for every layer.")
+SHARED_NORM = Mistake("shared-norm", "a block's norm1 and norm2 are one module: each sublayer needs its own "
+                      "LayerNorm(k).")
+WRONG_DEPTH = Mistake("wrong-depth", "the model does not hold `depth` blocks.")
+LM_READS_FUTURE = Mistake("lm-reads-future", "the model reads the future: changing a later token changes the logits "
+                          "at earlier positions.")
+CACHE_NOT_RETURNED = Mistake("cache-not-returned", "with use_cache=True forward does not return the pair (logits, "
+                             "cache).")
+LM_RETURNS_TUPLE = Mistake("lm-returns-tuple", "without use_cache=True forward returns a tuple, not the logits alone.")
+CACHE_SHAPE = Mistake("cache-shape", "the cache is not a list of one (keys, values) pair per block, each "
+                      "(b, heads, t, s) for all positions so far.")
+CACHE_WRONG_AXIS = Mistake("cache-wrong-axis", "the cache grows along the wrong axis: append the new positions along "
+                           "the time axis, torch.cat([past_keys, keys], dim=2).")
+CACHE_MASK_SHAPE = Mistake("cache-mask-shape", "with a cache the mask is (t, t); it must be (t, t_past + t).")
+CACHE_DIFFERS = Mistake("cache-differs", "a cached call does not give what the full forward gives, or the cache does "
+                        "not hold the keys and values the attention computes.")
 
 
 # ---------------------------------------------------------------- the model: structure
@@ -770,6 +790,9 @@ def _sample_mistakes(logits, temperature, top_k, seed) -> list[tuple[Mistake, to
             kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each COLUMN
             out.append((SAMPLE_TOPK_WRONG_DIM, _multinomial(F.softmax(logits.masked_fill(logits < kth, float("-inf"))
                                                                       / temperature, dim=-1), seed)))
+        # last, so that it changes no diagnosis above: the k-th largest masked too (logits <= kth), k - 1 kept
+        out.append((SAMPLE_TOPK_TOO_FEW, _multinomial(F.softmax(_top_k_mask(logits, top_k - 1) / temperature, dim=-1),
+                                                      seed)))
     return [(mistake, tokens) for mistake, tokens in out if tokens is not None]
 
 
@@ -787,9 +810,7 @@ def _tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hint: str =
         if greedy:
             fail(f"{what} raised {message}. With temperature 0, logits / temperature divides by zero: treat "
                  "temperature 0 first, as the argmax.", mistake=SAMPLE_GREEDY_DIVIDES)
-        fail(f"{what} raised {message}. Some row had no token left to draw: all its probabilities were 0, NaN or "
-             "infinite. Is top-k taken over the vocabulary of each row (dim=-1), so that every row keeps k tokens?",
-             mistake="no-distribution")
+        fail(f"{what} raised {message}. {SAMPLE_NO_DISTRIBUTION.explanation}", mistake=SAMPLE_NO_DISTRIBUTION)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}; token ids are torch.long (argmax and multinomial give them).",
@@ -799,7 +820,7 @@ def _tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hint: str =
         if out.dim() == 1 and out.shape[0] != b:
             extra = " One id per COLUMN: the argmax or the top-k is taken over the batch (dim 0), not the vocabulary."
         fail(f"{what} returned shape {tuple(out.shape)}; expected ({b},), one token id per row.{extra}",
-             mistake="wrong-shape")
+             mistake=WRONG_SHAPE)
     return out
 
 
@@ -905,7 +926,7 @@ def _judge_sampling_hidden(ev: Evidence) -> None:
                  f"{sorted(allowed)} of a row.", mistake=SAMPLE_TOPK_IGNORED.id)
         if len(drawn) < top_k:
             fail(f"In {draws} draws from one row with top_k={top_k}, only the tokens {sorted(drawn)} came up: every "
-                 f"one of the top {top_k} must have its chance.", mistake="top-k-too-few")
+                 f"one of the top {top_k} must have its chance.", mistake=SAMPLE_TOPK_TOO_FEW)
     _expect_tokens(_tokens(ev, "many", draws), _draws(row.expand(draws, vocab), temperature, top_k, seed + 1), [],
                    what=f"sample_next_token on {draws} copies of one row", case=f"top_k={top_k}")
 
@@ -979,7 +1000,7 @@ def _judge_generation(ev: Evidence, key: str, spec: Generation, use_cache: bool)
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
     if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
         fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
-             "prompt, then the new tokens.", Rows(good[0]), Rows(out), case, "wrong-shape")
+             "prompt, then the new tokens.", Rows(good[0]), Rows(out), case, WRONG_SHAPE)
     expect_equal(out, good, what=what, mistakes=mistakes, otherwise=_GENERATE_HINT, case=case,
                  differs="does not give the tokens of the step-by-step oracle")
     calls = ev.facts.get(f"{key}.calls")
@@ -997,7 +1018,7 @@ def _judge_generation(ev: Evidence, key: str, spec: Generation, use_cache: bool)
                  mistake=GENERATE_CACHE_UNUSED)
     elif any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 for c in calls):
         fail(f"{what} passed a cache to the model, though use_cache=False: without the cache every step runs the "
-             "whole sequence.", mistake="generate-cache-when-not-asked")
+             "whole sequence.", mistake=GENERATE_CACHE_WHEN_NOT_ASKED)
 
 
 @judge("generate_greedy")

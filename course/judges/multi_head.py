@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course.checks import modules
-from course.checks.compare import Mistake, expect_close, fail, matches_any, output
+from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.multi_head import (
     GAINS,
@@ -123,12 +123,16 @@ MASK_IGNORED = Mistake(
     "the mask is ignored: pass it on to the attention, broadcast over the heads — (b, tq, tk) becomes "
     "(b, 1, tq, tk).")
 
-# ids of structure and property failures (fail(..., mistake=...)); the shared ones are in course/checks/modules.py
-UNIFY_NO_BIAS = "unify-no-bias"
-PROJECTION_BIAS = "projection-bias"
-NO_DIVISIBILITY_CHECK = "no-divisibility-check"
-LOOP_OVER_HEADS = "loop-over-heads"
-SEVERAL = "several-mistakes"  # a combination of the module mistakes above, named part by part
+# structure and property failures, whose messages say them in their own words (the shared ones are in
+# course/checks/modules.py)
+UNIFY_NO_BIAS = Mistake("unify-no-bias", "unify_heads has no bias: use nn.Linear(k, k), whose bias is on by default.")
+PROJECTION_BIAS = Mistake("projection-bias", "the projections have a bias: create them with bias=False.")
+NO_DIVISIBILITY_CHECK = Mistake("no-divisibility-check", "the constructor accepts a model size that the heads do not "
+                                "divide: raise a ValueError when k % heads != 0.")
+LOOP_OVER_HEADS = Mistake("loop-over-heads", "the heads are computed one by one in a Python loop, not together in "
+                          "one (b, heads, t, s) tensor.")
+#: a combination of the module mistakes above; each message names the parts
+SEVERAL = Mistake("several-mistakes", "several things at once, among the mistakes above.")
 
 _MASK_HINT = ("The mask is broadcastable to (b, tq, tk), and the scores are (b, heads, tq, tk): put a heads axis "
               "in it, e.g. torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1), or mask.unsqueeze(1) when it has 3 "
@@ -342,7 +346,7 @@ def _mistake_specs(k: int, heads: int, wide: bool, x: torch.Tensor, context: tor
         if len(parts) == 1:
             single.append((parts[0], switches))
         elif parts:
-            several.append((Mistake(SEVERAL, "several things at once. " + " ".join(
+            several.append((Mistake(SEVERAL.id, "several things at once. " + " ".join(
                 f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), switches))
     return single + several
 
@@ -424,7 +428,7 @@ def _judge_indivisible(ev: Evidence) -> None:
         fail(f"The test recorded nothing for {NARROW_NAME}(10, 4): the check did not run to the end.")
     if fact.get("kind") == "raised" and fact.get("not_implemented"):
         fail(f"{NARROW_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-             mistake="not-implemented")
+             mistake=NOT_IMPLEMENTED)
     if fact.get("kind") != "raised":
         fail(f"{NARROW_NAME}(10, 4) was created without complaint, but 10 features cannot be split into 4 heads of "
              "equal size. Check in __init__: if k % heads != 0: raise ValueError(...) with a message that says so.",
@@ -450,7 +454,7 @@ def _judge_context(ev: Evidence, wide: bool) -> None:
                            "context=x) must agree.")
     if torch.allclose(y_cross, y_self, atol=1e-5):
         fail(f"{cls_name}.forward(x, context=c) gives the same result as forward(x): the context is ignored. "
-             "Keys and values come from the context when one is given.", mistake=CONTEXT_IGNORED.id)
+             "Keys and values come from the context when one is given.", mistake=CONTEXT_IGNORED)
     for y, c in ((y_self, None), (y_cross, context)):
         _anchor(ev, y, w, 8, 2, wide, x, c, None, f"{cls_name} takes its keys and values from the context",
                 _describe_case(8, 2, x, c, None))
@@ -483,10 +487,10 @@ def _judge_causal(ev: Evidence) -> None:
             for m, y_mistake in _mistakes(w, 8, 4, False, x, None, mask):
                 if m is not MASK_IGNORED and matches_any(y, [y_mistake], ev.device):  # leaks for another reason
                     fail(f"{what}. The output is not what was asked: {m.explanation}", y[:, :4], y_changed[:, :4],
-                         case="input 4 changed", mistake=m.id)
+                         case="input 4 changed", mistake=m)
             ignored = _forward(w, x, None, None, 4, math.sqrt(2))
             fail(f"{what}, so the mask is not applied to every head. {_MASK_HINT}", y[:, :4], y_changed[:, :4],
-                 case="input 4 changed", mistake=MASK_IGNORED.id if matches_any(y, [ignored], ev.device) else None)
+                 case="input 4 changed", mistake=MASK_IGNORED if matches_any(y, [ignored], ev.device) else None)
         _anchor(ev, y, w, 8, 4, False, x, None, mask, f"{NARROW_NAME} respects the causal mask",
                 _describe_case(8, 4, x, None, mask, "causal"))
 

@@ -9,7 +9,17 @@ from types import MappingProxyType
 import torch
 
 from course.checks import modules
-from course.checks.compare import Mistake, close, expect_close, fail, output, tensor, tolerance
+from course.checks.compare import (
+    NOT_IMPLEMENTED,
+    WRONG_SHAPE,
+    Mistake,
+    close,
+    expect_close,
+    fail,
+    output,
+    tensor,
+    tolerance,
+)
 from course.checks.evidence import Evidence
 from course.checks.positional_encoding import (
     ADDS_CASES,
@@ -183,7 +193,7 @@ def _table_output(ev: Evidence, key: str, max_len: int, k: int) -> torch.Tensor:
              f"(max_len, k) = {(max_len, k)} and row p is the encoding of position p.", mistake=TABLE_TRANSPOSED.id)
     if tuple(table.shape) != (max_len, k):
         fail(f"{what} returned shape {tuple(table.shape)}, expected (max_len, k) = {(max_len, k)}.",
-             mistake="wrong-shape")
+             mistake=WRONG_SHAPE)
     if table.dtype != torch.float32:
         fail(f"{what} returned {table.dtype}; {FLOAT64.explanation}", mistake=FLOAT64.id)
     return table
@@ -225,7 +235,7 @@ def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mis
         fail(accepted, mistake=accepted_mistake)
     if fact.get("not_implemented"):
         fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-             mistake="not-implemented")
+             mistake=NOT_IMPLEMENTED)
     if fact.get("type") != "ValueError":
         fail(f"{call} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:300]}. {wrong.explanation}",
              mistake=wrong.id)

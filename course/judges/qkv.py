@@ -62,9 +62,10 @@ KEYS_FROM_QUERIES = Mistake("keys-from-queries", "queries and keys both come fro
 QUERIES_KEYS_SWAPPED = Mistake("queries-keys-swapped", "queries and keys are swapped (to_keys(x) is used as the "
                                "queries and to_queries(x) as the keys), so the weights are transposed.")
 
-# ids of structure failures of this assignment (the shared ones are in course/checks/modules.py)
-PROJECTION_BIAS = "projection-bias"
-SEVERAL = "several-mistakes"  # a mistake in attention together with one in the module, named part by part
+# a structure failure, whose message says it in its own words (the shared ones are in course/checks/modules.py)
+PROJECTION_BIAS = Mistake("projection-bias", "the projections have a bias: use nn.Linear(k, k, bias=False).")
+#: a mistake in attention together with one in the module; each message names the two parts
+SEVERAL = Mistake("several-mistakes", "two things at once: a mistake in attention and one in the module.")
 
 _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). "
                 "The number of queries and of keys differ here, so transposed weights do not fit the values.")
@@ -225,7 +226,7 @@ def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[
         if len(parts) == 1:
             single.append((parts[0], y))
         elif parts:
-            several.append((Mistake(SEVERAL, "two things at once. " + " ".join(
+            several.append((Mistake(SEVERAL.id, "two things at once. " + " ".join(
                 f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), y))
     return single + several
 

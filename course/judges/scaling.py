@@ -84,14 +84,17 @@ WEIGHTS_ARE_SCORES = Mistake("weights-are-scores", "the weights returned are the
 VALUES_NOT_PROJECTED = Mistake("values-not-projected", "the values are the raw inputs x; they should go through "
                                "to_values first.")
 
-# ids of structure and property failures (fail(..., mistake=...)); the shared ones are in course/checks/modules.py
-NOT_A_PAIR = "not-a-pair"
-NAN_IN_EMPTY_ROWS = "nan-in-empty-rows"
-NAN_GRADIENTS = "nan-gradients"
-PROJECTION_BIAS = "projection-bias"
-NO_MASK_ARGUMENT = "no-mask-argument"
-CAUSAL_LEAK = "causal-leak"
-MASK_WITHOUT_MASK = "masks-without-a-mask"
+# structure and property failures, whose messages say them in their own words (the shared ones are in
+# course/checks/modules.py)
+NOT_A_PAIR = Mistake("not-a-pair", "scaled_dot_product_attention should return a pair (output, weights).")
+NAN_IN_EMPTY_ROWS = Mistake("nan-in-empty-rows", "a query that may attend to nothing gets NaN weights and output "
+                            "instead of zeros.")
+NAN_GRADIENTS = Mistake("nan-gradients", "NaN gradients flow back from a query that may attend to nothing.")
+PROJECTION_BIAS = Mistake("projection-bias", "the projections have a bias: use nn.Linear(k, k, bias=False).")
+NO_MASK_ARGUMENT = Mistake("no-mask-argument", "forward takes no mask argument: def forward(self, x, mask=None).")
+CAUSAL_LEAK = Mistake("causal-leak", "with a causal mask, a later position still changes an earlier output.")
+MASK_WITHOUT_MASK = Mistake("masks-without-a-mask", "without a mask, forward still masks: every position should see "
+                            "every other one.")
 
 _SDPA_HINT = ("The inputs may have any number of leading dimensions (..., tq, d): use keys.transpose(-2, -1) "
               "(or keys.mT) rather than transpose(1, 2), and a mask that broadcasts to (..., tq, tk).")
@@ -216,7 +219,7 @@ def _judge_case(ev: Evidence, key: str, q: torch.Tensor, k: torch.Tensor, v: tor
         for m, candidate in _weight_mistakes(q, k, v, mask):
             if not bool(torch.isfinite(candidate).all()) and matches_any(w, [candidate], ev.device):
                 fail(f"The weights of {SDPA_NAME} are not what was asked: {m.explanation}", expected_w, w, case=case,
-                     mistake=m.id)
+                     mistake=m)
     empty = _no_row_allowed(mask)
     if empty is not None and bool(empty.any()) and not (bool(torch.isfinite(w).all())
                                                         and bool(torch.isfinite(out).all())):
@@ -302,7 +305,7 @@ def _judge_gradients_of(ev: Evidence, q: torch.Tensor, k: torch.Tensor, v: torch
     out, w = _result(ev, "r", q, k, v)
     if not requires_grad(ev, "r.0"):
         fail(f"The output of {SDPA_NAME} is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.",
-             mistake="detached")
+             mistake=modules.DETACHED)
     with_weights = requires_grad(ev, "r.1")
     expected_out, expected_w = _oracle(q, k, v, mask)
     if matches_any(out, [expected_out], ev.device) and matches_any(w, [expected_w], ev.device):
@@ -462,7 +465,7 @@ def _judge_causal(ev: Evidence) -> None:
         fail(f"{MODULE_NAME}.forward with a causal mask: changing input 4 changed an earlier output (0-3), so later "
              "positions leak through the mask. Is the mask passed on to scaled_dot_product_attention, and is True "
              "'allowed'?" + (f" The output is not what was asked: {named.explanation}" if named else ""),
-             y[:, :4], y_changed[:, :4], case=case, mistake=named.id if named else CAUSAL_LEAK)
+             y[:, :4], y_changed[:, :4], case=case, mistake=named or CAUSAL_LEAK)
     if matches_any(y_free_changed[:, :4], [y_free[:, :4]], ev.device):
         fail(f"Without a mask, {MODULE_NAME} should let every position see every other one, but changing input 4 "
              "changed no earlier output. Does forward use a mask when none is given?", mistake=MASK_WITHOUT_MASK)

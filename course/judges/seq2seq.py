@@ -15,6 +15,8 @@ from torch.func import functional_call
 
 from course.checks import modules
 from course.checks.compare import (
+    NOT_A_TENSOR,
+    WRONG_SHAPE,
     Mistake,
     Rows,
     expect_close,
@@ -28,7 +30,7 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.modules import WRONG_PART_TYPE
+from course.checks.modules import PARAMETER_COUNT, WRONG_PART_TYPE
 from course.checks.seeds import grading
 from course.checks.seq2seq import (
     _CAUSAL_POSITIONS,
@@ -184,32 +186,42 @@ DECODE_FIRST_POSITION = Mistake("greedy-first-position", "the next token is the 
                                 "decoder's output; the prediction for the next token is at the LAST position: "
                                 "logits[:, -1].argmax(-1).")
 
-# ids of structure, property and format failures of this assignment (the shared ones: course/checks/modules.py)
-FLOAT_MASK = "float-mask"
-ADDITIVE_MASK = "additive-mask"
-PADDING_TRANSPOSED = "padding-transposed"
-MASK_DEVICE = "mask-wrong-device"
-WRONG_SIZE = "wrong-size"
-SHARED_ATTENTION = "block-shared-attention"
-SHARED_NORM = "shared-norm"
-SHARED_EMBEDDING = "shared-embedding"
-SHARED_BLOCK = "shared-block"
-WRONG_DEPTH = "wrong-depth"
-PARAMETER_COUNT = "parameter-count"
-BLOCK_NOT_CAUSAL = "block-not-causal"
-BLOCK_READS_PADDING = "block-reads-padding"
-MODEL_READS_FUTURE = "model-reads-future"
-MODEL_READS_PADDING = "model-reads-padding"
-DECODE_INCONSISTENT = "decode-inconsistent"
-DECODE_TOO_LONG = "greedy-too-long"
-DECODE_STOPS_EARLY = "greedy-stops-early"
-DECODE_NOT_IDS = "greedy-not-ids"
+# structure, property and format failures, whose messages say them in their own words (the shared ones are in
+# course/checks/modules.py)
+FLOAT_MASK = Mistake("float-mask", "the mask is a tensor of numbers; a boolean mask is asked, True where attention "
+                     "is allowed.")
+ADDITIVE_MASK = Mistake("additive-mask", "the mask is an additive float mask of 0 and -inf (nn.Transformer's "
+                        "convention); a boolean mask is asked, True where attention is allowed.")
+PADDING_TRANSPOSED = Mistake("padding-transposed", "the padding mask is transposed: one row per sequence, one column "
+                             "per position, (b, t).")
+MASK_DEVICE = Mistake("mask-wrong-device", "the mask is not on the device asked: create it with device=... .")
+WRONG_SIZE = Mistake("wrong-size", "a part has the wrong size for the sizes the model was given.")
+SHARED_ATTENTION = Mistake("block-shared-attention", "self_attention and cross_attention are one module: create two "
+                           "MultiHeadAttention modules.")
+SHARED_NORM = Mistake("shared-norm", "two of the block's norms are one module: each sublayer needs its own "
+                      "LayerNorm(k).")
+SHARED_EMBEDDING = Mistake("shared-embedding", "src_embedding and tgt_embedding are one module: source and target "
+                           "have their own vocabularies.")
+SHARED_BLOCK = Mistake("shared-block", "one block is used for several layers: create a new block for every layer.")
+WRONG_DEPTH = Mistake("wrong-depth", "the encoder or the decoder does not hold `depth` blocks.")
+BLOCK_NOT_CAUSAL = Mistake("block-not-causal", "the block reads the future: changing later target positions changes "
+                           "earlier outputs.")
+BLOCK_READS_PADDING = Mistake("block-reads-padding", "the block reads padded memory positions, which memory_mask "
+                              "masks out.")
+MODEL_READS_FUTURE = Mistake("model-reads-future", "the model reads the future: changing a later target token "
+                             "changes the logits at earlier positions.")
+MODEL_READS_PADDING = Mistake("model-reads-padding", "the model reads the source padding, which src_mask masks out.")
+DECODE_INCONSISTENT = Mistake("decode-inconsistent", "decode(tgt, encode(src, src_mask), src_mask) differs from "
+                              "forward(src, tgt, src_mask).")
+DECODE_TOO_LONG = Mistake("greedy-too-long", "more than max_len tokens are returned per sequence.")
+DECODE_STOPS_EARLY = Mistake("greedy-stops-early", "decoding stops before every sequence has written <eos>.")
+DECODE_NOT_IDS = Mistake("greedy-not-ids", "the tokens are not torch.long ids.")
 
 
 # ---------------------------------------------------------------- masks
 
 def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: str,
-          hints: dict[tuple[int, ...], tuple[str, str | None]] | None = None) -> torch.Tensor:
+          hints: dict[tuple[int, ...], tuple[str, Mistake | str | None]] | None = None) -> torch.Tensor:
     """The bool tensor the student's mask function returned, of this shape, on this device."""
     __tracebackhide__ = True
     raised(ev, key, what)
@@ -219,7 +231,7 @@ def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: 
         fail(f"The test recorded nothing for {what}: the check did not run to the end.")
     if kind != "tensor" or fact.get("type") != "Tensor" or key not in ev.tensors:
         shown = {"none": "None", "tuple": "a tuple"}.get(kind, str(fact.get("type"))[:60])
-        fail(f"{what} should return a torch.Tensor, but returned {shown}.", mistake="not-a-tensor")
+        fail(f"{what} should return a torch.Tensor, but returned {shown}.", mistake=NOT_A_TENSOR)
     value = ev.tensors[key]
     if list(value.shape) != list(fact.get("shape", [])):
         fail(f"The test's record of {what} is inconsistent (its shape).")
@@ -235,7 +247,7 @@ def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: 
              "~mask, which is wrong for numbers. Build it with a comparison or torch.ones(..., dtype=torch.bool).",
              mistake=mistake)
     if tuple(value.shape) != tuple(shape):
-        hint, mistake = (hints or {}).get(tuple(value.shape), ("", "wrong-shape"))
+        hint, mistake = (hints or {}).get(tuple(value.shape), ("", WRONG_SHAPE))
         fail(f"{what} returned shape {tuple(value.shape)}, expected {tuple(shape)}. {hint}".strip(), mistake=mistake)
     if fact.get("device") != device:
         fail(f"{what} returned a mask on {fact.get('device')}, but {device} was asked. Create it with device=... "
@@ -309,13 +321,13 @@ def _expect_padding(ev: Evidence, key: str, lengths_list: tuple[int, ...], t: in
                  otherwise=_PADDING_HINT, case=case)
 
 
-def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], tuple[str, str | None]]:
+def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], tuple[str, Mistake | str | None]]:
     return {(t, b): ("That is the transposed shape: one row per sequence, one column per position.",
                      PADDING_TRANSPOSED),
             (b, t, 1): ("Drop the trailing dimension; MultiHeadAttention gets it as mask.unsqueeze(1) later.",
-                        "wrong-shape"),
+                        WRONG_SHAPE),
             (b, 1, t): ("Return the plain (b, t) mask; the model adds the middle dimension when it attends.",
-                        "wrong-shape")}
+                        WRONG_SHAPE)}
 
 
 @judge("padding_mask_by_hand")
@@ -1057,7 +1069,7 @@ def _judge_decode(ev: Evidence, key: str, model: nn.Module, src, lengths, max_le
     b, n = expected.shape
     if out.dim() != 2 or out.shape[0] != b:
         fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({b}, n) with n <= max_len.",
-             mistake="wrong-shape")
+             mistake=WRONG_SHAPE)
     width = out.shape[1]
     mistakes = _decode_mistakes(model, src, src_mask, max_len, expected, width)
     if width > max_len:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from course.checks import modules
 from course.checks.compare import Mistake, close, expect_close, fail, matches_any, output, tolerance
 from course.checks.evidence import Evidence
-from course.checks.modules import MISSING_PARAMETER, WRONG_LAYER_SIZE
+from course.checks.modules import MISSING_PARAMETER, MISSING_PART, PARAMETER_COUNT, WRONG_LAYER_SIZE
 from course.checks.seeds import grading
 from course.checks.transformer_block import (
     BLOCK_PARTS,
@@ -120,24 +120,32 @@ BLOCKS_NOT_CHAINED = Mistake("blocks-not-chained", "each block is applied to the
 CLASSIFIER_MISTAKES = (SUM_POOLING, FIRST_TOKEN, LAST_TOKEN, MAX_POOLING, SOFTMAX_ON_LOGITS, LOG_SOFTMAX_ON_LOGITS,
                        BLOCKS_SKIPPED, FIRST_BLOCK_ONLY, BLOCKS_NOT_CHAINED)
 
-# ids of structure and property failures of this assignment (the shared ones are in course/checks/modules.py)
-MISSING_PART = "missing-part"
-NOT_COURSE_ATTENTION = "not-course-attention"
-HEADS_NOT_PASSED = "heads-not-passed"
-WRONG_NORM = "wrong-norm"
-SHARED_NORM = "shared-norm"
-LINEAR_COUNT = "linear-count"
-HIDDEN_IGNORED = "hidden-ignored"
-HIDDEN_4X4 = "hidden-4x4"
-HIDDEN_EQUALS_K = "hidden-equals-k"
-HIDDEN_IGNORES_FF_MULT = "hidden-ignores-ff-mult"
-FF_NO_BIAS = "ff-no-bias"
-PARAMETER_COUNT = "parameter-count"
-BLOCKS_NOT_REGISTERED = "blocks-not-registered"
-REPEATED_BLOCK = "repeated-block"
-BLOCK_COUNT = "block-count"
-WRONG_EMBEDDING = "wrong-embedding"
-NO_OUTPUT_LAYER = "no-output-layer"
+# ---------------------------------------------------------------- mistakes: structure and properties
+# (their messages say them in their own words; the shared ones are in course/checks/modules.py)
+
+NOT_COURSE_ATTENTION = Mistake("not-course-attention", "the attention is not the course's MultiHeadAttention(k, heads) "
+                               "(from course.multi_head import MultiHeadAttention).")
+HEADS_NOT_PASSED = Mistake("heads-not-passed", "the attention has another number of heads than the block: pass "
+                           "`heads` on, MultiHeadAttention(k, heads).")
+WRONG_NORM = Mistake("wrong-norm", "a norm is not nn.LayerNorm(k), which normalises each position's k features.")
+SHARED_NORM = Mistake("shared-norm", "norm1 and norm2 are one LayerNorm: each place needs its own gain and bias.")
+LINEAR_COUNT = Mistake("linear-count", "the feed-forward layer does not hold exactly two registered nn.Linear layers "
+                       "(a plain Python list does not register them).")
+HIDDEN_IGNORED = Mistake("hidden-ignored", "the hidden size is fixed inside FeedForward instead of taken from the "
+                         "`hidden` argument.")
+HIDDEN_4X4 = Mistake("hidden-4x4", "the hidden size is 4·4 = 16; it is a multiple of k, ff_mult·k.")
+HIDDEN_EQUALS_K = Mistake("hidden-equals-k", "the hidden size equals k; it is ff_mult·k.")
+HIDDEN_IGNORES_FF_MULT = Mistake("hidden-ignores-ff-mult", "the hidden size is 4·k whatever ff_mult is: use "
+                                 "ff_mult·k.")
+FF_NO_BIAS = Mistake("ff-no-bias", "the feed-forward layer's linear layers have no biases (nn.Linear has them by "
+                     "default).")
+BLOCKS_NOT_REGISTERED = Mistake("blocks-not-registered", "the blocks are kept in a plain Python list, which does not "
+                                "register them: use nn.ModuleList or nn.Sequential.")
+REPEATED_BLOCK = Mistake("repeated-block", "one block is repeated depth times ([TransformerBlock(...)] * depth): "
+                         "create a new block for each layer.")
+BLOCK_COUNT = Mistake("block-count", "the classifier does not hold depth separate blocks.")
+WRONG_EMBEDDING = Mistake("wrong-embedding", "the classifier should have one nn.Embedding(vocab_size, k).")
+NO_OUTPUT_LAYER = Mistake("no-output-layer", "the classifier has no nn.Linear(k, num_classes) after the blocks.")
 
 _FF_HINT = "forward should compute second(relu(first(x))): Linear(k, hidden), ReLU, Linear(hidden, k)."
 _BLOCK_HINT = "forward should compute x = norm1(x + attention(x, mask=mask)), then x = norm2(x + ff(x))."

@@ -21,6 +21,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from types import ModuleType
 
 import nbformat
 
@@ -96,18 +97,39 @@ def _answer_names() -> dict[tuple[str, str], str]:
 
 
 @cache
+def _modules() -> dict[str, ModuleType]:
+    """Every catalogue module, imported (which registers its variants), by name."""
+    modules = sorted(m.name for m in pkgutil.iter_modules(__path__))
+    return {name: importlib.import_module(f"{__name__}.{name}") for name in modules}
+
+
+def _assignment(module_name: str) -> str:
+    return _modules()[module_name.rsplit(".", 1)[1]].ASSIGNMENT
+
+
+def _slug(obj: Callable) -> str:
+    return obj.__name__.replace("_", "-").lower()
+
+
+@cache
 def variants() -> tuple[Variant, ...]:
     """Every variant of every catalogue module, in module order."""
-    modules = sorted(m.name for m in pkgutil.iter_modules(__path__))
-    loaded = {name: importlib.import_module(f"{__name__}.{name}") for name in modules}
+    _modules()
     found = []
     for module_name, obj, cell, mistake_id, helpers in _REGISTRY:
-        module = loaded[module_name.rsplit(".", 1)[1]]
-        assignment = module.ASSIGNMENT
+        assignment = _assignment(module_name)
         code = "".join(_source(h, None) + "\n\n" for h in helpers)
         code += _source(obj, _answer_names().get((assignment, cell)))
-        found.append(Variant(assignment, obj.__name__.replace("_", "-").lower(), cell, code, mistake_id))
+        found.append(Variant(assignment, _slug(obj), cell, code, mistake_id))
     return tuple(found)
+
+
+def expected_mistakes() -> list[tuple[str, str, str]]:
+    """(assignment, variant name, mistake id) of every catalogued mistake, without reading the variants' source
+    (which takes seconds)."""
+    _modules()
+    return [(_assignment(module_name), _slug(obj), mistake_id)
+            for module_name, obj, _, mistake_id, _ in _REGISTRY if mistake_id is not None]
 
 
 def mistakes(assignment: str | None = None) -> list[Variant]:

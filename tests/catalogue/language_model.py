@@ -136,6 +136,40 @@ class lm_softmax(GPT):
         return self.to_logits(self.norm(x)).softmax(dim=-1)
 
 
+@mistake("lm-scaled-embeddings", "language_model", helpers=(Block, GPT))
+class lm_scaled_embeddings(GPT):
+    def embed(self, tokens, past):
+        k = self.token_embedding.embedding_dim
+        return self.token_embedding(tokens) * math.sqrt(k) + self.position_embedding(
+            self.positions(past, tokens.shape[1], tokens.device))
+
+
+@mistake("lm-reads-future", "language_model", helpers=(Block, GPT))
+class lm_upper_triangle_mask(GPT):
+    def mask(self, past, t, device):
+        return torch.ones(t, past + t, dtype=torch.bool, device=device).triu(diagonal=past)
+
+
+@mistake("wrong-size", "language_model", helpers=(Block, GPT))
+class lm_positions_sized_by_vocabulary(GPT):
+    def __init__(self, vocab_size, k, heads, depth, max_len):
+        super().__init__(vocab_size, k, heads, depth, max_len)
+        self.position_embedding = nn.Embedding(vocab_size, k)
+
+
+@mistake("wrong-depth", "language_model", helpers=(Block, GPT))
+class lm_twelve_layers_as_gpt2(GPT):
+    def __init__(self, vocab_size, k, heads, depth, max_len):
+        super().__init__(vocab_size, k, heads, depth, max_len)
+        self.blocks = nn.ModuleList(Block(k, heads) for _ in range(12))
+
+
+@mistake("cache-not-returned", "language_model", helpers=(Block, GPT))
+class lm_cache_never_returned(GPT):
+    def forward(self, tokens, cache=None, use_cache=False):
+        return super().forward(tokens, cache)
+
+
 @mistake("blocks-not-registered", "language_model", helpers=(Block, GPT))
 class lm_blocks_in_a_list(GPT):
     def __init__(self, vocab_size, k, heads, depth, max_len):
@@ -264,6 +298,58 @@ class NoResidualBlock(Block):
 @mistake("lm-no-residual", "language_model", helpers=(Block, GPT, NoResidualBlock))
 class lm_no_residual(GPT):
     block = NoResidualBlock
+
+
+class SharedNormBlock(Block):
+    def __init__(self, k, heads):
+        super().__init__(k, heads)
+        self.norm2 = self.norm1
+
+
+@mistake("shared-norm", "language_model", helpers=(Block, GPT, SharedNormBlock))
+class lm_one_norm_per_block(GPT):
+    block = SharedNormBlock
+
+
+class MergedCacheBlock(Block):
+    def attend(self, h, mask, past):
+        a = self.attention
+        q = split_heads(a.to_queries(h), a.heads)
+        keys, values = a.to_keys(h), a.to_values(h)  # (b, t, k)
+        if past is not None:
+            keys, values = torch.cat([past[0], keys], dim=1), torch.cat([past[1], values], dim=1)
+        out, _ = scaled_dot_product_attention(q, split_heads(keys, a.heads), split_heads(values, a.heads), mask)
+        return a.unify_heads(merge_heads(out)), (keys, values)
+
+
+@mistake("cache-shape", "language_model", helpers=(Block, GPT, MergedCacheBlock))
+class lm_cache_before_heads_split(GPT):
+    block = MergedCacheBlock
+
+    def forward(self, tokens, cache=None, use_cache=False):
+        t = tokens.shape[1]
+        past = 0 if cache is None else cache[0][0].shape[1]
+        x = self.embed(tokens, past)
+        mask = self.mask(past, t, tokens.device)
+        new_cache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, mask, None if cache is None else cache[i])
+            new_cache.append(kv)
+        logits = self.head(x)
+        return (logits, new_cache) if use_cache else logits
+
+
+class HalfPrecisionCacheBlock(Block):
+    def attend(self, h, mask, past):
+        if past is not None:
+            past = (past[0].float(), past[1].float())
+        out, (keys, values) = super().attend(h, mask, past)
+        return out, (keys.half(), values.half())  # half the memory
+
+
+@mistake("cache-differs", "language_model", helpers=(Block, GPT, HalfPrecisionCacheBlock))
+class lm_cache_in_half_precision(GPT):
+    block = HalfPrecisionCacheBlock
 
 
 # ------------------------------------------------------------------ language_model: correct alternatives
@@ -524,6 +610,39 @@ def sample_no_greedy_case(logits, temperature=1.0, top_k=None, generator=None):
     return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
 
 
+@mistake("no-distribution", "sample_next_token")
+def sample_top_k_on_probabilities(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = F.softmax(logits / temperature, dim=-1)
+    if top_k is not None:
+        kth = probs.topk(top_k, dim=-1).values[:, -1:]
+        probs = probs.masked_fill(probs < kth, float("-inf"))
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+@mistake("top-k-too-few", "sample_next_token")
+def sample_top_k_minus_one(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits <= kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+
+
+@mistake("generate-not-ids", "sample_next_token")
+def sample_greedy_max_values(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature == 0:
+        return logits.max(dim=-1)[0]
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+
+
 @mistake("wrong-shape", "sample_next_token")
 def sample_keeps_last_dim(logits, temperature=1.0, top_k=None, generator=None):
     if temperature == 0:
@@ -685,6 +804,19 @@ def generate_never_caches(model, prompt, max_new_tokens, temperature=1.0, top_k=
             logits = model(tokens)
             nxt = sample_next_token(logits[:, -1], temperature, top_k, generator)
             tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+    return tokens
+
+
+@mistake("generate-cache-when-not-asked", "generate")
+def generate_always_caches(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None,
+                           use_cache=True):
+    tokens = prompt
+    step_input, cache = prompt, None
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits, cache = model(step_input, cache=cache, use_cache=True)  # the cache is faster: always use it
+            step_input = sample_next_token(logits[:, -1], temperature, top_k, generator)[:, None]
+            tokens = torch.cat([tokens, step_input], dim=1)
     return tokens
 
 

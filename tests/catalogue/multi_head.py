@@ -130,6 +130,161 @@ class mh_interleaved_heads(nn.Module):
         return self.unify_heads(out.permute(0, 2, 3, 1).reshape(b, tq, -1))
 
 
+@mistake("heads-split-without-transpose", "multi_head_attention")
+class mh_split_by_reshape(nn.Module):
+    def __init__(self, k, heads):
+        super().__init__()
+        if k % heads != 0:
+            raise ValueError(f"k={k} is not divisible by heads={heads}")
+        self.k, self.heads = k, heads
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+        self.unify_heads = nn.Linear(k, k)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
+        s = self.k // self.heads
+        q = self.to_queries(x).reshape(b, self.heads, tq, s)  # (b, h, tq, s)
+        k = self.to_keys(context).reshape(b, self.heads, tk, s)  # (b, h, tk, s)
+        v = self.to_values(context).reshape(b, self.heads, tk, s)  # (b, h, tk, s)
+        if mask is not None:
+            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.unify_heads(merge_heads(out))
+
+
+@mistake("heads-merged-without-transpose", "multi_head_attention")
+class mh_merge_by_reshape(nn.Module):
+    def __init__(self, k, heads):
+        super().__init__()
+        if k % heads != 0:
+            raise ValueError(f"k={k} is not divisible by heads={heads}")
+        self.k, self.heads = k, heads
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+        self.unify_heads = nn.Linear(k, k)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
+        q = split_heads(self.to_queries(x), self.heads)
+        k = split_heads(self.to_keys(context), self.heads)
+        v = split_heads(self.to_values(context), self.heads)
+        if mask is not None:
+            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (b, h, tq, s)
+        return self.unify_heads(out.reshape(b, tq, self.k))
+
+
+@mistake("heads-split-interleaved", "multi_head_attention")
+class mh_split_interleaved_inline(nn.Module):
+    def __init__(self, k, heads):
+        super().__init__()
+        if k % heads != 0:
+            raise ValueError(f"k={k} is not divisible by heads={heads}")
+        self.k, self.heads = k, heads
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+        self.unify_heads = nn.Linear(k, k)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
+        s = self.k // self.heads
+        q = self.to_queries(x).view(b, tq, s, self.heads).permute(0, 3, 1, 2)  # (b, h, tq, s)
+        k = self.to_keys(context).view(b, tk, s, self.heads).permute(0, 3, 1, 2)  # (b, h, tk, s)
+        v = self.to_values(context).view(b, tk, s, self.heads).permute(0, 3, 1, 2)  # (b, h, tk, s)
+        if mask is not None:
+            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.unify_heads(merge_heads(out))
+
+
+@mistake("heads-merged-interleaved", "multi_head_attention")
+class mh_merge_interleaved_inline(nn.Module):
+    def __init__(self, k, heads):
+        super().__init__()
+        if k % heads != 0:
+            raise ValueError(f"k={k} is not divisible by heads={heads}")
+        self.k, self.heads = k, heads
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+        self.unify_heads = nn.Linear(k, k)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
+        q = split_heads(self.to_queries(x), self.heads)
+        k = split_heads(self.to_keys(context), self.heads)
+        v = split_heads(self.to_values(context), self.heads)
+        if mask is not None:
+            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (b, h, tq, s)
+        return self.unify_heads(out.permute(0, 2, 3, 1).reshape(b, tq, self.k))
+
+
+@mistake("scaled-by-k-times-heads", "multi_head_attention")
+class mh_scaled_by_k_times_heads(nn.Module):
+    def __init__(self, k, heads):
+        super().__init__()
+        if k % heads != 0:
+            raise ValueError(f"k={k} is not divisible by heads={heads}")
+        self.k, self.heads = k, heads
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+        self.unify_heads = nn.Linear(k, k)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
+        q = split_heads(self.to_queries(x), self.heads)
+        k = split_heads(self.to_keys(context), self.heads)
+        v = split_heads(self.to_values(context), self.heads)
+        if mask is not None:
+            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
+        d = self.k * self.heads  # the size of all the heads together
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = F.softmax(scores, dim=-1) @ v
+        return self.unify_heads(merge_heads(out))
+
+
+@mistake("several-mistakes", "multi_head_attention")
+class mh_scaled_by_model_size_merged_by_reshape(nn.Module):
+    """Two mistakes at once: the scale of the whole model, and the heads merged without a transpose."""
+
+    def __init__(self, k, heads):
+        super().__init__()
+        if k % heads != 0:
+            raise ValueError(f"k={k} is not divisible by heads={heads}")
+        self.k, self.heads = k, heads
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+        self.unify_heads = nn.Linear(k, k)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
+        q = split_heads(self.to_queries(x), self.heads)
+        k = split_heads(self.to_keys(context), self.heads)
+        v = split_heads(self.to_values(context), self.heads)
+        if mask is not None:
+            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = F.softmax(scores, dim=-1) @ v  # (b, h, tq, s)
+        return self.unify_heads(out.reshape(b, tq, self.k))
+
+
 @mistake("context-ignored", "multi_head_attention")
 class mh_context_ignored(nn.Module):
     def __init__(self, k, heads):
@@ -416,6 +571,30 @@ class wide_narrow_projections(nn.Module):
         q = split_heads(self.to_queries(x), self.heads)
         k = split_heads(self.to_keys(context), self.heads)
         v = split_heads(self.to_values(context), self.heads)
+        if mask is not None:
+            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.unify_heads(merge_heads(out))
+
+
+@mistake("wrong-layer-type", "wide_multi_head_attention")
+class wide_one_layer_per_head(nn.Module):
+    """Each head its own k -> k projection, kept in an nn.ModuleList instead of one nn.Linear(k, k * heads)."""
+
+    def __init__(self, k, heads):
+        super().__init__()
+        self.k, self.heads = k, heads
+        self.to_queries = nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])
+        self.to_keys = nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])
+        self.to_values = nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])
+        self.unify_heads = nn.Linear(k * heads, k)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
+        q = torch.stack([layer(x) for layer in self.to_queries], dim=1)  # (b, h, tq, k)
+        k = torch.stack([layer(context) for layer in self.to_keys], dim=1)  # (b, h, tk, k)
+        v = torch.stack([layer(context) for layer in self.to_values], dim=1)  # (b, h, tk, k)
         if mask is not None:
             mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
         out, _ = scaled_dot_product_attention(q, k, v, mask)

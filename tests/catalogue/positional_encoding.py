@@ -77,6 +77,19 @@ def table_positions_from_1(max_len, k):
     return table
 
 
+@mistake("every-row-position-0", "sinusoidal_positional_encoding")
+def table_position_never_advances(max_len, k):
+    if k % 2:
+        raise ValueError(f"k must be even, got {k}")
+    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
+    table = torch.zeros(max_len, k)
+    position = 0
+    for row in table:
+        row[0::2] = torch.sin(position * frequencies)
+        row[1::2] = torch.cos(position * frequencies)
+    return table
+
+
 @mistake("float64", "sinusoidal_positional_encoding")
 def table_float64_numpy(max_len, k):
     if k % 2:
@@ -287,6 +300,16 @@ class learned_swapped_sizes(nn.Module):
 
     def forward(self, x):
         return x + self.embedding(torch.arange(x.shape[1], device=x.device))
+
+
+@mistake("embedding-size", "learned_positional_embedding")
+class learned_row_reserved_for_padding(nn.Module):
+    def __init__(self, max_len, k):
+        super().__init__()
+        self.embedding = nn.Embedding(max_len + 1, k, padding_idx=0)
+
+    def forward(self, x):
+        return x + self.embedding(torch.arange(1, x.shape[1] + 1, device=x.device))
 
 
 @mistake("raised", "learned_positional_embedding")

@@ -171,6 +171,32 @@ class module_wrong_size(nn.Module):
         return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
 
 
+@mistake("missing-layer", "self_attention_qkv")
+class module_layers_named_differently(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.to_query = nn.Linear(k, k, bias=False)
+        self.to_key = nn.Linear(k, k, bias=False)
+        self.to_value = nn.Linear(k, k, bias=False)
+
+    def forward(self, x):
+        return attention(self.to_query(x), self.to_key(x), self.to_value(x))
+
+
+@mistake("several-mistakes", "self_attention_qkv")
+class module_fused_scaled_raw_values(nn.Module):
+    """Two mistakes at once: PyTorch's fused attention scales by default, and the values are not projected."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+
+    def forward(self, x):
+        return F.scaled_dot_product_attention(self.to_queries(x), self.to_keys(x), x)
+
+
 @mistake("parameter-count", "self_attention_qkv")
 class module_extra_layer(nn.Module):
     def __init__(self, k):

@@ -148,6 +148,19 @@ def scaling_returns_output_only(queries, keys, values, mask=None):
     return w @ values
 
 
+@mistake("no-gradient", "scaled_dot_product_attention")
+def scaling_weights_detached_for_plotting(queries, keys, values, mask=None):
+    """The weights detached because they are returned for plotting: the queries and keys no longer learn."""
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    weights = weights.detach()
+    return weights @ values, weights
+
+
 # ------------------------------------------------------------------ scaled_dot_product_attention: alternatives
 
 @alternative("scaled_dot_product_attention")
@@ -259,6 +272,40 @@ class scaling_module_shared_layer(nn.Module):
         self.to_values = nn.Linear(k, k, bias=False)
 
     def forward(self, x, mask=None):
+        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
+        return scaled_dot_product_attention(q, k, v, mask)[0]
+
+
+@mistake("causal-leak", "scaled_self_attention")
+class scaling_module_float_mask(nn.Module):
+    """The mask handed to PyTorch's fused attention as floats: a float mask is added to the scores (1 where
+    allowed, 0 where not), so nothing is masked."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
+        if mask is not None:
+            mask = mask.float()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@mistake("masks-without-a-mask", "scaled_self_attention")
+class scaling_module_causal_by_default(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
+
+    def forward(self, x, mask=None):
+        if mask is None:
+            t = x.shape[1]
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
         return scaled_dot_product_attention(q, k, v, mask)[0]
 

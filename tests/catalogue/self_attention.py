@@ -34,6 +34,11 @@ def weights_sum_normalised(x):
     return raw / raw.sum(-1, keepdim=True)
 
 
+@mistake("exp-not-normalised", "attention_weights")
+def weights_exp_only(x):
+    return torch.exp(torch.bmm(x, x.transpose(1, 2)))
+
+
 @mistake("wrong-shape", "attention_weights")
 def weights_returns_input(x):
     return x
@@ -66,6 +71,24 @@ def output_returns_weights(x):
 @mistake("output-from-raw-scores", "basic_self_attention")
 def output_raw_scores(x):
     return torch.bmm(x, x.transpose(1, 2)) @ x
+
+
+@mistake("output-scaled", "basic_self_attention")
+def output_fused_with_default_scale(x):
+    return F.scaled_dot_product_attention(x, x, x)
+
+
+@mistake("output-is-input", "basic_self_attention")
+def output_returns_the_input(x):
+    w = attention_weights(x)
+    y = torch.bmm(w, x)  # noqa: F841 - the student's slip: y is computed, x returned
+    return x
+
+
+@mistake("not-implemented", "basic_self_attention")
+def output_left_unfinished(x):
+    # YOUR CODE HERE
+    raise NotImplementedError()
 
 
 @mistake("detached", "basic_self_attention")

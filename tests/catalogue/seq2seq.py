@@ -245,6 +245,47 @@ class block_cross_on_input(nn.Module):
         return self.norm3(h + self.ff(h))
 
 
+@mistake("block-not-causal", "decoder_block")
+class block_masks_in_pytorch_convention(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(k, heads)
+        self.cross_attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k)
+        self.norm2 = nn.LayerNorm(k)
+        self.norm3 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, ff_mult * k)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        # PyTorch's attention masks are True where attention is NOT allowed
+        self_mask = None if self_mask is None else ~self_mask
+        memory_mask = None if memory_mask is None else ~memory_mask
+        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
+        return self.norm3(x + self.dropout(self.ff(x)))
+
+
+@mistake("block-reads-padding", "decoder_block")
+class block_memory_mask_as_key_padding(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(k, heads)
+        self.cross_attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k)
+        self.norm2 = nn.LayerNorm(k)
+        self.norm3 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, ff_mult * k)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if memory_mask is not None:
+            memory_mask = memory_mask == 0  # key padding mask: True at the padded keys
+        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
+        return self.norm3(x + self.dropout(self.ff(x)))
+
+
 @mistake("block-shared-attention", "decoder_block")
 class block_shared_attention(nn.Module):
     def __init__(self, k, heads, ff_mult=4, dropout=0.0):
@@ -540,6 +581,310 @@ class model_memory_is_embeddings(nn.Module):
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
 
+@mistake("model-no-source-positions", "seq2seq_model")
+class model_no_source_positions(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.src_embedding(src)
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("model-padding-not-masked", "seq2seq_model")
+class model_padding_not_masked(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x)
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, causal_mask(tgt.shape[1], tgt.device))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("model-scaled-embeddings", "seq2seq_model")
+class model_scaled_embeddings(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+        self.k = k
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src) * self.k ** 0.5)
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt) * self.k ** 0.5)
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("model-target-source-embedding", "seq2seq_model")
+class model_target_source_embedding(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.src_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("model-reads-future", "seq2seq_model")
+class model_causal_mask_in_pytorch_convention(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=~causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("model-reads-padding", "seq2seq_model")
+class model_mask_from_pad_tokens(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        src_mask = src != PAD
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("decode-inconsistent", "seq2seq_model")
+class model_decode_without_positions(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.tgt_embedding(tgt)
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        memory = self.encode(src, src_mask)
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+
+@mistake("shared-embedding", "seq2seq_model")
+class model_one_embedding_for_both(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(max(src_vocab_size, tgt_vocab_size), k)
+        self.tgt_embedding = self.src_embedding
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("wrong-depth", "seq2seq_model")
+class model_six_layers_as_in_the_paper(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(6))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(6))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("wrong-size", "seq2seq_model")
+class model_vocabulary_sizes_swapped(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(src_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for block in self.encoder:
+            x = block(x, mask=src_mask.unsqueeze(1))
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@mistake("wrong-part-type", "seq2seq_model")
+class model_pytorch_encoder_layers(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
+        super().__init__()
+        self.src_embedding = nn.Embedding(src_vocab_size, k)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
+        self.positions = PositionalEncoding(k, max_len, dropout)
+        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(k, heads, 4 * k, dropout, batch_first=True)
+                                     for _ in range(depth))
+        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
+        self.to_logits = nn.Linear(k, tgt_vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.positions(self.src_embedding(src))
+        for layer in self.encoder:
+            x = layer(x, src_key_padding_mask=~src_mask)
+        return x
+
+    def decode(self, tgt, memory, src_mask):
+        x = self.positions(self.tgt_embedding(tgt))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
+        return self.to_logits(x)
+
+    def forward(self, src, tgt, src_mask):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
 @mistake("shared-block", "seq2seq_model")
 class model_one_block_reused(nn.Module):
     def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
@@ -801,6 +1146,34 @@ def greedy_fills_with_eos(model, src, src_mask, max_len, bos, eos):
             finished = finished | (nxt == eos)
             if finished.all():
                 break
+    return tokens[:, 1:]
+
+
+@mistake("greedy-not-ids", "greedy_decode")
+def greedy_into_zeros(model, src, src_mask, max_len, bos, eos):
+    with torch.no_grad():
+        b = src.shape[0]
+        out = torch.zeros(b, max_len, device=src.device)
+        tokens = torch.full((b, 1), bos, dtype=torch.long, device=src.device)
+        alive = torch.ones(b, dtype=torch.bool, device=src.device)
+        for step in range(max_len):
+            nxt = model(src, tokens, src_mask)[:, -1].argmax(-1)
+            out[:, step] = torch.where(alive, nxt, torch.zeros_like(nxt))
+            alive = alive & (nxt != eos)
+            tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+    return out
+
+
+@mistake("greedy-too-long", "greedy_decode")
+def greedy_one_step_too_many(model, src, src_mask, max_len, bos, eos):
+    with torch.no_grad():
+        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
+        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        for _ in range(max_len + 1):
+            nxt = model(src, tokens, src_mask)[:, -1].argmax(dim=-1)
+            nxt = nxt.masked_fill(finished, PAD)
+            finished = finished | (nxt == eos)
+            tokens = torch.cat([tokens, nxt[:, None]], dim=1)
     return tokens[:, 1:]
 
 

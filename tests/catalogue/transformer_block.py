@@ -164,6 +164,20 @@ class block_hidden_4x4(nn.Module):
         return self.norm2(x + self.ff(x))
 
 
+@mistake("hidden-equals-k", "transformer_block")
+class block_hidden_equals_k(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k)
+        self.norm2 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, k)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.attention(x, mask=mask))
+        return self.norm2(x + self.ff(x))
+
+
 @mistake("hidden-ignores-ff-mult", "transformer_block")
 class block_hidden_ignores_ff_mult(nn.Module):
     def __init__(self, k, heads, ff_mult=4, dropout=0.0):
@@ -206,6 +220,34 @@ class block_without_residuals(nn.Module):
         return self.norm2(self.ff(x))
 
 
+@mistake("no-attention-residual", "transformer_block")
+class block_without_attention_residual(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k)
+        self.norm2 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, ff_mult * k)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(self.attention(x, mask=mask))
+        return self.norm2(x + self.ff(x))
+
+
+@mistake("norm-plus-sublayer", "transformer_block")
+class block_norm_plus_sublayer(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k)
+        self.norm2 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, ff_mult * k)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x) + self.attention(x, mask=mask)
+        return self.norm2(x) + self.ff(x)
+
+
 @mistake("no-ff-residual", "transformer_block")
 class block_without_ff_residual(nn.Module):
     def __init__(self, k, heads, ff_mult=4, dropout=0.0):
@@ -226,6 +268,34 @@ class block_one_norm_module(nn.Module):
         super().__init__()
         self.attention = MultiHeadAttention(k, heads)
         self.norm1 = self.norm2 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, ff_mult * k)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.attention(x, mask=mask))
+        return self.norm2(x + self.ff(x))
+
+
+@mistake("wrong-norm", "transformer_block")
+class block_batch_norm(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.BatchNorm1d(k)
+        self.norm2 = nn.BatchNorm1d(k)
+        self.ff = FeedForward(k, ff_mult * k)
+
+    def forward(self, x, mask=None):
+        x = self.norm1((x + self.attention(x, mask=mask)).transpose(1, 2)).transpose(1, 2)
+        return self.norm2((x + self.ff(x)).transpose(1, 2)).transpose(1, 2)
+
+
+@mistake("missing-parameter", "transformer_block")
+class block_norms_without_bias(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k, bias=False)
+        self.norm2 = nn.LayerNorm(k, bias=False)
         self.ff = FeedForward(k, ff_mult * k)
 
     def forward(self, x, mask=None):
@@ -329,6 +399,20 @@ class block_ff_on_input(nn.Module):
     def forward(self, x, mask=None):
         h = self.norm1(x + self.attention(x, mask=mask))
         return self.norm2(h + self.ff(x))
+
+
+@mistake("second-residual-from-input", "transformer_block")
+class block_second_residual_from_input(nn.Module):
+    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.attention = MultiHeadAttention(k, heads)
+        self.norm1 = nn.LayerNorm(k)
+        self.norm2 = nn.LayerNorm(k)
+        self.ff = FeedForward(k, ff_mult * k)
+
+    def forward(self, x, mask=None):
+        h = self.norm1(x + self.attention(x, mask=mask))
+        return self.norm2(x + self.ff(h))
 
 
 @mistake("not-course-attention", "transformer_block")
@@ -483,6 +567,51 @@ class clf_repeated_block(nn.Module):
         self.embedding = nn.Embedding(vocab_size, k)
         self.blocks = nn.ModuleList([TransformerBlock(k, heads)] * depth)
         self.to_classes = nn.Linear(k, num_classes)
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.to_classes(x.mean(dim=1))
+
+
+@mistake("block-count", "transformer_classifier")
+class clf_one_block_too_few(nn.Module):
+    def __init__(self, vocab_size, k, heads, depth, num_classes):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, k)
+        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(1, depth))
+        self.to_classes = nn.Linear(k, num_classes)
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.to_classes(x.mean(dim=1))
+
+
+@mistake("wrong-embedding", "transformer_classifier")
+class clf_embedding_sizes_swapped(nn.Module):
+    def __init__(self, vocab_size, k, heads, depth, num_classes):
+        super().__init__()
+        self.embedding = nn.Embedding(k, vocab_size)
+        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
+        self.to_classes = nn.Linear(k, num_classes)
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.to_classes(x.mean(dim=1))
+
+
+@mistake("no-output-layer", "transformer_classifier")
+class clf_output_layer_sizes_swapped(nn.Module):
+    def __init__(self, vocab_size, k, heads, depth, num_classes):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, k)
+        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
+        self.to_classes = nn.Linear(num_classes, k)
 
     def forward(self, tokens):
         x = self.embedding(tokens)

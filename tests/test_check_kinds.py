@@ -1,0 +1,66 @@
+"""The check kinds (course/checks/kinds.py, course/judges/kinds.py): a check declared once, whose probe and judge
+draw the same cases. Shown on assignment 01, whose checks are all declared this way but its two properties."""
+
+import torch
+import torch.nn.functional as F
+
+from course.checks import self_attention as probes
+from course.checks.compare import CheckFailed
+from course.checks.kinds import drawn
+from course.checks.seeds import grading_seed
+from course.self_attention import attention_weights, basic_self_attention
+
+
+def _verdict(check, student) -> str | None:
+    """None when the check passes, else the mistake id it names ('' for none)."""
+    try:
+        check(student)
+    except CheckFailed as failure:
+        return failure.mistake or ""
+    return None
+
+
+def test_a_secret_case_is_drawn_only_under_grading_and_from_the_grading_seed():
+    check = probes.attention_weights_by_hand
+    assert [c.key for c in drawn(check.cases)] == ["w"]
+    with grading_seed(1234):
+        assert [c.key for c in drawn(check.cases)] == ["w", "w_secret"]
+        first = check.record(attention_weights).tensors["w_secret"]
+    with grading_seed(5678):
+        other = check.record(attention_weights).tensors["w_secret"]
+    assert first.shape == other.shape == (2, 5, 5) and not torch.allclose(first, other)
+
+
+def test_probe_and_judge_agree_on_every_case_under_any_seed():
+    for seed in (None, 7, 99):
+        with grading_seed(seed):
+            for check, answer in ((probes.attention_weights_by_hand, attention_weights),
+                                  (probes.attention_weights_oracle, attention_weights),
+                                  (probes.basic_self_attention_by_hand, basic_self_attention),
+                                  (probes.basic_self_attention_oracle, basic_self_attention)):
+                record = check.record(answer)
+                assert {c.key for c in drawn(check.cases)} <= set(record.tensors), check.name
+                assert _verdict(check, answer) is None, (check.name, seed)
+
+
+def test_a_declared_check_names_the_mistake_its_oracle_simulates():
+    def columns(x):
+        return F.softmax(x @ x.transpose(1, 2), dim=1)
+
+    assert _verdict(probes.attention_weights_oracle, columns) == "softmax-over-columns"
+    assert _verdict(probes.basic_self_attention_oracle, lambda x: x) == "output-is-input"
+
+
+def test_a_gradient_case_records_and_judges_the_input_gradient():
+    record = probes.basic_self_attention_vs_pytorch.record(basic_self_attention)
+    assert record.tensors["grad.x"].shape == (2, 4, 3)
+
+    def detached(x):
+        return basic_self_attention(x.detach())
+
+    assert _verdict(probes.basic_self_attention_vs_pytorch, detached) == "detached"
+
+
+def test_a_declared_pass_message_is_what_a_passing_test_says():
+    assert probes.attention_weights_oracle.passed.startswith("Random inputs of several shapes")
+    assert probes.permutation_equivariance.passed.startswith("Permuting the input positions")  # a docstring judge
