@@ -255,18 +255,10 @@ def solution_problems(root: Path, assignment: str, notebook: str) -> list[str]:
     return problems + executed_problems(committed)
 
 
-def _sample_mistakes(root: Path):
-    """The catalogue's sample_mistakes: the catalogue is test data and lives in tests/catalogue."""
-    if str(root / "tests") not in sys.path:
-        sys.path.insert(0, str(root / "tests"))
-    from catalogue import sample_mistakes  # noqa: PLC0415 - test data, found once tests/ is on the path
-
-    return sample_mistakes
-
-
 def sample_submissions(root: Path, release: Path, assignments: list[str]) -> dict[Path, str]:
     """Relative path -> file text of the sample submissions for these assignments, and the samples' README."""
-    sample_mistakes = _sample_mistakes(root)
+    from catalogue import sample_mistakes  # noqa: PLC0415 - the catalogue is needed to build, not to grade
+
     files: dict[Path, str] = {}
     for assignment in assignments:
         wrong = {v.cell: v for v in sample_mistakes(assignment)}

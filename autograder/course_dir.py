@@ -15,6 +15,12 @@ def assignments(root: Path = ROOT) -> list[str]:
     return sorted(p.name for p in source_dir(root).iterdir() if p.is_dir() and p.name[:2].isdigit())
 
 
+def module_name(assignment: str) -> str:
+    """The name of an assignment's modules: 'multi_head' for 04_multi_head (course/multi_head.py, its reference
+    answers; course/checks/multi_head.py, its probes; course/judges/multi_head.py; catalogue/multi_head.py)."""
+    return assignment.split("_", 1)[1]
+
+
 def notebooks(assignment: str, root: Path = ROOT) -> list[str]:
     """Notebook file names of one assignment, e.g. ['self_attention.ipynb']."""
     return sorted(p.name for p in (source_dir(root) / assignment).glob("*.ipynb"))
@@ -43,7 +49,7 @@ def answer_modules(assignment: str, root: Path = ROOT) -> list[str]:
     """
     package = root / "course"
     imports = {p.stem: course_imports(p) for p in package.glob("*.py")}
-    own = assignment.split("_", 1)[1]
+    own = module_name(assignment)
     hidden = {own} if own in imports else set()
     grew = True
     while grew:

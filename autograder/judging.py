@@ -28,6 +28,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Float, Unicode
 
+from autograder import course_dir
 from autograder.secret import notebook_seed
 from course.checks import seeds
 from course.checks.check import GRADE_ID_PREFIX, Check, checks_of
@@ -47,12 +48,12 @@ class Verdict:
 
 def checks_module(assignment: str) -> ModuleType:
     """The checks of an assignment: course.checks.<name> for the assignment NN_<name>."""
-    return importlib.import_module(f"course.checks.{assignment.split('_', 1)[1]}")
+    return importlib.import_module(f"course.checks.{course_dir.module_name(assignment)}")
 
 
 def judges_module(assignment: str) -> ModuleType:
     """The judges of an assignment, with the mistakes they name: course.judges.<name> for NN_<name>."""
-    return importlib.import_module(f"course.judges.{assignment.split('_', 1)[1]}")
+    return importlib.import_module(f"course.judges.{course_dir.module_name(assignment)}")
 
 
 def check_for(assignment: str, grade_id: str) -> Check | None:

@@ -26,7 +26,7 @@ FORBIDDEN_MODULES = {
     "marshal", "runpy", "code", "codeop", "pkgutil", "threading", "multiprocessing", "concurrent", "asyncio", "pty",
     "unittest", "pytest",
     "IPython", "ipykernel", "nbgrader", "shutil", "pathlib", "io", "atexit", "weakref", "copyreg", "dis",
-    "course.checks", "course.judges", "autograder", "operator",
+    "course.checks", "course.judges", "autograder", "catalogue", "operator",
     "torch.library", "torch.overrides", "torch.utils._python_dispatch",
     "torch._C", "torch._ops", "torch.ops", "numpy.testing", "torch.testing",
 }

@@ -2,17 +2,17 @@
 a judge declares.
 
 Importing course/checks and course/judges declares every Mistake they hold (a module-level Mistake adds itself to
-course.checks.compare.MISTAKES); tests/catalogue says which variants should be diagnosed with which id, and
+course.checks.compare.declared()); catalogue/ says which variants should be diagnosed with which id, and
 test_catalogue.py grades each variant and checks that its judge names that id. Nothing here runs a notebook."""
 
 import importlib
 import pkgutil
 
 import pytest
-from catalogue import expected_mistakes
 
 import course.checks
 import course.judges
+from catalogue import expected_mistakes
 from course.checks import compare
 from course.checks.compare import Mistake
 
@@ -22,7 +22,7 @@ def _declared() -> dict[str, dict[str, Mistake]]:
     for package in (course.checks, course.judges):
         for module in pkgutil.iter_modules(package.__path__):
             importlib.import_module(f"{package.__name__}.{module.name}")
-    return compare.MISTAKES
+    return compare.declared()
 
 
 def _catalogued() -> dict[str, list[str]]:
@@ -44,7 +44,7 @@ def test_every_mistake_a_judge_can_name_is_produced_by_a_catalogued_variant():
     assert set(ONLY_ON_A_GPU) <= set(declared), "a GPU-only mistake that no judge declares any more"
     missing = sorted(set(declared) - set(catalogued) - set(ONLY_ON_A_GPU))
     assert not missing, (
-        f"{len(missing)} mistakes a judge can name are produced by no variant in tests/catalogue/; write the mistake "
+        f"{len(missing)} mistakes a judge can name are produced by no variant in catalogue/; write the mistake "
         "as a student would (or, if no real answer can reach it, delete it):\n"
         + "\n".join(f"  {i}  (declared in {', '.join(sorted(declared[i]))})" for i in missing))
 
@@ -66,23 +66,23 @@ def _at_module_level(source: str, module: str) -> dict:
 
 
 def test_a_module_level_mistake_declares_itself_under_its_module(monkeypatch):
-    monkeypatch.setattr(compare, "MISTAKES", {})
+    monkeypatch.setattr(compare, "_DECLARED", {})
     _at_module_level('A = Mistake("made-up", "one way")\nB = Mistake("made-up", "one way")', "judges_one")
     _at_module_level('A = Mistake("made-up", "another assignment\'s way")', "judges_two")
-    assert {module: m.explanation for module, m in compare.MISTAKES["made-up"].items()} == {
+    assert {module: m.explanation for module, m in compare.declared()["made-up"].items()} == {
         "judges_one": "one way", "judges_two": "another assignment's way"}
 
 
 def test_one_module_cannot_explain_an_id_two_ways(monkeypatch):
-    monkeypatch.setattr(compare, "MISTAKES", {})
+    monkeypatch.setattr(compare, "_DECLARED", {})
     with pytest.raises(ValueError, match="declares the mistake 'made-up' twice"):
         _at_module_level('A = Mistake("made-up", "one way")\nB = Mistake("made-up", "another way")', "judges_one")
 
 
 def test_a_mistake_made_in_a_function_must_reuse_a_declared_id(monkeypatch):
-    monkeypatch.setattr(compare, "MISTAKES", {})
+    monkeypatch.setattr(compare, "_DECLARED", {})
     _at_module_level('A = Mistake("made-up", "one way")', "judges_one")
     several = Mistake("made-up", "this failure's own words")  # a message composed for one failure
-    assert several.id == "made-up" and compare.MISTAKES["made-up"]["judges_one"].explanation == "one way"
+    assert several.id == "made-up" and compare.declared()["made-up"]["judges_one"].explanation == "one way"
     with pytest.raises(ValueError, match="declared nowhere"):
         Mistake("never-declared", "words")

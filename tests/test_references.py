@@ -7,7 +7,6 @@ import warnings
 import nbformat
 import pytest
 import torch
-from catalogue import defined_name
 from conftest import ASSIGNMENTS
 from replay import grade
 
@@ -15,6 +14,7 @@ import course.checks
 from autograder import course_dir
 from autograder.notebooks import answer_cells, grade_id
 from autograder.tamper import CHECKS_NAME
+from catalogue import defined_name
 from course.device import get_device
 
 NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]
@@ -23,7 +23,7 @@ NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)
 def test_reference_module_scores_full_marks_without_warnings(assignment, notebook):
     """course/<name>.py holds the answers of assignment NN_<name>; graded in place of the answers, full marks."""
-    module = assignment.split("_", 1)[1]
+    module = course_dir.module_name(assignment)
     nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
     answers = {cell: f"from course.{module} import {defined_name(code)}\n" for cell, code in answer_cells(nb).items()}
     with warnings.catch_warnings():
@@ -57,5 +57,5 @@ def test_every_setup_cell_binds_its_checks_to_the_name_the_tamper_flags_watch():
         for notebook in course_dir.notebooks(assignment):
             nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
             setup = next(c for c in nb.cells if grade_id(c) == "setup")
-            module = assignment.split("_", 1)[1]
+            module = course_dir.module_name(assignment)
             assert f"from course.checks import {module} as {CHECKS_NAME}" in setup.source, assignment

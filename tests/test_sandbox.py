@@ -337,6 +337,8 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
                   "except ImportError as e:\n    print('refused:', e)\n"
                   f"import os\nprint('listed', sorted(os.listdir({str(REPO / 'course' / 'judges')!r})))\n"
                   "import course.checks.self_attention as probes\nprint('probes', probes.hand_x().shape)",
+        "catalogue": "try:\n    import catalogue.self_attention\n    print('IMPORTED')\n"
+                     "except ImportError:\n    print('refused')",
         "cache": f"import os\nd = {str(REPO / 'course' / '__pycache__')!r}\n"
                  "print('compiled', [f for f in os.listdir(d) if 'multi_head' in f] if os.path.isdir(d) else [])",
     })
@@ -345,6 +347,7 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
     assert "earlier ok" in out["earlier"]
     assert out["read"].strip() == "False"
     assert out["cache"].strip() == "compiled []"
+    assert out["catalogue"].strip() == "refused", "the catalogue's correct alternatives are answers"
     assert "refused: course.judges decides the grades" in out["judges"], out["judges"]
     assert "listed ['__init__.py']" in out["judges"], out["judges"]
     assert "probes torch.Size([1, 3, 2])" in out["judges"], out["judges"]

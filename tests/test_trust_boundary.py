@@ -131,9 +131,9 @@ def test_every_probe_runs_with_the_judges_unimportable(tmp_path):
         "import importlib, sys\n"
         "sys.modules['course.judges'] = None  # import course.judges... raises ImportError\n"
         "sys.path.insert(0, 'tests')\n"
-        "from replay import records\n"
+        "from replay import records\nfrom autograder.course_dir import module_name\n"
         f"for a in {ASSIGNMENTS!r}:\n"
-        "    importlib.import_module('course.checks.' + a.split('_', 1)[1])\n"
+        "    importlib.import_module('course.checks.' + module_name(a))\n"
         "for a, nb in (('07_seq2seq', 'seq2seq.ipynb'), ('08_language_model', 'language_model.ipynb')):\n"
         "    print(a, len(records(a, nb)))\n"
         "print('judges imported:', any(m.startswith('course.judges.') for m in sys.modules))\n")

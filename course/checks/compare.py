@@ -11,7 +11,7 @@ import sys
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import Any, NoReturn
 
 import torch
@@ -28,11 +28,11 @@ class Mistake:
     """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
     explanation a student reads.
 
-    Declare every mistake as a module-level constant: it then adds itself to MISTAKES, so importing the judges lists
-    every id they can name (tests/test_mistake_coverage.py holds the catalogue to that list). A module declares an
-    id once (again only with the same explanation); another assignment's module may explain the same id in its own
-    words. A Mistake made inside a function (the message of one failure, several mistakes named at once) reuses a
-    declared id and is not added."""
+    Declare every mistake as a module-level constant: it then declares itself (see declared()), so importing the
+    judges lists every id they can name (tests/test_mistake_coverage.py holds the catalogue to that list). A module
+    declares an id once (again only with the same explanation); another assignment's module may explain the same id
+    in its own words. A Mistake made inside a function (the message of one failure, several mistakes named at once)
+    reuses a declared id and is not added."""
 
     id: str
     explanation: str
@@ -41,18 +41,23 @@ class Mistake:
         _declare(self, sys._getframe(2))  # the code that wrote Mistake(...), past the dataclass's __init__
 
 
-#: every declared mistake: id -> {the module that declared it: the Mistake}
-MISTAKES: dict[str, dict[str, Mistake]] = {}
+#: every declared mistake: id -> {the module that declared it: the Mistake} (read it with declared())
+_DECLARED: dict[str, dict[str, Mistake]] = {}
+
+
+def declared() -> Mapping[str, Mapping[str, Mistake]]:
+    """Every mistake declared so far (import the judges first to have them all), read-only."""
+    return MappingProxyType({key: MappingProxyType(dict(value)) for key, value in _DECLARED.items()})
 
 
 def _declare(mistake: Mistake, where: FrameType) -> None:
     if where.f_code.co_name != "<module>":
-        if mistake.id not in MISTAKES:
+        if mistake.id not in _DECLARED:
             raise ValueError(f"the mistake {mistake.id!r} is made in {where.f_code.co_name}() but declared nowhere: "
                              "declare it as a module-level Mistake constant")
         return
     module = where.f_globals.get("__name__", "?")
-    known = MISTAKES.setdefault(mistake.id, {}).setdefault(module, mistake)
+    known = _DECLARED.setdefault(mistake.id, {}).setdefault(module, mistake)
     if known.explanation != mistake.explanation:
         raise ValueError(f"{module} declares the mistake {mistake.id!r} twice, with different explanations")
 

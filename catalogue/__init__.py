@@ -142,6 +142,6 @@ def alternatives(assignment: str | None = None) -> list[Variant]:
 
 def sample_mistakes(assignment: str) -> list[Variant]:
     """The mistakes of the sample batch's 'sample-mistakes' submission: one per answer cell, none cancelling another."""
-    module = importlib.import_module(f"{__name__}.{assignment.split('_', 1)[1]}")
+    module = importlib.import_module(f"{__name__}.{course_dir.module_name(assignment)}")
     names = set(getattr(module, "SAMPLE_MISTAKES", ()))
     return [v for v in mistakes(assignment) if v.name in names]
