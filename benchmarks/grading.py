@@ -35,8 +35,9 @@ from autograder.notebooks import answer_cells, filled
 
 sys.path.insert(0, str(course_dir.ROOT / "tests"))
 import servers  # noqa: E402 - the tests' real servers: PostgreSQL and a Dask cluster
-from catalogue import mistakes  # noqa: E402
 from conftest import instructor_course  # noqa: E402
+
+from catalogue import mistakes  # noqa: E402
 
 ASSIGNMENTS = ["01_self_attention", "02_qkv"]
 RUNS = ("plain", "local1", "local2", "dask2", "dask2-kill", "sqlite2", "postgres2")

@@ -31,8 +31,9 @@ from autograder.notebooks import answer_cells, filled
 
 sys.path.insert(0, str(course_dir.ROOT / "tests"))
 import servers  # noqa: E402 - the tests' real JupyterLab
-from catalogue import mistakes  # noqa: E402
 from conftest import instructor_course  # noqa: E402
+
+from catalogue import mistakes  # noqa: E402
 
 A = "01_self_attention"
 NB = course_dir.notebooks(A)[0]

@@ -11,12 +11,11 @@ import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # replays run setup cells that import pyplot
 
-from catalogue import mistakes
-
 from autograder import course_dir, sandbox
 from autograder.grade import Course, grade
 from autograder.notebooks import answer_cells, filled
 from autograder.results import Grade
+from catalogue import mistakes
 
 ROOT = course_dir.ROOT
 #: Developer convenience: COURSE_TEST_ASSIGNMENTS=03_scaling,04_multi_head grades only those in the batch.

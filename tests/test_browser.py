@@ -27,13 +27,13 @@ from urllib.parse import urlsplit
 
 import nbformat
 import pytest
-from catalogue import mistakes
 from conftest import source_answers
 
 from autograder import course_dir
 from autograder.judging import judges_module
 from autograder.notebooks import grade_id
 from autograder.website import build_site
+from catalogue import mistakes
 from course.checks.compare import WIDTH, Mistake
 
 ROOT = course_dir.ROOT

@@ -7,13 +7,13 @@ from functools import cache
 
 import nbformat
 import pytest
-from catalogue import alternatives, mistakes, variants
 from conftest import ASSIGNMENTS, source_answers
 from replay import grade
 
 from autograder import course_dir
 from autograder.judging import checks_module
 from autograder.notebooks import cleared, grade_id
+from catalogue import alternatives, mistakes, variants
 from course.checks.check import GRADE_ID_PREFIX, checks_of
 
 NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]

@@ -64,3 +64,20 @@ def test_a_gradient_case_records_and_judges_the_input_gradient():
 def test_a_declared_pass_message_is_what_a_passing_test_says():
     assert probes.attention_weights_oracle.passed.startswith("Random inputs of several shapes")
     assert probes.permutation_equivariance.passed.startswith("Permuting the input positions")  # a docstring judge
+
+
+def test_a_module_check_builds_with_the_checks_weights_and_records_every_gradient():
+    from course.checks import qkv as probes_02  # noqa: PLC0415 - assignment 02's declared module checks
+    from course.qkv import SelfAttentionQKV  # noqa: PLC0415
+
+    record = probes_02.self_attention_qkv_oracle.record(SelfAttentionQKV)
+    assert {"y0", "y1", "y2", "y_grad", "grad.x"} <= set(record.tensors)
+    assert {"grad.to_queries.weight", "grad.to_keys.weight", "grad.to_values.weight"} <= set(record.tensors)
+    assert _verdict(probes_02.self_attention_qkv_oracle, SelfAttentionQKV) is None
+
+    class KeysAsValues(SelfAttentionQKV):
+        def forward(self, x):
+            from course.qkv import attention  # noqa: PLC0415
+            return attention(self.to_queries(x), self.to_keys(x), self.to_keys(x))
+
+    assert _verdict(probes_02.self_attention_qkv_oracle, KeysAsValues) == "keys-as-values"

@@ -20,7 +20,6 @@ import hostile_containment
 import hostile_content
 import nbformat
 import pytest
-from catalogue import mistakes
 from conftest import (
     complete_submission,
     feedback_text,
@@ -36,6 +35,7 @@ from replay import grade as replay_grade
 from autograder.grade import grade
 from autograder.notebooks import grade_id
 from autograder.results import csv_text
+from catalogue import mistakes
 from course.checks import multi_head as multi_head_checks
 from course.checks import self_attention as self_attention_checks
 from course.checks.check import checks_of

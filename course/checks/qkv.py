@@ -8,6 +8,7 @@ random input and weight comes from the grader's secret seed, and the case worked
 """
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -16,7 +17,7 @@ from course.checks import modules
 from course.checks.check import Check
 from course.checks.compare import randn
 from course.checks.evidence import Recorder
-from course.checks.seeds import grading
+from course.checks.kinds import Built, Case, ModuleCase, builds, calls, random_case
 
 ROLES = ("to_queries", "to_keys", "to_values")
 
@@ -39,11 +40,22 @@ def hand_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q, k, v
 
 
-def secret_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Under grading, the random case the check worked by hand adds (its seeds are salted with the grader's
-    secret)."""
-    b, tq, tk, k, v = SECRET
-    return randn(b, tq, k, seed=570), randn(b, tk, k, seed=571), randn(b, tk, v, seed=572)
+def _named(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"queries": queries, "keys": keys, "values": values}
+
+
+def _random_qkv(shape: tuple[int, ...], seeds: tuple[int, int, int]) -> dict[str, torch.Tensor]:
+    b, tq, tk, k, v = shape
+    return _named(randn(b, tq, k, seed=seeds[0]), randn(b, tk, k, seed=seeds[1]), randn(b, tk, v, seed=seeds[2]))
+
+
+def qkv_case(key: str, shape: tuple[int, ...], seeds: tuple[int, int, int], *, secret: bool = False,
+             upstream_seed: int | None = None) -> Case:
+    """Random queries (b, tq, k), keys (b, tk, k), values (b, tk, v) from three seeds; with upstream_seed, an
+    upstream gradient of the output (b, tq, v) too."""
+    b, tq, tk, k, v = shape
+    upstream = partial(randn, b, tq, v, seed=upstream_seed) if upstream_seed is not None else None
+    return Case(key, partial(_random_qkv, shape, seeds), f"b={b}, tq={tq}, tk={tk}, k={k}, v={v}", secret, upstream)
 
 
 def average_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -52,12 +64,6 @@ def average_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
     keys = randn(2, 6, 4, seed=531)
     same = randn(2, 1, 5, seed=532).expand(2, 6, 5).contiguous()
     return queries, keys, same, randn(2, 6, 5, seed=533)
-
-
-def small_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """queries, keys, values of the small case, and the upstream gradient of the output."""
-    b, tq, tk, k, v = SMALL
-    return randn(b, tq, k, seed=560), randn(b, tk, k, seed=561), randn(b, tk, v, seed=562), randn(b, tq, v, seed=563)
 
 
 def oracle_inputs(i: int, b: int, tq: int, tk: int, k: int, v: int) -> tuple[torch.Tensor, ...]:
@@ -73,13 +79,9 @@ def lookup_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 # ---------------------------------------------------------------- attention: the probes
 
-def _probe_by_hand(attention: Callable, rec: Recorder) -> None:
-    rec.call("y", attention, *(t.to(rec.device) for t in hand_inputs()))
-    if grading():
-        rec.call("y_secret", attention, *(t.to(rec.device) for t in secret_inputs()))
-
-
-attention_by_hand = Check("attention_by_hand", _probe_by_hand)
+attention_by_hand = calls("attention_by_hand", (
+    Case("y", lambda: _named(*hand_inputs()), "q=[1,0], keys=[1,0],[0,1], values=10,20"),
+    qkv_case("y_secret", SECRET, (570, 571, 572), secret=True)))
 
 
 def _probe_average(attention: Callable, rec: Recorder) -> None:
@@ -91,14 +93,7 @@ def _probe_average(attention: Callable, rec: Recorder) -> None:
 attention_weighted_average = Check("attention_weighted_average", _probe_average)
 
 
-def _probe_attention_vs_pytorch(attention: Callable, rec: Recorder) -> None:
-    *inputs, upstream = small_inputs()
-    queries, keys, values = (t.to(rec.device).requires_grad_(True) for t in inputs)
-    y = rec.call("y", attention, queries, keys, values)
-    modules.backward(rec, y, upstream, {"queries": queries, "keys": keys, "values": values})
-
-
-attention_vs_pytorch = Check("attention_vs_pytorch", _probe_attention_vs_pytorch)
+attention_vs_pytorch = calls("attention_vs_pytorch", (qkv_case("y", SMALL, (560, 561, 562), upstream_seed=563),))
 
 
 def _probe_attention_oracle(attention: Callable, rec: Recorder) -> None:
@@ -140,45 +135,25 @@ self_attention_qkv_structure = Check("self_attention_qkv_structure", _probe_stru
 
 # ---------------------------------------------------------------- the module: PyTorch's attention and gradients
 
-def _probe_gradient_case(cls: Callable, rec: Recorder, k: int, seed: int, x: torch.Tensor,
-                         upstream: torch.Tensor) -> None:
-    module = _make(cls, rec, "grad_module", k, seed)
-    if module is not None:
-        x = x.to(rec.device).requires_grad_(True)
-        modules.backward(rec, rec.call("y_grad", module, x), upstream, {"x": x}, module)
+def _module_case(built: Built, key: str, shape: tuple[int, int, int], seed: int, *, grad_seed: int | None = None,
+                 label: str = "") -> ModuleCase:
+    """The module built as `built`, run on a random x of shape (seed); with grad_seed, also backpropagated."""
+    case = random_case(key, shape, seed, upstream=(shape, grad_seed) if grad_seed is not None else None)
+    return ModuleCase(built, Case(case.key, case.inputs, label or case.label, upstream=case.upstream))
 
 
-def small_module_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    """x (2, 3, 4) and the upstream gradient of the output."""
-    return randn(2, 3, 4, seed=751), randn(2, 3, 4, seed=752)
+def _gradient_case(seed: int, shape: tuple[int, int, int]) -> ModuleCase:
+    """A k = 4 module (weights from seed) on x of shape (seed + 1), with an upstream gradient (seed + 2)."""
+    return _module_case(Built("grad_module", (4,), seed), "y_grad", shape, seed + 1, grad_seed=seed + 2,
+                        label=f"k=4, x of shape {shape}")
 
 
-def _probe_module_vs_pytorch(cls: Callable, rec: Recorder) -> None:
-    _probe_gradient_case(cls, rec, 4, 750, *small_module_inputs())
-
-
-self_attention_qkv_vs_pytorch = Check("self_attention_qkv_vs_pytorch", _probe_module_vs_pytorch)
-
-
-def module_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
-    return randn(b, t, k, seed=650 + i)
-
-
-def gradient_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    """x (2, 5, 4) of the oracle check's gradient case, and the upstream gradient of the output."""
-    return randn(2, 5, 4, seed=701), randn(2, 5, 4, seed=702)
-
-
-def _probe_module_oracle(cls: Callable, rec: Recorder) -> None:
-    for i, (b, t, k) in enumerate(MODULE_SHAPES):
-        module = _make(cls, rec, f"module{i}", k, 600 + i)
-        if module is None:
-            return
-        _run(rec, f"y{i}", module, module_x(i, b, t, k))
-    _probe_gradient_case(cls, rec, 4, 700, *gradient_inputs())
-
-
-self_attention_qkv_oracle = Check("self_attention_qkv_oracle", _probe_module_oracle)
+self_attention_qkv_vs_pytorch = builds("self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),),
+                                       layers=ROLES)
+self_attention_qkv_oracle = builds("self_attention_qkv_oracle", (
+    *(_module_case(Built(f"module{i}", (k,), 600 + i), f"y{i}", (b, t, k), 650 + i)
+      for i, (b, t, k) in enumerate(MODULE_SHAPES)),
+    _gradient_case(700, (2, 5, 4))), layers=ROLES)
 
 
 # ---------------------------------------------------------------- the module: permutation equivariance

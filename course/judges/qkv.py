@@ -10,30 +10,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from course.checks import modules
+from course.checks import qkv as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.qkv import (
     ATTENTION_SHAPES,
-    MODULE_SHAPES,
     PERMUTATION,
     ROLES,
-    SECRET,
-    SMALL,
     STRUCTURE_K,
     average_inputs,
     equivariance_x,
-    gradient_inputs,
-    hand_inputs,
     lookup_inputs,
-    module_x,
     oracle_inputs,
-    secret_inputs,
-    small_inputs,
-    small_module_inputs,
     structure_x,
 )
-from course.checks.seeds import grading
 from course.judges import judge, oracles
+from course.judges.kinds import ModuleOracle, Oracle, against, against_module
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -134,22 +126,25 @@ def _anchor_attention(ev: Evidence, y: torch.Tensor, q: torch.Tensor, k: torch.T
 
 # ---------------------------------------------------------------- attention
 
-@judge("attention_by_hand")
-def _judge_by_hand(ev: Evidence) -> None:
+def _hand_answer() -> torch.Tensor:
     """One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1)."""
-    q, k, v = hand_inputs()
     e = math.e
-    expected = torch.tensor([[[10.0 * e / (e + 1) + 20.0 / (e + 1)]]])
-    y = _attention_output(ev, "y", 1, 1, 2, 2, 1)
-    expect_close(y, expected, what=ATTENTION_NAME, device=ev.device, mistakes=_attention_mistakes(q, k, v),
-                 otherwise=_ATTENTION_HINT, case="q=[1,0], keys=[1,0],[0,1], values=10,20")
-    if grading():
-        b, tq, tk, d, dv = SECRET
-        q, k, v = secret_inputs()
-        y = _attention_output(ev, "y_secret", *SECRET)
-        expect_close(y, _attention_oracle(q, k, v), what=ATTENTION_NAME, device=ev.device,
-                     mistakes=_attention_mistakes(q, k, v), otherwise=_ATTENTION_HINT,
-                     case=f"b={b}, tq={tq}, tk={tk}, k={d}, v={dv}")
+    return torch.tensor([[[10.0 * e / (e + 1) + 20.0 / (e + 1)]]])
+
+
+ATTENTION = Oracle(
+    ATTENTION_NAME, _attention_oracle, "F.scaled_dot_product_attention",
+    shape=lambda queries, keys, values: (queries.shape[0], queries.shape[1], values.shape[-1]),
+    mistakes=lambda queries, keys, values: _attention_mistakes(queries, keys, values), otherwise=_ATTENTION_HINT,
+    hint=_SHAPES_HINT,
+    shape_hints=lambda queries, keys, values: _shape_hints(queries.shape[0], queries.shape[1], keys.shape[1],
+                                                            keys.shape[-1], values.shape[-1]))
+
+against(probes.attention_by_hand, ATTENTION, answers={"y": _hand_answer},
+        passed="One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1).")
+against(probes.attention_vs_pytorch, ATTENTION,
+        passed="A batch of two (tq != tk, v != k) against PyTorch's fused attention, unscaled; the gradients reach "
+               "the queries, keys and values as autograd through it gives them.")
 
 
 @judge("attention_weighted_average")
@@ -164,21 +159,6 @@ def _judge_average(ev: Evidence) -> None:
     y = _attention_output(ev, "y_anchor", 2, 3, 6, 4, 5)
     _anchor_attention(ev, y, queries, keys, different, f"{ATTENTION_NAME} averages identical values correctly",
                       "queries (2, 3, 4), keys (2, 6, 4), values (2, 6, 5)")
-
-
-@judge("attention_vs_pytorch")
-def _judge_attention_vs_pytorch(ev: Evidence) -> None:
-    """A batch of two (tq != tk, v != k) against PyTorch's fused attention, unscaled; the gradients reach the
-    queries, keys and values as autograd through it gives them."""
-    queries, keys, values, upstream = small_inputs()
-    case = "b=2, tq=3, tk=4, k=4, v=2"
-    y = _attention_output(ev, "y", *SMALL)
-    expect_close(y, _attention_oracle(queries, keys, values), what=ATTENTION_NAME, device=ev.device,
-                 mistakes=_attention_mistakes(queries, keys, values), otherwise=_ATTENTION_HINT, case=case)
-    modules.expect_attached(ev, "y", ATTENTION_NAME)
-    grads = modules.autograd(lambda _, **qkv: _attention_oracle(**qkv), {},
-                             {"queries": queries, "keys": keys, "values": values}, upstream)
-    modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=case, oracle="F.scaled_dot_product_attention")
 
 
 @judge("attention_oracle")
@@ -309,41 +289,19 @@ def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
     return oracles.as_course(oracles.gradients(_mha(w, k), x, upstream, query_scale=oracles.unscaled(k)))
 
 
-def _judge_gradient_case(ev: Evidence, k: int, seed: int, x: torch.Tensor, upstream: torch.Tensor) -> None:
-    """The output against nn.MultiheadAttention with the check's weights, and the gradients of a loss on it, with
-    respect to x and the three weights, against autograd through it."""
-    __tracebackhide__ = True
-    w = _weights(ev, "grad_module", k, seed)
-    case = f"k={k}, x of shape {tuple(x.shape)}"
-    y = _module_output(ev, "y_grad", tuple(x.shape))
-    expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
-                 mistakes=_module_mistakes(w, x), case=case,
-                 otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
-    modules.expect_attached(ev, "y_grad", f"{MODULE_NAME}.forward(x)")
-    modules.expect_gradients(ev, _oracle_gradients(w, x, upstream), owner=f"{MODULE_NAME}.forward", case=case,
-                             oracle="nn.MultiheadAttention")
+MODULE = ModuleOracle(
+    f"{MODULE_NAME}.forward(x)", lambda ev, built: _weights(ev, built.key, *built.args, built.seed),
+    compute=_module_oracle, gradients=lambda w, upstream, x: _oracle_gradients(w, x, upstream),
+    name="nn.MultiheadAttention", mistakes=_module_mistakes, hint=_FORWARD_HINT,
+    otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
 
-
-@judge("self_attention_qkv_vs_pytorch")
-def _judge_module_vs_pytorch(ev: Evidence) -> None:
-    """A batch of two against PyTorch's own multi-head attention (one head) with the check's weights loaded into
-    your module; the gradients reach the input and the three projections."""
-    _judge_gradient_case(ev, 4, 750, *small_module_inputs())
-
-
-@judge("self_attention_qkv_oracle")
-def _judge_module_oracle(ev: Evidence) -> None:
-    """Random weights and inputs against PyTorch's own multi-head attention (one head) with the same weights; and
-    the gradients of a loss on the output, with respect to the input and the three weights, against autograd
-    through it."""
-    for i, (b, t, k) in enumerate(MODULE_SHAPES):
-        w = _weights(ev, f"module{i}", k, 600 + i)
-        x = module_x(i, b, t, k)
-        y = _module_output(ev, f"y{i}", (b, t, k))
-        expect_close(y, _module_oracle(w, x), what=f"{MODULE_NAME}.forward(x)", device=ev.device,
-                     mistakes=_module_mistakes(w, x), case=f"x of shape {(b, t, k)}",
-                     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
-    _judge_gradient_case(ev, 4, 700, *gradient_inputs())
+against_module(probes.self_attention_qkv_vs_pytorch, MODULE,
+               passed="A batch of two against PyTorch's own multi-head attention (one head) with the check's "
+                      "weights loaded into your module; the gradients reach the input and the three projections.")
+against_module(probes.self_attention_qkv_oracle, MODULE,
+               passed="Random weights and inputs against PyTorch's own multi-head attention (one head) with the "
+                      "same weights; and the gradients of a loss on the output, with respect to the input and the "
+                      "three weights, against autograd through it.")
 
 
 @judge("self_attention_qkv_equivariance")
