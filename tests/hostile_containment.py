@@ -23,8 +23,8 @@ from autograder.notebooks import grade_id
 
 A, NB = "01_self_attention", "self_attention.ipynb"
 #: the hostile class's per-notebook budget (test_hostile.py passes it to grade()); the sleeper sleeps longer
-#: (a notebook whose cells crash the kernel reruns them after each restart: 75 s leaves room for a loaded machine)
-NOTEBOOK_SECONDS = 75
+#: (a notebook whose cells crash the kernel reruns them after each restart: 55 s leaves room for a loaded machine)
+NOTEBOOK_SECONDS = 55
 #: 300 MB of display updates, each rewriting one output in place (before the fix: never counted)
 UPDATE_FLOOD = "_h = display('start', display_id=True)\nfor _i in range(300):\n    _h.update('y' * 1_000_000)"
 #: 5 cells raising a 10 MB error each (the error output, the reply and the traceback carry it)

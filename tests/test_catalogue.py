@@ -68,7 +68,17 @@ def test_correct_alternative_scores_full_marks(variant):
     assert result.score == result.max_score, result.failures()
 
 
-@pytest.mark.parametrize("variant", [v for v in mistakes() if v.assignment in ASSIGNMENTS], ids=_id)
+#: assignments whose replays train small models (about 0.5 s each): under a grading seed, half of their mistakes
+#: (a fixed half, by name) are replayed, to keep the suite within its time; every other mistake is replayed under both
+TRAINED = ("07_seq2seq", "08_language_model")
+
+
+def _under_grading(variant) -> bool:
+    return variant.assignment not in TRAINED or zlib.crc32(variant.name.encode()) % 2 == 0
+
+
+@pytest.mark.parametrize("variant", [v for v in mistakes() if v.assignment in ASSIGNMENTS and _under_grading(v)],
+                         ids=_id)
 def test_mistake_is_named_under_a_grading_seed(variant):
     result = _graded(variant, under_grading=True)
     assert result.score < result.max_score, f"{variant.name} was not caught"
