@@ -22,6 +22,8 @@ from autograder.workspace import quiet_gradebook
 
 #: statuses of a submission that was handed in but could not be graded: the gradebook gets a 0 with the reason
 UNGRADABLE = ("missing-notebook", "invalid-notebook", "error")
+#: how the comment of a submission recorded by mark() begins
+NOT_GRADED = "Not graded "
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Entry:
     seconds_late: float
     flagged: bool
     cells: dict[str, tuple[float, float]] = field(default_factory=dict)  # grade_id -> (score, max_score)
+    note: str = ""  # the reason mark() recorded for a submission that could not be graded, if it made this one
 
     @property
     def score(self) -> float:
@@ -79,16 +82,18 @@ def read(db_url: str) -> Record:
         for assignment in gradebook.assignments:
             maxima[assignment.name] = float(assignment.max_score)
             for submission in assignment.submissions:
-                cells, flagged = {}, False
+                cells, flagged, note = {}, False, ""
                 for notebook in submission.notebooks:
                     flagged = flagged or bool(notebook.flagged)
+                    note = note or next((c.auto_comment for c in notebook.comments
+                                         if (c.auto_comment or "").startswith(NOT_GRADED)), "")
                     for grade in notebook.grades:
                         if grade.max_score > 0:
                             cells[grade.name] = (float(grade.score), float(grade.max_score))
                 entries[submission.student.id, assignment.name] = Entry(
                     submission.student.id, assignment.name, float(submission.score),
                     float(submission.late_submission_penalty or 0.0), float(submission.max_score),
-                    submission.timestamp, float(submission.total_seconds_late or 0.0), flagged, cells)
+                    submission.timestamp, float(submission.total_seconds_late or 0.0), flagged, cells, note)
     return Record(students, maxima, entries)
 
 
@@ -98,6 +103,9 @@ def derive(rows: list[Grade], record: Record) -> list[Grade]:
     derived = []
     for row in rows:
         entry = record.entries.get((row.student, row.assignment))
+        if entry is not None and row.status in UNGRADABLE and entry.note == "":
+            row = Grade(**{**row.__dict__, "score": entry.score, "max_score": entry.max_score, "late": entry.late,
+                           "message": f"{row.message}; the gradebook keeps the score of an earlier submission"})
         if entry is not None and row.status in GRADED:
             order = list(row.cells) + [name for name in entry.cells if name not in row.cells]
             row = Grade(**{**row.__dict__, "score": entry.score, "max_score": entry.max_score, "late": entry.late,
@@ -147,9 +155,9 @@ def missing_rows(rows: list[Grade], students: list[str], assignments: tuple[str,
 def mark(db_url: str, rows: list[Grade], timestamps: dict[tuple[str, str], datetime | None]) -> None:
     """Write into the gradebook what nbgrader's autograde cannot: each flagged submission's notebooks flagged (as a
     grader flags them in Formgrader; a flag is never cleared here, since a person may have set it), and for a
-    submission that could not be graded, the student, a submission scoring 0 and the reason as a comment. An
-    earlier graded submission is kept when the grader itself failed (`error`), and set to 0 when the student's new
-    submission has no gradable notebook."""
+    submission that could not be graded, the student, a submission scoring 0 and the reason as a comment. A
+    submission the gradebook already holds (an earlier one graded, manual scores) is left as it is: derive() then
+    shows its score."""
     with quiet_gradebook(), Gradebook(db_url) as gradebook:
         for row in rows:
             if row.status == "flagged":
@@ -161,14 +169,13 @@ def mark(db_url: str, rows: list[Grade], timestamps: dict[tuple[str, str], datet
                     notebook.flagged = True
             elif row.status in UNGRADABLE:
                 try:
-                    submission = gradebook.find_submission(row.assignment, row.student)
-                    if row.status == "error":
-                        continue
+                    gradebook.find_submission(row.assignment, row.student)
+                    continue  # an earlier submission's scores stay: removing a result is never a side effect
                 except MissingEntry:
                     gradebook.update_or_create_student(row.student)
                     submission = gradebook.add_submission(row.assignment, row.student,
                                                           timestamp=timestamps.get((row.student, row.assignment)))
-                reason = f"Not graded ({row.status}): {row.message}"[:2000]
+                reason = f"{NOT_GRADED}({row.status}): {row.message}"[:2000]
                 for notebook in submission.notebooks:
                     for grade in notebook.grades:
                         grade.auto_score, grade.needs_manual_grade = 0.0, False

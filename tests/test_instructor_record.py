@@ -170,6 +170,11 @@ def test_regrading_one_student_changes_nothing_else(late_class, tmp_path):
     after = _csv(out / "grades.csv")
     assert rows["ada"].score == 0 and after["ada"]["score"] == "0"
     assert {s: r for s, r in after.items() if s != "ada"} == {s: r for s, r in before.items() if s != "ada"}
+    (batch / "flag" / A / NB).write_text("{ not json")  # a broken resubmission loses nothing the gradebook holds
+    rows = {r.student: r for r in grade(batch, out, [A], students=["flag"], sandbox=use_sandbox(), progress=False,
+                                        gradebook=course)}
+    assert rows["flag"].status == "invalid-notebook" and rows["flag"].score == 7.5, rows["flag"]
+    assert "earlier submission" in rows["flag"].message and float(_export(course)["flag"]["score"]) == 7.5
 
 
 # ------------------------------------------------------------------------------------------- transient failures
