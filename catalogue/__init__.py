@@ -7,6 +7,14 @@ name (``attention_weights``, ``MultiHeadAttention``...). Names a variant uses bu
 ``F``, earlier answers) come from the notebook, as in a student's cell. ``helpers`` adds other functions'
 source before it, for answer cells that hold more than one definition.
 
+Most mistakes change a line or two of the solution, and are written as that change::
+
+    edit("mh-scaled-by-model-size", "multi_head_attention",
+         ("/ math.sqrt(s)", "/ math.sqrt(self.k)"), mistake="scaled-by-model-size")
+
+Each (old, new) pair replaces text that must occur exactly once in the solved cell, so an edit that no longer applies
+to the solution fails loudly instead of testing something else.
+
 The suite replays every variant in-process (tests/test_catalogue.py) and grades a few end to end with real
 nbgrader. The sample batch (samples/sample-mistakes) takes the variants named in each module's SAMPLE_MISTAKES.
 """
@@ -17,6 +25,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,14 +53,48 @@ class Variant:
         return self.mistake is not None
 
 
-_REGISTRY: list[tuple[str, Callable, str, str | None, tuple]] = []
+@dataclass(frozen=True)
+class _Entry:
+    module: str  # the catalogue module that declared it
+    name: str
+    cell: str
+    mistake: str | None
+    obj: Callable | None = None  # written out: its source is the cell
+    helpers: tuple = ()
+    changes: tuple[tuple[str, str], ...] = ()  # or an edit of the solved cell
+
+
+_REGISTRY: list[_Entry] = []
+
+
+def _slug(obj: Callable) -> str:
+    return obj.__name__.replace("_", "-").lower()
 
 
 def _register(cell: str, mistake_id: str | None, helpers: tuple) -> Callable:
     def decorate(obj: Callable) -> Callable:
-        _REGISTRY.append((obj.__module__, obj, cell, mistake_id, helpers))
+        _REGISTRY.append(_Entry(obj.__module__, _slug(obj), cell, mistake_id, obj, helpers))
         return obj
     return decorate
+
+
+def edit(name: str, cell: str, *changes: tuple[str, str], mistake: str | None = None) -> None:
+    """A variant of `cell` written as what it changes in the solution: each (old, new) replaces old, which must occur
+    exactly once in the solved cell. mistake: the id the judge must name; None for a correct alternative."""
+    if not changes or any(len(change) != 2 for change in changes):
+        raise ValueError(f"edit {name!r}: give (old, new) pairs")
+    module = sys._getframe(1).f_globals["__name__"]  # noqa: SLF001 - the declaring catalogue module
+    _REGISTRY.append(_Entry(module, name, cell, mistake, changes=tuple(changes)))
+
+
+def edited(solved: str, changes: tuple[tuple[str, str], ...], name: str) -> str:
+    """The solved cell with each change applied; an old text that does not occur exactly once is an error."""
+    for old, new in changes:
+        found = solved.count(old)
+        if found != 1:
+            raise ValueError(f"edit {name!r}: {old!r} occurs {found} times in the solved cell, not once")
+        solved = solved.replace(old, new)
+    return solved
 
 
 def mistake(mistake_id: str, cell: str, helpers: tuple = ()) -> Callable:
@@ -86,14 +129,19 @@ def defined_name(cell_source: str) -> str | None:
 
 
 @cache
-def _answer_names() -> dict[tuple[str, str], str]:
-    names = {}
+def _solved() -> dict[tuple[str, str], str]:
+    """(assignment, grade_id) -> the solved source of every answer cell."""
+    cells = {}
     for assignment in course_dir.assignments():
         for notebook in course_dir.notebooks(assignment):
             nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
-            for cell, source in answer_cells(nb).items():
-                names[assignment, cell] = defined_name(source)
-    return names
+            cells.update({(assignment, cell): source for cell, source in answer_cells(nb).items()})
+    return cells
+
+
+def _answer_name(assignment: str, cell: str) -> str | None:
+    source = _solved().get((assignment, cell))
+    return None if source is None else defined_name(source)
 
 
 @cache
@@ -107,8 +155,11 @@ def _assignment(module_name: str) -> str:
     return _modules()[module_name.rsplit(".", 1)[1]].ASSIGNMENT
 
 
-def _slug(obj: Callable) -> str:
-    return obj.__name__.replace("_", "-").lower()
+def _code(entry: _Entry, assignment: str) -> str:
+    if entry.obj is None:
+        return edited(_solved()[assignment, entry.cell], entry.changes, entry.name)
+    code = "".join(_source(h, None) + "\n\n" for h in entry.helpers)
+    return code + _source(entry.obj, _answer_name(assignment, entry.cell))
 
 
 @cache
@@ -116,11 +167,9 @@ def variants() -> tuple[Variant, ...]:
     """Every variant of every catalogue module, in module order."""
     _modules()
     found = []
-    for module_name, obj, cell, mistake_id, helpers in _REGISTRY:
-        assignment = _assignment(module_name)
-        code = "".join(_source(h, None) + "\n\n" for h in helpers)
-        code += _source(obj, _answer_names().get((assignment, cell)))
-        found.append(Variant(assignment, _slug(obj), cell, code, mistake_id))
+    for entry in _REGISTRY:
+        assignment = _assignment(entry.module)
+        found.append(Variant(assignment, entry.name, entry.cell, _code(entry, assignment), entry.mistake))
     return tuple(found)
 
 
@@ -128,8 +177,7 @@ def expected_mistakes() -> list[tuple[str, str, str]]:
     """(assignment, variant name, mistake id) of every catalogued mistake, without reading the variants' source
     (which takes seconds)."""
     _modules()
-    return [(_assignment(module_name), _slug(obj), mistake_id)
-            for module_name, obj, _, mistake_id, _ in _REGISTRY if mistake_id is not None]
+    return [(_assignment(entry.module), entry.name, entry.mistake) for entry in _REGISTRY if entry.mistake is not None]
 
 
 def mistakes(assignment: str | None = None) -> list[Variant]:

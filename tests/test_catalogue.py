@@ -13,7 +13,7 @@ from replay import grade
 from autograder import course_dir
 from autograder.judging import checks_module
 from autograder.notebooks import cleared, grade_id
-from catalogue import alternatives, mistakes, variants
+from catalogue import alternatives, edited, mistakes, variants
 from course.checks.check import GRADE_ID_PREFIX, checks_of
 
 NOTEBOOKS = [(a, n) for a in ASSIGNMENTS for n in course_dir.notebooks(a)]
@@ -138,3 +138,12 @@ def test_variant_names_are_unique():
 def _solution_cells(assignment, notebook):
     nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
     return {grade_id(c): c.source for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+
+
+def test_an_edit_changes_the_solved_cell_and_one_that_no_longer_applies_is_an_error():
+    solved = "def f(x):\n    y = x * 2\n    return y\n"
+    assert edited(solved, (("x * 2", "x * 3"),), "times-three") == "def f(x):\n    y = x * 3\n    return y\n"
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        edited(solved, (("x * 4", "x * 3"),), "stale")
+    with pytest.raises(ValueError, match="occurs 2 times"):
+        edited(solved, (("y", "z"),), "ambiguous")
