@@ -1,11 +1,12 @@
-"""A failed test reads without horizontal scrolling: nbgrader's Validate dialog shows the lines of the error output
-as they are, so no line the course writes there is longer than compare.WIDTH (88) characters.
-tests/test_browser.py measures the dialog itself."""
+"""A failed test reads whole: nbgrader's Validate dialog shows the lines of the error output as they are, and
+`nbgrader validate` indents each line and cuts it at Validator.width, so no line the course writes there is longer
+than compare.WIDTH (83) characters. tests/test_browser.py measures the dialog itself."""
 
 import nbformat
 import pytest
 import torch
 from conftest import ASSIGNMENTS
+from nbgrader.validator import Validator
 
 from autograder import course_dir
 from autograder.judging import Verdict, verdict_outputs
@@ -26,7 +27,14 @@ def _lines(traceback: list[str]) -> list[str]:
     return "\n".join(traceback).splitlines()  # what IPython and nbgrader's validator show
 
 
-def test_a_failure_is_shown_in_lines_of_at_most_88_characters():
+def test_the_width_is_what_nbgrader_validate_shows_uncut():
+    validator = Validator()
+    assert WIDTH == validator.width - len("...") - len(validator.indent)
+    assert validator._indent("x" * WIDTH) == validator.indent + "x" * WIDTH  # noqa: SLF001 - how validate prints
+    assert validator._indent("x" * (WIDTH + 1)).endswith("...")  # noqa: SLF001
+
+
+def test_a_failure_is_shown_in_lines_of_at_most_83_characters():
     lines = _lines(_failure()._render_traceback_())
     assert lines[0] == "CheckFailed:"
     assert max(len(line) for line in lines) <= WIDTH

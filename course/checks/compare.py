@@ -19,8 +19,9 @@ import torch
 from course.checks.evidence import Evidence
 from course.checks.seeds import salted
 
-#: lines of a message are wrapped to this width, so nbgrader's Validate dialog needs no horizontal scrolling
-WIDTH = 88
+#: lines of a message are wrapped to this width: `nbgrader validate` indents each line by 4 and cuts it after
+#: Validator.width - 3 = 87 characters, and the Validate dialog should need no horizontal scrolling
+WIDTH = 83
 
 
 @dataclass(frozen=True)
