@@ -108,6 +108,16 @@ def output_first_sequence_only(x):
     return (w @ x[:1]).expand_as(x)
 
 
+@mistake("t-on-a-batch", "attention_weights")
+def weights_dot_t(x):
+    return F.softmax(x @ x.T, dim=-1)
+
+
+@mistake("output-xT-w", "basic_self_attention")
+def output_xt_w(x):
+    return x.transpose(1, 2) @ attention_weights(x)
+
+
 # ------------------------------------------------------------------ correct, written differently
 
 @alternative("attention_weights")

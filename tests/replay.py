@@ -11,6 +11,7 @@ for tests that forge them.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import tempfile
 from collections.abc import Callable
@@ -81,6 +82,12 @@ def _autograding(folder: Path, seed: int | None):
                 os.environ[name] = value
 
 
+def _exec_cell(code: str, filename: str, namespace: dict) -> None:
+    """exec a cell as IPython does: its lines registered with linecache, so tracebacks show the code that raised."""
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - the notebook's own cells, as a kernel runs them
+
+
 def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, folder: Path,
          visit: Callable[[str, dict], None], seed: int | None = None) -> None:
     """Run the setup, answer and test cells of the source notebook in one namespace, as a kernel under grading
@@ -95,17 +102,17 @@ def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, f
             if cell.cell_type != "code":
                 continue
             if gid == "setup":
-                exec(compile(cell.source, f"<{notebook}:setup>", "exec"), namespace)
+                _exec_cell(cell.source, f"<{notebook}:setup>", namespace)
                 namespace["device"] = device
             elif meta.get("solution"):
                 code = answers.get(gid, answer(cell.source))
                 try:
-                    exec(compile(code, f"<{notebook}:{gid}>", "exec"), namespace)
+                    _exec_cell(code, f"<{notebook}:{gid}>", namespace)
                 except Exception:  # noqa: BLE001 - a broken answer cell fails its tests, as in a kernel
                     pass
             elif meta.get("grade"):
                 try:
-                    exec(compile(cell.source, f"<{notebook}:{gid}>", "exec"), namespace)
+                    _exec_cell(cell.source, f"<{notebook}:{gid}>", namespace)
                 except AwaitingJudge:
                     pass
                 except Exception:  # noqa: BLE001 - the probe failed to write: the judge finds no record

@@ -7,6 +7,7 @@ used, with PyTorch's own functions and modules, and compares them with the recor
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -68,6 +69,12 @@ NOT_IMPLEMENTED = Mistake("not-implemented", "the answer still raises NotImpleme
 RAISED = Mistake("raised", "the code raised an exception when the test called it.")
 NOT_A_TENSOR = Mistake("not-a-tensor", "a torch.Tensor should be returned, but something else was (None, a tuple...).")
 WRONG_SHAPE = Mistake("wrong-shape", "the result has the wrong shape.")
+BATCH_T = Mistake("t-on-a-batch", "x.T reverses ALL the dimensions of a tensor: on a batch (b, t, k) it gives "
+                  "(k, t, b), not the transpose of each matrix. Transpose the last two dimensions: x.transpose(1, 2), "
+                  "x.transpose(-2, -1) or x.mT.")
+
+#: a line of the student's code that uses .T (not .mT): the likely cause when it raised on a batch of matrices
+_USES_T = re.compile(r"\.T\b")
 
 
 class CheckFailed(AssertionError):
@@ -191,8 +198,13 @@ def raised(ev: Evidence, key: str, what: str, hint: str = "") -> None:
              mistake=NOT_IMPLEMENTED)
     trace = str(fact.get("trace") or "")
     where = f"\n\nYour code raised it here:\n{trace}" if trace else ""
+    last = trace.rstrip().rsplit("\n", 1)[-1]  # the line of the student's code that raised
+    if fact.get("type") == "RuntimeError" and _USES_T.search(last):
+        hint, mistake = f"{BATCH_T.explanation} {hint}".strip(), BATCH_T
+    else:
+        mistake = RAISED
     fail(f"{what} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:600]}{where}\n\n{hint}".rstrip(),
-         mistake=RAISED)
+         mistake=mistake)
 
 
 def recorded(ev: Evidence, key: str, what: str) -> Any:
@@ -211,10 +223,11 @@ def value_kind(ev: Evidence, key: str) -> str:
 
 
 def output(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...] | None = None,
-           shape_hints: Mapping[tuple[int, ...], str] | None = None, hint: str = "",
+           shape_hints: Mapping[tuple[int, ...], str | Mistake] | None = None, hint: str = "",
            floating: bool = True, dtype: torch.dtype | None = None, device: bool = True) -> torch.Tensor:
     """The tensor the student's code returned under key, after checking it is a plain tensor of the right
-    shape, dtype and device; fails in plain words otherwise (not implemented, raised, wrong type...)."""
+    shape, dtype and device; fails in plain words otherwise (not implemented, raised, wrong type...). shape_hints:
+    what a wrong shape suggests, by shape; a Mistake there is named as the failure's mistake."""
     __tracebackhide__ = True
     raised(ev, key, what, hint)
     kind = value_kind(ev, key)
@@ -236,8 +249,9 @@ def output(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...] | None =
         fail(f"{what} returned a tensor of dtype {tensor.dtype}; a floating-point tensor is expected.")
     if shape is not None and tuple(tensor.shape) != tuple(shape):
         extra = (shape_hints or {}).get(tuple(tensor.shape), "")
-        fail(f"{what} returned shape {tuple(tensor.shape)}, expected {tuple(shape)}. {extra}".strip(),
-             mistake=WRONG_SHAPE)
+        named = extra if isinstance(extra, Mistake) else WRONG_SHAPE
+        advice = extra.explanation[0].upper() + extra.explanation[1:] if isinstance(extra, Mistake) else extra
+        fail(f"{what} returned shape {tuple(tensor.shape)}, expected {tuple(shape)}. {advice}".strip(), mistake=named)
     if device and fact.get("device") != ev.device:
         fail(f"{what} returned a tensor on {fact.get('device')}, but its input was on {ev.device}. "
              "Create new tensors with device=x.device (or use torch.*_like) so the code runs on any device.")

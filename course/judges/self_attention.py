@@ -35,6 +35,8 @@ TRANSPOSED = Mistake("weights-transposed", "the weights are transposed (y = wᵀ
 RAW_OUTPUT = Mistake("output-from-raw-scores", "the output is built from the raw scores x·xᵀ: apply the softmax "
                      "before averaging.")
 SCALED_OUTPUT = Mistake("output-scaled", "the scores are divided by √k; this assignment uses no scaling.")
+XT_W = Mistake("output-xT-w", "this is xᵀ·w, of shape (b, k, t): the weights come first, y = w·x, so that row i of "
+               "the output is the average of the inputs weighted by row i of w.")
 IDENTITY = Mistake("output-is-input", "the output equals the input: the weighted average w·x is never taken.")
 
 # ------------------------------------------------------------------------------------------- oracles and mistakes
@@ -94,7 +96,8 @@ WEIGHTS = Oracle(
 OUTPUT = Oracle(
     "basic_self_attention(x)", _oracle_output, "F.scaled_dot_product_attention",
     shape=lambda x: tuple(x.shape), mistakes=_output_mistakes,
-    shape_hints=lambda x: {(x.shape[0], x.shape[1], x.shape[1]): "That is the shape of the weights: return the "
+    shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1]): XT_W,
+                           (x.shape[0], x.shape[1], x.shape[1]): "That is the shape of the weights: return the "
                                                                  "weighted sum w·x."},
     otherwise="Compute the weights, then y = w·x with a batched matrix product (torch.bmm or @).",
     gradient_hints={"x": "Every output depends on every input."})
