@@ -7,77 +7,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, mistake
+from catalogue import alternative, edit, mistake
 
 ASSIGNMENT = "06_positional_encoding"
+
+TABLE = "sinusoidal_positional_encoding"
+MODULE = "positional_encoding"
+LEARNED = "learned_positional_embedding"
+SINE_COLUMNS = "table[:, 0::2] = torch.sin(angles)\n    table[:, 1::2] = torch.cos(angles)"
+ODD_CHECK = ('    if k % 2 != 0:\n        raise ValueError(f"k must be even (sines and cosines come in pairs), '
+             'got k={k}")\n')
+BUFFER = 'self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))'
+LENGTH_CHECK = ('        if t > self.table.shape[0]:\n'
+                '            raise ValueError(f"sequence length {t} is longer than max_len={self.table.shape[0]}")\n')
+ADDED = "self.dropout(x + self.table[:t])"
+EMBEDDING = "nn.Embedding(max_len, k)"
+POSITIONS = "torch.arange(x.shape[1], device=x.device)"
+LOOKED_UP = "x + self.embedding(positions)"
 
 
 # ------------------------------------------------------------------ sinusoidal_positional_encoding: mistakes
 
-@mistake("sin-cos-swapped", "sinusoidal_positional_encoding")
-def table_sin_cos_swapped(max_len, k):
-    if k % 2:
-        raise ValueError(f"k must be even, got {k}")
-    positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
-    angles = positions * frequencies
-    table = torch.zeros(max_len, k)
-    table[:, 0::2] = torch.cos(angles)
-    table[:, 1::2] = torch.sin(angles)
-    return table
+edit("table-sin-cos-swapped", TABLE,
+     (SINE_COLUMNS, "table[:, 0::2] = torch.cos(angles)\n    table[:, 1::2] = torch.sin(angles)"),
+     mistake="sin-cos-swapped")
+edit("table-exponent-i", TABLE, ("torch.arange(0, k, 2, dtype", "torch.arange(k // 2, dtype"),
+     mistake="exponent-i-over-k")
+edit("table-exponent-column-index", TABLE,
+     ("(torch.arange(0, k, 2, dtype=torch.float32) / k)", "(2 * torch.arange(0, k, 2, dtype=torch.float32) / k)"),
+     mistake="exponent-column-index")
+edit("table-concatenated", TABLE,
+     (f"table = torch.zeros(max_len, k)\n    {SINE_COLUMNS}\n    return table",
+      "return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)"),
+     mistake="concatenated")
+edit("table-positions-from-1", TABLE, ("torch.arange(max_len, dtype", "torch.arange(1, max_len + 1, dtype"),
+     mistake="positions-from-1")
 
 
-@mistake("exponent-i-over-k", "sinusoidal_positional_encoding")
-def table_exponent_i(max_len, k):
-    if k % 2:
-        raise ValueError(f"k must be even, got {k}")
-    positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    frequencies = 1.0 / 10000 ** (torch.arange(k // 2, dtype=torch.float32) / k)
-    angles = positions * frequencies
-    table = torch.zeros(max_len, k)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles)
-    return table
-
-
-@mistake("exponent-column-index", "sinusoidal_positional_encoding")
-def table_exponent_column_index(max_len, k):
-    if k % 2:
-        raise ValueError(f"k must be even, got {k}")
-    positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    columns = torch.arange(0, k, 2, dtype=torch.float32)  # j = 2i, the column of the sine
-    frequencies = 1.0 / 10000 ** (2 * columns / k)
-    angles = positions * frequencies
-    table = torch.zeros(max_len, k)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles)
-    return table
-
-
-@mistake("concatenated", "sinusoidal_positional_encoding")
-def table_concatenated(max_len, k):
-    if k % 2:
-        raise ValueError(f"k must be even, got {k}")
-    positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
-    angles = positions * frequencies
-    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
-
-
-@mistake("positions-from-1", "sinusoidal_positional_encoding")
-def table_positions_from_1(max_len, k):
-    if k % 2:
-        raise ValueError(f"k must be even, got {k}")
-    positions = torch.arange(1, max_len + 1, dtype=torch.float32).unsqueeze(1)
-    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
-    angles = positions * frequencies
-    table = torch.zeros(max_len, k)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles)
-    return table
-
-
-@mistake("every-row-position-0", "sinusoidal_positional_encoding")
+@mistake("every-row-position-0", TABLE)
 def table_position_never_advances(max_len, k):
     if k % 2:
         raise ValueError(f"k must be even, got {k}")
@@ -90,7 +57,7 @@ def table_position_never_advances(max_len, k):
     return table
 
 
-@mistake("float64", "sinusoidal_positional_encoding")
+@mistake("float64", TABLE)
 def table_float64_numpy(max_len, k):
     if k % 2:
         raise ValueError(f"k must be even, got {k}")
@@ -104,7 +71,7 @@ def table_float64_numpy(max_len, k):
     return torch.from_numpy(table)
 
 
-@mistake("odd-k-accepted", "sinusoidal_positional_encoding")
+@mistake("odd-k-accepted", TABLE)
 def table_odd_k_not_rejected(max_len, k):
     table = torch.zeros(max_len, k)
     for p in range(max_len):
@@ -114,299 +81,67 @@ def table_odd_k_not_rejected(max_len, k):
     return table
 
 
-@mistake("odd-k-wrong-error", "sinusoidal_positional_encoding")
-def table_odd_k_shape_error(max_len, k):
-    positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
-    angles = positions * frequencies
-    table = torch.zeros(max_len, k)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles)
-    return table
-
-
-@mistake("table-transposed", "sinusoidal_positional_encoding")
-def table_transposed(max_len, k):
-    if k % 2:
-        raise ValueError(f"k must be even, got {k}")
-    positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
-    angles = positions * frequencies
-    table = torch.zeros(max_len, k)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles)
-    return table.T
-
+edit("table-odd-k-shape-error", TABLE, (ODD_CHECK, ""), mistake="odd-k-wrong-error")
+edit("table-transposed", TABLE, ("return table", "return table.T"), mistake="table-transposed")
 
 # ------------------------------------------------------------------ PositionalEncoding: mistakes
 
-@mistake("table-not-a-buffer", "positional_encoding")
-class pe_plain_attribute(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.table = sinusoidal_positional_encoding(max_len, k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return self.dropout(x + self.table[:x.shape[1]])
-
-
-@mistake("table-is-parameter", "positional_encoding")
-class pe_parameter(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.table = nn.Parameter(sinusoidal_positional_encoding(max_len, k))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return self.dropout(x + self.table[:x.shape[1]])
-
-
-@mistake("table-is-parameter", "positional_encoding")
-class pe_frozen_parameter(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.table = nn.Parameter(sinusoidal_positional_encoding(max_len, k), requires_grad=False)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return self.dropout(x + self.table[:x.shape[1]])
-
-
-@mistake("buffer-transposed", "positional_encoding")
-class pe_buffer_transposed(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k).T.contiguous())  # (k, max_len)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[1]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[1]}")
-        return self.dropout(x + self.table[:, :x.shape[1]].T)
-
-
-@mistake("first-row-everywhere", "positional_encoding")
-class pe_seq_first_layout(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k).unsqueeze(1))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return self.dropout(x + self.table[:x.size(0)])
-
-
-@mistake("batch-indexed", "positional_encoding")
-class pe_batch_indexed(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return self.dropout(x + self.table[:x.shape[0]].unsqueeze(1))
-
-
-@mistake("input-rescaled", "positional_encoding")
-class pe_rescaled(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return self.dropout(x * math.sqrt(x.shape[-1]) + self.table[:x.shape[1]])
-
-
-@mistake("table-returned", "positional_encoding")
-class pe_returns_table(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return self.dropout(self.table[:x.shape[1]].expand_as(x))
-
-
-@mistake("no-length-check", "positional_encoding")
-class pe_no_length_check(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.dropout(x + self.table[:x.shape[1]])
-
-
-@mistake("dropout-ignored", "positional_encoding")
-class pe_dropout_ignored(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return x + self.table[:x.shape[1]]
-
-
-@mistake("dropout-in-eval", "positional_encoding")
-class pe_functional_dropout_always_on(nn.Module):
-    def __init__(self, k, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))
-        self.p = dropout
-
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len={self.table.shape[0]}")
-        return F.dropout(x + self.table[:x.shape[1]], self.p)  # training=True by default, also in eval mode
-
+edit("pe-plain-attribute", MODULE, (BUFFER, "self.table = sinusoidal_positional_encoding(max_len, k)"),
+     mistake="table-not-a-buffer")
+edit("pe-parameter", MODULE, (BUFFER, "self.table = nn.Parameter(sinusoidal_positional_encoding(max_len, k))"),
+     mistake="table-is-parameter")
+edit("pe-frozen-parameter", MODULE,
+     (BUFFER, "self.table = nn.Parameter(sinusoidal_positional_encoding(max_len, k), requires_grad=False)"),
+     mistake="table-is-parameter")
+edit("pe-buffer-transposed", MODULE,
+     (f"{BUFFER}  # (max_len, k)",
+      'self.register_buffer("table", sinusoidal_positional_encoding(max_len, k).T.contiguous())  # (k, max_len)'),
+     ("if t > self.table.shape[0]:", "if t > self.table.shape[1]:"), ("self.table[:t]", "self.table[:, :t].T"),
+     mistake="buffer-transposed")
+edit("pe-seq-first-layout", MODULE,
+     (BUFFER, 'self.register_buffer("table", sinusoidal_positional_encoding(max_len, k).unsqueeze(1))'),
+     ("self.table[:t]", "self.table[:x.size(0)]"), mistake="first-row-everywhere")
+edit("pe-batch-indexed", MODULE, ("self.table[:t]", "self.table[:x.shape[0]].unsqueeze(1)"),
+     mistake="batch-indexed")
+edit("pe-rescaled", MODULE, ("x + self.table[:t]", "x * math.sqrt(x.shape[-1]) + self.table[:t]"),
+     mistake="input-rescaled")
+edit("pe-returns-table", MODULE, (ADDED, "self.dropout(self.table[:t].expand_as(x))"), mistake="table-returned")
+edit("pe-no-length-check", MODULE, (LENGTH_CHECK, ""), mistake="no-length-check")
+edit("pe-dropout-ignored", MODULE, ("        self.dropout = nn.Dropout(dropout)\n", ""),
+     (ADDED, "x + self.table[:t]"), mistake="dropout-ignored")
+edit("pe-functional-dropout-always-on", MODULE, ("self.dropout = nn.Dropout(dropout)", "self.p = dropout"),
+     (ADDED, "F.dropout(x + self.table[:t], self.p)"), mistake="dropout-in-eval")  # training=True, even in eval
 
 # ------------------------------------------------------------------ LearnedPositionalEmbedding: mistakes
 
-@mistake("embedding-returned", "learned_positional_embedding")
-class learned_returned_not_added(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return self.embedding(torch.arange(x.shape[1], device=x.device)).expand_as(x)
-
-
-@mistake("embedding-sizes-swapped", "learned_positional_embedding")
-class learned_swapped_sizes(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(k, max_len)
-
-    def forward(self, x):
-        return x + self.embedding(torch.arange(x.shape[1], device=x.device))
-
-
-@mistake("embedding-size", "learned_positional_embedding")
-class learned_row_reserved_for_padding(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len + 1, k, padding_idx=0)
-
-    def forward(self, x):
-        return x + self.embedding(torch.arange(1, x.shape[1] + 1, device=x.device))
-
-
-@mistake("raised", "learned_positional_embedding")
-class learned_batch_positions(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return x + self.embedding(torch.arange(x.shape[0], device=x.device))
-
-
-@mistake("embedding-batch-indexed", "learned_positional_embedding")
-class learned_batch_indexed(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return x + self.embedding(torch.arange(x.shape[0], device=x.device)).unsqueeze(1)
-
-
-@mistake("embedding-positions-from-1", "learned_positional_embedding")
-class learned_positions_from_1(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return x + self.embedding(torch.arange(1, x.shape[1] + 1, device=x.device))
-
-
-@mistake("embedding-first-row-everywhere", "learned_positional_embedding")
-class learned_first_row(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return x + self.embedding.weight[0]
-
-
-@mistake("embedding-input-rescaled", "learned_positional_embedding")
-class learned_rescaled(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return x * math.sqrt(x.shape[-1]) + self.embedding(torch.arange(x.shape[1], device=x.device))
-
-
-@mistake("not-one-embedding", "learned_positional_embedding")
-class learned_parameter_table(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.table = nn.Parameter(torch.randn(max_len, k))
-
-    def forward(self, x):
-        return x + self.table[:x.shape[1]]
-
-
-@mistake("parameter-count", "learned_positional_embedding")
-class learned_extra_norm(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-        self.norm = nn.LayerNorm(k)
-
-    def forward(self, x):
-        return self.norm(x + self.embedding(torch.arange(x.shape[1], device=x.device)))
-
-
-@mistake("embedding-cut-off", "learned_positional_embedding")
-class learned_weight_data(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return x + self.embedding.weight.data[:x.shape[1]]
-
-
-@mistake("detached", "learned_positional_embedding")
-class learned_under_no_grad(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        with torch.no_grad():
-            return x + self.embedding(torch.arange(x.shape[1], device=x.device))
-
+edit("learned-returned-not-added", LEARNED, (LOOKED_UP, "self.embedding(positions).expand_as(x)"),
+     mistake="embedding-returned")
+edit("learned-swapped-sizes", LEARNED, (EMBEDDING, "nn.Embedding(k, max_len)"), mistake="embedding-sizes-swapped")
+edit("learned-row-reserved-for-padding", LEARNED, (EMBEDDING, "nn.Embedding(max_len + 1, k, padding_idx=0)"),
+     (POSITIONS, "torch.arange(1, x.shape[1] + 1, device=x.device)"), mistake="embedding-size")
+edit("learned-batch-positions", LEARNED, (POSITIONS, "torch.arange(x.shape[0], device=x.device)"), mistake="raised")
+edit("learned-batch-indexed", LEARNED, (POSITIONS, "torch.arange(x.shape[0], device=x.device)"),
+     (LOOKED_UP, "x + self.embedding(positions).unsqueeze(1)"), mistake="embedding-batch-indexed")
+edit("learned-positions-from-1", LEARNED, (POSITIONS, "torch.arange(1, x.shape[1] + 1, device=x.device)"),
+     mistake="embedding-positions-from-1")
+edit("learned-first-row", LEARNED, (LOOKED_UP, "x + self.embedding.weight[0]"),
+     mistake="embedding-first-row-everywhere")
+edit("learned-rescaled", LEARNED, (LOOKED_UP, "x * math.sqrt(x.shape[-1]) + self.embedding(positions)"),
+     mistake="embedding-input-rescaled")
+edit("learned-parameter-table", LEARNED,
+     (f"self.embedding = {EMBEDDING}", "self.table = nn.Parameter(torch.randn(max_len, k))"),
+     ("self.embedding(positions)", "self.table[:x.shape[1]]"), mistake="not-one-embedding")
+edit("learned-extra-norm", LEARNED, (EMBEDDING, f"{EMBEDDING}\n        self.norm = nn.LayerNorm(k)"),
+     (LOOKED_UP, f"self.norm({LOOKED_UP})"), mistake="parameter-count")
+edit("learned-weight-data", LEARNED, ("self.embedding(positions)", "self.embedding.weight.data[:x.shape[1]]"),
+     mistake="embedding-cut-off")
+edit("learned-under-no-grad", LEARNED,
+     (f"        return {LOOKED_UP}", f"        with torch.no_grad():\n            return {LOOKED_UP}"),
+     mistake="detached")
 
 # ------------------------------------------------------------------ correct, written differently
 
-@alternative("sinusoidal_positional_encoding")
+@alternative(TABLE)
 def table_exp_log_stack(max_len, k):
     if k % 2:
         raise ValueError(f"k must be even, got {k}")
@@ -415,7 +150,7 @@ def table_exp_log_stack(max_len, k):
     return torch.stack([torch.sin(p * w), torch.cos(p * w)], dim=-1).reshape(max_len, k)
 
 
-@alternative("sinusoidal_positional_encoding")
+@alternative(TABLE)
 def table_loops_float64(max_len, k):
     if k % 2 == 1:
         raise ValueError("odd k")
@@ -424,7 +159,7 @@ def table_loops_float64(max_len, k):
     return torch.tensor(rows, dtype=torch.float64).float()
 
 
-@alternative("positional_encoding")
+@alternative(MODULE)
 class pe_batched_buffer_functional_dropout(nn.Module):
     def __init__(self, k, max_len=5000, dropout=0.0):
         super().__init__()
@@ -438,27 +173,10 @@ class pe_batched_buffer_functional_dropout(nn.Module):
         return F.dropout(x + self.pe[:, :t], p=self.p, training=self.training)
 
 
-@alternative("learned_positional_embedding")
-class learned_weight_slice(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        return x + self.embedding.weight[: x.shape[1]]
+edit("learned-weight-slice", LEARNED, ("self.embedding(positions)", "self.embedding.weight[: x.shape[1]]"))
+edit("learned-expanded-positions", LEARNED,
+     (f"{POSITIONS}  # (t,)", f"{POSITIONS}.unsqueeze(0).expand(x.shape[0], -1)  # (b, t)"),
+     (LOOKED_UP, "self.embedding(positions) + x"))
 
 
-@alternative("learned_positional_embedding")
-class learned_expanded_positions(nn.Module):
-    def __init__(self, max_len, k):
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, k)
-
-    def forward(self, x):
-        b, t, _ = x.shape
-        positions = torch.arange(t, device=x.device).unsqueeze(0).expand(b, t)
-        return self.embedding(positions) + x
-
-
-# one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another
 SAMPLE_MISTAKES = ("table-odd-k-not-rejected", "pe-plain-attribute", "learned-returned-not-added")

@@ -5,9 +5,8 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from catalogue import alternative, mistake
+from catalogue import alternative, edit, mistake
 
 ASSIGNMENT = "02_qkv"
 
@@ -46,192 +45,46 @@ def attention_returns_weights(queries, keys, values):
     return F.softmax(queries @ keys.transpose(1, 2), dim=-1)
 
 
-# ------------------------------------------------------------------ SelfAttentionQKV: mistakes
+# ------------------------------------------------------------------ SelfAttentionQKV: mistakes, as edits
 
-@mistake("projection-bias", "self_attention_qkv")
-class module_bias(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=True)
-        self.to_keys = nn.Linear(k, k, bias=True)
-        self.to_values = nn.Linear(k, k, bias=True)
+MODULE = "self_attention_qkv"
+Q, K, V = (f"self.to_{role} = nn.Linear(k, k, bias=False)" for role in ("queries", "keys", "values"))
+PROJECTED = ("queries = self.to_queries(x)  # (b, t, k)\n        keys = self.to_keys(x)  # (b, t, k)\n"
+             "        values = self.to_values(x)  # (b, t, k)")
+RETURN = "return attention(queries, keys, values)"
 
-    def forward(self, x):
-        return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
-
-
-@mistake("shared-layer", "self_attention_qkv")
-class module_shared_projection(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = self.to_keys = self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
-
-
-@mistake("values-not-projected", "self_attention_qkv")
-class module_values_not_projected(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        return attention(self.to_queries(x), self.to_keys(x), x)
-
-
-@mistake("keys-as-values", "self_attention_qkv")
-class module_keys_as_values(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        k = self.to_keys(x)
-        return attention(self.to_queries(x), k, k)
-
-
-@mistake("queries-as-values", "self_attention_qkv")
-class module_queries_as_values(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        q = self.to_queries(x)
-        return attention(q, self.to_keys(x), q)
-
-
-@mistake("queries-for-every-role", "self_attention_qkv")
-class module_queries_for_all(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        q = self.to_queries(x)
-        return attention(q, q, q)
-
-
-@mistake("keys-from-queries", "self_attention_qkv")
-class module_keys_from_queries(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        q = self.to_queries(x)
-        return attention(q, q, self.to_values(x))
-
-
-@mistake("queries-keys-swapped", "self_attention_qkv")
-class module_queries_keys_swapped(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        return attention(self.to_keys(x), self.to_queries(x), self.to_values(x))
-
-
-@mistake("scaled", "self_attention_qkv")
-class module_scaled(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.k = k
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        return attention(self.to_queries(x) / math.sqrt(self.k), self.to_keys(x), self.to_values(x))
-
-
-@mistake("wrong-layer-size", "self_attention_qkv")
-class module_wrong_size(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, 2 * k, bias=False)
-        self.to_keys = nn.Linear(k, 2 * k, bias=False)
-        self.to_values = nn.Linear(k, 2 * k, bias=False)
-
-    def forward(self, x):
-        return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
-
-
-@mistake("missing-layer", "self_attention_qkv")
-class module_layers_named_differently(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_query = nn.Linear(k, k, bias=False)
-        self.to_key = nn.Linear(k, k, bias=False)
-        self.to_value = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        return attention(self.to_query(x), self.to_key(x), self.to_value(x))
-
-
-@mistake("several-mistakes", "self_attention_qkv")
-class module_fused_scaled_raw_values(nn.Module):
-    """Two mistakes at once: PyTorch's fused attention scales by default, and the values are not projected."""
-
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        return F.scaled_dot_product_attention(self.to_queries(x), self.to_keys(x), x)
-
-
-@mistake("parameter-count", "self_attention_qkv")
-class module_extra_layer(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify = nn.Linear(k, k, bias=False)  # registered, never used
-
-    def forward(self, x):
-        return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
-
-
-@mistake("detached", "self_attention_qkv")
-class module_detached(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        with torch.no_grad():
-            return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
-
-
-@mistake("not-a-module", "self_attention_qkv")
-class module_plain_class:
-    def __init__(self, k):
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def __call__(self, x):
-        return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
+edit("module-bias", MODULE, *((line, line.replace("bias=False", "bias=True")) for line in (Q, K, V)),
+     mistake="projection-bias")
+edit("module-shared-projection", MODULE,
+     (f"{Q}\n        {K}\n        {V}", f"self.to_queries = self.to_keys = self.{V[5:]}"),
+     mistake="shared-layer")
+edit("module-values-not-projected", MODULE, (RETURN, "return attention(queries, keys, x)"),
+     mistake="values-not-projected")
+edit("module-keys-as-values", MODULE, (RETURN, "return attention(queries, keys, keys)"), mistake="keys-as-values")
+edit("module-queries-as-values", MODULE, (RETURN, "return attention(queries, keys, queries)"),
+     mistake="queries-as-values")
+edit("module-queries-for-all", MODULE, (RETURN, "return attention(queries, queries, queries)"),
+     mistake="queries-for-every-role")
+edit("module-keys-from-queries", MODULE, (RETURN, "return attention(queries, queries, values)"),
+     mistake="keys-from-queries")
+edit("module-queries-keys-swapped", MODULE, (RETURN, "return attention(keys, queries, values)"),
+     mistake="queries-keys-swapped")
+edit("module-scaled", MODULE, (RETURN, "return attention(queries / math.sqrt(x.shape[-1]), keys, values)"),
+     mistake="scaled")
+edit("module-wrong-size", MODULE, *((line, line.replace("(k, k,", "(k, 2 * k,")) for line in (Q, K, V)),
+     mistake="wrong-layer-size")
+edit("module-layers-named-differently", MODULE,
+     *((f"self.to_{role}{end}", f"self.to_{name}{end}") for role, name in (("queries", "query"), ("keys", "key"),
+                                                                     ("values", "value")) for end in (" = nn", "(x)")),
+     mistake="missing-layer")
+# two mistakes at once: PyTorch's fused attention scales by default, and the values are not projected
+edit("module-fused-scaled-raw-values", MODULE, (RETURN, "return F.scaled_dot_product_attention(queries, keys, x)"),
+     mistake="several-mistakes")
+EXTRA = "self.unify = nn.Linear(k, k, bias=False)  # registered, never used"
+edit("module-extra-layer", MODULE, (V, f"{V}\n        {EXTRA}"), mistake="parameter-count")
+edit("module-detached", MODULE, (RETURN, f"with torch.no_grad():\n            {RETURN}"), mistake="detached")
+edit("module-plain-class", MODULE, ("class SelfAttentionQKV(nn.Module):", "class SelfAttentionQKV:"),
+     ("super().__init__()\n        ", ""), ("def forward(self, x):", "def __call__(self, x):"), mistake="not-a-module")
 
 
 # ------------------------------------------------------------------ correct, written differently
@@ -247,30 +100,11 @@ def attention_einsum(queries, keys, values):
     return torch.einsum("bqt,btv->bqv", w, values)
 
 
-@alternative("self_attention_qkv")
-class module_one_matrix_split(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        w = torch.cat([self.to_queries.weight, self.to_keys.weight, self.to_values.weight])
-        q, k, v = F.linear(x, w).chunk(3, dim=-1)
-        return attention(q, k, v)
-
-
-@alternative("self_attention_qkv")
-class module_fused_attention(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        return F.scaled_dot_product_attention(self.to_queries(x), self.to_keys(x), self.to_values(x), scale=1.0)
+edit("module-one-matrix-split", MODULE, (PROJECTED, (
+    "w = torch.cat([self.to_queries.weight, self.to_keys.weight, self.to_values.weight])  # (3k, k)\n"
+    "        queries, keys, values = F.linear(x, w).chunk(3, dim=-1)  # (b, t, k) each")))
+edit("module-fused-attention", MODULE,
+     (RETURN, "return F.scaled_dot_product_attention(queries, keys, values, scale=1.0)"))
 
 
 # one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another

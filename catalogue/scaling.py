@@ -5,135 +5,39 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from catalogue import alternative, mistake
+from catalogue import alternative, edit, mistake
 
 ASSIGNMENT = "03_scaling"
 
 
-# ------------------------------------------------------------------ scaled_dot_product_attention: mistakes
+# ------------------------------------------------------------------ scaled_dot_product_attention: mistakes, as edits
 
-@mistake("unscaled", "scaled_dot_product_attention")
-def scaling_unscaled(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return weights @ values, weights
+SDPA = "scaled_dot_product_attention"
+SCORES = "scores = queries @ keys.transpose(-2, -1) / math.sqrt(d)"
+FILL = 'scores = scores.masked_fill(~mask, float("-inf"))'
+ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
+NO_FILL = (f"if mask is not None:\n        {FILL}\n    ", "")
+NO_ZEROED_ROWS = (f"\n    if mask is not None:\n        {ZERO_ROWS}", "")
+RETURN = "return weights @ values, weights"
 
-
-@mistake("divided-by-d", "scaled_dot_product_attention")
-def scaling_divided_by_d(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1]
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return weights @ values, weights
-
-
-@mistake("scaled-by-value-size", "scaled_dot_product_attention")
-def scaling_by_value_size(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(values.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return weights @ values, weights
-
-
-@mistake("mask-inverted", "scaled_dot_product_attention")
-def scaling_mask_inverted(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~(~mask).any(dim=-1, keepdim=True), 0.0)
-    return weights @ values, weights
-
-
-@mistake("mask-filled-with-zero", "scaled_dot_product_attention")
-def scaling_mask_with_zero(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, 0.0)
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return weights @ values, weights
-
-
-@mistake("mask-after-softmax", "scaled_dot_product_attention")
-def scaling_mask_after_softmax(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights * mask
-    return weights @ values, weights
-
-
-@mistake("mask-ignored", "scaled_dot_product_attention")
-def scaling_mask_ignored(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    weights = F.softmax(scores, dim=-1)
-    return weights @ values, weights
-
-
-@mistake("weights-are-scores", "scaled_dot_product_attention")
-def scaling_raw_scores_as_weights(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return F.softmax(scores, dim=-1).nan_to_num() @ values, scores
-
-
-@mistake("nan-in-empty-rows", "scaled_dot_product_attention")
-def scaling_nan_in_empty_rows(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    return weights @ values, weights
-
-
-@mistake("large-negative-fill", "scaled_dot_product_attention")
-def scaling_large_negative_fill(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -1e9)
-    weights = F.softmax(scores, dim=-1)
-    return weights @ values, weights
-
-
-@mistake("nan-gradients", "scaled_dot_product_attention")
-def scaling_additive_mask(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores + torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = torch.nan_to_num(weights, nan=0.0)
-    return weights @ values, weights
-
-
-@mistake("raised", "scaled_dot_product_attention")
-def scaling_transpose_1_2(queries, keys, values, mask=None):
-    scores = queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return weights @ values, weights
+edit("scaling-unscaled", SDPA, (SCORES, "scores = queries @ keys.transpose(-2, -1)"), mistake="unscaled")
+edit("scaling-divided-by-d", SDPA, ("/ math.sqrt(d)", "/ d"), mistake="divided-by-d")
+edit("scaling-by-value-size", SDPA, ("math.sqrt(d)", "math.sqrt(values.shape[-1])"), mistake="scaled-by-value-size")
+edit("scaling-d-from-size-1", SDPA, ("d = queries.shape[-1]", "d = queries.size(1)"), mistake="scaled-by-size-1")
+edit("scaling-mask-inverted", SDPA, (FILL, FILL.replace("~mask", "mask")),
+     (ZERO_ROWS, ZERO_ROWS.replace("~mask", "~(~mask)")), mistake="mask-inverted")
+edit("scaling-mask-with-zero", SDPA, (FILL, "scores = scores.masked_fill(~mask, 0.0)"), mistake="mask-filled-with-zero")
+edit("scaling-mask-after-softmax", SDPA, NO_FILL, (ZERO_ROWS, "weights = weights * mask"), mistake="mask-after-softmax")
+edit("scaling-mask-ignored", SDPA, NO_FILL, NO_ZEROED_ROWS, mistake="mask-ignored")
+edit("scaling-raw-scores-as-weights", SDPA, (RETURN, "return weights @ values, scores"), mistake="weights-are-scores")
+edit("scaling-nan-in-empty-rows", SDPA, NO_ZEROED_ROWS, mistake="nan-in-empty-rows")
+edit("scaling-large-negative-fill", SDPA, (FILL, "scores = scores.masked_fill(~mask, -1e9)"), NO_ZEROED_ROWS,
+     mistake="large-negative-fill")
+edit("scaling-additive-mask", SDPA,
+     (FILL, 'scores = scores + torch.zeros_like(scores).masked_fill(~mask, float("-inf"))'),
+     (ZERO_ROWS, "weights = torch.nan_to_num(weights, nan=0.0)"), mistake="nan-gradients")
+edit("scaling-transpose-1-2", SDPA, ("keys.transpose(-2, -1)", "keys.transpose(1, 2)"), mistake="raised")
 
 
 @mistake("softmax-over-queries", "scaled_dot_product_attention")
@@ -148,17 +52,9 @@ def scaling_returns_output_only(queries, keys, values, mask=None):
     return w @ values
 
 
-@mistake("no-gradient", "scaled_dot_product_attention")
-def scaling_weights_detached_for_plotting(queries, keys, values, mask=None):
-    """The weights detached because they are returned for plotting: the queries and keys no longer learn."""
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    weights = weights.detach()
-    return weights @ values, weights
+# the weights detached because they are returned for plotting: the queries and keys no longer learn
+edit("scaling-weights-detached-for-plotting", SDPA, (RETURN, f"weights = weights.detach()\n    {RETURN}"),
+     mistake="no-gradient")
 
 
 # ------------------------------------------------------------------ scaled_dot_product_attention: alternatives
@@ -183,161 +79,44 @@ def scaling_finite_fill_and_zeroed_rows(queries, keys, values, mask=None):
     return torch.einsum("...qk,...kv->...qv", weights, values), weights
 
 
-# ------------------------------------------------------------------ ScaledSelfAttention: mistakes
+# ------------------------------------------------------------------ ScaledSelfAttention: mistakes, as edits
 
-@mistake("mask-ignored", "scaled_self_attention")
-class scaling_module_mask_dropped(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
+MODULE = "scaled_self_attention"
+Q, K, V = (f"self.to_{role} = nn.Linear(k, k, bias=False)" for role in ("queries", "keys", "values"))
+CALL = "output, _ = scaled_dot_product_attention(queries, keys, values, mask)  # (b, t, k)\n        return output"
+FORWARD = "def forward(self, x, mask=None):"
+PROJECTED = ("queries = self.to_queries(x)  # (b, t, k)\n        keys = self.to_keys(x)  # (b, t, k)\n"
+             "        values = self.to_values(x)  # (b, t, k)")
 
-    def forward(self, x, mask=None):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return scaled_dot_product_attention(q, k, v)[0]
-
-
-@mistake("divided-by-d", "scaled_self_attention")
-class scaling_module_scaled_twice(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return scaled_dot_product_attention(q / math.sqrt(q.shape[-1]), k, v, mask)[0]
-
-
-@mistake("values-not-projected", "scaled_self_attention")
-class scaling_module_values_not_projected(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k = self.to_queries(x), self.to_keys(x)
-        return scaled_dot_product_attention(q, k, x, mask)[0]
-
-
-@mistake("projection-bias", "scaled_self_attention")
-class scaling_module_bias(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=True)
-        self.to_keys = nn.Linear(k, k, bias=True)
-        self.to_values = nn.Linear(k, k, bias=True)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return scaled_dot_product_attention(q, k, v, mask)[0]
-
-
-@mistake("not-a-tensor", "scaled_self_attention")
-class scaling_module_returns_pair(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return scaled_dot_product_attention(q, k, v, mask)
-
-
-@mistake("no-mask-argument", "scaled_self_attention")
-class scaling_module_no_mask_argument(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return scaled_dot_product_attention(q, k, v)[0]
-
-
-@mistake("shared-layer", "scaled_self_attention")
-class scaling_module_shared_layer(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = self.to_queries
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return scaled_dot_product_attention(q, k, v, mask)[0]
-
-
-@mistake("causal-leak", "scaled_self_attention")
-class scaling_module_float_mask(nn.Module):
-    """The mask handed to PyTorch's fused attention as floats: a float mask is added to the scores (1 where
-    allowed, 0 where not), so nothing is masked."""
-
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        if mask is not None:
-            mask = mask.float()
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-@mistake("masks-without-a-mask", "scaled_self_attention")
-class scaling_module_causal_by_default(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        if mask is None:
-            t = x.shape[1]
-            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return scaled_dot_product_attention(q, k, v, mask)[0]
-
+edit("scaling-module-mask-dropped", MODULE, ("values, mask)", "values)"), mistake="mask-ignored")
+edit("scaling-module-scaled-twice", MODULE, ("(queries, keys", "(queries / math.sqrt(x.shape[-1]), keys"),
+     mistake="divided-by-d")
+edit("scaling-module-values-not-projected", MODULE, ("keys, values, mask)", "keys, x, mask)"),
+     mistake="values-not-projected")
+edit("scaling-module-bias", MODULE, *((line, line.replace("bias=False", "bias=True")) for line in (Q, K, V)),
+     mistake="projection-bias")
+edit("scaling-module-returns-pair", MODULE, (CALL, "return scaled_dot_product_attention(queries, keys, values, mask)"),
+     mistake="not-a-tensor")
+edit("scaling-module-no-mask-argument", MODULE, (FORWARD, "def forward(self, x):"), ("values, mask)", "values)"),
+     mistake="no-mask-argument")
+edit("scaling-module-shared-layer", MODULE, (K, "self.to_keys = self.to_queries"), mistake="shared-layer")
+# the mask handed to PyTorch's fused attention as floats: a float mask is added to the scores (1 where allowed, 0
+# where not), so nothing is masked
+edit("scaling-module-float-mask", MODULE, (CALL, "if mask is not None:\n            mask = mask.float()\n"
+                                                 "        return F.scaled_dot_product_attention(queries, keys, values, "
+                                                 "attn_mask=mask)"), mistake="causal-leak")
+edit("scaling-module-causal-by-default", MODULE, (FORWARD, f"{FORWARD}\n        if mask is None:\n"
+                                                           "            t = x.shape[1]\n            mask = torch.ones("
+                                                           "t, t, dtype=torch.bool, device=x.device).tril()"),
+     mistake="masks-without-a-mask")
 
 # ------------------------------------------------------------------ ScaledSelfAttention: alternatives
 
-@alternative("scaled_self_attention")
-class scaling_module_fused(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.to_queries(x), self.to_keys(x), self.to_values(x)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-@alternative("scaled_self_attention")
-class scaling_module_one_matrix_split(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, mask=None):
-        w = torch.cat([self.to_queries.weight, self.to_keys.weight, self.to_values.weight])
-        q, k, v = F.linear(x, w).chunk(3, dim=-1)
-        output, _ = scaled_dot_product_attention(q, k, v, mask=mask)
-        return output
+edit("scaling-module-fused", MODULE,
+     (CALL, "return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)"))
+edit("scaling-module-one-matrix-split", MODULE, (PROJECTED, (
+    "w = torch.cat([self.to_queries.weight, self.to_keys.weight, self.to_values.weight])  # (3k, k)\n"
+    "        queries, keys, values = F.linear(x, w).chunk(3, dim=-1)  # (b, t, k) each")))
 
 
 # one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another

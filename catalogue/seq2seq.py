@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, mistake
+from catalogue import alternative, edit, mistake
 from course.dates import PAD
 
 ASSIGNMENT = "07_seq2seq"
@@ -102,246 +102,101 @@ def padding_expand(lengths, t):
 
 # ------------------------------------------------------------------ DecoderBlock: mistakes
 
-@mistake("block-cross-reads-itself", "decoder_block")
-class block_cross_reads_itself(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, mask=self_mask)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-cross-reads-itself", "decoder_block",
+     ("context=memory, mask=memory_mask)))", "mask=self_mask)))"),
+     mistake="block-cross-reads-itself")
 
 
-@mistake("block-cross-reads-itself", "decoder_block")
-class block_cross_reads_itself_unmasked(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.self_attention(x, mask=self_mask))
-        x = self.norm2(x + self.cross_attention(x))
-        return self.norm3(x + self.ff(x))
+edit("block-cross-reads-itself-unmasked", "decoder_block",
+     ("cross_attention(x, context=memory, mask=memory_mask)", "cross_attention(x)"),
+     mistake="block-cross-reads-itself")
 
 
-@mistake("block-memory-not-masked", "decoder_block")
-class block_memory_not_masked(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-memory-not-masked", "decoder_block",
+     ("context=memory, mask=memory_mask)))", "context=memory)))"),
+     mistake="block-memory-not-masked")
 
 
-@mistake("block-self-mask-ignored", "decoder_block")
-class block_self_mask_ignored(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.dropout(self.self_attention(x)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-self-mask-ignored", "decoder_block",
+     ("self.dropout(self.self_attention(x, mask=self_mask)))", "self.dropout(self.self_attention(x)))"),
+     mistake="block-self-mask-ignored")
 
 
-@mistake("block-pre-norm", "decoder_block")
-class block_pre_norm(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = x + self.self_attention(self.norm1(x), mask=self_mask)
-        x = x + self.cross_attention(self.norm2(x), context=memory, mask=memory_mask)
-        return x + self.ff(self.norm3(x))
+edit("block-pre-norm", "decoder_block",
+     ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
+      "x + self.self_attention(self.norm1(x), mask=self_mask)"),
+     ("self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
+      "x + self.cross_attention(self.norm2(x), context=memory, mask=memory_mask)"),
+     ("self.norm3(x + self.dropout(self.ff(x)))", "x + self.ff(self.norm3(x))"),
+     mistake="block-pre-norm")
 
 
-@mistake("block-no-residual", "decoder_block")
-class block_no_residual(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(self.self_attention(x, mask=self_mask))
-        x = self.norm2(self.cross_attention(x, context=memory, mask=memory_mask))
-        return self.norm3(self.ff(x))
+edit("block-no-residual", "decoder_block",
+     ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
+      "self.norm1(self.self_attention(x, mask=self_mask))"),
+     ("self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
+      "self.norm2(self.cross_attention(x, context=memory, mask=memory_mask))"),
+     ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(self.ff(x))"),
+     mistake="block-no-residual")
 
 
-@mistake("block-cross-first", "decoder_block")
-class block_cross_first(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.cross_attention(x, context=memory, mask=memory_mask))
-        x = self.norm2(x + self.self_attention(x, mask=self_mask))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-cross-first", "decoder_block",
+     ("self.dropout(self.self_attention(x, mask=self_mask)))",
+      "self.cross_attention(x, context=memory, mask=memory_mask))"),
+     ("self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
+      "self.self_attention(x, mask=self_mask))"),
+     mistake="block-cross-first")
 
 
-@mistake("block-cross-on-input", "decoder_block")
-class block_cross_on_input(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        h = self.norm1(x + self.self_attention(x, mask=self_mask))
-        h = self.norm2(h + self.cross_attention(x, context=memory, mask=memory_mask))
-        return self.norm3(h + self.ff(h))
+edit("block-cross-on-input", "decoder_block",
+     ("x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
+      "h = self.norm1(x + self.self_attention(x, mask=self_mask))"),
+     ("x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
+      "h = self.norm2(h + self.cross_attention(x, context=memory, mask=memory_mask))"),
+     ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(h + self.ff(h))"),
+     mistake="block-cross-on-input")
 
 
-@mistake("block-not-causal", "decoder_block")
-class block_masks_in_pytorch_convention(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        # PyTorch's attention masks are True where attention is NOT allowed
-        self_mask = None if self_mask is None else ~self_mask
-        memory_mask = None if memory_mask is None else ~memory_mask
-        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-masks-in-pytorch-convention", "decoder_block",
+     ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n",
+      ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n"
+       "        # PyTorch's attention masks are True where attention is NOT allowed\n"
+       "        self_mask = None if self_mask is None else ~self_mask\n"
+       "        memory_mask = None if memory_mask is None else ~memory_mask\n")),
+     mistake="block-not-causal")
 
 
-@mistake("block-reads-padding", "decoder_block")
-class block_memory_mask_as_key_padding(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        if memory_mask is not None:
-            memory_mask = memory_mask == 0  # key padding mask: True at the padded keys
-        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-memory-mask-as-key-padding", "decoder_block",
+     ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n",
+      ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n"
+       "        if memory_mask is not None:\n"
+       "            memory_mask = memory_mask == 0  # key padding mask: True at the padded keys\n")),
+     mistake="block-reads-padding")
 
 
-@mistake("block-shared-attention", "decoder_block")
-class block_shared_attention(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = self.self_attention
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-shared-attention", "decoder_block",
+     ("self.cross_attention = MultiHeadAttention(k, heads)", "self.cross_attention = self.self_attention"),
+     mistake="block-shared-attention")
 
 
-@mistake("shared-norm", "decoder_block")
-class block_shared_norm(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = self.norm1
-        self.norm3 = self.norm1
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+edit("block-shared-norm", "decoder_block",
+     ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"),
+     ("self.norm3 = nn.LayerNorm(k)", "self.norm3 = self.norm1"),
+     mistake="shared-norm")
 
 
 # ------------------------------------------------------------------ DecoderBlock: correct alternatives
 
-@alternative("decoder_block")
-class block_positional_arguments(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.self_attention = MultiHeadAttention(k, heads)
-        self.cross_attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.norm3 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        def sublayer(norm, y):
-            return norm(x + self.dropout(y))
-        x = sublayer(self.norm1, self.self_attention(x, None, self_mask))
-        x = sublayer(self.norm2, self.cross_attention(x, memory, memory_mask))
-        return sublayer(self.norm3, self.ff(x))
+edit("block-positional-arguments", "decoder_block",
+     ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n",
+      ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n"
+       "        def sublayer(norm, y):\n"
+       "            return norm(x + self.dropout(y))\n")),
+     ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
+      "sublayer(self.norm1, self.self_attention(x, None, self_mask))"),
+     ("self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
+      "sublayer(self.norm2, self.cross_attention(x, memory, memory_mask))"),
+     ("self.norm3(x + self.dropout(self.ff(x)))", "sublayer(self.norm3, self.ff(x))"))
 
 
 @alternative("decoder_block")
@@ -367,551 +222,132 @@ class block_sublayer_list(nn.Module):
 
 # ------------------------------------------------------------------ Seq2SeqTransformer: mistakes
 
-@mistake("model-memory-not-masked", "seq2seq_model")
-class model_memory_not_masked(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-memory-not-masked", "seq2seq_model")
-class model_decode_ignores_src_mask(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        everything = torch.ones_like(src_mask)
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, causal_mask(tgt.shape[1], tgt.device), everything.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-not-causal", "seq2seq_model")
-class model_not_causal(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-encoder-not-masked", "seq2seq_model")
-class model_encoder_not_masked(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x)
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("raised", "seq2seq_model")
-class model_mask_not_unsqueezed(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask)
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-no-target-positions", "seq2seq_model")
-class model_no_target_positions(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.tgt_embedding(tgt)
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-softmax", "seq2seq_model")
-class model_softmax_output(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x).softmax(dim=-1)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-memory-is-embeddings", "seq2seq_model")
-class model_memory_is_embeddings(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        return self.positions(self.src_embedding(src))
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-no-source-positions", "seq2seq_model")
-class model_no_source_positions(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.src_embedding(src)
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-padding-not-masked", "seq2seq_model")
-class model_padding_not_masked(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x)
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, causal_mask(tgt.shape[1], tgt.device))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-scaled-embeddings", "seq2seq_model")
-class model_scaled_embeddings(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-        self.k = k
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src) * self.k ** 0.5)
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt) * self.k ** 0.5)
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-target-source-embedding", "seq2seq_model")
-class model_target_source_embedding(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.src_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-reads-future", "seq2seq_model")
-class model_causal_mask_in_pytorch_convention(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=~causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("model-reads-padding", "seq2seq_model")
-class model_mask_from_pad_tokens(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        src_mask = src != PAD
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("decode-inconsistent", "seq2seq_model")
-class model_decode_without_positions(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.tgt_embedding(tgt)
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        memory = self.encode(src, src_mask)
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-
-@mistake("shared-embedding", "seq2seq_model")
-class model_one_embedding_for_both(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(max(src_vocab_size, tgt_vocab_size), k)
-        self.tgt_embedding = self.src_embedding
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("wrong-depth", "seq2seq_model")
-class model_six_layers_as_in_the_paper(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(6))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(6))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("wrong-size", "seq2seq_model")
-class model_vocabulary_sizes_swapped(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(src_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("wrong-part-type", "seq2seq_model")
-class model_pytorch_encoder_layers(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(k, heads, 4 * k, dropout, batch_first=True)
-                                     for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for layer in self.encoder:
-            x = layer(x, src_key_padding_mask=~src_mask)
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
-@mistake("shared-block", "seq2seq_model")
-class model_one_block_reused(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        encoder_block = TransformerBlock(k, heads, dropout=dropout)
-        decoder_block = DecoderBlock(k, heads, dropout=dropout)
-        self.encoder = nn.ModuleList([encoder_block] * depth)
-        self.decoder = nn.ModuleList([decoder_block] * depth)
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+edit("model-memory-not-masked", "seq2seq_model",
+     ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),
+     mistake="model-memory-not-masked")
+
+
+edit("model-decode-ignores-src-mask", "seq2seq_model",
+     ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=torch.ones_like(src_mask).unsqueeze(1))"),
+     mistake="model-memory-not-masked")
+
+edit("model-not-causal", "seq2seq_model",
+     ("self_mask=self_mask, ", ""),
+     mistake="model-not-causal")
+
+
+edit("model-encoder-not-masked", "seq2seq_model",
+     ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
+     mistake="model-encoder-not-masked")
+
+
+edit("model-mask-not-unsqueezed", "seq2seq_model",
+     ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=src_mask)"),
+     mistake="raised")
+
+
+edit("model-no-target-positions", "seq2seq_model",
+     ("self.positions(self.tgt_embedding(tgt))", "self.tgt_embedding(tgt)"),
+     mistake="model-no-target-positions")
+
+
+edit("model-softmax-output", "seq2seq_model",
+     ("self.to_logits(x)", "self.to_logits(x).softmax(dim=-1)"),
+     mistake="model-softmax")
+
+
+edit("model-memory-is-embeddings", "seq2seq_model",
+     (("        x = self.positions(self.src_embedding(src))  # (b, s, k)\n"
+       "        for block in self.encoder:\n"
+       "            x = block(x, mask=src_mask.unsqueeze(1))  # mask (b, 1, s): no query reads padding\n"
+       "        return x  # (b, s, k)\n"),
+      "        return self.positions(self.src_embedding(src))\n"),
+     mistake="model-memory-is-embeddings")
+
+
+edit("model-no-source-positions", "seq2seq_model",
+     ("self.positions(self.src_embedding(src))", "self.src_embedding(src)"),
+     mistake="model-no-source-positions")
+
+
+edit("model-padding-not-masked", "seq2seq_model",
+     ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
+     ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),
+     mistake="model-padding-not-masked")
+
+
+edit("model-scaled-embeddings", "seq2seq_model",
+     ("        self.to_logits = nn.Linear(k, tgt_vocab_size)\n",
+      ("        self.to_logits = nn.Linear(k, tgt_vocab_size)\n"
+       "        self.k = k\n")),
+     ("self.positions(self.src_embedding(src))", "self.positions(self.src_embedding(src) * self.k ** 0.5)"),
+     ("self.positions(self.tgt_embedding(tgt))", "self.positions(self.tgt_embedding(tgt) * self.k ** 0.5)"),
+     mistake="model-scaled-embeddings")
+
+
+edit("model-target-source-embedding", "seq2seq_model",
+     ("self.tgt_embedding(tgt)", "self.src_embedding(tgt)"),
+     mistake="model-target-source-embedding")
+
+
+edit("model-causal-mask-in-pytorch-convention", "seq2seq_model",
+     ("self_mask=self_mask,", "self_mask=~self_mask,"),
+     mistake="model-reads-future")
+
+
+edit("model-mask-from-pad-tokens", "seq2seq_model",
+     ("        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n",
+      ("        src_mask = src != PAD\n"
+       "        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n")),
+     mistake="model-reads-padding")
+
+edit("model-decode-without-positions", "seq2seq_model",
+     ("self.positions(self.tgt_embedding(tgt))", "self.tgt_embedding(tgt)"),
+     ("        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n",
+      ("        memory = self.encode(src, src_mask)\n"
+       "        x = self.positions(self.tgt_embedding(tgt))\n"
+       "        for block in self.decoder:\n"
+       "            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), "
+       "memory_mask=src_mask.unsqueeze(1))\n"
+       "        return self.to_logits(x)\n")),
+     mistake="decode-inconsistent")
+
+
+edit("model-one-embedding-for-both", "seq2seq_model",
+     ("nn.Embedding(src_vocab_size,", "nn.Embedding(max(src_vocab_size, tgt_vocab_size),"),
+     ("nn.Embedding(tgt_vocab_size, k)", "self.src_embedding"),
+     mistake="shared-embedding")
+
+
+edit("model-six-layers-as-in-the-paper", "seq2seq_model",
+     ("self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))",
+      "self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(6))"),
+     ("self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))",
+      "self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(6))"),
+     mistake="wrong-depth")
+
+
+edit("model-vocabulary-sizes-swapped", "seq2seq_model",
+     ("self.src_embedding = nn.Embedding(src_vocab_size, k)", "self.src_embedding = nn.Embedding(tgt_vocab_size, k)"),
+     ("self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)", "self.tgt_embedding = nn.Embedding(src_vocab_size, k)"),
+     mistake="wrong-size")
+
+edit("model-pytorch-encoder-layers", "seq2seq_model",
+     ("nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))",
+      ("nn.ModuleList(nn.TransformerEncoderLayer(k, heads, 4 * k, dropout, batch_first=True)\n"
+       "                                     for _ in range(depth))")),
+     ("x = block(x, mask=src_mask.unsqueeze(1))  # mask (b, 1, s): no query reads padding",
+      "x = block(x, src_key_padding_mask=~src_mask)"),
+     mistake="wrong-part-type")
+
+edit("model-one-block-reused", "seq2seq_model",
+     (("        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))\n"
+       "        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))\n"),
+      ("        encoder_block = TransformerBlock(k, heads, dropout=dropout)\n"
+       "        decoder_block = DecoderBlock(k, heads, dropout=dropout)\n"
+       "        self.encoder = nn.ModuleList([encoder_block] * depth)\n"
+       "        self.decoder = nn.ModuleList([decoder_block] * depth)\n")),
+     mistake="shared-block")
 
 
 # ------------------------------------------------------------------ Seq2SeqTransformer: correct alternatives
@@ -947,33 +383,11 @@ class model_inline_masks(nn.Module):
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
 
-@alternative("seq2seq_model")
-class model_forward_by_hand(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        x = self.positions(self.src_embedding(src))
-        for block in self.encoder:
-            x = block(x, mask=src_mask.unsqueeze(1))
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=causal_mask(tgt.shape[1], tgt.device), memory_mask=src_mask.unsqueeze(1))
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        memory = self.encode(src, src_mask)
-        logits = self.decode(tgt, memory, src_mask)
-        return logits
+edit("model-forward-by-hand", "seq2seq_model",
+     ("        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n",
+      ("        memory = self.encode(src, src_mask)\n"
+       "        logits = self.decode(tgt, memory, src_mask)\n"
+       "        return logits\n")))
 
 
 # ------------------------------------------------------------------ teacher_forcing_loss: mistakes
@@ -1072,81 +486,36 @@ def greedy_never_stops(model, src, src_mask, max_len, bos, eos):
     return tokens[:, 1:]
 
 
-@mistake("greedy-returns-bos", "greedy_decode")
-def greedy_returns_bos(model, src, src_mask, max_len, bos, eos):
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
-        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            nxt = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1)
-            nxt = nxt.masked_fill(finished, 0)
-            tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
-            finished = finished | (nxt == eos)
-            if finished.all():
-                break
-    return tokens
+edit("greedy-returns-bos", "greedy_decode",
+     ("return tokens[:, 1:]  # drop <bos>", "return tokens"),
+     mistake="greedy-returns-bos")
 
 
-@mistake("greedy-forgets-bos", "greedy_decode")
-def greedy_forgets_bos(model, src, src_mask, max_len, bos, eos):
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        tokens = torch.zeros((src.shape[0], 1), dtype=torch.long, device=src.device)
-        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            nxt = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1)
-            nxt = nxt.masked_fill(finished, 0)
-            tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
-            finished = finished | (nxt == eos)
-            if finished.all():
-                break
-    return tokens[:, 1:]
+edit("greedy-forgets-bos", "greedy_decode",
+     ("torch.full((src.shape[0], 1), bos,", "torch.full((src.shape[0], 1), 0,"),
+     mistake="greedy-forgets-bos")
 
 
-@mistake("greedy-stops-early", "greedy_decode")
-def greedy_stops_at_first_eos(model, src, src_mask, max_len, bos, eos):
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
-        for _ in range(max_len):
-            nxt = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1)
-            tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
-            if (nxt == eos).any():
-                break
-    return tokens[:, 1:]
+edit("greedy-stops-at-first-eos", "greedy_decode",
+     ("if finished.all():", "if finished.any():"),
+     mistake="greedy-stops-early")
 
 
-@mistake("greedy-first-position", "greedy_decode")
-def greedy_first_position(model, src, src_mask, max_len, bos, eos):
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
-        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            nxt = model.decode(tokens, memory, src_mask)[:, 0].argmax(dim=-1)
-            nxt = nxt.masked_fill(finished, 0)
-            tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
-            finished = finished | (nxt == eos)
-            if finished.all():
-                break
-    return tokens[:, 1:]
+edit("greedy-first-position", "greedy_decode",
+     ("[:, -1].argmax(dim=-1)", "[:, 0].argmax(dim=-1)"),
+     mistake="greedy-first-position")
 
 
-@mistake("greedy-eos-padded", "greedy_decode")
-def greedy_fills_with_eos(model, src, src_mask, max_len, bos, eos):
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
-        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            nxt = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1)
-            nxt = nxt.masked_fill(finished, eos)
-            tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
-            finished = finished | (nxt == eos)
-            if finished.all():
-                break
-    return tokens[:, 1:]
+edit("greedy-eos-overwritten-by-pad", "greedy_decode",
+     ("next_token = next_token.masked_fill(finished, PAD)",
+      "finished = finished | (next_token == eos)\n            next_token = next_token.masked_fill(finished, PAD)"),
+     ("            finished = finished | (next_token == eos)\n            if", "            if"),
+     mistake="greedy-eos-overwritten")
+
+
+edit("greedy-fills-with-eos", "greedy_decode",
+     ("next_token.masked_fill(finished, PAD)", "next_token.masked_fill(finished, eos)"),
+     mistake="greedy-eos-padded")
 
 
 @mistake("greedy-not-ids", "greedy_decode")
@@ -1164,17 +533,10 @@ def greedy_into_zeros(model, src, src_mask, max_len, bos, eos):
     return out
 
 
-@mistake("greedy-too-long", "greedy_decode")
-def greedy_one_step_too_many(model, src, src_mask, max_len, bos, eos):
-    with torch.no_grad():
-        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
-        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        for _ in range(max_len + 1):
-            nxt = model(src, tokens, src_mask)[:, -1].argmax(dim=-1)
-            nxt = nxt.masked_fill(finished, PAD)
-            finished = finished | (nxt == eos)
-            tokens = torch.cat([tokens, nxt[:, None]], dim=1)
-    return tokens[:, 1:]
+edit("greedy-one-step-too-many", "greedy_decode",
+     ("range(max_len)", "range(max_len + 1)"),
+     ("            if finished.all():\n                break\n", ""),
+     mistake="greedy-too-long")
 
 
 # ------------------------------------------------------------------ greedy_decode: correct alternatives

@@ -183,9 +183,14 @@ def test_training_with_the_reference_parts_lowers_the_loss_and_evaluation_counts
 
 def test_multiplication_counts_of_generation():
     k, depth = 8, 2
-    # without a cache, step m computes m positions, each query reading up to m keys
-    assert harness.multiplies_to_generate(2, k, depth, use_cache=False) == depth * (12 * k * k * 3 + 2 * k * (1 + 3))
+    # without a cache, step m computes m positions, each query scored against all m keys (the mask saves nothing):
+    # steps of 1 and 2 positions; with it, one new position a step, reading 1 and then 2 keys
+    assert harness.multiplies_to_generate(2, k, depth, use_cache=False) == depth * (12 * k * k * 3 + 2 * k * (1 + 4))
     assert harness.multiplies_to_generate(2, k, depth, use_cache=True) == depth * (12 * k * k * 2 + 2 * k * (1 + 2))
+    # the notebook's section 2: without a cache about 6N²k² + (2/3)N³k, with it about 12Nk² + N²k
+    n, k = 512, 64
+    assert abs(harness.multiplies_to_generate(n, k, 1, use_cache=False) / (6 * n**2 * k**2 + 2 / 3 * n**3 * k) - 1) < 0.01
+    assert abs(harness.multiplies_to_generate(n, k, 1, use_cache=True) / (12 * n * k**2 + n**2 * k) - 1) < 0.01
     assert harness.multiplies_to_generate(1, k, depth, True) == harness.multiplies_to_generate(1, k, depth, False)
 
 

@@ -41,4 +41,4 @@ def test_the_oracle_undoes_multihead_attentions_scaling():
     w = {name: p.detach() for name, p in module.named_parameters()}
     x = torch.randn(2, 4, 5)
     with torch.no_grad():
-        assert torch.allclose(qkv_judges._module_oracle(w, x), module(x), atol=1e-5)
+        assert torch.allclose(qkv_judges._qkv_oracle(w, x), module(x), atol=1e-5)

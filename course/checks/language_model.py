@@ -1,34 +1,38 @@
 """Probes for assignment 08: LanguageModel, next_token_loss, sample_next_token and generate.
 
-Each check runs the student's code on inputs and weights chosen here and records what it gives; its judge (in
-course/judges/language_model.py, hidden under grading) decides from that record alone, against a stack of PyTorch's
-nn.TransformerEncoderLayer, F.cross_entropy and torch.multinomial. Generation is driven on stand-in models
-defined here (StandInLM), whose logits are exact, so a cached and an uncached run agree to the last bit. Sampling
-and generation are probed on the CPU, where a seeded generator draws the same numbers on every machine. Under
-grading every random input, weight and generator comes from the grader's secret seed (course/checks/seeds.py).
+Each check runs the student's code on the cases declared here and records what it gives; its judge (in
+course/judges/language_model.py, hidden under grading) decides from that record alone, from the same cases, against
+a stack of PyTorch's nn.TransformerEncoderLayer, F.cross_entropy and torch.multinomial. Generation is driven on
+stand-in models defined here (StandInLM), whose logits are exact, so a cached and an uncached run agree to the last
+bit. Sampling and generation are probed on the CPU, where a seeded generator draws the same numbers on every
+machine. Under grading every random input, weight and generator comes from the grader's secret seed
+(course/checks/seeds.py).
 """
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
 from course.checks import modules
-from course.checks.check import Check, with_prerequisites
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
+from course.checks.kinds import Case, PropertyCheck, loss_case, losses, property_check
 from course.checks.seeds import salted
 from course.multi_head import MultiHeadAttention
 from course.transformer_block import FeedForward
 
 MODEL_NAME = "LanguageModel"
-# ---------------------------------------------------------------- the model: structure
 
-_KINDS = (("MultiHeadAttention", MultiHeadAttention), ("FeedForward", FeedForward), ("LayerNorm", nn.LayerNorm),
-          ("Embedding", nn.Embedding), ("Linear", nn.Linear), ("ModuleList", nn.ModuleList),
-          ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
+
+# ---------------------------------------------------------------- LanguageModel: the cases
+
+_LM_KINDS = (("MultiHeadAttention", MultiHeadAttention), ("FeedForward", FeedForward), ("LayerNorm", nn.LayerNorm),
+             ("Embedding", nn.Embedding), ("Linear", nn.Linear), ("ModuleList", nn.ModuleList),
+             ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
 MODEL_PARTS = ("token_embedding", "position_embedding", "blocks", "norm", "to_logits")
 #: each block's parts: (name, kind, how to create it)
 BLOCK_PARTS = (("norm1", "LayerNorm", "nn.LayerNorm(k)"), ("attention", "MultiHeadAttention",
@@ -55,103 +59,46 @@ class ModelCase:
                 f"max_len={self.max_len})")
 
 
-# head size != k, batch > 1, odd lengths, one case with t == max_len
-STRUCTURE_CASE = ModelCase(2, 6, 11, 16, 2, 2, 10)
-ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1, 5))
-HIDDEN_CASES = (ModelCase(1, 9, 7, 8, 4, 3, 9), ModelCase(4, 4, 17, 20, 5, 2, 30))
-
-
-def _lm_facts(model: nn.Module) -> dict:
-    """The model's named parts (parts: blocks with their count and how many are distinct objects), and the parts
-    of each of its blocks (blocks.<i>.parts)."""
-    facts = {"parts": modules.part_facts(model, MODEL_PARTS, _KINDS)}
-    blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
-        items = list(blocks)[:16]
-        facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
-        facts.update({f"blocks.{i}.parts": modules.part_facts(b, [name for name, _, _ in BLOCK_PARTS], _KINDS)
-                      for i, b in enumerate(items)})
-    return facts
-
-
-def _make_lm(LanguageModel: Callable, rec: Recorder, key: str, case: ModelCase, seed: int) -> nn.Module | None:
-    return modules.build(rec, key, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len, seed=seed,
-                         facts=_lm_facts, train=False)
-
-
-# ---------------------------------------------------------------- the model: inputs
-
 def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
+    """Random token ids (b, t) of the case."""
     return torch.randint(case.vocab, (case.b, case.t), generator=generator(seed))
 
 
-def _run_lm(rec: Recorder, key: str, model: nn.Module, tokens: torch.Tensor, grad: bool = False) -> Any:
-    with torch.set_grad_enabled(grad):
-        return rec.call(key, model, tokens.to(rec.device))
+@dataclass(frozen=True)
+class ModelRun:
+    """The model of case built under key `model` with the check's weights (seed) and run without autograd on
+    lm_tokens(case, seed + 10), its logits under key `logits`; then, for each position j of `changed`, on those tokens
+    changed from j on (under changed<j>). upstream: instead, run in training mode with autograd, and the gradients
+    of sum(logits · randn(seed=upstream)) recorded."""
 
+    model: str
+    logits: str
+    case: ModelCase
+    seed: int
+    changed: tuple[int, ...] = ()
+    upstream: int | None = None
 
-# ---------------------------------------------------------------- LanguageModel: structure, causality, oracle
+    def tokens(self) -> torch.Tensor:
+        return lm_tokens(self.case, self.seed + 10)
 
-def _probe_lm_structure(LanguageModel, rec: Recorder) -> None:
-    model = _make_lm(LanguageModel, rec, "model", STRUCTURE_CASE, 3000)
-    if model is not None:
-        _run_lm(rec, "logits", model, lm_tokens(STRUCTURE_CASE, 3010))
-
-
-lm_structure = Check("lm_structure", _probe_lm_structure)
-
-CAUSALITY_CASE = ModelCase(3, 7, 11, 16, 2, 2, 9)
-CHANGED_POSITIONS = (5, 2)
-
-
-def _changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
-    changed = tokens.clone()
-    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab  # every later token changes
-    return changed
-
-
-def _probe_lm_causality(LanguageModel, rec: Recorder) -> None:
-    model = _make_lm(LanguageModel, rec, "model", CAUSALITY_CASE, 3100)
-    if model is None:
-        return
-    tokens = lm_tokens(CAUSALITY_CASE, 3110)
-    _run_lm(rec, "logits", model, tokens)
-    for j in CHANGED_POSITIONS:
-        _run_lm(rec, f"changed{j}", model, _changed_tokens(tokens, j, CAUSALITY_CASE.vocab))
-
-
-lm_causality = Check("lm_causality", _probe_lm_causality)
-
-
-def _probe_lm_oracle_cases(LanguageModel, rec: Recorder, cases: Sequence[ModelCase], seed: int) -> None:
-    for i, case in enumerate(cases):
-        model = _make_lm(LanguageModel, rec, f"model{i}", case, seed + 100 * i)
-        if model is None:
-            return
-        _run_lm(rec, f"logits{i}", model, lm_tokens(case, seed + 100 * i + 10))
-
-
-def _probe_lm_oracle(LanguageModel, rec: Recorder) -> None:
-    _probe_lm_oracle_cases(LanguageModel, rec, ORACLE_CASES, 3200)
-
-
-lm_oracle = Check("lm_oracle", _probe_lm_oracle)
-
-
-# ---------------------------------------------------------------- LanguageModel: the KV cache
 
 @dataclass(frozen=True)
 class CacheCase:
-    """The model's tokens fed in chunks of these sizes: the first (the prompt) without a cache, each later one with
-    the cache the call before returned; seed: the check's weights (tokens: seed + 10)."""
+    """A run (its logits without a cache under run.logits), then the same tokens fed in chunks of these sizes: the
+    first (the prompt) without a cache, each later one with the cache the call before returned, under
+    <steps><chunk>."""
 
-    model: ModelCase
-    seed: int
+    run: ModelRun
     chunks: tuple[int, ...]
+    steps: str
 
+    @property
+    def model(self) -> ModelCase:
+        return self.run.case
 
-CACHE_CASE = CacheCase(ModelCase(2, 8, 11, 16, 2, 2, 10), 3300, (3, 2, 1, 1, 1))
-HIDDEN_CACHE_CASE = CacheCase(ModelCase(3, 9, 13, 12, 3, 3, 12), 3400, (2, 1, 3, 1, 2))
+    @property
+    def seed(self) -> int:
+        return self.run.seed
 
 
 def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -163,94 +110,123 @@ def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _probe_cache(LanguageModel, rec: Recorder, spec: CacheCase, prefix: str = "") -> None:
-    case, seed, sizes = spec.model, spec.seed, spec.chunks
-    model = _make_lm(LanguageModel, rec, f"{prefix}model", case, seed)
+def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
+    """tokens (b, t) with every token from position j on changed."""
+    changed = tokens.clone()
+    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
+    return changed
+
+
+# head size != k, batch > 1, odd lengths, one case with t == max_len
+STRUCTURE_CASE = ModelCase(2, 6, 11, 16, 2, 2, 10)
+ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1, 5))
+HIDDEN_CASES = (ModelCase(1, 9, 7, 8, 4, 3, 9), ModelCase(4, 4, 17, 20, 5, 2, 30))
+CAUSALITY_CASE = ModelCase(3, 7, 11, 16, 2, 2, 9)
+GRADIENT_CASE = ModelCase(2, 6, 9, 12, 3, 2, 8)
+CACHE_CASE = CacheCase(ModelRun("model", "full", ModelCase(2, 8, 11, 16, 2, 2, 10), 3300), (3, 2, 1, 1, 1), "step")
+HIDDEN_CACHE_CASE = CacheCase(ModelRun("cache.model", "cache.full", ModelCase(3, 9, 13, 12, 3, 3, 12), 3400),
+                              (2, 1, 3, 1, 2), "cache.step")
+
+
+def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]:
+    """The i-th case built under model<i> with the weights of seed + 100 i, its logits under logits<i>."""
+    return tuple(ModelRun(f"model{i}", f"logits{i}", case, seed + 100 * i) for i, case in enumerate(cases))
+
+
+# ---------------------------------------------------------------- LanguageModel: the probes
+
+def _lm_facts(model: nn.Module) -> dict:
+    """The model's named parts (parts: blocks with their count and how many are distinct objects), and the parts
+    of each of its blocks (blocks.<i>.parts)."""
+    facts = {"parts": modules.part_facts(model, MODEL_PARTS, _LM_KINDS)}
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
+        items = list(blocks)[:16]
+        facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
+        facts.update({f"blocks.{i}.parts": modules.part_facts(b, [name for name, _, _ in BLOCK_PARTS], _LM_KINDS)
+                      for i, b in enumerate(items)})
+    return facts
+
+
+def _weighted_sum(seed: int, logits: torch.Tensor) -> torch.Tensor:
+    """sum(logits · randn(seed)): a loss whose gradient reaches every logit."""
+    return (logits * randn(*logits.shape, seed=seed, device=logits.device)).sum()
+
+
+def _build_and_run(LanguageModel: Callable, rec: Recorder, run: ModelRun) -> nn.Module | None:
+    """The run's model built and called as ModelRun says; None when it could not be built."""
+    case = run.case
+    model = modules.build(rec, run.model, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
+                          seed=run.seed, facts=_lm_facts, train=False)
+    if model is None:
+        return None
+    tokens = run.tokens()
+    if run.upstream is not None:
+        model.train()
+        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
+                                loss=partial(_weighted_sum, run.upstream))
+        return model
+    with torch.no_grad():
+        rec.call(run.logits, model, tokens.to(rec.device))
+        for j in run.changed:
+            rec.call(f"changed{j}", model, changed_tokens(tokens, j, case.vocab).to(rec.device))
+    return model
+
+
+def _probe_cached(LanguageModel: Callable, rec: Recorder, spec: CacheCase) -> None:
+    """The run of spec, then its tokens fed chunk by chunk with the cache (see CacheCase)."""
+    model = _build_and_run(LanguageModel, rec, spec.run)
     if model is None:
         return
-    tokens = lm_tokens(case, seed + 10).to(rec.device)
+    tokens = spec.run.tokens().to(rec.device)
+    cache = None
     with torch.no_grad():
-        rec.call(f"{prefix}full", model, tokens)
-        cache = None
-        for c, (start, end) in enumerate(chunk_bounds(sizes)):
-            result = rec.call(f"{prefix}step{c}", model, tokens[:, start:end], cache=cache, use_cache=True)
+        for c, (start, end) in enumerate(chunk_bounds(spec.chunks)):
+            result = rec.call(f"{spec.steps}{c}", model, tokens[:, start:end], cache=cache, use_cache=True)
             if not isinstance(result, (tuple, list)) or len(result) != 2:
                 return
             cache = result[1]
 
 
-def _probe_lm_cache(LanguageModel, rec: Recorder) -> None:
-    _probe_cache(LanguageModel, rec, CACHE_CASE)
+def _probe_model(cases: tuple[ModelRun | CacheCase, ...], LanguageModel: Callable, rec: Recorder) -> None:
+    """Each case in order (a model that cannot be built ends the probe: its structure says why)."""
+    for case in cases:
+        if isinstance(case, CacheCase):
+            _probe_cached(LanguageModel, rec, case)
+        elif _build_and_run(LanguageModel, rec, case) is None:
+            return
 
 
-lm_cache = Check("lm_cache", _probe_lm_cache)
-
-
-def _probe_lm_hidden(LanguageModel, rec: Recorder) -> None:
-    _probe_lm_oracle_cases(LanguageModel, rec, HIDDEN_CASES, 3500)
-    _probe_cache(LanguageModel, rec, HIDDEN_CACHE_CASE, prefix="cache.")
-
-
-lm_hidden = Check("lm_hidden", _probe_lm_hidden)
-
-GRADIENT_CASE = ModelCase(2, 6, 9, 12, 3, 2, 8)
-
-
-def _probe_lm_gradients(LanguageModel, rec: Recorder) -> None:
-    model = _make_lm(LanguageModel, rec, "model", GRADIENT_CASE, 3600)
-    if model is None:
-        return
-    model.train()
-    modules.record_backward(rec, "logits", model, lm_tokens(GRADIENT_CASE, 3610).to(rec.device),
-                            loss=lambda y: (y * randn(*y.shape, seed=3620, device=y.device)).sum())
-
-
-lm_gradients = Check("lm_gradients", _probe_lm_gradients)
+lm_structure = property_check("lm_structure", _probe_model, (ModelRun("model", "logits", STRUCTURE_CASE, 3000),))
+lm_causality = property_check("lm_causality", _probe_model,
+                              (ModelRun("model", "logits", CAUSALITY_CASE, 3100, changed=(5, 2)),))
+lm_oracle = property_check("lm_oracle", _probe_model, numbered_runs(ORACLE_CASES, 3200))
+lm_cache = property_check("lm_cache", _probe_model, (CACHE_CASE,))
+lm_hidden = property_check("lm_hidden", _probe_model, (*numbered_runs(HIDDEN_CASES, 3500), HIDDEN_CACHE_CASE))
+lm_gradients = property_check("lm_gradients", _probe_model,
+                              (ModelRun("model", "logits", GRADIENT_CASE, 3600, upstream=3620),))
 
 
 # ---------------------------------------------------------------- next_token_loss
 
-@dataclass(frozen=True)
-class LossCase:
-    """Random logits (b, t, vocab) times scale, and tokens (b, t), drawn from seed."""
+def _loss_inputs(seed: int, b: int, t: int, vocab: int, scale: float) -> dict[str, torch.Tensor]:
+    """Logits (b, t, vocab) and tokens (b, t)."""
+    g = generator(seed)
+    return {"logits": scale * torch.randn(b, t, vocab, generator=g),
+            "tokens": torch.randint(vocab, (b, t), generator=g)}
 
-    seed: int
-    b: int
-    t: int
-    vocab: int
-    scale: float
 
-    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        g = generator(self.seed)
-        return (self.scale * torch.randn(self.b, self.t, self.vocab, generator=g),
-                torch.randint(self.vocab, (self.b, self.t), generator=g))
+def random_logits(key: str, seed: int, b: int, t: int, vocab: int, scale: float) -> Case:
+    """A loss case: random logits (b, t, vocab) times scale, and tokens (b, t), drawn from seed; with gradients."""
+    return loss_case(key, partial(_loss_inputs, seed, b, t, vocab, scale),
+                     f"logits {(b, t, vocab)} of scale {scale:g}, tokens {(b, t)}", gradients=True)
 
 
 # vocab != t - 1, so logits with the classes last cannot pass
-LOSS_CASES = (LossCase(4000, 3, 6, 11, 1.0), LossCase(4100, 2, 5, 7, 60.0))
-LOSS_HIDDEN_CASES = (LossCase(4200, 1, 2, 3, 1.0), LossCase(4300, 4, 13, 29, 3.0))
-
-
-def _probe_loss_cases(next_token_loss, rec: Recorder, cases: Sequence[LossCase]) -> None:
-    for i, spec in enumerate(cases):
-        logits, tokens = spec.inputs()
-        logits = logits.to(rec.device).requires_grad_(True)
-        modules.record_backward(rec, f"loss{i}", next_token_loss, logits, tokens.to(rec.device), loss=lambda loss: loss,
-                                inputs={f"logits{i}": logits})
-
-
-def _probe_loss(next_token_loss, rec: Recorder) -> None:
-    _probe_loss_cases(next_token_loss, rec, LOSS_CASES)
-
-
-loss_oracle = Check("loss_oracle", _probe_loss)
-
-
-def _probe_loss_hidden(next_token_loss, rec: Recorder) -> None:
-    _probe_loss_cases(next_token_loss, rec, LOSS_HIDDEN_CASES)
-
-
-loss_hidden = Check("loss_hidden", _probe_loss_hidden)
+loss_oracle = losses("loss_oracle", (random_logits("loss0", 4000, 3, 6, 11, 1.0),
+                                     random_logits("loss1", 4100, 2, 5, 7, 60.0)))
+loss_hidden = losses("loss_hidden", (random_logits("loss0", 4200, 1, 2, 3, 1.0),
+                                     random_logits("loss1", 4300, 4, 13, 29, 3.0)))
 
 
 # ---------------------------------------------------------------- sample_next_token
@@ -259,23 +235,12 @@ loss_hidden = Check("loss_hidden", _probe_loss_hidden)
 GLOBAL_SEED = 777
 
 
-def logits_rows(seed: int, b: int, vocab: int, scale: float = 2.0) -> torch.Tensor:
-    return scale * torch.randn(b, vocab, generator=generator(seed))
-
-
-def _call_sampler(rec: Recorder, key: str, sample_next_token, logits: torch.Tensor, temperature: float,
-                  top_k: int | None, seed: int, global_seed: int = GLOBAL_SEED) -> None:
-    """One call, with a generator of this seed and PyTorch's global generator seeded to global_seed; the student's
-    global generator is restored afterwards."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(salted(global_seed))
-        rec.call(key, sample_next_token, logits.clone(), temperature, top_k, generator(seed))
-
-
 @dataclass(frozen=True)
 class SamplingCase:
-    """Logits (b, vocab) drawn from seed, sampled at this temperature and top_k with a generator seeded seed + 1."""
+    """Logits (b, vocab) drawn from seed (logits_rows), sampled at this temperature and top_k with a generator seeded
+    seed + 1; recorded under key."""
 
+    key: str
     seed: int
     b: int
     vocab: int
@@ -286,72 +251,74 @@ class SamplingCase:
     def call(self) -> str:
         return f"sample_next_token(logits, temperature={self.temperature:g}, top_k={self.top_k}, generator)"
 
-
-GREEDY_CASES = (SamplingCase(4500, 5, 9, 0, None), SamplingCase(4510, 4, 6, 0, 3))
-
-
-def _probe_sampling_greedy(sample_next_token, rec: Recorder) -> None:
-    _probe_sampling_cases(sample_next_token, rec, GREEDY_CASES)
+    def logits(self) -> torch.Tensor:
+        return logits_rows(self.seed, self.b, self.vocab)
 
 
-sampling_greedy = Check("sampling_greedy", _probe_sampling_greedy)
-
-SAMPLING_CASES = (SamplingCase(4600, 64, 10, 1.0, None), SamplingCase(4609, 4, 10, 0.9, 3),
-                  SamplingCase(4610, 64, 10, 0.7, 3), SamplingCase(4620, 48, 12, 2.0, None),
-                  SamplingCase(4630, 40, 9, 1.3, 5))
-SAMPLING_HIDDEN_CASES = (SamplingCase(4700, 1, 5, 0.9, 2), SamplingCase(4710, 33, 40, 1.0, 40),
-                         SamplingCase(4720, 20, 7, 0.5, 1), SamplingCase(4730, 9, 3, 1e-3, None))
+def logits_rows(seed: int, b: int, vocab: int, scale: float = 2.0) -> torch.Tensor:
+    """Random logits (b, vocab)."""
+    return scale * torch.randn(b, vocab, generator=generator(seed))
 
 
-def _probe_sampling_cases(sample_next_token, rec: Recorder, cases: Sequence[SamplingCase]) -> None:
-    for i, spec in enumerate(cases):
-        _call_sampler(rec, f"tokens{i}", sample_next_token, logits_rows(spec.seed, spec.b, spec.vocab),
-                      spec.temperature, spec.top_k, spec.seed + 1)
+def numbered_sampling(cases: Sequence[tuple[int, int, int, float, int | None]]) -> tuple[SamplingCase, ...]:
+    """One SamplingCase(tokens<i>, seed, b, vocab, temperature, top_k) per row of the table."""
+    return tuple(SamplingCase(f"tokens{i}", *case) for i, case in enumerate(cases))
 
 
-def _probe_sampling_distribution(sample_next_token, rec: Recorder) -> None:
-    _probe_sampling_cases(sample_next_token, rec, SAMPLING_CASES)
+def _call_sampler(rec: Recorder, key: str, sample_next_token, logits: torch.Tensor, temperature: float,
+                  top_k: int | None, gen: torch.Generator, global_seed: int = GLOBAL_SEED) -> bool:
+    """One call with the generator gen, PyTorch's global generator seeded to global_seed; the student's global
+    generator is restored afterwards. True when the call drew from the global generator."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(salted(global_seed))
+        before = torch.random.get_rng_state()
+        rec.call(key, sample_next_token, logits.clone(), temperature, top_k, gen)
+        return not torch.equal(before, torch.random.get_rng_state())
 
 
-sampling_distribution = Check("sampling_distribution", _probe_sampling_distribution)
+def _probe_sampling(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
+    for case in cases:
+        _call_sampler(rec, case.key, sample_next_token, case.logits(), case.temperature, case.top_k,
+                      generator(case.seed + 1))
 
-GENERATOR_CASE = SamplingCase(4800, 32, 8, 1.0, 4)
+
+GREEDY_CASES = numbered_sampling(((4500, 5, 9, 0, None), (4510, 4, 6, 0, 3)))
+SAMPLING_CASES = numbered_sampling(((4600, 64, 10, 1.0, None), (4609, 4, 10, 0.9, 3), (4610, 64, 10, 0.7, 3),
+                                    (4620, 48, 12, 2.0, None), (4630, 40, 9, 1.3, 5)))
+SAMPLING_HIDDEN_CASES = numbered_sampling(((4700, 1, 5, 0.9, 2), (4710, 33, 40, 1.0, 40), (4720, 20, 7, 0.5, 1),
+                                           (4730, 9, 3, 1e-3, None)))
+sampling_greedy = property_check("sampling_greedy", _probe_sampling, GREEDY_CASES)
+sampling_distribution = property_check("sampling_distribution", _probe_sampling, SAMPLING_CASES)
+
+#: one case, drawn with the same generator under each global seed (tokens<i>)
+GENERATOR_CASE = SamplingCase("tokens", 4800, 32, 8, 1.0, 4)
 GLOBAL_SEEDS = (11, 22)
 
 
-def _probe_sampling_generator(sample_next_token, rec: Recorder) -> None:
-    spec = GENERATOR_CASE
-    logits = logits_rows(spec.seed, spec.b, spec.vocab)
-    changed = []
-    for i, global_seed in enumerate(GLOBAL_SEEDS):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(salted(global_seed))
-            before = torch.random.get_rng_state()
-            gen = generator(spec.seed + 1)
-            rec.call(f"tokens{i}", sample_next_token, logits.clone(), spec.temperature, spec.top_k, gen)
-            changed.append(not torch.equal(before, torch.random.get_rng_state()))
+def _probe_sampling_generator(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
+    (case,) = cases
+    changed = [_call_sampler(rec, f"{case.key}{i}", sample_next_token, case.logits(), case.temperature, case.top_k,
+                             generator(case.seed + 1), global_seed) for i, global_seed in enumerate(GLOBAL_SEEDS)]
     rec.fact("global_state_changed", changed)
 
 
-sampling_generator = Check("sampling_generator", _probe_sampling_generator)
+sampling_generator = property_check("sampling_generator", _probe_sampling_generator, (GENERATOR_CASE,))
 
-#: b copies of one row of logits (seed, vocab): the draws must never leave its top k
-TOP_K_PROPERTY = SamplingCase(4900, 1500, 12, 1.0, 4)
+#: b copies of one row of logits (seed, vocab): the draws must never leave its top k (also on the notebook's device)
+TOP_K_PROPERTY = SamplingCase("many", 4900, 1500, 12, 1.0, 4)
 
 
-def _probe_sampling_hidden(sample_next_token, rec: Recorder) -> None:
-    _probe_sampling_cases(sample_next_token, rec, SAMPLING_HIDDEN_CASES)
-    spec = TOP_K_PROPERTY
-    seed, vocab, top_k, temperature, draws = spec.seed, spec.vocab, spec.top_k, spec.temperature, spec.b
-    row = logits_rows(seed, 1, vocab)
-    many = row.expand(draws, vocab).contiguous()
-    _call_sampler(rec, "many", sample_next_token, many, temperature, top_k, seed + 1)
+def _probe_sampling_hidden(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
+    *numbered, spec = cases
+    _probe_sampling(tuple(numbered), sample_next_token, rec)
+    many = logits_rows(spec.seed, 1, spec.vocab).expand(spec.b, spec.vocab).contiguous()  # (draws, vocab)
+    _call_sampler(rec, spec.key, sample_next_token, many, spec.temperature, spec.top_k, generator(spec.seed + 1))
     if rec.device.type != "cpu":
-        gen = generator(seed, rec.device)
-        rec.call("on_device", sample_next_token, many.to(rec.device), temperature, top_k, gen)
+        rec.call("on_device", sample_next_token, many.to(rec.device), spec.temperature, spec.top_k,
+                 generator(spec.seed, rec.device))
 
 
-sampling_hidden = Check("sampling_hidden", _probe_sampling_hidden)
+sampling_hidden = property_check("sampling_hidden", _probe_sampling_hidden, (*SAMPLING_HIDDEN_CASES, TOP_K_PROPERTY))
 
 
 # ---------------------------------------------------------------- generate
@@ -392,8 +359,10 @@ class StandInLM(nn.Module):
 @dataclass(frozen=True)
 class Generation:
     """generate on a stand-in model (seed, vocab) from a prompt (b, t0) drawn from seed + 7: new_tokens tokens at
-    this temperature and top_k, with a generator seeded generator_seed."""
+    this temperature and top_k, with a generator seeded seed + 1, with or without the cache; recorded under key and
+    the model's calls under <key>.calls."""
 
+    key: str
     seed: int
     vocab: int
     b: int
@@ -401,59 +370,57 @@ class Generation:
     new_tokens: int
     temperature: float
     top_k: int | None
-    generator_seed: int
+    use_cache: bool = False
+
+    @property
+    def generator_seed(self) -> int:
+        return self.seed + 1
 
 
-GREEDY_GENERATION = Generation(5000, 9, 3, 4, 6, 0.0, None, 5001)
-SAMPLED_GENERATION = Generation(5100, 9, 3, 4, 7, 0.8, 4, 5101)
-CACHED_GENERATIONS = (Generation(5200, 9, 3, 4, 6, 0.0, None, 5201), Generation(5300, 11, 2, 3, 8, 1.0, None, 5301))
-HIDDEN_GENERATIONS = (Generation(5400, 7, 1, 1, 5, 1.2, 3, 5401), Generation(5500, 13, 4, 5, 1, 0.6, 2, 5501),
-                      Generation(5600, 10, 2, 2, 9, 1.0, 1, 5601))
+def cached_and_not(key: str, spec: Generation) -> tuple[Generation, Generation]:
+    """spec without the cache (under key) and with it (under key + "c")."""
+    return replace(spec, key=key, use_cache=False), replace(spec, key=f"{key}c", use_cache=True)
+
+
 _STAND_IN_MAX_LEN = 64
+GREEDY_GENERATION = Generation("tokens", 5000, 9, 3, 4, 6, 0.0, None)
+SAMPLED_GENERATION = Generation("tokens", 5100, 9, 3, 4, 7, 0.8, 4)
+CACHED_GENERATIONS = (Generation("tokens0", 5200, 9, 3, 4, 6, 0.0, None, True),
+                      Generation("tokens1", 5300, 11, 2, 3, 8, 1.0, None, True))
+HIDDEN_GENERATIONS = (*cached_and_not("tokens0", Generation("", 5400, 7, 1, 1, 5, 1.2, 3)),
+                      *cached_and_not("tokens1", Generation("", 5500, 13, 4, 5, 1, 0.6, 2)),
+                      *cached_and_not("tokens2", Generation("", 5600, 10, 2, 2, 9, 1.0, 1)))
 
 
 def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
+    """The stand-in model of spec and its prompt (b, t0)."""
     prompt = torch.randint(spec.vocab, (spec.b, spec.t0), generator=generator(spec.seed + 7))
     return StandInLM(spec.vocab, _STAND_IN_MAX_LEN, spec.seed), prompt
 
 
-def _probe_generation(generate, rec: Recorder, key: str, spec: Generation, use_cache: bool) -> None:
-    """generate on the stand-in, on the CPU, with PyTorch's global generator seeded to GLOBAL_SEED."""
-    model, prompt = stand_in(spec)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(salted(GLOBAL_SEED))
-        rec.call(key, generate, model, prompt, spec.new_tokens, spec.temperature, spec.top_k,
-                 generator(spec.generator_seed), use_cache)
-    rec.fact(f"{key}.calls", model.calls[:64])
+def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) -> None:
+    """generate on each case's stand-in, on the CPU, with PyTorch's global generator seeded to GLOBAL_SEED."""
+    for spec in cases:
+        model, prompt = stand_in(spec)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(salted(GLOBAL_SEED))
+            rec.call(spec.key, generate, model, prompt, spec.new_tokens, spec.temperature, spec.top_k,
+                     generator(spec.generator_seed), spec.use_cache)
+        rec.fact(f"{spec.key}.calls", model.calls[:64])
 
 
-def _generate_check(name: str, probe: Callable[[Any, Recorder], None]) -> Check:
+def _generate_check(name: str, cases: Sequence[Generation]) -> PropertyCheck:
     """A generate check that also says when the cause may be the student's sample_next_token."""
-    return with_prerequisites(name, probe, user="generate",
-                              prerequisites=(("sample_next_token", 3, (sampling_greedy, sampling_distribution)),),
-                              namespace=lambda generate: getattr(generate, "__globals__", {}))
+    return property_check(name, _probe_generation, cases, user="generate",
+                          prerequisites=(("sample_next_token", 3, (sampling_greedy, sampling_distribution)),),
+                          namespace=_notebook_globals)
 
 
-def _probe_generate_greedy(generate, rec: Recorder) -> None:
-    _probe_generation(generate, rec, "tokens", GREEDY_GENERATION, False)
+def _notebook_globals(generate: Any) -> dict:
+    return getattr(generate, "__globals__", {})
 
 
-def _probe_generate_sampling(generate, rec: Recorder) -> None:
-    _probe_generation(generate, rec, "tokens", SAMPLED_GENERATION, False)
-
-
-def _probe_generate_cache(generate, rec: Recorder) -> None:
-    for i, spec in enumerate(CACHED_GENERATIONS):
-        _probe_generation(generate, rec, f"tokens{i}", spec, True)
-
-
-def _probe_generate_hidden(generate, rec: Recorder) -> None:
-    for i, spec in enumerate(HIDDEN_GENERATIONS):
-        for use_cache in (False, True):
-            _probe_generation(generate, rec, f"tokens{i}{'c' if use_cache else ''}", spec, use_cache)
-
-
-generate_greedy = _generate_check("generate_greedy", _probe_generate_greedy)
-generate_sampling = _generate_check("generate_sampling", _probe_generate_sampling)
-generate_cache = _generate_check("generate_cache", _probe_generate_cache)
-generate_hidden = _generate_check("generate_hidden", _probe_generate_hidden)
+generate_greedy = _generate_check("generate_greedy", (GREEDY_GENERATION,))
+generate_sampling = _generate_check("generate_sampling", (SAMPLED_GENERATION,))
+generate_cache = _generate_check("generate_cache", CACHED_GENERATIONS)
+generate_hidden = _generate_check("generate_hidden", HIDDEN_GENERATIONS)

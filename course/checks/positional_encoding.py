@@ -1,14 +1,17 @@
 """Probes for assignment 06: sinusoidal_positional_encoding, PositionalEncoding and LearnedPositionalEmbedding.
 
-Each check runs the student's code on inputs chosen here and records what it gives; its judge (in
-course/judges/positional_encoding.py, hidden under grading) decides. The sinusoidal table is fully determined by
-(max_len, k), so the judge computes it from the formula in float64; the learned embedding gets the check's weights
-(course.checks.weights), which the judge recreates. Under grading every random input and weight comes from the
-grader's secret seed, and the checks of a table that depends on its sizes alone, or worked by hand, add a case of
-secret sizes or a secret random input (see course/checks/seeds.py).
+Each check runs the student's code on the cases declared here and records what it gives; its judge (in
+course/judges/positional_encoding.py, hidden under grading) decides from the same cases. The sinusoidal table is fully
+determined by (max_len, k), so the judge computes it from the formula in float64; the learned embedding gets the
+check's weights (course.checks.weights), which the judge recreates. Under grading every random input and weight comes
+from the grader's secret seed, and the checks of a table that depends on its sizes alone, or worked by hand, add a
+case of secret sizes or a secret random input (see course/checks/seeds.py).
 """
 
+import dataclasses
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,6 +20,7 @@ from course.checks import modules, weights
 from course.checks.check import Check
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls_with_settings, given, random_case
 from course.checks.seeds import grading, salted
 
 
@@ -32,37 +36,29 @@ def secret_sizes(seed: int) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- sinusoidal_positional_encoding
 
-def _probe_table_by_hand(sinusoidal_positional_encoding: Callable, rec: Recorder) -> None:
-    rec.call("table", sinusoidal_positional_encoding, 3, 4)
-    if grading():
-        rec.call("table_secret", sinusoidal_positional_encoding, *secret_sizes(2800))
+def sizes(key: str, max_len: int, k: int, label: str = "") -> Case:
+    """sinusoidal_positional_encoding(max_len, k), its table recorded under key."""
+    return Case(key, partial(dict, max_len=max_len, k=k), label or f"max_len={max_len}, k={k}")
 
 
-table_by_hand = Check("table_by_hand", _probe_table_by_hand)
-
-ODD_ANCHOR = (7, 6)
-
-
-def _probe_table_odd_size(sinusoidal_positional_encoding: Callable, rec: Recorder) -> None:
-    rec.call("odd", sinusoidal_positional_encoding, 10, 5)
-    rec.call("table", sinusoidal_positional_encoding, *ODD_ANCHOR)
-    if grading():
-        rec.call("table_secret", sinusoidal_positional_encoding, *secret_sizes(2810))
+def _secret_sizes(seed: int) -> dict[str, int]:
+    max_len, k = secret_sizes(seed)
+    return {"max_len": max_len, "k": k}
 
 
-table_odd_size = Check("table_odd_size", _probe_table_odd_size)
-
-TABLE_SIZES = ((50, 16), (7, 6), (1, 2), (100, 64), (12, 10))
-
-
-def _probe_table_oracle(sinusoidal_positional_encoding: Callable, rec: Recorder) -> None:
-    for i, (max_len, k) in enumerate(TABLE_SIZES):
-        rec.call(f"table{i}", sinusoidal_positional_encoding, max_len, k)
-    if grading():
-        rec.call("table_secret", sinusoidal_positional_encoding, *secret_sizes(2820))
+def secret_table(seed: int) -> Case:
+    """Under grading, the table of secret sizes (:func:`secret_sizes`), recorded under table_secret."""
+    return Case("table_secret", partial(_secret_sizes, seed), "secret sizes", secret=True)
 
 
-table_oracle = Check("table_oracle", _probe_table_oracle)
+ODD = sizes("odd", 10, 5)  # must raise a ValueError
+
+table_by_hand = calls_with_settings("table_by_hand", (
+    sizes("table", 3, 4, "max_len=3, k=4: row p = [sin p, cos p, sin(p/100), cos(p/100)]"), secret_table(2800)))
+table_odd_size = calls_with_settings("table_odd_size", (ODD, sizes("table", 7, 6), secret_table(2810)))
+table_oracle = calls_with_settings("table_oracle", (
+    *(sizes(f"table{i}", *size) for i, size in enumerate(((50, 16), (7, 6), (1, 2), (100, 64), (12, 10)))),
+    secret_table(2820)))
 
 
 # ---------------------------------------------------------------- PositionalEncoding
@@ -74,124 +70,85 @@ def _tensors(module: nn.Module) -> dict:
             "plain": sorted(name for name, v in vars(module).items() if isinstance(v, torch.Tensor))}
 
 
-def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, **kwargs) -> nn.Module | None:
-    """Build the student's module on the CPU, record its parameters and buffers, move it to the device and record
-    where its buffers went."""
-    module = modules.build(rec, key, cls, k, **kwargs, facts=_tensors)
-    if module is not None:
-        rec.fact(f"{key}.buffer_devices", [b.device.type for _, b in module.named_buffers()])
+def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, max_len: int, **kwargs: Any) -> nn.Module | None:
+    """cls(k, max_len=max_len, ...) built on the CPU, its parameters, buffers and plain tensors recorded, moved to
+    the device; the buffer holding max_len·k values (the table) recorded as key.table."""
+    module = modules.build(rec, key, cls, k, max_len=max_len, **kwargs, facts=_tensors)
+    tables = [b for _, b in module.named_buffers() if b.numel() == max_len * k] if module is not None else []
+    if tables:
+        rec.tensor(f"{key}.table", tables[0])
     return module
 
 
-def _forward(rec: Recorder, key: str, module: nn.Module | None, x: torch.Tensor) -> None:
-    if module is not None:
-        with torch.no_grad():
-            rec.call(key, module, x.to(rec.device))
+def encoding(module: str, key: str, k: int, max_len: int, x: Callable[[], torch.Tensor], label: str, *,
+             secret: bool = False) -> tuple[str, Case]:
+    """(module, case): PositionalEncoding(k, max_len=max_len) built under the key module, called on x() (output under
+    key); case.inputs() gives k, max_len and x. secret: drawn only under grading."""
+    return module, Case(key, partial(_sized, k, max_len, x), label, secret)
 
 
-BUFFER_CASE = (8, 20)  # k, max_len
-SECRET_BUFFER_T = 5  # under grading, the secret-sized module's input is (2, SECRET_BUFFER_T, k)
+def _sized(k: int, max_len: int, x: Callable[[], torch.Tensor]) -> dict[str, Any]:
+    return {"k": k, "max_len": max_len, "x": x()}
 
 
-def buffer_x() -> torch.Tensor:
-    return randn(2, 5, 8, seed=2900)
+def _secret_sized(seed: int) -> dict[str, Any]:
+    """Under grading: secret sizes (:func:`secret_sizes`) and a random x of shape (2, 5, k)."""
+    max_len, k = secret_sizes(seed)
+    return {"k": k, "max_len": max_len, "x": randn(2, 5, k, seed=seed + 1)}
 
 
-def secret_buffer_case() -> tuple[int, int, torch.Tensor]:
-    """Under grading, the case of secret sizes the buffer check adds: k, max_len and an input (2, 5, k)."""
-    max_len, k = secret_sizes(2910)
-    return k, max_len, randn(2, SECRET_BUFFER_T, k, seed=2911)
+def _probe_encodings(cases: tuple[tuple[str, Case], ...], PositionalEncoding: Callable, rec: Recorder) -> None:
+    built: dict[str, nn.Module | None] = {}
+    for module, case in cases:
+        if case.secret and not grading():
+            continue
+        inputs = case.inputs()
+        if module not in built:
+            built[module] = _make_encoding(PositionalEncoding, rec, module, inputs["k"], inputs["max_len"])
+        if built[module] is not None:
+            with torch.no_grad():
+                rec.call(case.key, built[module], inputs["x"].to(rec.device))
 
 
-def _record_table(rec: Recorder, key: str, module: nn.Module, max_len: int, k: int) -> None:
-    for _, b in module.named_buffers():
-        if b.numel() == max_len * k:
-            rec.tensor(f"{key}.table", b)
-            break
+class EncodingCheck(Check):
+    """A check that builds PositionalEncoding once per module key of its (module, case) pairs (:func:`encoding`)
+    and calls it on each case's x."""
+
+    def __init__(self, name: str, cases: tuple[tuple[str, Case], ...]):
+        super().__init__(name, partial(_probe_encodings, cases), module=__name__)
+        self.cases = cases
 
 
-def _probe_buffer(PositionalEncoding: Callable, rec: Recorder) -> None:
-    k, max_len = BUFFER_CASE
-    module = _make_encoding(PositionalEncoding, rec, "module", k, max_len=max_len)
-    if module is None:
-        return
-    _record_table(rec, "module", module, max_len, k)
-    _forward(rec, "y", module, buffer_x())
-    if grading():
-        k, max_len, x = secret_buffer_case()
-        module = _make_encoding(PositionalEncoding, rec, "secret", k, max_len=max_len)
-        if module is not None:
-            _record_table(rec, "secret", module, max_len, k)
-            _forward(rec, "y_secret", module, x)
+positional_encoding_buffer = EncodingCheck("positional_encoding_buffer", (
+    encoding("module", "y", 8, 20, partial(randn, 2, 5, 8, seed=2900), "x of shape (2, 5, 8)"),
+    ("secret", Case("y_secret", partial(_secret_sized, 2910), "secret sizes, x of shape (2, 5, k)", secret=True))))
+positional_encoding_adds = EncodingCheck("positional_encoding_adds", (
+    encoding("module", "y0", 4, 10, partial(torch.zeros, 1, 3, 4),
+             "x = zeros of shape (1, 3, 4): the output is the table's first 3 rows"),
+    encoding("module", "y1", 4, 10, partial(torch.ones, 2, 5, 4),
+             "x = ones of shape (2, 5, 4): the output is 1 + the table's first 5 rows, in both sequences"),
+    encoding("module", "y_secret", 4, 10, partial(randn, 3, 7, 4, seed=2920), "x of shape (3, 7, 4), max_len=10",
+             secret=True)))
+positional_encoding_too_long = EncodingCheck("positional_encoding_too_long", (
+    encoding("module", "long", 4, 6, partial(torch.zeros, 2, 7, 4), "a sequence of length 7"),  # must raise
+    encoding("module", "y", 4, 6, partial(randn, 2, 6, 4, seed=2950), "x of shape (2, 6, 4)")))
+positional_encoding_oracle = EncodingCheck("positional_encoding_oracle", tuple(
+    encoding(f"module{i}", f"y{i}", k, max_len, partial(randn, b, t, k, seed=3000 + i),
+             f"x of shape {(b, t, k)}, max_len={max_len}")
+    for i, (b, t, k, max_len) in enumerate(((3, 5, 8, 16), (2, 16, 6, 16), (4, 1, 4, 10), (2, 9, 10, 50)))))
 
-
-positional_encoding_buffer = Check("positional_encoding_buffer", _probe_buffer)
-
-ADDS_CASES = (((1, 3, 4), 0.0, "x = zeros of shape (1, 3, 4): the output is the table's first 3 rows"),
-              ((2, 5, 4), 1.0, ("x = ones of shape (2, 5, 4): the output is 1 + the table's first 5 rows, in "
-                                "both sequences")))
-ADDS_MAX_LEN = 10
-
-
-def secret_adds_x() -> torch.Tensor:
-    """Under grading, the random input the check worked by hand adds: (3, 7, 4)."""
-    return randn(3, 7, 4, seed=2920)
-
-
-def _probe_adds(PositionalEncoding: Callable, rec: Recorder) -> None:
-    module = _make_encoding(PositionalEncoding, rec, "module", 4, max_len=ADDS_MAX_LEN)
-    for i, (shape, fill, _) in enumerate(ADDS_CASES):
-        _forward(rec, f"y{i}", module, torch.full(shape, fill))
-    if grading():
-        _forward(rec, "y_secret", module, secret_adds_x())
-
-
-positional_encoding_adds = Check("positional_encoding_adds", _probe_adds)
-
-LONG_MAX_LEN = 6
-
-
-def long_x() -> torch.Tensor:
-    return randn(2, 6, 4, seed=2950)
-
-
-def _probe_too_long(PositionalEncoding: Callable, rec: Recorder) -> None:
-    module = _make_encoding(PositionalEncoding, rec, "module", 4, max_len=LONG_MAX_LEN)
-    _forward(rec, "long", module, torch.zeros(2, 7, 4))
-    _forward(rec, "y", module, long_x())
-
-
-positional_encoding_too_long = Check("positional_encoding_too_long", _probe_too_long)
-
-ORACLE_CASES = ((3, 5, 8, 16), (2, 16, 6, 16), (4, 1, 4, 10), (2, 9, 10, 50))  # b, t, k, max_len
-DROPOUT_CASE = (4, 32, 8, 32)
-
-
-def oracle_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
-    return randn(b, t, k, seed=3000 + i)
-
-
-def dropout_x() -> torch.Tensor:
-    b, t, k, _ = DROPOUT_CASE
-    return randn(b, t, k, seed=3100)
-
-
-def _probe_oracle(PositionalEncoding: Callable, rec: Recorder) -> None:
-    for i, (b, t, k, max_len) in enumerate(ORACLE_CASES):
-        module = _make_encoding(PositionalEncoding, rec, f"module{i}", k, max_len=max_len)
-        _forward(rec, f"y{i}", module, oracle_x(i, b, t, k))
-
-
-positional_encoding_oracle = Check("positional_encoding_oracle", _probe_oracle)
+DROPOUT = encoding("dropout", "y", 8, 32, partial(randn, 4, 32, 8, seed=3100), "x of shape (4, 32, 8)")
 
 
 def _probe_dropout(PositionalEncoding: Callable, rec: Recorder) -> None:
-    _, _, k, max_len = DROPOUT_CASE
-    module = _make_encoding(PositionalEncoding, rec, "dropout", k, max_len=max_len, dropout=0.5)
+    key, case = DROPOUT
+    inputs = case.inputs()
+    module = _make_encoding(PositionalEncoding, rec, key, inputs["k"], inputs["max_len"], dropout=0.5)
     if module is not None:
-        _forward(rec, "y_eval", module.eval(), dropout_x())
-        torch.manual_seed(salted(3101))
-        _forward(rec, "y_train", module.train(), dropout_x())
+        with torch.no_grad():
+            rec.call("y_eval", module.eval(), inputs["x"].to(rec.device))
+            torch.manual_seed(salted(3101))
+            rec.call("y_train", module.train(), inputs["x"].to(rec.device))
 
 
 positional_encoding_dropout = Check("positional_encoding_dropout", _probe_dropout)
@@ -199,50 +156,20 @@ positional_encoding_dropout = Check("positional_encoding_dropout", _probe_dropou
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
 
-LEARNED_STRUCTURE = (10, 6)  # max_len, k
+ONES = given("y", partial(torch.ones, 2, 4, 6), "x = ones of shape (2, 4, 6): the output is 1 + the embedding's "
+             "first 4 rows")
+learned_structure = builds_and_runs("learned_structure", (Runs(Built("module", (10, 6), 3300), (ONES,)),))
 
 
-def _probe_learned_structure(LearnedPositionalEmbedding: Callable, rec: Recorder) -> None:
-    max_len, k = LEARNED_STRUCTURE
-    module = modules.build(rec, "module", LearnedPositionalEmbedding, max_len, k, seed=3300)
-    if module is not None:
-        with torch.no_grad():
-            rec.call("y", module, torch.ones(2, 4, k, device=rec.device))
+def learned(built: Built, key: str, shape: tuple[int, int, int], seed: int, upstream_seed: int | None = None) -> Runs:
+    """LearnedPositionalEmbedding built as `built` (args: max_len, k), called on a random x of shape (seed); with
+    upstream_seed, also backpropagated."""
+    case = random_case(key, shape, seed, upstream=(shape, upstream_seed) if upstream_seed is not None else None)
+    return Runs(built, (dataclasses.replace(case, label=f"{case.label}, max_len={built.args[0]}"),))
 
 
-learned_structure = Check("learned_structure", _probe_learned_structure)
-
-LEARNED_CASES = ((3, 5, 8, 4), (2, 8, 8, 6), (4, 1, 20, 3))  # b, t, max_len, k
-GRAD_CASE = (2, 5, 8, 4)
-
-
-def learned_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
-    return randn(b, t, k, seed=3210 + i)
-
-
-def _probe_learned_oracle(LearnedPositionalEmbedding: Callable, rec: Recorder) -> None:
-    for i, (b, t, max_len, k) in enumerate(LEARNED_CASES):
-        module = modules.build(rec, f"module{i}", LearnedPositionalEmbedding, max_len, k, seed=3200 + i)
-        if module is not None:
-            with torch.no_grad():
-                rec.call(f"y{i}", module, learned_x(i, b, t, k).to(rec.device))
-
-
-learned_oracle = Check("learned_oracle", _probe_learned_oracle)
-
-
-def grad_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    b, t, _, k = GRAD_CASE
-    return randn(b, t, k, seed=3220), randn(b, t, k, seed=3221)
-
-
-def _probe_learned_gradients(LearnedPositionalEmbedding: Callable, rec: Recorder) -> None:
-    _, _, max_len, k = GRAD_CASE
-    module = modules.build(rec, "grad_module", LearnedPositionalEmbedding, max_len, k, seed=3230)
-    if module is not None:
-        x, upstream = (v.to(rec.device) for v in grad_inputs())
-        x.requires_grad_(True)
-        modules.record_backward(rec, "y_grad", module, x, loss=lambda y: (y * upstream).sum(), inputs={"x": x})
-
-
-learned_gradients = Check("learned_gradients", _probe_learned_gradients)
+learned_oracle = builds_and_runs("learned_oracle", tuple(
+    learned(Built(f"module{i}", (max_len, k), 3200 + i), f"y{i}", (b, t, k), 3210 + i)
+    for i, (b, t, max_len, k) in enumerate(((3, 5, 8, 4), (2, 8, 8, 6), (4, 1, 20, 3)))))
+learned_gradients = builds_and_runs("learned_gradients", (
+    learned(Built("grad_module", (8, 4), 3230), "y_grad", (2, 5, 4), 3220, upstream_seed=3221),))

@@ -1,23 +1,18 @@
 """Probes for assignment 02: attention(queries, keys, values) and SelfAttentionQKV.
 
-Each check runs the student's code on inputs and weights chosen here and records what it gives; its judge (in
-course/judges/qkv.py, hidden under grading) decides with F.scaled_dot_product_attention (scale 1) as the oracle for
-attention, and nn.MultiheadAttention with one head for the module. See course/checks/check.py. Under grading every
-random input and weight comes from the grader's secret seed, and the case worked by hand adds a secret random case
-(see course/checks/seeds.py).
+Each check runs the student's code on the cases declared here (course/checks/kinds.py) and records what it gives;
+its judge (in course/judges/qkv.py, hidden under grading) decides from the same cases with
+F.scaled_dot_product_attention (scale 1) as the oracle for attention, and nn.MultiheadAttention with one head for the
+module. Under grading every random input and weight comes from the grader's secret seed, and the case worked by hand
+adds a secret random case (see course/checks/seeds.py).
 """
 
-from collections.abc import Callable
 from functools import partial
 
 import torch
-from torch import nn
 
-from course.checks import modules
-from course.checks.check import Check
 from course.checks.compare import randn
-from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, ModuleCase, builds, calls, random_case
+from course.checks.kinds import Built, Case, ModuleCase, Runs, builds, builds_and_runs, calls, random_case
 
 ROLES = ("to_queries", "to_keys", "to_values")
 
@@ -32,16 +27,16 @@ PERMUTATION = (5, 2, 0, 4, 1, 3)
 
 # ---------------------------------------------------------------- attention: the cases
 
-def hand_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _named(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"queries": queries, "keys": keys, "values": values}
+
+
+def hand_inputs() -> dict[str, torch.Tensor]:
     """The notebook's example: one query, two keys, the values 10 and 20."""
     q = torch.tensor([[[1.0, 0.0]]])  # (1, 1, 2)
     k = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # (1, 2, 2)
     v = torch.tensor([[[10.0], [20.0]]])  # (1, 2, 1)
-    return q, k, v
-
-
-def _named(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"queries": queries, "keys": keys, "values": values}
+    return _named(q, k, v)
 
 
 def _random_qkv(shape: tuple[int, ...], seeds: tuple[int, int, int]) -> dict[str, torch.Tensor]:
@@ -58,82 +53,36 @@ def qkv_case(key: str, shape: tuple[int, ...], seeds: tuple[int, int, int], *, s
     return Case(key, partial(_random_qkv, shape, seeds), f"b={b}, tq={tq}, tk={tk}, k={k}, v={v}", secret, upstream)
 
 
-def average_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """queries (2, 3, 4), keys (2, 6, 4), six identical values (2, 6, 5), and six different ones (2, 6, 5)."""
-    queries = randn(2, 3, 4, seed=530)
-    keys = randn(2, 6, 4, seed=531)
-    same = randn(2, 1, 5, seed=532).expand(2, 6, 5).contiguous()
-    return queries, keys, same, randn(2, 6, 5, seed=533)
+def _average_inputs(identical: bool) -> dict[str, torch.Tensor]:
+    """queries (2, 3, 4), keys (2, 6, 4), and six values (2, 6, 5): identical ones, or six different ones."""
+    values = randn(2, 1, 5, seed=532).expand(2, 6, 5).contiguous() if identical else randn(2, 6, 5, seed=533)
+    return _named(randn(2, 3, 4, seed=530), randn(2, 6, 4, seed=531), values)
 
 
-def oracle_inputs(i: int, b: int, tq: int, tk: int, k: int, v: int) -> tuple[torch.Tensor, ...]:
-    return randn(b, tq, k, seed=500 + i), randn(b, tk, k, seed=510 + i), randn(b, tk, v, seed=520 + i)
-
-
-def lookup_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lookup_inputs() -> dict[str, torch.Tensor]:
+    """Orthonormal keys, and queries that are long copies of keys 2 and 0."""
     keys = torch.eye(4).unsqueeze(0)  # (1, 4, 4): orthonormal keys
     values = randn(1, 4, 3, seed=540)
     queries = 30.0 * keys[:, [2, 0]]  # (1, 2, 4): look up keys 2 and 0
-    return queries, keys, values
+    return _named(queries, keys, values)
 
 
-# ---------------------------------------------------------------- attention: the probes
+# ---------------------------------------------------------------- attention: the checks
 
 attention_by_hand = calls("attention_by_hand", (
-    Case("y", lambda: _named(*hand_inputs()), "q=[1,0], keys=[1,0],[0,1], values=10,20"),
+    Case("y", hand_inputs, "q=[1,0], keys=[1,0],[0,1], values=10,20"),
     qkv_case("y_secret", SECRET, (570, 571, 572), secret=True)))
-
-
-def _probe_average(attention: Callable, rec: Recorder) -> None:
-    queries, keys, same, different = (t.to(rec.device) for t in average_inputs())
-    rec.call("y", attention, queries.clone(), keys.clone(), same)
-    rec.call("y_anchor", attention, queries.clone(), keys.clone(), different)
-
-
-attention_weighted_average = Check("attention_weighted_average", _probe_average)
-
-
+#: the same queries and keys over identical values (y), then over different ones (y_anchor)
+attention_weighted_average = calls("attention_weighted_average", (
+    Case("y", partial(_average_inputs, True), "all values equal"),
+    Case("y_anchor", partial(_average_inputs, False), "queries (2, 3, 4), keys (2, 6, 4), values (2, 6, 5)")))
 attention_vs_pytorch = calls("attention_vs_pytorch", (qkv_case("y", SMALL, (560, 561, 562), upstream_seed=563),))
+attention_oracle = calls("attention_oracle", (
+    *(qkv_case(f"y{i}", shape, (500 + i, 510 + i, 520 + i)) for i, shape in enumerate(ATTENTION_SHAPES)),
+    Case("lookup", lookup_inputs, "queries = 30·key 2, 30·key 0")))
 
 
-def _probe_attention_oracle(attention: Callable, rec: Recorder) -> None:
-    for i, shape in enumerate(ATTENTION_SHAPES):
-        rec.call(f"y{i}", attention, *(t.to(rec.device) for t in oracle_inputs(i, *shape)))
-    rec.call("lookup", attention, *(t.to(rec.device) for t in lookup_inputs()))
-
-
-attention_oracle = Check("attention_oracle", _probe_attention_oracle)
-
-
-# ---------------------------------------------------------------- the module: building and running it
-
-def _make(cls: Callable, rec: Recorder, key: str, k: int, seed: int) -> nn.Module | None:
-    """Build the student's module, record its structure, and load the check's weights (seed) into it."""
-    return modules.build(rec, key, cls, k, seed=seed, layers=ROLES)
-
-
-def _run(rec: Recorder, key: str, module: nn.Module, x: torch.Tensor) -> None:
-    """Record module(x) without gradients, on a fresh copy of the check's input."""
-    with torch.no_grad():
-        rec.call(key, module, x.to(rec.device))
-
-
-# ---------------------------------------------------------------- the module: structure
-
-def structure_x() -> torch.Tensor:
-    return randn(2, 4, STRUCTURE_K, seed=201)
-
-
-def _probe_structure(cls: Callable, rec: Recorder) -> None:
-    module = _make(cls, rec, "module", STRUCTURE_K, 200)
-    if module is not None:
-        _run(rec, "y", module, structure_x())
-
-
-self_attention_qkv_structure = Check("self_attention_qkv_structure", _probe_structure)
-
-
-# ---------------------------------------------------------------- the module: PyTorch's attention and gradients
+# ---------------------------------------------------------------- the module
 
 def _module_case(built: Built, key: str, shape: tuple[int, int, int], seed: int, *, grad_seed: int | None = None,
                  label: str = "") -> ModuleCase:
@@ -148,6 +97,12 @@ def _gradient_case(seed: int, shape: tuple[int, int, int]) -> ModuleCase:
                         label=f"k=4, x of shape {shape}")
 
 
+def _permuted(inputs: partial) -> dict[str, torch.Tensor]:
+    return {"x": inputs()["x"][:, list(PERMUTATION)]}  # (b, t, k), positions permuted
+
+
+self_attention_qkv_structure = builds("self_attention_qkv_structure", (
+    _module_case(Built("module", (STRUCTURE_K,), 200), "y", (2, 4, STRUCTURE_K), 201),), layers=ROLES)
 self_attention_qkv_vs_pytorch = builds("self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),),
                                        layers=ROLES)
 self_attention_qkv_oracle = builds("self_attention_qkv_oracle", (
@@ -155,20 +110,8 @@ self_attention_qkv_oracle = builds("self_attention_qkv_oracle", (
       for i, (b, t, k) in enumerate(MODULE_SHAPES)),
     _gradient_case(700, (2, 5, 4))), layers=ROLES)
 
-
-# ---------------------------------------------------------------- the module: permutation equivariance
-
-def equivariance_x() -> torch.Tensor:
-    return randn(2, 6, 4, seed=801)
-
-
-def _probe_equivariance(cls: Callable, rec: Recorder) -> None:
-    module = _make(cls, rec, "module", 4, 800)
-    if module is None:
-        return
-    x = equivariance_x()
-    _run(rec, "y", module, x)
-    _run(rec, "y_perm", module, x[:, list(PERMUTATION)])
-
-
-self_attention_qkv_equivariance = Check("self_attention_qkv_equivariance", _probe_equivariance)
+EQUIVARIANCE_X = random_case("y", (2, 6, 4), 801)
+PERMUTED_X = Case("y_perm", partial(_permuted, EQUIVARIANCE_X.inputs), f"permutation {list(PERMUTATION)}")
+#: one module, run on x (y) and on x with its positions permuted (y_perm)
+self_attention_qkv_equivariance = builds_and_runs("self_attention_qkv_equivariance", (
+    Runs(Built("module", (4,), 800), (EQUIVARIANCE_X, PERMUTED_X)),), layers=ROLES)

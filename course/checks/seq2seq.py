@@ -1,8 +1,9 @@
 """Probes for assignment 07: causal_mask, padding_mask, DecoderBlock, Seq2SeqTransformer, teacher_forcing_loss
 and greedy_decode.
 
-Each check runs the student's code on inputs and weights chosen here and records what it gives; its judge (in
-course/judges/seq2seq.py, hidden under grading) decides with PyTorch's own nn.TransformerDecoderLayer and
+Each check runs the student's code on the cases declared here (MaskCase, a DecoderBlock's Runs, a ModelRun, a loss
+case of course/checks/kinds.py, a DecodeCase) and records what it gives; its judge (course/judges/seq2seq.py, hidden
+under grading) decides from the same cases with PyTorch's own nn.TransformerDecoderLayer and
 nn.TransformerEncoderLayer carrying the check's weights, F.cross_entropy, and a step-by-step argmax over the
 stand-in models defined here (which are no answers: they only drive the student's loss and decoder). Under grading
 every random input and weight comes from the grader's secret seed, and the cases worked by hand (and the masks,
@@ -11,6 +12,7 @@ whose answers depend only on sizes) add a secret random case (see course/checks/
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,9 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from course.checks import modules, weights
-from course.checks.check import Check, with_prerequisites
+from course.checks.check import Check
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
+from course.checks.kinds import Built, Case, Runs, loss_case, losses
 from course.checks.seeds import grading
 from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
@@ -31,17 +34,9 @@ BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
 # ---------------------------------------------------------------- masks
 
-CAUSAL_LENGTHS = (3, 7, 1)
-PADDING_BY_HAND = ((3, 1, 4), 5)
-PADDING_CASES = (((2, 7, 5, 1), 7), ((4, 4), 9), ((6,), 6), ((1, 3, 2, 5, 4), 5))
-#: the seeds of the secret cases the mask checks add under grading
-SECRET_CAUSAL_BY_HAND, SECRET_CAUSAL_ORACLE = 3000, 3010
-SECRET_PADDING_BY_HAND, SECRET_PADDING_ORACLE = 3020, 3030
-
-
-def secret_causal_length(seed: int) -> int:
-    """Under grading, the secret length a causal-mask check adds: 8 to 20, longer than every fixed case."""
-    return int(torch.randint(8, 21, (), generator=generator(seed)))
+def secret_causal_length(seed: int) -> tuple[int]:
+    """Under grading, the secret length (t,) a causal-mask check adds: 8 to 20, longer than every fixed case."""
+    return (int(torch.randint(8, 21, (), generator=generator(seed))),)
 
 
 def secret_padding_case(seed: int) -> tuple[tuple[int, ...], int]:
@@ -55,46 +50,57 @@ def secret_padding_case(seed: int) -> tuple[tuple[int, ...], int]:
     return tuple(int(n) for n in lengths), t
 
 
-def _probe_causal_by_hand(causal_mask, rec: Recorder) -> None:
-    rec.call("mask", causal_mask, 4)
-    if grading():
-        rec.call("mask_secret", causal_mask, secret_causal_length(SECRET_CAUSAL_BY_HAND))
+@dataclass(frozen=True)
+class MaskCase:
+    """One call of a mask function, recorded under key: causal_mask(t) for sizes (t,), padding_mask(lengths, t)
+    for sizes (lengths, t); on_device: asked on the notebook's device (device=..., or the lengths there), else on
+    the CPU by default; secret: drawn only under grading, its sizes from a salted seed."""
+
+    key: str
+    size: tuple | Callable[[], tuple]
+    label: str = ""  # how a failure names the case; default: its sizes
+    on_device: bool = False
+    secret: bool = False
+
+    def sizes(self) -> tuple:
+        return self.size() if callable(self.size) else self.size
 
 
-causal_mask_by_hand = Check("causal_mask_by_hand", _probe_causal_by_hand)
+def _probe_masks(cases: tuple[MaskCase, ...], mask_function: Callable, rec: Recorder) -> None:
+    for case in cases:
+        if case.secret and not grading():
+            continue
+        *lengths, t = case.sizes()
+        if lengths:
+            device = rec.device if case.on_device else "cpu"
+            rec.call(case.key, mask_function, torch.tensor(lengths[0], device=device), t)
+        elif case.on_device:
+            rec.call(case.key, mask_function, t, device=rec.device)
+        else:
+            rec.call(case.key, mask_function, t)
 
 
-def _probe_causal_oracle(causal_mask, rec: Recorder) -> None:
-    for t in CAUSAL_LENGTHS:
-        rec.call(f"mask{t}", causal_mask, t, device=rec.device)
-    rec.call("mask_default", causal_mask, 2)
-    if grading():
-        rec.call("mask_secret", causal_mask, secret_causal_length(SECRET_CAUSAL_ORACLE), device=rec.device)
+class MaskCheck(Check):
+    """A check that records the student's mask function on each of its cases."""
+
+    def __init__(self, name: str, cases: tuple[MaskCase, ...]):
+        super().__init__(name, partial(_probe_masks, cases), module=__name__)
+        self.cases = cases
 
 
-causal_mask_oracle = Check("causal_mask_oracle", _probe_causal_oracle)
-
-
-def _probe_padding_by_hand(padding_mask, rec: Recorder) -> None:
-    lengths, t = PADDING_BY_HAND
-    rec.call("mask", padding_mask, torch.tensor(lengths), t)
-    if grading():
-        lengths, t = secret_padding_case(SECRET_PADDING_BY_HAND)
-        rec.call("mask_secret", padding_mask, torch.tensor(lengths), t)
-
-
-padding_mask_by_hand = Check("padding_mask_by_hand", _probe_padding_by_hand)
-
-
-def _probe_padding_oracle(padding_mask, rec: Recorder) -> None:
-    for i, (lengths, t) in enumerate(PADDING_CASES):
-        rec.call(f"mask{i}", padding_mask, torch.tensor(lengths, device=rec.device), t)
-    if grading():
-        lengths, t = secret_padding_case(SECRET_PADDING_ORACLE)
-        rec.call("mask_secret", padding_mask, torch.tensor(lengths, device=rec.device), t)
-
-
-padding_mask_oracle = Check("padding_mask_oracle", _probe_padding_oracle)
+causal_mask_by_hand = MaskCheck("causal_mask_by_hand", (
+    MaskCase("mask", (4,), "t=4, shown as 0/1"), MaskCase("mask_secret", partial(secret_causal_length, 3000),
+                                                         secret=True)))
+causal_mask_oracle = MaskCheck("causal_mask_oracle", (
+    *(MaskCase(f"mask{t}", (t,), on_device=True) for t in (3, 7, 1)), MaskCase("mask_default", (2,)),
+    MaskCase("mask_secret", partial(secret_causal_length, 3010), on_device=True, secret=True)))
+padding_mask_by_hand = MaskCheck("padding_mask_by_hand", (
+    MaskCase("mask", ((3, 1, 4), 5), "lengths=[3, 1, 4], t=5, shown as 0/1"),
+    MaskCase("mask_secret", partial(secret_padding_case, 3020), secret=True)))
+padding_mask_oracle = MaskCheck("padding_mask_oracle", (
+    *(MaskCase(f"mask{i}", size, on_device=True)
+      for i, size in enumerate((((2, 7, 5, 1), 7), ((4, 4), 9), ((6,), 6), ((1, 3, 2, 5, 4), 5)))),
+    MaskCase("mask_secret", partial(secret_padding_case, 3030), on_device=True, secret=True)))
 
 
 # ---------------------------------------------------------------- modules: the probe's side
@@ -124,149 +130,108 @@ def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
     return facts
 
 
-def _build(cls: Callable, rec: Recorder, key: str, args: tuple, parts: tuple[str, ...], seed: int) -> nn.Module | None:
-    """modules.build with dropout 0 and the named parts' facts, in evaluation mode, the check's weights loaded."""
-    return modules.build(rec, key, cls, *args, dropout=0.0, seed=seed, facts=lambda m: {"parts": _part_facts(m, parts)},
-                         train=False)
+def _build_with_parts(rec: Recorder, built: Built, cls: Callable, parts: tuple[str, ...],
+                      **kwargs: Any) -> nn.Module | None:
+    """cls(*built.args, **kwargs, dropout=0.0) built by modules.build with the named parts' facts, in evaluation
+    mode, the check's weights loaded."""
+    return modules.build(rec, built.key, cls, *built.args, **kwargs, dropout=0.0, seed=built.seed,
+                         facts=lambda m: {"parts": _part_facts(m, parts)}, train=False)
 
 
 # ---------------------------------------------------------------- DecoderBlock
 
-BLOCK_STRUCTURES = ((8, 2, 4), (12, 3, 2))
-# (b, t, s, k, heads, ff_mult): t != s, batch > 1, head size != k, odd lengths
-BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 4, 9, 16, 4, 1))
-
-
-def _block_inputs(b: int, t: int, s: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _decoder_inputs(b: int, t: int, s: int, k: int, seed: int, *, masked: bool = True, change: int | None = None,
+                    pad_more: int = 0) -> dict[str, torch.Tensor]:
+    """x (b, t, k) and memory (b, s, k) drawn from seed and seed + 1 and, unless not masked, a causal self_mask
+    (t, t) and the padding mask (b, 1, s) of source lengths s, s - 2, s - 4, ... (at least 1), True where attention
+    is allowed. (The masks are made here, inline, and never by a function the student's code could call: making
+    them is exercise 1 and 2's answer.) change: x's positions from there on redrawn from seed + 10; pad_more: that
+    many more memory positions, drawn from seed + 10 and masked out."""
     x = randn(b, t, k, seed=seed)
     memory = randn(b, s, k, seed=seed + 1)
-    lengths = torch.tensor([s - (i * 2) % s for i in range(b)]).clamp(min=1)
-    return x, memory, lengths
+    if change is not None:
+        x[:, change:] = randn(b, t - change, k, seed=seed + 10)
+    if pad_more:
+        memory = torch.cat([memory, randn(b, pad_more, k, seed=seed + 10)], dim=1)  # (b, s + pad_more, k)
+    if not masked:
+        return {"x": x, "memory": memory}
+    lengths = torch.tensor([s - (i * 2) % s for i in range(b)]).clamp(min=1)  # (b,)
+    memory_mask = (torch.arange(s + pad_more) < lengths.unsqueeze(1)).unsqueeze(1)  # (b, 1, s + pad_more)
+    return {"x": x, "memory": memory, "self_mask": torch.ones(t, t, dtype=torch.bool).tril(),
+            "memory_mask": memory_mask}
 
 
-def _make_block(DecoderBlock: Callable, rec: Recorder, key: str, k: int, heads: int, ff_mult: int,
-                seed: int) -> nn.Module | None:
-    return _build(lambda *a, **kw: DecoderBlock(*a, ff_mult=ff_mult, **kw), rec, key, (k, heads), BLOCK_PARTS, seed)
+def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstream: int | None = None,
+                 **more: Any) -> Case:
+    """A case of a DecoderBlock check: size (b, t, s, k), its inputs _decoder_inputs(*size, seed, **more);
+    upstream: the seed of a random upstream gradient (b, t, k)."""
+    b, t, s, k = size
+    inputs = partial(_decoder_inputs, *size, seed, **more)
+    masks = inputs().get("memory_mask")
+    label = (f"x ({b}, {t}, {k}), memory ({b}, {s + more.get('pad_more', 0)}, {k}), "
+             + ("no masks" if masks is None else f"source lengths {masks[:, 0].sum(dim=1).tolist()}"))
+    return Case(key, inputs, label, upstream=None if upstream is None else partial(randn, b, t, k, seed=upstream))
 
 
-def _run_block(rec: Recorder, key: str, block: nn.Module, x, memory, lengths: torch.Tensor | None = None,
-               upstream: torch.Tensor | None = None) -> None:
-    """Record block(x, memory), with a causal self-mask (t, t) and the source's padding mask (b, 1, s) when lengths
-    are given (True where attention is allowed); with upstream, in training mode, and the gradients of
-    sum(output · upstream) for x, memory and every parameter. (The masks are made here, inline, and never by a
-    function the student's code could call: making them is exercise 1 and 2's answer.)"""
-    kwargs = {}
-    if lengths is not None:
-        t, s = x.shape[1], memory.shape[1]
-        kwargs = {"self_mask": torch.ones(t, t, dtype=torch.bool).tril().to(rec.device),
-                  "memory_mask": (torch.arange(s) < lengths.unsqueeze(1)).unsqueeze(1).to(rec.device)}
-    if upstream is None:
+def _dot(upstream: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """sum(y · upstream): a loss whose gradient with respect to y is upstream."""
+    return (y * upstream).sum()
+
+
+def _run_decoder(rec: Recorder, block: nn.Module, case: Case) -> None:
+    """Record block(x, memory, self_mask=..., memory_mask=...) with the masks the case has; with an upstream
+    gradient, in training mode, and the gradients of sum(output · upstream) for x, memory and every parameter."""
+    inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
+    x, memory = inputs.pop("x"), inputs.pop("memory")
+    if case.upstream is None:
         with torch.no_grad():
-            rec.call(key, block, x.to(rec.device), memory.to(rec.device), **kwargs)
+            rec.call(case.key, block, x, memory, **inputs)
         return
     block.train()
-    x, memory = x.to(rec.device).requires_grad_(True), memory.to(rec.device).requires_grad_(True)
-    modules.record_backward(rec, key, block, x, memory, **kwargs, loss=lambda y: (y * upstream.to(rec.device)).sum(),
+    x, memory = x.requires_grad_(True), memory.requires_grad_(True)
+    upstream = case.upstream().to(rec.device)
+    modules.record_backward(rec, case.key, block, x, memory, **inputs, loss=partial(_dot, upstream),
                             inputs={"x": x, "memory": memory})
 
 
-def _structure_case(k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x, memory, _ = _block_inputs(2, 3, 4, k, 1000 + k)
-    return x, memory, torch.tensor([4, 2])
-
-
-def _probe_block_structure(DecoderBlock, rec: Recorder) -> None:
-    for i, (k, heads, ff_mult) in enumerate(BLOCK_STRUCTURES):
-        block = _make_block(DecoderBlock, rec, f"block{i}", k, heads, ff_mult, 1000 + i)
+def _probe_decoder_runs(runs: tuple[Runs, ...], DecoderBlock: Callable, rec: Recorder) -> None:
+    for run in runs:
+        k, heads, ff_mult = run.module.args
+        block = _build_with_parts(rec, Built(run.module.key, (k, heads), run.module.seed), DecoderBlock, BLOCK_PARTS,
+                                  ff_mult=ff_mult)
         if block is None:
-            return
-        x, memory, lengths = _structure_case(k)
-        _run_block(rec, f"y{i}", block, x, memory, lengths)
+            return  # the judge says why from the structure recorded
+        for case in run.cases:
+            _run_decoder(rec, block, case)
 
 
-decoder_block_structure = Check("decoder_block_structure", _probe_block_structure)
+class DecoderCheck(Check):
+    """A check that builds DecoderBlock(k, heads, ff_mult=...) for each Runs (args (k, heads, ff_mult)) and records
+    what it computes on the cases."""
+
+    def __init__(self, name: str, runs: tuple[Runs, ...]):
+        super().__init__(name, partial(_probe_decoder_runs, runs), module=__name__)
+        self.runs = runs
 
 
-_CAUSALITY_BLOCK = (2, 5, 7, 8, 2)  # b, t, s, k, heads
-
-
-def _causality_inputs():
-    b, t, s, k, _ = _CAUSALITY_BLOCK
-    x, memory, lengths = _block_inputs(b, t, s, k, 1110)
-    changed = x.clone()
-    changed[:, 3:] = randn(b, t - 3, k, seed=1120)
-    return x, changed, memory, lengths
-
-
-def _probe_block_causality(DecoderBlock, rec: Recorder) -> None:
-    _b, _t, _s, k, heads = _CAUSALITY_BLOCK
-    block = _make_block(DecoderBlock, rec, "block", k, heads, 4, 1100)
-    if block is None:
-        return
-    x, changed, memory, lengths = _causality_inputs()
-    _run_block(rec, "y", block, x, memory, lengths)
-    _run_block(rec, "y_changed", block, changed, memory, lengths)
-
-
-decoder_block_causality = Check("decoder_block_causality", _probe_block_causality)
-
-
-def _probe_block_oracle(DecoderBlock, rec: Recorder) -> None:
-    for i, (b, t, s, k, heads, ff_mult) in enumerate(BLOCK_CASES):
-        block = _make_block(DecoderBlock, rec, f"block{i}", k, heads, ff_mult, 1200 + 50 * i)
-        if block is None:
-            return
-        x, memory, lengths = _block_inputs(b, t, s, k, 1230 + 10 * i)
-        _run_block(rec, f"y{i}", block, x, memory, lengths)
-    block = _make_block(DecoderBlock, rec, "block_unmasked", 8, 2, 4, 1400)
-    if block is not None:
-        x, memory, _ = _block_inputs(2, 3, 5, 8, 1410)
-        _run_block(rec, "y_unmasked", block, x, memory)
-
-
-decoder_block_oracle = Check("decoder_block_oracle", _probe_block_oracle)
-
-
-def _small_block_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x (2, 3, 4), memory (2, 5, 4), source lengths [5, 3] and the upstream gradient (2, 3, 4)."""
-    x, memory, _ = _block_inputs(2, 3, 5, 4, 1460)
-    return x, memory, torch.tensor([5, 3]), randn(2, 3, 4, seed=1470)
-
-
-def _probe_block_small_case(DecoderBlock, rec: Recorder) -> None:
-    block = _make_block(DecoderBlock, rec, "block", 4, 2, 4, 1450)
-    if block is None:
-        return
-    x, memory, lengths, upstream = _small_block_case()
-    _run_block(rec, "y", block, x, memory, lengths)
-    _run_block(rec, "y_grad", block, x, memory, lengths, upstream)
-
-
-decoder_block_small_case = Check("decoder_block_small_case", _probe_block_small_case)
-
-
-_PADDING_BLOCK = (2, 4, 5, 8, 2)  # b, t, s, k, heads
-
-
-def _padding_block_inputs():
-    b, t, s, k, _ = _PADDING_BLOCK
-    x, memory, _ = _block_inputs(b, t, s, k, 1510)
-    longer = torch.cat([memory, randn(b, 3, k, seed=1520)], dim=1)  # (b, s + 3, k): more padding
-    return x, memory, longer, torch.tensor([5, 3]), randn(b, t, k, seed=1530)
-
-
-def _probe_block_padding(DecoderBlock, rec: Recorder) -> None:
-    _b, _t, _s, k, heads = _PADDING_BLOCK
-    block = _make_block(DecoderBlock, rec, "block", k, heads, 4, 1500)
-    if block is None:
-        return
-    x, memory, longer, lengths, upstream = _padding_block_inputs()
-    _run_block(rec, "y", block, x, memory, lengths)
-    _run_block(rec, "y_longer", block, x, longer, lengths)
-    _run_block(rec, "y_grad", block, x, memory, lengths, upstream)
-
-
-decoder_block_padding_gradients = Check("decoder_block_padding_gradients", _probe_block_padding)
+decoder_block_structure = DecoderCheck("decoder_block_structure", tuple(
+    Runs(Built(f"block{i}", (k, heads, ff_mult), 1000 + i), (decoder_case(f"y{i}", (2, 3, 4, k), 1000 + k),))
+    for i, (k, heads, ff_mult) in enumerate(((8, 2, 4), (12, 3, 2)))))
+decoder_block_causality = DecoderCheck("decoder_block_causality", (Runs(Built("block", (8, 2, 4), 1100), (
+    decoder_case("y", (2, 5, 7, 8), 1110), decoder_case("y_changed", (2, 5, 7, 8), 1110, change=3))),))
+# (b, t, s, k, heads, ff_mult): t != s, batch > 1, head size != k, odd lengths; then without masks
+BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 4, 9, 16, 4, 1))
+decoder_block_oracle = DecoderCheck("decoder_block_oracle", (
+    *(Runs(Built(f"block{i}", (k, heads, ff_mult), 1200 + 50 * i),
+           (decoder_case(f"y{i}", (b, t, s, k), 1230 + 10 * i),)) for i, (b, t, s, k, heads, ff_mult) in
+      enumerate(BLOCK_CASES)),
+    Runs(Built("block_unmasked", (8, 2, 4), 1400), (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),))))
+decoder_block_small_case = DecoderCheck("decoder_block_small_case", (Runs(Built("block", (4, 2, 4), 1450), (
+    decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),))
+decoder_block_padding_gradients = DecoderCheck("decoder_block_padding_gradients", (
+    Runs(Built("block", (8, 2, 4), 1500), (decoder_case("y", (2, 4, 5, 8), 1510),
+                                           decoder_case("y_longer", (2, 4, 5, 8), 1510, pad_more=3),
+                                           decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),))
 
 
 # ---------------------------------------------------------------- the model
@@ -297,36 +262,54 @@ def _source_mask(src: torch.Tensor) -> torch.Tensor:
     return src != PAD_ID
 
 
-def _model_inputs(case: ModelCase, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    b, s, t, src_vocab, tgt_vocab = case.b, case.s, case.t, case.src_vocab, case.tgt_vocab
-    g = generator(seed)
-    src = torch.randint(3, src_vocab, (b, s), generator=g)
-    tgt = torch.randint(3, tgt_vocab, (b, t), generator=g)
-    tgt[:, 0] = BOS_ID
-    lengths = torch.tensor([s - (2 * i) % s for i in range(b)]).clamp(min=1)
-    src = src.masked_fill(torch.arange(s) >= lengths.unsqueeze(1), PAD_ID)
-    return src, tgt, lengths
+@dataclass(frozen=True)
+class ModelRun:
+    """Seq2SeqTransformer built with the sizes of case (its structure under key, the check's weights from seed)
+    and run on the batch drawn from batch; upstream: the seed of a random upstream gradient of the logits."""
+
+    key: str
+    case: ModelCase
+    seed: int
+    batch: int
+    upstream: int | None = None
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(src (b, s), tgt (b, t), source lengths (b,)): real tokens (ids >= 3), tgt from <bos>, the sources of
+        lengths s, s - 2, s - 4, ... (at least 1) padded after."""
+        b, s, t = self.case.b, self.case.s, self.case.t
+        g = generator(self.batch)
+        src = torch.randint(3, self.case.src_vocab, (b, s), generator=g)
+        tgt = torch.randint(3, self.case.tgt_vocab, (b, t), generator=g)
+        tgt[:, 0] = BOS_ID
+        lengths = torch.tensor([s - (2 * i) % s for i in range(b)]).clamp(min=1)
+        return src.masked_fill(torch.arange(s) >= lengths.unsqueeze(1), PAD_ID), tgt, lengths
 
 
-def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, key: str, case: ModelCase, seed: int) -> nn.Module | None:
-    src_vocab, tgt_vocab, k, heads, depth, max_len = (case.src_vocab, case.tgt_vocab, case.k, case.heads,
-                                                      case.depth, case.max_len)
-    return _build(Seq2SeqTransformer, rec, key, (src_vocab, tgt_vocab, k, heads, depth, max_len), MODEL_PARTS, seed)
+STRUCTURE_RUN = ModelRun("model", MODEL_CASES[0], 1600, 1610)
+CAUSALITY_RUN = ModelRun("model", MODEL_CASES[0], 1700, 1710)
+ORACLE_RUNS = tuple(ModelRun(f"model{i}", case, 1800 + 100 * i, 1850 + i) for i, case in enumerate(MODEL_CASES))
+PADDING_RUN = ModelRun("model", MODEL_CASES[0], 1900, 1910)
+GRADIENT_RUN = ModelRun("model", MODEL_CASES[0], 2000, 2010, upstream=2020)
+SMALL_RUN = ModelRun("model", SMALL_MODEL, 2500, 2510, upstream=2520)
 
 
-def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, src_mask: torch.Tensor | None = None,
-               grad: bool = False) -> Any:
+def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, run: ModelRun) -> nn.Module | None:
+    case = run.case
+    built = Built(run.key, (case.src_vocab, case.tgt_vocab, case.k, case.heads, case.depth, case.max_len), run.seed)
+    return _build_with_parts(rec, built, Seq2SeqTransformer, MODEL_PARTS)
+
+
+def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, src_mask: torch.Tensor | None = None) -> Any:
     mask = (_source_mask(src) if src_mask is None else src_mask).to(rec.device)
-    with torch.set_grad_enabled(grad):
+    with torch.no_grad():
         return rec.call(key, model, src.to(rec.device), tgt.to(rec.device), mask)
 
 
 def _probe_model_structure(Seq2SeqTransformer, rec: Recorder) -> None:
-    case = MODEL_CASES[0]
-    model = _make_model(Seq2SeqTransformer, rec, "model", case, 1600)
+    model = _make_model(Seq2SeqTransformer, rec, STRUCTURE_RUN)
     if model is None:
         return
-    src, tgt, _ = _model_inputs(case, 1610)
+    src, tgt, _ = STRUCTURE_RUN.inputs()
     with torch.no_grad():
         rec.call("memory", model.encode, src.to(rec.device), _source_mask(src).to(rec.device))
     _run_model(rec, "logits", model, src, tgt)
@@ -345,22 +328,21 @@ def _changed_targets(case: ModelCase, tgt: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _probe_model_causality(Seq2SeqTransformer, rec: Recorder) -> None:
-    case = MODEL_CASES[0]
-    model = _make_model(Seq2SeqTransformer, rec, "model", case, 1700)
+    model = _make_model(Seq2SeqTransformer, rec, CAUSALITY_RUN)
     if model is None:
         return
-    src, tgt, _ = _model_inputs(case, 1710)
+    src, tgt, _ = CAUSALITY_RUN.inputs()
     _run_model(rec, "logits", model, src, tgt)
-    for j, changed in zip(_CAUSAL_POSITIONS, _changed_targets(case, tgt), strict=True):
+    for j, changed in zip(_CAUSAL_POSITIONS, _changed_targets(CAUSALITY_RUN.case, tgt), strict=True):
         _run_model(rec, f"logits_changed{j}", model, src, changed)
 
 
 def _probe_model_oracle(Seq2SeqTransformer, rec: Recorder) -> None:
-    for i, case in enumerate(MODEL_CASES):
-        model = _make_model(Seq2SeqTransformer, rec, f"model{i}", case, 1800 + 100 * i)
+    for i, run in enumerate(ORACLE_RUNS):
+        model = _make_model(Seq2SeqTransformer, rec, run)
         if model is None:
             return
-        src, tgt, _ = _model_inputs(case, 1850 + i)
+        src, tgt, _ = run.inputs()
         _run_model(rec, f"logits{i}", model, src, tgt)
         mask = _source_mask(src).to(rec.device)
         with torch.no_grad():
@@ -369,51 +351,39 @@ def _probe_model_oracle(Seq2SeqTransformer, rec: Recorder) -> None:
                 rec.call(f"decoded{i}", model.decode, tgt.to(rec.device), memory, mask)
 
 
-def _padding_model_inputs(case: ModelCase):
-    """The batch of the padding check, and the same sources with four more padded positions, every padded one
-    holding an arbitrary real token (masked out): (src, longer, longer's mask, tgt, lengths)."""
-    b, s, src_vocab = case.b, case.s, case.src_vocab
-    src, tgt, lengths = _model_inputs(case, 1910)
+def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PADDING_RUN's sources with four more padded positions, every padded one holding an arbitrary real token
+    (masked out): (longer (b, s + 4), its mask, tgt)."""
+    src, tgt, _ = PADDING_RUN.inputs()
+    b, s, src_vocab = PADDING_RUN.case.b, PADDING_RUN.case.s, PADDING_RUN.case.src_vocab
     extra = torch.randint(3, src_vocab, (b, 4), generator=generator(1920))
     longer = torch.cat([src, extra], dim=1)  # (b, s + 4): garbage in the padded positions, masked out
     real = _source_mask(src)
     longer[:, :s] = longer[:, :s].masked_fill(~real, 5)
-    return src, longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt, lengths
+    return longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt
 
 
 def _probe_model_padding(Seq2SeqTransformer, rec: Recorder) -> None:
-    case = MODEL_CASES[0]
-    model = _make_model(Seq2SeqTransformer, rec, "model", case, 1900)
+    model = _make_model(Seq2SeqTransformer, rec, PADDING_RUN)
     if model is None:
         return
-    src, longer, longer_mask, tgt, _ = _padding_model_inputs(case)
+    src, tgt, _ = PADDING_RUN.inputs()
+    longer, longer_mask, _ = padding_model_inputs()
     _run_model(rec, "logits", model, src, tgt)
     _run_model(rec, "logits_longer", model, longer, tgt, longer_mask)
 
 
-def _probe_model_backward(rec: Recorder, key: str, model: nn.Module, case: ModelCase, seed: int,
-                          upstream_seed: int) -> None:
-    """Record the logits of the case's batch in training mode, and the gradients of sum(logits · upstream) for
-    every parameter."""
-    b, t, tgt_vocab = case.b, case.t, case.tgt_vocab
-    src, tgt, _ = _model_inputs(case, seed)
-    upstream = randn(b, t, tgt_vocab, seed=upstream_seed).to(rec.device)
+def _probe_model_backward(run: ModelRun, Seq2SeqTransformer, rec: Recorder) -> None:
+    """Record the logits of the run's batch in training mode, and the gradients of sum(logits · upstream) for every
+    parameter."""
+    model = _make_model(Seq2SeqTransformer, rec, run)
+    if model is None:
+        return
+    src, tgt, _ = run.inputs()
+    upstream = randn(run.case.b, run.case.t, run.case.tgt_vocab, seed=run.upstream).to(rec.device)
     model.train()
-    modules.record_backward(rec, key, model, src.to(rec.device), tgt.to(rec.device),
-                            _source_mask(src).to(rec.device), loss=lambda y: (y * upstream).sum())
-
-
-def _probe_model_gradients(Seq2SeqTransformer, rec: Recorder) -> None:
-    case = MODEL_CASES[0]
-    model = _make_model(Seq2SeqTransformer, rec, "model", case, 2000)
-    if model is not None:
-        _probe_model_backward(rec, "logits", model, case, 2010, 2020)
-
-
-def _probe_model_small_case(Seq2SeqTransformer, rec: Recorder) -> None:
-    model = _make_model(Seq2SeqTransformer, rec, "model", SMALL_MODEL, 2500)
-    if model is not None:
-        _probe_model_backward(rec, "logits", model, SMALL_MODEL, 2510, 2520)
+    modules.record_backward(rec, "logits", model, src.to(rec.device), tgt.to(rec.device),
+                            _source_mask(src).to(rec.device), loss=partial(_dot, upstream))
 
 
 # ---------------------------------------------------------------- stand-in translators for the loss and decoding
@@ -453,8 +423,8 @@ class StandInTranslator(nn.Module):
 
 # ---------------------------------------------------------------- the loss
 
-def _loss_case(seed: int, pad: int) -> tuple[StandInTranslator, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A stand-in model and a batch with targets of different lengths."""
+def _loss_batch(seed: int, pad: int) -> dict[str, Any]:
+    """The arguments of teacher_forcing_loss: a stand-in model and a batch with targets of different lengths."""
     model = StandInTranslator(10, 9, 8, 16, seed)
     g = generator(seed + 1)
     b, s, t = 3, 6, 7
@@ -467,59 +437,23 @@ def _loss_case(seed: int, pad: int) -> tuple[StandInTranslator, torch.Tensor, to
         tgt[i, n - 1] = EOS_ID
         tgt[i, n:] = pad
     src = src.masked_fill(torch.arange(s) >= lengths.unsqueeze(1), PAD_ID)
-    return model, src, _source_mask(src), tgt
-
-
-LOSS_CASES = ((2100, 0),)
-LOSS_GRADIENT_CASE = (2300, 4)
-LOSS_HIDDEN_CASES = ((2200, 0), (2400, 5))
+    return {"model": model, "src": src, "src_mask": _source_mask(src), "tgt": tgt, "pad": pad}
 
 
 #: under grading, every loss case (seed, pad) has a secret companion (seed + SECRET_LOSS_OFFSET, pad)
 SECRET_LOSS_OFFSET = 50
 
 
-def _call_loss(teacher_forcing_loss, rec: Recorder, key: str, seed: int, pad: int) -> None:
-    model, src, src_mask, tgt = _loss_case(seed, pad)
-    rec.call(key, teacher_forcing_loss, model.to(rec.device), src.to(rec.device), src_mask.to(rec.device),
-             tgt.to(rec.device), pad)
+def _loss_cases(key: str, seed: int, pad: int, *, gradients: bool = False) -> tuple[Case, Case]:
+    """The batch (seed, pad) under key and, under grading, its secret companion under key_secret."""
+    label = f"3 targets of lengths 7, 4, 5 padded with {pad}"
+    return (loss_case(key, partial(_loss_batch, seed, pad), label, gradients=gradients),
+            loss_case(f"{key}_secret", partial(_loss_batch, seed + SECRET_LOSS_OFFSET, pad), label, secret=True))
 
 
-def _probe_loss_case(teacher_forcing_loss, rec: Recorder, key: str, seed: int, pad: int) -> None:
-    """Record the loss on the case (seed, pad) under key and, under grading, on its secret companion (key_secret)."""
-    _call_loss(teacher_forcing_loss, rec, key, seed, pad)
-    if grading():
-        _call_loss(teacher_forcing_loss, rec, f"{key}_secret", seed + SECRET_LOSS_OFFSET, pad)
-
-
-def _probe_loss(teacher_forcing_loss, rec: Recorder) -> None:
-    for i, (seed, pad) in enumerate(LOSS_CASES):
-        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad)
-
-
-loss_oracle = Check("loss_oracle", _probe_loss)
-
-
-def _probe_loss_gradients(teacher_forcing_loss, rec: Recorder) -> None:
-    seed, pad = LOSS_GRADIENT_CASE
-    model, src, src_mask, tgt = _loss_case(seed, pad)
-    model = model.to(rec.device)
-    if modules.record_backward(rec, "loss", teacher_forcing_loss, model, src.to(rec.device), src_mask.to(rec.device),
-                               tgt.to(rec.device), pad, loss=lambda loss: loss):
-        modules.record_gradients(rec, model)
-    if grading():
-        _call_loss(teacher_forcing_loss, rec, "loss_secret", seed + SECRET_LOSS_OFFSET, pad)
-
-
-loss_gradients = Check("loss_gradients", _probe_loss_gradients)
-
-
-def _probe_loss_hidden(teacher_forcing_loss, rec: Recorder) -> None:
-    for i, (seed, pad) in enumerate(LOSS_HIDDEN_CASES):
-        _probe_loss_case(teacher_forcing_loss, rec, f"loss{i}", seed, pad)
-
-
-loss_hidden = Check("loss_hidden", _probe_loss_hidden)
+loss_oracle = losses("loss_oracle", _loss_cases("loss0", 2100, 0))
+loss_gradients = losses("loss_gradients", _loss_cases("loss", 2300, 4, gradients=True))
+loss_hidden = losses("loss_hidden", (*_loss_cases("loss0", 2200, 0), *_loss_cases("loss1", 2400, 5)))
 
 
 # ---------------------------------------------------------------- greedy decoding
@@ -555,80 +489,76 @@ class ScriptedModel(nn.Module):
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
 
-def _probe_decode(greedy_decode, rec: Recorder, key: str, model: nn.Module, src: torch.Tensor, max_len: int) -> None:
-    with torch.no_grad():
-        rec.call(key, greedy_decode, model.to(rec.device), src.to(rec.device), _source_mask(src).to(rec.device),
-                 max_len, BOS_ID, EOS_ID)
+def _scripted(src: tuple[tuple[int, ...], ...], lengths: tuple[int, ...]) -> tuple[nn.Module, torch.Tensor,
+                                                                                   torch.Tensor]:
+    """The scripted model, a source (b, s) and its lengths (b,)."""
+    return ScriptedModel(), torch.tensor(src), torch.tensor(lengths)
 
 
-_SCRIPTED_SRC = ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4))
-_SCRIPTED_LENGTHS = (3, 1, 5)
-_SHORT_SRC = ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0))
-_SHORT_LENGTHS = (6, 1)
-#: the random stand-in translator: (seed of its weights, eos bias, seed of the source, lengths)
-_RANDOM_TRANSLATOR = (2401, 1.5, 2410, (7, 3, 5, 1))
-#: the seeds of the secret sources the decoding checks add for the scripted model under grading
-SECRET_SCRIPTED, SECRET_SHORT = 3040, 3050
-
-
-def _random_translator() -> tuple[StandInTranslator, torch.Tensor, torch.Tensor]:
-    seed, eos_bias, src_seed, lengths = _RANDOM_TRANSLATOR
-    model = StandInTranslator(12, 8, 16, 24, seed, eos_bias).eval()
-    src = torch.randint(3, 12, (len(lengths), 7), generator=generator(src_seed))
-    lengths = torch.tensor(lengths)
-    return model, src.masked_fill(torch.arange(7) >= lengths.unsqueeze(1), PAD_ID), lengths
-
-
-def secret_scripted_source(seed: int, first: tuple[int, int], s: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+def secret_scripted_source(seed: int, first: tuple[int, int], s: int, b: int,
+                           at_most: int | None = None) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     """Under grading, a secret source for the scripted model: b sequences of s random tokens (3 to 9), the first
-    of a random length in [first[0], first[1]], the others from 1 to s, padded after; (src, lengths)."""
+    of a random length in [first[0], first[1]], the others from 1 to s (at most at_most), padded after; (the
+    scripted model, src, lengths)."""
     g = generator(seed)
     lengths = torch.randint(1, s + 1, (b,), generator=g)
     lengths[0] = int(torch.randint(first[0], first[1] + 1, (), generator=g))
     src = torch.randint(3, 10, (b, s), generator=g)
-    return src.masked_fill(torch.arange(s) >= lengths.unsqueeze(1), PAD_ID), lengths
+    if at_most is not None:
+        lengths[1:] = lengths[1:].clamp(max=at_most)
+    return ScriptedModel(), src.masked_fill(torch.arange(s) >= lengths.unsqueeze(1), PAD_ID), lengths
 
 
-#: (first sequence's lengths, s, b, max_len) of the secret cases: any lengths for the scripted check; for the
-#: step-by-step check a first translation longer than max_len (cut), and the others of lengths 1 to 3
-SECRET_SCRIPTED_CASE = ((1, 5), 5, 3, 9)
-SECRET_SHORT_CASE = ((4, 6), 6, 2, 4)
+def _random_translator() -> tuple[StandInTranslator, torch.Tensor, torch.Tensor]:
+    """The random stand-in translator (weights from seed 2401, <eos> bias 1.5) and a source of lengths 7, 3, 5, 1."""
+    model = StandInTranslator(12, 8, 16, 24, 2401, 1.5).eval()
+    src = torch.randint(3, 12, (4, 7), generator=generator(2410))
+    lengths = torch.tensor((7, 3, 5, 1))
+    return model, src.masked_fill(torch.arange(7) >= lengths.unsqueeze(1), PAD_ID), lengths
 
 
-def secret_short_source() -> tuple[torch.Tensor, torch.Tensor]:
-    first, s, b, _ = SECRET_SHORT_CASE
-    src, lengths = secret_scripted_source(SECRET_SHORT, first, s, b)
-    short = lengths[1:].clamp(max=3)
-    src[1:] = src[1:].masked_fill(torch.arange(s) >= short.unsqueeze(1), PAD_ID)
-    lengths[1:] = short
-    return src, lengths
+@dataclass(frozen=True)
+class DecodeCase:
+    """One call greedy_decode(model, src, src_mask, max_len, BOS_ID, EOS_ID) recorded under key, source() giving
+    (model, src (b, s), source lengths (b,)); secret: drawn only under grading."""
+
+    key: str
+    source: Callable[[], tuple[nn.Module, torch.Tensor, torch.Tensor]]
+    max_len: int
+    label: str  # how a failure names the case, formatted with {lengths} and {max_len}
+    secret: bool = False
 
 
-def secret_scripted() -> tuple[torch.Tensor, torch.Tensor]:
-    first, s, b, _ = SECRET_SCRIPTED_CASE
-    return secret_scripted_source(SECRET_SCRIPTED, first, s, b)
+def _probe_decodes(cases: tuple[DecodeCase, ...], greedy_decode: Callable, rec: Recorder) -> None:
+    for case in cases:
+        if case.secret and not grading():
+            continue
+        model, src, _ = case.source()
+        with torch.no_grad():
+            rec.call(case.key, greedy_decode, model.to(rec.device), src.to(rec.device),
+                     _source_mask(src).to(rec.device), case.max_len, BOS_ID, EOS_ID)
 
 
-def _probe_decode_scripted(greedy_decode, rec: Recorder) -> None:
-    _probe_decode(greedy_decode, rec, "tokens", ScriptedModel(), torch.tensor(_SCRIPTED_SRC), 9)
-    if grading():
-        _probe_decode(greedy_decode, rec, "tokens_secret", ScriptedModel(), secret_scripted()[0],
-                      SECRET_SCRIPTED_CASE[3])
+class DecodeCheck(Check):
+    """A check that records the student's greedy decoding on each of its cases."""
+
+    def __init__(self, name: str, cases: tuple[DecodeCase, ...]):
+        super().__init__(name, partial(_probe_decodes, cases), module=__name__)
+        self.cases = cases
 
 
-greedy_decode_scripted = Check("greedy_decode_scripted", _probe_decode_scripted)
-
-
-def _probe_decode_step_by_step(greedy_decode, rec: Recorder) -> None:
-    _probe_decode(greedy_decode, rec, "short", ScriptedModel(), torch.tensor(_SHORT_SRC), 4)
-    model, src, _ = _random_translator()
-    _probe_decode(greedy_decode, rec, "random", model, src, 10)
-    if grading():
-        _probe_decode(greedy_decode, rec, "short_secret", ScriptedModel(), secret_short_source()[0],
-                      SECRET_SHORT_CASE[3])
-
-
-greedy_decode_step_by_step = Check("greedy_decode_step_by_step", _probe_decode_step_by_step)
+greedy_decode_scripted = DecodeCheck("greedy_decode_scripted", (
+    DecodeCase("tokens", partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9,
+               "a stand-in model; the three sequences end after 3, 1 and 5 tokens"),
+    DecodeCase("tokens_secret", partial(secret_scripted_source, 3040, (1, 5), 5, 3), 9,
+               "a stand-in model; source lengths {lengths}", secret=True)))
+#: a first translation longer than max_len (cut); under grading, the others of lengths 1 to 3
+greedy_decode_step_by_step = DecodeCheck("greedy_decode_step_by_step", (
+    DecodeCase("short", partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1)), 4,
+               "a stand-in model, max_len=4 shorter than the first translation"),
+    DecodeCase("random", _random_translator, 10, "a stand-in translator with random weights"),
+    DecodeCase("short_secret", partial(secret_scripted_source, 3050, (4, 6), 6, 2, at_most=3), 4,
+               "a stand-in model, source lengths {lengths}, max_len={max_len}", secret=True)))
 
 
 # ---------------------------------------------------------------- the model's checks (they name their prerequisites)
@@ -639,13 +569,13 @@ _PREREQUISITES = (("causal_mask", 1, (causal_mask_by_hand,)),
 
 def _model_check(name: str, probe: Callable[[Any, Recorder], None]) -> Check:
     """A model check that also says when the cause may be an earlier exercise the model uses."""
-    return with_prerequisites(name, probe, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
-                              namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
+    return Check(name, probe, module=__name__, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
+                 namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
 seq2seq_structure = _model_check("seq2seq_structure", _probe_model_structure)
 seq2seq_causality = _model_check("seq2seq_causality", _probe_model_causality)
-seq2seq_small_case = _model_check("seq2seq_small_case", _probe_model_small_case)
+seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_model_backward, SMALL_RUN))
 seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle)
 seq2seq_padding = _model_check("seq2seq_padding", _probe_model_padding)
-seq2seq_gradients = _model_check("seq2seq_gradients", _probe_model_gradients)
+seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_model_backward, GRADIENT_RUN))

@@ -1,9 +1,10 @@
-"""Judges for assignment 08 (probes in course/checks/language_model.py): the mistakes they name, a stack of PyTorch's
-nn.TransformerEncoderLayer (pre-norm, causal mask) carrying the check's weights, a language model step with its KV
-cache written out with PyTorch's functions (and switches for the typical mistakes), F.cross_entropy, torch.multinomial
-with a generator seeded as the probe's was, and the step-by-step generation loop over the probe's stand-in models.
-Properties (causality, cached equals uncached, only the given generator) are anchored to outputs the judge
-recomputes.
+"""Judges for assignment 08 (probes in course/checks/language_model.py), read top to bottom: the mistakes they name;
+the model's oracle, a stack of PyTorch's nn.TransformerEncoderLayer (pre-norm, causal mask) carrying the check's
+weights, with a language model step and its KV cache written out with PyTorch's functions (switches turn on the
+typical mistakes); the sampling oracle, torch.multinomial with a generator seeded as the probe's was, and the
+step-by-step generation loop over the probe's stand-in models; then one declaration per check, judging the cases its
+probe declared. Properties (causality, cached equals uncached, only the given generator) are anchored to outputs the
+judge recomputes.
 """
 
 import math
@@ -14,12 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from course.checks import language_model as probes
 from course.checks import modules
 from course.checks.compare import (
     WRONG_SHAPE,
     Mistake,
     Rows,
-    expect_close,
     expect_close_batch,
     expect_equal,
     fail,
@@ -34,44 +35,19 @@ from course.checks.compare import (
 )
 from course.checks.evidence import Evidence
 from course.checks.language_model import (
-    BLOCK_PARTS,
-    CACHE_CASE,
-    CACHED_GENERATIONS,
-    CAUSALITY_CASE,
-    CHANGED_POSITIONS,
-    GENERATOR_CASE,
     GLOBAL_SEED,
-    GLOBAL_SEEDS,
-    GRADIENT_CASE,
-    GREEDY_CASES,
-    GREEDY_GENERATION,
-    HIDDEN_CACHE_CASE,
-    HIDDEN_CASES,
-    HIDDEN_GENERATIONS,
-    LOSS_CASES,
-    LOSS_HIDDEN_CASES,
     MODEL_NAME,
-    ORACLE_CASES,
-    SAMPLED_GENERATION,
-    SAMPLING_CASES,
-    SAMPLING_HIDDEN_CASES,
-    STRUCTURE_CASE,
-    TOP_K_PROPERTY,
     CacheCase,
     Generation,
-    LossCase,
     ModelCase,
+    ModelRun,
     SamplingCase,
-    chunk_bounds,
-    lm_tokens,
-    logits_rows,
-    stand_in,
 )
 from course.judges import judge, oracles
+from course.judges.kinds import LossOracle, against_loss, each_case
 
 LOSS_NAME = "next_token_loss(logits, tokens)"
 SAMPLE_NAME = "sample_next_token(logits, temperature, top_k, generator)"
-GENERATE_NAME = "generate(model, prompt, max_new_tokens, temperature, top_k, generator, use_cache)"
 
 # ---------------------------------------------------------------- mistakes
 
@@ -254,7 +230,7 @@ def _lm_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     for i in range(depth):
         owner = f"{what}.blocks[{i}]"
         block = {name: modules.expect_part(ev, f"{key}.blocks.{i}", owner, name, kind, how)
-                 for name, kind, how in BLOCK_PARTS}
+                 for name, kind, how in probes.BLOCK_PARTS}
         if block["norm2"].get("same_as") == "norm1":
             fail(f"{owner}.norm1 and .norm2 are the same module: each sublayer needs its own LayerNorm(k).",
                  mistake=SHARED_NORM)
@@ -282,13 +258,15 @@ def _lm_structure(ev: Evidence, key: str, case: ModelCase) -> None:
                                    "Is an extra layer registered?")
 
 
-def _lm_weights(ev: Evidence, key: str, case: ModelCase, seed: int) -> dict[str, torch.Tensor]:
+def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
+    """The structure of the run's model judged, and the weights the probe loaded into it, by parameter name."""
     __tracebackhide__ = True
-    _lm_structure(ev, key, case)
-    return modules.expect_parameters(ev, key, MODEL_NAME, _lm_shapes(case), seed, hint=modules.PARTS_HINT)
+    _lm_structure(ev, run.model, run.case)
+    return modules.expect_parameters(ev, run.model, MODEL_NAME, _lm_shapes(run.case), run.seed,
+                                     hint=modules.PARTS_HINT)
 
 
-# ---------------------------------------------------------------- the model: oracles
+# ---------------------------------------------------------------- the model: oracle, and its mistakes written out
 
 def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
     """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
@@ -303,13 +281,16 @@ def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Ten
                     w["to_logits.bias"])
 
 
-def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
+def _by_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(b, t, k) -> (b, heads, t, k / heads)."""
     b, t, k = x.shape
     return x.reshape(b, t, heads, k // heads).transpose(1, 2)  # (b, h, t, s)
 
 
-def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Softmax attention with a bool mask (True = allowed); a query allowed nothing gets zeros, as in the course."""
+def _masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                      allowed: torch.Tensor) -> torch.Tensor:
+    """Softmax attention (b, h, t, s) with a bool mask (True = allowed); a query allowed nothing gets zeros, as in the
+    course."""
     scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, h, t, T)
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
     return weights @ values  # (b, h, t, s)
@@ -341,7 +322,7 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
             return F.layer_norm(h, (k,), w[f"{p}{name}.weight"], w[f"{p}{name}.bias"])
 
         def project(name: str, h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return _split(F.linear(h, w[f"{p}attention.{name}.weight"]), heads)  # (b, h, t, s)
+            return _by_heads(F.linear(h, w[f"{p}attention.{name}.weight"]), heads)  # (b, h, t, s)
 
         h = norm("norm1", x) if layout in ("pre", "no-residual") else x
         q, keys, values = project("to_queries", h), project("to_keys", h), project("to_values", h)
@@ -359,7 +340,7 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
         else:
             new_values, read_mask = values, allowed
         new_cache.append((kept, new_values))
-        out = _attend(q, keys, values, read_mask)  # (b, h, t, s)
+        out = _masked_attention(q, keys, values, read_mask)  # (b, h, t, s)
         a = F.linear(out.transpose(1, 2).reshape(x.shape), w[f"{p}attention.unify_heads.weight"],
                      w[f"{p}attention.unify_heads.bias"])
 
@@ -417,8 +398,9 @@ _LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each b
             "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
 
 
-def _logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None, what: str = f"{MODEL_NAME}.forward(tokens)"
-            ) -> torch.Tensor:
+def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
+               what: str = f"{MODEL_NAME}.forward(tokens)") -> torch.Tensor:
+    """The logits (b, t, vocab) recorded under key."""
     __tracebackhide__ = True
     b, vocab, k = case.b, case.vocab, case.k
     t = case.t if t is None else t
@@ -431,7 +413,8 @@ def _logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None, what:
 
 
 def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) -> dict:
-    """Rule 2: the logits are what the model, right or typically wrong, computes with the check's weights."""
+    """Rule 2: the logits are what the model, right or typically wrong, computes with the check's weights; returns
+    the switches of the model they come from ({} for the right one)."""
     __tracebackhide__ = True
     switches = _lm_switches(ev, logits, w, case, tokens)
     if switches is None:
@@ -442,27 +425,22 @@ def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) 
     return switches
 
 
-# ---------------------------------------------------------------- LanguageModel: structure, causality, oracle
-
-@judge("lm_structure")
-def _judge_lm_structure(ev: Evidence) -> None:
-    """token_embedding, position_embedding (learned), blocks (an nn.ModuleList of depth blocks, each norm1,
-    attention, norm2, ff), norm and to_logits, all registered; forward gives (b, t, vocab_size) logits."""
-    w = _lm_weights(ev, "model", STRUCTURE_CASE, 3000)
-    tokens = lm_tokens(STRUCTURE_CASE, 3010)
-    logits = _logits(ev, "logits", STRUCTURE_CASE)
-    _anchor_lm(ev, logits, w, STRUCTURE_CASE, tokens, f"{MODEL_NAME} has the right parts")
+def _expect_parts(ev: Evidence, run: ModelRun) -> None:
+    """The run's model has the parts asked for, and gives the logits a language model, right or typically wrong,
+    computes with its weights."""
+    __tracebackhide__ = True
+    w = _lm_weights(ev, run)
+    _anchor_lm(ev, _lm_logits(ev, run.logits, run.case), w, run.case, run.tokens(), f"{MODEL_NAME} has the right parts")
 
 
-@judge("lm_causality")
-def _judge_lm_causality(ev: Evidence) -> None:
-    """Changing the tokens from position j on never changes the logits at positions before j."""
-    case = CAUSALITY_CASE
-    w = _lm_weights(ev, "model", case, 3100)
-    tokens = lm_tokens(case, 3110)
-    logits = _logits(ev, "logits", case)
-    for j in CHANGED_POSITIONS:
-        changed = _logits(ev, f"changed{j}", case)
+def _expect_no_future(ev: Evidence, run: ModelRun) -> None:
+    """Changing the tokens from position j on (each j of run.changed) changes no logits before j."""
+    __tracebackhide__ = True
+    case, tokens = run.case, run.tokens()
+    w = _lm_weights(ev, run)
+    logits = _lm_logits(ev, run.logits, case)
+    for j in run.changed:
+        changed = _lm_logits(ev, f"changed{j}", case)
         if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
             named = [m for m, out in _lm_mistakes(w, case, tokens) if matches_any(logits, [out], ev.device)]
             fail(f"{MODEL_NAME} is not causal: changing the tokens from position {j} on changed the logits at "
@@ -476,30 +454,46 @@ def _judge_lm_causality(ev: Evidence) -> None:
     _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} is causal")
 
 
-def _judge_lm_oracle_cases(ev: Evidence, cases: Sequence[ModelCase], seed: int) -> None:
+def _expect_oracle(ev: Evidence, run: ModelRun | CacheCase) -> None:
+    """The run's logits against the oracle with its weights (a cache case: :func:`_expect_cached`)."""
     __tracebackhide__ = True
-    for i, case in enumerate(cases):
-        w = _lm_weights(ev, f"model{i}", case, seed + 100 * i)
-        tokens = lm_tokens(case, seed + 100 * i + 10)
-        logits = _logits(ev, f"logits{i}", case)
-        with torch.no_grad():
-            expected = _lm_oracle(w, case, tokens)
-        expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
-                           mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
-                           case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
-                                f"depth={case.depth}, max_len={case.max_len}")
+    if isinstance(run, CacheCase):
+        _expect_cached(ev, run)
+        return
+    case, tokens = run.case, run.tokens()
+    w = _lm_weights(ev, run)
+    logits = _lm_logits(ev, run.logits, case)
+    with torch.no_grad():
+        expected = _lm_oracle(w, case, tokens)
+    expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
+                       mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
+                       case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
+                            f"depth={case.depth}, max_len={case.max_len}")
 
 
-@judge("lm_oracle")
-def _judge_lm_oracle(ev: Evidence) -> None:
-    """The test's weights in your model and in a stack of PyTorch's nn.TransformerEncoderLayer (pre-norm, causal):
-    the same logits."""
-    _judge_lm_oracle_cases(ev, ORACLE_CASES, 3200)
+def _expect_gradients(ev: Evidence, run: ModelRun) -> None:
+    """The gradients of sum(logits · upstream) every parameter received, against autograd through the model (right
+    or typically wrong) the logits come from."""
+    __tracebackhide__ = True
+    case, tokens = run.case, run.tokens()
+    w = _lm_weights(ev, run)
+    logits = _lm_logits(ev, run.logits, case)
+    modules.expect_differentiable(ev, run.logits, f"{MODEL_NAME}.forward")
+    switches = _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} passes gradients")
+
+    def forward(leaves: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return _lm_step(leaves, case, tokens, **switches)[0] if switches else _lm_oracle(leaves, case, tokens)
+
+    because = next((m for m, sw in _LM_MISTAKES if dict(sw) == switches), None)
+    modules.expect_gradients(ev, modules.autograd(forward, w, {}, randn(*logits.shape, seed=run.upstream)),
+                             owner=MODEL_NAME, case=f"the logits of {tuple(tokens.shape)} tokens", because=because,
+                             oracle="PyTorch's nn.TransformerEncoderLayer with the same weights")
 
 
-# ---------------------------------------------------------------- LanguageModel: the KV cache
+# ---------------------------------------------------------------- the model: the KV cache
 
-def _cache_tensors(ev: Evidence, key: str, case: ModelCase, positions: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
+                   positions: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The (keys, values) of every block in a recorded cache, each (b, heads, positions, s)."""
     __tracebackhide__ = True
     b, k, heads, depth = case.b, case.k, case.heads, case.depth
@@ -556,24 +550,25 @@ def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torc
     """Every chunk's logits and the cache after it, for a model with these switches."""
     with torch.no_grad():
         cache, logits, caches = None, [], []
-        for start, end in chunk_bounds(sizes):
+        for start, end in probes.chunk_bounds(sizes):
             out, cache = _lm_step(w, case, tokens[:, start:end], cache, **switches)
             logits.append(out)
             caches.append(cache)
     return logits, caches
 
 
-def _judge_cache(ev: Evidence, spec: CacheCase, prefix: str = "") -> None:
+def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
+    """The chunks fed with the cache give the logits of one call without it, and a cache of the keys and values of
+    every block, (b, heads, t, s), t growing; else the typical cache mistake they match is named."""
     __tracebackhide__ = True
-    case, seed, sizes = spec.model, spec.seed, spec.chunks
-    w = _lm_weights(ev, f"{prefix}model", case, seed)
-    tokens = lm_tokens(case, seed + 10)
-    full = _logits(ev, f"{prefix}full", case)
+    case, sizes, tokens = spec.model, spec.chunks, spec.run.tokens()
+    w = _lm_weights(ev, spec.run)
+    full = _lm_logits(ev, spec.run.logits, case)
     switches = _anchor_lm(ev, full, w, case, tokens, f"{MODEL_NAME} runs without a cache")
     expected_logits, expected_caches = _lm_run_cached(w, case, tokens, sizes, switches)
     steps = []
-    for c, (start, end) in enumerate(chunk_bounds(sizes)):
-        key = f"{prefix}step{c}"
+    for c, (start, end) in enumerate(probes.chunk_bounds(sizes)):
+        key = f"{spec.steps}{c}"
         what = f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache={'None' if c == 0 else '...'}, use_cache=True)"
         _step_raised(ev, key, start, end)
         raised(ev, key, what)
@@ -581,7 +576,7 @@ def _judge_cache(ev: Evidence, spec: CacheCase, prefix: str = "") -> None:
         if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
             fail(f"{what} should return a pair (logits, cache), the cache holding the keys and values of all "
                  f"{end} positions so far.", mistake=CACHE_NOT_RETURNED)
-        logits = _logits(ev, f"{key}.0", case, t=end - start, what=f"The logits of {what}")
+        logits = _lm_logits(ev, f"{key}.0", case, t=end - start, what=f"The logits of {what}")
         cache = _cache_tensors(ev, f"{key}.1", case, end)
         steps.append((start, end, logits, cache))
         if c == 0:
@@ -629,103 +624,21 @@ def _judge_cache(ev: Evidence, spec: CacheCase, prefix: str = "") -> None:
          mistake=CACHE_DIFFERS)
 
 
-@judge("lm_cache")
-def _judge_lm_cache(ev: Evidence) -> None:
-    """A prompt of 3 tokens, then 2, then one at a time, each with the cache of the call before: the same logits as
-    one call without a cache, and a cache of (keys, values) per block, (b, heads, t, s), t growing."""
-    _judge_cache(ev, CACHE_CASE)
-
-
-@judge("lm_hidden")
-def _judge_lm_hidden(ev: Evidence) -> None:
-    """More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers, and a cache
-    fed chunks of several tokens."""
-    _judge_lm_oracle_cases(ev, HIDDEN_CASES, 3500)
-    _judge_cache(ev, HIDDEN_CACHE_CASE, prefix="cache.")
-
-
-@judge("lm_gradients")
-def _judge_lm_gradients(ev: Evidence) -> None:
-    """A loss on the logits sends to every parameter the gradient autograd gives through PyTorch's layers."""
-    case = GRADIENT_CASE
-    w = _lm_weights(ev, "model", case, 3600)
-    tokens = lm_tokens(case, 3610)
-    logits = _logits(ev, "logits", case)
-    modules.expect_differentiable(ev, "logits", f"{MODEL_NAME}.forward")
-    switches = _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} passes gradients")
-    forward = (lambda leaves: _lm_oracle(leaves, case, tokens)) if not switches else \
-        (lambda leaves: _lm_step(leaves, case, tokens, **switches)[0])
-    because = next((m for m, sw in _LM_MISTAKES if dict(sw) == switches), None)
-    modules.expect_gradients(ev, modules.autograd(forward, w, {}, randn(*logits.shape, seed=3620)), owner=MODEL_NAME,
-                             case=f"the logits of {tuple(tokens.shape)} tokens", because=because,
-                             oracle="PyTorch's nn.TransformerEncoderLayer with the same weights")
-
-
 # ---------------------------------------------------------------- next_token_loss
 
-def _loss_oracle(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:])
+def _next_token_logits(feed: str, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The logits (b, n, vocab) scored against tokens[:, 1:] ("shifted"), all of tokens ("unshifted") or
+    tokens[:, :-1] ("backwards")."""
+    return {"shifted": logits[:, :-1], "unshifted": logits, "backwards": logits[:, 1:]}[feed]
 
 
-def _loss_gradient(name: str, logits: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor | None]:
-    """{name: autograd's gradient of the loss with respect to the logits}."""
-    return modules.autograd(lambda leaves, **given: _loss_oracle(given[name], tokens), {}, {name: logits},
-                            lambda loss: loss)
-
-
-def _loss_mistakes(logits: torch.Tensor, tokens: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    v = logits.shape[-1]
-    shifted, labels = logits[:, :-1].reshape(-1, v), tokens[:, 1:].reshape(-1)
-    with torch.no_grad():
-        return [(LOSS_NOT_SHIFTED, F.cross_entropy(logits.reshape(-1, v), tokens.reshape(-1))),
-                (LOSS_WRONG_SHIFT, F.cross_entropy(logits[:, 1:].reshape(-1, v), tokens[:, :-1].reshape(-1))),
-                (LOSS_SUM, F.cross_entropy(shifted, labels, reduction="sum")),
-                (LOSS_SOFTMAX, F.cross_entropy(F.softmax(shifted, dim=-1), labels)),
-                (LOSS_NLL_ON_LOGITS, F.nll_loss(shifted, labels)),
-                (LOSS_BITS, F.cross_entropy(shifted, labels) / math.log(2)),
-                (LOSS_LAST_ONLY, F.cross_entropy(logits[:, -2], tokens[:, -1]))]
-
-
-_LOSS_HINT = ("loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)): the logits at "
-              "position i against token i + 1, the mean over all of them. F.cross_entropy wants the classes last of "
-              "two dimensions, or in dimension 1.")
-
-
-def _judge_loss_cases(ev: Evidence, cases: Sequence[LossCase]) -> None:
-    __tracebackhide__ = True
-    for i, spec in enumerate(cases):
-        logits, tokens = spec.inputs()
-        b, t, scale = spec.b, spec.t, spec.scale
-        case = f"logits {tuple(logits.shape)} of scale {scale:g}, tokens {tuple(tokens.shape)}"
-        loss = output(ev, f"loss{i}", what=LOSS_NAME, shape=(), hint=_LOSS_HINT, shape_hints={
-            (b, t - 1): "That is one loss per predicted token: return their mean.",
-            (b * (t - 1),): "That is one loss per predicted token: return their mean.",
-            (b,): "That is one loss per sequence: return the mean over all predicted tokens."})
-        expected = _loss_oracle(logits, tokens)
-        if not bool(torch.isfinite(loss)) and bool(torch.isfinite(expected)):
-            fail(f"{LOSS_NAME} is {float(loss)} for logits of scale {scale:g}, where the loss is "
-                 f"{float(expected):.4f}. "
-                 "A softmax followed by a log underflows: a probability below 1e-38 becomes 0 and its log -inf. "
-                 "F.cross_entropy (or F.log_softmax) computes the log-probabilities without that step.",
-                 mistake=LOSS_UNSTABLE)
-        expect_close(loss, expected, what=LOSS_NAME, device=ev.device, mistakes=_loss_mistakes(logits, tokens),
-                     otherwise=_LOSS_HINT, case=case)
-        modules.expect_differentiable(ev, f"loss{i}", LOSS_NAME)
-        modules.expect_gradients(ev, _loss_gradient(f"logits{i}", logits, tokens), owner=LOSS_NAME, case=case,
-                                 oracle="F.cross_entropy")
-
-
-@judge("loss_oracle")
-def _judge_loss(ev: Evidence) -> None:
-    """Random logits, then large ones: the mean cross-entropy of logits[:, i] against tokens[:, i + 1], and
-    autograd's gradient."""
-    _judge_loss_cases(ev, LOSS_CASES)
-
-
-@judge("loss_hidden")
-def _judge_loss_hidden(ev: Evidence) -> None:
-    """A single sequence of two tokens, and a larger batch and vocabulary, on the notebook's device."""
-    _judge_loss_cases(ev, LOSS_HIDDEN_CASES)
+NEXT_TOKEN_LOSS = LossOracle(
+    LOSS_NAME, _next_token_logits, "tokens",
+    mistakes=(LOSS_NOT_SHIFTED, LOSS_WRONG_SHIFT, LOSS_SUM, LOSS_SOFTMAX, LOSS_NLL_ON_LOGITS, LOSS_BITS, LOSS_LAST_ONLY,
+              LOSS_UNSTABLE),
+    hint="loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)): the logits at position i "
+         "against token i + 1, the mean over all of them. F.cross_entropy wants the classes last of two dimensions, "
+         "or in dimension 1.")
 
 
 # ---------------------------------------------------------------- sample_next_token
@@ -800,8 +713,8 @@ _SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k lo
                 "torch.multinomial(probs, 1, generator=generator).squeeze(1). At temperature 0: logits.argmax(-1).")
 
 
-def _tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hint: str = _SAMPLE_HINT,
-            greedy: bool = False) -> torch.Tensor:
+def _sampled_tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hint: str = _SAMPLE_HINT,
+                    greedy: bool = False) -> torch.Tensor:
     """The (b,) token ids the student's function returned."""
     __tracebackhide__ = True
     fact = ev.facts.get(key)
@@ -831,21 +744,11 @@ def _expect_tokens(out: torch.Tensor, good: Sequence[torch.Tensor], mistakes, *,
                  differs="does not give the tokens torch.multinomial draws with the given generator")
 
 
-@judge("sampling_greedy")
-def _judge_sampling_greedy(ev: Evidence) -> None:
-    """Temperature 0 is greedy: the argmax of each row, (b,) token ids, with or without top_k."""
-    for i, spec in enumerate(GREEDY_CASES):
-        logits = logits_rows(spec.seed, spec.b, spec.vocab)
-        out = _tokens(ev, f"tokens{i}", spec.b, spec.call, greedy=True)
-        _expect_tokens(out, [logits.argmax(dim=-1)], [], what=spec.call, case=f"logits ({spec.b}, {spec.vocab})",
-                       otherwise="At temperature 0 return logits.argmax(dim=-1), the most likely token of each row.")
-
-
-def _left_a_row_empty(ev: Evidence, cases: Sequence[SamplingCase], first: int = 0) -> bool:
-    """True when a call with top_k (the cases recorded as tokens<first>, tokens<first + 1>, ...) raised because some
-    row had nothing left to draw: what top-k over the batch does, and what ignoring top_k never does."""
-    for i, spec in enumerate(cases, start=first):
-        fact = ev.facts.get(f"tokens{i}")
+def _left_a_row_empty(ev: Evidence, cases: Sequence[SamplingCase]) -> bool:
+    """True when a call of these cases with top_k raised because some row had nothing left to draw: what top-k over
+    the batch does, and what ignoring top_k never does."""
+    for spec in cases:
+        fact = ev.facts.get(spec.key)
         if spec.top_k is not None and isinstance(fact, dict) and fact.get("kind") == "raised":
             message = str(fact.get("message"))[:200]
             if "probability tensor contains" in message or "invalid multinomial" in message:
@@ -861,17 +764,18 @@ def _top_k_over_batch_empties_a_row(logits: torch.Tensor, top_k: int | None) -> 
     return bool((logits < kth).all(dim=-1).any())
 
 
-def _judge_sampling_cases(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
+def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
+    """Each case's tokens are those torch.multinomial draws with the case's generator, or a typical mistake's."""
     __tracebackhide__ = True
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
     wrong_dim_first = _left_a_row_empty(ev, cases)
-    for i, spec in enumerate(cases):
-        logits = logits_rows(spec.seed, spec.b, spec.vocab)
-        if _left_a_row_empty(ev, [spec], i) and _top_k_over_batch_empties_a_row(logits, spec.top_k):
-            fail(f"{spec.call} raised {str(ev.facts[f'tokens{i}'].get('message'))[:200]}. A row had no token left to "
+    for spec in cases:
+        logits = spec.logits()
+        if _left_a_row_empty(ev, [spec]) and _top_k_over_batch_empties_a_row(logits, spec.top_k):
+            fail(f"{spec.call} raised {str(ev.facts[spec.key].get('message'))[:200]}. A row had no token left to "
                  f"draw, as when {SAMPLE_TOPK_WRONG_DIM.explanation}", mistake=SAMPLE_TOPK_WRONG_DIM.id)
-        out = _tokens(ev, f"tokens{i}", spec.b, spec.call)
+        out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
         mistakes = _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1)
         if wrong_dim_first:
             mistakes.sort(key=lambda pair: pair[0] is not SAMPLE_TOPK_WRONG_DIM)  # stable: only it moves ahead
@@ -879,47 +783,42 @@ def _judge_sampling_cases(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
                        case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
 
 
-@judge("sampling_distribution")
-def _judge_sampling_distribution(ev: Evidence) -> None:
-    """Temperatures below and above 1, with and without top_k: the tokens torch.multinomial draws from
-    softmax(logits / temperature), restricted to the top k, with a generator seeded as the test's."""
-    _judge_sampling_cases(ev, SAMPLING_CASES)
+def _expect_greedy(ev: Evidence, spec: SamplingCase) -> None:
+    """At temperature 0 the tokens are the argmax of each row."""
+    __tracebackhide__ = True
+    out = _sampled_tokens(ev, spec.key, spec.b, spec.call, greedy=True)
+    _expect_tokens(out, [spec.logits().argmax(dim=-1)], [], what=spec.call, case=f"logits ({spec.b}, {spec.vocab})",
+                   otherwise="At temperature 0 return logits.argmax(dim=-1), the most likely token of each row.")
 
 
-@judge("sampling_generator")
-def _judge_sampling_generator(ev: Evidence) -> None:
-    """The same generator gives the same tokens whatever the state of PyTorch's global generator, which the
-    function leaves alone."""
-    spec = GENERATOR_CASE
-    seed, b, vocab, temperature, top_k = spec.seed, spec.b, spec.vocab, spec.temperature, spec.top_k
-    logits = logits_rows(seed, b, vocab)
-    what = spec.call
-    outs = [_tokens(ev, f"tokens{i}", b, what) for i in range(len(GLOBAL_SEEDS))]
-    good = _draws(logits, temperature, top_k, seed + 1)
+def _expect_own_generator(ev: Evidence, spec: SamplingCase) -> None:
+    """The case drawn under each of the global seeds: the same tokens, those of its generator, and the global
+    generator left alone."""
+    __tracebackhide__ = True
+    logits, what = spec.logits(), spec.call
+    outs = [_sampled_tokens(ev, f"{spec.key}{i}", spec.b, what) for i in range(len(probes.GLOBAL_SEEDS))]
     if not torch.equal(outs[0], outs[1]):
         fail(f"{what} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
              f"{SAMPLE_GLOBAL_RNG.explanation}", Rows(outs[0]), Rows(outs[1]),
              "the same generator seed, two global seeds", SAMPLE_GLOBAL_RNG.id)
-    _expect_tokens(outs[0], good, _sample_mistakes(logits, temperature, top_k, seed + 1), what=what,
-                   case=f"logits ({b}, {vocab}), first 16 rows")
+    _expect_tokens(outs[0], _draws(logits, spec.temperature, spec.top_k, spec.seed + 1),
+                   _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1), what=what,
+                   case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
     if ev.facts.get("global_state_changed") != [False, False]:
         fail(f"{what} draws numbers from PyTorch's global generator (its state changed), though the tokens come "
              "from the given one. Use only `generator`, so that sampling leaves the rest of a program's randomness "
              "alone.", mistake=SAMPLE_GLOBAL_RNG.id)
 
 
-@judge("sampling_hidden")
-def _judge_sampling_hidden(ev: Evidence) -> None:
-    """A batch of one, top_k as large as the vocabulary, top_k = 1, a tiny temperature; and 1,500 draws from one
-    row never leave its top k (on the notebook's device too)."""
-    _judge_sampling_cases(ev, SAMPLING_HIDDEN_CASES)
-    spec = TOP_K_PROPERTY
-    seed, vocab, top_k, temperature, draws = spec.seed, spec.vocab, spec.top_k, spec.temperature, spec.b
-    row = logits_rows(seed, 1, vocab)
+def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
+    """spec.b draws from copies of one row never leave its top k, and each of the top k comes up (on the notebook's
+    device too); on the CPU they are the oracle's draws."""
+    __tracebackhide__ = True
+    draws, vocab, top_k = spec.b, spec.vocab, spec.top_k
+    row = probes.logits_rows(spec.seed, 1, vocab)
     allowed = set(row[0].topk(top_k).indices.tolist())
-    keys = ["many"] + (["on_device"] if ev.device != "cpu" else [])
-    for key in keys:
-        out = _tokens(ev, key, draws, f"sample_next_token on {draws} copies of one row, top_k={top_k}")
+    for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
+        out = _sampled_tokens(ev, key, draws, f"sample_next_token on {draws} copies of one row, top_k={top_k}")
         drawn = set(out.tolist())
         if not drawn <= allowed:
             fail(f"sample_next_token drew tokens {sorted(drawn - allowed)[:8]} outside the top {top_k} "
@@ -927,7 +826,8 @@ def _judge_sampling_hidden(ev: Evidence) -> None:
         if len(drawn) < top_k:
             fail(f"In {draws} draws from one row with top_k={top_k}, only the tokens {sorted(drawn)} came up: every "
                  f"one of the top {top_k} must have its chance.", mistake=SAMPLE_TOPK_TOO_FEW)
-    _expect_tokens(_tokens(ev, "many", draws), _draws(row.expand(draws, vocab), temperature, top_k, seed + 1), [],
+    _expect_tokens(_sampled_tokens(ev, spec.key, draws),
+                   _draws(row.expand(draws, vocab), spec.temperature, top_k, spec.seed + 1), [],
                    what=f"sample_next_token on {draws} copies of one row", case=f"top_k={top_k}")
 
 
@@ -937,7 +837,7 @@ def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int 
                      settings: bool = True, how: str = "full") -> torch.Tensor:
     """What generate gives with the stand-in: pattern 'plain' (the whole sequence each step), 'cached' (prompt,
     then the last token with the cache), or one of the cache mistakes; seed replaces the generator's."""
-    model, prompt = stand_in(spec)
+    model, prompt = probes.stand_in(spec)
     temperature, top_k = (spec.temperature, spec.top_k) if settings else (1.0, None)
     gen = generator(spec.generator_seed if seed is None else seed)
     tokens, cache, first = prompt, None, None
@@ -986,10 +886,13 @@ _GENERATE_HINT = ("Start from the prompt; at each step run the model, draw the n
                   "last token, with the cache the call before returned.")
 
 
-def _judge_generation(ev: Evidence, key: str, spec: Generation, use_cache: bool) -> None:
+def _expect_generation(ev: Evidence, spec: Generation) -> None:
+    """The tokens generate gave on the case's stand-in are those of the step-by-step oracle, and it called the model
+    as the cache (or its absence) asks."""
     __tracebackhide__ = True
+    key, use_cache = spec.key, spec.use_cache
     b, t0, n, temperature, top_k = spec.b, spec.t0, spec.new_tokens, spec.temperature, spec.top_k
-    what = (f"{GENERATE_NAME.split('(')[0]}(model, prompt {(b, t0)}, max_new_tokens={n}, temperature={temperature:g}, "
+    what = (f"generate(model, prompt {(b, t0)}, max_new_tokens={n}, temperature={temperature:g}, "
             f"top_k={top_k}, generator, use_cache={use_cache})")
     raised(ev, key, what, _GENERATE_HINT)
     out = output(ev, key, what=what, floating=False, hint=_GENERATE_HINT, device=False)
@@ -1021,29 +924,64 @@ def _judge_generation(ev: Evidence, key: str, spec: Generation, use_cache: bool)
              "whole sequence.", mistake=GENERATE_CACHE_WHEN_NOT_ASKED)
 
 
-@judge("generate_greedy")
-def _judge_generate_greedy(ev: Evidence) -> None:
-    """Temperature 0, no cache: the prompt, then the argmax of the last position, step by step."""
-    _judge_generation(ev, "tokens", GREEDY_GENERATION, False)
+# ---------------------------------------------------------------- the checks
+
+each_case(probes.lm_structure, _expect_parts,
+          passed="token_embedding, position_embedding (learned), blocks (an nn.ModuleList of depth blocks, each "
+                 "norm1, attention, norm2, ff), norm and to_logits, all registered; forward gives (b, t, vocab_size) "
+                 "logits.")
+each_case(probes.lm_causality, _expect_no_future,
+          passed="Changing the tokens from position j on never changes the logits at positions before j.")
+each_case(probes.lm_oracle, _expect_oracle,
+          passed="The test's weights in your model and in a stack of PyTorch's nn.TransformerEncoderLayer "
+                 "(pre-norm, causal): the same logits.")
+each_case(probes.lm_cache, _expect_oracle,
+          passed="A prompt of 3 tokens, then 2, then one at a time, each with the cache of the call before: the "
+                 "same logits as one call without a cache, and a cache of (keys, values) per block, "
+                 "(b, heads, t, s), t growing.")
+each_case(probes.lm_hidden, _expect_oracle,
+          passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers, and "
+                 "a cache fed chunks of several tokens.")
+each_case(probes.lm_gradients, _expect_gradients,
+          passed="A loss on the logits sends to every parameter the gradient autograd gives through PyTorch's "
+                 "layers.")
+
+against_loss(probes.loss_oracle, NEXT_TOKEN_LOSS,
+             passed="Random logits, then large ones: the mean cross-entropy of logits[:, i] against tokens[:, i + 1], "
+                    "and autograd's gradient.")
+against_loss(probes.loss_hidden, NEXT_TOKEN_LOSS,
+             passed="A single sequence of two tokens, and a larger batch and vocabulary, on the notebook's device.")
+
+each_case(probes.sampling_greedy, _expect_greedy,
+          passed="Temperature 0 is greedy: the argmax of each row, (b,) token ids, with or without top_k.")
+each_case(probes.sampling_generator, _expect_own_generator,
+          passed="The same generator gives the same tokens whatever the state of PyTorch's global generator, which "
+                 "the function leaves alone.")
 
 
-@judge("generate_sampling")
-def _judge_generate_sampling(ev: Evidence) -> None:
-    """Temperature 0.8, top_k 4, no cache: every step draws with the given generator and settings."""
-    _judge_generation(ev, "tokens", SAMPLED_GENERATION, False)
+@judge("sampling_distribution")
+def _judge_sampling_distribution(ev: Evidence) -> None:
+    """Temperatures below and above 1, with and without top_k: the tokens torch.multinomial draws from
+    softmax(logits / temperature), restricted to the top k, with a generator seeded as the test's."""
+    _expect_draws(ev, probes.sampling_distribution.cases)
 
 
-@judge("generate_cache")
-def _judge_generate_cache(ev: Evidence) -> None:
-    """use_cache=True, greedy and sampled: exactly the tokens of the uncached path, the prompt fed once and then one
-    token per call with the cache."""
-    for i, spec in enumerate(CACHED_GENERATIONS):
-        _judge_generation(ev, f"tokens{i}", spec, True)
+@judge("sampling_hidden")
+def _judge_sampling_hidden(ev: Evidence) -> None:
+    """A batch of one, top_k as large as the vocabulary, top_k = 1, a tiny temperature; and 1,500 draws from one
+    row never leave its top k (on the notebook's device too)."""
+    *numbered, within_top_k = probes.sampling_hidden.cases
+    _expect_draws(ev, numbered)
+    _expect_within_top_k(ev, within_top_k)
 
 
-@judge("generate_hidden")
-def _judge_generate_hidden(ev: Evidence) -> None:
-    """A one-token prompt, a batch of one, one new token, top_k = 1: cached and uncached, the same tokens."""
-    for i, spec in enumerate(HIDDEN_GENERATIONS):
-        for use_cache in (False, True):
-            _judge_generation(ev, f"tokens{i}{'c' if use_cache else ''}", spec, use_cache)
+each_case(probes.generate_greedy, _expect_generation,
+          passed="Temperature 0, no cache: the prompt, then the argmax of the last position, step by step.")
+each_case(probes.generate_sampling, _expect_generation,
+          passed="Temperature 0.8, top_k 4, no cache: every step draws with the given generator and settings.")
+each_case(probes.generate_cache, _expect_generation,
+          passed="use_cache=True, greedy and sampled: exactly the tokens of the uncached path, the prompt fed once "
+                 "and then one token per call with the cache.")
+each_case(probes.generate_hidden, _expect_generation,
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1: cached and uncached, the same "
+                 "tokens.")

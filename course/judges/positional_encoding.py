@@ -1,14 +1,19 @@
 """Judges for assignment 06 (probes in course/checks/positional_encoding.py): the sinusoidal table from its formula in
 float64, PositionalEncoding as x + that table, LearnedPositionalEmbedding as x + the check's embedding weights, and
-the typical mistakes they can name."""
+the typical mistakes they can name. Read top to bottom: the mistakes; the table's formula with the simulators of its
+mistakes and the table checks; PositionalEncoding's; then the learned embedding's oracle and its checks. Every judge
+reads its cases (sizes, seeds, keys) from the probe's declaration."""
 
+import dataclasses
 import math
 from collections.abc import Iterable
+from functools import partial
 from types import MappingProxyType
 
 import torch
 
 from course.checks import modules
+from course.checks import positional_encoding as probes
 from course.checks.compare import (
     NOT_IMPLEMENTED,
     WRONG_SHAPE,
@@ -21,30 +26,9 @@ from course.checks.compare import (
     tolerance,
 )
 from course.checks.evidence import Evidence
-from course.checks.positional_encoding import (
-    ADDS_CASES,
-    ADDS_MAX_LEN,
-    BUFFER_CASE,
-    DROPOUT_CASE,
-    GRAD_CASE,
-    LEARNED_CASES,
-    LEARNED_STRUCTURE,
-    LONG_MAX_LEN,
-    ODD_ANCHOR,
-    ORACLE_CASES,
-    TABLE_SIZES,
-    buffer_x,
-    dropout_x,
-    grad_inputs,
-    learned_x,
-    long_x,
-    oracle_x,
-    secret_adds_x,
-    secret_buffer_case,
-    secret_sizes,
-)
-from course.checks.seeds import grading
+from course.checks.kinds import Built, Case, drawn
 from course.judges import judge
+from course.judges.kinds import ForwardOracle, against_forward, expect_forward_case
 
 TABLE_NAME = "sinusoidal_positional_encoding(max_len, k)"
 MODULE_NAME = "PositionalEncoding"
@@ -119,32 +103,19 @@ EMB_CUT_OFF = Mistake("embedding-cut-off", "the embedding receives no gradient, 
 
 # ---------------------------------------------------------------- comparing with the table's tolerance
 
-def _tolerance(device: str) -> dict[str, float]:
-    """The looser of the table's tolerance and the device's (float32 sines of large angles differ by ~1e-5)."""
-    tol = tolerance(device)
-    return {name: max(tol[name], TABLE_TOLERANCE[name]) for name in tol}
-
-
 def _close(actual: torch.Tensor, expected: torch.Tensor, device: str) -> bool:
-    return close(actual, expected, **_tolerance(device))
+    """Close within the looser of the table's tolerance and the device's."""
+    tol = tolerance(device)
+    return close(actual, expected, **{name: max(tol[name], TABLE_TOLERANCE[name]) for name in tol})
 
 
 def _expect(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str,
-            mistakes: Iterable[tuple[Mistake, torch.Tensor]] = (), otherwise: str, case: str = "") -> None:
-    """expect_close with the table's tolerance: fail unless actual matches, naming the mistake it matches."""
+            mistakes: Iterable[tuple[Mistake, torch.Tensor]], otherwise: str, case: str) -> None:
+    """expect_close within the table's tolerance: fail unless actual matches, naming the mistake it matches."""
     __tracebackhide__ = True
-    if _close(actual, expected, device):
-        return
-    if not bool(torch.isfinite(actual.detach()).all()):
-        fail(f"{what} contains NaN or infinite values. {otherwise}", expected, actual, case)
-    for mistake, candidate in mistakes:
-        if _close(actual, candidate, device):
-            fail(f"{what} is not what was asked: {mistake.explanation}", expected, actual, case, mistake.id)
-    fail(f"{what} does not match the reference. {otherwise}", expected, actual, case)
-
-
-def _matches_any(actual: torch.Tensor, candidates: Iterable[torch.Tensor], device: str) -> bool:
-    return any(_close(actual, candidate, device) for candidate in candidates)
+    if not _close(actual, expected, device):
+        matched = [(mistake, actual) for mistake, candidate in mistakes if _close(actual, candidate, device)]
+        expect_close(actual, expected, what=what, device=device, mistakes=matched, otherwise=otherwise, case=case)
 
 
 # ---------------------------------------------------------------- the table by the formula
@@ -183,11 +154,13 @@ def _table_mistakes(max_len: int, k: int) -> list[tuple[Mistake, torch.Tensor]]:
 _TABLE_HINT = "It does not match the formula PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(p / 10000^(2i/k))."
 
 
-def _table_output(ev: Evidence, key: str, max_len: int, k: int) -> torch.Tensor:
-    """The recorded table, after checking it is a float32 tensor of shape (max_len, k) (positions down the rows)."""
+def _expect_table(ev: Evidence, case: Case) -> None:
+    """The table recorded for case: a float32 tensor of shape (max_len, k) (positions down the rows) holding the
+    formula's values."""
     __tracebackhide__ = True
+    max_len, k = case.inputs().values()
     what = f"sinusoidal_positional_encoding({max_len}, {k})"
-    table = output(ev, key, what=what, device=False)
+    table = output(ev, case.key, what=what, device=False)
     if tuple(table.shape) == (k, max_len) and k != max_len:
         fail(f"{what} returned shape {(k, max_len)}: positions should run down the rows, so the table has shape "
              f"(max_len, k) = {(max_len, k)} and row p is the encoding of position p.", mistake=TABLE_TRANSPOSED.id)
@@ -196,43 +169,31 @@ def _table_output(ev: Evidence, key: str, max_len: int, k: int) -> torch.Tensor:
              mistake=WRONG_SHAPE)
     if table.dtype != torch.float32:
         fail(f"{what} returned {table.dtype}; {FLOAT64.explanation}", mistake=FLOAT64.id)
-    return table
-
-
-def _expect_table(ev: Evidence, key: str, max_len: int, k: int, case: str) -> None:
-    __tracebackhide__ = True
-    table = _table_output(ev, key, max_len, k)
     _expect(table, _formula(max_len, k), what=TABLE_NAME, device="cpu", mistakes=_table_mistakes(max_len, k),
-            otherwise=_TABLE_HINT, case=case)
+            otherwise=_TABLE_HINT, case=f"max_len={max_len}, k={k}" if case.secret else case.label)
 
 
-# ---------------------------------------------------------------- sinusoidal_positional_encoding
-
-
-@judge("table_by_hand")
-def _judge_table_by_hand(ev: Evidence) -> None:
-    """max_len=3, k=4: the frequencies are 1 and 1/100, so the rows are sin/cos of (p, p/100)."""
-    _expect_table(ev, "table", 3, 4, case="max_len=3, k=4: row p = [sin p, cos p, sin(p/100), cos(p/100)]")
-    if grading():
-        _expect_secret_table(ev, secret_sizes(2800))
-
-
-def _expect_secret_table(ev: Evidence, sizes: tuple[int, int]) -> None:
-    """Under grading, the table of secret sizes recorded under table_secret against the formula."""
+def _anchor_table(ev: Evidence, case: Case) -> None:
+    """The table recorded for case is the sinusoidal table of its sizes, or one of its typical mistakes."""
     __tracebackhide__ = True
-    max_len, k = sizes
-    _expect_table(ev, "table_secret", max_len, k, case=f"max_len={max_len}, k={k}")
+    max_len, k = case.inputs().values()
+    table = output(ev, case.key, what=f"sinusoidal_positional_encoding({max_len}, {k})", device=False)
+    expected = _formula(max_len, k)
+    candidates = [expected, expected.T, *(m for _, m in _table_mistakes(max_len, k))]
+    if not any(_close(table, candidate, "cpu") for candidate in candidates):
+        fail(f"{TABLE_NAME} raises a ValueError for an odd k, but for an even k it does not compute the sinusoidal "
+             f"table. {_TABLE_HINT}", expected, table, case=f"max_len={max_len}, k={k}")
 
 
 def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mistake, accepted: str,
-                        accepted_mistake: str) -> None:
+                        accepted_mistake: Mistake) -> None:
     """The call recorded under key raised a ValueError; accepted is the message when it raised nothing."""
     __tracebackhide__ = True
     fact = ev.facts.get(key)
     if not isinstance(fact, dict):
         fail(f"The test recorded nothing for {call}: the check did not run to the end.")
     if fact.get("kind") != "raised":
-        fail(accepted, mistake=accepted_mistake)
+        fail(accepted, mistake=accepted_mistake.id)
     if fact.get("not_implemented"):
         fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
              mistake=NOT_IMPLEMENTED)
@@ -241,34 +202,30 @@ def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mis
              mistake=wrong.id)
 
 
+# ---------------------------------------------------------------- sinusoidal_positional_encoding: the checks
+
+@judge("table_by_hand")
+def _judge_table_by_hand(ev: Evidence) -> None:
+    """max_len=3, k=4: the frequencies are 1 and 1/100, so the rows are sin/cos of (p, p/100)."""
+    for case in drawn(probes.table_by_hand.cases):
+        _expect_table(ev, case)
+
+
 @judge("table_odd_size")
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
-    _expect_value_error(ev, "odd", TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", ODD_WRONG_ERROR,
-                        ODD_ACCEPTED.explanation, ODD_ACCEPTED.id)
-    _anchor_table(ev, "table", *ODD_ANCHOR)
-    if grading():
-        _anchor_table(ev, "table_secret", *secret_sizes(2810))
-
-
-def _anchor_table(ev: Evidence, key: str, max_len: int, k: int) -> None:
-    """The table recorded under key is the sinusoidal table (or one of its typical mistakes) of these sizes."""
-    __tracebackhide__ = True
-    table = output(ev, key, what=f"sinusoidal_positional_encoding({max_len}, {k})", device=False)
-    expected = _formula(max_len, k)
-    candidates = [expected, expected.T, *(m for _, m in _table_mistakes(max_len, k))]
-    if not _matches_any(table, candidates, "cpu"):
-        fail(f"{TABLE_NAME} raises a ValueError for an odd k, but for an even k it does not compute the sinusoidal "
-             f"table. {_TABLE_HINT}", expected, table, case=f"max_len={max_len}, k={k}")
+    _expect_value_error(ev, probes.ODD.key, TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", ODD_WRONG_ERROR,
+                        ODD_ACCEPTED.explanation, ODD_ACCEPTED)
+    for case in drawn(probes.table_odd_size.cases):
+        if case is not probes.ODD:
+            _anchor_table(ev, case)
 
 
 @judge("table_oracle")
 def _judge_table_oracle(ev: Evidence) -> None:
     """Several sizes against the formula computed in float64."""
-    for i, (max_len, k) in enumerate(TABLE_SIZES):
-        _expect_table(ev, f"table{i}", max_len, k, case=f"max_len={max_len}, k={k}")
-    if grading():
-        _expect_secret_table(ev, secret_sizes(2820))
+    for case in drawn(probes.table_oracle.cases):
+        _expect_table(ev, case)
 
 
 # ---------------------------------------------------------------- PositionalEncoding
@@ -284,8 +241,8 @@ def _shape_of(entry: object) -> tuple[int, ...] | None:
     return None
 
 
-def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> int:
-    """No parameters, and a registered buffer holding max_len·k values with positions down the rows; its index."""
+def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> None:
+    """No parameters, and a registered buffer holding max_len·k values with positions down the rows."""
     __tracebackhide__ = True
     modules.built(ev, key, what)
     params = ev.facts.get(f"{key}.params")
@@ -296,27 +253,19 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> in
         names = [str(p[0])[:40] for p in params if isinstance(p, list) and p]
         fail(f"{what} registers parameters {names[:4]}. {TABLE_IS_PARAMETER.explanation}",
              mistake=TABLE_IS_PARAMETER.id)
-    found = [i for i, b in enumerate(buffers)
-             if (shape := _shape_of(b)) is not None and math.prod(shape) == max_len * k]
+    found = [shape for b in buffers if (shape := _shape_of(b)) is not None and math.prod(shape) == max_len * k]
     if not found:
         plain = [str(name)[:40] for name in ev.facts.get(f"{key}.plain") or []]
         hint = (f" The table is a plain tensor attribute ({', '.join(plain)}), which .to(device) does not move."
                 if plain else "")
         fail(f"{what} has no registered buffer holding the ({max_len}, {k}) table.{hint} {NOT_A_BUFFER.explanation}",
              mistake=NOT_A_BUFFER.id)
-    shape = _shape_of(buffers[found[0]])
-    squeezed = tuple(n for n in shape if n != 1)
-    if max_len > 1 and squeezed == (k, max_len) and k != max_len:
-        fail(f"{what}'s table buffer has shape {shape}: {BUFFER_TRANSPOSED.explanation} = {(max_len, k)}.",
+    if max_len > 1 and tuple(n for n in found[0] if n != 1) == (k, max_len) and k != max_len:
+        fail(f"{what}'s table buffer has shape {found[0]}: {BUFFER_TRANSPOSED.explanation} = {(max_len, k)}.",
              mistake=BUFFER_TRANSPOSED.id)
-    devices = ev.facts.get(f"{key}.buffer_devices")
-    if isinstance(devices, list) and found[0] < len(devices) and devices[found[0]] != ev.device:
-        fail(f"After .to({ev.device}) the table of {what} is still on {str(devices[found[0]])[:20]}. Register it as "
-             "a buffer.")
-    return found[0]
 
 
-def _module_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch.Tensor]]:
+def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch.Tensor]]:
     """What typical mistakes of PositionalEncoding (or a typically wrong table inside it) give on x."""
     b, t, k = x.shape
     table = _formula(max_len, k)
@@ -329,98 +278,105 @@ def _module_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch
     return found
 
 
-def _expect_encoded(ev: Evidence, key: str, x: torch.Tensor, max_len: int, case: str) -> torch.Tensor:
+def _encoded(ev: Evidence, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """The output recorded for case, of x's shape; x, x + table[:t] and max_len."""
     __tracebackhide__ = True
-    y = output(ev, key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
-    _expect(y, x + _formula(max_len, x.shape[-1])[: x.shape[1]], what=f"{MODULE_NAME}.forward(x)", device=ev.device,
-            mistakes=_module_mistakes(x, max_len), otherwise=_MODULE_HINT, case=case)
-    return y
+    inputs = case.inputs()
+    x, max_len = inputs["x"], inputs["max_len"]
+    y = output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
+    return y, x, x + _formula(max_len, x.shape[-1])[: x.shape[1]], max_len
 
 
-def _anchor(ev: Evidence, key: str, x: torch.Tensor, max_len: int, claim: str, case: str) -> None:
-    """The module's output on x is what PositionalEncoding (or one of its typical mistakes) computes."""
+def _expect_encoded(ev: Evidence, case: Case) -> None:
     __tracebackhide__ = True
-    y = output(ev, key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
-    expected = x + _formula(max_len, x.shape[-1])[: x.shape[1]]
-    if not _matches_any(y, [expected, *(m for _, m in _module_mistakes(x, max_len))], ev.device):
-        fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case)
+    y, x, expected, max_len = _encoded(ev, case)
+    _expect(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=_encoding_mistakes(x, max_len),
+            otherwise=_MODULE_HINT, case=case.label)
 
 
-# ---------------------------------------------------------------- PositionalEncoding: checks
+def _anchor_encoded(ev: Evidence, case: Case, claim: str) -> None:
+    """The module's output on the case's x is what PositionalEncoding (or one of its typical mistakes) computes."""
+    __tracebackhide__ = True
+    y, x, expected, max_len = _encoded(ev, case)
+    if not any(_close(y, c, ev.device) for c in [expected, *(m for _, m in _encoding_mistakes(x, max_len))]):
+        fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case.label)
 
+
+def _drawn_encodings(check: probes.EncodingCheck) -> list[tuple[str, Case, str]]:
+    """(module key, case, the module's constructor call) of each drawn case of check."""
+    found = []
+    for module, case in check.cases:
+        if case in drawn((case,)):
+            inputs = case.inputs()
+            found.append((module, case, f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"))
+    return found
+
+
+# ---------------------------------------------------------------- PositionalEncoding: the checks
 
 @judge("positional_encoding_buffer")
 def _judge_buffer(ev: Evidence) -> None:
     """No parameters; the table a registered buffer, shape (max_len, k), holding the sinusoidal encoding."""
-    k, max_len = BUFFER_CASE
-    _expect_buffer(ev, "module", "y", k, max_len, buffer_x())
-    if grading():
-        k, max_len, x = secret_buffer_case()
-        _expect_buffer(ev, "secret", "y_secret", k, max_len, x)
-
-
-def _expect_buffer(ev: Evidence, key: str, y_key: str, k: int, max_len: int, x: torch.Tensor) -> None:
-    """The module recorded under key has the table buffer, and its output on x (under y_key) is the encoding."""
-    __tracebackhide__ = True
-    what = f"{MODULE_NAME}({k}, max_len={max_len})"
-    _table_buffer(ev, key, max_len, k, what)
-    table = tensor(ev, f"{key}.table")
-    if table is None or table.numel() != max_len * k:
-        fail(f"The test recorded no table buffer of {what}: the check did not run to the end.")
-    _expect(table.reshape(max_len, k), _formula(max_len, k), what=f"{what}'s table buffer", device="cpu",
-            mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}",
-            otherwise=f"Build it with your function from exercise 1: sinusoidal_positional_encoding({max_len}, {k}).")
-    _anchor(ev, y_key, x, max_len, f"{what} holds the right table buffer", f"x of shape {tuple(x.shape)}")
+    for module, case, what in _drawn_encodings(probes.positional_encoding_buffer):
+        inputs = case.inputs()
+        max_len, k = inputs["max_len"], inputs["k"]
+        _table_buffer(ev, module, max_len, k, what)
+        table = tensor(ev, f"{module}.table")
+        if table is None or table.numel() != max_len * k:
+            fail(f"The test recorded no table buffer of {what}: the check did not run to the end.")
+        _expect(table.reshape(max_len, k), _formula(max_len, k), what=f"{what}'s table buffer", device="cpu",
+                mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}",
+                otherwise=f"Build it with your function from exercise 1: sinusoidal_positional_encoding({max_len}, "
+                          f"{k}).")
+        _anchor_encoded(ev, case, f"{what} holds the right table buffer")
 
 
 @judge("positional_encoding_adds")
 def _judge_adds(ev: Evidence) -> None:
     """Zeros in give the table out; the same table row is added at one position of every sequence."""
-    modules.built(ev, "module", f"{MODULE_NAME}(4, max_len={ADDS_MAX_LEN})")
-    for i, (shape, fill, case) in enumerate(ADDS_CASES):
-        _expect_encoded(ev, f"y{i}", torch.full(shape, fill), ADDS_MAX_LEN, case)
-    if grading():
-        x = secret_adds_x()
-        _expect_encoded(ev, "y_secret", x, ADDS_MAX_LEN, f"x of shape {tuple(x.shape)}, max_len={ADDS_MAX_LEN}")
+    for module, case, what in _drawn_encodings(probes.positional_encoding_adds):
+        modules.built(ev, module, what)
+        _expect_encoded(ev, case)
 
 
 @judge("positional_encoding_too_long")
 def _judge_too_long(ev: Evidence) -> None:
     """A sequence longer than max_len has no row in the table: a ValueError that says so."""
-    what = f"{MODULE_NAME}(4, max_len={LONG_MAX_LEN})"
-    modules.built(ev, "module", what)
-    fact = ev.facts.get("long")
+    (module, long, what), (_, case, _) = _drawn_encodings(probes.positional_encoding_too_long)
+    modules.built(ev, module, what)
+    fact = ev.facts.get(long.key)
     shape = fact.get("shape") if isinstance(fact, dict) and fact.get("kind") == "tensor" else None
-    _expect_value_error(ev, "long", MODULE_NAME, f"{what} on a sequence of length 7", NO_LENGTH_CHECK,
-                        f"{what} accepted a sequence of length 7 and returned "
+    _expect_value_error(ev, long.key, MODULE_NAME, f"{what} on {long.label}", NO_LENGTH_CHECK,
+                        f"{what} accepted {long.label} and returned "
                         f"{f'shape {tuple(shape)}' if isinstance(shape, list) else 'a value'}. The table has no row "
-                        f"for position 6: raise a ValueError. {NO_LENGTH_CHECK.explanation}", NO_LENGTH_CHECK.id)
-    _anchor(ev, "y", long_x(), LONG_MAX_LEN, f"{what} raises a ValueError for a sequence of length 7",
-            "x of shape (2, 6, 4)")
+                        f"for position 6: raise a ValueError. {NO_LENGTH_CHECK.explanation}", NO_LENGTH_CHECK)
+    _anchor_encoded(ev, case, f"{what} raises a ValueError for {long.label}")
 
 
 @judge("positional_encoding_oracle")
-def _judge_oracle(ev: Evidence) -> None:
+def _judge_encoding_oracle(ev: Evidence) -> None:
     """Random inputs of several shapes on the device: x + the sinusoidal table, the buffer moved with .to(device)."""
-    for i, (b, t, k, max_len) in enumerate(ORACLE_CASES):
-        _table_buffer(ev, f"module{i}", max_len, k, f"{MODULE_NAME}({k}, max_len={max_len})")
-        _expect_encoded(ev, f"y{i}", oracle_x(i, b, t, k), max_len, f"x of shape {(b, t, k)}, max_len={max_len}")
+    for module, case, what in _drawn_encodings(probes.positional_encoding_oracle):
+        _table_buffer(ev, module, case.inputs()["max_len"], case.inputs()["k"], what)
+        _expect_encoded(ev, case)
 
 
 @judge("positional_encoding_dropout")
 def _judge_dropout(ev: Evidence) -> None:
     """With dropout=0.5, training zeroes about half of x + table and scales the rest by 2; evaluation does not."""
-    b, t, k, max_len = DROPOUT_CASE
+    module, case = probes.DROPOUT
+    inputs = case.inputs()
+    x, k, max_len = inputs["x"], inputs["k"], inputs["max_len"]
     what = f"{MODULE_NAME}({k}, max_len={max_len}, dropout=0.5)"
-    modules.built(ev, "dropout", what)
-    x = dropout_x()
-    expected = x + _formula(max_len, k)[:t]
-    y_eval = output(ev, "y_eval", what=f"{MODULE_NAME}.forward(x) in eval mode", shape=(b, t, k), hint=_MODULE_HINT)
+    modules.built(ev, module, what)
+    expected = x + _formula(max_len, k)[: x.shape[1]]
+    y_eval = output(ev, "y_eval", what=f"{MODULE_NAME}.forward(x) in eval mode", shape=tuple(x.shape),
+                    hint=_MODULE_HINT)
     if not _close(y_eval, expected, ev.device):
         dropped = float((y_eval == 0).to(torch.float64).mean())
         fail(f"In eval mode {what} should return x + table unchanged: {DROPOUT_IN_EVAL.explanation}", expected,
              y_eval, mistake=DROPOUT_IN_EVAL.id if dropped > 0.2 else None)
-    y_train = output(ev, "y_train", what=f"{MODULE_NAME}.forward(x) in training mode", shape=(b, t, k),
+    y_train = output(ev, "y_train", what=f"{MODULE_NAME}.forward(x) in training mode", shape=tuple(x.shape),
                      hint=_MODULE_HINT)
     zeros = float((y_train == 0).to(torch.float64).mean())
     kept = y_train != 0
@@ -437,13 +393,14 @@ _LEARNED_HINT = ("forward(x) should return x + embedding(positions) with positio
                  "and t = x.shape[1].")
 
 
-def _embedding_weight(ev: Evidence, key: str, max_len: int, k: int, seed: int) -> tuple[str, torch.Tensor]:
-    """One nn.Embedding(max_len, k) and nothing else; its parameter's name and the values the probe loaded."""
+def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """One nn.Embedding(max_len, k) and nothing else: {its parameter's name: the values the probe loaded}."""
     __tracebackhide__ = True
+    max_len, k = built.args
     what = f"{LEARNED_NAME}({max_len}, {k})"
-    modules.built(ev, key, what)
-    described = ev.facts.get(f"{key}.modules")
-    if not isinstance(described, list) or not isinstance(ev.facts.get(f"{key}.params"), list):
+    modules.built(ev, built.key, what)
+    described = ev.facts.get(f"{built.key}.modules")
+    if not isinstance(described, list) or not isinstance(ev.facts.get(f"{built.key}.params"), list):
         fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
     embeddings = [m for m in described if isinstance(m, dict) and "num_embeddings" in m]
     if len(embeddings) != 1:
@@ -457,66 +414,69 @@ def _embedding_weight(ev: Evidence, key: str, max_len: int, k: int, seed: int) -
              f"nn.Embedding({max_len}, {k}): one learned row per position."
              + (f" {EMB_SWAPPED.explanation}" if swapped else ""),
              mistake=EMB_SWAPPED.id if swapped else EMB_SIZE.id)
-    count = modules.parameter_count(ev, key)
+    count = modules.parameter_count(ev, built.key)
     if count != max_len * k:
         fail(f"{what} has {count} parameters; {PARAMETER_COUNT.explanation} (= {max_len * k})",
              mistake=PARAMETER_COUNT.id)
     name = f"{emb.get('name')}.weight" if emb.get("name") else "weight"
-    loaded = modules.loaded(ev, key, seed)
+    loaded = modules.loaded(ev, built.key, built.seed)
     if name not in loaded or tuple(loaded[name].shape) != (max_len, k):
         fail(f"{what}'s embedding has no registered weight {name} of shape {(max_len, k)}.")
-    return name, loaded[name]
+    return {name: loaded[name]}
 
 
-def _learned_mistakes(x: torch.Tensor, weight: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    b, t, k = x.shape
-    found = [(EMB_RETURNED, weight[:t].expand(b, t, k)), (EMB_FIRST_ROW, x + weight[0])]
-    if t + 1 <= weight.shape[0]:
-        found.append((EMB_FROM_1, x + weight[1: t + 1]))
-    if b <= weight.shape[0]:
-        found.append((EMB_BATCH, x + weight[:b, None]))
-    found.append((EMB_RESCALED, x * math.sqrt(k) + weight[:t]))
-    return found
+def _learned(w: dict[str, torch.Tensor], max_len: int, k: int, x: torch.Tensor,
+             how: Mistake | None = None) -> torch.Tensor:
+    """x (b, t, k) + the embedding (max_len, k) of positions 0 … t − 1, or one typical mistake in it."""
+    (weight,) = w.values()
+    b, t, _ = x.shape
+    if how is EMB_RETURNED:
+        return weight[:t].expand(b, t, k)
+    if how is EMB_FIRST_ROW:
+        return x + weight[0]
+    if how is EMB_FROM_1:
+        return x + weight[1: t + 1]
+    if how is EMB_BATCH:
+        return x + weight[:b, None]  # (b, 1, k): position i for sequence i
+    if how is EMB_RESCALED:
+        return x * math.sqrt(k) + weight[:t]
+    return x + weight[:t]
 
 
-def _expect_learned(ev: Evidence, key: str, x: torch.Tensor, weight: torch.Tensor, case: str) -> None:
-    __tracebackhide__ = True
-    y = output(ev, key, what=f"{LEARNED_NAME}.forward(x)", shape=tuple(x.shape), hint=_LEARNED_HINT)
-    expect_close(y, x + weight[: x.shape[1]], what=f"{LEARNED_NAME}.forward(x)", device=ev.device,
-                 mistakes=_learned_mistakes(x, weight), otherwise=_LEARNED_HINT, case=case)
+def _learned_simulators(max_len: int, k: int, x: torch.Tensor) -> list[tuple[Mistake, partial]]:
+    b, t, _ = x.shape
+    found = [EMB_RETURNED, EMB_FIRST_ROW, *([EMB_FROM_1] if t + 1 <= max_len else []),
+             *([EMB_BATCH] if b <= max_len else []), EMB_RESCALED]
+    return [(mistake, partial(_learned, how=mistake)) for mistake in found]
 
 
-@judge("learned_structure")
-def _judge_learned_structure(ev: Evidence) -> None:
-    """One nn.Embedding(max_len, k); ones in give 1 + its first t rows."""
-    max_len, k = LEARNED_STRUCTURE
-    _, weight = _embedding_weight(ev, "module", max_len, k, 3300)
-    _expect_learned(ev, "y", torch.ones(2, 4, k), weight,
-                    "x = ones of shape (2, 4, 6): the output is 1 + the embedding's first 4 rows")
+LEARNED = ForwardOracle(LEARNED_NAME, "the learned positional embedding", _embedding_weight, _learned,
+                        "x + weight[:t]", simulators=_learned_simulators, hint=lambda **_: _LEARNED_HINT,
+                        otherwise=_LEARNED_HINT)
 
-
-@judge("learned_oracle")
-def _judge_learned_oracle(ev: Evidence) -> None:
-    """The check's weights and random inputs of several shapes on the device: x + weight[:t]."""
-    for i, (b, t, max_len, k) in enumerate(LEARNED_CASES):
-        _, weight = _embedding_weight(ev, f"module{i}", max_len, k, 3200 + i)
-        _expect_learned(ev, f"y{i}", learned_x(i, b, t, k), weight, f"x of shape {(b, t, k)}, max_len={max_len}")
+against_forward(probes.learned_structure, LEARNED, passed="One nn.Embedding(max_len, k); ones in give 1 + its first "
+                                                          "t rows.")
+against_forward(probes.learned_oracle, LEARNED,
+                passed="The check's weights and random inputs of several shapes on the device: x + weight[:t].")
 
 
 @judge("learned_gradients")
 def _judge_learned_gradients(ev: Evidence) -> None:
     """A small case: x + weight[:t], and the gradient of a loss reaches the input unchanged and exactly the rows
     of the positions used, as autograd through the oracle says."""
-    b, t, max_len, k = GRAD_CASE
-    name, weight = _embedding_weight(ev, "grad_module", max_len, k, 3230)
-    x, upstream = grad_inputs()
-    case = f"x of shape {(b, t, k)}, max_len={max_len}"
-    _expect_learned(ev, "y_grad", x, weight, case)
-    modules.expect_attached(ev, "y_grad", f"{LEARNED_NAME}.forward")
-    w_grad = tensor(ev, f"grad.{name}", shape=(max_len, k))
+    (run,) = probes.learned_gradients.runs
+    (case,) = run.cases
+    w = _embedding_weight(ev, run.module)
+    expect_forward_case(ev, w, run.module, dataclasses.replace(case, upstream=None), LEARNED)
+    modules.expect_attached(ev, case.key, f"{LEARNED_NAME}.forward")
+    ((name, weight),) = w.items()
+    w_grad = tensor(ev, f"grad.{name}", shape=tuple(weight.shape))
     if w_grad is None or not bool(w_grad.any()):
         fail(f"{LEARNED_NAME}: {EMB_CUT_OFF.explanation}", mistake=EMB_CUT_OFF.id)
-    expected = modules.autograd(lambda leaves, x: x + leaves[name][:t], {name: weight}, {"x": x}, upstream)
-    modules.expect_gradients(ev, expected, owner=f"{LEARNED_NAME}.forward", case=case,
-                             oracle=f"x + weight[:t], which reaches exactly the rows of positions 0 … {t - 1}",
+    max_len, k = run.module.args
+    x = case.inputs()["x"]
+    expected = modules.autograd(partial(_learned, max_len=max_len, k=k), w, {"x": x}, case.upstream())
+    modules.expect_gradients(ev, expected, owner=f"{LEARNED_NAME}.forward", case=case.label,
+                             oracle=f"x + weight[:t], which reaches exactly the rows of positions 0 … "
+                                    f"{x.shape[1] - 1}",
                              hints={"x": "The input x should pass through unchanged (gradient 1): return x + …."})

@@ -1,31 +1,24 @@
 """Judges for assignment 02 (probes in course/checks/qkv.py): F.scaled_dot_product_attention with scale 1 for
 attention, nn.MultiheadAttention with one head for the module (its query weights multiplied by √k to undo its
-scaling), and the typical mistakes they can name."""
+scaling), and the typical mistakes they can name. Read top to bottom: the mistakes, attention's oracle with the
+simulator of its mistakes and its checks, then the module's (course/judges/kinds.py); only the properties (identical
+values averaged, the structure, permutation equivariance) are written out, from the cases their probes declare."""
 
 import math
+from collections.abc import Mapping
 from itertools import product
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course.checks import modules
 from course.checks import qkv as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.qkv import (
-    ATTENTION_SHAPES,
-    PERMUTATION,
-    ROLES,
-    STRUCTURE_K,
-    average_inputs,
-    equivariance_x,
-    lookup_inputs,
-    oracle_inputs,
-    structure_x,
-)
+from course.checks.kinds import Built, Case
+from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, oracles
-from course.judges.kinds import ModuleOracle, Oracle, against, against_module
+from course.judges.kinds import ModuleOracle, Oracle, against, against_module, expect_linear_layers
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -69,7 +62,8 @@ _SHARED = ("Two of to_queries, to_keys, to_values are the same layer. Each role 
 
 # ---------------------------------------------------------------- attention written out, with its mistakes
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, how: Mistake | None = None) -> torch.Tensor:
+def _unscaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        how: Mistake | None = None) -> torch.Tensor:
     """Unscaled attention with plain torch ops, or one typical mistake in it. (b, tq, k), (b, tk, k), (b, tk, v)."""
     raw = q @ k.transpose(-2, -1)  # (b, tq, tk)
     if how is SOFTMAX_OVER_QUERIES:
@@ -85,12 +79,13 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, how: Mistake | No
     return w @ v
 
 
-def _attention_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    found = [(m, _attend(q, k, v, m)) for m in (SOFTMAX_OVER_QUERIES, NO_SOFTMAX, SCALED)]
-    if q.shape[-2] == k.shape[-2]:
-        found.append((WEIGHTS_TRANSPOSED, _attend(q, k, v, WEIGHTS_TRANSPOSED)))
-    if k.shape[-1] == v.shape[-1]:
-        found.append((KEYS_AS_VALUES, _attend(q, k, k)))
+def _attention_mistakes(queries: torch.Tensor, keys: torch.Tensor,
+                        values: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
+    found = [(m, _unscaled_attention(queries, keys, values, m)) for m in (SOFTMAX_OVER_QUERIES, NO_SOFTMAX, SCALED)]
+    if queries.shape[-2] == keys.shape[-2]:
+        found.append((WEIGHTS_TRANSPOSED, _unscaled_attention(queries, keys, values, WEIGHTS_TRANSPOSED)))
+    if keys.shape[-1] == values.shape[-1]:
+        found.append((KEYS_AS_VALUES, _unscaled_attention(queries, keys, keys)))
     return found
 
 
@@ -98,7 +93,12 @@ def _attention_oracle(queries: torch.Tensor, keys: torch.Tensor, values: torch.T
     return F.scaled_dot_product_attention(queries, keys, values, scale=1.0)
 
 
-def _shape_hints(b: int, tq: int, tk: int, k: int, v: int) -> dict[tuple[int, ...], str]:
+def _attention_shape(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> tuple[int, ...]:
+    return queries.shape[0], queries.shape[1], values.shape[-1]  # (b, tq, v)
+
+
+def _shape_hints(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> dict[tuple[int, ...], str]:
+    (b, tq, k), tk, v = queries.shape, keys.shape[1], values.shape[-1]
     hints: dict[tuple[int, ...], str] = {}
     for shape, hint in (
             ((b, tq, k), "The last dimension is the key size, not the value size: are the keys used as values?"),
@@ -109,76 +109,54 @@ def _shape_hints(b: int, tq: int, tk: int, k: int, v: int) -> dict[tuple[int, ..
     return hints
 
 
-def _attention_output(ev: Evidence, key: str, b: int, tq: int, tk: int, k: int, v: int) -> torch.Tensor:
-    __tracebackhide__ = True
-    return output(ev, key, what=ATTENTION_NAME, shape=(b, tq, v), shape_hints=_shape_hints(b, tq, tk, k, v),
-                  hint=_SHAPES_HINT)
-
-
-def _anchor_attention(ev: Evidence, y: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      claim: str, case: str) -> None:
-    """Fail unless y is what attention (or one of its typical mistakes) computes on these inputs."""
-    __tracebackhide__ = True
-    expected = _attention_oracle(q, k, v)
-    if not matches_any(y, [expected, *(m for _, m in _attention_mistakes(q, k, v))], ev.device):
-        fail(f"{claim}, but it is not attention over these inputs: {_ATTENTION_HINT}", expected, y, case=case)
-
-
-# ---------------------------------------------------------------- attention
-
 def _hand_answer() -> torch.Tensor:
     """One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1)."""
     e = math.e
     return torch.tensor([[[10.0 * e / (e + 1) + 20.0 / (e + 1)]]])
 
 
-ATTENTION = Oracle(
-    ATTENTION_NAME, _attention_oracle, "F.scaled_dot_product_attention",
-    shape=lambda queries, keys, values: (queries.shape[0], queries.shape[1], values.shape[-1]),
-    mistakes=lambda queries, keys, values: _attention_mistakes(queries, keys, values), otherwise=_ATTENTION_HINT,
-    hint=_SHAPES_HINT,
-    shape_hints=lambda queries, keys, values: _shape_hints(queries.shape[0], queries.shape[1], keys.shape[1],
-                                                            keys.shape[-1], values.shape[-1]))
+def _looked_up() -> torch.Tensor:
+    """The values of keys 2 and 0, which queries that are long copies of those keys retrieve (almost exactly)."""
+    return probes.lookup_inputs()["values"][:, [2, 0]]  # (1, 2, 3)
+
+
+ATTENTION = Oracle(ATTENTION_NAME, _attention_oracle, "F.scaled_dot_product_attention", shape=_attention_shape,
+                   mistakes=_attention_mistakes, shape_hints=_shape_hints, otherwise=_ATTENTION_HINT,
+                   hint=_SHAPES_HINT)
+
+# ---------------------------------------------------------------- attention
 
 against(probes.attention_by_hand, ATTENTION, answers={"y": _hand_answer},
         passed="One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1).")
 against(probes.attention_vs_pytorch, ATTENTION,
         passed="A batch of two (tq != tk, v != k) against PyTorch's fused attention, unscaled; the gradients reach "
                "the queries, keys and values as autograd through it gives them.")
+against(probes.attention_oracle, ATTENTION, answers={"lookup": _looked_up},
+        passed="Random queries, keys and values of several shapes against PyTorch's fused attention, unscaled; and "
+               "a query that is a long copy of one key retrieves (almost exactly) that key's value.")
+
+
+def _attention_output(ev: Evidence, case: Case) -> torch.Tensor:
+    __tracebackhide__ = True
+    inputs = dict(case.inputs())
+    return output(ev, case.key, what=ATTENTION_NAME, shape=_attention_shape(**inputs),
+                  shape_hints=_shape_hints(**inputs), hint=_SHAPES_HINT)
 
 
 @judge("attention_weighted_average")
 def _judge_average(ev: Evidence) -> None:
     """If every value is the same vector, every output is that vector: the weights sum to 1 over the keys."""
-    queries, keys, same, different = average_inputs()
-    y = _attention_output(ev, "y", 2, 3, 6, 4, 5)
-    expect_close(y, same[:, :3], what=f"{ATTENTION_NAME} with identical values", device=ev.device,
-                 mistakes=_attention_mistakes(queries, keys, same), case="all values equal",
+    same, different = probes.attention_weighted_average.cases
+    inputs = dict(same.inputs())
+    expect_close(_attention_output(ev, same), inputs["values"][:, :3], what=f"{ATTENTION_NAME} with identical values",
+                 device=ev.device, mistakes=_attention_mistakes(**inputs), case=same.label,
                  otherwise="Each output must be a weighted average of the values, with weights that sum to 1 over "
                            "the keys (softmax over the last dimension).")
-    y = _attention_output(ev, "y_anchor", 2, 3, 6, 4, 5)
-    _anchor_attention(ev, y, queries, keys, different, f"{ATTENTION_NAME} averages identical values correctly",
-                      "queries (2, 3, 4), keys (2, 6, 4), values (2, 6, 5)")
-
-
-@judge("attention_oracle")
-def _judge_attention_oracle(ev: Evidence) -> None:
-    """Random queries, keys and values of several shapes against PyTorch's fused attention, unscaled; and a query
-    that is a long copy of one key retrieves (almost exactly) that key's value."""
-    for i, (b, tq, tk, k, v) in enumerate(ATTENTION_SHAPES):
-        queries, keys, values = oracle_inputs(i, b, tq, tk, k, v)
-        y = _attention_output(ev, f"y{i}", b, tq, tk, k, v)
-        expect_close(y, _attention_oracle(queries, keys, values), what=ATTENTION_NAME, device=ev.device,
-                     mistakes=_attention_mistakes(queries, keys, values), otherwise=_ATTENTION_HINT,
-                     case=f"b={b}, tq={tq}, tk={tk}, k={k}, v={v}")
-    queries, keys, values = lookup_inputs()
-    y = _attention_output(ev, "lookup", 1, 2, 4, 4, 3)
-    if not torch.allclose(y, values[:, [2, 0]], atol=1e-4):
-        fail(f"{ATTENTION_NAME} does not act as a lookup: a query equal to 30 × key j should return value j. "
-             "Check that the weights come from queries·keysᵀ and multiply the values.", values[:, [2, 0]], y,
-             case="queries = 30·key 2, 30·key 0")
-    _anchor_attention(ev, y, queries, keys, values, f"{ATTENTION_NAME} acts as a lookup",
-                      "queries = 30·key 2, 30·key 0")
+    y, inputs = _attention_output(ev, different), dict(different.inputs())
+    expected = _attention_oracle(**inputs)
+    if not matches_any(y, [expected, *(m for _, m in _attention_mistakes(**inputs))], ev.device):
+        fail(f"{ATTENTION_NAME} averages identical values correctly, but it is not attention over these inputs: "
+             f"{_ATTENTION_HINT}", expected, y, case=different.label)
 
 
 # ---------------------------------------------------------------- the module: oracle and typical mistakes
@@ -195,14 +173,14 @@ _ROLE_MISTAKES = ((VALUES_NOT_PROJECTED, ("q", "k", "x")), (KEYS_AS_VALUES, ("q"
 _ATTENTION_MISTAKES = (SOFTMAX_OVER_QUERIES, NO_SOFTMAX, SCALED, WEIGHTS_TRANSPOSED)
 
 
-def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
+def _qkv_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     """Each typical mistake alone, then a mistake of the attention cell together with one of the module's."""
     projected = {"x": x, "q": _linear(x, w, "to_queries"), "k": _linear(x, w, "to_keys"),
                  "v": _linear(x, w, "to_values")}
     single, several = [], []
     for (m_roles, roles), how in product(((None, ("q", "k", "v")), *_ROLE_MISTAKES), (None, *_ATTENTION_MISTAKES)):
         parts = [m for m in (how, m_roles) if m is not None]
-        y = _attend(*(projected[r] for r in roles), how)
+        y = _unscaled_attention(*(projected[r] for r in roles), how)
         if len(parts) == 1:
             single.append((parts[0], y))
         elif parts:
@@ -211,33 +189,39 @@ def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[
     return single + several
 
 
-def _mha(w: dict[str, torch.Tensor], k: int) -> nn.MultiheadAttention:
-    """nn.MultiheadAttention with one head carrying these projections, an identity output projection, and its
-    division of the scores by √k undone."""
-    return oracles.multihead_attention(
-        w["to_queries.weight"], w["to_keys.weight"], w["to_values.weight"], bq=w.get("to_queries.bias"),
-        bk=w.get("to_keys.bias"), bv=w.get("to_values.bias"), query_scale=oracles.unscaled(k))
+def _qkv_attention(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """nn.MultiheadAttention with one head carrying the module's projections w, its division of the scores by √k
+    undone, on x (b, t, k): (b, t, k). Autograd reaches w and x."""
+    return oracles.course_module_attention(w, x, query_scale=oracles.unscaled(x.shape[-1]))
 
 
-def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+def _qkv_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return oracles.attend(_mha(w, x.shape[-1]), x)
+        return _qkv_attention(w, x)
 
 
-def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
-    """Three separate bias-free k×k nn.Linear projections, and the values the probe loaded into their weights."""
+def _qkv_gradients(w: dict[str, torch.Tensor], upstream: torch.Tensor, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Autograd of sum(output · upstream) through the oracle: the gradients of x, then of the three weights."""
+    grads = modules.autograd(_qkv_attention, w, {"x": x}, upstream)
+    return {"x": grads["x"], **{name: grads[name] for name in w}}
+
+
+def projections(ev: Evidence, built: Built, owner: str = MODULE_NAME, gains: Mapping[str, float] | None = None,
+                bias_mistake: Mistake = PROJECTION_BIAS) -> dict[str, torch.Tensor]:
+    """The module built (owner: its class) has three separate bias-free k×k nn.Linear projections to_queries,
+    to_keys and to_values (bias_mistake: what a bias is); the values the probe loaded into their weights (gains)."""
     __tracebackhide__ = True
-    what = f"{MODULE_NAME}({k})"
-    modules.expect_layers(ev, key, what, MODULE_NAME, dict.fromkeys(ROLES, (k, k, False, PROJECTION)), _SHARED,
-                          dict.fromkeys(ROLES, PROJECTION_BIAS))
-    return modules.expect_parameters(ev, key, what, {f"{role}.weight": (k, k) for role in ROLES}, seed)
+    (k,) = built.args
+    return expect_linear_layers(ev, built.key, f"{owner}({k})", owner, dict.fromkeys(ROLES, (k, k, False, PROJECTION)),
+                                _SHARED, dict.fromkeys(ROLES, bias_mistake), built.seed, gains)
 
 
-def _any_weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor] | None:
+def _any_projections(ev: Evidence, built: Built) -> dict[str, torch.Tensor] | None:
     """The projections the probe loaded, whatever the structure: shared layers and biases allowed (a property
     check keeps its credit for them); None when some role has no k×k weight."""
-    loaded = modules.loaded(ev, key, seed)
-    shared = ev.facts.get(f"{key}.shared")
+    (k,) = built.args
+    loaded = modules.loaded(ev, built.key, built.seed)
+    shared = ev.facts.get(f"{built.key}.shared")
     same_as = {e[0]: e[1] for e in shared if isinstance(e, list) and len(e) == 2} if isinstance(shared, list) else {}
     found = {}
     for role in ROLES:
@@ -251,49 +235,29 @@ def _any_weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.T
     return found
 
 
-def _module_output(ev: Evidence, key: str, shape: tuple[int, int, int]) -> torch.Tensor:
+def _qkv_output(ev: Evidence, case: Case) -> torch.Tensor:
     __tracebackhide__ = True
-    return output(ev, key, what=f"{MODULE_NAME}.forward(x)", shape=shape, hint=_FORWARD_HINT)
+    return output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(case.inputs()["x"].shape),
+                  hint=_FORWARD_HINT)
 
 
-def _anchor_module(ev: Evidence, y: torch.Tensor, w: dict[str, torch.Tensor] | None, x: torch.Tensor,
-                   claim: str) -> None:
+def _anchor_qkv(ev: Evidence, y: torch.Tensor, w: dict[str, torch.Tensor] | None, case: Case, claim: str) -> None:
     """Fail unless y is what the module (or one of its typical mistakes) computes with the check's weights."""
     __tracebackhide__ = True
-    expected = _module_oracle(w, x) if w is not None else None
-    if w is None or not matches_any(y, [expected, *(m for _, m in _module_mistakes(w, x))], ev.device):
+    x = case.inputs()["x"]
+    expected = _qkv_oracle(w, x) if w is not None else None
+    if w is None or not matches_any(y, [expected, *(m for _, m in _qkv_mistakes(w, x))], ev.device):
         fail(f"{claim}, but it is not self-attention with the projections to_queries, to_keys and to_values: its "
              f"output matches neither the reference nor a known mistake. {_FORWARD_HINT}", expected, y,
              case=f"x of shape {tuple(x.shape)}")
 
 
-# ---------------------------------------------------------------- the module
-
-@judge("self_attention_qkv_structure")
-def _judge_structure(ev: Evidence) -> None:
-    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    k = STRUCTURE_K
-    w = _weights(ev, "module", k, 200)
-    modules.expect_parameter_count(ev, "module", f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
-                                   "Are extra layers or biases registered, or some projection kept outside the module?")
-    x = structure_x()
-    y = _module_output(ev, "y", tuple(x.shape))
-    _anchor_module(ev, y, w, x, f"{MODULE_NAME} has the right layers")
-
-
-def _oracle_gradients(w: dict[str, torch.Tensor], x: torch.Tensor,
-                      upstream: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Autograd through nn.MultiheadAttention with these weights: gradients of x and of the three weights."""
-    k = x.shape[-1]
-    # MultiheadAttention's query weight is √k times the module's, so the module's gradient is √k times its
-    return oracles.as_course(oracles.gradients(_mha(w, k), x, upstream, query_scale=oracles.unscaled(k)))
-
-
 MODULE = ModuleOracle(
-    f"{MODULE_NAME}.forward(x)", lambda ev, built: _weights(ev, built.key, *built.args, built.seed),
-    compute=_module_oracle, gradients=lambda w, upstream, x: _oracle_gradients(w, x, upstream),
-    name="nn.MultiheadAttention", mistakes=_module_mistakes, hint=_FORWARD_HINT,
+    f"{MODULE_NAME}.forward(x)", projections, compute=_qkv_oracle, gradients=_qkv_gradients,
+    name="nn.MultiheadAttention", mistakes=_qkv_mistakes, hint=_FORWARD_HINT,
     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
+
+# ---------------------------------------------------------------- the module
 
 against_module(probes.self_attention_qkv_vs_pytorch, MODULE,
                passed="A batch of two against PyTorch's own multi-head attention (one head) with the check's "
@@ -304,15 +268,27 @@ against_module(probes.self_attention_qkv_oracle, MODULE,
                       "three weights, against autograd through it.")
 
 
+@judge("self_attention_qkv_structure")
+def _judge_qkv_structure(ev: Evidence) -> None:
+    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
+    (item,) = probes.self_attention_qkv_structure.module_cases
+    w = projections(ev, item.module)
+    (k,) = item.module.args
+    modules.expect_parameter_count(ev, item.module.key, f"{MODULE_NAME}({k})", 3 * k * k,
+                                   "three k×k matrices make 3k²",
+                                   "Are extra layers or biases registered, or some projection kept outside the module?")
+    _anchor_qkv(ev, _qkv_output(ev, item.case), w, item.case, f"{MODULE_NAME} has the right layers")
+
+
 @judge("self_attention_qkv_equivariance")
-def _judge_equivariance(ev: Evidence) -> None:
+def _judge_qkv_equivariance(ev: Evidence) -> None:
     """Like basic self-attention, the projected version ignores where a vector sits."""
-    modules.built(ev, "module", f"{MODULE_NAME}(4)")
-    y = _module_output(ev, "y", (2, 6, 4))
-    y_perm = _module_output(ev, "y_perm", (2, 6, 4))
-    expect_close(y_perm, y[:, list(PERMUTATION)], what=f"{MODULE_NAME}.forward on permuted positions",
-                 device=ev.device, case="permutation [5, 2, 0, 4, 1, 3]",
+    (run,) = probes.self_attention_qkv_equivariance.runs
+    modules.built(ev, run.module.key, f"{MODULE_NAME}(4)")
+    case, permuted = run.cases
+    y = _qkv_output(ev, case)
+    expect_close(_qkv_output(ev, permuted), y[:, list(PERMUTATION)], what=f"{MODULE_NAME}.forward on permuted "
+                 "positions", device=ev.device, case=permuted.label,
                  otherwise="Permuting the input positions should permute the outputs the same way and change "
                            "nothing else.")
-    _anchor_module(ev, y, _any_weights(ev, "module", 4, 800), equivariance_x(),
-                   f"{MODULE_NAME} is permutation equivariant")
+    _anchor_qkv(ev, y, _any_projections(ev, run.module), case, f"{MODULE_NAME} is permutation equivariant")

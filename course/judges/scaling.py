@@ -1,15 +1,18 @@
 """Judges for assignment 03 (probes in course/checks/scaling.py): F.scaled_dot_product_attention for the function
 (its weights are its output when the values are the identity), nn.MultiheadAttention with one head for the module,
-and the typical mistakes they can name."""
+and the typical mistakes they can name. Read top to bottom: the mistakes, the function's oracle with the simulator
+of its mistakes and its checks, then the module's (course/judges/kinds.py's ForwardOracle); only the properties (a
+pair returned, empty rows, gradients, the causal mask) are written out."""
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course.checks import modules
+from course.checks import scaling as probes
 from course.checks.compare import (
     Mistake,
     expect_close,
@@ -17,42 +20,26 @@ from course.checks.compare import (
     matches_any,
     output,
     raised,
+    randn,
     requires_grad,
     tensor,
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.scaling import (
-    CAUSAL_K,
-    GAINS,
-    GRAD_CASE,
-    HAND_MASK,
-    MODULE_SPECS,
-    ORACLE_SPECS,
-    ROLES,
-    STRUCTURE_K,
-    by_hand_case,
-    causal_inputs,
-    described,
-    empty_row_case,
-    module_case,
-    oracle_case,
-    secret_case,
-    secret_empty_row_case,
-    secret_inputs,
-    secret_masks,
-    small_case,
-    small_module_case,
-    structure_x,
-    upstream,
-)
-from course.checks.seeds import grading
+from course.checks.kinds import Case, KeywordCallCheck, drawn
+from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
 from course.judges import judge, oracles
+from course.judges.kinds import (
+    ForwardOracle,
+    against_forward,
+    anchor_forward,
+    expect_causal,
+    forward_output,
+)
+from course.judges.qkv import projections
 
 SDPA_NAME = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
-PROJECTION = "nn.Linear(k, k, bias=False)"
-_INF = float("-inf")
 
 # ---------------------------------------------------------------- mistakes
 
@@ -61,6 +48,9 @@ UNSCALED = Mistake("unscaled", "the scores are not scaled. Divide queries·keys�
 DIVIDED_BY_D = Mistake("divided-by-d", "the scores are divided by d; divide by √d (math.sqrt(d)), the standard "
                        "deviation of q·k. (Did the queries get scaled before calling a function that scales "
                        "again?)")
+SCALED_BY_SIZE_1 = Mistake("scaled-by-size-1", "the scores are divided by √(queries.size(1)): on a batch (b, tq, d) "
+                           "that is the number of queries, not their size (on one matrix (tq, d) it happens to be d). "
+                           "Take d from the last dimension: queries.size(-1).")
 SCALED_BY_VALUE_SIZE = Mistake("scaled-by-value-size", "the scores are divided by the square root of the value "
                                "size; the scale is √d with d the size of a query and a key (queries.shape[-1]), not "
                                "of a value.")
@@ -100,229 +90,214 @@ _SDPA_HINT = ("The inputs may have any number of leading dimensions (..., tq, d)
               "(or keys.mT) rather than transpose(1, 2), and a mask that broadcasts to (..., tq, tk).")
 _SDPA_RECIPE = ("scores = queries·keysᵀ / √d (d the query/key size), masked positions set to −∞ before a softmax "
                 "over the keys (last dimension), output = weights·values.")
-_FORWARD_HINT = ("forward should return the output of scaled_dot_product_attention(to_queries(x), to_keys(x), "
+_MODULE_FORWARD_HINT = ("forward should return the output of scaled_dot_product_attention(to_queries(x), to_keys(x), "
                  "to_values(x), mask).")
 _MASK_ARGUMENT_HINT = "forward takes the mask as a keyword argument: def forward(self, x, mask=None)."
-_SHARED = ("Two of to_queries, to_keys, to_values are the same layer. Each role needs its own weights: create three "
-           "separate nn.Linear modules.")
 _BROADCAST_HINT = ("The mask only has to be broadcastable to (..., tq, tk): use it as it is in masked_fill or "
                    "torch.where, without indexing or reshaping it.")
 _EMPTY_ROW_WEIGHTS_HINT = "A row where nothing is allowed gets all-zero weights; the other rows are the usual softmax."
 _EMPTY_ROW_OUTPUT_HINT = "A query that may attend to nothing gets a zero output."
+_LAST_STEP_HINT = "The weights are right, so look at the last step: output = weights·values."
 
+# ---------------------------------------------------------------- the function: oracle and typical mistakes
 
-# ---------------------------------------------------------------- oracle and typical mistakes
-
-def _no_row_allowed(mask: torch.Tensor | None) -> torch.Tensor | None:
-    return None if mask is None else ~mask.any(dim=-1, keepdim=True)
+Pair = tuple[torch.Tensor, torch.Tensor]  # (output, weights)
 
 
 def _zero_empty_rows(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """The course's convention for a query that may attend to nothing: all-zero weights, zero output."""
-    empty = _no_row_allowed(mask)
-    return t if empty is None else torch.where(empty, torch.zeros_like(t), t)
+    return t if mask is None else torch.where(~mask.any(dim=-1, keepdim=True), torch.zeros_like(t), t)
 
 
-def _oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-            mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _sdpa_oracle(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                 mask: torch.Tensor | None = None) -> Pair:
     """PyTorch's fused attention: the output, and the weights (the output when the values are the identity)."""
-    tk = k.shape[-2]
-    eye = torch.eye(tk).expand(*k.shape[:-2], tk, tk)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    w = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
+    tk = keys.shape[-2]
+    eye = torch.eye(tk).expand(*keys.shape[:-2], tk, tk)  # (..., tk, tk)
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
+    w = F.scaled_dot_product_attention(queries, keys, eye, attn_mask=mask)
     return _zero_empty_rows(out, mask), _zero_empty_rows(w, mask)
 
 
-def _attend(scores: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax with the course's masking convention, then the weighted values."""
-    if mask is not None:
-        scores = scores.masked_fill(~mask, _INF)
-    w = _zero_empty_rows(F.softmax(scores, dim=-1), mask)
-    return w @ v, w
+def _simulated(how: Mistake | None, zeroed: bool, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               mask: torch.Tensor | None = None) -> Pair:
+    """(output, weights) of scaled attention written out (how None) or with one typical mistake; zeroed: rows where
+    the mask allows nothing zeroed as asked. Differentiable in queries (..., tq, d), keys (..., tk, d), values."""
+    d, dv = queries.shape[-1], values.shape[-1]
+    divisor = {UNSCALED: 1.0, DIVIDED_BY_D: d, SCALED_BY_VALUE_SIZE: math.sqrt(dv),
+               SCALED_BY_SIZE_1: math.sqrt(queries.shape[1])}.get(how, math.sqrt(d))
+    scores = queries @ keys.transpose(-2, -1) / divisor  # (..., tq, tk)
+    mask = ~mask if how is MASK_INVERTED and mask is not None else mask
+    if how is SOFTMAX_OVER_QUERIES:
+        w = F.softmax(scores, dim=-2)
+    elif mask is None or how is MASK_IGNORED:
+        w = F.softmax(scores, dim=-1)
+    elif how is MASK_AFTER_SOFTMAX:
+        w = F.softmax(scores, dim=-1) * mask
+    else:
+        fill = {LARGE_NEGATIVE_FILL: -1e9, MASK_WITH_ZERO: 0.0}.get(how, float("-inf"))
+        w = F.softmax(scores.masked_fill(~mask, fill), dim=-1)
+    w = _zero_empty_rows(w, mask) if zeroed else w
+    return w @ values, w
 
 
-def _variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              mask: torch.Tensor | None) -> list[tuple[Mistake, tuple[torch.Tensor, torch.Tensor]]]:
-    """(mistake, (output, weights)) that a typical wrong implementation returns; differentiable in q, k, v."""
-    d, dv = q.shape[-1], v.shape[-1]
-    raw = q @ k.transpose(-2, -1)  # (..., tq, tk)
-    scaled = raw / math.sqrt(d)
-    over_queries = F.softmax(scaled, dim=-2)
-    found = [
-        (UNSCALED, _attend(raw, v, mask)),
-        (DIVIDED_BY_D, _attend(raw / d, v, mask)),
-        (SCALED_BY_VALUE_SIZE, _attend(raw / math.sqrt(dv), v, mask)),
-        (SOFTMAX_OVER_QUERIES, (over_queries @ v, over_queries)),
-    ]
-    if mask is not None:
-        zero = F.softmax(scaled.masked_fill(~mask, 0.0), dim=-1)
-        after = F.softmax(scaled, dim=-1) * mask
-        plain = F.softmax(scaled, dim=-1)
-        large = F.softmax(scaled.masked_fill(~mask, -1e9), dim=-1)
-        found += [
-            (LARGE_NEGATIVE_FILL, (large @ v, large)),
-            (MASK_INVERTED, _attend(scaled, v, ~mask)),
-            (MASK_WITH_ZERO, (zero @ v, zero)),
-            (MASK_AFTER_SOFTMAX, (after @ v, after)),
-            (MASK_IGNORED, (plain @ v, plain)),
-        ]
-        zero, plain = _zero_empty_rows(zero, mask), _zero_empty_rows(plain, mask)  # empty rows zeroed, as asked
-        found += [(MASK_WITH_ZERO, (zero @ v, zero)), (MASK_IGNORED, (plain @ v, plain))]
-    return found
+#: the typical mistakes of the function, each with whether its empty rows come out zeroed; those after the first
+#: _UNMASKED need a mask
+_SDPA_MISTAKES = ((UNSCALED, True), (DIVIDED_BY_D, True), (SCALED_BY_VALUE_SIZE, True), (SCALED_BY_SIZE_1, True),
+                  (SOFTMAX_OVER_QUERIES, False),
+                  (LARGE_NEGATIVE_FILL, False), (MASK_INVERTED, True), (MASK_WITH_ZERO, False),
+                  (MASK_AFTER_SOFTMAX, False), (MASK_IGNORED, False), (MASK_WITH_ZERO, True), (MASK_IGNORED, True))
+_UNMASKED = 5
 
 
-def _weight_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     mask: torch.Tensor | None) -> list[tuple[Mistake, torch.Tensor]]:
-    found = [(m, w.detach()) for m, (_, w) in _variants(q, k, v, mask)]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    masked = scores if mask is None else scores.masked_fill(~mask, _INF)
-    return [*found, (WEIGHTS_ARE_SCORES, masked.detach()), (WEIGHTS_ARE_SCORES, scores.detach())]
+def _typical(masked: bool) -> tuple[tuple[Mistake, bool], ...]:
+    """The typical mistakes that show on a call with a mask (all of them) or without one (the first _UNMASKED)."""
+    return _SDPA_MISTAKES if masked else _SDPA_MISTAKES[:_UNMASKED]
 
 
-def _output_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     mask: torch.Tensor | None) -> list[tuple[Mistake, torch.Tensor]]:
-    return [(m, out.detach()) for m, (out, _) in _variants(q, k, v, mask)]
+def _sdpa_simulators(masked: bool) -> list[tuple[Mistake, Callable[..., Pair]]]:
+    """(mistake, its computation (queries, keys, values, mask) -> (output, weights)) for the typical mistakes."""
+    return [(m, partial(_simulated, m, zeroed)) for m, zeroed in _typical(masked)]
 
 
-# ---------------------------------------------------------------- scaled_dot_product_attention
+def _sdpa_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, Pair]]:
+    with torch.no_grad():
+        return [(m, simulate(**inputs)) for m, simulate in _sdpa_simulators("mask" in inputs)]
 
-def _result(ev: Evidence, key: str, q: torch.Tensor, k: torch.Tensor,
-            v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+
+def _sdpa_weight_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
+    scores = inputs["queries"] @ inputs["keys"].transpose(-2, -1) / math.sqrt(inputs["queries"].shape[-1])
+    masked = scores if "mask" not in inputs else scores.masked_fill(~inputs["mask"], float("-inf"))
+    return [*((m, w) for m, (_, w) in _sdpa_mistakes(inputs)), (WEIGHTS_ARE_SCORES, masked),
+            (WEIGHTS_ARE_SCORES, scores)]
+
+
+# ---------------------------------------------------------------- the function
+
+def _result(ev: Evidence, case: Case) -> Pair:
     """The (output, weights) pair the student's function returned, after checking types and shapes."""
     __tracebackhide__ = True
-    raised(ev, key, SDPA_NAME, _SDPA_HINT)
-    kind = value_kind(ev, key)
+    raised(ev, case.key, SDPA_NAME, _SDPA_HINT)
+    kind = value_kind(ev, case.key)
     if kind == "missing":
         fail(f"The test recorded nothing for {SDPA_NAME}: the check did not run to the end.")
-    fact = ev.facts[key]
+    fact = ev.facts[case.key]
     if kind != "tuple" or fact.get("length") != 2:
         shown = f"a tuple of length {fact.get('length')}" if kind == "tuple" else (
             "None" if kind == "none" else f"a {str(fact.get('type'))[:60]}")
         fail(f"{SDPA_NAME} should return a pair (output, weights), but returned {shown}. "
              "End with `return weights @ values, weights`.", mistake=NOT_A_PAIR)
+    inputs = dict(case.inputs())
+    q, k, v = inputs["queries"], inputs["keys"], inputs["values"]
     lead, tq, tk, d, dv = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    out = output(ev, f"{key}.0", what=f"the output of {SDPA_NAME}", shape=(*lead, tq, dv), shape_hints={
+    out = output(ev, f"{case.key}.0", what=f"the output of {SDPA_NAME}", shape=(*lead, tq, dv), shape_hints={
         (*lead, tq, tk): "That is the shape of the weights: is the pair returned as (weights, output)?",
         (*lead, tq, d): "The output has the size of a key, not of a value: are the keys used as values?"})
-    w = output(ev, f"{key}.1", what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk), shape_hints={
+    w = output(ev, f"{case.key}.1", what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk), shape_hints={
         (*lead, tq, dv): "That is the shape of the output: is the pair returned as (weights, output)?"})
     return out, w
 
 
-def _judge_case(ev: Evidence, key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                mask: torch.Tensor | None, case: str, weights_hint: str = _SDPA_RECIPE,
-                output_hint: str = "The weights are right, so look at the last step: output = weights·values.") -> None:
+def _expect_sdpa(ev: Evidence, case: Case, weights_hint: str = _SDPA_RECIPE,
+                 output_hint: str = _LAST_STEP_HINT) -> Pair:
+    """The pair recorded for case against the oracle, naming the typical mistake it matches; returns it."""
     __tracebackhide__ = True
-    out, w = _result(ev, key, q, k, v)
-    expected_out, expected_w = _oracle(q, k, v, mask)
+    out, w = _result(ev, case)
+    inputs = dict(case.inputs())
+    expected_out, expected_w = _sdpa_oracle(**inputs)
+    weight_mistakes = _sdpa_weight_mistakes(inputs)
     if not bool(torch.isfinite(w).all()):  # name a mistake whose weights hold −∞ before saying "NaN or infinite"
-        for m, candidate in _weight_mistakes(q, k, v, mask):
+        for m, candidate in weight_mistakes:
             if not bool(torch.isfinite(candidate).all()) and matches_any(w, [candidate], ev.device):
-                fail(f"The weights of {SDPA_NAME} are not what was asked: {m.explanation}", expected_w, w, case=case,
-                     mistake=m)
-    empty = _no_row_allowed(mask)
-    if empty is not None and bool(empty.any()) and not (bool(torch.isfinite(w).all())
-                                                        and bool(torch.isfinite(out).all())):
+                fail(f"The weights of {SDPA_NAME} are not what was asked: {m.explanation}", expected_w, w,
+                     case=case.label, mistake=m)
+    mask = inputs.get("mask")
+    if mask is not None and not bool(mask.any(dim=-1).all()) and not (bool(torch.isfinite(w).all())
+                                                                      and bool(torch.isfinite(out).all())):
         fail(f"{SDPA_NAME} returns NaN for a query that may attend to nothing. The softmax of a row of −∞ is 0/0. "
              "The convention (PyTorch's too) is all-zero weights and a zero output for such a row: after the "
-             "softmax, zero the rows where mask.any(dim=-1, keepdim=True) is False.", expected_w, w, case=case,
+             "softmax, zero the rows where mask.any(dim=-1, keepdim=True) is False.", expected_w, w, case=case.label,
              mistake=NAN_IN_EMPTY_ROWS)
-    expect_close(w, expected_w, what=f"the weights of {SDPA_NAME}", device=ev.device,
-                 mistakes=_weight_mistakes(q, k, v, mask), otherwise=weights_hint, case=case)
+    expect_close(w, expected_w, what=f"the weights of {SDPA_NAME}", device=ev.device, mistakes=weight_mistakes,
+                 otherwise=weights_hint, case=case.label)
     expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", device=ev.device,
-                 mistakes=_output_mistakes(q, k, v, mask), otherwise=output_hint, case=case)
+                 mistakes=[(m, o) for m, (o, _) in _sdpa_mistakes(inputs)], otherwise=output_hint, case=case.label)
+    return out, w
 
 
-@judge("sdpa_by_hand")
-def _judge_by_hand(ev: Evidence) -> None:
-    """d = 4: raw scores 4 and 0 become 2 and 0, weights e²/(e²+1) ≈ 0.881 and 1/(e²+1) ≈ 0.119."""
-    _judge_case(ev, "r", *by_hand_case(), None, "q = [1,1,1,1], keys [1,1,1,1] and 0, values [10,0] and [20,1]")
-    if grading():
-        _judge_case(ev, "r_secret", *secret_case())
+def _against_sdpa(check: KeywordCallCheck, *, passed: str, hints: tuple[str, str] | None = None,
+                  hinted: tuple[str, ...] = ()) -> None:
+    """Register the judge of check: every drawn case against the oracle, those keyed in hinted with hints (the
+    advice for wrong weights and for a wrong output)."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        for case in drawn(check.cases):
+            _expect_sdpa(ev, case, *(hints if case.key in hinted else ()))
+
+    judged.__doc__ = judged.passed = passed
+    judge(check.name)(judged)
 
 
-@judge("sdpa_masks_by_hand")
-def _judge_masks_by_hand(ev: Evidence) -> None:
-    """Masking key 0 leaves all the weight on key 1: weights [0, 1], output = value 1; a mask (tk,) broadcasts."""
-    q, k, v = by_hand_case()
-    _judge_case(ev, "r", q, k, v, torch.tensor(HAND_MASK), "the same case, mask [[False, True]] (True = allowed)")
-    _judge_case(ev, "r_keys", q, k, v, torch.tensor(HAND_MASK[0]), "mask [False, True]", _BROADCAST_HINT,
-                _BROADCAST_HINT)
-    if grading():
-        q, k, v = secret_inputs()
-        mask, keys = secret_masks()
-        _judge_case(ev, "r_secret", q, k, v, mask, described(q, k, v, mask))
-        _judge_case(ev, "r_keys_secret", q, k, v, keys, described(q, k, v, keys),
-                    _BROADCAST_HINT, _BROADCAST_HINT)
-
-
-@judge("sdpa_fully_masked_row")
-def _judge_empty_row(ev: Evidence) -> None:
-    """A query that may attend to nothing gets all-zero weights and a zero output — no NaN; other rows are
-    unchanged."""
-    _judge_case(ev, "r", *empty_row_case(), "query 2 may attend to nothing", _EMPTY_ROW_WEIGHTS_HINT,
-                _EMPTY_ROW_OUTPUT_HINT)
-    if grading():
-        _judge_case(ev, "r_secret", *secret_empty_row_case(), _EMPTY_ROW_WEIGHTS_HINT, _EMPTY_ROW_OUTPUT_HINT)
+_against_sdpa(probes.sdpa_by_hand,
+              passed="d = 4: raw scores 4 and 0 become 2 and 0, weights e²/(e²+1) ≈ 0.881 and 1/(e²+1) ≈ 0.119.")
+_against_sdpa(probes.sdpa_masks_by_hand, hints=(_BROADCAST_HINT, _BROADCAST_HINT), hinted=("r_keys", "r_keys_secret"),
+              passed="Masking key 0 leaves all the weight on key 1: weights [0, 1], output = value 1; a mask (tk,) "
+                     "broadcasts.")
+_against_sdpa(probes.sdpa_fully_masked_row, hints=(_EMPTY_ROW_WEIGHTS_HINT, _EMPTY_ROW_OUTPUT_HINT),
+              hinted=("r", "r_secret"),
+              passed="A query that may attend to nothing gets all-zero weights and a zero output — no NaN; other rows "
+                     "are unchanged.")
 
 
 @judge("sdpa_oracle")
-def _judge_oracle(ev: Evidence) -> None:
+def _judge_sdpa_oracle(ev: Evidence) -> None:
     """Random shapes (0-2 leading dimensions, tq != tk, dv != d) and masks against F.scaled_dot_product_attention;
     every row of weights with something allowed sums to 1 and is 0 where the mask is False."""
-    for i in range(len(ORACLE_SPECS)):
-        q, k, v, mask, case = oracle_case(i)
-        _judge_case(ev, f"r{i}", q, k, v, mask, case)
-    q, k, v, mask, case = oracle_case(1)
-    _, w = _result(ev, "r1", q, k, v)
+    weights = [_expect_sdpa(ev, case)[1] for case in probes.sdpa_oracle.cases]
+    case = probes.sdpa_oracle.cases[1]
+    w, mask = weights[1], case.inputs()["mask"]
     sums = w.sum(dim=-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
         fail(f"The rows of the weights of {SDPA_NAME} do not sum to 1. Softmax over the keys (dim=-1), after "
-             "masking the scores with −∞.", torch.ones_like(sums), sums, case=case)
+             "masking the scores with −∞.", torch.ones_like(sums), sums, case=case.label)
     leaked = w.masked_select(~mask.expand_as(w)).abs().max()
     if float(leaked) > 1e-6:
         fail(f"{SDPA_NAME} gives weight up to {float(leaked):.3g} to keys the mask forbids (mask False). "
              "True means allowed: fill the scores where the mask is False with −∞ before the softmax.")
 
 
-def _gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, compute: Callable,
-               with_weights: bool) -> dict[str, torch.Tensor | None]:
-    """Autograd of the probe's loss through compute(q, k, v, mask) -> (output, weights)."""
-    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
-    out, w = compute(q, k, v, mask)
-    loss = (out * upstream(tuple(out.shape), 390)).sum()
-    if with_weights:
-        loss = loss + (w * upstream(tuple(w.shape), 391)).sum()
-    loss.backward()
-    return {"queries": q.grad, "keys": k.grad, "values": v.grad}
+def _same_pair(ev: Evidence, pair: Pair, other: Pair) -> bool:
+    return matches_any(pair[0], [other[0]], ev.device) and matches_any(pair[1], [other[1]], ev.device)
 
 
-def _judge_gradients_of(ev: Evidence, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                        case: str) -> None:
+def _expect_sdpa_gradients(ev: Evidence, case: Case) -> None:
     """Gradients reach queries, keys and values, stay finite even with a query that may attend to nothing, and
     are autograd's through PyTorch's fused attention (or through the typical mistake the output is)."""
     __tracebackhide__ = True
-    out, w = _result(ev, "r", q, k, v)
-    if not requires_grad(ev, "r.0"):
+    out, w = _result(ev, case)
+    if not requires_grad(ev, f"{case.key}.0"):
         fail(f"The output of {SDPA_NAME} is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.",
              mistake=modules.DETACHED)
-    with_weights = requires_grad(ev, "r.1")
-    expected_out, expected_w = _oracle(q, k, v, mask)
-    if matches_any(out, [expected_out], ev.device) and matches_any(w, [expected_w], ev.device):
-        compute = _oracle
-    else:  # the computation is a known mistake (judged by the other checks), or not attention at all
-        found = [i for i, (_, (o, ww)) in enumerate(_variants(q, k, v, mask))
-                 if matches_any(out, [o.detach()], ev.device) and matches_any(w, [ww.detach()], ev.device)]
+    inputs = dict(case.inputs())
+    compute = _sdpa_oracle
+    if not _same_pair(ev, (out, w), _sdpa_oracle(**inputs)):
+        # the computation is a known mistake (judged by the other checks), or not attention at all
+        found = [simulate for (_, simulate), (_, pair) in zip(_sdpa_simulators("mask" in inputs),
+                                                              _sdpa_mistakes(inputs), strict=True)
+                 if _same_pair(ev, (out, w), pair)]
         if not found:
-            _judge_case(ev, "r", q, k, v, mask, case)  # names the mistake, or says it is not attention
-            fail(f"The result of {SDPA_NAME} is not attention.", case=case)
-        index = found[0]
-
-        def compute(*inputs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-            return _variants(*inputs)[index][1]
-    grads = _gradients(q, k, v, mask, compute, with_weights)
-    for name, t in (("queries", q), ("keys", k), ("values", v)):
-        got = tensor(ev, f"grad.{name}", shape=tuple(t.shape))
+            _expect_sdpa(ev, case)  # names the mistake, or says it is not attention
+            fail(f"The result of {SDPA_NAME} is not attention.", case=case.label)
+        compute = found[0]
+    leaves = {name: inputs[name].clone().requires_grad_(True) for name in ("queries", "keys", "values")}
+    simulated_out, simulated_w = compute(**{**inputs, **leaves})
+    loss = (simulated_out * randn(*simulated_out.shape, seed=UPSTREAM_SEEDS[0])).sum()
+    if requires_grad(ev, f"{case.key}.1"):
+        loss = loss + (simulated_w * randn(*simulated_w.shape, seed=UPSTREAM_SEEDS[1])).sum()
+    loss.backward()
+    for name, leaf in leaves.items():
+        got = tensor(ev, f"grad.{name}", shape=tuple(leaf.shape))
         if got is None or float(got.abs().sum()) == 0.0:
             fail(f"The {name} receive no gradient through {SDPA_NAME}. Are they used, and is nothing detached?",
                  mistake=modules.NO_GRADIENT)
@@ -332,155 +307,115 @@ def _judge_gradients_of(ev: Evidence, q: torch.Tensor, k: torch.Tensor, v: torch
                  "−inf)) and repairing the NaN weights afterwards sends NaN back through the addition. Use "
                  "scores.masked_fill(~mask, float('-inf')), whose gradient is zero at masked positions.",
                  mistake=NAN_GRADIENTS)
-        expect_close(got, grads[name], what=f"The gradient of a loss on {SDPA_NAME} with respect to the {name}",
-                     device=ev.device, case=case,
+        expect_close(got, leaf.grad, what=f"The gradient of a loss on {SDPA_NAME} with respect to the {name}",
+                     device=ev.device, case=case.label,
                      otherwise="Compare with autograd through F.scaled_dot_product_attention: build the result only "
                                "from differentiable torch operations.")
 
 
 @judge("sdpa_gradients")
-def _judge_gradients(ev: Evidence) -> None:
+def _judge_sdpa_gradients(ev: Evidence) -> None:
     """Gradients on random shapes with queries that may attend to nothing: finite, and autograd's."""
-    _judge_gradients_of(ev, *oracle_case(GRAD_CASE))
+    _expect_sdpa_gradients(ev, probes.GRADIENT_CASE)
 
 
 @judge("sdpa_vs_pytorch")
-def _judge_vs_pytorch(ev: Evidence) -> None:
+def _judge_sdpa_vs_pytorch(ev: Evidence) -> None:
     """A small masked batch against F.scaled_dot_product_attention (output and weights, an empty row zeroed);
     gradients reach queries, keys and values, finite and as autograd gives them."""
-    _judge_case(ev, "r", *small_case())
-    _judge_gradients_of(ev, *small_case())
+    _expect_sdpa(ev, probes.SMALL_CASE)
+    _expect_sdpa_gradients(ev, probes.SMALL_CASE)
 
 
 # ---------------------------------------------------------------- ScaledSelfAttention: oracle and typical mistakes
 
-def _weights(ev: Evidence, key: str, k: int, seed: int) -> dict[str, torch.Tensor]:
-    """Three separate bias-free k×k nn.Linear projections, and the values the probe loaded into their weights."""
-    __tracebackhide__ = True
-    what = f"{MODULE_NAME}({k})"
-    modules.expect_layers(ev, key, what, MODULE_NAME, dict.fromkeys(ROLES, (k, k, False, PROJECTION)), _SHARED,
-                          dict.fromkeys(ROLES, PROJECTION_BIAS))
-    return modules.expect_parameters(ev, key, what, {f"{role}.weight": (k, k) for role in ROLES}, seed, GAINS)
+_scaled_projections = partial(projections, owner=MODULE_NAME, gains=GAINS, bias_mistake=PROJECTION_BIAS)
 
 
-def _mha(w: dict[str, torch.Tensor]) -> nn.MultiheadAttention:
-    """nn.MultiheadAttention with one head carrying these projections and an identity output: it scales by √k."""
-    return oracles.multihead_attention(*(w[f"{role}.weight"] for role in ROLES))
+def _scaled_attention(w: dict[str, torch.Tensor], k: int, x: torch.Tensor,
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+    """nn.MultiheadAttention with one head (it scales by √k) carrying the projections w, on x (b, t, k): (b, t, k)."""
+    return oracles.course_module_attention(w, x, mask=mask)
 
 
-def _module_oracle(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    with torch.no_grad():
-        return oracles.attend(_mha(w), x, mask=mask)
+def _through_module(how: Mistake | None, zeroed: bool, w: dict[str, torch.Tensor], k: int, x: torch.Tensor,
+                    mask: torch.Tensor | None = None, *, raw_values: bool = False,
+                    unmasked: bool = False) -> torch.Tensor:
+    """The module's output when scaled_dot_product_attention is simulated(how, zeroed); raw_values: x used as the
+    values; unmasked: the mask not passed on. (b, t, k)"""
+    q, keys, v = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
+    return _simulated(how, zeroed, q, keys, x if raw_values else v, None if unmasked else mask)[0]
 
 
-def _module_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor,
-                     mask: torch.Tensor | None) -> list[tuple[Mistake, torch.Tensor]]:
+def _module_simulators(k: int, x: torch.Tensor, mask: torch.Tensor | None = None) -> list[tuple[Mistake, Callable]]:
     """The mistakes of scaled_dot_product_attention (which the module calls), and the module's own."""
-    with torch.no_grad():
-        q, k, v = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
-        found = _output_mistakes(q, k, v, mask)
-        found.append((VALUES_NOT_PROJECTED, _attend(q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]), x, mask)[0]))
-        if mask is not None:  # the mask dropped in forward: attention without a mask
-            found.append((MASK_IGNORED, _oracle(q, k, v, None)[0]))
+    found = [(m, partial(_through_module, m, zeroed)) for m, zeroed in _typical(mask is not None)]
+    found.append((VALUES_NOT_PROJECTED, partial(_through_module, None, True, raw_values=True)))
+    if mask is not None:  # the mask dropped in forward: attention without a mask
+        found.append((MASK_IGNORED, partial(_through_module, None, True, unmasked=True)))
     return found
 
 
-def _anchors(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
-    """Every output a real computation of the exercise gives: the oracle, each mistake, and a mistake of the
-    function together with the values not projected."""
+def _both_mistakes(w: dict[str, torch.Tensor], k: int, x: torch.Tensor,
+                   mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """A mistake of the function together with the values not projected: a real computation no check names."""
     with torch.no_grad():
-        q, k, _ = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
-        both = [out for _, out in _output_mistakes(q, k, x, mask)]
-    return [_module_oracle(w, x, mask), *(m for _, m in _module_mistakes(w, x, mask)), *both]
+        return [_through_module(m, zeroed, w, k, x, mask, raw_values=True)
+                for m, zeroed in _typical(mask is not None)]
 
 
-def _module_output(ev: Evidence, key: str, x: torch.Tensor, with_mask: bool) -> torch.Tensor:
-    __tracebackhide__ = True
-    fact = ev.facts.get(key)
-    if (with_mask and isinstance(fact, dict) and fact.get("kind") == "raised" and fact.get("type") == "TypeError"
-            and "mask" in str(fact.get("message"))):
-        fail(f"{MODULE_NAME}.forward(x, mask=...) raised TypeError: {str(fact.get('message'))[:200]}. "
-             + _MASK_ARGUMENT_HINT, mistake=NO_MASK_ARGUMENT)
-    what = f"{MODULE_NAME}.forward(x{', mask' if with_mask else ''})"
-    return output(ev, key, what=what, shape=tuple(x.shape),
-                  hint=_FORWARD_HINT + (" " + _MASK_ARGUMENT_HINT if with_mask else ""))
+def _forward_hint(x: torch.Tensor, mask: torch.Tensor | None = None) -> str:
+    return _MODULE_FORWARD_HINT + (" " + _MASK_ARGUMENT_HINT if mask is not None else "")
 
 
-def _anchor(ev: Evidence, y: torch.Tensor, w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None,
-            claim: str, case: str) -> None:
-    """Fail unless y is what the module (or one of its typical mistakes) computes with the check's weights."""
-    __tracebackhide__ = True
-    if not matches_any(y, _anchors(w, x, mask), ev.device):
-        fail(f"{claim}, but it is not scaled self-attention with the projections to_queries, to_keys and to_values: "
-             f"its output matches neither the reference nor a known mistake. {_FORWARD_HINT}",
-             _module_oracle(w, x, mask), y, case=case)
-
+MODULE = ForwardOracle(
+    MODULE_NAME, "scaled self-attention with the projections to_queries, to_keys and to_values", _scaled_projections,
+    _scaled_attention, "nn.MultiheadAttention", simulators=_module_simulators, anchors=_both_mistakes,
+    hint=_forward_hint, keyword_mistake=NO_MASK_ARGUMENT,
+    otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _MODULE_FORWARD_HINT)
 
 # ---------------------------------------------------------------- ScaledSelfAttention
 
+against_forward(probes.scaled_self_attention_vs_pytorch, MODULE,
+                passed="A small masked batch against nn.MultiheadAttention (one head, which scales by √k) with the "
+                       "check's weights loaded into your module; the gradients reach the input and the three "
+                       "projections.")
+against_forward(probes.scaled_self_attention_oracle, MODULE,
+                passed="Random weights, inputs and masks against nn.MultiheadAttention (one head) with the check's "
+                       "weights.")
+
+
 @judge("scaled_self_attention_structure")
-def _judge_structure(ev: Evidence) -> None:
+def _judge_scaled_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    k = STRUCTURE_K
-    w = _weights(ev, "module", k, 400)
-    modules.expect_parameter_count(ev, "module", f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
+    (run,) = probes.scaled_self_attention_structure.runs
+    (case,) = run.cases
+    w = _scaled_projections(ev, run.module)
+    (k,) = run.module.args
+    modules.expect_parameter_count(ev, run.module.key, f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
                                    "Are extra layers or biases registered, or some projection kept outside the module?")
-    x = structure_x()
-    y = _module_output(ev, "y", x, False)
-    _anchor(ev, y, w, x, None, f"{MODULE_NAME} has the right layers", f"x of shape {tuple(x.shape)}, no mask")
-
-
-@judge("scaled_self_attention_vs_pytorch")
-def _judge_module_vs_pytorch(ev: Evidence) -> None:
-    """A small masked batch against nn.MultiheadAttention (one head, which scales by √k) with the check's weights
-    loaded into your module; the gradients reach the input and the three projections."""
-    w = _weights(ev, "module", 4, 495)
-    x, mask, grad = small_module_case()
-    case = "x of shape (2, 5, 4), padding mask of shape (2, 1, 5)"
-    y = _module_output(ev, "y", x, True)
-    expect_close(y, _module_oracle(w, x, mask), what=f"{MODULE_NAME}.forward", device=ev.device,
-                 mistakes=_module_mistakes(w, x, mask), case=case,
-                 otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
-    modules.expect_attached(ev, "y", f"{MODULE_NAME}.forward(x, mask)")
-    modules.expect_gradients(ev, oracles.as_course(oracles.gradients(_mha(w), x, grad, mask=mask)),
-                             owner=f"{MODULE_NAME}.forward", case=case, oracle="nn.MultiheadAttention")
+    inputs = dict(case.inputs())
+    anchor_forward(ev, forward_output(ev, case.key, MODULE, inputs), MODULE, w, run.module.args, inputs,
+                   f"{MODULE_NAME} has the right layers", case.label)
 
 
 @judge("scaled_self_attention_causal")
-def _judge_causal(ev: Evidence) -> None:
+def _judge_scaled_causal(ev: Evidence) -> None:
     """With a lower-triangular mask, changing a later input changes no earlier output; without a mask it does."""
-    w = _weights(ev, "module", CAUSAL_K, 480)
-    x, x_changed, causal = causal_inputs()
-    y = _module_output(ev, "y", x, True)
-    y_changed = _module_output(ev, "y_changed", x_changed, True)
-    y_free = _module_output(ev, "y_free", x, False)
-    y_free_changed = _module_output(ev, "y_free_changed", x_changed, False)
-    case = "position 4 of the input changed"
-    if not matches_any(y_changed[:, :4], [y[:, :4]], ev.device):
-        with torch.no_grad():  # the mask dropped, perhaps together with a mistake of the function
-            q, k, v = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
-            unmasked = [(MASK_IGNORED, y_mistake) for _, y_mistake in _output_mistakes(q, k, v, None)]
-        named = next((m for m, y_mistake in [*_module_mistakes(w, x, causal), *unmasked]
-                      if matches_any(y, [y_mistake], ev.device)), None)
-        fail(f"{MODULE_NAME}.forward with a causal mask: changing input 4 changed an earlier output (0-3), so later "
-             "positions leak through the mask. Is the mask passed on to scaled_dot_product_attention, and is True "
-             "'allowed'?" + (f" The output is not what was asked: {named.explanation}" if named else ""),
-             y[:, :4], y_changed[:, :4], case=case, mistake=named or CAUSAL_LEAK)
-    if matches_any(y_free_changed[:, :4], [y_free[:, :4]], ev.device):
+    (run,) = probes.scaled_self_attention_causal.runs
+    w, args = _scaled_projections(ev, run.module), run.module.args
+    inputs = [dict(case.inputs()) for case in run.cases]
+    y, y_changed, y_free, y_free_changed = (forward_output(ev, case.key, MODULE, given)
+                                            for case, given in zip(run.cases, inputs, strict=True))
+    with torch.no_grad():  # the mask dropped, perhaps together with a mistake of the function
+        leaks = [(m, simulate(w, *args, **inputs[0])) for m, simulate in _module_simulators(*args, **inputs[0])]
+        leaks += [(MASK_IGNORED, _through_module(m, zeroed, w, *args, **inputs[0], unmasked=True))
+                  for m, zeroed in _SDPA_MISTAKES[:4]]
+    expect_causal(ev, y, y_changed, CHANGED, f"{MODULE_NAME}.forward with a causal mask", leaks,
+                  "Later positions leak through the mask. Is the mask passed on to scaled_dot_product_attention, and "
+                  "is True 'allowed'?", CAUSAL_LEAK)
+    if matches_any(y_free_changed[:, :CHANGED], [y_free[:, :CHANGED]], ev.device):
         fail(f"Without a mask, {MODULE_NAME} should let every position see every other one, but changing input 4 "
              "changed no earlier output. Does forward use a mask when none is given?", mistake=MASK_WITHOUT_MASK)
-    for value, inputs, mask in ((y, x, causal), (y_changed, x_changed, causal), (y_free, x, None),
-                                (y_free_changed, x_changed, None)):
-        _anchor(ev, value, w, inputs, mask, f"{MODULE_NAME} respects the causal mask",
-                f"x of shape {tuple(inputs.shape)}, " + ("causal mask" if mask is not None else "no mask"))
-
-
-@judge("scaled_self_attention_oracle")
-def _judge_module_oracle(ev: Evidence) -> None:
-    """Random weights, inputs and masks against nn.MultiheadAttention (one head) with the check's weights."""
-    for i, (_, _, k, _) in enumerate(MODULE_SPECS):
-        w = _weights(ev, f"module{i}", k, 440 + 10 * i)
-        x, mask, case = module_case(i)
-        y = _module_output(ev, f"y{i}", x, mask is not None)
-        expect_close(y, _module_oracle(w, x, mask), what=f"{MODULE_NAME}.forward", device=ev.device,
-                     mistakes=_module_mistakes(w, x, mask), case=case, otherwise=_FORWARD_HINT)
+    for value, case, given in zip((y, y_changed, y_free, y_free_changed), run.cases, inputs, strict=True):
+        anchor_forward(ev, value, MODULE, w, args, given, f"{MODULE_NAME} respects the causal mask", case.label)

@@ -1,12 +1,16 @@
-"""Judges for assignment 07 (probes in course/checks/seq2seq.py): the masks against their definitions, DecoderBlock
-and Seq2SeqTransformer against PyTorch's own nn.TransformerDecoderLayer and nn.TransformerEncoderLayer carrying the
-check's weights (their boolean masks mean True = NOT allowed, so ours are inverted), the loss against
-F.cross_entropy, greedy decoding against a step-by-step argmax over the probe's stand-in models; and the typical
-mistakes each can name. Properties (causality, padding invariance) are anchored to outputs recomputed here.
+"""Judges for assignment 07 (probes in course/checks/seq2seq.py), read top to bottom: the mistakes; then per exercise
+its oracle with the simulators of its typical mistakes and one declaration per check, judged from the very cases
+its probe drew (the masks against their definitions; DecoderBlock and Seq2SeqTransformer against PyTorch's own
+nn.TransformerDecoderLayer and nn.TransformerEncoderLayer carrying the check's weights, whose boolean masks mean
+True = NOT allowed, so ours are inverted; the loss against F.cross_entropy, a course/judges/kinds.py LossOracle;
+greedy decoding against a step-by-step argmax over the probe's stand-in models). The properties (causality, padding
+invariance, gradients through a typical mistake) are written out, anchored to outputs recomputed here.
 """
 
 import math
+from collections.abc import Callable
 from types import MappingProxyType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -14,12 +18,12 @@ from torch import nn
 from torch.func import functional_call
 
 from course.checks import modules
+from course.checks import seq2seq as probes
 from course.checks.compare import (
     NOT_A_TENSOR,
     WRONG_SHAPE,
     Mistake,
     Rows,
-    expect_close,
     expect_close_batch,
     expect_equal,
     fail,
@@ -30,53 +34,24 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
+from course.checks.kinds import Built, Case
 from course.checks.modules import PARAMETER_COUNT, WRONG_PART_TYPE
 from course.checks.seeds import grading
 from course.checks.seq2seq import (
     _CAUSAL_POSITIONS,
-    _CAUSALITY_BLOCK,
-    _PADDING_BLOCK,
-    _SCRIPTED_LENGTHS,
-    _SCRIPTED_SRC,
-    _SHORT_LENGTHS,
-    _SHORT_SRC,
-    BLOCK_CASES,
-    BLOCK_STRUCTURES,
     BOS_ID,
-    CAUSAL_LENGTHS,
     EOS_ID,
-    LOSS_CASES,
-    LOSS_GRADIENT_CASE,
-    LOSS_HIDDEN_CASES,
-    MODEL_CASES,
     PAD_ID,
-    PADDING_BY_HAND,
-    PADDING_CASES,
-    SECRET_CAUSAL_BY_HAND,
-    SECRET_CAUSAL_ORACLE,
-    SECRET_LOSS_OFFSET,
-    SECRET_PADDING_BY_HAND,
-    SECRET_PADDING_ORACLE,
-    SECRET_SCRIPTED_CASE,
-    SECRET_SHORT_CASE,
-    SMALL_MODEL,
+    DecodeCase,
+    DecodeCheck,
+    DecoderCheck,
+    MaskCase,
+    MaskCheck,
     ModelCase,
-    ScriptedModel,
-    _block_inputs,
-    _causality_inputs,
-    _loss_case,
-    _model_inputs,
-    _padding_block_inputs,
-    _padding_model_inputs,
-    _random_translator,
-    _small_block_case,
-    _structure_case,
-    secret_causal_length,
-    secret_padding_case,
-    secret_scripted,
-    secret_short_source,
+    ModelRun,
 )
 from course.judges import judge, oracles
+from course.judges.kinds import LossOracle, against_loss, expect_causal
 
 CAUSAL_NAME = "causal_mask(t)"
 PADDING_NAME = "padding_mask(lengths, t)"
@@ -180,6 +155,9 @@ DECODE_RETURNS_BOS = Mistake("greedy-returns-bos", "the output starts with <bos>
                              "(drop column 0).")
 DECODE_EOS_PADDED = Mistake("greedy-eos-padded", "after <eos> the sequence is filled with <eos>; fill it with <pad> "
                             "(0) instead.")
+DECODE_EOS_OVERWRITTEN = Mistake("greedy-eos-overwritten", "the <eos> itself is replaced by <pad>: a sequence is "
+                                 "marked finished before its <eos> is appended. Append the token first, then set "
+                                 "`finished` where it is <eos>, so only the tokens after it become <pad>.")
 DECODE_FORGETS_BOS = Mistake("greedy-forgets-bos", "the decoder does not start from <bos>: the first input of every "
                              "sequence is the <bos> token.")
 DECODE_FIRST_POSITION = Mistake("greedy-first-position", "the next token is the argmax at the FIRST position of the "
@@ -264,40 +242,6 @@ def _causal_mistakes(t: int) -> list[tuple[Mistake, torch.Tensor]]:
 _CAUSAL_HINT = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
 
 
-def _expect_causal(ev: Evidence, key: str, t: int, device: str, what: str) -> None:
-    """The mask recorded under key is the causal mask of length t, on device."""
-    __tracebackhide__ = True
-    mask = _mask(ev, key, what=what, shape=(t, t), device=device)
-    expect_equal(mask, oracles.causal_mask(t), what=what, mistakes=_causal_mistakes(t), otherwise=_CAUSAL_HINT,
-                 case=f"t={t}")
-
-
-@judge("causal_mask_by_hand")
-def _judge_causal_by_hand(ev: Evidence) -> None:
-    """t = 4: the lower triangle, diagonal included, as bools."""
-    mask = _mask(ev, "mask", what=CAUSAL_NAME, shape=(4, 4), device="cpu")
-    expect_equal(mask, oracles.causal_mask(4), what=CAUSAL_NAME, mistakes=_causal_mistakes(4),
-                 otherwise=_CAUSAL_HINT, case="t=4, shown as 0/1")
-    if grading():
-        _expect_causal(ev, "mask_secret", secret_causal_length(SECRET_CAUSAL_BY_HAND), "cpu", CAUSAL_NAME)
-
-
-@judge("causal_mask_oracle")
-def _judge_causal_oracle(ev: Evidence) -> None:
-    """Several lengths, on the device asked and on the CPU by default; True where j <= i."""
-    for t in CAUSAL_LENGTHS:
-        what = f"causal_mask({t}, device={ev.device!r})"
-        mask = _mask(ev, f"mask{t}", what=what, shape=(t, t), device=ev.device)
-        expect_equal(mask, oracles.causal_mask(t), what=what, mistakes=_causal_mistakes(t),
-                     otherwise=_CAUSAL_HINT, case=f"t={t}")
-    mask = _mask(ev, "mask_default", what="causal_mask(2) without a device", shape=(2, 2), device="cpu")
-    expect_equal(mask, oracles.causal_mask(2), what="causal_mask(2)", mistakes=_causal_mistakes(2),
-                 otherwise=_CAUSAL_HINT, case="t=2")
-    if grading():
-        t = secret_causal_length(SECRET_CAUSAL_ORACLE)
-        _expect_causal(ev, "mask_secret", t, ev.device, f"causal_mask({t}, device={ev.device!r})")
-
-
 def _padding(lengths: torch.Tensor, t: int) -> torch.Tensor:
     """Oracle: (b, t), True at positions p < lengths[i]."""
     return torch.arange(t).unsqueeze(0) < lengths.cpu().unsqueeze(1)
@@ -312,15 +256,6 @@ def _padding_mistakes(lengths: torch.Tensor, t: int) -> list[tuple[Mistake, torc
 _PADDING_HINT = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
 
 
-def _expect_padding(ev: Evidence, key: str, lengths_list: tuple[int, ...], t: int, device: str, case: str) -> None:
-    """The mask recorded under key is the padding mask of these lengths over t positions, on device."""
-    __tracebackhide__ = True
-    lengths, b = torch.tensor(lengths_list), len(lengths_list)
-    mask = _mask(ev, key, what=PADDING_NAME, shape=(b, t), device=device, hints=_padding_hints(b, t))
-    expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
-                 otherwise=_PADDING_HINT, case=case)
-
-
 def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], tuple[str, Mistake | str | None]]:
     return {(t, b): ("That is the transposed shape: one row per sequence, one column per position.",
                      PADDING_TRANSPOSED),
@@ -330,26 +265,44 @@ def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], tuple[str, Mistake |
                         WRONG_SHAPE)}
 
 
-@judge("padding_mask_by_hand")
-def _judge_padding_by_hand(ev: Evidence) -> None:
-    """lengths [3, 1, 4], t = 5."""
-    lengths, t = torch.tensor(PADDING_BY_HAND[0]), PADDING_BY_HAND[1]
-    mask = _mask(ev, "mask", what=PADDING_NAME, shape=(3, t), device="cpu", hints=_padding_hints(3, t))
-    expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
-                 otherwise=_PADDING_HINT, case="lengths=[3, 1, 4], t=5, shown as 0/1")
-    if grading():
-        lengths_list, t = secret_padding_case(SECRET_PADDING_BY_HAND)
-        _expect_padding(ev, "mask_secret", lengths_list, t, "cpu", f"lengths={list(lengths_list)}, t={t}")
+def _expect_mask(ev: Evidence, case: MaskCase) -> None:
+    """The mask recorded for case: bool, of its shape, on the device asked, and equal to its definition."""
+    __tracebackhide__ = True
+    *lengths, t = case.sizes()
+    device = ev.device if case.on_device else "cpu"
+    if lengths:
+        lengths = torch.tensor(lengths[0])
+        b = len(lengths)
+        mask = _mask(ev, case.key, what=PADDING_NAME, shape=(b, t), device=device, hints=_padding_hints(b, t))
+        expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
+                     otherwise=_PADDING_HINT, case=case.label or f"lengths={lengths.tolist()}, t={t}")
+        return
+    what = f"causal_mask({t}, device={ev.device!r})" if case.on_device else f"causal_mask({t})"
+    mask = _mask(ev, case.key, what=what, shape=(t, t), device=device)
+    expect_equal(mask, oracles.causal_mask(t), what=what, mistakes=_causal_mistakes(t), otherwise=_CAUSAL_HINT,
+                 case=case.label or f"t={t}")
 
 
-@judge("padding_mask_oracle")
-def _judge_padding_oracle(ev: Evidence) -> None:
-    """Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one."""
-    for i, (lengths_list, t) in enumerate(PADDING_CASES):
-        _expect_padding(ev, f"mask{i}", lengths_list, t, ev.device, f"lengths={list(lengths_list)}, t={t}")
-    if grading():
-        lengths_list, t = secret_padding_case(SECRET_PADDING_ORACLE)
-        _expect_padding(ev, "mask_secret", lengths_list, t, ev.device, f"lengths={list(lengths_list)}, t={t}")
+def _against_cases(check: MaskCheck | DecodeCheck, expect: Callable[[Evidence, Any], None], *, passed: str) -> None:
+    """Register the judge of check: expect(ev, case) for every case drawn (the secret ones only under grading)."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        for case in check.cases:
+            if not case.secret or grading():
+                expect(ev, case)
+
+    judged.__doc__ = judged.passed = passed
+    judge(check.name)(judged)
+
+
+_against_cases(probes.causal_mask_by_hand, _expect_mask,
+               passed="t = 4: the lower triangle, diagonal included, as bools.")
+_against_cases(probes.causal_mask_oracle, _expect_mask,
+               passed="Several lengths, on the device asked and on the CPU by default; True where j <= i.")
+_against_cases(probes.padding_mask_by_hand, _expect_mask, passed="lengths [3, 1, 4], t = 5.")
+_against_cases(probes.padding_mask_oracle, _expect_mask,
+               passed="Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one.")
 
 
 # ---------------------------------------------------------------- modules: the judge's side
@@ -436,22 +389,28 @@ _BLOCK_MISTAKES = ((BLOCK_CROSS_READS_ITSELF, MappingProxyType({"context": "self
                    (BLOCK_CROSS_ON_INPUT, MappingProxyType({"layout": "cross-on-input"})))
 
 
-def _block_oracle(w, heads, x, memory, causal: bool, pad: torch.Tensor | None) -> torch.Tensor:
-    return _torch_decoder(w, "", heads, x, memory, causal, pad)
+def _block_oracle(w: dict[str, torch.Tensor], heads: int, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """nn.TransformerDecoderLayer with the block's weights on a case's inputs (causal when it has a self_mask)."""
+    memory_mask = inputs.get("memory_mask")
+    return _torch_decoder(w, "", heads, inputs["x"], inputs["memory"], "self_mask" in inputs,
+                          None if memory_mask is None else memory_mask[:, 0])
 
 
-def _block_mistakes(w, heads, x, memory, self_mask, memory_mask) -> list[tuple[Mistake, torch.Tensor]]:
+def _block_mistakes(w: dict[str, torch.Tensor], heads: int,
+                    inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
     with torch.no_grad():
-        return [(m, _block_variant(w, heads, x, memory, self_mask, memory_mask, **switches))
-                for m, switches in _BLOCK_MISTAKES]
+        return [(m, _block_variant(w, heads, inputs["x"], inputs["memory"], inputs.get("self_mask"),
+                                   inputs.get("memory_mask"), **switches)) for m, switches in _BLOCK_MISTAKES]
 
 
 # ---------------------------------------------------------------- DecoderBlock
 
-_BLOCK_HINT = ("x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
+_DECODER_HINT = ("x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
                "mask=memory_mask)); return norm3(x + ff(x)).")
 _MASK_SHAPE_HINT = ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
                     "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...).")
+_MEMORY_GRADIENT_HINT = ("Cross-attention must read memory (cross_attention(x, context=memory, ...)), or the "
+                         "encoder would never learn.")
 
 
 def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -> None:
@@ -491,158 +450,137 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
              f"the feed-forward make {expected}. Is an extra layer registered?", mistake=PARAMETER_COUNT)
 
 
-def _block_weights(ev: Evidence, key: str, k: int, heads: int, ff_mult: int, seed: int) -> dict[str, torch.Tensor]:
+def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """The structure of the block built (args (k, heads, ff_mult)), then the weights the probe loaded."""
     __tracebackhide__ = True
-    _block_structure(ev, key, k, heads, ff_mult)
-    return modules.expect_parameters(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})",
-                                     _block_shapes("", k, ff_mult), seed, hint=modules.PARTS_HINT)
+    k, heads, ff_mult = built.args
+    _block_structure(ev, built.key, k, heads, ff_mult)
+    return modules.expect_parameters(ev, built.key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})",
+                                     _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT)
 
 
-def _anchor_block(ev: Evidence, y: torch.Tensor, w, heads, x, memory, pad: torch.Tensor | None, causal: bool,
-                  claim: str) -> None:
+def _block_output(ev: Evidence, case: Case, hints: dict | None = None) -> torch.Tensor:
+    __tracebackhide__ = True
+    inputs = case.inputs()
+    return output(ev, case.key, what=f"{BLOCK_NAME}.forward({', '.join(inputs)})", shape=tuple(inputs["x"].shape),
+                  shape_hints=hints, hint=_MASK_SHAPE_HINT)
+
+
+def _anchor_block(ev: Evidence, y: torch.Tensor, w, heads: int, case: Case, claim: str) -> None:
     """Rule 2: the output is what the block, right or typically wrong, computes with the check's weights."""
     __tracebackhide__ = True
-    self_mask = oracles.causal_mask(x.shape[1]) if causal else None
-    memory_mask = None if pad is None else pad.unsqueeze(1)
+    inputs = dict(case.inputs())
     with torch.no_grad():
-        expected = _block_oracle(w, heads, x, memory, causal, pad)
-        candidates = [expected, *(m for _, m in _block_mistakes(w, heads, x, memory, self_mask, memory_mask))]
-    if not matches_any(y, candidates, ev.device):
-        fail(f"{claim}, but it is not a decoder block with the check's weights: " + _BLOCK_HINT, expected, y,
-             case=f"x {tuple(x.shape)}, memory {tuple(memory.shape)}")
+        expected = _block_oracle(w, heads, inputs)
+    if not matches_any(y, [expected, *(m for _, m in _block_mistakes(w, heads, inputs))], ev.device):
+        fail(f"{claim}, but it is not a decoder block with the check's weights: " + _DECODER_HINT, expected, y,
+             case=case.label)
 
 
-@judge("decoder_block_structure")
-def _judge_block_structure(ev: Evidence) -> None:
-    """self_attention and cross_attention (two MultiHeadAttention), norm1-3 (LayerNorm(k)), ff (FeedForward)."""
-    for i, (k, heads, ff_mult) in enumerate(BLOCK_STRUCTURES):
-        w = _block_weights(ev, f"block{i}", k, heads, ff_mult, 1000 + i)
-        x, memory, lengths = _structure_case(k)
-        y = output(ev, f"y{i}", what=f"{BLOCK_NAME}.forward", shape=(2, 3, k), hint=_MASK_SHAPE_HINT)
-        _anchor_block(ev, y, w, heads, x, memory, _padding(lengths, 4), True, f"{BLOCK_NAME} has the right parts")
+def _expect_block_gradients(ev: Evidence, w: dict[str, torch.Tensor], heads: int, case: Case) -> None:
+    """The output of case is in autograd's graph, and x, memory and every parameter got autograd's gradient
+    through nn.TransformerDecoderLayer (or through the typical mistake the output is)."""
+    __tracebackhide__ = True
+    y = _block_output(ev, case)
+    modules.expect_differentiable(ev, case.key, f"{BLOCK_NAME}.forward")
+    inputs = dict(case.inputs())
+    masks = {name: inputs.pop(name) for name in ("self_mask", "memory_mask")}
+
+    def forward(leaves, x, memory, **switches):
+        if not switches:
+            return _block_oracle(leaves, heads, {"x": x, "memory": memory, **masks})
+        return _block_variant(leaves, heads, x, memory, masks["self_mask"], masks["memory_mask"], **switches)
+
+    because, chosen = None, {}
+    with torch.no_grad():
+        if not matches_any(y, [forward(w, **inputs)], ev.device):
+            because, chosen = next(((m, dict(sw)) for m, sw in _BLOCK_MISTAKES
+                                    if matches_any(y, [forward(w, **inputs, **sw)], ev.device)), (None, {}))
+    expected = modules.autograd(lambda leaves, x, memory: forward(leaves, x, memory, **chosen), w, inputs,
+                                case.upstream())
+    modules.expect_gradients(ev, expected, owner=f"{BLOCK_NAME}.forward", case=case.label, because=because,
+                             oracle="nn.TransformerDecoderLayer with the same weights",
+                             hints={"memory": _MEMORY_GRADIENT_HINT})
+
+
+def _against_block(check: DecoderCheck, *, passed: str, claim: str = "") -> None:
+    """Register the judge of a DecoderBlock check: for each block built, its structure and weights, then every
+    case against nn.TransformerDecoderLayer with those weights (naming the typical mistake it matches), or only
+    anchored to a decoder block's output (claim: what the check shows); a case with an upstream gradient has its
+    gradients compared with autograd."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        for run in check.runs:
+            w = _block_weights(ev, run.module)
+            heads = run.module.args[1]
+            for case in run.cases:
+                if case.upstream is not None:
+                    _expect_block_gradients(ev, w, heads, case)
+                    continue
+                y = _block_output(ev, case)
+                if claim:
+                    _anchor_block(ev, y, w, heads, case, claim)
+                    continue
+                inputs = dict(case.inputs())
+                with torch.no_grad():
+                    expected = _block_oracle(w, heads, inputs)
+                expect_close_batch(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device, case=case.label,
+                                   mistakes=_block_mistakes(w, heads, inputs), otherwise=_DECODER_HINT)
+
+    judged.__doc__ = judged.passed = passed
+    judge(check.name)(judged)
+
+
+_against_block(probes.decoder_block_structure, claim=f"{BLOCK_NAME} has the right parts",
+               passed="self_attention and cross_attention (two MultiHeadAttention), norm1-3 (LayerNorm(k)), ff "
+                      "(FeedForward).")
+_against_block(probes.decoder_block_oracle, passed="Random weights and inputs against nn.TransformerDecoderLayer "
+                                                   "(post-norm, ReLU) with the same weights.")
+_against_block(probes.decoder_block_small_case,
+               passed="k=4, 2 heads, a target of 3 and a source of 5 positions (the second with 2 padded): the block "
+                      "against nn.TransformerDecoderLayer with the same weights, with the causal and the padding "
+                      "mask; a loss on the output sends autograd's gradient to x, memory and every parameter.")
 
 
 @judge("decoder_block_causality")
 def _judge_block_causality(ev: Evidence) -> None:
     """(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes earlier
     ones."""
-    b, t, s, k, heads = _CAUSALITY_BLOCK
-    w = _block_weights(ev, "block", k, heads, 4, 1100)
-    x, _changed, memory, lengths = _causality_inputs()
+    (run,) = probes.decoder_block_causality.runs
+    w, heads = _block_weights(ev, run.module), run.module.args[1]
+    case, changed = run.cases
+    b, s, k = case.inputs()["memory"].shape
     hints = {(b, s, k): "One output per memory position: are x and memory swapped in cross-attention? The queries "
                         "come from x."}
-    y = output(ev, "y", what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", shape=(b, t, k),
-               shape_hints=hints, hint=_MASK_SHAPE_HINT)
-    y_changed = output(ev, "y_changed", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), shape_hints=hints)
-    if not matches_any(y_changed[:, :3], [y[:, :3]], ev.device):
-        pad = _padding(lengths, s)
-        named = [m for m, out in _block_mistakes(w, heads, x, memory, oracles.causal_mask(t), pad.unsqueeze(1))
-                 if matches_any(y, [out], ev.device)]
-        fail(f"{BLOCK_NAME} is not causal: changing target positions 3 and 4 changed the outputs at positions 0-2. "
-             "Pass self_mask to self-attention (self_attention(x, mask=self_mask))."
-             + (f" The output matches another mistake: {named[0].explanation}" if named
-                and named[0] is not BLOCK_SELF_MASK_IGNORED else ""),
-             y[:, :3, 0], y_changed[:, :3, 0], case="outputs at positions 0-2 (first feature) before and after the "
-             "change", mistake=named[0].id if named else BLOCK_NOT_CAUSAL)
-    _anchor_block(ev, y, w, heads, x, memory, _padding(lengths, s), True, f"{BLOCK_NAME} is causal")
-
-
-@judge("decoder_block_oracle")
-def _judge_block_oracle(ev: Evidence) -> None:
-    """Random weights and inputs against nn.TransformerDecoderLayer (post-norm, ReLU) with the same weights."""
-    for i, (b, t, s, k, heads, ff_mult) in enumerate(BLOCK_CASES):
-        w = _block_weights(ev, f"block{i}", k, heads, ff_mult, 1200 + 50 * i)
-        x, memory, lengths = _block_inputs(b, t, s, k, 1230 + 10 * i)
-        pad = _padding(lengths, s)
-        y = output(ev, f"y{i}", what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", shape=(b, t, k),
-                   hint=_MASK_SHAPE_HINT)
-        with torch.no_grad():
-            expected = _block_oracle(w, heads, x, memory, True, pad)
-        expect_close_batch(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device,
-                            mistakes=_block_mistakes(w, heads, x, memory, oracles.causal_mask(t), pad.unsqueeze(1)),
-                            otherwise=_BLOCK_HINT,
-                            case=f"b={b}, t={t}, s={s}, k={k}, heads={heads}, source lengths {lengths.tolist()}")
-    # without masks (both None), as an encoder-free decoder or a test would call it
-    w = _block_weights(ev, "block_unmasked", 8, 2, 4, 1400)
-    x, memory, _ = _block_inputs(2, 3, 5, 8, 1410)
-    y = output(ev, "y_unmasked", what=f"{BLOCK_NAME}.forward(x, memory)", shape=(2, 3, 8))
-    with torch.no_grad():
-        expected = _block_oracle(w, 2, x, memory, False, None)
-    expect_close(y, expected, what=f"{BLOCK_NAME}.forward(x, memory) without masks", device=ev.device,
-                 mistakes=[(m, o) for m, o in _block_mistakes(w, 2, x, memory, None, None)
-                           if m not in (BLOCK_MEMORY_NOT_MASKED, BLOCK_SELF_MASK_IGNORED)],
-                 otherwise=_BLOCK_HINT, case="no masks")
-
-
-@judge("decoder_block_small_case")
-def _judge_block_small_case(ev: Evidence) -> None:
-    """k=4, 2 heads, a target of 3 and a source of 5 positions (the second with 2 padded): the block against
-    nn.TransformerDecoderLayer with the same weights, with the causal and the padding mask; a loss on the output
-    sends autograd's gradient to x, memory and every parameter."""
-    w = _block_weights(ev, "block", 4, 2, 4, 1450)
-    x, memory, lengths, upstream = _small_block_case()
-    pad = _padding(lengths, 5)
-    y = output(ev, "y", what=f"{BLOCK_NAME}.forward(x, memory, self_mask, memory_mask)", shape=(2, 3, 4),
-               hint=_MASK_SHAPE_HINT)
-    with torch.no_grad():
-        expected = _block_oracle(w, 2, x, memory, True, pad)
-    case = "x (2, 3, 4), memory (2, 5, 4), source lengths [5, 3], heads=2"
-    expect_close_batch(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device, otherwise=_BLOCK_HINT,
-                        mistakes=_block_mistakes(w, 2, x, memory, oracles.causal_mask(3), pad.unsqueeze(1)), case=case)
-    _expect_block_gradients(ev, "y_grad", w, 2, x, memory, lengths, upstream, case)
-
-
-def _expect_block_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], heads: int, x: torch.Tensor,
-                            memory: torch.Tensor, lengths: torch.Tensor, upstream: torch.Tensor, case: str) -> None:
-    """The output under key is in autograd's graph, and x, memory and every parameter got autograd's gradient
-    through nn.TransformerDecoderLayer (or through the typical mistake the output is)."""
-    __tracebackhide__ = True
-    output(ev, key, what=f"{BLOCK_NAME}.forward", shape=tuple(x.shape), hint=_MASK_SHAPE_HINT)
-    modules.expect_differentiable(ev, key, f"{BLOCK_NAME}.forward")
-    pad = _padding(lengths, memory.shape[1])
-    self_mask, memory_mask = oracles.causal_mask(x.shape[1]), pad.unsqueeze(1)
-
-    def forward(leaves, x, memory, **switches):
-        return (_block_variant(leaves, heads, x, memory, self_mask, memory_mask, **switches) if switches
-                else _torch_decoder(leaves, "", heads, x, memory, True, pad))
-
-    because, chosen = None, {}
-    with torch.no_grad():
-        if not matches_any(ev.tensors[key], [forward(w, x, memory)], ev.device):
-            because, chosen = next(((m, dict(sw)) for m, sw in _BLOCK_MISTAKES
-                                    if matches_any(ev.tensors[key], [forward(w, x, memory, **sw)], ev.device)),
-                                   (None, {}))
-    expected = modules.autograd(lambda leaves, x, memory: forward(leaves, x, memory, **chosen), w,
-                                {"x": x, "memory": memory}, upstream)
-    modules.expect_gradients(ev, expected, owner=f"{BLOCK_NAME}.forward", case=case, because=because,
-                             oracle="nn.TransformerDecoderLayer with the same weights",
-                             hints={"memory": _MEMORY_GRADIENT_HINT})
-
-
-_MEMORY_GRADIENT_HINT = ("Cross-attention must read memory (cross_attention(x, context=memory, ...)), or the "
-                         "encoder would never learn.")
+    y = _block_output(ev, case, hints)
+    y_changed = _block_output(ev, changed, hints)
+    expect_causal(ev, y, y_changed, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
+                  _block_mistakes(w, heads, dict(case.inputs())), "The block reads the future: pass self_mask to "
+                  "self-attention (self_attention(x, mask=self_mask)).", BLOCK_NOT_CAUSAL)
+    _anchor_block(ev, y, w, heads, case, f"{BLOCK_NAME} is causal")
 
 
 @judge("decoder_block_padding_gradients")
 def _judge_block_padding(ev: Evidence) -> None:
     """Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as autograd
     through nn.TransformerDecoderLayer gives it."""
-    b, t, s, k, heads = _PADDING_BLOCK
-    w = _block_weights(ev, "block", k, heads, 4, 1500)
-    x, memory, _longer, lengths, upstream = _padding_block_inputs()
-    y = output(ev, "y", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), hint=_MASK_SHAPE_HINT)
-    y_longer = output(ev, "y_longer", what=f"{BLOCK_NAME}.forward", shape=(b, t, k), hint=_MASK_SHAPE_HINT)
-    pad = _padding(lengths, s)
+    (run,) = probes.decoder_block_padding_gradients.runs
+    w, heads = _block_weights(ev, run.module), run.module.args[1]
+    case, longer, with_gradient = run.cases
+    y = _block_output(ev, case)
+    y_longer = _block_output(ev, longer)
     if not matches_any(y_longer, [y], ev.device):
-        memory_not_masked = _block_variant(w, heads, x, memory, oracles.causal_mask(t), None, cross_mask="none")
+        inputs = dict(case.inputs())
+        memory_not_masked = _block_variant(w, heads, inputs["x"], inputs["memory"], inputs["self_mask"], None,
+                                           cross_mask="none")
         fail(f"{BLOCK_NAME} reads padded memory positions: three more padded source positions (masked out by "
              "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], y_longer[:, :, 0],
              case="first feature, before and after adding padding",
              mistake=BLOCK_MEMORY_NOT_MASKED.id if matches_any(y, [memory_not_masked.detach()], ev.device)
              else BLOCK_READS_PADDING)
-    _anchor_block(ev, y, w, heads, x, memory, pad, True, f"{BLOCK_NAME} ignores padded memory")
-    _expect_block_gradients(ev, "y_grad", w, heads, x, memory, lengths, upstream,
-                            f"b={b}, t={t}, s={s}, k={k}, source lengths [5, 3]")
+    _anchor_block(ev, y, w, heads, case, f"{BLOCK_NAME} ignores padded memory")
+    _expect_block_gradients(ev, w, heads, with_gradient)
 
 
 def _sinusoids(t: int, k: int) -> torch.Tensor:
@@ -755,11 +693,13 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
              f"nn.Linear({k}, {tgt_vocab}): one logit per target token.", mistake=WRONG_SIZE)
 
 
-def _model_weights(ev: Evidence, key: str, case: ModelCase, seed: int) -> dict[str, torch.Tensor]:
+def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
+    """The structure of the model the run built, then the weights the probe loaded."""
     __tracebackhide__ = True
-    _model_structure(ev, key, case)
-    src_vocab, tgt_vocab, k, depth = case.src_vocab, case.tgt_vocab, case.k, case.depth
-    return modules.expect_parameters(ev, key, MODEL_NAME, _model_shapes(src_vocab, tgt_vocab, k, depth), seed,
+    case = run.case
+    _model_structure(ev, run.key, case)
+    return modules.expect_parameters(ev, run.key, MODEL_NAME,
+                                     _model_shapes(case.src_vocab, case.tgt_vocab, case.k, case.depth), run.seed,
                                      hint=modules.PARTS_HINT)
 
 
@@ -787,10 +727,11 @@ def _anchor_model(ev: Evidence, logits: torch.Tensor, w, case, src, tgt, lengths
 @judge("seq2seq_structure")
 def _judge_model_structure(ev: Evidence) -> None:
     """The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k)."""
-    case = MODEL_CASES[0]
+    run = probes.STRUCTURE_RUN
+    case = run.case
     b, s, k = case.b, case.s, case.k
-    w = _model_weights(ev, "model", case, 1600)
-    src, tgt, lengths = _model_inputs(case, 1610)
+    w = _model_weights(ev, run)
+    src, tgt, lengths = run.inputs()
     output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(b, s, k), hint=_MODEL_CALL_HINT)
     logits = _logits(ev, "logits", case)
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} has the right parts and shapes")
@@ -799,20 +740,14 @@ def _judge_model_structure(ev: Evidence) -> None:
 @judge("seq2seq_causality")
 def _judge_model_causality(ev: Evidence) -> None:
     """Changing a later target token never changes the logits at earlier positions."""
-    case = MODEL_CASES[0]
-    w = _model_weights(ev, "model", case, 1700)
-    src, tgt, lengths = _model_inputs(case, 1710)
+    case = probes.CAUSALITY_RUN.case
+    w = _model_weights(ev, probes.CAUSALITY_RUN)
+    src, tgt, lengths = probes.CAUSALITY_RUN.inputs()
     logits = _logits(ev, "logits", case)
     for j in _CAUSAL_POSITIONS:
-        changed = _logits(ev, f"logits_changed{j}", case)
-        if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
-            named = [m for m, out in _model_mistakes(w, case, src, tgt, lengths)
-                     if matches_any(logits, [out], ev.device)]
-            fail(f"{MODEL_NAME} is not causal: changing target token {j} changed the logits at earlier positions, "
-                 "so in training the model could read the answer. Pass causal_mask(t) as self_mask to every "
-                 "decoder block.", logits[0, :j, 0], changed[0, :j, 0],
-                 case=f"first logit at positions 0-{j - 1}, before and after changing token {j}",
-                 mistake=named[0].id if named else MODEL_READS_FUTURE)
+        expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", case), j, f"{MODEL_NAME}.forward on targets",
+                      _model_mistakes(w, case, src, tgt, lengths), "In training the model could read the answer: "
+                      "pass causal_mask(t) as self_mask to every decoder block.", MODEL_READS_FUTURE)
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} is causal")
 
 
@@ -820,10 +755,11 @@ def _judge_model_causality(ev: Evidence) -> None:
 def _judge_model_oracle(ev: Evidence) -> None:
     """Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the same
     weights; decode(tgt, encode(src, src_mask), src_mask) equals forward."""
-    for i, case in enumerate(MODEL_CASES):
+    for i, run in enumerate(probes.ORACLE_RUNS):
+        case = run.case
         b, s, t, tgt_vocab, k, heads, depth = case.b, case.s, case.t, case.tgt_vocab, case.k, case.heads, case.depth
-        w = _model_weights(ev, f"model{i}", case, 1800 + 100 * i)
-        src, tgt, lengths = _model_inputs(case, 1850 + i)
+        w = _model_weights(ev, run)
+        src, tgt, lengths = run.inputs()
         logits = _logits(ev, f"logits{i}", case)
         with torch.no_grad():
             expected = _model_oracle(w, case, src, tgt, lengths)
@@ -843,9 +779,9 @@ def _judge_model_oracle(ev: Evidence) -> None:
 @judge("seq2seq_padding")
 def _judge_model_padding(ev: Evidence) -> None:
     """More padding on the source (filled with arbitrary tokens, masked out) never changes the logits."""
-    case = MODEL_CASES[0]
-    w = _model_weights(ev, "model", case, 1900)
-    src, _, _, tgt, lengths = _padding_model_inputs(case)
+    case = probes.PADDING_RUN.case
+    w = _model_weights(ev, probes.PADDING_RUN)
+    src, tgt, lengths = probes.PADDING_RUN.inputs()
     logits = _logits(ev, "logits", case)
     longer = _logits(ev, "logits_longer", case)
     if not matches_any(longer, [logits], ev.device):
@@ -857,22 +793,31 @@ def _judge_model_padding(ev: Evidence) -> None:
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} ignores the source padding")
 
 
-def _expect_model_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], case: ModelCase, seed: int,
-                            upstream_seed: int, case_text: str) -> None:
-    """The logits under key are in autograd's graph, and every parameter got autograd's gradient through PyTorch's
-    layers (or through the typical mistake the logits are)."""
+def _expect_model_gradients(ev: Evidence, run: ModelRun, case_text: str, *, strict: bool) -> None:
+    """The run's logits against PyTorch's layers (strict), or only an encoder-decoder's output, right or typically
+    wrong (the mistake named by another check); then in autograd's graph, every parameter with autograd's gradient
+    through PyTorch's layers (or through the typical mistake the logits are)."""
     __tracebackhide__ = True
-    b, t, tgt_vocab = case.b, case.t, case.tgt_vocab
-    src, tgt, lengths = _model_inputs(case, seed)
-    logits = _logits(ev, key, case)
-    modules.expect_differentiable(ev, key, f"{MODEL_NAME}.forward")
+    case = run.case
+    w = _model_weights(ev, run)
+    src, tgt, lengths = run.inputs()
+    logits = _logits(ev, "logits", case)
+    with torch.no_grad():
+        expected = _model_oracle(w, case, src, tgt, lengths)
+    if strict:
+        expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
+                           mistakes=_model_mistakes(w, case, src, tgt, lengths), case=case_text)
+    else:
+        modules.expect_attached(ev, "logits", f"{MODEL_NAME}.forward")
+        _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} passes gradients")
+    modules.expect_differentiable(ev, "logits", f"{MODEL_NAME}.forward")
     because, chosen = None, {}
     with torch.no_grad():
-        if not matches_any(logits, [_model_oracle(w, case, src, tgt, lengths)], ev.device):
+        if not matches_any(logits, [expected], ev.device):
             because, chosen = next(((m, sw) for m, sw in _model_mistake_switches(case, tgt) if matches_any(
                 logits, [_model_oracle(w, case, src, tgt, lengths, **sw)], ev.device)), (None, {}))
     expected = modules.autograd(lambda leaves: _model_oracle(leaves, case, src, tgt, lengths, **chosen), w, {},
-                                randn(b, t, tgt_vocab, seed=upstream_seed))
+                                randn(case.b, case.t, case.tgt_vocab, seed=run.upstream))
     hints = {name: "Is memory the output of the encoder blocks?" for name in w
              if name.startswith("encoder") or name.startswith("src")}
     modules.expect_gradients(ev, expected, owner=MODEL_NAME, case=case_text, because=because, hints=hints,
@@ -883,132 +828,42 @@ def _expect_model_gradients(ev: Evidence, key: str, w: dict[str, torch.Tensor], 
 def _judge_model_gradients(ev: Evidence) -> None:
     """A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output layer), as
     autograd through PyTorch's layers gives it."""
-    case = MODEL_CASES[0]
-    w = _model_weights(ev, "model", case, 2000)
-    src, tgt, lengths = _model_inputs(case, 2010)
-    logits = _logits(ev, "logits", case)
-    modules.expect_attached(ev, "logits", f"{MODEL_NAME}.forward")
-    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} passes gradients")
-    _expect_model_gradients(ev, "logits", w, case, 2010, 2020, "the logits of a random batch")
+    _expect_model_gradients(ev, probes.GRADIENT_RUN, "the logits of a random batch", strict=False)
 
 
 @judge("seq2seq_small_case")
 def _judge_model_small_case(ev: Evidence) -> None:
     """A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and decoder layers
     with the same weights; a loss on the logits sends autograd's gradient to every parameter."""
-    w = _model_weights(ev, "model", SMALL_MODEL, 2500)
-    src, tgt, lengths = _model_inputs(SMALL_MODEL, 2510)
-    logits = _logits(ev, "logits", SMALL_MODEL)
-    with torch.no_grad():
-        expected = _model_oracle(w, SMALL_MODEL, src, tgt, lengths)
-    case = f"src (2, 5) with lengths {lengths.tolist()}, tgt (2, 4), k=4, heads=2, depth=2"
-    expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
-                        mistakes=_model_mistakes(w, SMALL_MODEL, src, tgt, lengths), case=case)
-    _expect_model_gradients(ev, "logits", w, SMALL_MODEL, 2510, 2520, case)
+    _expect_model_gradients(ev, probes.SMALL_RUN, "src (2, 5) with lengths [5, 3], tgt (2, 4), k=4, heads=2, depth=2",
+                            strict=True)
 
 
 # ---------------------------------------------------------------- the loss
 
-_LOSS_SHAPE_HINTS = MappingProxyType({(3, 6): "That is one loss per token: average them over the real tokens.",
-                                      (3,): "That is one loss per sequence: the mean is over all real tokens of the "
-                                            "batch."})
-_LOSS_HINT = ("logits = model(src, tgt[:, :-1], src_mask); loss = F.cross_entropy(logits.transpose(1, 2), "
-              "tgt[:, 1:], ignore_index=pad). F.cross_entropy wants the classes in dimension 1.")
+def _translator_logits(feed: str, model: nn.Module, src, src_mask, tgt, pad) -> torch.Tensor:
+    """The stand-in model's logits (b, n, vocab) on the targets it reads: tgt[:, :-1] for the logits that predict
+    tgt[:, 1:] ("shifted"), tgt itself ("unshifted"), tgt[:, 1:] ("backwards")."""
+    read = {"shifted": tgt[:, :-1], "unshifted": tgt, "backwards": tgt[:, 1:]}[feed]
+    return model(src, read, src_mask)
 
 
-def _loss_oracle(model, src, src_mask, tgt, pad) -> torch.Tensor:
-    logits = model(src, tgt[:, :-1], src_mask)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1), ignore_index=pad)
+TEACHER_FORCING = LossOracle(
+    LOSS_NAME, _translator_logits, tokens="tgt", pad="pad",
+    # first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
+    mistakes=(LOSS_PAD_HARD_CODED, LOSS_NOT_SHIFTED, LOSS_COUNTS_PADDING, LOSS_WRONG_SHIFT, LOSS_SUM,
+              LOSS_PER_SEQUENCE, LOSS_SOFTMAX),
+    hint="logits = model(src, tgt[:, :-1], src_mask); loss = F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], "
+         "ignore_index=pad). F.cross_entropy wants the classes in dimension 1.",
+    name="F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)")
 
-
-def _loss_mistakes(model, src, src_mask, tgt, pad) -> list[tuple[Mistake, torch.Tensor]]:
-    with torch.no_grad():
-        shifted = model(src, tgt[:, :-1], src_mask).transpose(1, 2)  # (b, vocab, t-1)
-        unshifted = model(src, tgt, src_mask).transpose(1, 2)  # (b, vocab, t)
-        backwards = model(src, tgt[:, 1:], src_mask).transpose(1, 2)
-    labels = tgt[:, 1:]
-    per_token = F.cross_entropy(shifted, labels, ignore_index=pad, reduction="none")  # (b, t-1)
-    real = (labels != pad).float()
-    return [
-        # first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
-        (LOSS_PAD_HARD_CODED, F.cross_entropy(shifted, labels, ignore_index=0)),
-        (LOSS_NOT_SHIFTED, F.cross_entropy(unshifted, tgt, ignore_index=pad)),
-        (LOSS_COUNTS_PADDING, F.cross_entropy(shifted, labels)),
-        (LOSS_WRONG_SHIFT, F.cross_entropy(backwards, tgt[:, :-1], ignore_index=pad)),
-        (LOSS_SUM, per_token.sum()),
-        (LOSS_PER_SEQUENCE, ((per_token * real).sum(1) / real.sum(1)).mean()),
-        (LOSS_SOFTMAX, F.cross_entropy(F.softmax(shifted, dim=1), labels, ignore_index=pad)),
-    ]
-
-
-def _judge_loss_case(ev: Evidence, key: str, seed: int, pad: int) -> None:
-    """The loss recorded under key against F.cross_entropy on the case (seed, pad); under grading also its secret
-    companion (key_secret), which names the typical mistake when two of them give the same number here."""
-    __tracebackhide__ = True
-    model, src, src_mask, tgt = _loss_case(seed, pad)
-    loss = output(ev, key, what=LOSS_NAME, shape=(), shape_hints=_LOSS_SHAPE_HINTS, hint=_LOSS_HINT)
-    with torch.no_grad():
-        expected = _loss_oracle(model, src, src_mask, tgt, pad)
-    mistakes = _loss_mistakes(model, src, src_mask, tgt, pad)
-    if grading() and not matches_any(loss, [expected], ev.device):
-        mistakes = _confirmed_first(ev, loss, mistakes, f"{key}_secret", seed + SECRET_LOSS_OFFSET, pad)
-    expect_close(loss, expected, what=LOSS_NAME, device=ev.device, mistakes=mistakes,
-                 otherwise=_LOSS_HINT, case=f"3 targets of lengths 7, 4, 5 padded with {pad}")
-    if grading():
-        secret_model, src, src_mask, tgt = _loss_case(seed + SECRET_LOSS_OFFSET, pad)
-        loss = output(ev, f"{key}_secret", what=LOSS_NAME, shape=(), shape_hints=_LOSS_SHAPE_HINTS, hint=_LOSS_HINT)
-        with torch.no_grad():
-            expected = _loss_oracle(secret_model, src, src_mask, tgt, pad)
-        expect_close(loss, expected, what=LOSS_NAME, device=ev.device,
-                     mistakes=_loss_mistakes(secret_model, src, src_mask, tgt, pad),
-                     otherwise=_LOSS_HINT, case=f"3 targets of lengths 7, 4, 5 padded with {pad}")
-
-
-def _confirmed_first(ev: Evidence, loss: torch.Tensor, mistakes: list[tuple[Mistake, torch.Tensor]], key: str,
-                     seed: int, pad: int) -> list[tuple[Mistake, torch.Tensor]]:
-    """mistakes, those that the loss matches AND that the loss recorded under key (on the case seed, pad) matches
-    too put first: a single number can match two typical mistakes by chance, two numbers hardly."""
-    matching = [m for m, value in mistakes if matches_any(loss, [value], ev.device)]
-    other = ev.tensors.get(key)
-    if len(matching) < 2 or not isinstance(other, torch.Tensor) or other.shape != () or not other.is_floating_point():
-        return mistakes
-    model, src, src_mask, tgt = _loss_case(seed, pad)
-    there = dict((m.id, value) for m, value in reversed(_loss_mistakes(model, src, src_mask, tgt, pad)))
-    confirmed = {m.id for m in matching if m.id in there and matches_any(other, [there[m.id]], ev.device)}
-    return sorted(mistakes, key=lambda pair: pair[0].id not in confirmed)
-
-
-@judge("loss_oracle")
-def _judge_loss(ev: Evidence) -> None:
-    """Targets of different lengths: the mean cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1], padding
-    ignored."""
-    for i, (seed, pad) in enumerate(LOSS_CASES):
-        _judge_loss_case(ev, f"loss{i}", seed, pad)
-
-
-@judge("loss_gradients")
-def _judge_loss_gradients(ev: Evidence) -> None:
-    """A padding id other than 0 (here 4), and a loss that trains the model: its gradients are autograd's through
-    F.cross_entropy."""
-    seed, pad = LOSS_GRADIENT_CASE
-    _judge_loss_case(ev, "loss", seed, pad)
-    modules.expect_differentiable(ev, "loss", LOSS_NAME)
-    model, src, src_mask, tgt = _loss_case(seed, pad)
-
-    def loss(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
-        return functional_call(model, leaves, (src, tgt[:, :-1], src_mask)).transpose(1, 2)
-
-    expected = modules.autograd(loss, {name: p.detach() for name, p in model.named_parameters()}, {},
-                                lambda logits: F.cross_entropy(logits, tgt[:, 1:], ignore_index=pad))
-    modules.expect_gradients(ev, expected, owner=LOSS_NAME, case=f"3 targets padded with {pad}",
-                             oracle="F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)")
-
-
-@judge("loss_hidden")
-def _judge_loss_hidden(ev: Evidence) -> None:
-    """Other batches, with padding ids 0 and 5."""
-    for i, (seed, pad) in enumerate(LOSS_HIDDEN_CASES):
-        _judge_loss_case(ev, f"loss{i}", seed, pad)
+against_loss(probes.loss_oracle, TEACHER_FORCING,
+             passed="Targets of different lengths: the mean cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1], "
+                    "padding ignored.")
+against_loss(probes.loss_gradients, TEACHER_FORCING,
+             passed="A padding id other than 0 (here 4), and a loss that trains the model: its gradients are "
+                    "autograd's through F.cross_entropy.")
+against_loss(probes.loss_hidden, TEACHER_FORCING, passed="Other batches, with padding ids 0 and 5.")
 
 
 def _step_by_step(model: nn.Module, src, src_mask, max_len: int, bos: int, eos: int, *, position: int = -1,
@@ -1047,6 +902,7 @@ def _decode_mistakes(model, src, src_mask, max_len, expected, width) -> list[tup
                                            stop=False)),
         (DECODE_RETURNS_BOS, torch.cat([torch.full((b, 1), BOS_ID, dtype=torch.long), expected], dim=1)),
         (DECODE_EOS_PADDED, torch.where(target == PAD_ID, torch.full((), EOS_ID), target)),
+        (DECODE_EOS_OVERWRITTEN, torch.where(target == EOS_ID, torch.full((), PAD_ID), target)),
         (DECODE_FORGETS_BOS, _step_by_step(model, src, src_mask, max_len, PAD_ID, EOS_ID)),
         (DECODE_FIRST_POSITION, _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, position=0)),
     ]
@@ -1058,11 +914,14 @@ _DECODE_HINT = ("Start every sequence with <bos>; at each step run the model on 
                 "all sequences are finished or after max_len steps. Return the tokens without the <bos>.")
 
 
-def _judge_decode(ev: Evidence, key: str, model: nn.Module, src, lengths, max_len: int, case: str) -> None:
+def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
+    """The tokens recorded for case against the step-by-step argmax of its model, naming the typical mistake."""
     __tracebackhide__ = True
+    model, src, lengths = case.source()
+    max_len, label = case.max_len, case.label.format(lengths=lengths.tolist(), max_len=case.max_len)
     src_mask = _padding(lengths, src.shape[1])
     expected = _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID)  # (b, n)
-    out = output(ev, key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
+    out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
         fail(f"{DECODE_NAME} returned dtype {out.dtype}; token ids are torch.long (argmax gives them).",
              mistake=DECODE_NOT_IDS)
@@ -1075,39 +934,19 @@ def _judge_decode(ev: Evidence, key: str, model: nn.Module, src, lengths, max_le
     if width > max_len:
         if torch.equal(out, mistakes[1][1]):
             fail(f"{DECODE_NAME} is not what was asked: {DECODE_RETURNS_BOS.explanation}", Rows(expected),
-                 Rows(out), case, DECODE_RETURNS_BOS.id)
+                 Rows(out), label, DECODE_RETURNS_BOS.id)
         fail(f"{DECODE_NAME} returned {width} tokens per sequence, more than max_len={max_len}. Generate at most "
-             "max_len tokens, and do not return the <bos>.", Rows(expected), Rows(out), case, DECODE_TOO_LONG)
+             "max_len tokens, and do not return the <bos>.", Rows(expected), Rows(out), label, DECODE_TOO_LONG)
     if width < n:
         fail(f"{DECODE_NAME} stopped after {width} tokens, but a sequence had not written <eos> yet (it needs {n}). "
-             "Stop only when every sequence is finished, or after max_len steps.", Rows(expected), Rows(out), case,
+             "Stop only when every sequence is finished, or after max_len steps.", Rows(expected), Rows(out), label,
              DECODE_STOPS_EARLY)
-    expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=mistakes, otherwise=_DECODE_HINT, case=case,
+    expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=mistakes, otherwise=_DECODE_HINT, case=label,
                  differs="does not agree with the step-by-step argmax of the model")
 
 
-@judge("greedy_decode_scripted")
-def _judge_decode_scripted(ev: Evidence) -> None:
-    """A stand-in model whose greedy output is known: each sequence stops at its <eos>, padded with 0 after it."""
-    _judge_decode(ev, "tokens", ScriptedModel(), torch.tensor(_SCRIPTED_SRC), torch.tensor(_SCRIPTED_LENGTHS), 9,
-                  "a stand-in model; the three sequences end after 3, 1 and 5 tokens")
-    if grading():
-        src, lengths = secret_scripted()
-        _judge_decode(ev, "tokens_secret", ScriptedModel(), src, lengths, SECRET_SCRIPTED_CASE[3],
-                      f"a stand-in model; source lengths {lengths.tolist()}")
-
-
-@judge("greedy_decode_step_by_step")
-def _judge_decode_step_by_step(ev: Evidence) -> None:
-    """A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs."""
-    _judge_decode(ev, "short", ScriptedModel(), torch.tensor(_SHORT_SRC), torch.tensor(_SHORT_LENGTHS), 4,
-                  "a stand-in model, max_len=4 shorter than the first translation")
-    model, src, lengths = _random_translator()
-    _judge_decode(ev, "random", model, src, lengths, 10, "a stand-in translator with random weights")
-    if grading():
-        src, lengths = secret_short_source()
-        max_len = SECRET_SHORT_CASE[3]
-        _judge_decode(ev, "short_secret", ScriptedModel(), src, lengths, max_len,
-                      f"a stand-in model, source lengths {lengths.tolist()}, max_len={max_len}")
-
-
+_against_cases(probes.greedy_decode_scripted, _expect_decode,
+               passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, padded with 0 "
+                      "after it.")
+_against_cases(probes.greedy_decode_step_by_step, _expect_decode,
+               passed="A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs.")
