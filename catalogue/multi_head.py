@@ -2,13 +2,11 @@
 # ruff: noqa: F821 - variants use the notebook's names (split_heads, merge_heads, scaled_dot_product_attention), as a
 # student's cell does
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, mistake
+from catalogue import alternative, edit, mistake
 
 ASSIGNMENT = "04_multi_head"
 
@@ -52,598 +50,111 @@ def mh_merge_not_flattened(x):
     return x.transpose(1, 2)
 
 
+# ------------------------------------------------------------------ the modules: texts of the solved cells they change
+
+MHA, WIDE = "multi_head_attention", "wide_multi_head_attention"
+SDPA = "out, _ = scaled_dot_product_attention(queries, keys, values, mask)"
+MERGE = "self.unify_heads(merge_heads(out))"
+CONTEXT = "context = x if context is None else context"
+#: the three projections split into heads, as the solution writes them: (layer, source, number of positions)
+SPLITS = (("to_queries", "x", "tq"), ("to_keys", "context", "tk"), ("to_values", "context", "tk"))
+
+
+def by_hand(scale: str, dim: int = -1) -> tuple[str, str]:
+    """The attention call written out, the scores divided by `scale` and the softmax over `dim`."""
+    return SDPA, (f"scores = queries @ keys.transpose(-2, -1) / {scale}  # (b, h, tq, tk)\n"
+                  "        if mask is not None:\n"
+                  "            scores = scores.masked_fill(~mask, float(\"-inf\"))\n"
+                  f"        out = F.softmax(scores, dim={dim}) @ values")
+
+
+def splits(how: str) -> tuple[tuple[str, str], ...]:
+    """Each projection split into heads by `how` (formatted with layer, source, t) instead of split_heads."""
+    return tuple((f"split_heads(self.{layer}({source}), self.heads)", how.format(layer=layer, source=source, t=t))
+                 for layer, source, t in SPLITS)
+
+
+RESHAPED = "self.{layer}({source}).reshape(b, self.heads, {t}, -1)"  # (b, h, t, s) without the transpose
+INTERLEAVED = "self.{layer}({source}).view(b, {t}, -1, self.heads).permute(0, 3, 1, 2)"  # head i: i, i+h, ...
+MERGED_BY_RESHAPE = (MERGE, "self.unify_heads(out.reshape(b, tq, -1))")
+MERGED_INTERLEAVED = (MERGE, "self.unify_heads(out.permute(0, 2, 3, 1).reshape(b, tq, -1))")
+
+
+def wide_layers(projection: str, unify: str) -> tuple[tuple[str, str], ...]:
+    """The wide module's three projections created by `projection` (formatted with layer), unify_heads by unify."""
+    return (*((f"self.{layer} = nn.Linear(k, k * heads, bias=False)",
+               f"self.{layer} = {projection.format(layer=layer)}") for layer, _, _ in SPLITS),
+            ("self.unify_heads = nn.Linear(k * heads, k)", f"self.unify_heads = {unify}"))
+
+
+UNIFY = "self.unify_heads = nn.Linear(k, k)\n"
+
+
+def extra_layer(how: str) -> tuple[str, str]:
+    """An unused k -> k layer, kept as `how` says (formatted with layer)."""
+    return UNIFY, UNIFY + f"        self.extra = {how.format(layer='nn.Linear(k, k)')}\n"
+
+
+def einsum(scale: str, fill: str) -> tuple[str, str]:
+    """The attention call written out with torch.einsum, the scores divided by `scale`, masked by `fill`."""
+    return SDPA, (f"scores = torch.einsum(\"bhqs,bhks->bhqk\", queries, keys) / {scale}\n"
+                  f"        if mask is not None:\n            scores = {fill}\n"
+                  "        out = torch.einsum(\"bhqk,bhks->bhqs\", scores.softmax(-1), values)")
+
+
 # ------------------------------------------------------------------ MultiHeadAttention: mistakes
 
-@mistake("scaled-by-model-size", "multi_head_attention")
-class mh_scaled_by_model_size(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = F.softmax(scores, dim=-1) @ v
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("heads-reshaped-without-transpose", "multi_head_attention")
-class mh_reshape_without_transpose(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        s = self.to_queries.out_features // self.heads
-        q = self.to_queries(x).reshape(b, self.heads, tq, s)
-        k = self.to_keys(context).reshape(b, self.heads, tk, s)
-        v = self.to_values(context).reshape(b, self.heads, tk, s)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(out.reshape(b, tq, self.heads * s))
-
-
-@mistake("heads-interleaved", "multi_head_attention")
-class mh_interleaved_heads(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = self.to_queries(x).view(b, tq, -1, self.heads).permute(0, 3, 1, 2)
-        k = self.to_keys(context).view(b, tk, -1, self.heads).permute(0, 3, 1, 2)
-        v = self.to_values(context).view(b, tk, -1, self.heads).permute(0, 3, 1, 2)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(out.permute(0, 2, 3, 1).reshape(b, tq, -1))
-
-
-@mistake("heads-split-without-transpose", "multi_head_attention")
-class mh_split_by_reshape(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        s = self.k // self.heads
-        q = self.to_queries(x).reshape(b, self.heads, tq, s)  # (b, h, tq, s)
-        k = self.to_keys(context).reshape(b, self.heads, tk, s)  # (b, h, tk, s)
-        v = self.to_values(context).reshape(b, self.heads, tk, s)  # (b, h, tk, s)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("heads-merged-without-transpose", "multi_head_attention")
-class mh_merge_by_reshape(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (b, h, tq, s)
-        return self.unify_heads(out.reshape(b, tq, self.k))
-
-
-@mistake("heads-split-interleaved", "multi_head_attention")
-class mh_split_interleaved_inline(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        s = self.k // self.heads
-        q = self.to_queries(x).view(b, tq, s, self.heads).permute(0, 3, 1, 2)  # (b, h, tq, s)
-        k = self.to_keys(context).view(b, tk, s, self.heads).permute(0, 3, 1, 2)  # (b, h, tk, s)
-        v = self.to_values(context).view(b, tk, s, self.heads).permute(0, 3, 1, 2)  # (b, h, tk, s)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("heads-merged-interleaved", "multi_head_attention")
-class mh_merge_interleaved_inline(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (b, h, tq, s)
-        return self.unify_heads(out.permute(0, 2, 3, 1).reshape(b, tq, self.k))
-
-
-@mistake("scaled-by-k-times-heads", "multi_head_attention")
-class mh_scaled_by_k_times_heads(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        d = self.k * self.heads  # the size of all the heads together
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = F.softmax(scores, dim=-1) @ v
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("several-mistakes", "multi_head_attention")
-class mh_scaled_by_model_size_merged_by_reshape(nn.Module):
-    """Two mistakes at once: the scale of the whole model, and the heads merged without a transpose."""
-
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = F.softmax(scores, dim=-1) @ v  # (b, h, tq, s)
-        return self.unify_heads(out.reshape(b, tq, self.k))
-
-
-@mistake("context-ignored", "multi_head_attention")
-class mh_context_ignored(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("mask-ignored", "multi_head_attention")
-class mh_mask_ignored(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        out, _ = scaled_dot_product_attention(q, k, v)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("raised", "multi_head_attention")
-class mh_mask_not_broadcast_over_heads(nn.Module):
-    """A (b, tq, tk) mask passed on as it is: it does not broadcast against (b, heads, tq, tk) scores."""
-
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("softmax-over-queries", "multi_head_attention")
-class mh_softmax_over_queries(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = F.softmax(scores, dim=-2) @ v
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("unify-no-bias", "multi_head_attention")
-class mh_unify_without_bias(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k, bias=False)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("unify-skipped", "multi_head_attention")
-class mh_unify_skipped(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return merge_heads(out)
-
-
-@mistake("no-divisibility-check", "multi_head_attention")
-class mh_no_divisibility_check(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("loop-over-heads", "multi_head_attention")
-class mh_loop_over_heads(nn.Module):
-    """The right numbers, computed the slow way: one attention call per head."""
-
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        s = self.k // self.heads
-        q, k, v = self.to_queries(x), self.to_keys(context), self.to_values(context)
-        outs = []
-        for i in range(self.heads):
-            part = slice(i * s, (i + 1) * s)
-            outs.append(scaled_dot_product_attention(q[..., part], k[..., part], v[..., part], mask)[0])
-        return self.unify_heads(torch.cat(outs, dim=-1))
-
-
-@mistake("parameter-count", "multi_head_attention")
-class mh_extra_layer_registered(nn.Module):
-    """An unused layer, registered in an nn.ModuleList: its parameters count (in a plain list they would not)."""
-
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-        self.extra = nn.ModuleList([nn.Linear(k, k)])
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
+edit("mh-scaled-by-model-size", MHA, by_hand("math.sqrt(self.k)"), mistake="scaled-by-model-size")
+edit("mh-reshape-without-transpose", MHA, *splits(RESHAPED), MERGED_BY_RESHAPE,
+     mistake="heads-reshaped-without-transpose")
+edit("mh-interleaved-heads", MHA, *splits(INTERLEAVED), MERGED_INTERLEAVED, mistake="heads-interleaved")
+edit("mh-split-by-reshape", MHA, *splits(RESHAPED), mistake="heads-split-without-transpose")
+edit("mh-merge-by-reshape", MHA, MERGED_BY_RESHAPE, mistake="heads-merged-without-transpose")
+edit("mh-split-interleaved-inline", MHA, *splits(INTERLEAVED), mistake="heads-split-interleaved")
+edit("mh-merge-interleaved-inline", MHA, MERGED_INTERLEAVED, mistake="heads-merged-interleaved")
+edit("mh-scaled-by-k-times-heads", MHA, by_hand("math.sqrt(self.k * self.heads)"),
+     mistake="scaled-by-k-times-heads")
+# two mistakes at once: the scale of the whole model, and the heads merged without a transpose
+edit("mh-scaled-by-model-size-merged-by-reshape", MHA, by_hand("math.sqrt(self.k)"), MERGED_BY_RESHAPE,
+     mistake="several-mistakes")
+edit("mh-context-ignored", MHA, (CONTEXT, "context = x"), mistake="context-ignored")
+edit("mh-mask-ignored", MHA, (SDPA, "out, _ = scaled_dot_product_attention(queries, keys, values)"),
+     mistake="mask-ignored")
+# a (b, tq, tk) mask passed on as it is: it does not broadcast against (b, heads, tq, tk) scores
+edit("mh-mask-not-broadcast-over-heads", MHA, ("torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)", "mask"),
+     mistake="raised")
+edit("mh-softmax-over-queries", MHA, by_hand("math.sqrt(queries.shape[-1])", dim=-2),
+     mistake="softmax-over-queries")
+edit("mh-unify-without-bias", MHA, (UNIFY, UNIFY.replace("(k, k)", "(k, k, bias=False)")), mistake="unify-no-bias")
+edit("mh-unify-skipped", MHA, (MERGE, "merge_heads(out)"), mistake="unify-skipped")
+DIVISIBLE = ("if k % heads != 0:\n"
+             "            raise ValueError(f\"the embedding size k={k} is not divisible by heads={heads}\")\n        ")
+edit("mh-no-divisibility-check", MHA, (DIVISIBLE, ""), mistake="no-divisibility-check")
+edit("mh-divisibility-asserted", MHA, (DIVISIBLE, "assert k % heads == 0, \"heads must divide k\"\n        "),
+     mistake="not-a-value-error")
+# the right numbers, computed the slow way: one attention call per head
+edit("mh-loop-over-heads", MHA, (SDPA, "outs = [scaled_dot_product_attention(queries[:, i:i + 1], keys[:, i:i + 1], "
+                                       "values[:, i:i + 1], mask)[0]\n                for i in range(self.heads)]  "
+                                       "# (b, 1, tq, s) each\n        out = torch.cat(outs, dim=1)"),
+     mistake="loop-over-heads")
+# an unused layer, registered in an nn.ModuleList: its parameters count (in a plain list they would not)
+edit("mh-extra-layer-registered", MHA, extra_layer("nn.ModuleList([{layer}])"), mistake="parameter-count")
 
 # ------------------------------------------------------------------ WideMultiHeadAttention: mistakes
 
-@mistake("scaled-by-projected-size", "wide_multi_head_attention")
-class wide_scaled_by_projected_size(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k * heads, bias=False)
-        self.to_keys = nn.Linear(k, k * heads, bias=False)
-        self.to_values = nn.Linear(k, k * heads, bias=False)
-        self.unify_heads = nn.Linear(k * heads, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        scale = math.sqrt(self.to_queries.out_features)
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        scores = q @ k.transpose(-2, -1) / scale
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = F.softmax(scores, dim=-1) @ v
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("scaled-by-head-fraction", "wide_multi_head_attention")
-class wide_scaled_by_head_fraction(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k * heads, bias=False)
-        self.to_keys = nn.Linear(k, k * heads, bias=False)
-        self.to_values = nn.Linear(k, k * heads, bias=False)
-        self.unify_heads = nn.Linear(k * heads, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.k / self.heads)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = F.softmax(scores, dim=-1) @ v
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("wrong-layer-size", "wide_multi_head_attention")
-class wide_narrow_projections(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("wrong-layer-type", "wide_multi_head_attention")
-class wide_one_layer_per_head(nn.Module):
-    """Each head its own k -> k projection, kept in an nn.ModuleList instead of one nn.Linear(k, k * heads)."""
-
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])
-        self.to_keys = nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])
-        self.to_values = nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])
-        self.unify_heads = nn.Linear(k * heads, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = torch.stack([layer(x) for layer in self.to_queries], dim=1)  # (b, h, tq, k)
-        k = torch.stack([layer(context) for layer in self.to_keys], dim=1)  # (b, h, tk, k)
-        v = torch.stack([layer(context) for layer in self.to_values], dim=1)  # (b, h, tk, k)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("context-ignored", "wide_multi_head_attention")
-class wide_context_ignored(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k * heads, bias=False)
-        self.to_keys = nn.Linear(k, k * heads, bias=False)
-        self.to_values = nn.Linear(k, k * heads, bias=False)
-        self.unify_heads = nn.Linear(k * heads, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@mistake("heads-reshaped-without-transpose", "wide_multi_head_attention")
-class wide_reshape_without_transpose(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k * heads, bias=False)
-        self.to_keys = nn.Linear(k, k * heads, bias=False)
-        self.to_values = nn.Linear(k, k * heads, bias=False)
-        self.unify_heads = nn.Linear(k * heads, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        s = self.to_queries.out_features // self.heads
-        q = self.to_queries(x).reshape(b, self.heads, tq, s)
-        k = self.to_keys(context).reshape(b, self.heads, tk, s)
-        v = self.to_values(context).reshape(b, self.heads, tk, s)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(out.reshape(b, tq, self.heads * s))
+edit("wide-scaled-by-projected-size", WIDE, by_hand("math.sqrt(self.to_queries.out_features)"),
+     mistake="scaled-by-projected-size")
+edit("wide-scaled-by-head-fraction", WIDE, by_hand("math.sqrt(self.k / self.heads)"),
+     mistake="scaled-by-head-fraction")
+edit("wide-narrow-projections", WIDE, *wide_layers("nn.Linear(k, k, bias=False)", "nn.Linear(k, k)"),
+     mistake="wrong-layer-size")
+# each head its own k -> k projection, kept in an nn.ModuleList instead of one nn.Linear(k, k * heads)
+edit("wide-one-layer-per-head", WIDE,
+     *wide_layers("nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])", "nn.Linear(k * heads, k)"),
+     *splits("torch.stack([layer({source}) for layer in self.{layer}], dim=1)"), mistake="wrong-layer-type")
+edit("wide-context-ignored", WIDE, (CONTEXT, "context = x"), mistake="context-ignored")
+edit("wide-reshape-without-transpose", WIDE, *splits(RESHAPED), MERGED_BY_RESHAPE,
+     mistake="heads-reshaped-without-transpose")
 
 
 # ------------------------------------------------------------------ correct, written differently
@@ -690,83 +201,10 @@ class mh_fused_one_matrix(nn.Module):
         return self.unify_heads(merge_heads(out))
 
 
-@alternative("multi_head_attention")
-class mh_einsum_by_hand(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        scores = torch.einsum("bhqs,bhks->bhqk", q, k) / math.sqrt(self.k // self.heads)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = torch.einsum("bhqk,bhks->bhqs", scores.softmax(-1), v)
-        return self.unify_heads(merge_heads(out))
-
-
-@alternative("multi_head_attention")
-class mh_unused_layer_in_plain_list(nn.Module):
-    """An unused layer kept in a plain Python list is not registered: the parameter count does not see it."""
-
-    def __init__(self, k, heads):
-        super().__init__()
-        if k % heads != 0:
-            raise ValueError(f"k={k} is not divisible by heads={heads}")
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k, bias=False)
-        self.to_keys = nn.Linear(k, k, bias=False)
-        self.to_values = nn.Linear(k, k, bias=False)
-        self.unify_heads = nn.Linear(k, k)
-        self.extra = [nn.Linear(k, k)]
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-        return self.unify_heads(merge_heads(out))
-
-
-@alternative("wide_multi_head_attention")
-class wide_einsum_by_hand(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.k, self.heads = k, heads
-        self.to_queries = nn.Linear(k, k * heads, bias=False)
-        self.to_keys = nn.Linear(k, k * heads, bias=False)
-        self.to_values = nn.Linear(k, k * heads, bias=False)
-        self.unify_heads = nn.Linear(k * heads, k)
-
-    def forward(self, x, context=None, mask=None):
-        context = x if context is None else context
-        b, tq, tk = x.shape[0], x.shape[1], context.shape[1]
-        q = split_heads(self.to_queries(x), self.heads)
-        k = split_heads(self.to_keys(context), self.heads)
-        v = split_heads(self.to_values(context), self.heads)
-        if mask is not None:
-            mask = torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)
-        scores = torch.einsum("bhqs,bhks->bhqk", q, k) / math.sqrt(self.k)
-        if mask is not None:
-            scores = torch.where(mask, scores, float("-inf"))
-        out = torch.einsum("bhqk,bhks->bhqs", scores.softmax(-1), v)
-        return self.unify_heads(merge_heads(out))
+edit("mh-einsum-by-hand", MHA, einsum("math.sqrt(self.k // self.heads)", "scores.masked_fill(~mask, float(\"-inf\"))"))
+# an unused layer kept in a plain Python list is not registered: the parameter count does not see it
+edit("mh-unused-layer-in-plain-list", MHA, extra_layer("[{layer}]"))
+edit("wide-einsum-by-hand", WIDE, einsum("math.sqrt(self.k)", "torch.where(mask, scores, float(\"-inf\"))"))
 
 
 # one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another
