@@ -183,7 +183,8 @@ def mh_merge_cat(x):
 class mh_fused_one_matrix(nn.Module):
     def __init__(self, k, heads):
         super().__init__()
-        assert k % heads == 0, "k must be divisible by heads"
+        if k % heads:
+            raise ValueError(f"{heads} heads do not divide k = {k}")
         self.k, self.heads = k, heads
         self.to_queries = nn.Linear(k, k, bias=False)
         self.to_keys = nn.Linear(k, k, bias=False)

@@ -6,41 +6,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, mistake
+from catalogue import alternative, edit, mistake
 
 ASSIGNMENT = "05_transformer_block"
 
 
 # ------------------------------------------------------------------ FeedForward: mistakes
 
-@mistake("relu-after-output", "feed_forward")
-class ff_relu_after_second(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(k, hidden), nn.ReLU(), nn.Linear(hidden, k), nn.ReLU())
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@mistake("relu-after-output", "feed_forward")
-class ff_relu_around_the_net(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(k, hidden), nn.ReLU(), nn.Linear(hidden, k))
-
-    def forward(self, x):
-        return F.relu(self.net(x))
-
-
-@mistake("gelu", "feed_forward")
-class ff_gelu(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(k, hidden), nn.GELU(), nn.Linear(hidden, k))
-
-    def forward(self, x):
-        return self.net(x)
+edit("ff-relu-after-second", "feed_forward", ("nn.Linear(hidden, k))", "nn.Linear(hidden, k), nn.ReLU())"),
+     mistake="relu-after-output")
+edit("ff-relu-around-the-net", "feed_forward", ("return self.net(x)", "return F.relu(self.net(x))"),
+     mistake="relu-after-output")
+edit("ff-gelu", "feed_forward", ("nn.ReLU()", "nn.GELU()"), mistake="gelu")
 
 
 @mistake("gelu-tanh", "feed_forward")
@@ -54,54 +31,16 @@ class ff_gelu_tanh(nn.Module):
         return self.second(F.gelu(self.first(x), approximate="tanh"))
 
 
-@mistake("no-relu", "feed_forward")
-class ff_no_relu(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(k, hidden), nn.Linear(hidden, k))
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@mistake("relu-on-input", "feed_forward")
-class ff_relu_on_input(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.ReLU(), nn.Linear(k, hidden), nn.Linear(hidden, k))
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@mistake("residual-inside-ff", "feed_forward")
-class ff_residual_inside(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(k, hidden), nn.ReLU(), nn.Linear(hidden, k))
-
-    def forward(self, x):
-        return x + self.net(x)
-
-
-@mistake("hidden-ignored", "feed_forward")
-class ff_hidden_ignored(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(k, 4 * k), nn.ReLU(), nn.Linear(4 * k, k))
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@mistake("ff-no-bias", "feed_forward")
-class ff_without_biases(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(k, hidden, bias=False), nn.ReLU(), nn.Linear(hidden, k, bias=False))
-
-    def forward(self, x):
-        return self.net(x)
+edit("ff-no-relu", "feed_forward", ("nn.ReLU(), ", ""), mistake="no-relu")
+edit("ff-relu-on-input", "feed_forward", ("nn.Sequential(nn.Linear(k, hidden), nn.ReLU(), ",
+                                          "nn.Sequential(nn.ReLU(), nn.Linear(k, hidden), "), mistake="relu-on-input")
+edit("ff-residual-inside", "feed_forward", ("return self.net(x)", "return x + self.net(x)"),
+     mistake="residual-inside-ff")
+edit("ff-hidden-ignored", "feed_forward", ("nn.Linear(k, hidden), nn.ReLU(), nn.Linear(hidden, k)",
+                                           "nn.Linear(k, 4 * k), nn.ReLU(), nn.Linear(4 * k, k)"),
+     mistake="hidden-ignored")
+edit("ff-without-biases", "feed_forward", ("nn.Linear(k, hidden)", "nn.Linear(k, hidden, bias=False)"),
+     ("nn.Linear(hidden, k)", "nn.Linear(hidden, k, bias=False)"), mistake="ff-no-bias")
 
 
 @mistake("linear-count", "feed_forward")
@@ -150,326 +89,66 @@ class ff_output_layer_declared_first(nn.Module):
 
 # ------------------------------------------------------------------ TransformerBlock: mistakes
 
-@mistake("hidden-4x4", "transformer_block")
-class block_hidden_4x4(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, 4 * 4)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("hidden-equals-k", "transformer_block")
-class block_hidden_equals_k(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("hidden-ignores-ff-mult", "transformer_block")
-class block_hidden_ignores_ff_mult(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, 4 * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("residual-after-norm", "transformer_block")
-class block_residual_after_norm(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = x + self.norm1(self.attention(x, mask=mask))
-        return x + self.norm2(self.ff(x))
-
-
-@mistake("no-residual", "transformer_block")
-class block_without_residuals(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(self.attention(x, mask=mask))
-        return self.norm2(self.ff(x))
-
-
-@mistake("no-attention-residual", "transformer_block")
-class block_without_attention_residual(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("norm-plus-sublayer", "transformer_block")
-class block_norm_plus_sublayer(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x) + self.attention(x, mask=mask)
-        return self.norm2(x) + self.ff(x)
-
-
-@mistake("no-ff-residual", "transformer_block")
-class block_without_ff_residual(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(self.ff(x))
-
-
-@mistake("shared-norm", "transformer_block")
-class block_one_norm_module(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("wrong-norm", "transformer_block")
-class block_batch_norm(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.BatchNorm1d(k)
-        self.norm2 = nn.BatchNorm1d(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1((x + self.attention(x, mask=mask)).transpose(1, 2)).transpose(1, 2)
-        return self.norm2((x + self.ff(x)).transpose(1, 2)).transpose(1, 2)
-
-
-@mistake("missing-parameter", "transformer_block")
-class block_norms_without_bias(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k, bias=False)
-        self.norm2 = nn.LayerNorm(k, bias=False)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("norm1-twice", "transformer_block")
-class block_norm1_twice(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm1(x + self.ff(x))
-
-
-@mistake("norms-swapped", "transformer_block")
-class block_norms_swapped(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm2(x + self.attention(x, mask=mask))
-        return self.norm1(x + self.ff(x))
-
-
-@mistake("pre-norm", "transformer_block")
-class block_prenorm_wiring(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = x + self.attention(self.norm1(x), mask=mask)
-        return x + self.ff(self.norm2(x))
-
-
-@mistake("no-final-norm", "transformer_block")
-class block_without_final_norm(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return x + self.ff(x)
-
-
-@mistake("sublayers-swapped", "transformer_block")
-class block_sublayers_swapped(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.ff(x))
-        return self.norm2(x + self.attention(x, mask=mask))
-
-
-@mistake("mask-not-passed", "transformer_block")
-class block_mask_not_passed(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("ff-on-input", "transformer_block")
-class block_ff_on_input(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        h = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(h + self.ff(x))
-
-
-@mistake("second-residual-from-input", "transformer_block")
-class block_second_residual_from_input(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        h = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(h))
-
-
-@mistake("not-course-attention", "transformer_block")
-class block_torch_attention(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = nn.MultiheadAttention(k, heads, batch_first=True)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, x, x, need_weights=False)[0])
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("heads-not-passed", "transformer_block")
-class block_one_head(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, 1)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
-
-
-@mistake("missing-part", "transformer_block")
-class block_ff_named_mlp(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.mlp = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.mlp(x))
-
-
-@mistake("detached", "transformer_block")
-class block_under_no_grad(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-
-    def forward(self, x, mask=None):
-        with torch.no_grad():
-            x = self.norm1(x + self.attention(x, mask=mask))
-            return self.norm2(x + self.ff(x))
+#: the solution's two sub-layers, as its forward writes them
+ATTENTION_SUBLAYER = "self.norm1(x + self.dropout(self.attention(x, mask=mask)))"
+FF_SUBLAYER = "self.norm2(x + self.dropout(self.ff(x)))"
+NORMS = "self.norm1 = nn.LayerNorm(k)\n        self.norm2 = nn.LayerNorm(k)"
+
+edit("block-hidden-4x4", "transformer_block", ("FeedForward(k, ff_mult * k)", "FeedForward(k, 4 * 4)"),
+     mistake="hidden-4x4")
+edit("block-hidden-equals-k", "transformer_block", ("FeedForward(k, ff_mult * k)", "FeedForward(k, k)"),
+     mistake="hidden-equals-k")
+edit("block-hidden-ignores-ff-mult", "transformer_block", ("FeedForward(k, ff_mult * k)", "FeedForward(k, 4 * k)"),
+     mistake="hidden-ignores-ff-mult")
+edit("block-residual-after-norm", "transformer_block",
+     (ATTENTION_SUBLAYER, "x + self.norm1(self.dropout(self.attention(x, mask=mask)))"),
+     (FF_SUBLAYER, "x + self.norm2(self.dropout(self.ff(x)))"), mistake="residual-after-norm")
+edit("block-without-residuals", "transformer_block", ("self.norm1(x + ", "self.norm1("),
+     ("self.norm2(x + ", "self.norm2("), mistake="no-residual")
+edit("block-without-attention-residual", "transformer_block", ("self.norm1(x + ", "self.norm1("),
+     mistake="no-attention-residual")
+edit("block-norm-plus-sublayer", "transformer_block",
+     (ATTENTION_SUBLAYER, "self.norm1(x) + self.dropout(self.attention(x, mask=mask))"),
+     (FF_SUBLAYER, "self.norm2(x) + self.dropout(self.ff(x))"), mistake="norm-plus-sublayer")
+edit("block-without-ff-residual", "transformer_block", ("self.norm2(x + ", "self.norm2("), mistake="no-ff-residual")
+edit("block-one-norm-module", "transformer_block", (NORMS, "self.norm1 = self.norm2 = nn.LayerNorm(k)"),
+     mistake="shared-norm")
+edit("block-batch-norm", "transformer_block",
+     (NORMS, "self.norm1 = nn.BatchNorm1d(k)\n        self.norm2 = nn.BatchNorm1d(k)"),
+     (ATTENTION_SUBLAYER,
+      "self.norm1((x + self.dropout(self.attention(x, mask=mask))).transpose(1, 2)).transpose(1, 2)"),
+     (FF_SUBLAYER, "self.norm2((x + self.dropout(self.ff(x))).transpose(1, 2)).transpose(1, 2)"), mistake="wrong-norm")
+edit("block-norms-without-bias", "transformer_block",
+     (NORMS, "self.norm1 = nn.LayerNorm(k, bias=False)\n        self.norm2 = nn.LayerNorm(k, bias=False)"),
+     mistake="missing-parameter")
+edit("block-norm1-twice", "transformer_block", ("return self.norm2(", "return self.norm1("), mistake="norm1-twice")
+edit("block-norms-swapped", "transformer_block", ("x = self.norm1(", "x = self.norm2("),
+     ("return self.norm2(", "return self.norm1("), mistake="norms-swapped")
+edit("block-prenorm-wiring", "transformer_block",
+     (ATTENTION_SUBLAYER, "x + self.dropout(self.attention(self.norm1(x), mask=mask))"),
+     (FF_SUBLAYER, "x + self.dropout(self.ff(self.norm2(x)))"), mistake="pre-norm")
+edit("block-without-final-norm", "transformer_block", (FF_SUBLAYER, "x + self.dropout(self.ff(x))"),
+     mistake="no-final-norm")
+edit("block-sublayers-swapped", "transformer_block", (ATTENTION_SUBLAYER, "self.norm1(x + self.dropout(self.ff(x)))"),
+     (FF_SUBLAYER, "self.norm2(x + self.dropout(self.attention(x, mask=mask)))"), mistake="sublayers-swapped")
+edit("block-mask-not-passed", "transformer_block", ("self.attention(x, mask=mask)", "self.attention(x)"),
+     mistake="mask-not-passed")
+edit("block-ff-on-input", "transformer_block", ("x = self.norm1(", "h = self.norm1("),
+     (FF_SUBLAYER, "self.norm2(h + self.dropout(self.ff(x)))"), mistake="ff-on-input")
+edit("block-second-residual-from-input", "transformer_block", ("x = self.norm1(", "h = self.norm1("),
+     (FF_SUBLAYER, "self.norm2(x + self.dropout(self.ff(h)))"), mistake="second-residual-from-input")
+edit("block-torch-attention", "transformer_block",
+     ("MultiHeadAttention(k, heads)", "nn.MultiheadAttention(k, heads, batch_first=True)"),
+     ("self.attention(x, mask=mask)", "self.attention(x, x, x, need_weights=False)[0]"),
+     mistake="not-course-attention")
+edit("block-one-head", "transformer_block", ("MultiHeadAttention(k, heads)", "MultiHeadAttention(k, 1)"),
+     mistake="heads-not-passed")
+edit("block-ff-named-mlp", "transformer_block", ("self.ff = ", "self.mlp = "), ("self.ff(x)", "self.mlp(x)"),
+     mistake="missing-part")
+edit("block-under-no-grad", "transformer_block",
+     (f"        x = {ATTENTION_SUBLAYER}  # (b, t, k)\n        return {FF_SUBLAYER}  # (b, t, k)",
+      f"        with torch.no_grad():\n            x = {ATTENTION_SUBLAYER}\n            return {FF_SUBLAYER}"),
+     mistake="detached")
 
 
 class GeluFeedForward(nn.Module):
@@ -514,19 +193,8 @@ class block_no_dropout_named_steps(nn.Module):
         return x
 
 
-@alternative("transformer_block")
-class block_attention_positional_args(nn.Module):
-    def __init__(self, k, heads, ff_mult=4, dropout=0.0):
-        super().__init__()
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm1 = nn.LayerNorm(k)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, ff_mult * k)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.drop(self.attention(x, None, mask)))
-        return self.norm2(x + self.drop(self.ff(x)))
+edit("block-attention-positional-args", "transformer_block",
+     ("self.attention(x, mask=mask)", "self.attention(x, None, mask)"))
 
 
 @alternative("transformer_block")
@@ -545,240 +213,36 @@ class block_parts_declared_in_another_order(nn.Module):
 
 # ------------------------------------------------------------------ TransformerClassifier: mistakes
 
-@mistake("blocks-not-registered", "transformer_classifier")
-class clf_python_list(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = [TransformerBlock(k, heads) for _ in range(depth)]
-        self.to_classes = nn.Linear(k, num_classes)
+#: the solution's loop over the blocks, and its head
+BLOCKS = "        for block in self.blocks:\n            x = block(x)  # (b, t, k)\n"
+HEAD = "self.to_classes(x.mean(dim=1))"
 
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.mean(dim=1))
-
-
-@mistake("repeated-block", "transformer_classifier")
-class clf_repeated_block(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList([TransformerBlock(k, heads)] * depth)
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.mean(dim=1))
-
-
-@mistake("block-count", "transformer_classifier")
-class clf_one_block_too_few(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(1, depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.mean(dim=1))
-
-
-@mistake("wrong-embedding", "transformer_classifier")
-class clf_embedding_sizes_swapped(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(k, vocab_size)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.mean(dim=1))
-
-
-@mistake("no-output-layer", "transformer_classifier")
-class clf_output_layer_sizes_swapped(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(num_classes, k)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.mean(dim=1))
-
-
-@mistake("sum-pooling", "transformer_classifier")
-class clf_sum_pooling(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.sum(dim=1))
-
-
-@mistake("first-token", "transformer_classifier")
-class clf_first_token(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x[:, 0])
-
-
-@mistake("last-token", "transformer_classifier")
-class clf_last_token(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x[:, -1])
-
-
-@mistake("max-pooling", "transformer_classifier")
-class clf_max_pooling(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.max(dim=1).values)
-
-
-@mistake("softmax-on-logits", "transformer_classifier")
-class clf_softmax(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return F.softmax(self.to_classes(x.mean(dim=1)), dim=-1)
-
-
-@mistake("log-softmax-on-logits", "transformer_classifier")
-class clf_log_softmax(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return F.log_softmax(self.to_classes(x.mean(dim=1)), dim=-1)
-
-
-@mistake("wrong-shape", "transformer_classifier")
-class clf_mean_over_batch(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.mean(dim=0))
-
-
-@mistake("blocks-not-chained", "transformer_classifier")
-class clf_blocks_not_chained(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            h = block(x)
-        return self.to_classes(h.mean(dim=1))
-
-
-@mistake("blocks-skipped", "transformer_classifier")
-class clf_blocks_skipped(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        return self.to_classes(x.mean(dim=1))
-
-
-@mistake("first-block-only", "transformer_classifier")
-class clf_first_block_only(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.blocks[0](self.embedding(tokens))
-        return self.to_classes(x.mean(dim=1))
-
-
-@mistake("detached", "transformer_classifier")
-class clf_detached_embeddings(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, num_classes):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, k)
-        self.blocks = nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))
-        self.to_classes = nn.Linear(k, num_classes)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.to_classes(x.mean(dim=1)).detach()
+edit("clf-python-list", "transformer_classifier",
+     ("nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))",
+      "[TransformerBlock(k, heads) for _ in range(depth)]"), mistake="blocks-not-registered")
+edit("clf-repeated-block", "transformer_classifier",
+     ("nn.ModuleList(TransformerBlock(k, heads) for _ in range(depth))",
+      "nn.ModuleList([TransformerBlock(k, heads)] * depth)"), mistake="repeated-block")
+edit("clf-one-block-too-few", "transformer_classifier", ("range(depth)", "range(1, depth)"), mistake="block-count")
+edit("clf-embedding-sizes-swapped", "transformer_classifier",
+     ("nn.Embedding(vocab_size, k)", "nn.Embedding(k, vocab_size)"), mistake="wrong-embedding")
+edit("clf-output-layer-sizes-swapped", "transformer_classifier",
+     ("nn.Linear(k, num_classes)", "nn.Linear(num_classes, k)"), mistake="no-output-layer")
+edit("clf-sum-pooling", "transformer_classifier", ("x.mean(dim=1)", "x.sum(dim=1)"), mistake="sum-pooling")
+edit("clf-first-token", "transformer_classifier", ("x.mean(dim=1)", "x[:, 0]"), mistake="first-token")
+edit("clf-last-token", "transformer_classifier", ("x.mean(dim=1)", "x[:, -1]"), mistake="last-token")
+edit("clf-max-pooling", "transformer_classifier", ("x.mean(dim=1)", "x.max(dim=1).values"), mistake="max-pooling")
+edit("clf-softmax", "transformer_classifier", (HEAD, f"F.softmax({HEAD}, dim=-1)"), mistake="softmax-on-logits")
+edit("clf-log-softmax", "transformer_classifier", (HEAD, f"F.log_softmax({HEAD}, dim=-1)"),
+     mistake="log-softmax-on-logits")
+edit("clf-mean-over-batch", "transformer_classifier", ("x.mean(dim=1)", "x.mean(dim=0)"), mistake="wrong-shape")
+edit("clf-blocks-not-chained", "transformer_classifier", ("x = block(x)", "h = block(x)"),
+     (HEAD, "self.to_classes(h.mean(dim=1))"), mistake="blocks-not-chained")
+edit("clf-blocks-skipped", "transformer_classifier", (BLOCKS, ""), mistake="blocks-skipped")
+edit("clf-first-block-only", "transformer_classifier", ("x = self.embedding(tokens)  # (b, t, k)\n" + BLOCKS,
+                                                        "x = self.blocks[0](self.embedding(tokens))\n"),
+     mistake="first-block-only")
+edit("clf-detached-embeddings", "transformer_classifier", (HEAD, f"{HEAD}.detach()"), mistake="detached")
 
 
 # ------------------------------------------------------------------ TransformerClassifier: correct alternatives
@@ -808,7 +272,3 @@ class clf_head_declared_first(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.to_classes(x.sum(dim=1) / x.shape[1])
-
-
-# one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another
-SAMPLE_MISTAKES = ["ff-relu-after-second", "block-one-norm-module", "clf-sum-pooling"]

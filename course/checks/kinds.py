@@ -146,3 +146,182 @@ def builds(name: str, cases: tuple[ModuleCase, ...], **options: Any) -> ModuleCh
     """The check `name` of the calling module: the student's module built (options go to modules.build: layers,
     gains, ...) and run on each case."""
     return ModuleCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"], options)  # noqa: SLF001
+
+
+# ------------------------------------------------------------------------------------------- modules called by name
+
+
+@dataclass(frozen=True)
+class Runs:
+    """A module built once (its structure recorded under module.key, the check's weights loaded), then called on
+    each case in order (:func:`call_module`): without autograd, except a case with an upstream gradient, whose
+    floating inputs and the module's parameters then have their gradients recorded (one such case per module: the
+    gradients are kept as grad.<name>)."""
+
+    module: Built
+    cases: tuple[Case, ...]
+
+
+def call_module(rec: Recorder, key: str, module: Any, inputs: Mapping[str, torch.Tensor]) -> Any:
+    """Record module(first input, the others by name) under key, e.g. forward(x, context=c, mask=m): a case passes
+    only the keyword inputs it has, so forward(x, context=None, mask=None) keeps its defaults for the others."""
+    first, *others = inputs
+    return rec.call(key, module, inputs[first], **{name: inputs[name] for name in others})
+
+
+def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Callable[[Recorder, Any], None] | None,
+                cls: Any, rec: Recorder) -> None:
+    for item in runs:
+        cases = drawn(item.cases)
+        if not cases:
+            continue
+        built = item.module
+        module = modules.build(rec, built.key, cls, *built.args, seed=built.seed, **options)
+        if module is None:
+            return  # the judge says why from the structure recorded under built.key
+        for case in cases:
+            inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
+            if case.upstream is None:
+                with torch.no_grad():
+                    call_module(rec, case.key, module, inputs)
+                continue
+            leaves = {name: value.requires_grad_(True) for name, value in inputs.items() if value.is_floating_point()}
+            y = call_module(rec, case.key, module, inputs)
+            if observe is not None:
+                observe(rec, y)
+            modules.backward(rec, y, case.upstream(), leaves, module)
+
+
+class RunsCheck(Check):
+    """A check that builds the student's module once per :class:`Runs` and records what it computes on its cases."""
+
+    def __init__(self, name: str, runs: tuple[Runs, ...], module: str, options: Mapping[str, Any],
+                 observe: Callable[[Recorder, Any], None] | None):
+        super().__init__(name, partial(_probe_runs, runs, dict(options), observe), module=module)
+        self.runs = runs
+
+
+def builds_and_runs(name: str, runs: tuple[Runs, ...], *, observe: Callable[[Recorder, Any], None] | None = None,
+                    **options: Any) -> RunsCheck:
+    """The check `name` of the calling module: for each Runs, the student's module built (options go to
+    modules.build: layers, gains, ...) and called on its cases, inputs after the first by name. observe(rec, y):
+    further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph)."""
+    return RunsCheck(name, tuple(runs), sys._getframe(1).f_globals["__name__"], options, observe)  # noqa: SLF001
+
+
+# ------------------------------------------------------------------------------------------- token losses
+
+
+def _one() -> torch.Tensor:
+    return torch.ones(())
+
+
+def loss_case(key: str, inputs: Callable[[], Mapping[str, Any]], label: str, *, secret: bool = False,
+              gradients: bool = False) -> Case:
+    """A case of a loss check (:func:`losses`): inputs() gives the loss function's arguments in order, by name:
+    tensors, a model (an nn.Module) and plain numbers such as the padding id. gradients: also record the gradient
+    of the loss with respect to the floating tensor inputs and the model's parameters (its upstream is 1)."""
+    return Case(key, inputs, label, secret, _one if gradients else None)
+
+
+def _on(value: Any, device: str) -> Any:
+    return value.to(device) if isinstance(value, torch.Tensor | torch.nn.Module) else value
+
+
+def _probe_losses(cases: tuple[Case, ...], student: Any, rec: Recorder) -> None:
+    for i, case in enumerate(cases):
+        if case.secret and not grading():
+            continue
+        inputs = {name: _on(value, rec.device) for name, value in case.inputs().items()}
+        if case.upstream is None:
+            rec.call(case.key, student, *inputs.values())
+            continue
+        leaves = {f"{name}{i}": value.requires_grad_(True) for name, value in inputs.items()
+                  if isinstance(value, torch.Tensor) and value.is_floating_point()}
+        if modules.record_backward(rec, case.key, student, *inputs.values(), loss=torch.sum, inputs=leaves):
+            for model in (value for value in inputs.values() if isinstance(value, torch.nn.Module)):
+                modules.record_gradients(rec, model)
+
+
+class LossCheck(Check):
+    """A check that records the loss the student's function gives on each of its cases (and its gradients)."""
+
+    def __init__(self, name: str, cases: tuple[Case, ...], module: str):
+        super().__init__(name, partial(_probe_losses, cases), module=module)
+        self.cases = cases
+
+
+def losses(name: str, cases: tuple[Case, ...]) -> LossCheck:
+    """The check `name` of the calling module: the student's loss function called on each case (:func:`loss_case`),
+    a case with gradients backpropagating the loss. The gradient of the floating input `name` of the check's i-th
+    case is kept as grad.<name><i>, those of a model's parameters as grad.<parameter> (one such case per check).
+    Judged by course/judges/kinds.py's ``against_loss``."""
+    return LossCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"])  # noqa: SLF001
+
+
+def _probe_with_settings(cases: tuple[Case, ...], student: Any, rec: Recorder) -> None:
+    for case in drawn(cases):
+        inputs = [value.to(rec.device) if isinstance(value, torch.Tensor) else value
+                  for value in case.inputs().values()]
+        rec.call(case.key, student, *inputs)
+
+
+class SettingsCallCheck(CallCheck):
+    """A CallCheck whose cases also pass settings that are not tensors (a number of heads, a size) as they are."""
+
+    def __init__(self, name: str, cases: tuple[Case, ...], module: str):
+        Check.__init__(self, name, partial(_probe_with_settings, cases), module=module)
+        self.cases = cases
+
+
+def calls_with_settings(name: str, cases: tuple[Case, ...]) -> SettingsCallCheck:
+    """The check `name` of the calling module: the student's function called on each case, whose inputs may
+    include settings that are not tensors (e.g. split_heads(x, heads): {"x": x, "heads": 3}), passed as they are;
+    judged by course/judges/kinds.against like any CallCheck (no upstream gradients)."""
+    return SettingsCallCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"])  # noqa: SLF001
+
+
+# ------------------------------------------------------------------------------------------- inputs passed by name
+
+
+def _probe_keywords(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec: Recorder) -> None:
+    for case in drawn(cases):
+        inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
+        positional = [value for name, value in inputs.items() if name not in keywords]
+        rec.call(case.key, student, *positional, **{name: inputs[name] for name in keywords if name in inputs})
+
+
+class KeywordCallCheck(CallCheck):
+    """A CallCheck whose cases pass the inputs named in keywords by name, the others positionally in their order."""
+
+    def __init__(self, name: str, cases: tuple[Case, ...], module: str, keywords: tuple[str, ...]):
+        Check.__init__(self, name, partial(_probe_keywords, cases, keywords), module=module)
+        self.cases = cases
+
+
+def calls_with_keywords(name: str, cases: tuple[Case, ...], keywords: tuple[str, ...]) -> KeywordCallCheck:
+    """The check `name` of the calling module: the student's function called on each case, the inputs named in
+    keywords passed by name when the case has them (e.g. fn(q, k, v) or fn(q, k, v, mask=m) with keywords
+    ("mask",)), the others positionally in their order. A result that is not one tensor (a pair) is judged by
+    hand from check.cases; one tensor by course/judges/kinds.against."""
+    return KeywordCallCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"], tuple(keywords))  # noqa: SLF001
+
+
+# ------------------------------------------------------------------------------------------- properties written out
+
+
+class PropertyCheck(Check):
+    """A check whose probe is written out, probe(cases, student, rec), running the student's code on the cases
+    declared with it (of any kind: model runs, sampling calls, generations, ...) and recording what a property needs;
+    its judge reads the very same cases (check.cases), e.g. with course/judges/kinds.py's ``each_case``."""
+
+    def __init__(self, name: str, probe: Callable[..., None], cases: tuple[Any, ...], module: str,
+                 options: Mapping[str, Any]):
+        super().__init__(name, partial(probe, cases), module=module, **options)
+        self.cases = cases
+
+
+def property_check(name: str, probe: Callable[..., None], cases: tuple[Any, ...], **options: Any) -> PropertyCheck:
+    """The check `name` of the calling module: probe(cases, student, rec), written out, on the cases declared here;
+    options go to Check (e.g. prerequisites, namespace, user)."""
+    return PropertyCheck(name, probe, tuple(cases), sys._getframe(1).f_globals["__name__"], options)  # noqa: SLF001

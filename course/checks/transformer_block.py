@@ -1,16 +1,17 @@
 """Probes for assignment 05: FeedForward, TransformerBlock and TransformerClassifier.
 
 Each check runs the student's code on inputs and weights chosen here and records what it gives; its judge (in
-course/judges/transformer_block.py, hidden under grading) decides. The probe records the module's structure
-(weights.describe, and which submodules look like blocks) and loads the check's weights into every parameter; the
-judge maps the roles from those structure facts, recreates the values by parameter name and computes its oracle
-(nn.TransformerEncoderLayer for the block). Under grading every random input and weight comes from the grader's
-secret seed, and the case worked by hand adds a secret random case (see course/checks/seeds.py).
+course/judges/transformer_block.py, hidden under grading) decides. Most checks are declared (course/checks/kinds.py:
+a module built once with the check's weights, then called on each case, :func:`builds_and_runs`); the probe records
+the module's structure (weights.describe, and which submodules look like blocks) and loads the check's weights into
+every parameter; the judge maps the roles from those structure facts, recreates the values by parameter name and
+computes its oracle (nn.TransformerEncoderLayer for the block). Under grading every random input and weight comes
+from the grader's secret seed, and the case worked by hand adds a secret random case (see course/checks/seeds.py).
 """
 
 from collections.abc import Callable
+from functools import partial
 from types import MappingProxyType
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,23 +21,16 @@ from course.checks import modules
 from course.checks.check import Check
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.seeds import grading
-
-# (b, t, k, heads, ff_mult): batch > 1, odd lengths, head size != k, a non-default ff_mult
-BLOCK_SHAPES = ((2, 5, 12, 3, 4), (3, 7, 8, 2, 2), (1, 4, 6, 1, 4), (2, 1, 8, 4, 3))
-# (b, t, vocab, k, heads, depth, classes)
-CLASSIFIER_SHAPES = ((4, 6, 11, 8, 2, 2, 3), (3, 5, 7, 12, 3, 1, 2), (2, 9, 5, 6, 2, 3, 4))
-# (b, t, k, hidden)
-FF_SHAPES = ((2, 5, 6, 10), (3, 1, 4, 16), (1, 7, 8, 32))
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, call_module, drawn
 
 BLOCK_PARTS = ("attention", "norm1", "norm2", "ff")
 #: at most this many block-like submodules are recorded
 MAX_BLOCKS = 16
 
 
-def _block_facts(module: nn.Module) -> list[dict]:
-    """The module itself, and every submodule that has the four parts of a block: which parts it has (their
-    types), whether norm1 and norm2 are one module, and its attention's number of heads."""
+def block_facts(module: nn.Module) -> dict[str, list[dict]]:
+    """{"blocks": [...]}: the module itself, and every submodule that has the four parts of a block: which parts it
+    has (their types), whether norm1 and norm2 are one module, and its attention's number of heads."""
     found = []
     for name, sub in module.named_modules():
         parts = {part: getattr(sub, part, None) for part in BLOCK_PARTS}
@@ -52,25 +46,52 @@ def _block_facts(module: nn.Module) -> list[dict]:
         })
         if len(found) > MAX_BLOCKS:
             break
-    return found
+    return {"blocks": found}
 
 
-def _build(rec: Recorder, key: str, cls: Callable, args: tuple, seed: int) -> nn.Module | None:
-    """modules.build with the blocks' facts, in evaluation mode, the check's weights (seed) loaded."""
-    return modules.build(rec, key, cls, *args, seed=seed, facts=lambda m: {"blocks": _block_facts(m)}, train=False)
+#: how every module of these checks is built: its blocks' facts recorded, in evaluation mode
+OPTIONS = MappingProxyType({"facts": block_facts, "train": False})
 
 
-def _run(rec: Recorder, key: str, module: Any, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-    """Record module(x) (or module(x, mask=mask)) without gradients, on a fresh copy of the check's input."""
-    kwargs = {} if mask is None else {"mask": mask.to(rec.device)}
+def _build_with_facts(rec: Recorder, built: Built, cls: Callable) -> nn.Module | None:
+    return modules.build(rec, built.key, cls, *built.args, seed=built.seed, **OPTIONS)
+
+
+def _run_without_grad(rec: Recorder, module: nn.Module, case: Case) -> None:
+    """Record module(x) for the case's input, without gradients."""
     with torch.no_grad():
-        rec.call(key, module, x.to(rec.device), **kwargs)
+        call_module(rec, case.key, module, {name: value.to(rec.device) for name, value in case.inputs().items()})
+
+
+def _block_inputs(shape: tuple[int, ...], seed: int, mask: str = "", scale: float = 1.0, shift: float = 0.0,
+                  order: tuple[int, ...] = ()) -> dict[str, torch.Tensor]:
+    """x (b, t, k) = scale · randn + shift, its positions in order if given; mask "causal": (t, t), True where
+    j <= i; "padding": (b, 1, t), the sequences 6, 4 and 2 positions long."""
+    b, t, _ = shape
+    x = scale * randn(*shape, seed=seed) + shift
+    x = x[:, list(order)] if order else x
+    if mask == "causal":
+        return {"x": x, "mask": torch.ones(t, t, dtype=torch.bool).tril()}  # (t, t)
+    if mask == "padding":
+        return {"x": x, "mask": (torch.arange(t) < torch.tensor([6, 4, 2])[:, None]).unsqueeze(1)}  # (b, 1, t)
+    return {"x": x}
+
+
+def block_case(key: str, shape: tuple[int, ...], seed: int, label: str, mask: str = "",
+               upstream: int | None = None, **more: float | tuple[int, ...]) -> Case:
+    """A case of a block check: x of shape (b, t, k) drawn from seed (see _block_inputs for mask and more); upstream:
+    the seed of a random upstream gradient of x's shape."""
+    grad = None if upstream is None else partial(randn, *shape, seed=upstream)
+    return Case(key, partial(_block_inputs, shape, seed, mask, **more), label, upstream=grad)
 
 
 # ================================================================ FeedForward
 
 #: the notebook's example, loaded into FeedForward(1, 2) by role
 HAND_WEIGHTS = MappingProxyType({"f1w": ((1.0,), (-1.0,)), "f1b": (0.0, 0.0), "f2w": ((1.0, 1.0),), "f2b": (-1.0,)})
+FF_MODULE = Built("module", (6, 10), 900)
+FF_HAND = Built("hand", (1, 2), 950)
+FF_CASE = block_case("y", (2, 4, 6), 901, "x of shape (2, 4, 6), hidden=10")
 
 
 def hand_values() -> dict[str, torch.Tensor]:
@@ -78,14 +99,15 @@ def hand_values() -> dict[str, torch.Tensor]:
     return {role: torch.tensor(value) for role, value in HAND_WEIGHTS.items()}
 
 
-def hand_x() -> torch.Tensor:
-    return torch.tensor([[[-2.0], [0.5], [3.0]]])  # (1, 3, 1)
+def _hand_x() -> dict[str, torch.Tensor]:
+    return {"x": torch.tensor([[[-2.0], [0.5], [3.0]]])}  # (1, 3, 1)
 
 
-def hand_secret_x() -> torch.Tensor:
-    """Under grading, the random input the hand example's weights also get (its seed is salted with the grader's
-    secret)."""
-    return randn(2, 5, 1, seed=951)
+HAND_CASE = Case("y_hand", _hand_x, "first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; x = -2, "
+                 "0.5, 3")
+#: under grading, a random input the hand example's weights also get (its seed is salted with the grader's secret)
+HAND_SECRET_CASE = Case("y_hand_secret", partial(_block_inputs, (2, 5, 1), 951),
+                        "the hand example's weights (FF(x) = |x| - 1) on a random x of shape (2, 5, 1)", secret=True)
 
 
 def _set_by_hand(ff: nn.Module) -> None:
@@ -101,243 +123,132 @@ def _set_by_hand(ff: nn.Module) -> None:
                 layer.bias.copy_(hand[f"{role}b"])
 
 
-def ff_structure_x() -> torch.Tensor:
-    return randn(2, 4, 6, seed=901)
-
-
 def _probe_ff_structure(FeedForward: Callable, rec: Recorder) -> None:
-    ff = _build(rec, "module", FeedForward, (6, 10), 900)
+    ff = _build_with_facts(rec, FF_MODULE, FeedForward)
     if ff is not None:
-        _run(rec, "y", ff, ff_structure_x())
-    hand = _build(rec, "hand", FeedForward, (1, 2), 950)
+        _run_without_grad(rec, ff, FF_CASE)
+    hand = _build_with_facts(rec, FF_HAND, FeedForward)
     if hand is not None:
         _set_by_hand(hand)
-        _run(rec, "y_hand", hand, hand_x())
-        if grading():
-            _run(rec, "y_hand_secret", hand, hand_secret_x())
+        for case in drawn((HAND_CASE, HAND_SECRET_CASE)):
+            _run_without_grad(rec, hand, case)
 
 
 feed_forward_structure = Check("feed_forward_structure", _probe_ff_structure)
 
 
-def ff_case_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
-    return randn(b, t, k, seed=1100 + i)
+def _changed_at(position: int, shape: tuple[int, ...], seed: int) -> dict[str, torch.Tensor]:
+    """A random x with 1 added at one position of every sequence."""
+    x = randn(*shape, seed=seed)
+    x[:, position] += 1.0
+    return {"x": x}
 
 
-def ff_local_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    x = randn(2, 5, 4, seed=1201)
-    x_changed = x.clone()
-    x_changed[:, 3] += 1.0
-    return x, x_changed
-
-
-def _probe_ff_oracle(FeedForward: Callable, rec: Recorder) -> None:
-    for i, (b, t, k, hidden) in enumerate(FF_SHAPES):
-        ff = _build(rec, f"module{i}", FeedForward, (k, hidden), 1000 + 20 * i)
-        if ff is not None:
-            _run(rec, f"y{i}", ff, ff_case_x(i, b, t, k))
-    ff = _build(rec, "local", FeedForward, (4, 8), 1200)
-    if ff is not None:
-        x, x_changed = ff_local_inputs()
-        _run(rec, "y_local", ff, x)
-        _run(rec, "y_local_changed", ff, x_changed)
-
-
-feed_forward_oracle = Check("feed_forward_oracle", _probe_ff_oracle)
+# (b, t, k, hidden)
+FF_SHAPES = ((2, 5, 6, 10), (3, 1, 4, 16), (1, 7, 8, 32))
+feed_forward_oracle = builds_and_runs("feed_forward_oracle", (
+    *(Runs(Built(f"module{i}", (k, hidden), 1000 + 20 * i),
+           (block_case(f"y{i}", (b, t, k), 1100 + i, f"x of shape {(b, t, k)}, hidden={hidden}"),))
+      for i, (b, t, k, hidden) in enumerate(FF_SHAPES)),
+    Runs(Built("local", (4, 8), 1200), (block_case("y_local", (2, 5, 4), 1201, "x of shape (2, 5, 4), hidden=8"),
+                                        Case("y_local_changed", partial(_changed_at, 3, (2, 5, 4), 1201),
+                                             "position 3 of x changed")))), **OPTIONS)
 
 
 # ================================================================ TransformerBlock
 
-def structure_x(k: int) -> torch.Tensor:
-    return randn(2, 4, k, seed=1251 + k)
+transformer_block_structure = builds_and_runs("transformer_block_structure", (
+    Runs(Built("module0", (12, 3), 1250), (block_case("y0", (2, 4, 12), 1263, "x of shape (2, 4, 12), heads=3"),)),
+    Runs(Built("module1", (8, 2, 2), 1260), (block_case("y1", (2, 4, 8), 1259, "x of shape (2, 4, 8), heads=2"),))),
+    **OPTIONS)
 
-
-STRUCTURE_CASES = ((12, 3, None, 1250), (8, 2, 2, 1260))  # (k, heads, ff_mult or None for the default, seed)
-
-
-def _probe_block_structure(TransformerBlock: Callable, rec: Recorder) -> None:
-    for i, (k, heads, ff_mult, seed) in enumerate(STRUCTURE_CASES):
-        args = (k, heads) if ff_mult is None else (k, heads, ff_mult)
-        block = _build(rec, f"module{i}", TransformerBlock, args, seed)
-        if block is None:
-            return
-        _run(rec, f"y{i}", block, structure_x(k))
-
-
-transformer_block_structure = Check("transformer_block_structure", _probe_block_structure)
-
-
-def normalised_x() -> torch.Tensor:
-    return 3.0 * randn(2, 5, 8, seed=1301) + 1.0
+NORMALISED = Built("module", (8, 2), 1300)
+NORMALISED_CASE = block_case("y", (2, 5, 8), 1301, "x of shape (2, 5, 8), heads=2, norms with gain 1 and bias 0",
+                             scale=3.0, shift=1.0)
 
 
 def _probe_normalised(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _build(rec, "module", TransformerBlock, (8, 2), 1300)
+    block = _build_with_facts(rec, NORMALISED, TransformerBlock)
     if block is None:
         return
     with torch.no_grad():  # a new block's norms: gain 1, bias 0 (the check's values everywhere else)
         for norm in (m for m in block.modules() if isinstance(m, nn.LayerNorm)):
             norm.reset_parameters()
-    _run(rec, "y", block, normalised_x())
+    _run_without_grad(rec, block, NORMALISED_CASE)
 
 
 transformer_block_normalised = Check("transformer_block_normalised", _probe_normalised)
 
+transformer_block_small_case = builds_and_runs("transformer_block_small_case", (Runs(Built("module", (4, 2), 1650), (
+    block_case("y", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, no mask"),
+    block_case("y_masked", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", "causal"),
+    block_case("y_grad", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", "causal", 1652))),),
+    **OPTIONS)
 
-def small_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x (2, 3, 4), a causal mask (3, 3) and the upstream gradient (2, 3, 4)."""
-    return randn(2, 3, 4, seed=1651), torch.ones(3, 3, dtype=torch.bool).tril(), randn(2, 3, 4, seed=1652)
+# (b, t, k, heads, ff_mult): batch > 1, odd lengths, head size != k, a non-default ff_mult
+BLOCK_SHAPES = ((2, 5, 12, 3, 4), (3, 7, 8, 2, 2), (1, 4, 6, 1, 4), (2, 1, 8, 4, 3))
+transformer_block_oracle = builds_and_runs("transformer_block_oracle", tuple(
+    Runs(Built(f"module{i}", (k, heads, ff_mult), 1400 + 50 * i),
+         (block_case(f"y{i}", (b, t, k), 1390 + i, f"x of shape {(b, t, k)}, heads={heads}"),))
+    for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES)), **OPTIONS)
 
-
-def _probe_block_backward(rec: Recorder, key: str, block: nn.Module, x: torch.Tensor, upstream: torch.Tensor,
-                          mask: torch.Tensor | None = None) -> None:
-    """Record block(x[, mask]) and the gradients of sum(output · upstream) for x and every parameter."""
-    x = x.to(rec.device).requires_grad_(True)
-    kwargs = {} if mask is None else {"mask": mask.to(rec.device)}
-    modules.record_backward(rec, key, block, x, **kwargs, loss=lambda y: (y * upstream.to(rec.device)).sum(),
-                            inputs={"x": x})
-
-
-def _probe_block_small_case(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _build(rec, "module", TransformerBlock, (4, 2), 1650)
-    if block is None:
-        return
-    x, causal, upstream = small_case()
-    if isinstance(getattr(block, "ff", None), nn.Module):
-        _run(rec, "ff", block.ff, x)
-    _run(rec, "y", block, x)
-    _run(rec, "y_masked", block, x, causal)
-    _probe_block_backward(rec, "y_grad", block, x, upstream, causal)
-
-
-transformer_block_small_case = Check("transformer_block_small_case", _probe_block_small_case)
-
-
-def block_case_x(i: int, b: int, t: int, k: int) -> torch.Tensor:
-    return randn(b, t, k, seed=1390 + i)
-
-
-def _probe_block_oracle(TransformerBlock: Callable, rec: Recorder) -> None:
-    for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES):
-        block = _build(rec, f"module{i}", TransformerBlock, (k, heads, ff_mult), 1400 + 50 * i)
-        if block is None:
-            return
-        x = block_case_x(i, b, t, k)
-        if isinstance(getattr(block, "ff", None), nn.Module):
-            _run(rec, f"ff{i}", block.ff, x)
-        _run(rec, f"y{i}", block, x)
-
-
-transformer_block_oracle = Check("transformer_block_oracle", _probe_block_oracle)
-
-
-def mask_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    b, t = 3, 6
-    causal = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
-    padding = (torch.arange(t) < torch.tensor([6, 4, 2])[:, None]).unsqueeze(1)  # (b, 1, t)
-    return randn(b, t, 8, seed=1601), causal, padding
-
-
-def _probe_block_mask(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _build(rec, "module", TransformerBlock, (8, 2, 4), 1600)
-    if block is None:
-        return
-    x, causal, padding = mask_inputs()
-    if isinstance(getattr(block, "ff", None), nn.Module):
-        _run(rec, "ff", block.ff, x)
-    _run(rec, "y_causal", block, x, causal)
-    _run(rec, "y_padding", block, x, padding)
-
-
-transformer_block_mask = Check("transformer_block_mask", _probe_block_mask)
-
-
-def gradient_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    return randn(2, 5, 8, seed=1701), randn(2, 5, 8, seed=1702)
-
-
-def permutation_x() -> torch.Tensor:
-    return randn(2, 6, 8, seed=1801)
-
+transformer_block_mask = builds_and_runs("transformer_block_mask", (Runs(Built("module", (8, 2, 4), 1600), (
+    block_case("y_causal", (3, 6, 8), 1601, "causal mask (6, 6)", "causal"),
+    block_case("y_padding", (3, 6, 8), 1601, "padding mask (3, 1, 6), lengths 6, 4, 2", "padding"))),), **OPTIONS)
 
 PERMUTATION = (5, 2, 0, 4, 1, 3)
-
-
-def _probe_block_gradients(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _build(rec, "module", TransformerBlock, (8, 2), 1700)
-    if block is not None:
-        _probe_block_backward(rec, "y", block, *gradient_inputs())
-    block = _build(rec, "perm", TransformerBlock, (8, 2), 1800)
-    if block is not None:
-        x = permutation_x()
-        _run(rec, "y_plain", block, x)
-        _run(rec, "y_perm", block, x[:, list(PERMUTATION)])
-
-
-transformer_block_gradients = Check("transformer_block_gradients", _probe_block_gradients)
+transformer_block_gradients = builds_and_runs("transformer_block_gradients", (
+    Runs(Built("module", (8, 2), 1700),
+         (block_case("y", (2, 5, 8), 1701, "k=8, 2 heads, x (2, 5, 8)", upstream=1702),)),
+    Runs(Built("perm", (8, 2), 1800), (
+        block_case("y_plain", (2, 6, 8), 1801, "x of shape (2, 6, 8), heads=2"),
+        block_case("y_perm", (2, 6, 8), 1801, "permutation [5, 2, 0, 4, 1, 3]", order=PERMUTATION)))), **OPTIONS)
 
 
 # ================================================================ TransformerClassifier
 
+def _tokens(vocab: int, shape: tuple[int, ...], seed: int, order: tuple[int, ...] = ()) -> dict[str, torch.Tensor]:
+    """Random token ids (b, t) below vocab, their positions in order if given."""
+    tokens = torch.randint(0, vocab, shape, generator=generator(seed))
+    return {"tokens": tokens[:, list(order)] if order else tokens}
+
+
+def token_case(key: str, vocab: int, shape: tuple[int, ...], seed: int, label: str,
+               order: tuple[int, ...] = ()) -> Case:
+    return Case(key, partial(_tokens, vocab, shape, seed, order), label)
+
+
 CLASSIFIER_STRUCTURE = (11, 8, 2, 3, 4)  # (vocab, k, heads, depth, classes)
+transformer_classifier_structure = builds_and_runs("transformer_classifier_structure", (
+    Runs(Built("module", CLASSIFIER_STRUCTURE, 1900),
+         (token_case("y", 11, (5, 7), 1901, "tokens of shape (5, 7), depth=3"),)),), **OPTIONS)
 
-
-def structure_tokens() -> torch.Tensor:
-    return torch.randint(0, 11, (5, 7), generator=generator(1901))
-
-
-def _probe_classifier_structure(TransformerClassifier: Callable, rec: Recorder) -> None:
-    model = _build(rec, "module", TransformerClassifier, CLASSIFIER_STRUCTURE, 1900)
-    if model is not None:
-        _run(rec, "y", model, structure_tokens())
-
-
-transformer_classifier_structure = Check("transformer_classifier_structure", _probe_classifier_structure)
-
-
-def case_tokens(i: int, b: int, t: int, vocab: int) -> torch.Tensor:
-    return torch.randint(0, vocab, (b, t), generator=generator(2050 + i))
-
-
-def _probe_classifier_oracle(TransformerClassifier: Callable, rec: Recorder) -> None:
-    for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES):
-        model = _build(rec, f"module{i}", TransformerClassifier, (vocab, k, heads, depth, classes), 2100 + 100 * i)
-        if model is None:
-            return
-        _run(rec, f"y{i}", model, case_tokens(i, b, t, vocab))
-
-
-transformer_classifier_oracle = Check("transformer_classifier_oracle", _probe_classifier_oracle)
-
+# (b, t, vocab, k, heads, depth, classes)
+CLASSIFIER_SHAPES = ((4, 6, 11, 8, 2, 2, 3), (3, 5, 7, 12, 3, 1, 2), (2, 9, 5, 6, 2, 3, 4))
+transformer_classifier_oracle = builds_and_runs("transformer_classifier_oracle", tuple(
+    Runs(Built(f"module{i}", (vocab, k, heads, depth, classes), 2100 + 100 * i),
+         (token_case(f"y{i}", vocab, (b, t), 2050 + i, f"tokens of shape {(b, t)}, depth={depth}"),))
+    for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES)), **OPTIONS)
 
 ORDER_SHAPE = (9, 8, 2, 2, 3)
 TOKEN_PERMUTATION = (6, 2, 0, 4, 1, 5, 3)
+transformer_classifier_order_blind = builds_and_runs("transformer_classifier_order_blind", (
+    Runs(Built("order", ORDER_SHAPE, 2200), (
+        token_case("y", 9, (4, 7), 2201, "tokens of shape (4, 7), depth=2"),
+        token_case("y_perm", 9, (4, 7), 2201, "positions permuted", TOKEN_PERMUTATION))),), **OPTIONS)
 
-
-def order_tokens() -> torch.Tensor:
-    return torch.randint(0, 9, (4, 7), generator=generator(2201))
+CLASSIFIER_GRADIENTS = Built("module", ORDER_SHAPE, 2300)
 
 
 def gradient_tokens() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.arange(9).view(3, 3), torch.tensor([0, 1, 2])  # every token used once; the labels
 
 
-def _probe_classifier_order(TransformerClassifier: Callable, rec: Recorder) -> None:
-    model = _build(rec, "order", TransformerClassifier, ORDER_SHAPE, 2200)
-    if model is not None:
-        tokens = order_tokens()
-        _run(rec, "y", model, tokens)
-        _run(rec, "y_perm", model, tokens[:, list(TOKEN_PERMUTATION)])
-
-
-transformer_classifier_order_blind = Check("transformer_classifier_order_blind", _probe_classifier_order)
-
-
 def _probe_classifier_gradients(TransformerClassifier: Callable, rec: Recorder) -> None:
-    model = _build(rec, "module", TransformerClassifier, ORDER_SHAPE, 2300)
+    model = _build_with_facts(rec, CLASSIFIER_GRADIENTS, TransformerClassifier)
     if model is not None:
         tokens, labels = (t.to(rec.device) for t in gradient_tokens())
-        modules.record_backward(rec, "y_grad", model, tokens, loss=lambda y: F.cross_entropy(y, labels))
+        modules.record_backward(rec, "y_grad", model, tokens, loss=partial(F.cross_entropy, target=labels))
 
 
 transformer_classifier_gradients = Check("transformer_classifier_gradients", _probe_classifier_gradients)

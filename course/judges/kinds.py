@@ -13,15 +13,18 @@ through the oracle. Cases worked by hand in the notebook compare with the hand-w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from course.checks import modules
-from course.checks.compare import Mistake, expect_close, output
+from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, CallCheck, Case, ModuleCheck, drawn
+from course.checks.kinds import Built, CallCheck, Case, LossCheck, ModuleCheck, PropertyCheck, Runs, RunsCheck, drawn
 from course.judges import judge
 
 Tensors = Mapping[str, torch.Tensor]
@@ -41,7 +44,7 @@ class Oracle:
     name: str  # the oracle in words, for gradient messages, e.g. "F.scaled_dot_product_attention"
     shape: Callable[..., tuple[int, ...]]  # the output's shape
     mistakes: Callable[..., list[tuple[Mistake, torch.Tensor]]] = _none
-    shape_hints: Callable[..., dict[tuple[int, ...], str]] = lambda **_: {}
+    shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}
     otherwise: str = ""  # the advice when the output matches neither the oracle nor a mistake
     gradient_hints: Mapping[str, str] = field(default_factory=dict)
     hint: str = ""  # the advice when the output has the wrong shape (or the code raised)
@@ -122,6 +125,423 @@ def against_module(check: ModuleCheck, oracle: ModuleOracle, *, passed: str) -> 
         for item in check.module_cases:
             if item.case in drawn((item.case,)):
                 expect_module_case(ev, item.module, item.case, oracle)
+
+    judged.__module__ = f"course.judges.{check.module}"
+    judged.__doc__ = judged.passed = passed
+    return judge(check.name)(judged)
+
+
+# ------------------------------------------------------------------------------------------- modules called by name
+
+# appended to a shared file, whose first lines others' work depends on: these imports may move to the top
+
+Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs): what a module computes with the weights w
+
+
+def _no_simulators(*_: object, **__: torch.Tensor) -> list[tuple[Mistake, Simulator]]:
+    return []
+
+
+def _no_anchors(*_: object, **__: torch.Tensor) -> list[torch.Tensor]:
+    return []
+
+
+def _no_hint(**_: torch.Tensor) -> str:
+    return ""
+
+
+def _no_shape_hints(**_: torch.Tensor) -> dict[tuple[int, ...], str | Mistake]:
+    return {}
+
+
+def expect_linear_layers(ev: Evidence, key: str, what: str, owner: str,
+                         layers: Mapping[str, tuple[int, int, bool, str]], shared: str,
+                         bias_mistakes: Mapping[str, Mistake | str], seed: int,
+                         gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
+    """The module built under key (what: its constructor call) is made of separate layers, each name in layers an
+    nn.Linear(n_in, n_out) with or without a bias as (n_in, n_out, bias, spec) says (modules.expect_layers: shared
+    and bias_mistakes word the failures); returns the weights the probe loaded into them (seed, gains), by
+    parameter name: name.weight (n_out, n_in), and name.bias (n_out,) where the layer has one."""
+    __tracebackhide__ = True
+    modules.expect_layers(ev, key, what, owner, layers, shared, bias_mistakes)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, (n_in, n_out, bias, _) in layers.items():
+        shapes[f"{name}.weight"] = (n_out, n_in)
+        if bias:
+            shapes[f"{name}.bias"] = (n_out,)
+    return modules.expect_parameters(ev, key, what, shapes, seed, gains)
+
+
+@dataclass(frozen=True)
+class ForwardOracle:
+    """What the student's module, called forward(x, context=..., mask=...) by a :class:`RunsCheck`, must compute
+    with the check's weights w (read back from the evidence by `weights`, which also judges the structure), and
+    the computations of its typical mistakes: functions of w, the module's constructor arguments args (Built.args,
+    e.g. k, heads) and the named inputs of a case (those it passes)."""
+
+    owner: str  # the student's class, e.g. "MultiHeadAttention"
+    kind: str  # what its output must be, in words, e.g. "multi-head attention"
+    weights: Callable[[Evidence, Built], dict[str, torch.Tensor]]
+    compute: Simulator  # compute(w, *args, **inputs), differentiable: gradients are autograd's through it
+    name: str  # the oracle in words, e.g. "nn.MultiheadAttention with your weights"
+    simulators: Callable[..., list[tuple[Mistake, Simulator]]] = _no_simulators  # simulators(*args, **inputs)
+    anchors: Callable[..., list[torch.Tensor]] = _no_anchors  # anchors(w, *args, **inputs): outputs no check names
+    hint: Callable[..., str] = _no_hint  # hint(**inputs): what a wrong shape or an error suggests
+    shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = _no_shape_hints  # shape_hints(**inputs)
+    otherwise: str = ""  # the advice when the output matches neither the oracle nor a mistake
+    keyword_mistake: Mistake | None = None  # forward raised TypeError naming a keyword input: it has no such argument
+
+
+def forward_what(oracle: ForwardOracle, inputs: Tensors) -> str:
+    """The call as a student reads it, e.g. "MultiHeadAttention.forward(x, context, mask)"."""
+    return f"{oracle.owner}.forward({', '.join(inputs)})"
+
+
+def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensors) -> torch.Tensor:
+    """The output recorded under key for these inputs: a tensor of the first input's shape (b, tq, k), else a
+    failure in plain words."""
+    __tracebackhide__ = True
+    first, *keywords = inputs
+    fact = ev.facts.get(key)
+    if (oracle.keyword_mistake is not None and isinstance(fact, dict) and fact.get("kind") == "raised"
+            and fact.get("type") == "TypeError"):
+        message = str(fact.get("message"))
+        for name in keywords:
+            if name in message:
+                advice = oracle.keyword_mistake.explanation
+                fail(f"{oracle.owner}.forward({first}, {name}=...) raised TypeError: {message[:200]}. "
+                     f"{advice[0].upper()}{advice[1:]}", mistake=oracle.keyword_mistake)
+    return output(ev, key, what=forward_what(oracle, inputs), shape=tuple(inputs[first].shape),
+                  shape_hints=oracle.shape_hints(**inputs), hint=oracle.hint(**inputs))
+
+
+def simulated(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> list[tuple[Mistake, torch.Tensor]]:
+    """The outputs of oracle's typical mistakes with the weights w and constructor arguments args on these
+    inputs, without autograd."""
+    with torch.no_grad():
+        return [(mistake, simulate(w, *args, **inputs)) for mistake, simulate in oracle.simulators(*args, **inputs)]
+
+
+def expected_output(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
+    """The oracle's output with the weights w and constructor arguments args on these inputs, without autograd."""
+    with torch.no_grad():
+        return oracle.compute(w, *args, **inputs)
+
+
+def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors,
+                   claim: str, label: str) -> None:
+    """Fail unless y is what the module computes with the weights w on these inputs, or what one of its typical
+    mistakes (or anchors) does: a property earns nothing for an output no real computation of the exercise gives.
+    claim: the property y has, e.g. "MultiHeadAttention respects the causal mask"."""
+    __tracebackhide__ = True
+    want = expected_output(oracle, w, args, inputs)
+    with torch.no_grad():
+        candidates = [want, *(t for _, t in simulated(oracle, w, args, inputs)), *oracle.anchors(w, *args, **inputs)]
+    if not matches_any(y, candidates, ev.device):
+        fail(f"{claim}, but it is not {oracle.kind}: its output matches neither the reference nor a known mistake. "
+             f"{oracle.hint(**inputs)}", want, y, case=label)
+
+
+def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, oracle: ForwardOracle,
+                        tolerate_mistakes: bool = False) -> torch.Tensor:
+    """The output recorded for case (of the module built) against the oracle with the weights w, naming the
+    typical mistake it matches; returns it. A case with an upstream gradient: the output must also be in an
+    autograd graph, and the gradients of sum(output · upstream) its floating inputs and the parameters received
+    must be autograd's through the oracle. tolerate_mistakes: a typical mistake's output passes there, its
+    gradients compared with autograd through that mistake's computation (another check names it)."""
+    __tracebackhide__ = True
+    inputs, args = dict(case.inputs()), built.args
+    what = forward_what(oracle, inputs)
+    y = forward_output(ev, case.key, oracle, inputs)
+    if case.upstream is not None:
+        modules.expect_attached(ev, case.key, what)
+    want = expected_output(oracle, w, args, inputs)
+    tolerant = case.upstream is not None and tolerate_mistakes
+    found = []
+    if tolerant and not matches_any(y, [want], ev.device):
+        found = [(m, simulate) for (m, simulate), (_, out) in zip(oracle.simulators(*args, **inputs),
+                                                                  simulated(oracle, w, args, inputs), strict=True)
+                 if matches_any(y, [out], ev.device)]
+    if not found:
+        expect_close(y, want, what=what, device=ev.device, case=case.label, otherwise=oracle.otherwise,
+                     mistakes=[] if tolerant else simulated(oracle, w, args, inputs))
+    if case.upstream is None:
+        return y
+    because, compute = found[0] if found else (None, oracle.compute)
+
+    def forward(leaves: Tensors, **given: torch.Tensor) -> torch.Tensor:
+        return compute(leaves, *args, **given)
+
+    grads = modules.autograd(forward, w, inputs, case.upstream())
+    modules.expect_gradients(ev, grads, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
+                             because=because)
+    return y
+
+
+def against_forward(check: RunsCheck, oracle: ForwardOracle, *, passed: str, tolerate_mistakes: bool = False,
+                    then: Callable[[Evidence], None] | None = None) -> Callable[[Evidence], None]:
+    """Register the judge of a RunsCheck: for each module built, its weights read back and every drawn case
+    against the oracle with them (:func:`expect_forward_case`); then(ev): a further property judged after the
+    cases (e.g. the size of the graph observed). passed: the line a student reads when the test passes."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        for item in check.runs:
+            cases = drawn(item.cases)
+            if not cases:
+                continue
+            w = oracle.weights(ev, item.module)
+            for case in cases:
+                expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes)
+        if then is not None:
+            then(ev)
+
+    judged.__module__ = f"course.judges.{check.module}"
+    judged.__doc__ = judged.passed = passed
+    return judge(check.name)(judged)
+
+
+def expect_causal(ev: Evidence, y: torch.Tensor, y_changed: torch.Tensor, position: int, what: str,
+                  leaks: list[tuple[Mistake, torch.Tensor]], advice: str, mistake: Mistake | None = None) -> None:
+    """Outputs (b, t, ...) y on an input and y_changed on it with position `position` changed: no earlier output
+    changed. Else fail naming the first typical mistake in leaks (mistake, its output on the unchanged input) that
+    y is, or with advice and mistake. what: the call, e.g. "M.forward with a causal mask of shape (6, 6)"."""
+    __tracebackhide__ = True
+    if matches_any(y_changed[:, :position], [y[:, :position]], ev.device):
+        return
+    named = next((m for m, leak in leaks if matches_any(y, [leak], ev.device)), None)
+    fail(f"{what}: changing input {position} changed an earlier output (0-{position - 1}). "
+         + (f"The output is not what was asked: {named.explanation}" if named else advice),
+         y[:, :position], y_changed[:, :position], case=f"input {position} changed", mistake=named or mistake)
+
+
+# ------------------------------------------------------------------------------------------- blocks
+
+
+@dataclass(frozen=True)
+class BlockOracle:
+    """A module whose computation depends on what its recorded structure says, not only on its weights: which
+    parameter plays which role, its number of heads, its norms' eps (a transformer block, a model made of blocks).
+
+    structure(ev, built) judges the structure of the module built (its parts, their kinds and sizes) and returns
+    (found, w): what the computation needs besides the weights, and the weights the probe loaded, by parameter
+    name. oracle(found) is the :class:`ForwardOracle` computing with it (its weights are not called: structure
+    reads them)."""
+
+    structure: Callable[[Evidence, Built], tuple[Any, dict[str, torch.Tensor]]]
+    oracle: Callable[[Any], ForwardOracle]
+
+
+def block_call(built: Built, owner: str) -> str:
+    """The constructor call of a built module as a student reads it, e.g. "TransformerBlock(8, 2, 4)"."""
+    return f"{owner}({', '.join(repr(arg) for arg in built.args)})"
+
+
+def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, *, claim: str = "") -> None:
+    """For each module built (each of runs), its structure judged and its weights read back, then every drawn case
+    against the oracle with them (:func:`expect_forward_case`, typical mistakes tolerated where a case checks
+    gradients, which then go through the mistake's computation; every parameter the probe recorded must receive
+    one). claim, e.g. "has the right parts": the outputs need only be the module's, right or typically wrong
+    (:func:`anchor_forward`; the claim is made of the module's constructor call)."""
+    __tracebackhide__ = True
+    for item in runs:
+        cases = drawn(item.cases)
+        if not cases:
+            continue
+        found, w = block.structure(ev, item.module)
+        oracle = block.oracle(found)
+        for case in cases:
+            if claim and case.upstream is None:
+                inputs = dict(case.inputs())
+                y = forward_output(ev, case.key, oracle, inputs)
+                anchor_forward(ev, y, oracle, w, item.module.args, inputs,
+                               f"{block_call(item.module, oracle.owner)} {claim}", case.label)
+                continue
+            expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes=True)
+            if case.upstream is not None:
+                modules.expect_gradients(ev, {}, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
+                                         present=modules.parameter_names(ev, item.module.key))
+
+
+def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: str = "",
+                  then: Callable[[Evidence], None] | None = None) -> Callable[[Evidence], None]:
+    """Register the judge of a RunsCheck of a block (:func:`expect_block_runs`); then(ev): a further property judged
+    after the cases. passed: the line a student reads when the test passes."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        expect_block_runs(ev, check.runs, block, claim=claim)
+        if then is not None:
+            then(ev)
+
+    judged.__module__ = f"course.judges.{check.module}"
+    judged.__doc__ = judged.passed = passed
+    return judge(check.name)(judged)
+
+
+# ------------------------------------------------------------------------------------------- token losses
+
+
+#: the typical mistakes of a next-token loss that token_loss_mistakes simulates, by id ("loss-unstable" is judged
+#: from a loss that is not finite)
+LOSS_MISTAKE_IDS = ("loss-not-shifted", "loss-wrong-shift", "loss-sum", "loss-per-sequence", "loss-softmax",
+                    "loss-nll-on-logits", "loss-bits", "loss-last-position", "loss-counts-padding",
+                    "loss-pad-hard-coded", "loss-unstable")
+
+
+@dataclass(frozen=True)
+class LossOracle:
+    """A next-token loss: the mean cross-entropy (F.cross_entropy, ignore_index = the padding id) of the logits at
+    every position against the token that follows, as functions of the named inputs of a case.
+
+    logits(feed, **inputs) gives (b, n, vocab) logits for feed "shifted" (those that predict tokens[:, 1:]: the
+    right ones), "unshifted" (the model reading all of tokens, scored against tokens themselves) or "backwards"
+    (scored against tokens[:, :-1]). The mistakes, named by their ids (LOSS_MISTAKE_IDS), are simulated from them in
+    the order given, the first match named."""
+
+    what: str  # e.g. "next_token_loss(logits, tokens)"
+    logits: Callable[..., torch.Tensor]
+    tokens: str  # the input holding the tokens (b, t)
+    pad: str | None = None  # the input holding the padding id; None: every label counts
+    mistakes: tuple[Mistake, ...] = ()
+    hint: str = ""  # the advice when the loss is wrong (or not a scalar)
+    name: str = "F.cross_entropy"  # the oracle in words, for gradient messages
+
+    def __post_init__(self) -> None:
+        unknown = [m.id for m in self.mistakes if m.id not in LOSS_MISTAKE_IDS]
+        if unknown:
+            raise ValueError(f"no simulator for the loss mistakes {unknown}; known: {LOSS_MISTAKE_IDS}")
+
+
+def _ignored(oracle: LossOracle, inputs: Mapping) -> int:
+    """The label F.cross_entropy ignores: the padding id, or its default -100 (no token) without padding."""
+    return -100 if oracle.pad is None else int(inputs[oracle.pad])
+
+
+def token_loss(oracle: LossOracle, inputs: Mapping) -> torch.Tensor:
+    """The oracle: F.cross_entropy of the shifted logits against tokens[:, 1:], the padding ignored; a scalar."""
+    logits = oracle.logits("shifted", **inputs).transpose(1, 2)  # (b, vocab, t - 1)
+    return F.cross_entropy(logits, inputs[oracle.tokens][:, 1:], ignore_index=_ignored(oracle, inputs))
+
+
+def token_loss_mistakes(oracle: LossOracle, inputs: Mapping) -> list[tuple[Mistake, torch.Tensor]]:
+    """What each of the oracle's mistakes gives on the inputs: not shifted, shifted the wrong way, a sum, a mean per
+    sequence first, a softmax before F.cross_entropy, F.nll_loss on logits, in bits, the last position only, the
+    padding counted, the padding id hard-coded as 0."""
+    tokens, ignore = inputs[oracle.tokens], _ignored(oracle, inputs)
+    labels = tokens[:, 1:]  # (b, t - 1)
+    with torch.no_grad():
+        shifted = oracle.logits("shifted", **inputs).transpose(1, 2)  # (b, vocab, t - 1)
+        unshifted = oracle.logits("unshifted", **inputs).transpose(1, 2)  # (b, vocab, t)
+        backwards = oracle.logits("backwards", **inputs).transpose(1, 2)  # (b, vocab, t - 1)
+    per_token = F.cross_entropy(shifted, labels, ignore_index=ignore, reduction="none")  # (b, t - 1)
+    real = (labels != ignore).float()  # (b, t - 1)
+    simulated = {
+        "loss-not-shifted": F.cross_entropy(unshifted, tokens, ignore_index=ignore),
+        "loss-wrong-shift": F.cross_entropy(backwards, tokens[:, :-1], ignore_index=ignore),
+        "loss-sum": per_token.sum(),
+        "loss-per-sequence": ((per_token * real).sum(1) / real.sum(1)).mean(),
+        "loss-softmax": F.cross_entropy(F.softmax(shifted, dim=1), labels, ignore_index=ignore),
+        "loss-nll-on-logits": F.nll_loss(shifted, labels, ignore_index=ignore),
+        "loss-bits": F.cross_entropy(shifted, labels, ignore_index=ignore) / math.log(2),
+        "loss-last-position": F.cross_entropy(shifted[:, :, -1], labels[:, -1], ignore_index=ignore),
+        "loss-counts-padding": F.cross_entropy(shifted, labels),
+        "loss-pad-hard-coded": F.cross_entropy(shifted, labels, ignore_index=0),
+    }
+    return [(m, simulated[m.id]) for m in oracle.mistakes if m.id in simulated]
+
+
+def token_loss_gradients(oracle: LossOracle, inputs: Mapping, index: int) -> dict[str, torch.Tensor | None]:
+    """Autograd's gradients of the oracle's loss with respect to the floating tensor inputs (named <name><index>,
+    as the probe keeps them) and the parameters of a model among the inputs (inputs: fresh from the case)."""
+    given, leaves = {}, {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.nn.Module):
+            leaves.update(value.named_parameters())
+        elif isinstance(value, torch.Tensor) and value.is_floating_point():
+            value = value.detach().clone().requires_grad_(True)
+            leaves[f"{name}{index}"] = value
+        given[name] = value
+    token_loss(oracle, given).backward()
+    return {name: leaf.grad for name, leaf in leaves.items()}
+
+
+def _loss_shape_hints(oracle: LossOracle, tokens: torch.Tensor) -> dict[tuple[int, ...], str | Mistake]:
+    b, t = tokens.shape
+    mean = "their mean over the real tokens" if oracle.pad else "their mean"
+    return {(b, t - 1): f"That is one loss per predicted token: return {mean}.",
+            (b * (t - 1),): f"That is one loss per predicted token: return {mean}.",
+            (b,): "That is one loss per sequence: the mean is over all predicted tokens of the batch."}
+
+
+def _confirmed_first(ev: Evidence, loss: torch.Tensor, mistakes: list[tuple[Mistake, torch.Tensor]],
+                     companion: Case, oracle: LossOracle) -> list[tuple[Mistake, torch.Tensor]]:
+    """mistakes, those that the loss matches AND that the companion's loss matches too put first: a single number
+    can match two typical mistakes by chance, two numbers hardly."""
+    matching = [m for m, value in mistakes if matches_any(loss, [value], ev.device)]
+    other = ev.tensors.get(companion.key)
+    if len(matching) < 2 or not isinstance(other, torch.Tensor) or other.shape != () or not other.is_floating_point():
+        return mistakes
+    there = dict((m.id, value) for m, value in reversed(token_loss_mistakes(oracle, dict(companion.inputs()))))
+    confirmed = {m.id for m in matching if m.id in there and matches_any(other, [there[m.id]], ev.device)}
+    return sorted(mistakes, key=lambda pair: pair[0].id not in confirmed)
+
+
+def expect_loss_case(ev: Evidence, case: Case, oracle: LossOracle, companion: Case | None = None) -> None:
+    """The loss recorded for case against the oracle, naming the typical mistake it matches (confirmed by the
+    companion's loss when it matches two)."""
+    __tracebackhide__ = True
+    inputs = dict(case.inputs())
+    loss = output(ev, case.key, what=oracle.what, shape=(), hint=oracle.hint,
+                  shape_hints=_loss_shape_hints(oracle, inputs[oracle.tokens]))
+    with torch.no_grad():
+        expected = token_loss(oracle, inputs)
+    unstable = next((m for m in oracle.mistakes if m.id == "loss-unstable"), None)
+    if unstable is not None and not bool(torch.isfinite(loss)) and bool(torch.isfinite(expected)):
+        fail(f"{oracle.what} is {float(loss)} on {case.label}, where the loss is {float(expected):.4f}. A softmax "
+             "followed by a log underflows: a probability below 1e-38 becomes 0 and its log -inf. F.cross_entropy "
+             "(or F.log_softmax) computes the log-probabilities without that step.", mistake=unstable)
+    mistakes = token_loss_mistakes(oracle, inputs)
+    if companion is not None and not matches_any(loss, [expected], ev.device):
+        mistakes = _confirmed_first(ev, loss, mistakes, companion, oracle)
+    expect_close(loss, expected, what=oracle.what, device=ev.device, mistakes=mistakes, otherwise=oracle.hint,
+                 case=case.label)
+
+
+def against_loss(check: LossCheck, oracle: LossOracle, *, passed: str) -> Callable[[Evidence], None]:
+    """Register the judge of a loss check (course/checks/kinds.py's ``losses``): every drawn case's loss against
+    F.cross_entropy, a case's secret companion (keyed <key>_secret) confirming which of two matching mistakes it
+    is, then the gradients of the cases that recorded them against autograd through the oracle."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        cases = drawn(check.cases)
+        keyed = {case.key: case for case in cases}
+        for case in cases:
+            expect_loss_case(ev, case, oracle, keyed.get(f"{case.key}_secret"))
+        for i, case in enumerate(check.cases):
+            if case.upstream is not None and case in cases:
+                modules.expect_differentiable(ev, case.key, oracle.what)
+                modules.expect_gradients(ev, token_loss_gradients(oracle, dict(case.inputs()), i), owner=oracle.what,
+                                         case=case.label, oracle=oracle.name)
+
+    judged.__module__ = f"course.judges.{check.module}"
+    judged.__doc__ = judged.passed = passed
+    return judge(check.name)(judged)
+
+
+# ------------------------------------------------------------------------------------------- properties written out
+
+
+def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
+              passed: str) -> Callable[[Evidence], None]:
+    """Register the judge of a property check (course/checks/kinds.py's ``property_check``): expect(ev, case) for
+    each of the cases its probe declared, in order. passed: the line a student reads when the test passes."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        for case in check.cases:
+            expect(ev, case)
 
     judged.__module__ = f"course.judges.{check.module}"
     judged.__doc__ = judged.passed = passed

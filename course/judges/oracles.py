@@ -198,3 +198,22 @@ def as_course(grads: dict[str, torch.Tensor | None],
     """The gradients of x, of the context (if any) and of these projections, under the course's parameter names."""
     return {**{name: grads[name] for name in ("x", "context") if name in grads},
             **{COURSE_NAMES[role]: grads[role] for role in roles}}
+
+
+def course_projections(w: Mapping[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
+    """The weights in w of one of the course's attention modules (prefix + to_queries.weight, to_keys.weight,
+    to_values.weight, each with its bias if w has one, and unify_heads.weight and .bias if w has them) as the
+    keywords of :func:`attention_parameters`; what w lacks stays an identity output or a zero bias."""
+    names = {"wq": "to_queries.weight", "wk": "to_keys.weight", "wv": "to_values.weight", "bq": "to_queries.bias",
+             "bk": "to_keys.bias", "bv": "to_values.bias", "wo": "unify_heads.weight", "bo": "unify_heads.bias"}
+    return {keyword: w[prefix + name] for keyword, name in names.items() if prefix + name in w}
+
+
+def course_module_attention(w: Mapping[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor | None = None,
+                            mask: torch.Tensor | None = None, *, heads: int = 1,
+                            query_scale: float = 1.0) -> torch.Tensor:
+    """nn.MultiheadAttention with `heads` heads carrying the weights w of one of the course's attention modules
+    (:func:`course_projections`) on x (b, tq, k), keys and values from context (b, tk, k) (x when None), under the
+    course's mask (True = allowed, broadcastable to (b, tq, tk)); (b, tq, k). It divides the scores by
+    √(k / heads) / query_scale (query_scale = :func:`unscaled`: no scaling). Autograd reaches w and the inputs."""
+    return attention(x, context, mask, heads, **course_projections(w), query_scale=query_scale)

@@ -5,48 +5,36 @@ Each judge maps the roles (query, key, value and output projections, the two nor
 whatever they are called) from the structure facts the probe recorded, recreates the values by parameter name and
 computes the oracle: nn.TransformerEncoderLayer (post-norm, ReLU, no dropout; norm_first=True for the pre-norm
 mistake) carrying those weights, and F.linear / F.relu for the feed-forward layer; and names the typical mistakes.
+The modules' checks are declared (course/judges/kinds.py: a :class:`BlockOracle` judges the structure, then every
+case the probe drew against the oracle); the properties (locality, normalised outputs, equivariance) and the
+classifier, whose blocks may be the student's own, right or typically wrong, are written out.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
 
 from course.checks import modules
+from course.checks import transformer_block as probes
 from course.checks.compare import Mistake, close, expect_close, fail, matches_any, output, tolerance
 from course.checks.evidence import Evidence
-from course.checks.modules import MISSING_PARAMETER, MISSING_PART, PARAMETER_COUNT, WRONG_LAYER_SIZE
-from course.checks.seeds import grading
-from course.checks.transformer_block import (
-    BLOCK_PARTS,
-    BLOCK_SHAPES,
-    CLASSIFIER_SHAPES,
-    CLASSIFIER_STRUCTURE,
-    FF_SHAPES,
-    ORDER_SHAPE,
-    PERMUTATION,
-    STRUCTURE_CASES,
-    block_case_x,
-    case_tokens,
-    ff_case_x,
-    ff_local_inputs,
-    ff_structure_x,
-    gradient_inputs,
-    gradient_tokens,
-    hand_secret_x,
-    hand_values,
-    hand_x,
-    mask_inputs,
-    normalised_x,
-    order_tokens,
-    permutation_x,
-    small_case,
-    structure_tokens,
-    structure_x,
-)
+from course.checks.kinds import Built, drawn
+from course.checks.modules import MISSING_PART, PARAMETER_COUNT, WRONG_LAYER_SIZE
 from course.judges import judge, oracles
+from course.judges.kinds import (
+    BlockOracle,
+    ForwardOracle,
+    against_block,
+    anchor_forward,
+    block_call,
+    expect_block_runs,
+    forward_output,
+    simulated,
+)
 
 FF_NAME = "FeedForward"
 BLOCK_NAME = "TransformerBlock"
@@ -230,7 +218,7 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
     parts = fact.get("parts") if isinstance(fact, dict) else None
     if not isinstance(parts, dict):
         fail(f"The test recorded nothing about the parts of {what}: the check did not run to the end.")
-    for part in BLOCK_PARTS:
+    for part in probes.BLOCK_PARTS:
         if not isinstance(parts.get(part), str):
             fail(f"{what} has no module attribute `{part}`. __init__ should create self.attention, self.norm1, "
                  "self.norm2 and self.ff.", mistake=MISSING_PART)
@@ -286,16 +274,9 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
 def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded, for every parameter a role names (recreated here, never read)."""
     __tracebackhide__ = True
-    loaded = modules.loaded(ev, key, seed)
-    found = {}
-    for role, name in roles.names.items():
-        if name is None:
-            continue
-        if name not in loaded or tuple(loaded[name].shape) != roles.shapes[role]:
-            fail(f"{owner} has no registered parameter {name} of shape {roles.shapes[role]}. Register the layers as "
-                 "attributes of the module (self.name = ...).", mistake=MISSING_PARAMETER)
-        found[name] = loaded[name]
-    return found
+    shapes = {name: roles.shapes[role] for role, name in roles.names.items() if name is not None}
+    return modules.expect_parameters(ev, key, owner, shapes, seed,
+                                     hint="Register the layers as attributes of the module (self.name = ...).")
 
 
 def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
@@ -329,7 +310,7 @@ def _ff_mistakes(v: Mapping[str, torch.Tensor | None], x: torch.Tensor) -> list[
         return [(m, _ff(v, x, kind)) for m, kind in FF_MISTAKES]
 
 
-def _projections(v: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+def _attention_roles(v: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
     """The attention's roles as keywords of oracles.attention_parameters."""
     return {"wq": v["wq"], "wk": v["wk"], "wv": v["wv"], "wo": v["wo"], "bo": v["bo"], "bq": v["bq"], "bk": v["bk"],
             "bv": v["bv"]}
@@ -339,7 +320,7 @@ def _torch_block(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: to
                  eps: float, norm_first: bool = False) -> torch.Tensor:
     """nn.TransformerEncoderLayer (post-norm, or pre-norm with norm_first) carrying these weights."""
     b, t, k = x.shape
-    params = oracles.layer_parameters({"self_attn": _projections(v)}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
+    params = oracles.layer_parameters({"self_attn": _attention_roles(v)}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
                                       (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
     layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps, norm_first)
     return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
@@ -357,7 +338,7 @@ def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: 
     k = x.shape[-1]
 
     def a(z: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(z, None, mask, heads, **_projections(v))
+        return oracles.attention(z, None, mask, heads, **_attention_roles(v))
 
     def f(z: torch.Tensor) -> torch.Tensor:
         return _ff(v, z, ff)
@@ -412,164 +393,187 @@ def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, s
     return specs
 
 
-def _block_outputs(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
-                   eps: float) -> list[tuple[Mistake | None, torch.Tensor]]:
-    """The right output first, then every typical mistake's, with these weights."""
-    with torch.no_grad():
-        return [(m, _block_forward(v, x, mask, heads, eps, layout, ff)) for m, layout, ff in _block_specs(mask)]
-
-
-def _matching(y: torch.Tensor, outputs: list[tuple[Mistake | None, torch.Tensor]], device: str) -> Mistake | None:
-    """The first typical mistake whose output y is (None if y is none of them)."""
-    return next((m for m, out in outputs if m is not None and matches_any(y, [out], device)), None)
 
 
 # ================================================================ FeedForward
 
-def _ff_structure(ev: Evidence, key: str, k: int, hidden: int) -> Roles:
+def _ff_structure(ev: Evidence, built: Built) -> Roles:
     """A module with two linear layers k -> hidden -> k with biases, and nothing else with parameters."""
     __tracebackhide__ = True
-    what = f"{FF_NAME}({k}, {hidden})"
-    modules.built(ev, key, what)
-    names, shapes = _ff_roles(modules.described(ev, key), "", k, hidden, what, in_block=False)
-    count = modules.parameter_count(ev, key)
+    k, hidden = built.args
+    what = block_call(built, FF_NAME)
+    modules.built(ev, built.key, what)
+    names, shapes = _ff_roles(modules.described(ev, built.key), "", k, hidden, what, in_block=False)
+    count = modules.parameter_count(ev, built.key)
     if count != 2 * k * hidden + hidden + k:
         fail(f"{what} has {count} parameters; two linear layers with biases make 2·k·hidden + hidden + k = "
              f"{2 * k * hidden + hidden + k}.", mistake=PARAMETER_COUNT)
     return Roles(MappingProxyType(names), MappingProxyType(shapes))
 
 
-def _ff_values(ev: Evidence, key: str, k: int, hidden: int, seed: int) -> dict[str, torch.Tensor | None]:
+def _ff_weights(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """The feed-forward layer's roles (its structure checked) and the values the probe loaded, by parameter name."""
     __tracebackhide__ = True
-    roles = _ff_structure(ev, key, k, hidden)
-    return _values(roles, _recreated(ev, key, roles, seed, f"{FF_NAME}({k}, {hidden})"))
+    roles = _ff_structure(ev, built)
+    return roles, _recreated(ev, built.key, roles, built.seed, block_call(built, FF_NAME))
 
 
-def _ff_anchor(ev: Evidence, y: torch.Tensor, v: Mapping[str, torch.Tensor | None], x: torch.Tensor, claim: str,
-               case: str) -> None:
-    """Fail unless y is what the feed-forward layer (or one of its typical mistakes) computes with these weights."""
-    __tracebackhide__ = True
-    expected = _ff(v, x)
-    if not matches_any(y, [expected, *(out for _, out in _ff_mistakes(v, x))], ev.device):
-        fail(f"{claim}, but it is not the feed-forward layer: its output matches neither the reference nor a known "
-             f"mistake. {_FF_HINT}", expected, y, case=case)
+def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor) -> torch.Tensor:
+    """The feed-forward layer with the weights w in these roles (whatever its constructor's arguments), computed as
+    kind says (see _ff)."""
+    return _ff(_values(roles, w), x, kind)
+
+
+def _ff_simulators(roles: Roles, *_: int, **__: torch.Tensor) -> list[tuple[Mistake, partial]]:
+    return [(m, partial(_ff_of, roles, kind)) for m, kind in FF_MISTAKES]
+
+
+def _ff_hint(**_: torch.Tensor) -> str:
+    return _FF_HINT
+
+
+def _ff_oracle(roles: Roles) -> ForwardOracle:
+    return ForwardOracle(FF_NAME, "the feed-forward layer", _ff_values, partial(_ff_of, roles, "relu"),
+                         "F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)", partial(_ff_simulators, roles),
+                         hint=_ff_hint, otherwise=_FF_HINT)
+
+
+def _ff_values(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """The values a BlockOracle's structure reads."""
+    return _ff_weights(ev, built)[1]
+
+
+FF = BlockOracle(_ff_weights, _ff_oracle)
 
 
 @judge("feed_forward_structure")
 def _judge_ff_structure(ev: Evidence) -> None:
     """Two linear layers, k -> hidden -> k with biases, nothing else with parameters; and the |x| - 1 example."""
-    v = _ff_values(ev, "module", 6, 10, 900)
-    _ff_structure(ev, "hand", 1, 2)
-    x = ff_structure_x()
-    y = output(ev, "y", what=f"{FF_NAME}.forward(x)", shape=(2, 4, 6), hint=_FF_HINT)
-    hand, x_hand = hand_values(), hand_x()
+    roles, w = FF.structure(ev, probes.FF_MODULE)
+    _ff_structure(ev, probes.FF_HAND)
+    oracle, inputs = _ff_oracle(roles), dict(probes.FF_CASE.inputs())
+    y = forward_output(ev, probes.FF_CASE.key, oracle, inputs)
+    hand = probes.hand_values()
     # some mistakes agree on the hand example (no ReLU, ReLU on the input): name the one the random case shows
-    found = _matching(y, [(m, out) for m, out in _ff_mistakes(v, x)], ev.device)
-    mistakes = sorted(_ff_mistakes(hand, x_hand), key=lambda pair: pair[0] != found)
-    y_hand = output(ev, "y_hand", what=f"{FF_NAME}.forward(x)", shape=(1, 3, 1), hint=_FF_HINT)
-    expect_close(y_hand, torch.tensor([[[1.0], [-0.5], [2.0]]]), what=f"{FF_NAME}.forward(x)", device=ev.device,
-                 mistakes=mistakes, otherwise=_FF_HINT,
-                 case="first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; x = -2, 0.5, 3")
-    if grading():
-        x_secret = hand_secret_x()
-        y_secret = output(ev, "y_hand_secret", what=f"{FF_NAME}.forward(x)", shape=tuple(x_secret.shape),
-                          hint=_FF_HINT)
-        expect_close(y_secret, _ff(hand, x_secret), what=f"{FF_NAME}.forward(x)", device=ev.device,
-                     mistakes=sorted(_ff_mistakes(hand, x_secret), key=lambda pair: pair[0] != found),
-                     otherwise=_FF_HINT, case="the hand example's weights (FF(x) = |x| - 1) on a random x of shape "
-                                              f"{tuple(x_secret.shape)}")
-    _ff_anchor(ev, y, v, x, f"{FF_NAME} has the right layers", "x of shape (2, 4, 6), hidden=10")
+    found = next((m for m, out in simulated(oracle, w, probes.FF_MODULE.args, inputs)
+                  if matches_any(y, [out], ev.device)), None)
+    for case in drawn((probes.HAND_CASE, probes.HAND_SECRET_CASE)):
+        x = case.inputs()["x"]
+        y_hand = output(ev, case.key, what=f"{FF_NAME}.forward(x)", shape=tuple(x.shape), hint=_FF_HINT)
+        mistakes = sorted(_ff_mistakes(hand, x), key=lambda pair: pair[0] != found)
+        expect_close(y_hand, _ff(hand, x), what=f"{FF_NAME}.forward(x)", device=ev.device, mistakes=mistakes,
+                     otherwise=_FF_HINT, case=case.label)
+    anchor_forward(ev, y, oracle, w, probes.FF_MODULE.args, inputs, f"{FF_NAME} has the right layers",
+                   probes.FF_CASE.label)
 
 
 @judge("feed_forward_oracle")
 def _judge_ff_oracle(ev: Evidence) -> None:
     """Random weights and inputs of several shapes against F.linear(F.relu(F.linear(x, W1, b1)), W2, b2); and
     each position is transformed alone: changing one position changes that output only."""
-    for i, (b, t, k, hidden) in enumerate(FF_SHAPES):
-        v = _ff_values(ev, f"module{i}", k, hidden, 1000 + 20 * i)
-        x = ff_case_x(i, b, t, k)
-        y = output(ev, f"y{i}", what=f"{FF_NAME}.forward(x)", shape=(b, t, k), hint=_FF_HINT)
-        expect_close(y, _ff(v, x), what=f"{FF_NAME}.forward(x)", device=ev.device, mistakes=_ff_mistakes(v, x),
-                     otherwise=_FF_HINT, case=f"x of shape {(b, t, k)}, hidden={hidden}")
-    v = _ff_values(ev, "local", 4, 8, 1200)
-    x, _ = ff_local_inputs()
-    y = output(ev, "y_local", what=f"{FF_NAME}.forward(x)", shape=(2, 5, 4), hint=_FF_HINT)
-    y_changed = output(ev, "y_local_changed", what=f"{FF_NAME}.forward(x)", shape=(2, 5, 4), hint=_FF_HINT)
+    *runs, local = probes.feed_forward_oracle.runs
+    expect_block_runs(ev, tuple(runs), FF)
+    roles, w = FF.structure(ev, local.module)
+    oracle = _ff_oracle(roles)
+    plain, changed = local.cases
+    y = forward_output(ev, plain.key, oracle, plain.inputs())
+    y_changed = forward_output(ev, changed.key, oracle, changed.inputs())
     keep = [0, 1, 2, 4]
     expect_close(y_changed[:, keep], y[:, keep], what=f"{FF_NAME}.forward at the positions that did not change",
-                 device=ev.device, case="position 3 of x changed",
+                 device=ev.device, case=changed.label,
                  otherwise="Changing position 3 of the input changed other positions' outputs. The feed-forward "
                            "layer acts on the last dimension only; nothing should mix positions.")
-    _ff_anchor(ev, y, v, x, f"{FF_NAME} transforms each position alone", "x of shape (2, 5, 4), hidden=8")
+    anchor_forward(ev, y, oracle, w, local.module.args, dict(plain.inputs()), f"{FF_NAME} transforms each position "
+                   "alone", plain.label)
 
 
 # ================================================================ TransformerBlock
 
-def _block_what(k: int, heads: int, ff_mult: int | None = None) -> str:
-    return f"{BLOCK_NAME}({k}, {heads})" if ff_mult is None else f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
-
-
-def _block_values(ev: Evidence, key: str, k: int, heads: int, ff_mult: int | None, seed: int,
-                  strict: bool) -> tuple[Roles, dict[str, torch.Tensor]]:
+def _encoder_block_weights(ev: Evidence, built: Built, strict: bool) -> tuple[Roles, dict[str, torch.Tensor]]:
     """The block's roles (its structure checked, strictly or tolerantly) and the values the probe loaded, by
     parameter name."""
     __tracebackhide__ = True
-    what = _block_what(k, heads, ff_mult)
-    modules.built(ev, key, what)
-    roles = _block_roles(ev, key, "", k, what, (heads, ff_mult or 4) if strict else None)
-    return roles, _recreated(ev, key, roles, seed, what)
+    k, heads, *ff_mult = built.args
+    what = block_call(built, BLOCK_NAME)
+    modules.built(ev, built.key, what)
+    roles = _block_roles(ev, built.key, "", k, what, (heads, ff_mult[0] if ff_mult else 4) if strict else None)
+    return roles, _recreated(ev, built.key, roles, built.seed, what)
 
 
-def _block_output(ev: Evidence, key: str, shape: tuple[int, ...], mask: bool = False) -> torch.Tensor:
+def _counted_encoder_block_weights(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """_encoder_block_weights (strict), and nothing else with parameters."""
     __tracebackhide__ = True
-    b, t, _ = shape
-    return output(ev, key, what=f"{BLOCK_NAME}.forward(x{', mask=mask' if mask else ''})", shape=shape,
-                  hint=_BLOCK_HINT + (" forward's signature is forward(self, x, mask=None)." if mask else ""),
-                  shape_hints={(b, t, t): "That is the shape of attention weights: return the block's output."})
+    roles, w = _encoder_block_weights(ev, built, strict=True)
+    k, _, *ff_mult = built.args
+    hidden = (ff_mult[0] if ff_mult else 4) * k
+    expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
+    count = modules.parameter_count(ev, built.key)
+    if count != expected:
+        fail(f"{block_call(built, BLOCK_NAME)} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and "
+             f"the feed-forward layer (2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?",
+             mistake=PARAMETER_COUNT)
+    return roles, w
 
 
-def _block_anchor(ev: Evidence, y: torch.Tensor, v: Mapping[str, torch.Tensor | None], roles: Roles,
-                  x: torch.Tensor, mask: torch.Tensor | None, claim: str, case: str) -> None:
-    """Fail unless y is what a transformer block (right, or with a typical mistake) computes with these weights."""
-    __tracebackhide__ = True
-    outputs = _block_outputs(v, x, mask, roles.heads, roles.eps)
-    if not matches_any(y, [out for _, out in outputs], ev.device):
-        fail(f"{claim}, but it is not a transformer block: its output matches neither the reference nor a known "
-             f"mistake. {_BLOCK_HINT}", outputs[0][1], y, case=case)
+def _block_of(roles: Roles, layout: str, ff: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor,
+              mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The block with the weights w in these roles (whatever its constructor's arguments), computed as (layout, ff)
+    say (see _block_forward)."""
+    return _block_forward(_values(roles, w), x, mask, roles.heads, roles.eps, layout, ff)
 
 
-@judge("transformer_block_structure")
-def _judge_block_structure(ev: Evidence) -> None:
-    """Attention (the course's MultiHeadAttention), two separate LayerNorms and a feed-forward layer with hidden size
-    ff_mult·k, all registered."""
-    for i, (k, heads, ff_mult, seed) in enumerate(STRUCTURE_CASES):
-        roles, w = _block_values(ev, f"module{i}", k, heads, ff_mult, seed, strict=True)
-        what = _block_what(k, heads, ff_mult)
-        hidden = (ff_mult or 4) * k
-        expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
-        count = modules.parameter_count(ev, f"module{i}")
-        if count != expected:
-            fail(f"{what} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and the feed-forward "
-                 f"layer (2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?",
-                 mistake=PARAMETER_COUNT)
-        x = structure_x(k)
-        y = _block_output(ev, f"y{i}", tuple(x.shape))
-        _block_anchor(ev, y, _values(roles, w), roles, x, None, f"{what} has the right parts",
-                      f"x of shape {tuple(x.shape)}, heads={heads}")
+def _block_simulators(roles: Roles, *_: int, x: torch.Tensor,
+                      mask: torch.Tensor | None = None) -> list[tuple[Mistake, partial]]:
+    return [(m, partial(_block_of, roles, layout, ff)) for m, layout, ff in _block_specs(mask)[1:]]
+
+
+def _block_hint(x: torch.Tensor, mask: torch.Tensor | None = None) -> str:
+    return _BLOCK_HINT + ("" if mask is None else " forward's signature is forward(self, x, mask=None).")
+
+
+def _block_shape_hints(x: torch.Tensor, mask: torch.Tensor | None = None) -> dict[tuple[int, ...], str]:
+    b, t, _ = x.shape
+    return {(b, t, t): "That is the shape of attention weights: return the block's output."}
+
+
+def _block_values(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """The values a BlockOracle's structure reads (any real block)."""
+    return _encoder_block_weights(ev, built, strict=False)[1]
+
+
+def _encoder_block_oracle(roles: Roles) -> ForwardOracle:
+    return ForwardOracle(BLOCK_NAME, "a transformer block", _block_values,
+                         partial(_block_of, roles, "post", "relu"), "nn.TransformerEncoderLayer with the same weights",
+                         partial(_block_simulators, roles), hint=_block_hint, shape_hints=_block_shape_hints,
+                         otherwise=_BLOCK_HINT)
+
+
+#: the exercise's structure exactly (the course's MultiHeadAttention with the block's heads, two separate
+#: nn.LayerNorm(k), hidden size ff_mult·k, biases); COUNTED: and nothing else with parameters; TOLERANT: any real
+#: block the judge can recompute (nn.MultiheadAttention, shared norms, any hidden size and number of heads)
+STRICT = BlockOracle(partial(_encoder_block_weights, strict=True), _encoder_block_oracle)
+COUNTED = BlockOracle(_counted_encoder_block_weights, _encoder_block_oracle)
+TOLERANT = BlockOracle(partial(_encoder_block_weights, strict=False), _encoder_block_oracle)
+
+against_block(probes.transformer_block_structure, COUNTED, claim="has the right parts",
+              passed="Attention (the course's MultiHeadAttention), two separate LayerNorms and a feed-forward layer "
+                     "with hidden size ff_mult·k, all registered.")
 
 
 @judge("transformer_block_normalised")
 def _judge_normalised(ev: Evidence) -> None:
     """A post-norm block ends with a fresh LayerNorm: each output position has mean 0 and variance 1."""
-    roles, w = _block_values(ev, "module", 8, 2, None, 1300, strict=False)
-    v = _values(roles, w)
-    v.update(n1w=torch.ones(8), n1b=torch.zeros(8), n2w=torch.ones(8), n2b=torch.zeros(8))
-    x = normalised_x()
-    y = _block_output(ev, "y", (2, 5, 8))
+    roles, w = TOLERANT.structure(ev, probes.NORMALISED)
+    fresh = {**w, **{roles.names[role]: torch.ones(8) for role in ("n1w", "n2w")},
+             **{roles.names[role]: torch.zeros(8) for role in ("n1b", "n2b")}}
+    oracle, case = _encoder_block_oracle(roles), probes.NORMALISED_CASE
+    inputs = dict(case.inputs())
+    y = forward_output(ev, case.key, oracle, inputs)
     mean, var = y.mean(dim=-1), y.var(dim=-1, unbiased=False)
     if not (torch.allclose(mean, torch.zeros_like(mean), atol=1e-4)
             and torch.allclose(var, torch.ones_like(var), atol=1e-3)):
-        found = _matching(y, _block_outputs(v, x, None, roles.heads, roles.eps), ev.device)
+        found = next((m for m, out in simulated(oracle, fresh, probes.NORMALISED.args, inputs)
+                      if matches_any(y, [out], ev.device)), None)
         fail(f"The outputs of a new {BLOCK_NAME} should be normalised per position (mean 0, variance 1 over the k "
              "features), because the post-norm block ends with norm2(x + ff(x)). "
              + (f"Your block is not what was asked: {found.explanation}" if found else
@@ -577,101 +581,38 @@ def _judge_normalised(ev: Evidence) -> None:
                 "pre-norm block?"),
              torch.stack([torch.zeros(5), torch.ones(5)]), torch.stack([mean[0], var[0]]),
              case="row 1: mean of each output position, row 2: its variance", mistake=found.id if found else None)
-    _block_anchor(ev, y, v, roles, x, None, f"The outputs of {BLOCK_NAME} are normalised",
-                  "x of shape (2, 5, 8), heads=2, norms with gain 1 and bias 0")
+    anchor_forward(ev, y, oracle, fresh, probes.NORMALISED.args, inputs, f"The outputs of {BLOCK_NAME} are "
+                   "normalised", case.label)
 
 
-def _compare_block(ev: Evidence, ff_key: str, y_key: str, roles: Roles, w: dict[str, torch.Tensor], x: torch.Tensor,
-                   mask: torch.Tensor | None, case: str) -> None:
-    """The block's feed-forward layer first (a wrong one is diagnosed as such), then the block's output against
-    nn.TransformerEncoderLayer with the same weights."""
-    __tracebackhide__ = True
-    v = _values(roles, w)
-    ff = output(ev, ff_key, what=f"{BLOCK_NAME}.ff(x)", shape=tuple(x.shape), hint=_FF_HINT)
-    expect_close(ff, _ff(v, x), what=f"{BLOCK_NAME}.ff(x)", device=ev.device,
-                 mistakes=[(_in_block(m, ""), out) for m, out in _ff_mistakes(v, x)],
-                 case="block.ff(x)", otherwise=f"{BLOCK_NAME}.ff does not compute Linear -> ReLU -> Linear, so the "
-                 f"block cannot match PyTorch's nn.TransformerEncoderLayer. Make your {FF_NAME} pass its tests "
-                 "(exercise 1) first.")
-    y = _block_output(ev, y_key, tuple(x.shape), mask is not None)
-    outputs = _block_outputs(v, x, mask, roles.heads, roles.eps)
-    expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x{'' if mask is None else ', mask=mask'})",
-                 device=ev.device, mistakes=[(m, out) for m, out in outputs[1:] if m is not None],
-                 otherwise=_BLOCK_HINT, case=case)
-
-
-def _expect_block_gradients(ev: Evidence, module: str, key: str, roles: Roles, w: dict[str, torch.Tensor],
-                            x: torch.Tensor, mask: torch.Tensor | None, upstream: torch.Tensor, case: str) -> None:
-    """The output recorded under key is attached to autograd and is the block (or a typical mistake, which then
-    explains a parameter without gradient); x and every parameter of the module recorded under `module` received
-    autograd's gradient through it."""
-    __tracebackhide__ = True
-    y = _block_output(ev, key, tuple(x.shape), mask is not None)
-    modules.expect_attached(ev, key, f"{BLOCK_NAME}.forward(x)")
-    specs = _block_specs(mask)
-    outputs = _block_outputs(_values(roles, w), x, mask, roles.heads, roles.eps)
-    found = [spec for spec, (_, out) in zip(specs, outputs, strict=True) if matches_any(y, [out], ev.device)]
-    if not found:
-        expect_close(y, outputs[0][1], what=f"{BLOCK_NAME}.forward(x)", device=ev.device, otherwise=_BLOCK_HINT,
-                     case=case)
-    because, layout, ff = found[0]
-
-    def forward(leaves: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return _block_forward(_values(roles, leaves), x, mask, roles.heads, roles.eps, layout, ff)
-
-    modules.expect_gradients(ev, modules.autograd(forward, w, {"x": x}, upstream), owner=BLOCK_NAME, case=case,
-                             oracle="nn.TransformerEncoderLayer with the same weights", because=because,
-                             present=modules.parameter_names(ev, module))
-
-
-@judge("transformer_block_small_case")
-def _judge_block_small_case(ev: Evidence) -> None:
-    """k=4, 2 heads, x (2, 3, 4): the block against nn.TransformerEncoderLayer with the same weights, without and
-    with a causal mask (which must change the output); a loss on the output sends autograd's gradient to x and
-    to every parameter."""
-    roles, w = _block_values(ev, "module", 4, 2, None, 1650, strict=False)
-    x, causal, upstream = small_case()
-    _compare_block(ev, "ff", "y", roles, w, x, None, case="x of shape (2, 3, 4), heads=2, no mask")
-    _compare_block(ev, "ff", "y_masked", roles, w, x, causal, case="x of shape (2, 3, 4), heads=2, causal mask")
-    _expect_block_gradients(ev, "module", "y_grad", roles, w, x, causal, upstream,
-                            "x of shape (2, 3, 4), heads=2, causal mask")
-
-
-@judge("transformer_block_oracle")
-def _judge_block_oracle(ev: Evidence) -> None:
-    """Random weights and inputs of several shapes against nn.TransformerEncoderLayer with the same weights."""
-    for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES):
-        roles, w = _block_values(ev, f"module{i}", k, heads, ff_mult, 1400 + 50 * i, strict=True)
-        _compare_block(ev, f"ff{i}", f"y{i}", roles, w, block_case_x(i, b, t, k), None,
-                       case=f"x of shape {(b, t, k)}, heads={heads}")
-
-
-@judge("transformer_block_mask")
-def _judge_block_mask(ev: Evidence) -> None:
-    """A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention."""
-    roles, w = _block_values(ev, "module", 8, 2, 4, 1600, strict=True)
-    x, causal, padding = mask_inputs()
-    _compare_block(ev, "ff", "y_causal", roles, w, x, causal, case="causal mask (6, 6)")
-    _compare_block(ev, "ff", "y_padding", roles, w, x, padding, case="padding mask (3, 1, 6), lengths 6, 4, 2")
+against_block(probes.transformer_block_small_case, TOLERANT,
+              passed="k=4, 2 heads, x (2, 3, 4): the block against nn.TransformerEncoderLayer with the same weights, "
+                     "without and with a causal mask (which must change the output); a loss on the output sends "
+                     "autograd's gradient to x and to every parameter.")
+against_block(probes.transformer_block_oracle, STRICT,
+              passed="Random weights and inputs of several shapes against nn.TransformerEncoderLayer with the same "
+                     "weights.")
+against_block(probes.transformer_block_mask, STRICT,
+              passed="A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention.")
 
 
 @judge("transformer_block_gradients")
 def _judge_block_gradients(ev: Evidence) -> None:
     """A loss on the output sends autograd's gradient to every parameter and to the input; and without positions,
     permuting the input positions permutes the outputs the same way."""
-    roles, w = _block_values(ev, "module", 8, 2, None, 1700, strict=False)
-    x, upstream = gradient_inputs()
-    _expect_block_gradients(ev, "module", "y", roles, w, x, None, upstream, "k=8, 2 heads, x (2, 5, 8)")
-    roles, w = _block_values(ev, "perm", 8, 2, None, 1800, strict=False)
-    x = permutation_x()
-    y = _block_output(ev, "y_plain", (2, 6, 8))
-    y_perm = _block_output(ev, "y_perm", (2, 6, 8))
-    expect_close(y_perm, y[:, list(PERMUTATION)], what=f"{BLOCK_NAME}.forward on permuted positions",
-                 device=ev.device, case="permutation [5, 2, 0, 4, 1, 3]",
+    gradients, perm = probes.transformer_block_gradients.runs
+    expect_block_runs(ev, (gradients,), TOLERANT)
+    roles, w = TOLERANT.structure(ev, perm.module)
+    oracle = _encoder_block_oracle(roles)
+    plain, permuted = perm.cases
+    y = forward_output(ev, plain.key, oracle, plain.inputs())
+    y_perm = forward_output(ev, permuted.key, oracle, permuted.inputs())
+    expect_close(y_perm, y[:, list(probes.PERMUTATION)], what=f"{BLOCK_NAME}.forward on permuted positions",
+                 device=ev.device, case=permuted.label,
                  otherwise="Every part of the block is permutation equivariant, so the block must be too. Does "
                            "something mix positions outside the attention (a norm or a mean over dim=1)?")
-    _block_anchor(ev, y, _values(roles, w), roles, x, None, f"{BLOCK_NAME} is permutation equivariant",
-                  "x of shape (2, 6, 8), heads=2")
+    anchor_forward(ev, y, oracle, w, perm.module.args, dict(plain.inputs()), f"{BLOCK_NAME} is permutation "
+                   "equivariant", plain.label)
 
 
 # ================================================================ TransformerClassifier
@@ -686,15 +627,11 @@ class Classifier:
     blocks: tuple[Roles, ...]
 
 
-def _classifier_what(vocab: int, k: int, heads: int, depth: int, classes: int) -> str:
-    return f"{CLASSIFIER_NAME}({vocab}, {k}, {heads}, {depth}, {classes})"
-
-
-def _classifier_parts(ev: Evidence, key: str, vocab: int, k: int, heads: int, depth: int,
-                      classes: int) -> Classifier:
+def _classifier_parts(ev: Evidence, built: Built) -> Classifier:
     """The embedding, the blocks (in order) and the output layer of a classifier, found by type."""
     __tracebackhide__ = True
-    what = _classifier_what(vocab, k, heads, depth, classes)
+    key, (vocab, k, _, depth, classes) = built.key, built.args
+    what = block_call(built, CLASSIFIER_NAME)
     modules.built(ev, key, what)
     facts = ev.facts.get(f"{key}.blocks")
     if not isinstance(facts, list):
@@ -724,17 +661,18 @@ def _classifier_parts(ev: Evidence, key: str, vocab: int, k: int, heads: int, de
                       f"{out['name']}.bias" if out.get("bias") else None, blocks)
 
 
-def _classifier_values(ev: Evidence, key: str, shape: tuple[int, ...], seed: int) -> tuple[Classifier, dict]:
+def _classifier_values(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
+    """The classifier's parts (its structure checked) and the values the probe loaded, by parameter name."""
     __tracebackhide__ = True
-    vocab, k, heads, depth, classes = shape
-    parts = _classifier_parts(ev, key, vocab, k, heads, depth, classes)
-    what = _classifier_what(*shape)
+    vocab, k, _, _, classes = built.args
+    parts = _classifier_parts(ev, built)
+    what = block_call(built, CLASSIFIER_NAME)
     w: dict[str, torch.Tensor] = {}
     for roles in parts.blocks:
-        w.update(_recreated(ev, key, roles, seed, what))
+        w.update(_recreated(ev, built.key, roles, built.seed, what))
     own = Roles(MappingProxyType({"e": parts.embedding, "ow": parts.out_weight, "ob": parts.out_bias}),
                 MappingProxyType({"e": (vocab, k), "ow": (classes, k), "ob": (classes,)}))
-    w.update(_recreated(ev, key, own, seed, what))
+    w.update(_recreated(ev, built.key, own, built.seed, what))
     return parts, w
 
 
@@ -781,7 +719,8 @@ def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str,
     return logits
 
 
-def _classifier_outputs(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tensor):
+def _classifier_outputs(parts: Classifier, w: Mapping[str, torch.Tensor],
+                        tokens: torch.Tensor) -> Iterator[tuple[tuple[Mistake | None, str, str, str], torch.Tensor]]:
     """(mistake or None, block layout, block ff, head) and its output, for every computation a classifier check
     recognises, the right one first. The blocks are the student's own TransformerBlock: right, or with one of its
     typical mistakes (judged by the block's tests, not here). A generator: the right answer costs one stack."""
@@ -818,46 +757,53 @@ def _judge_classifier_output(ev: Evidence, y: torch.Tensor, parts: Classifier, w
 @judge("transformer_classifier_structure")
 def _judge_classifier_structure(ev: Evidence) -> None:
     """An embedding, depth separate registered blocks and a linear output layer; logits of shape (b, num_classes)."""
-    vocab, k, _, depth, classes = CLASSIFIER_STRUCTURE
-    parts, w = _classifier_values(ev, "module", CLASSIFIER_STRUCTURE, 1900)
-    what = _classifier_what(*CLASSIFIER_STRUCTURE)
-    first = ev.facts["module.blocks"]
-    first_block = next(f["name"] for f in first if isinstance(f, dict) and f.get("name"))
-    block_params = modules.parameter_count(ev, "module", first_block + ".")
+    (run,) = probes.transformer_classifier_structure.runs
+    (case,) = run.cases
+    key, (vocab, k, _, depth, classes) = run.module.key, run.module.args
+    parts, w = _classifier_values(ev, run.module)
+    first_block = next(f["name"] for f in ev.facts[f"{key}.blocks"] if isinstance(f, dict) and f.get("name"))
+    block_params = modules.parameter_count(ev, key, first_block + ".")
     expected = vocab * k + depth * block_params + k * classes + classes
-    count = modules.parameter_count(ev, "module")
+    count = modules.parameter_count(ev, key)
     if count != expected:
-        fail(f"{what} has {count} parameters; the embedding ({vocab * k}), {depth} blocks ({block_params} each) and "
-             f"the output layer ({k * classes + classes}) make {expected}. Is an extra layer registered?",
-             mistake=PARAMETER_COUNT)
-    y = output(ev, "y", what=f"{CLASSIFIER_NAME}.forward(tokens) for tokens of shape (5, 7)", shape=(5, classes),
-               hint=_CLASSIFIER_HINT, shape_hints={
-                   (7, classes): "There is one row per position: the mean runs over the batch (dim=0) instead of "
+        fail(f"{block_call(run.module, CLASSIFIER_NAME)} has {count} parameters; the embedding ({vocab * k}), {depth} "
+             f"blocks ({block_params} each) and the output layer ({k * classes + classes}) make {expected}. Is an "
+             "extra layer registered?", mistake=PARAMETER_COUNT)
+    tokens = case.inputs()["tokens"]
+    b, t = tokens.shape
+    y = output(ev, case.key, what=f"{CLASSIFIER_NAME}.forward(tokens) for tokens of shape {(b, t)}",
+               shape=(b, classes), hint=_CLASSIFIER_HINT, shape_hints={
+                   (t, classes): "There is one row per position: the mean runs over the batch (dim=0) instead of "
                                  "the positions (dim=1).",
-                   (5, 7, classes): "There is one row per position: average over the positions (dim=1) before "
+                   (b, t, classes): "There is one row per position: average over the positions (dim=1) before "
                                     "the output layer."})
-    _judge_classifier_output(ev, y, parts, w, structure_tokens(), "tokens of shape (5, 7), depth=3")
+    _judge_classifier_output(ev, y, parts, w, tokens, case.label)
 
 
 @judge("transformer_classifier_oracle")
 def _judge_classifier_oracle(ev: Evidence) -> None:
     """Random weights and tokens: embedding -> your blocks in order -> mean over positions -> linear (the blocks
     recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock computes them)."""
-    for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES):
-        parts, w = _classifier_values(ev, f"module{i}", (vocab, k, heads, depth, classes), 2100 + 100 * i)
-        y = output(ev, f"y{i}", what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(b, classes), hint=_CLASSIFIER_HINT)
-        _judge_classifier_output(ev, y, parts, w, case_tokens(i, b, t, vocab),
-                                 f"tokens of shape {(b, t)}, depth={depth}")
+    for run in probes.transformer_classifier_oracle.runs:
+        parts, w = _classifier_values(ev, run.module)
+        (case,) = run.cases
+        tokens = case.inputs()["tokens"]
+        y = output(ev, case.key, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(len(tokens), run.module.args[4]),
+                   hint=_CLASSIFIER_HINT)
+        _judge_classifier_output(ev, y, parts, w, tokens, case.label)
 
 
 @judge("transformer_classifier_order_blind")
 def _judge_classifier_order(ev: Evidence) -> None:
     """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits."""
-    parts, w = _classifier_values(ev, "order", ORDER_SHAPE, 2200)
-    tokens = order_tokens()
+    (run,) = probes.transformer_classifier_order_blind.runs
+    plain, permuted = run.cases
+    parts, w = _classifier_values(ev, run.module)
+    tokens = plain.inputs()["tokens"]
     what = f"{CLASSIFIER_NAME}.forward(tokens)"
-    y = output(ev, "y", what=what, shape=(4, 3), hint=_CLASSIFIER_HINT)
-    y_perm = output(ev, "y_perm", what=what, shape=(4, 3), hint=_CLASSIFIER_HINT)
+    shape = (len(tokens), run.module.args[4])
+    y = output(ev, plain.key, what=what, shape=shape, hint=_CLASSIFIER_HINT)
+    y_perm = output(ev, permuted.key, what=what, shape=shape, hint=_CLASSIFIER_HINT)
     if not close(y_perm, y, **tolerance(ev.device)):
         found = [spec[0] for spec, out in _classifier_outputs(parts, w, tokens)
                  if spec[0] is not None and matches_any(y, [out], ev.device)][:1]
@@ -865,16 +811,16 @@ def _judge_classifier_order(ev: Evidence) -> None:
              "over the positions cannot see order, so shuffling the tokens must leave the logits unchanged. "
              + (f"Your model is not what was asked: {found[0].explanation}" if found else
                 "Is something position-dependent (a first/last token, a flatten) used instead of the mean?"),
-             y, y_perm, case="positions permuted", mistake=found[0].id if found else None)
-    _judge_classifier_output(ev, y, parts, w, tokens, "tokens of shape (4, 7), depth=2")
+             y, y_perm, case=permuted.label, mistake=found[0].id if found else None)
+    _judge_classifier_output(ev, y, parts, w, tokens, plain.label)
 
 
 @judge("transformer_classifier_gradients")
 def _judge_classifier_gradients(ev: Evidence) -> None:
     """A small batch: the logits are the classifier's, and their cross-entropy sends autograd's gradient to the
     embedding, every block and the output layer."""
-    parts, w = _classifier_values(ev, "module", ORDER_SHAPE, 2300)
-    tokens, labels = gradient_tokens()
+    parts, w = _classifier_values(ev, probes.CLASSIFIER_GRADIENTS)
+    tokens, labels = probes.gradient_tokens()
     what = f"{CLASSIFIER_NAME}.forward(tokens)"
     y = output(ev, "y_grad", what=what, shape=(3, 3), hint=_CLASSIFIER_HINT)
     modules.expect_attached(ev, "y_grad", what)
@@ -885,8 +831,9 @@ def _judge_classifier_gradients(ev: Evidence) -> None:
 
     hint = (f"If your {BLOCK_NAME} does not pass its own tests yet (exercise 2), fix it first: a block cut off "
             "from autograd stops the gradient before it reaches the blocks and the embedding.")
-    modules.expect_gradients(ev, modules.autograd(forward, w, {}, lambda out: F.cross_entropy(out, labels)),
+    modules.expect_gradients(ev, modules.autograd(forward, w, {}, partial(F.cross_entropy, target=labels)),
                              owner=CLASSIFIER_NAME, case="tokens arange(9) as (3, 3), labels 0, 1, 2",
                              oracle="embedding, nn.TransformerEncoderLayer blocks, mean and linear layer with the "
-                                    "same weights", present=modules.parameter_names(ev, "module"),
+                                    "same weights",
+                             present=modules.parameter_names(ev, probes.CLASSIFIER_GRADIENTS.key),
                              hints={name: hint for name in w if name != parts.out_weight and name != parts.out_bias})
