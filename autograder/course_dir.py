@@ -1,6 +1,7 @@
 """Where the course's folders are, and which assignments and notebooks it has."""
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +29,14 @@ def notebooks(assignment: str, root: Path = ROOT) -> list[str]:
 
 def course_imports(path: Path) -> set[str]:
     """The course modules a file imports (course.X, from course import X): X, e.g. 'checks' or 'seq2seq'."""
+    info = path.stat()
+    return set(_course_imports(str(path), info.st_mtime_ns, info.st_size))
+
+
+@functools.lru_cache(maxsize=512)
+def _course_imports(path: str, mtime_ns: int, size: int) -> frozenset[str]:  # parsed again when the file changes
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(Path(path).read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("course.")}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -37,7 +44,7 @@ def course_imports(path: Path) -> set[str]:
                 found |= {a.name for a in node.names}
             elif node.module.startswith("course."):
                 found.add(node.module.split(".")[1])
-    return found
+    return frozenset(found)
 
 
 def answer_modules(assignment: str, root: Path = ROOT) -> list[str]:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
@@ -46,6 +47,7 @@ from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.execute import UnresponsiveKernelError
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
+from autograder.kernels import SEED_CODE, Warm, move_entries, pool, remove_slot
 from autograder.notebooks import add_note, grade_id
 from autograder.sandbox import reclaim
 from autograder.secret import notebook_seed
@@ -156,7 +158,7 @@ def remove_files_but_sockets(folder: Path) -> None:
         try:
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
-            elif not entry.is_socket():
+            elif not stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):  # a waiting kernel's are kept
                 os.unlink(entry.path)
         except OSError:
             continue
@@ -217,6 +219,15 @@ class GradingExecute(Execute):
                                ).tag(config=True)
     disk_poll_seconds = Float(0.05, help="how often the kernel's folder is measured").tag(config=True)
     secret = Unicode("", help="the course secret (hex); empty: autograder.secret.course_secret()").tag(config=True)
+    kernel_folders = Unicode("", help="where kernels are started ahead, each in an empty folder of its own (warm "
+                                      "kernels, autograder/kernels.py); empty: each kernel starts when its notebook "
+                                      "does, in the notebook's folder").tag(config=True)
+
+    @default("shutdown_kernel")
+    def _shutdown_immediately(self) -> str:
+        """The last cell has run and its records are on disk: nothing the kernel could still do counts, so it is
+        killed rather than asked to exit (nbgrader's graceful shutdown waits up to a second for it)."""
+        return "immediate"
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", GradingKernelManager)
@@ -225,6 +236,7 @@ class GradingExecute(Execute):
         self._cut_errors: set[int] = set()
         self._deadline: float | None = None
         self._seed: int | None = None
+        self._kernel: Warm | None = None  # the warm kernel of the current run
 
     def preprocess(self, nb, resources=None, km=None):
         original = copy.deepcopy(nb)
@@ -236,13 +248,20 @@ class GradingExecute(Execute):
         self._deadline = time.monotonic() + self.notebook_timeout if self.notebook_timeout > 0 else None
         before = entries_under(Path(folder)) if folder else set()
         breach = ""
+        warm = bool(self.kernel_folders and folder and km is None)
+        cold = False  # a warm kernel that never became ready is replaced by one started now
         while True:
             attempt = copy.deepcopy(original)
             for index in stopped:
                 attempt.cells[index].source = STUB
             self._output_bytes, self._output_noted, self._running, self._skipped = 0, False, None, []
             self._cut_errors: set[int] = set()
-            watchdog = self._watch(Path(folder)) if folder else None
+            running_in, waited = folder, False
+            if warm:  # the submission's files go to the kernel's own folder for this run, and come back after it
+                waited = self._hand_out(original, Path(folder).name, cold)
+                move_entries(Path(folder), self._kernel.slot, _owner(self._kernel.slot))
+                running_in = str(self._kernel.slot)
+            watchdog = self._watch(Path(running_in)) if running_in else None
             try:
                 nb, resources = super().preprocess(attempt, resources, km=km)
                 break
@@ -250,18 +269,27 @@ class GradingExecute(Execute):
                 if watchdog is not None and watchdog.breach:
                     nb = attempt
                     break
+                if waited and self._running is None and not cold:
+                    cold = True  # the waiting kernel failed before any cell ran: once more with a fresh one
+                    continue
                 if (not isinstance(error, KERNEL_LOST) or self._running is None or self._running in stopped
                         or len(stopped) >= self.max_stopped_cells):
                     raise
                 stopped.append(self._running)
-                if folder:  # records of the run that died are not this run's
-                    shutil.rmtree(Path(folder) / FOLDER, ignore_errors=True)
+                if running_in:  # records of the run that died are not this run's
+                    shutil.rmtree(Path(running_in) / FOLDER, ignore_errors=True)
             finally:  # the kernel and everything in its pid namespace are gone now
                 if watchdog is not None:
                     watchdog.stop()
                     breach = watchdog.breach
-                if folder:
-                    reclaim(Path(folder))
+                if warm:
+                    self._end_kernel()
+                if running_in:
+                    reclaim(Path(running_in))
+                if warm:
+                    move_entries(self._kernel.slot, Path(folder))
+                    remove_slot(self._kernel.slot)
+                    self._kernel = None
                 self._clean_sockets()
         if breach:
             remove_new(Path(folder), before)
@@ -277,13 +305,80 @@ class GradingExecute(Execute):
             add_note(nb, "seed", str(self._seed))
         return nb, resources
 
+    # ------------------------------------------------------------------------------------------- kernels
+
     def create_kernel_manager(self):
-        """nbclient's kernel manager, whose kernel also gets this submission's secret grading seed (the probes draw
-        every input from it; the judge derives the same seed itself, autograder/judging.py)."""
-        km = super().create_kernel_manager()
-        if isinstance(km, GradingKernelManager) and self._seed is not None:
-            km.kernel_env = {**km.kernel_env, seeds.ENV: str(self._seed)}
-        return km
+        """The warm kernel handed out for this run (already started: nbclient starts no other), else nbclient's
+        own manager, whose kernel starts in the notebook's folder."""
+        if self._kernel is not None:
+            self.km = self._kernel.km
+            return self.km
+        return super().create_kernel_manager()
+
+    async def async_start_new_kernel_client(self):
+        """nbclient's client, once the kernel is ready; then the kernel gets this submission's secret grading seed,
+        silently (the probes draw every input from it; the judge derives the same seed itself,
+        autograder/judging.py). Warm and cold kernels get it alike."""
+        kc = await super().async_start_new_kernel_client()
+        if self._seed is not None:
+            code = SEED_CODE.format(name=seeds.ENV, value=str(self._seed))
+            reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False,
+                                                               allow_stdin=False))
+            if not reply or reply["content"].get("status") != "ok":
+                raise RuntimeError(f"the kernel did not take the grading seed: {reply and reply['content']}")
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)  # what Execute's setup_kernel calls
+
+    def _kernel_key(self, nb, assignment: str) -> tuple:
+        """What a kernel is started with: a waiting kernel is handed out only for the same."""
+        name = self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or ""
+        env = self.config.get("GradingKernelManager", {}).get("kernel_env", {})
+        return (self.kernel_folders, name, assignment, tuple(self._kernel_arguments(name)),
+                tuple(sorted(dict(env).items())),
+                os.environ.get("NBGRADER_EXECUTION"), os.environ.get("NBGRADER_VALIDATING"))
+
+    def _kernel_arguments(self, name: str) -> list[str]:
+        """The arguments nbclient would start the kernel with (async_start_new_kernel)."""
+        arguments = list(self.extra_arguments)
+        if (name in {"python", "python2", "python3"} and self.ipython_hist_file
+                and not any(a.startswith("--HistoryManager.hist_file") for a in arguments)):
+            arguments.append(f"--HistoryManager.hist_file={self.ipython_hist_file}")
+        return arguments
+
+    def _start_kernel(self, name: str, assignment: str) -> Warm:
+        slot = pool().slot(Path(self.kernel_folders), assignment)
+        km = self.kernel_manager_class(kernel_name=name, config=self.config) if name else \
+            self.kernel_manager_class(config=self.config)
+        if km.transport == "ipc":  # sockets of their own (two kernels start at once, each picks the first free
+            km.ip = f"{km.ip}{slot.parent.name.rsplit('-', 1)[1]}"  # name), in a name short enough for a socket
+        try:
+            run_sync(km.start_kernel)(extra_arguments=self._kernel_arguments(name), cwd=str(slot))
+        except BaseException:
+            remove_slot(slot)
+            raise
+        return Warm(km, slot)
+
+    def _hand_out(self, nb, assignment: str, cold: bool) -> bool:
+        """Take this run's kernel (the waiting one unless cold) and start the next one; True when it was waiting."""
+        key = self._kernel_key(nb, assignment)
+        name = key[1]
+        if cold:
+            self._kernel, waited = self._start_kernel(name, assignment), False
+        else:
+            self._kernel, waited = pool().take(key, lambda: self._start_kernel(name, assignment))
+        pool().prepare(key, lambda: self._start_kernel(name, assignment))
+        return waited
+
+    def _end_kernel(self) -> None:
+        """Make sure this run's kernel is gone (nbclient shuts it down; not when its start failed half-way)."""
+        km = self._kernel.km
+        try:
+            if run_sync(km.is_alive)():
+                run_sync(km.shutdown_kernel)(now=True)
+            run_sync(km.cleanup_resources)()
+        except Exception:  # noqa: BLE001, S110 - already gone
+            pass
 
     # ------------------------------------------------------------------------------------------- time
 
@@ -379,3 +474,8 @@ class GradingExecute(Execute):
             self._output_noted = True
             outs.append(new_output("stream", name="stdout",
                                    text=f"\n{self._limit_note('further output of this notebook was dropped')}\n"))
+
+
+def _owner(folder: Path) -> int | None:
+    """The uid the kernel runs as, to hand it the files moved into its folder: only a root grader switches uid."""
+    return folder.stat().st_uid if os.geteuid() == 0 else None

@@ -117,11 +117,14 @@ def _locally(jobs: list[Job], options: Options, workers: int,
     scratch.mkdir(parents=True, exist_ok=True)
     if workers <= 1:
         workspace = Workspace(scratch / "worker", options)
-        for item in jobs:
-            try:
-                yield item, workspace.grade(item), ""
-            except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
-                yield item, None, failure(error)
+        try:
+            for item in jobs:
+                try:
+                    yield item, workspace.grade(item), ""
+                except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
+                    yield item, None, failure(error)
+        finally:
+            workspace.close()
         return
     remaining = list(jobs)
     for attempt in range(POOL_ATTEMPTS):
@@ -289,7 +292,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
           named_regexp: str = DEFAULT_NAMED_REGEXP, progress: bool = True, cell_seconds: int = 120,
           gradebook: Course | None = None, scheduler: str | None = None,
           kernel_threads: int | None = None, notebook_seconds: int | None = None, prune: bool = False,
-          students: list[str] | None = None, roster: Path | None = None) -> list[Grade]:
+          students: list[str] | None = None, roster: Path | None = None, warm: bool = True) -> list[Grade]:
     """Grade every student of the batch at path for the given assignments (default: all of the course).
 
     gradebook: also record the results in this course's gradebook and folders. scheduler: the address of a Dask
@@ -302,7 +305,9 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     batch's rows and remove the feedback of everyone else. A batch with no submission at all raises GradingError
     before anything is written. students: grade only these students' submissions (the rest of out stays as it was).
     roster: a CSV as `nbgrader db student import` reads it; each of its students (and, with a gradebook, each student
-    the gradebook knows) with no result for an assignment gets a `missing` row.
+    the gradebook knows) with no result for an assignment gets a `missing` row. warm: each worker starts the next
+    kernel while the current submission runs (autograder/kernels.py: a fresh kernel per submission still, the same
+    results); False starts each kernel when its notebook does, as nbgrader does.
 
     With a gradebook, grades.csv and report.md are derived from it after the run (record.py): late penalties, manual
     scores and extra credit count, flagged submissions are flagged there, and a submission that could not be graded
@@ -326,7 +331,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds, notebook_seconds=notebook_seconds,
                       hidden=(str(Path(path).resolve()), str(Path(out).resolve())), kernel_threads=threads,
                       db_url=gradebook.db_url if gradebook else None, version=version, secret=secret,
-                      policy=late_policy(gradebook.root) if gradebook else ())
+                      policy=late_policy(gradebook.root) if gradebook else (), warm=warm)
     state_path = out / STATE_FILE
     state = _read_state(state_path)
     version_here = version + (gradebook.db_url if gradebook else "") + fingerprint(secret) + repr(options.policy)
@@ -360,7 +365,8 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         if todo and gradebook is not None:
             ensure_assignments(gradebook.db_url, chosen, scratch / "gradebook")
         started = time.perf_counter()
-        jobs = [job(sub) for sub in todo]
+        # by assignment: a worker's next submission then mostly finds its kernel started (one per assignment)
+        jobs = [job(sub) for sub in sorted(todo, key=lambda s: (s.assignment, s.student))]
         if gradebook is not None:  # a secret for release_feedback, kept on a regrade (before _keep replaces them)
             for item in jobs:
                 item.extras.update(exchange.release_files(gradebook.root, item.student, item.assignment, item.extras))

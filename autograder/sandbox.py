@@ -6,14 +6,15 @@ this file run as a script (the *launcher*, outside the sandbox), which execs::
 
     bwrap --unshare-net --unshare-pid --unshare-ipc --die-with-parent --new-session --ro-bind / / \\
           --tmpfs /tmp --tmpfs <hidden folders> --ro-bind <python, venv, course package> \\
-          --bind <kernel cwd> --bind <ipc folder> --clearenv ... \\
-          setpriv --reuid=U --regid=U --clear-groups ... python -m ipykernel_launcher -f <connection file>
+          --bind <kernel cwd> /tmp/submission/<assignment> --bind <ipc folder> --clearenv ... \\
+          setpriv --reuid=U --regid=U --clear-groups ... python -c KERNEL_START -f <connection file>
 
 What the student's code then can and cannot do:
 
 - no network at all (own network namespace with only a loopback); the kernel talks to nbgrader over
   unix sockets (``KernelManager.transport = "ipc"``) in ``work/.sandbox/ipc``;
-- the file system is read-only except the kernel's working folder (``work/autograded/<student>/<assignment>``),
+- the file system is read-only except the kernel's working folder (``work/autograded/<student>/<assignment>``, or
+  a warm kernel's own folder, autograder/kernels.py; inside always ``/tmp/submission/<assignment>``),
   a private ``/tmp`` and ``/dev/shm`` (tmpfs, size-limited);
 - hidden (empty folders): the whole grading folder ``work`` (gradebook.db, source/, submitted/, other students,
   other kernels' sockets), the course repository and its parent folder (source/, solutions/, .git, the
@@ -78,6 +79,21 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = Path(__file__).resolve().parent
 #: Where the kernel finds its connection file inside the sandbox (a read-only copy).
 CONNECTION = "/tmp/.connection.json"
+#: How the kernel starts: as ``python -m ipykernel_launcher``, with torch imported first (into sys.modules, not into
+#: the notebook's namespace), so that a kernel started ahead (autograder/kernels.py) has that second behind it too.
+KERNEL_START = """import sys
+if sys.path[0] == "":
+    del sys.path[0]
+try:
+    import torch
+except ImportError:
+    pass
+from ipykernel import kernelapp
+kernelapp.launch_new_instance()
+"""
+#: Where the kernel's folder is inside the sandbox (``INSIDE/<assignment>``), wherever it is outside: the submission's
+#: folder of nbgrader, or a warm kernel's own (autograder/kernels.py), look the same to the code being graded.
+INSIDE = "/tmp/submission"
 
 
 @dataclass(frozen=True)
@@ -323,19 +339,20 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
         argv += ["--size", str(MB), "--tmpfs", path]
     for path in plan.get("blank", []):  # a hidden file (a zip of submissions, say) reads as empty
         argv += ["--ro-bind", plan["empty"], path]
-    binds = [("--ro-bind", path) for path in plan["ro_bind"]] + [("--bind", str(cwd))]
+    inside = f"{INSIDE}/{cwd.name}"
+    binds = [("--ro-bind", path, path) for path in plan["ro_bind"]] + [("--bind", str(cwd), inside)]
     if ipc is not None:
-        binds.append(("--bind", str(ipc)))
+        binds.append(("--bind", str(ipc), str(ipc)))
     tmpfs = ["/tmp", *plan["hide"]]
     made: set[str] = set()
-    for option, path in binds:
+    for option, path, destination in binds:
         # bwrap would create the missing parents on a tmpfs with mode 0700: the kernel's uid could not pass
-        for parent in reversed(Path(path).parents):
+        for parent in reversed(Path(destination).parents):
             folder = str(parent)
             if folder not in made and folder not in tmpfs and any(_within(folder, t) for t in tmpfs):
                 made.add(folder)
                 argv += ["--perms", "0755", "--dir", folder]
-        argv += [option, path, path]
+        argv += [option, path, destination]
     for stub, reference in plan.get("answers", {}).get(cwd.name, []):
         argv += ["--ro-bind", stub, reference]
     if plan.get("judges"):
@@ -348,7 +365,7 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
         argv += ["--perms", "0444", "--ro-bind-data", str(conn_fd), CONNECTION]
     for path in plan["hide"]:
         argv += ["--remount-ro", path]
-    argv += ["--chdir", str(cwd), "--clearenv"]
+    argv += ["--chdir", inside, "--clearenv"]
     for key, value in sorted(_environment(plan).items()):
         argv += ["--setenv", key, value]
     if kernel_uid is not None:
@@ -406,7 +423,7 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
     os.set_inheritable(read, True)
     os.umask(0o077)  # the kernel's sockets and files: its own uid only (root, the grader, still reads them)
     _set_rlimits(plan["limits"])
-    command = [plan["python"], "-m", "ipykernel_launcher", "-f", CONNECTION, *extra]
+    command = [plan["python"], "-c", KERNEL_START, "-f", CONNECTION, *extra]
     argv = _bwrap_argv(plan, cwd, ipc, kernel_uid, read, command)
     os.execvp(argv[0], argv)
 

@@ -30,6 +30,7 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
 from autograder import GradingError, course_dir, feedback, sandbox
+from autograder.kernels import pool
 from autograder.notebooks import grade_id, grading_notes
 from autograder.results import Grade
 from autograder.submissions import read_notebook
@@ -45,6 +46,7 @@ class Options:
     notebook_seconds: int | None = None  # wall time per notebook, reruns included; None: 10 x cell_seconds
     hidden: tuple[str, ...] = ()  # folders student code must not see: the batch, the output, the scratch space
     kernel_threads: int = 1  # torch/OpenMP threads of each kernel
+    warm: bool = True  # start each next kernel while the current submission runs (autograder/kernels.py)
     db_url: str | None = None  # the instructor's gradebook (--gradebook); None: a private one per workspace
     version: str = ""  # grader_version() where the batch was started: a node with another course refuses
     secret: str = ""  # the course secret (hex) the grading seeds come from; empty: this node's own (secret.py)
@@ -154,6 +156,8 @@ class Workspace:
         threads = str(max(1, options.kernel_threads))
         config.GradingKernelManager.kernel_env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         config.GradingExecute.secret = config.JudgeEvidence.secret = options.secret
+        if options.warm:
+            config.GradingExecute.kernel_folders = str(root / ".kernels")
         for section, trait, value in options.policy:
             config[section][trait] = value
         if options.sandbox:
@@ -174,6 +178,10 @@ class Workspace:
                         for assignment in options.assignments for notebook in course_dir.notebooks(assignment)}
         with self._gradebook() as gradebook:
             self.max_scores = {a: float(gradebook.find_assignment(a).max_score) for a in options.assignments}
+
+    def close(self) -> None:
+        """Shut down the kernel this workspace started for a next submission (warm kernels)."""
+        pool().close_under(self.root)
 
     def _gradebook(self) -> Gradebook:
         return Gradebook(self.db_url, self.api.coursedir.course_id)

@@ -5,9 +5,16 @@
 Builds a class of solved, untouched and mistaken submissions of assignments 01 and 02, then times, each on the
 same batch:
 - `plain`: nbgrader's own `autograde` + `generate_feedback` for each assignment in a copy of the course directory
-  (its nbgrader_config.py included, so the course's grading steps run there too; no sandbox, one process) — the
-  baseline every other run is a ratio of;
-- `local1`, `local2`: `python -m autograder grade` with 1 and 2 local worker processes;
+  (its nbgrader_config.py included, so the course's grading steps run there too; no sandbox, one process; each
+  kernel shut down as nbgrader's Execute does, gracefully) — the baseline every other run is a ratio of;
+- `plain-immediate`: the same with the course's immediate kernel shutdown (the last cell has run: the grader kills
+  the kernel instead of asking it to exit and waiting), to show what that step alone gains;
+- `cold1`, `cold2`: `python -m autograder grade --cold-kernels` with 1 and 2 local worker processes: each kernel
+  starts when its notebook does, as nbgrader's do;
+- `local1`, `local2`: `python -m autograder grade` with 1 and 2 local worker processes, each starting the next
+  kernel while the current submission runs (warm kernels, autograder/kernels.py);
+- `where`: one worker in this process under cProfile: where a submission's time goes (waiting for the kernel,
+  running cells, judging, feedback pages, the rest of nbgrader);
 - `dask2`: on a local Dask cluster of 2 worker processes (started here, on loopback);
 - `dask2-kill`: the same, with one worker killed while it grades: the cost of a dead worker;
 - `sqlite2`, `postgres2`: 2 local workers recording into an instructor's gradebook (`--gradebook`), a SQLite
@@ -17,7 +24,9 @@ depend on the machine and on what else runs on it, so compare ratios taken in on
 """
 
 import argparse
+import cProfile
 import os
+import pstats
 import shutil
 import subprocess
 import sys
@@ -40,7 +49,13 @@ from conftest import instructor_course  # noqa: E402
 from catalogue import mistakes  # noqa: E402
 
 ASSIGNMENTS = ["01_self_attention", "02_qkv"]
-RUNS = ("plain", "local1", "local2", "dask2", "dask2-kill", "sqlite2", "postgres2")
+RUNS = ("plain", "plain-immediate", "cold1", "local1", "cold2", "local2", "where", "dask2", "dask2-kill", "sqlite2",
+        "postgres2")
+#: where a submission's time goes: label -> the functions whose cumulative time it is (in-process, one worker)
+PARTS = {"waiting for a started kernel": ["nbclient/client.py:setup_kernel"],
+         "running the notebook's cells": ["autograder/execute.py:preprocess_cell"],
+         "judging the evidence": ["autograder/judging.py:preprocess"],
+         "feedback pages (nbgrader)": ["nbgrader/apps/api.py:generate_feedback"]}
 
 
 def build_class(folder: Path, count: int) -> None:
@@ -61,14 +76,17 @@ def build_class(folder: Path, count: int) -> None:
         nbformat.write(filled(release, answers), target / notebook)
 
 
-def plain_nbgrader(batch: Path, work: Path) -> float:
-    """Seconds for nbgrader's own autograde + generate_feedback of the batch (assignments generated first)."""
+def plain_nbgrader(batch: Path, work: Path, shutdown: str = "graceful") -> float:
+    """Seconds for nbgrader's own autograde + generate_feedback of the batch (assignments generated first), its
+    kernels shut down as nbgrader's Execute does (graceful: a shutdown request, then waiting for the kernel to exit)
+    or as the course's grading step does (immediate)."""
     shutil.copytree(course_dir.source_dir(), work / "source")
     shutil.copy(course_dir.ROOT / "nbgrader_config.py", work / "nbgrader_config.py")
     shutil.copytree(batch, work / "submitted")
 
     def nbgrader(*args: str) -> None:
-        subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=work, check=True,
+        subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR",
+                        f"--GradingExecute.shutdown_kernel={shutdown}"], cwd=work, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     for assignment in ASSIGNMENTS:
@@ -78,6 +96,33 @@ def plain_nbgrader(batch: Path, work: Path) -> float:
         nbgrader("autograde", assignment)
         nbgrader("generate_feedback", assignment)
     return time.perf_counter() - started
+
+
+def where(batch: Path, work: Path, n: int, use_sandbox: bool) -> None:
+    """Grade the batch with one warm worker in this process under cProfile; print seconds per submission by part."""
+    from autograder.grade import job  # noqa: PLC0415
+    from autograder.submissions import find  # noqa: PLC0415
+    from autograder.workspace import Options, Workspace  # noqa: PLC0415
+
+    jobs = [job(s) for s in find(batch, ASSIGNMENTS, {a: course_dir.notebooks(a) for a in ASSIGNMENTS})]
+    jobs.sort(key=lambda j: (j.assignment, j.student))
+    workspace = Workspace(work, Options(tuple(ASSIGNMENTS), sandbox=use_sandbox, kernel_threads=os.cpu_count()))
+    profile = cProfile.Profile()
+    started = time.perf_counter()
+    profile.enable()
+    for item in jobs:
+        workspace.grade(item)
+    profile.disable()
+    total = time.perf_counter() - started
+    stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, primitive, own, cumulative, callers)
+    print(f"where a submission's time goes (1 warm worker in-process, {total / len(jobs):.2f} s per submission):")
+    accounted = 0.0
+    for label, names in PARTS.items():
+        seconds = sum(row[3] for (file, _, name), row in stats.items()
+                      if any(file.endswith(n.split(":")[0]) and name == n.split(":")[1] for n in names))
+        accounted += seconds
+        print(f"  {label:<40} {seconds / len(jobs):5.2f} s")
+    print(f"  {'the rest (nbgrader, gradebook, files)':<40} {(total - accounted) / len(jobs):5.2f} s", flush=True)
 
 
 def kill_a_busy_worker(cluster: servers.DaskCluster, done: threading.Event) -> None:
@@ -118,6 +163,8 @@ def main() -> None:
         if "plain" in args.runs:
             baseline = plain_nbgrader(batch, root / "plain")
             report("plain nbgrader (1 process)", baseline)
+        if "plain-immediate" in args.runs:
+            report("plain nbgrader, immediate shutdown", plain_nbgrader(batch, root / "plain-now", "immediate"))
 
         def timed(label: str, **kwargs) -> None:
             out = root / f"out-{label}"
@@ -129,8 +176,12 @@ def main() -> None:
             shutil.rmtree(out)
 
         for workers in (1, 2):
+            if f"cold{workers}" in args.runs:
+                timed(f"autograder, {workers} local worker(s), cold kernels", workers=workers, warm=False)
             if f"local{workers}" in args.runs:
-                timed(f"autograder, {workers} local worker(s)", workers=workers)
+                timed(f"autograder, {workers} local worker(s), warm kernels", workers=workers)
+        if "where" in args.runs:
+            where(batch, root / "where", n, use_sandbox)
         for run in ("dask2", "dask2-kill"):
             if run in args.runs:
                 with servers.dask_cluster(root / run, workers=2) as cluster:

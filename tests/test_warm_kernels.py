@@ -1,0 +1,94 @@
+"""Warm kernels (autograder/kernels.py): each worker starts the next submission's kernel while the current one runs.
+
+Real kernels, in the sandbox when it works here, graded in-process by a Workspace as a worker grades: warm and cold
+grading give byte-identical grades, feedback and reports; a kernel handed to one student carries nothing of
+another's; a waiting kernel that died is replaced and the batch goes on.
+"""
+
+import filecmp
+import os
+import signal
+
+import nbformat
+import pytest
+from conftest import complete_submission, use_sandbox
+from nbformat.v4 import new_code_cell
+
+from autograder.grade import grade
+from autograder.kernels import pool
+from autograder.notebooks import filled
+from autograder.workspace import Job, Options, Workspace
+from catalogue import mistakes
+
+pytestmark = pytest.mark.slow
+
+A = "01_self_attention"
+NOTEBOOK = "self_attention.ipynb"
+#: what the first student leaves behind, in every place a kernel could carry it to the next
+LEAVE = ("import os, sys, pathlib\n"
+         "pathlib.Path('left.txt').write_text('x'); pathlib.Path('/tmp/left.txt').write_text('x')\n"
+         "os.environ['LEFT_BY_ANN'] = '1'; sys.modules['os'].left_by_ann = 1\n"
+         "print('left', os.getpid())")
+LOOK = ("import os, sys, pathlib\n"
+        "print('traces', pathlib.Path('left.txt').exists(), pathlib.Path('/tmp/left.txt').exists(),\n"
+        "      'LEFT_BY_ANN' in os.environ, hasattr(sys.modules['os'], 'left_by_ann'), sorted(os.listdir('.')))")
+
+
+def _submission(first_cell: str | None = None) -> bytes:
+    nb = complete_submission(A, NOTEBOOK)
+    if first_cell:
+        nb.cells.insert(0, new_code_cell(first_cell))
+    return nbformat.writes(nb).encode()
+
+
+def _printed(workspace: Workspace, student: str, marker: str) -> str:
+    nb = nbformat.read(workspace.root / "autograded" / student / A / NOTEBOOK, as_version=4)
+    texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    return next(t for t in texts if t.startswith(marker))
+
+
+def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_one_is_replaced(tmp_path):
+    workspace = Workspace(tmp_path / "worker", Options((A,), sandbox=use_sandbox()))
+    handed = dict(pool().handed)
+    ann = workspace.grade(Job("ann", A, {NOTEBOOK: _submission(LEAVE)}, [], {}))
+    bob = workspace.grade(Job("bob", A, {NOTEBOOK: _submission(LOOK)}, [], {}))
+    assert pool().handed["waiting"] == handed["waiting"] + 1, "bob's kernel was not the one started during ann's"
+    assert ann.grade.score == bob.grade.score == ann.grade.max_score, (ann.grade, bob.grade)
+    assert "left" in _printed(workspace, "ann", "left")
+    assert _printed(workspace, "bob", "traces") == f"traces False False False False ['{NOTEBOOK}']\n"
+
+    waiting = [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
+    assert len(waiting) == 1, waiting
+    os.kill(waiting[0].km.provisioner.process.pid, signal.SIGKILL)  # the kernel waiting for the next submission dies
+    started = pool().handed["started"]
+    cid = workspace.grade(Job("cid", A, {NOTEBOOK: _submission()}, [], {}))
+    assert cid.grade.score == cid.grade.max_score and cid.grade.status == "graded", cid.grade
+    assert pool().handed["started"] == started + 1  # a new kernel, started when the dead one was found
+    workspace.close()
+    assert not [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
+
+
+def test_warm_and_cold_grading_give_identical_grades_feedback_and_report(tmp_path):
+    batch = tmp_path / "batch"
+    mistake = mistakes(A)[0]
+    for student, nb in {"ann": complete_submission(A, NOTEBOOK),
+                        "bob": filled(complete_submission(A, NOTEBOOK), {mistake.cell: mistake.code})}.items():
+        (batch / student / A).mkdir(parents=True)
+        nbformat.write(nb, batch / student / A / NOTEBOOK)
+    rows = {}
+    for warm in (True, False):
+        rows[warm] = grade(batch, tmp_path / f"out-{warm}", [A], sandbox=use_sandbox(), progress=False, warm=warm)
+    assert rows[True] == rows[False]
+    assert [r.score < r.max_score for r in rows[True]] == [False, True], rows[True]
+    compared = filecmp.dircmp(tmp_path / "out-True", tmp_path / "out-False")
+    different = []
+
+    def walk(cmp: filecmp.dircmp) -> None:
+        different.extend(cmp.diff_files + cmp.left_only + cmp.right_only)
+        for sub in cmp.subdirs.values():
+            walk(sub)
+
+    walk(compared)
+    assert not different, different
+    files = sorted(p.relative_to(tmp_path / "out-True") for p in (tmp_path / "out-True").rglob("*") if p.is_file())
+    assert {"grades.csv", "report.md"} <= {str(f) for f in files} and any(f.suffix == ".html" for f in files), files
