@@ -47,7 +47,7 @@ from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.execute import UnresponsiveKernelError
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
-from autograder.kernels import SEED_CODE, Warm, move_entries, pool, remove_slot
+from autograder.kernels import SEED_CODE, UNKNOWN, Warm, move_entries, pool, remove_slot
 from autograder.notebooks import add_note, grade_id
 from autograder.sandbox import reclaim
 from autograder.secret import notebook_seed
@@ -367,7 +367,9 @@ class GradingExecute(Execute):
             self._kernel, waited = self._start_kernel(name, assignment), False
         else:
             self._kernel, waited = pool().take(key, lambda: self._start_kernel(name, assignment))
-        pool().prepare(key, lambda: self._start_kernel(name, assignment))
+        upcoming = assignment if pool().upcoming == UNKNOWN else pool().upcoming
+        if upcoming:  # the next submission's kernel starts now, while this one runs
+            pool().prepare(self._kernel_key(nb, upcoming), lambda: self._start_kernel(name, upcoming))
         return waited
 
     def _end_kernel(self) -> None:

@@ -105,10 +105,17 @@ def _start_worker(scratch: str, options: Options) -> None:
         _unready = error
 
 
-def _grade_in_worker(item: Job) -> Result:
+def _grade_in_worker(item: Job, upcoming: str | None) -> Result:
     if _unready is not None:
         raise _unready
-    return _workspace.grade(item)
+    return _workspace.grade(item, upcoming)
+
+
+def _upcoming(jobs: list[Job], index: int, workers: int) -> str | None:
+    """The assignment of the job the worker grading jobs[index] most likely grades next (workers take jobs in
+    order), None at the end of the batch: its kernel is started while jobs[index] runs."""
+    later = index + workers
+    return jobs[later].assignment if later < len(jobs) else None
 
 
 def _locally(jobs: list[Job], options: Options, workers: int,
@@ -118,9 +125,9 @@ def _locally(jobs: list[Job], options: Options, workers: int,
     if workers <= 1:
         workspace = Workspace(scratch / "worker", options)
         try:
-            for item in jobs:
+            for index, item in enumerate(jobs):
                 try:
-                    yield item, workspace.grade(item), ""
+                    yield item, workspace.grade(item, _upcoming(jobs, index, 1)), ""
                 except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
                     yield item, None, failure(error)
         finally:
@@ -131,7 +138,8 @@ def _locally(jobs: list[Job], options: Options, workers: int,
         broken: list[Job] = []
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker,
                                  initargs=(str(scratch), options)) as pool:
-            futures = {pool.submit(_grade_in_worker, item): item for item in remaining}
+            futures = {pool.submit(_grade_in_worker, item, _upcoming(remaining, index, workers)): item
+                       for index, item in enumerate(remaining)}
             for future in as_completed(futures):
                 try:
                     yield futures[future], future.result(), ""

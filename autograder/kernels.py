@@ -40,6 +40,8 @@ from jupyter_core.utils import run_sync
 
 #: kernels waiting per grading process at most
 WAITING = 2
+#: KernelPool.upcoming when the grader cannot tell what comes next: a kernel like the current one is started
+UNKNOWN = "?"
 #: what a kernel runs, silently, before the notebook: the submission's grading seed (course/checks/seeds.py)
 SEED_CODE = "__import__('os').environ[{name!r}] = {value!r}"
 
@@ -59,6 +61,9 @@ class KernelPool:
         self._waiting: OrderedDict[tuple, Warm] = OrderedDict()
         self._numbers = itertools.count()
         self.handed = {"waiting": 0, "started": 0}  # how the kernels handed out came: for tests and benchmarks
+        # the assignment of the submission this thread grades next (None: nothing follows, so nothing is started
+        # ahead), set by the workspace before each submission
+        self.upcoming: str | None = UNKNOWN
         atexit.register(self.close)
 
     def slot(self, folders: Path, assignment: str) -> Path:

@@ -30,7 +30,7 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
 from autograder import GradingError, course_dir, feedback, sandbox
-from autograder.kernels import pool
+from autograder.kernels import UNKNOWN, pool
 from autograder.notebooks import grade_id, grading_notes
 from autograder.results import Grade
 from autograder.submissions import read_notebook
@@ -189,9 +189,11 @@ class Workspace:
     def _folder(self, kind: str, job: Job) -> Path:
         return self.root / kind / job.student / job.assignment
 
-    def grade(self, job: Job) -> Result:
+    def grade(self, job: Job, upcoming: str | None = UNKNOWN) -> Result:
         """Stage, autograde (restore, flag, execute, judge) and feed back one job; never raises for a student's
-        fault: a broken submission gives a row with a status."""
+        fault: a broken submission gives a row with a status. upcoming: the assignment of the job this workspace
+        grades next, if known (None: none), whose kernel is started while this one runs."""
+        pool().upcoming = upcoming
         row = Grade(job.student, job.assignment, 0.0, self.max_scores[job.assignment], "", "")
         for kind in ("submitted", "autograded", "feedback"):
             shutil.rmtree(self._folder(kind, job), ignore_errors=True)
