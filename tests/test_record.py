@@ -72,7 +72,7 @@ def test_the_command_exits_non_zero_on_an_empty_batch(tmp_path):
 def test_an_error_row_points_to_a_saved_log_with_the_whole_traceback(tmp_path, monkeypatch):
     from autograder import workspace  # noqa: PLC0415 - patched here only
 
-    def broken(self, job):
+    def broken(self, job, upcoming=None):
         raise RuntimeError(f"the grader tripped over {job.student}'s notebook")
 
     monkeypatch.setattr(workspace.Workspace, "grade", broken)
