@@ -47,7 +47,7 @@ from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.execute import UnresponsiveKernelError
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
-from autograder.kernels import SEED_CODE, UNKNOWN, Warm, move_entries, pool, remove_slot
+from autograder.kernels import SEED_CODE, UNKNOWN, Warm, move_entries, pool, remove_slot, stop
 from autograder.notebooks import add_note, grade_id
 from autograder.sandbox import reclaim
 from autograder.secret import notebook_seed
@@ -282,8 +282,8 @@ class GradingExecute(Execute):
                 if watchdog is not None:
                     watchdog.stop()
                     breach = watchdog.breach
-                if warm:
-                    self._end_kernel()
+                if warm:  # nbclient shut it down, unless its start failed half-way
+                    stop(self._kernel.km)
                 if running_in:
                     reclaim(Path(running_in))
                 if warm:
@@ -372,15 +372,6 @@ class GradingExecute(Execute):
             pool().prepare(self._kernel_key(nb, upcoming), lambda: self._start_kernel(name, upcoming))
         return waited
 
-    def _end_kernel(self) -> None:
-        """Make sure this run's kernel is gone (nbclient shuts it down; not when its start failed half-way)."""
-        km = self._kernel.km
-        try:
-            if run_sync(km.is_alive)():
-                run_sync(km.shutdown_kernel)(now=True)
-            run_sync(km.cleanup_resources)()
-        except Exception:  # noqa: BLE001, S110 - already gone
-            pass
 
     # ------------------------------------------------------------------------------------------- time
 

@@ -38,6 +38,8 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 
+from autograder.sandbox import chown_tree
+
 #: kernels waiting per grading process at most
 WAITING = 2
 #: KernelPool.upcoming when the grader cannot tell what comes next: a kernel like the current one is started
@@ -122,14 +124,19 @@ def _alive(km: AsyncKernelManager) -> bool:
         return False
 
 
+def stop(km: AsyncKernelManager) -> None:
+    """Make sure a kernel is gone and its connection files removed (nothing to do when nbclient did it already)."""
+    try:
+        if _alive(km):
+            run_sync(km.shutdown_kernel)(now=True)
+        run_sync(km.cleanup_resources)()
+    except Exception:  # noqa: BLE001, S110 - already gone; its process dies with ours at the latest
+        pass
+
+
 def discard(warm: Warm) -> None:
     """Kill a kernel that will never run a notebook, and remove its slot."""
-    try:
-        if _alive(warm.km):
-            run_sync(warm.km.shutdown_kernel)(now=True)
-        run_sync(warm.km.cleanup_resources)()
-    except Exception:  # noqa: BLE001, S110 - it is being thrown away; its process dies with ours at the latest
-        pass
+    stop(warm.km)
     remove_slot(warm.slot)
 
 
@@ -145,15 +152,7 @@ def move_entries(source: Path, target: Path, owner: int | None = None) -> None:
             shutil.rmtree(destination)
         os.replace(source / entry, destination)
         if owner is not None:
-            _chown(destination, owner)
-
-
-def _chown(path: Path, uid: int) -> None:
-    os.lchown(path, uid, uid)
-    if path.is_dir() and not path.is_symlink():
-        for root, dirs, files in os.walk(path):
-            for name in dirs + files:
-                os.lchown(os.path.join(root, name), uid, uid)
+            chown_tree(destination, owner)
 
 
 _local = threading.local()

@@ -374,7 +374,8 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
     return [*argv, "--", *command]
 
 
-def _chown_tree(folder: Path, uid: int) -> None:
+def chown_tree(folder: Path, uid: int) -> None:
+    """Hand folder (or a file) and everything under it to uid, without following links."""
     os.lchown(folder, uid, uid)
     for root, dirs, files in os.walk(folder):
         for name in dirs + files:
@@ -416,7 +417,7 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
         kernel_uid = plan["uid"] + os.getpid()
         if kernel_uid in (65534, 65535):  # nobody, and the old (uid16) "no uid"
             kernel_uid += 1 << 22  # above the largest pid
-        _chown_tree(cwd, kernel_uid)
+        chown_tree(cwd, kernel_uid)
     read, write = os.pipe()
     os.write(write, json.dumps(info).encode())  # a few hundred bytes: fits in the pipe
     os.close(write)
