@@ -122,7 +122,8 @@ def test_judge_evidence_replaces_what_the_kernel_said_with_the_verdict(tmp_path)
 def test_hide_hidden_tests_keeps_results_and_drops_code():
     source = nbformat.read(ROOT / "source" / A / f"{NB}.ipynb", as_version=4)
     hidden = next(c for c in source.cells if "BEGIN HIDDEN TESTS" in c.source)
-    secret = next(line.strip() for line in hidden.source.splitlines() if line.strip().startswith("check."))
+    block = hidden.source.split("### BEGIN HIDDEN TESTS", 1)[1]
+    secret = next(line.strip() for line in block.splitlines() if line.strip().startswith("check."))
     hidden.outputs = [nbformat.v4.new_output("stream", name="stdout", text="Passed.\n")]
     leak = new_code_cell("print(In)", outputs=[nbformat.v4.new_output("stream", name="stdout", text=secret)])
     nb = new_notebook(cells=[hidden, leak])

@@ -24,10 +24,16 @@ from typing import Any
 
 import torch
 
-from course.checks.compare import CheckFailed
+from course.checks.compare import CheckFailed, wrap
 from course.checks.evidence import FOLDER, Evidence, Recorder, write
 
 GRADE_ID_PREFIX = "test_"
+
+
+def when_graded(what: str) -> None:
+    """Print what a hidden-test cell checks: its tests are removed from the notebook you work on and run when your
+    notebook is graded."""
+    print(wrap(f"Checked when your notebook is graded: {what}"))
 
 
 class AwaitingJudge(Exception):

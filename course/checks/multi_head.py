@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 import torch
 
-from course.checks.check import Check
+from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
 from course.checks.kinds import (

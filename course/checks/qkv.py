@@ -11,6 +11,7 @@ from functools import partial
 
 import torch
 
+from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
 from course.checks.kinds import Built, Case, ModuleCase, Runs, builds, builds_and_runs, calls, random_case
 

@@ -8,7 +8,7 @@ comes from the grader's secret seed, and the cases worked by hand add a secret r
 
 import torch
 
-from course.checks.check import Check
+from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.evidence import Recorder
 from course.checks.kinds import calls, given, random_case, shapes
 
