@@ -19,7 +19,7 @@ from common import chosen_device, device_arguments, machine
 
 from course import seed_everything
 from course.corpus import CHARACTERS, corpus, entropy_per_character
-from course.language_model import LanguageModel, generate, next_token_loss
+from course.language_model import CachedLanguageModel, LanguageModel, generate, generate_cached, next_token_loss
 from course.language_model_training import (
     MODEL,
     TRAINING,
@@ -66,13 +66,13 @@ def main() -> None:
     print(f"load average after training: {os.getloadavg()[0]:.2f}")
     print("meets the course target (<= 2 minutes)" if seconds <= 120 else "does NOT meet the course target here")
 
-    timing_model = LanguageModel(len(CHARACTERS), MODEL.k, MODEL.heads, MODEL.depth,
-                                 max(LENGTHS) + 1).to(device).eval()
+    timing_model = CachedLanguageModel(len(CHARACTERS), MODEL.k, MODEL.heads, MODEL.depth,
+                                       max(LENGTHS) + 1).to(device).eval()  # both ways, as the notebook times them
     prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
     print("generating n tokens after a one-token prompt (best of 3), batch 1:")
     for n in LENGTHS:
-        plain = seconds_to_generate(generate, timing_model, prompt, n, use_cache=False)
-        cached = seconds_to_generate(generate, timing_model, prompt, n, use_cache=True)
+        plain = seconds_to_generate(generate, timing_model, prompt, n)
+        cached = seconds_to_generate(generate_cached, timing_model, prompt, n)
         print(f"  n = {n:4d}: without cache {plain * 1000:8.1f} ms, with cache {cached * 1000:7.1f} ms, "
               f"speedup {plain / cached:5.1f}x")
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")

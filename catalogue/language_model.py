@@ -1,8 +1,9 @@
 """Variants of the answers of assignment 08_language_model.
 
 Most mistakes change a line or two of the solved cell and are written as that change (`edit`): the answer cell
-`language_model` holds two classes, LanguageModel and the CausalBlock below it, and an edit may change either.
-The correct alternatives, and the few mistakes that are other code, are written out.
+`language_model` holds two classes, LanguageModel and the CausalBlock below it, and an edit may change either; the
+cell `cached_language_model` holds CachedLanguageModel, the subclass that adds the KV cache. The correct
+alternatives, and the few mistakes that are other code, are written out.
 """
 # ruff: noqa: F821 - variants use the notebook's names (MultiHeadAttention, FeedForward, split_heads, merge_heads,
 # scaled_dot_product_attention, sample_next_token), as a student's cell does
@@ -11,23 +12,28 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from catalogue import alternative, edit, mistake
 
 ASSIGNMENT = "08_language_model"
 
 LM = "language_model"
+CACHED = "cached_language_model"
 LOSS = "next_token_loss"
 SAMPLE = "sample_next_token"
 GENERATE = "generate"
-MASK = "mask = torch.ones(t, past + t, dtype=torch.bool, device=tokens.device).tril(diagonal=past)"
+GENERATE_CACHED = "generate_cached"
+MASK = "mask = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()"
+POSITIONS = "positions = torch.arange(t, device=tokens.device)  # (t,)"
 BLOCKS = "self.blocks = nn.ModuleList(CausalBlock(k, heads) for _ in range(depth))"
+ATTENTION = "x = x + self.attention(self.norm1(x), mask=mask)  # (b, t, k)"
+FEED_FORWARD = "return x + self.ff(self.norm2(x))"
+CACHED_MASK = "mask = torch.ones(t, past + t, dtype=torch.bool, device=tokens.device).tril(diagonal=past)"
 RETURNS = "return (logits, new_cache) if use_cache else logits"
 GROW_KEYS = "keys = torch.cat([past[0], keys], dim=2)"
 GROW_VALUES = "values = torch.cat([past[1], values], dim=2)"
 ATTENDED = "x = x + attention.unify_heads(merge_heads(out))"
-BLOCK_OUT = "return x + self.ff(self.norm2(x)), (keys, values)"
+BLOCK_OUT = "return x + block.ff(block.norm2(x)), (keys, values)"
 ATTEND = "        out, _ = scaled_dot_product_attention(queries, keys, values, mask)  # (b, h, t, s)\n"
 KTH = "kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (b, 1): the k-th largest logit of each row"
 TOP_K = "    if top_k is not None and top_k < logits.shape[-1]:\n"
@@ -35,7 +41,16 @@ TOP_K_MASK = '        logits = logits.masked_fill(logits < kth, float("-inf"))\n
 DIVIDE = "    logits = logits / temperature\n"
 PROBS = "probs = F.softmax(logits, dim=-1)"
 GREEDY = "return logits.argmax(dim=-1)  # (b,)"
-SAMPLED = "sample_next_token(logits[:, -1], temperature, top_k, generator)"
+RANKED = "ranked, order = probs.sort(dim=-1, descending=True)  # (b, V): most likely first"
+BEFORE = "before = ranked.cumsum(dim=-1) - ranked  # (b, V): the probability of the tokens ranked before"
+TOP_P = """    if top_p is not None:
+        ranked, order = probs.sort(dim=-1, descending=True)  # (b, V): most likely first
+        before = ranked.cumsum(dim=-1) - ranked  # (b, V): the probability of the tokens ranked before
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)  # (b, V)
+        probs = probs * keep
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+"""
+SAMPLED = "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)"
 STEP = "logits, cache = model(step_input, cache=cache, use_cache=True)"
 STEP_INPUT = "step_input = tokens if cache is None else tokens[:, -1:]  # the prompt once, then one token\n"
 SINUSOIDS = '''class Sinusoids(nn.Module):
@@ -57,13 +72,8 @@ class CausalBlock(nn.Module):'''
 
 # ------------------------------------------------------------------ language_model: mistakes in the model
 
-edit("lm-no-mask", LM, (MASK, MASK.replace(".tril(diagonal=past)", "")), mistake="lm-no-causal-mask")
+edit("lm-no-mask", LM, (MASK, MASK.replace(".tril()", "")), mistake="lm-no-causal-mask")
 edit("lm-inverted-mask", LM, (MASK, MASK.replace("= torch.ones", "= ~torch.ones")), mistake="lm-inverted-causal-mask")
-edit("lm-positions-restart", LM, ("torch.arange(past, past + t, device", "torch.arange(t, device"),
-     mistake="cache-positions-restart")
-edit("lm-mask-not-offset", LM, (MASK, MASK.replace("diagonal=past", "")), mistake="cache-mask-not-offset")
-edit("lm-mask-ignores-cache", LM, (MASK, MASK.replace("past + t", "t").replace("diagonal=past", "")),
-     mistake="cache-mask-shape")
 edit("lm-no-positions", LM, (" + self.position_embedding(positions)", ""), mistake="lm-no-positions")
 edit("lm-no-final-norm", LM, ("self.to_logits(self.norm(x))", "self.to_logits(x)"), mistake="lm-no-final-norm")
 edit("lm-softmax", LM, ("self.to_logits(self.norm(x))", "self.to_logits(self.norm(x)).softmax(dim=-1)"),
@@ -75,7 +85,6 @@ edit("lm-upper-triangle-mask", LM, (MASK, MASK.replace("tril", "triu")), mistake
 edit("lm-positions-sized-by-vocabulary", LM, ("nn.Embedding(max_len, k)", "nn.Embedding(vocab_size, k)"),
      mistake="wrong-size")
 edit("lm-twelve-layers-as-gpt2", LM, (BLOCKS, BLOCKS.replace("range(depth)", "range(12)")), mistake="wrong-depth")
-edit("lm-cache-never-returned", LM, (RETURNS, "return logits"), mistake="cache-not-returned")
 edit("lm-blocks-in-a-list", LM, (BLOCKS, "self.blocks = [CausalBlock(k, heads) for _ in range(depth)]"),
      mistake="blocks-not-registered")
 edit("lm-one-block-reused", LM, (BLOCKS, "self.blocks = nn.ModuleList([CausalBlock(k, heads)] * depth)"),
@@ -83,30 +92,57 @@ edit("lm-one-block-reused", LM, (BLOCKS, "self.blocks = nn.ModuleList([CausalBlo
 edit("lm-sinusoidal-positions", LM, ("self.position_embedding = nn.Embedding(max_len, k)",
                                      "self.position_embedding = Sinusoids(max_len, k)"),
      ("class CausalBlock(nn.Module):", SINUSOIDS), mistake="positions-not-learned")
-edit("lm-always-returns-cache", LM, (RETURNS, "return logits, new_cache"), mistake="lm-returns-tuple")
 
 # ------------------------------------------------------------------ language_model: mistakes in the block
 
-edit("lm-post-norm", LM, ("attention, h = self.attention, self.norm1(x)", "attention, h = self.attention, x"),
-     (ATTENDED, "x = self.norm1(x + attention.unify_heads(merge_heads(out)))"),
-     (BLOCK_OUT, "return self.norm2(x + self.ff(x)), (keys, values)"), mistake="lm-post-norm")
-edit("lm-cache-stores-queries", LM,
+edit("lm-post-norm", LM, (ATTENTION, "x = self.norm1(x + self.attention(x, mask=mask))"),
+     (FEED_FORWARD, "return self.norm2(x + self.ff(x))"), mistake="lm-post-norm")
+edit("lm-no-residual", LM, (ATTENTION, "x = self.attention(self.norm1(x), mask=mask)"),
+     (FEED_FORWARD, "return self.ff(self.norm2(x))"), mistake="lm-no-residual")
+edit("lm-one-norm-per-block", LM, ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"), mistake="shared-norm")
+edit("lm-block-drops-the-mask", LM, (ATTENTION, "x = x + self.attention(self.norm1(x))  # the mask is built above"),
+     mistake="lm-no-causal-mask")
+
+
+# ------------------------------------------------------------------ language_model: correct alternatives
+
+edit("lm-attention-from-its-parts", LM,
+     (ATTENTION, "a, h = self.attention, self.norm1(x)\n"
+                 "        q, keys, values = (split_heads(f(h), a.heads)\n"
+                 "                           for f in (a.to_queries, a.to_keys, a.to_values))\n"
+                 "        x = x + a.unify_heads(merge_heads(F.scaled_dot_product_attention(q, keys, values, "
+                 "attn_mask=mask)))"))
+edit("lm-sequential-blocks-and-a-weight-slice", LM,
+     (BLOCKS, "self.blocks = nn.Sequential(*[CausalBlock(k, heads) for _ in range(depth)])"),
+     (POSITIONS, "positions = slice(0, t)"),
+     ("self.position_embedding(positions)", "self.position_embedding.weight[positions]"),
+     (MASK, "mask = torch.tril(torch.ones(t, t, device=tokens.device)).bool()"))
+
+
+# ------------------------------------------------------------------ cached_language_model: mistakes
+
+edit("lm-positions-restart", CACHED, ("torch.arange(past, past + t, device", "torch.arange(t, device"),
+     mistake="cache-positions-restart")
+edit("lm-mask-not-offset", CACHED, (CACHED_MASK, CACHED_MASK.replace("diagonal=past", "")),
+     mistake="cache-mask-not-offset")
+edit("lm-mask-ignores-cache", CACHED, (CACHED_MASK, CACHED_MASK.replace("past + t", "t").replace("diagonal=past", "")),
+     mistake="cache-mask-shape")
+edit("lm-cache-never-returned", CACHED, (RETURNS, "return logits"), mistake="cache-not-returned")
+edit("lm-always-returns-cache", CACHED, (RETURNS, "return logits, new_cache"), mistake="lm-returns-tuple")
+edit("lm-cache-stores-queries", CACHED,
      (BLOCK_OUT, "cached = queries if past is None else torch.cat([past[0], queries], dim=2)\n"
-                 "        return x + self.ff(self.norm2(x)), (cached, values)"), mistake="cache-stores-queries")
-edit("lm-cache-grows-heads", LM, (GROW_KEYS, GROW_KEYS.replace("dim=2", "dim=1")),
+                 "        return x + block.ff(block.norm2(x)), (cached, values)"), mistake="cache-stores-queries")
+edit("lm-cache-grows-heads", CACHED, (GROW_KEYS, GROW_KEYS.replace("dim=2", "dim=1")),
      (GROW_VALUES, GROW_VALUES.replace("dim=2", "dim=1")), mistake="cache-wrong-axis")
-edit("lm-cache-grows-features", LM, (GROW_KEYS, GROW_KEYS.replace("dim=2", "dim=-1")),
+edit("lm-cache-grows-features", CACHED, (GROW_KEYS, GROW_KEYS.replace("dim=2", "dim=-1")),
      (GROW_VALUES, GROW_VALUES.replace("dim=2", "dim=-1")), mistake="cache-wrong-axis")
-edit("lm-cache-prepended", LM, (GROW_KEYS, "keys = torch.cat([keys, past[0]], dim=2)"),
+edit("lm-cache-prepended", CACHED, (GROW_KEYS, "keys = torch.cat([keys, past[0]], dim=2)"),
      (GROW_VALUES, "values = torch.cat([values, past[1]], dim=2)"), mistake="cache-prepended")
-edit("lm-cache-not-read", LM, (ATTEND, ""),
+edit("lm-cache-not-read", CACHED, (ATTEND, ""),
      ("        if past is not None:\n",
       "        out, _ = scaled_dot_product_attention(queries, keys, values, mask[:, mask.shape[1] - mask.shape[0]:])\n"
       "        if past is not None:\n"), mistake="cache-not-read")
-edit("lm-no-residual", LM, (ATTENDED, "x = attention.unify_heads(merge_heads(out))"),
-     (BLOCK_OUT, "return self.ff(self.norm2(x)), (keys, values)"), mistake="lm-no-residual")
-edit("lm-one-norm-per-block", LM, ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"), mistake="shared-norm")
-edit("lm-cache-before-heads-split", LM, ("cache[0][0].shape[2]", "cache[0][0].shape[1]"),
+edit("lm-cache-before-heads-split", CACHED, ("cache[0][0].shape[2]", "cache[0][0].shape[1]"),
      ("keys = split_heads(attention.to_keys(h), attention.heads)  # (b, h, t, s)", "keys = attention.to_keys(h)"),
      ("values = split_heads(attention.to_values(h), attention.heads)  # (b, h, t, s)",
       "values = attention.to_values(h)  # (b, t, k): the heads are split when attending"),
@@ -115,107 +151,24 @@ edit("lm-cache-before-heads-split", LM, ("cache[0][0].shape[2]", "cache[0][0].sh
      ("scaled_dot_product_attention(queries, keys, values, mask)",
       "scaled_dot_product_attention(\n            queries, split_heads(keys, attention.heads), "
       "split_heads(values, attention.heads), mask)"), mistake="cache-shape")
-edit("lm-cache-in-half-precision", LM, (GROW_KEYS, "keys = torch.cat([past[0].float(), keys], dim=2)"),
+edit("lm-cache-in-half-precision", CACHED, (GROW_KEYS, "keys = torch.cat([past[0].float(), keys], dim=2)"),
      (GROW_VALUES, "values = torch.cat([past[1].float(), values], dim=2)"),
-     (BLOCK_OUT, "return x + self.ff(self.norm2(x)), (keys.half(), values.half())  # half the memory"),
+     (BLOCK_OUT, "return x + block.ff(block.norm2(x)), (keys.half(), values.half())  # half the memory"),
      mistake="cache-differs")
+edit("cached-no-final-norm", CACHED, ("self.to_logits(self.norm(x))", "self.to_logits(x)"), mistake="lm-no-final-norm")
+edit("cached-block-without-residual", CACHED, (ATTENDED, "x = attention.unify_heads(merge_heads(out))"),
+     (BLOCK_OUT, "return block.ff(block.norm2(x)), (keys, values)"), mistake="lm-no-residual")
 
 
-# ------------------------------------------------------------------ language_model: correct alternatives
+# ------------------------------------------------------------------ cached_language_model: correct alternatives
 
-class FusedBlock(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(k)
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, 4 * k)
-
-    def forward(self, x, mask, past=None):
-        b, t, k = x.shape
-        a, h = self.attention, self.norm1(x)
-        s = k // a.heads
-        q = a.to_queries(h).view(b, t, a.heads, s).transpose(1, 2)
-        keys = a.to_keys(h).view(b, t, a.heads, s).transpose(1, 2)
-        values = a.to_values(h).view(b, t, a.heads, s).transpose(1, 2)
-        if past is not None:
-            keys = torch.cat((past[0], keys), dim=-2)
-            values = torch.cat((past[1], values), dim=-2)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + a.unify_heads(out.transpose(1, 2).reshape(b, t, k))
-        return x + self.ff(self.norm2(x)), (keys, values)
-
-
-@alternative(LM, helpers=(FusedBlock,))
-class lm_pytorch_attention(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, max_len):
-        super().__init__()
-        self.token_embedding = nn.Embedding(vocab_size, k)
-        self.position_embedding = nn.Embedding(max_len, k)
-        self.blocks = nn.ModuleList([FusedBlock(k, heads) for _ in range(depth)])
-        self.norm = nn.LayerNorm(k)
-        self.to_logits = nn.Linear(k, vocab_size)
-
-    def forward(self, tokens, cache=None, use_cache=False):
-        b, t = tokens.shape
-        past = cache[0][0].size(2) if cache else 0
-        i = torch.arange(past, past + t, device=tokens.device)
-        j = torch.arange(past + t, device=tokens.device)
-        mask = j[None, :] <= i[:, None]
-        x = self.token_embedding(tokens) + self.position_embedding(i)[None]
-        cache = cache or [None] * len(self.blocks)
-        new = []
-        for block, past_kv in zip(self.blocks, cache, strict=True):
-            x, kv = block(x, mask, past_kv)
-            new.append(kv)
-        logits = self.to_logits(self.norm(x))
-        if use_cache:
-            return logits, new
-        return logits
-
-
-class TupleBlock(nn.Module):
-    def __init__(self, k, heads):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(k)
-        self.attention = MultiHeadAttention(k, heads)
-        self.norm2 = nn.LayerNorm(k)
-        self.ff = FeedForward(k, 4 * k)
-
-    def forward(self, x, mask, past=None):
-        h = self.norm1(x)
-        a = self.attention
-        new_kv = [split_heads(proj(h), a.heads) for proj in (a.to_keys, a.to_values)]
-        if past:
-            new_kv = [torch.cat(pair, dim=2) for pair in zip(past, new_kv, strict=True)]
-        keys, values = new_kv
-        out, _ = scaled_dot_product_attention(split_heads(a.to_queries(h), a.heads), keys, values, mask)
-        x = x + a.unify_heads(merge_heads(out))
-        x = x + self.ff(self.norm2(x))
-        return x, tuple(new_kv)
-
-
-@alternative(LM, helpers=(TupleBlock,))
-class lm_sequential_blocks(nn.Module):
-    def __init__(self, vocab_size, k, heads, depth, max_len):
-        super().__init__()
-        self.token_embedding = nn.Embedding(vocab_size, k)
-        self.position_embedding = nn.Embedding(max_len, k)
-        self.blocks = nn.Sequential(*[TupleBlock(k, heads) for _ in range(depth)])
-        self.norm = nn.LayerNorm(k)
-        self.to_logits = nn.Linear(k, vocab_size)
-
-    def forward(self, tokens, cache=None, use_cache=False):
-        start = 0 if cache is None else cache[0][0].shape[-2]
-        t = tokens.size(-1)
-        x = self.token_embedding(tokens) + self.position_embedding.weight[start:start + t]
-        mask = torch.tril(torch.ones(t, start + t, device=tokens.device), diagonal=start).bool()
-        cache_out = []
-        for i, block in enumerate(self.blocks):
-            x, kv = block(x, mask, cache[i] if cache is not None else None)
-            cache_out.append(kv)
-        out = self.to_logits(self.norm(x))
-        return (out, cache_out) if use_cache else out
+edit("cached-pytorch-attention", CACHED,
+     (ATTEND, "        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)  # (b, h, t, s)\n"))
+edit("cached-comparison-mask-and-tuples", CACHED,
+     (CACHED_MASK, "mask = torch.arange(past + t, device=tokens.device) <= positions[:, None]  # (t, past + t)"),
+     ("past = 0 if cache is None else cache[0][0].shape[2]", "past = cache[0][0].size(-2) if cache else 0"),
+     ("new_cache.append(keys_values)", "new_cache.append(tuple(keys_values))"),
+     ("if past is not None:\n", "if past:\n"))
 
 
 # ------------------------------------------------------------------ next_token_loss: mistakes
@@ -319,23 +272,39 @@ edit("sample-top-k-minus-one", SAMPLE, ("logits < kth", "logits <= kth"), mistak
 edit("sample-greedy-max-values", SAMPLE, (GREEDY, "return logits.max(dim=-1)[0]"), mistake="generate-not-ids")
 edit("sample-keeps-last-dim", SAMPLE, (GREEDY, "return logits.argmax(dim=-1, keepdim=True)"),
      (".squeeze(1)  # (b,)", "  # (b, 1)"), mistake="wrong-shape")
+edit("sample-top-p-includes-itself", SAMPLE, (BEFORE, "before = ranked.cumsum(dim=-1)  # (b, V): up to each token"),
+     mistake="top-p-includes-itself")
+edit("sample-top-p-ascending", SAMPLE, (RANKED, "ranked, order = probs.sort(dim=-1)  # (b, V)"),
+     mistake="top-p-ascending")
+edit("sample-ignores-top-p", SAMPLE, (TOP_P, ""), mistake="top-p-ignored")
+edit("sample-top-p-before-temperature", SAMPLE, (TOP_P, ""),
+     (DIVIDE, """    if top_p is not None:  # the nucleus first, from the model's own probabilities
+        ranked, order = F.softmax(logits, dim=-1).sort(dim=-1, descending=True)
+        before = ranked.cumsum(dim=-1) - ranked
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before < top_p)
+        logits = logits.masked_fill(~keep, float("-inf"))
+""" + DIVIDE), mistake="top-p-before-temperature")
 
 
 # ------------------------------------------------------------------ sample_next_token: correct alternatives
 
 @alternative(SAMPLE)
-def sample_among_top_k(logits, temperature=1.0, top_k=None, generator=None):
+def sample_among_top_k(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     if temperature == 0:
         return logits.argmax(-1)
     if top_k is None:
         top_k = logits.shape[-1]
-    values, indices = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1)
-    choice = torch.multinomial(torch.softmax(values / temperature, dim=-1), 1, generator=generator)
+    values, indices = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1)  # sorted: most likely first
+    probs = torch.softmax(values / temperature, dim=-1)
+    if top_p is not None:
+        outside = torch.cumsum(probs, dim=-1) - probs >= top_p
+        probs = probs.masked_fill(outside, 0.0)
+    choice = torch.multinomial(probs, 1, generator=generator)  # multinomial normalizes the weights itself
     return indices.gather(-1, choice).squeeze(-1)
 
 
 @alternative(SAMPLE)
-def sample_scatter_mask(logits, temperature=1.0, top_k=None, generator=None):
+def sample_scatter_mask(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     if temperature <= 0:
         return torch.argmax(logits, dim=1)
     scaled = logits / temperature
@@ -343,18 +312,30 @@ def sample_scatter_mask(logits, temperature=1.0, top_k=None, generator=None):
         keep = torch.zeros_like(scaled, dtype=torch.bool)
         keep.scatter_(1, scaled.topk(top_k, dim=1).indices, True)
         scaled = torch.where(keep, scaled, torch.tensor(float("-inf"), device=scaled.device))
+    if top_p is not None:  # as Hugging Face's TopPLogitsWarper: least likely first, drop the tail below 1 - top_p
+        ascending, order = torch.sort(scaled, descending=False)
+        tail = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+        tail[..., -1:] = False
+        scaled = scaled.masked_fill(tail.scatter(1, order, tail), float("-inf"))
     probs = scaled.softmax(dim=1)
     return probs.multinomial(num_samples=1, generator=generator).view(-1)
 
 
 @alternative(SAMPLE)
-def sample_zero_and_renormalize(logits, temperature=1.0, top_k=None, generator=None):
+def sample_zero_and_renormalize(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     if temperature == 0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits / temperature, dim=-1)
     if top_k is not None and top_k < probs.shape[-1]:
         smallest_kept = probs.topk(top_k, dim=-1).values[:, [-1]]
         probs = torch.where(probs >= smallest_kept, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    if top_p:
+        sorted_probs, sorted_index = torch.sort(probs, dim=-1, descending=True)
+        drop = torch.cumsum(sorted_probs, dim=-1) > top_p
+        drop[:, 1:] = drop[:, :-1].clone()  # shifted: the token that crosses top_p stays
+        drop[:, 0] = False
+        probs = probs.scatter(1, sorted_index, sorted_probs.masked_fill(drop, 0.0))
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
@@ -369,37 +350,16 @@ edit("generate-forgets-generator", GENERATE, (SAMPLED, SAMPLED.replace(", genera
      mistake="generate-forgets-generator")
 edit("generate-ignores-settings", GENERATE, (SAMPLED, "sample_next_token(logits[:, -1], generator=generator)"),
      mistake="generate-ignores-settings")
-edit("generate-refeeds-everything", GENERATE, (STEP_INPUT, "step_input = tokens\n"), mistake="generate-cache-refeeds")
-edit("generate-cache-not-passed", GENERATE, ("for _ in range", "for step in range"),
-     (STEP_INPUT + "                " + STEP, "logits = model(tokens if step == 0 else tokens[:, -1:])  # no cache"),
-     mistake="generate-cache-not-passed")
-edit("generate-stale-cache", GENERATE,
-     (STEP, "logits, new_cache = model(step_input, cache=cache, use_cache=True)\n"
-            "                if cache is None:\n"
-            "                    cache = new_cache  # the prompt's, kept for every step"),
-     mistake="generate-stale-cache")
-
-
-@mistake("generate-cache-unused", GENERATE)
-def generate_never_caches(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True):
-    with torch.no_grad():
-        tokens = prompt
-        for _ in range(max_new_tokens):
-            logits = model(tokens)
-            nxt = sample_next_token(logits[:, -1], temperature, top_k, generator)
-            tokens = torch.cat([tokens, nxt[:, None]], dim=1)
-    return tokens
 
 
 @mistake("generate-cache-when-not-asked", GENERATE)
-def generate_always_caches(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None,
-                           use_cache=True):
+def generate_always_caches(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
     tokens = prompt
     step_input, cache = prompt, None
     with torch.no_grad():
         for _ in range(max_new_tokens):
-            logits, cache = model(step_input, cache=cache, use_cache=True)  # the cache is faster: always use it
-            step_input = sample_next_token(logits[:, -1], temperature, top_k, generator)[:, None]
+            logits, cache = model(step_input, cache=cache, use_cache=True)  # a cache is faster: always use it
+            step_input = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)[:, None]
             tokens = torch.cat([tokens, step_input], dim=1)
     return tokens
 
@@ -407,41 +367,88 @@ def generate_always_caches(model, prompt, max_new_tokens, temperature=1.0, top_k
 # ------------------------------------------------------------------ generate: correct alternatives
 
 @alternative(GENERATE)
-def generate_preallocated(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None,
-                          use_cache=True):
+def generate_preallocated(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+    b, t0 = prompt.shape
+    out = torch.empty(b, t0 + max_new_tokens, dtype=torch.long, device=prompt.device)
+    out[:, :t0] = prompt
+    with torch.no_grad():
+        for n in range(t0, t0 + max_new_tokens):
+            last = model(out[:, :n])[:, -1]
+            out[:, n] = sample_next_token(last, temperature=temperature, top_k=top_k, top_p=top_p,
+                                          generator=generator)
+    return out
+
+
+@alternative(GENERATE)
+def generate_in_inference_mode(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                               generator=None):
+    tokens = prompt
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            drawn = sample_next_token(model(tokens)[:, -1, :], temperature, top_k, top_p, generator)
+            tokens = torch.cat((tokens, drawn.unsqueeze(-1)), dim=-1)
+    return tokens
+
+
+# ------------------------------------------------------------------ generate_cached: mistakes
+
+edit("generate-cached-drops-prompt", GENERATE_CACHED, ("    return tokens", "    return tokens[:, prompt.shape[1]:]"),
+     mistake="generate-drops-prompt")
+edit("generate-refeeds-everything", GENERATE_CACHED, (STEP_INPUT, "step_input = tokens\n"),
+     mistake="generate-cache-refeeds")
+edit("generate-cache-not-passed", GENERATE_CACHED, ("for _ in range", "for step in range"),
+     (STEP_INPUT + "            " + STEP, "logits = model(tokens if step == 0 else tokens[:, -1:])  # no cache"),
+     mistake="generate-cache-not-passed")
+edit("generate-stale-cache", GENERATE_CACHED,
+     (STEP, "logits, new_cache = model(step_input, cache=cache, use_cache=True)\n"
+            "            if cache is None:\n"
+            "                cache = new_cache  # the prompt's, kept for every step"),
+     mistake="generate-stale-cache")
+
+
+@mistake("generate-cache-unused", GENERATE_CACHED)
+def generate_never_caches(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+    with torch.no_grad():
+        tokens = prompt
+        for _ in range(max_new_tokens):
+            logits = model(tokens)
+            nxt = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
+            tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+    return tokens
+
+
+# ------------------------------------------------------------------ generate_cached: correct alternatives
+
+@alternative(GENERATE_CACHED)
+def generate_cached_preallocated(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                                 generator=None):
     b, t0 = prompt.shape
     out = torch.empty(b, t0 + max_new_tokens, dtype=torch.long, device=prompt.device)
     out[:, :t0] = prompt
     cache = None
     with torch.no_grad():
         for n in range(t0, t0 + max_new_tokens):
-            if not use_cache:
-                last = model(out[:, :n])[:, -1]
-            elif cache is None:
+            if cache is None:
                 logits, cache = model(out[:, :n], use_cache=True)
-                last = logits[:, -1]
             else:
                 logits, cache = model(out[:, n - 1:n], cache, True)
-                last = logits[:, -1]
-            out[:, n] = sample_next_token(last, temperature, top_k, generator)
+            out[:, n] = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
     return out
 
 
-@alternative(GENERATE)
-def generate_feeds_what_it_drew(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None,
-                                use_cache=True):
+@alternative(GENERATE_CACHED)
+def generate_cached_feeds_what_it_drew(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                                       generator=None):
     tokens = prompt
     step_input, cache = prompt, None
     with torch.no_grad():
         for _ in range(max_new_tokens):
-            if use_cache:
-                logits, cache = model(step_input, cache=cache, use_cache=True)
-            else:
-                logits = model(tokens)
-            step_input = sample_next_token(logits[:, -1, :], temperature, top_k, generator).unsqueeze(-1)
+            logits, cache = model(step_input, cache=cache, use_cache=True)
+            step_input = sample_next_token(logits[:, -1, :], temperature, top_k, top_p, generator).unsqueeze(-1)
             tokens = torch.cat((tokens, step_input), dim=-1)
     return tokens
 
 
 # one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another
-SAMPLE_MISTAKES = ("lm-positions-restart", "loss-not-shifted", "sample-top-k-over-batch", "generate-drops-prompt")
+SAMPLE_MISTAKES = ("lm-no-final-norm", "lm-positions-restart", "loss-not-shifted", "sample-top-k-over-batch",
+                   "generate-drops-prompt", "generate-stale-cache")

@@ -1,7 +1,7 @@
 """The training harness of assignment 08: its settings, the training loop, held-out evaluation and timings.
 
 Nothing here imports course.language_model (the answers of 08, hidden from the kernel while 08 is graded): every
-function takes the model and the parts it needs — the loss, the generation function — as arguments, so the
+function takes the model and the parts it needs — the loss, the generation functions — as arguments, so the
 notebook passes the student's parts and benchmarks/train_language_model.py the reference ones.
 """
 
@@ -135,15 +135,15 @@ def synchronize(device: torch.device | str) -> None:
 
 
 def seconds_to_generate(generate: Callable, model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
-                        use_cache: bool, repeats: int = 3) -> float:
-    """The fastest of `repeats` runs of generate(model, prompt, max_new_tokens, ..., use_cache) in seconds."""
+                        repeats: int = 3) -> float:
+    """The fastest of `repeats` runs of generate(model, prompt, max_new_tokens, generator=...) in seconds: generate is
+    the notebook's generate or generate_cached."""
     best = float("inf")
     for _ in range(repeats):
         generator = torch.Generator(prompt.device).manual_seed(0)
         synchronize(prompt.device)
         start = time.perf_counter()
-        generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=generator,
-                 use_cache=use_cache)
+        generate(model, prompt, max_new_tokens, temperature=1.0, generator=generator)
         synchronize(prompt.device)
         best = min(best, time.perf_counter() - start)
     return best
@@ -160,7 +160,7 @@ def multiplies_to_generate(n: int, k: int, depth: int, use_cache: bool, prompt: 
     Per position and block: 4k² for queries, keys, values and the output projection, 8k² for the feed-forward
     (k -> 4k -> k). Attention: every query of the step is scored against all m keys of the sequence so far and
     averages their values, 2mk (the causal mask zeroes weights after the product; it saves no multiplication).
-    Without a cache, the step that sees m positions computes all m of them, 12mk² + 2m²k, as section 2 of the
+    Without a cache, the step that sees m positions computes all m of them, 12mk² + 2m²k, as section 8 of the
     notebook counts; with it, only the newest (the prompt once, in the first step).
     """
     total = 0

@@ -44,23 +44,23 @@ def test_right_logits_with_a_cache_of_other_numbers_fail():
 
 
 def test_a_forged_call_log_does_not_make_an_uncached_generation_cached():
-    """generate_cache reads the model's calls from the record; a log of perfect cached calls with the tokens of a
+    """generate_cached reads the model's calls from the record; a log of perfect cached calls with the tokens of a
     wrong generation earns nothing, and the right tokens with a log of uncached calls are named."""
-    wrong = forgery.forged(A, "generate_cache", lambda key, t: t.flip(-1) if key.startswith("tokens") and t.dim() == 2
+    wrong = forgery.forged(A, "generate_cached", lambda key, t: t.flip(-1) if key.startswith("tokens") and t.dim() == 2
                            else t)
     with pytest.raises(CheckFailed):
-        lm.generate_cache.judge(wrong)
-    uncached = forgery.honest(A, "generate_cache")
+        lm.generate_cached.judge(wrong)
+    uncached = forgery.honest(A, "generate_cached")
     for i, spec in enumerate(lm.CACHED_GENERATIONS):
         uncached.facts[f"tokens{i}.calls"] = [[spec.t0 + j, 0, False] for j in range(spec.new_tokens)]
     with pytest.raises(CheckFailed) as failure:
-        lm.generate_cache.judge(uncached)
+        lm.generate_cached.judge(uncached)
     assert failure.value.mistake == judges.GENERATE_CACHE_UNUSED.id
 
 
 def test_sampling_under_another_global_seed_is_named_as_the_global_generator():
-    def from_global(logits, temperature=1.0, top_k=None, generator=None):
-        return reference.sample_next_token(logits, temperature, top_k, None)
+    def from_global(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        return reference.sample_next_token(logits, temperature, top_k, top_p, None)
 
     with pytest.raises(CheckFailed) as failure:
         lm.sampling_generator(from_global)
@@ -68,10 +68,10 @@ def test_sampling_under_another_global_seed_is_named_as_the_global_generator():
 
 
 GENERATE_WITH_THE_NOTEBOOKS_SAMPLER = """
-def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True):
+def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
     tokens = prompt
     for _ in range(max_new_tokens):
-        next_token = sample_next_token(model(tokens)[:, -1], temperature, top_k, generator)
+        next_token = sample_next_token(model(tokens)[:, -1], temperature, top_k, top_p, generator)
         tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)
     return tokens
 """
@@ -79,8 +79,8 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, generat
 
 def test_a_generation_failing_because_of_the_sampler_says_so():
     """generate is right, but the notebook's sample_next_token (exercise 3) takes the argmin: the failure says so."""
-    namespace = {"torch": torch, "__name__": "notebook",
-                 "sample_next_token": lambda logits, temperature=1.0, top_k=None, generator=None: logits.argmin(-1)}
+    namespace = {"torch": torch, "__name__": "notebook", "sample_next_token":
+                 lambda logits, temperature=1.0, top_k=None, top_p=None, generator=None: logits.argmin(-1)}
     exec(GENERATE_WITH_THE_NOTEBOOKS_SAMPLER, namespace)  # noqa: S102 - a notebook namespace
     with pytest.raises(CheckFailed, match=r"your sample_next_token \(exercise 3\) does not pass its own tests"):
         lm.generate_greedy(namespace["generate"])
@@ -133,12 +133,54 @@ def test_the_stand_in_writes_the_same_logits_with_and_without_its_cache_to_the_l
 
 def test_the_reference_generation_is_the_same_cached_and_uncached():
     torch.manual_seed(0)
-    model = reference.LanguageModel(11, 16, 2, 2, 30).eval()
+    model = reference.CachedLanguageModel(11, 16, 2, 2, 30).eval()
     prompt = torch.randint(11, (3, 4))
-    for temperature, top_k in ((0, None), (1.0, None), (0.8, 3)):
-        outs = [reference.generate(model, prompt, 20, temperature, top_k, torch.Generator().manual_seed(5), use_cache)
-                for use_cache in (True, False)]
+    for temperature, top_k, top_p in ((0, None, None), (1.0, None, None), (0.8, 3, None), (1.3, None, 0.7)):
+        outs = [generate(model, prompt, 20, temperature, top_k, top_p, torch.Generator().manual_seed(5))
+                for generate in (reference.generate, reference.generate_cached)]
         assert torch.equal(*outs) and outs[0].shape == (3, 24)
+
+
+def test_the_cached_model_takes_the_weights_of_the_plain_one_and_computes_what_it_does():
+    torch.manual_seed(0)
+    plain = reference.LanguageModel(11, 16, 2, 2, 30).eval()
+    cached = reference.CachedLanguageModel(11, 16, 2, 2, 30).eval()
+    cached.load_state_dict(plain.state_dict())
+    tokens = torch.randint(11, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(cached(tokens), plain(tokens), rtol=1e-5, atol=1e-6)
+
+
+def test_top_p_keeps_the_token_that_crosses_p_and_nothing_after_it():
+    """Probabilities 0.5, 0.3, 0.15, 0.05: top_p = 0.85 keeps the first three (0.8 before the third is below 0.85),
+    top_p = 0.45 the most likely alone; the judge's nucleus says the same."""
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log().expand(3000, 4)
+    for top_p, kept in ((0.85, {0, 1, 2}), (0.45, {0})):
+        draws = reference.sample_next_token(logits, top_p=top_p, generator=torch.Generator().manual_seed(0))
+        assert set(draws.tolist()) == kept
+        assert set(judges._nucleus(logits[:1].softmax(-1), top_p)[0].nonzero().flatten().tolist()) == kept
+    shares = torch.bincount(reference.sample_next_token(logits, top_p=0.85, generator=torch.Generator().manual_seed(1)),
+                            minlength=4) / 3000
+    torch.testing.assert_close(shares, torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95, atol=0.03, rtol=0)
+
+
+def test_a_cached_model_on_a_broken_language_model_says_to_fix_exercise_1_first():
+    """CachedLanguageModel inherits exercise 1's constructor: when that registers no blocks, the cache test fails
+    and says that LanguageModel (exercise 1) fails its own tests."""
+
+    class BrokenLanguageModel(reference.LanguageModel):
+        def __init__(self, vocab_size, k, heads, depth, max_len):
+            super().__init__(vocab_size, k, heads, depth, max_len)
+            self.blocks = list(self.blocks)  # not registered
+
+    BrokenLanguageModel.__name__ = "LanguageModel"
+
+    class CachedLanguageModel(BrokenLanguageModel):
+        forward = reference.CachedLanguageModel.forward
+        run_block = reference.CachedLanguageModel.run_block
+
+    with pytest.raises(CheckFailed, match=r"your LanguageModel \(exercise 1\) does not pass its own tests"):
+        lm.lm_cache(CachedLanguageModel)
 
 
 # ---------------------------------------------------------------- the harness
@@ -196,7 +238,7 @@ def test_multiplication_counts_of_generation():
 
 
 def test_cache_bytes_counts_keys_and_values_of_every_block():
-    model = reference.LanguageModel(11, 16, 4, 3, 20).eval()
+    model = reference.CachedLanguageModel(11, 16, 4, 3, 20).eval()
     with torch.no_grad():
         _, cache = model(torch.zeros(2, 7, dtype=torch.long), use_cache=True)
     assert harness.cache_bytes(cache) == 2 * 3 * 2 * 7 * 16 * 4

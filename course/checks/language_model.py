@@ -1,4 +1,5 @@
-"""Probes for assignment 08: LanguageModel, next_token_loss, sample_next_token and generate.
+"""Probes for assignment 08: LanguageModel, next_token_loss, sample_next_token, generate, CachedLanguageModel and
+generate_cached.
 
 Each check runs the student's code on the cases declared here and records what it gives; its judge (in
 course/judges/language_model.py, hidden under grading) decides from that record alone, from the same cases, against
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from course.checks import modules
+from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
 from course.checks.kinds import Case, PropertyCheck, loss_case, losses, property_check
@@ -26,6 +28,7 @@ from course.multi_head import MultiHeadAttention
 from course.transformer_block import FeedForward
 
 MODEL_NAME = "LanguageModel"
+CACHED_NAME = "CachedLanguageModel"
 
 
 # ---------------------------------------------------------------- LanguageModel: the cases
@@ -201,10 +204,28 @@ lm_structure = property_check("lm_structure", _probe_model, (ModelRun("model", "
 lm_causality = property_check("lm_causality", _probe_model,
                               (ModelRun("model", "logits", CAUSALITY_CASE, 3100, changed=(5, 2)),))
 lm_oracle = property_check("lm_oracle", _probe_model, numbered_runs(ORACLE_CASES, 3200))
-lm_cache = property_check("lm_cache", _probe_model, (CACHE_CASE,))
-lm_hidden = property_check("lm_hidden", _probe_model, (*numbered_runs(HIDDEN_CASES, 3500), HIDDEN_CACHE_CASE))
+lm_hidden = property_check("lm_hidden", _probe_model, numbered_runs(HIDDEN_CASES, 3500))
 lm_gradients = property_check("lm_gradients", _probe_model,
                               (ModelRun("model", "logits", GRADIENT_CASE, 3600, upstream=3620),))
+
+
+def _parent_classes(model_class: Any) -> dict:
+    """The classes a student's CachedLanguageModel inherits from, by name, the nearest first: its LanguageModel
+    (exercise 1)."""
+    found: dict[str, Any] = {}
+    for base in getattr(model_class, "__mro__", ())[1:]:
+        found.setdefault(base.__name__, base)
+    return found
+
+
+def _cache_check(name: str, cases: tuple[CacheCase, ...]) -> PropertyCheck:
+    """A CachedLanguageModel check that also says when the cause may be the LanguageModel it inherits."""
+    return property_check(name, _probe_model, cases, user=CACHED_NAME, namespace=_parent_classes,
+                          prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),))
+
+
+lm_cache = _cache_check("lm_cache", (CACHE_CASE,))
+lm_cache_hidden = _cache_check("lm_cache_hidden", (HIDDEN_CACHE_CASE,))
 
 
 # ---------------------------------------------------------------- next_token_loss
@@ -237,8 +258,8 @@ GLOBAL_SEED = 777
 
 @dataclass(frozen=True)
 class SamplingCase:
-    """Logits (b, vocab) drawn from seed (logits_rows), sampled at this temperature and top_k with a generator seeded
-    seed + 1; recorded under key."""
+    """Logits (b, vocab) drawn from seed (logits_rows), sampled at this temperature, top_k and top_p with a generator
+    seeded seed + 1; recorded under key."""
 
     key: str
     seed: int
@@ -246,10 +267,13 @@ class SamplingCase:
     vocab: int
     temperature: float
     top_k: int | None
+    top_p: float | None = None
 
     @property
     def call(self) -> str:
-        return f"sample_next_token(logits, temperature={self.temperature:g}, top_k={self.top_k}, generator)"
+        nucleus = "" if self.top_p is None else f", top_p={self.top_p:g}"
+        return (f"sample_next_token(logits, temperature={self.temperature:g}, top_k={self.top_k}{nucleus}, "
+                "generator=generator)")
 
     def logits(self) -> torch.Tensor:
         return logits_rows(self.seed, self.b, self.vocab)
@@ -260,35 +284,49 @@ def logits_rows(seed: int, b: int, vocab: int, scale: float = 2.0) -> torch.Tens
     return scale * torch.randn(b, vocab, generator=generator(seed))
 
 
-def numbered_sampling(cases: Sequence[tuple[int, int, int, float, int | None]]) -> tuple[SamplingCase, ...]:
-    """One SamplingCase(tokens<i>, seed, b, vocab, temperature, top_k) per row of the table."""
+def numbered_sampling(cases: Sequence[tuple]) -> tuple[SamplingCase, ...]:
+    """One SamplingCase(tokens<i>, seed, b, vocab, temperature, top_k[, top_p]) per row of the table."""
     return tuple(SamplingCase(f"tokens{i}", *case) for i, case in enumerate(cases))
 
 
-def _call_sampler(rec: Recorder, key: str, sample_next_token, logits: torch.Tensor, temperature: float,
-                  top_k: int | None, gen: torch.Generator, global_seed: int = GLOBAL_SEED) -> bool:
-    """One call with the generator gen, PyTorch's global generator seeded to global_seed; the student's global
-    generator is restored afterwards. True when the call drew from the global generator."""
+def settings(temperature: float, top_k: int | None, top_p: float | None) -> dict[str, Any]:
+    """The keyword arguments of a call: top_p only when a case sets it, so that the tests without it pass before
+    top-p is written."""
+    return {"temperature": temperature, "top_k": top_k} | ({} if top_p is None else {"top_p": top_p})
+
+
+def _call_sampler(rec: Recorder, key: str, sample_next_token, logits: torch.Tensor, case: SamplingCase,
+                  gen: torch.Generator, global_seed: int = GLOBAL_SEED) -> bool:
+    """One call with the case's settings and the generator gen (by keyword), PyTorch's global generator seeded to
+    global_seed; the student's global generator is restored afterwards. True when the call drew from the global
+    generator."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(salted(global_seed))
         before = torch.random.get_rng_state()
-        rec.call(key, sample_next_token, logits.clone(), temperature, top_k, gen)
+        rec.call(key, sample_next_token, logits.clone(), **settings(case.temperature, case.top_k, case.top_p),
+                 generator=gen)
         return not torch.equal(before, torch.random.get_rng_state())
 
 
 def _probe_sampling(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
     for case in cases:
-        _call_sampler(rec, case.key, sample_next_token, case.logits(), case.temperature, case.top_k,
-                      generator(case.seed + 1))
+        _call_sampler(rec, case.key, sample_next_token, case.logits(), case, generator(case.seed + 1))
 
 
 GREEDY_CASES = numbered_sampling(((4500, 5, 9, 0, None), (4510, 4, 6, 0, 3)))
 SAMPLING_CASES = numbered_sampling(((4600, 64, 10, 1.0, None), (4609, 4, 10, 0.9, 3), (4610, 64, 10, 0.7, 3),
                                     (4620, 48, 12, 2.0, None), (4630, 40, 9, 1.3, 5)))
+# top-p: a small p first (sorted the wrong way, a large p keeps nearly every token, as ignoring top_p does), at
+# T = 1, at a temperature (so that top-p before the temperature shows), and after top_k
+TOP_P_CASES = numbered_sampling(((4680, 32, 8, 1.0, None, 0.35), (4650, 64, 10, 1.0, None, 0.9),
+                                 (4660, 48, 12, 0.6, None, 0.7), (4670, 40, 9, 1.4, 5, 0.8)))
 SAMPLING_HIDDEN_CASES = numbered_sampling(((4700, 1, 5, 0.9, 2), (4710, 33, 40, 1.0, 40), (4720, 20, 7, 0.5, 1),
-                                           (4730, 9, 3, 1e-3, None)))
+                                           (4730, 9, 3, 1e-3, None), (4760, 16, 11, 1.0, None, 1e-3),
+                                           (4740, 1, 6, 0.8, None, 0.5), (4750, 24, 30, 1.7, None, 1.0),
+                                           (4770, 36, 20, 1.2, 8, 0.95)))
 sampling_greedy = property_check("sampling_greedy", _probe_sampling, GREEDY_CASES)
 sampling_distribution = property_check("sampling_distribution", _probe_sampling, SAMPLING_CASES)
+sampling_top_p = property_check("sampling_top_p", _probe_sampling, TOP_P_CASES)
 
 #: one case, drawn with the same generator under each global seed (tokens<i>)
 GENERATOR_CASE = SamplingCase("tokens", 4800, 32, 8, 1.0, 4)
@@ -297,8 +335,8 @@ GLOBAL_SEEDS = (11, 22)
 
 def _probe_sampling_generator(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
     (case,) = cases
-    changed = [_call_sampler(rec, f"{case.key}{i}", sample_next_token, case.logits(), case.temperature, case.top_k,
-                             generator(case.seed + 1), global_seed) for i, global_seed in enumerate(GLOBAL_SEEDS)]
+    changed = [_call_sampler(rec, f"{case.key}{i}", sample_next_token, case.logits(), case, generator(case.seed + 1),
+                             global_seed) for i, global_seed in enumerate(GLOBAL_SEEDS)]
     rec.fact("global_state_changed", changed)
 
 
@@ -312,10 +350,10 @@ def _probe_sampling_hidden(cases: tuple[SamplingCase, ...], sample_next_token, r
     *numbered, spec = cases
     _probe_sampling(tuple(numbered), sample_next_token, rec)
     many = logits_rows(spec.seed, 1, spec.vocab).expand(spec.b, spec.vocab).contiguous()  # (draws, vocab)
-    _call_sampler(rec, spec.key, sample_next_token, many, spec.temperature, spec.top_k, generator(spec.seed + 1))
+    _call_sampler(rec, spec.key, sample_next_token, many, spec, generator(spec.seed + 1))
     if rec.device.type != "cpu":
-        rec.call("on_device", sample_next_token, many.to(rec.device), spec.temperature, spec.top_k,
-                 generator(spec.seed, rec.device))
+        rec.call("on_device", sample_next_token, many.to(rec.device), **settings(spec.temperature, spec.top_k, None),
+                 generator=generator(spec.seed, rec.device))
 
 
 sampling_hidden = property_check("sampling_hidden", _probe_sampling_hidden, (*SAMPLING_HIDDEN_CASES, TOP_K_PROPERTY))
@@ -327,9 +365,11 @@ class StandInLM(nn.Module):
     """A stand-in for a trained LanguageModel whose logits are exact, so a cached and an uncached run agree to the
     last bit, on every machine.
 
-    The logits at position p are table[token p] + the mean of table[token] over positions 0..p + positions[p]: the
-    last token and everything before it count. Its cache follows the notebook's format — one (keys, values) pair,
-    (b, 1, t, vocab_size) — and it notes every call: [tokens fed, positions cached, use_cache].
+    The logits at position p are table[token p] + the mean of table[token] over positions 0..p + positions[p] +
+    tiebreak: the last token and everything before it count; tiebreak, (index of the token) / 997, keeps two tokens'
+    logits from ever being equal, so that which tokens top-k and top-p keep never depends on how ties are broken.
+    Its cache follows the notebook's format — one (keys, values) pair, (b, 1, t, vocab_size) — and it notes every
+    call: [tokens fed, positions cached, use_cache].
     """
 
     def __init__(self, vocab_size: int, max_len: int, seed: int):
@@ -340,6 +380,7 @@ class StandInLM(nn.Module):
                                   requires_grad=False)
         self.positions = nn.Parameter(torch.randint(-2, 3, (max_len, vocab_size), generator=g).float() / 2,
                                       requires_grad=False)
+        self.tiebreak = nn.Parameter(torch.arange(vocab_size, dtype=torch.float32) / 997, requires_grad=False)
         self.calls: list[list] = []
 
     def forward(self, tokens: torch.Tensor, cache: list | None = None, use_cache: bool = False):
@@ -352,15 +393,15 @@ class StandInLM(nn.Module):
         keys = rows.unsqueeze(1) if cache is None else torch.cat([cache[0][0], rows.unsqueeze(1)], dim=2)
         sums = keys[:, 0].cumsum(dim=1)[:, past:]  # (b, t, V): exact, the values are integers
         count = torch.arange(past + 1, past + t + 1, dtype=torch.float32, device=tokens.device).unsqueeze(1)
-        logits = rows + sums / count + self.positions[past : past + t]
+        logits = rows + sums / count + self.positions[past : past + t] + self.tiebreak
         return (logits, [(keys, keys)]) if use_cache else logits
 
 
 @dataclass(frozen=True)
 class Generation:
-    """generate on a stand-in model (seed, vocab) from a prompt (b, t0) drawn from seed + 7: new_tokens tokens at
-    this temperature and top_k, with a generator seeded seed + 1, with or without the cache; recorded under key and
-    the model's calls under <key>.calls."""
+    """generate (use_cache False) or generate_cached (True) on a stand-in model (seed, vocab) from a prompt (b, t0)
+    drawn from seed + 7: new_tokens tokens at this temperature, top_k and top_p, with a generator seeded seed + 1;
+    recorded under key and the model's calls under <key>.calls."""
 
     key: str
     seed: int
@@ -370,11 +411,16 @@ class Generation:
     new_tokens: int
     temperature: float
     top_k: int | None
+    top_p: float | None = None
     use_cache: bool = False
 
     @property
     def generator_seed(self) -> int:
         return self.seed + 1
+
+    @property
+    def function(self) -> str:
+        return "generate_cached" if self.use_cache else "generate"
 
 
 def cached_and_not(key: str, spec: Generation) -> tuple[Generation, Generation]:
@@ -384,12 +430,15 @@ def cached_and_not(key: str, spec: Generation) -> tuple[Generation, Generation]:
 
 _STAND_IN_MAX_LEN = 64
 GREEDY_GENERATION = Generation("tokens", 5000, 9, 3, 4, 6, 0.0, None)
-SAMPLED_GENERATION = Generation("tokens", 5100, 9, 3, 4, 7, 0.8, 4)
-CACHED_GENERATIONS = (Generation("tokens0", 5200, 9, 3, 4, 6, 0.0, None, True),
-                      Generation("tokens1", 5300, 11, 2, 3, 8, 1.0, None, True))
+SAMPLED_GENERATIONS = (Generation("tokens0", 5100, 9, 3, 4, 7, 0.8, 4),
+                       Generation("tokens1", 5150, 10, 2, 3, 8, 1.2, None, 0.8))
+CACHED_GENERATIONS = (Generation("tokens0", 5200, 9, 3, 4, 6, 0.0, None, use_cache=True),
+                      Generation("tokens1", 5300, 11, 2, 3, 8, 1.0, None, use_cache=True),
+                      Generation("tokens2", 5350, 10, 2, 2, 7, 0.9, 6, 0.85, use_cache=True))
 HIDDEN_GENERATIONS = (*cached_and_not("tokens0", Generation("", 5400, 7, 1, 1, 5, 1.2, 3)),
                       *cached_and_not("tokens1", Generation("", 5500, 13, 4, 5, 1, 0.6, 2)),
-                      *cached_and_not("tokens2", Generation("", 5600, 10, 2, 2, 9, 1.0, 1)))
+                      *cached_and_not("tokens2", Generation("", 5600, 10, 2, 2, 9, 1.0, 1)),
+                      *cached_and_not("tokens3", Generation("", 5700, 12, 3, 3, 6, 0.7, None, 0.6)))
 
 
 def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
@@ -399,20 +448,22 @@ def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
 
 
 def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) -> None:
-    """generate on each case's stand-in, on the CPU, with PyTorch's global generator seeded to GLOBAL_SEED."""
+    """generate (or generate_cached) on each case's stand-in, on the CPU, with PyTorch's global generator seeded to
+    GLOBAL_SEED; the settings and the generator are passed by keyword."""
     for spec in cases:
         model, prompt = stand_in(spec)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(salted(GLOBAL_SEED))
-            rec.call(spec.key, generate, model, prompt, spec.new_tokens, spec.temperature, spec.top_k,
-                     generator(spec.generator_seed), spec.use_cache)
+            rec.call(spec.key, generate, model, prompt, spec.new_tokens,
+                     **settings(spec.temperature, spec.top_k, spec.top_p), generator=generator(spec.generator_seed))
         rec.fact(f"{spec.key}.calls", model.calls[:64])
 
 
-def _generate_check(name: str, cases: Sequence[Generation]) -> PropertyCheck:
-    """A generate check that also says when the cause may be the student's sample_next_token."""
-    return property_check(name, _probe_generation, cases, user="generate",
-                          prerequisites=(("sample_next_token", 3, (sampling_greedy, sampling_distribution)),),
+def _generate_check(name: str, cases: Sequence[Generation], user: str = "generate") -> PropertyCheck:
+    """A generation check that also says when the cause may be the student's sample_next_token."""
+    return property_check(name, _probe_generation, tuple(cases), user=user,
+                          prerequisites=(("sample_next_token", 3,
+                                          (sampling_greedy, sampling_distribution, sampling_top_p)),),
                           namespace=_notebook_globals)
 
 
@@ -421,6 +472,8 @@ def _notebook_globals(generate: Any) -> dict:
 
 
 generate_greedy = _generate_check("generate_greedy", (GREEDY_GENERATION,))
-generate_sampling = _generate_check("generate_sampling", (SAMPLED_GENERATION,))
-generate_cache = _generate_check("generate_cache", CACHED_GENERATIONS)
-generate_hidden = _generate_check("generate_hidden", HIDDEN_GENERATIONS)
+generate_sampling = _generate_check("generate_sampling", SAMPLED_GENERATIONS)
+generate_hidden = _generate_check("generate_hidden", [g for g in HIDDEN_GENERATIONS if not g.use_cache])
+generate_cached = _generate_check("generate_cached", CACHED_GENERATIONS, "generate_cached")
+generate_cached_hidden = _generate_check("generate_cached_hidden", [g for g in HIDDEN_GENERATIONS if g.use_cache],
+                                         "generate_cached")

@@ -35,6 +35,7 @@ from course.checks.compare import (
 )
 from course.checks.evidence import Evidence
 from course.checks.language_model import (
+    CACHED_NAME,
     GLOBAL_SEED,
     MODEL_NAME,
     CacheCase,
@@ -47,7 +48,7 @@ from course.judges import judge, oracles
 from course.judges.kinds import LossOracle, against_loss, each_case
 
 LOSS_NAME = "next_token_loss(logits, tokens)"
-SAMPLE_NAME = "sample_next_token(logits, temperature, top_k, generator)"
+SAMPLE_NAME = "sample_next_token(logits, temperature, top_k, top_p, generator)"
 
 # ---------------------------------------------------------------- mistakes
 
@@ -133,6 +134,20 @@ SAMPLE_TOPK_TOO_FEW = Mistake("top-k-too-few", "fewer than top_k tokens of a row
 SAMPLE_NO_DISTRIBUTION = Mistake("no-distribution", "Some row had no token left to draw: all its probabilities were "
                                  "0, NaN or infinite. Is top-k taken over the vocabulary of each row (dim=-1), so that "
                                  "every row keeps k tokens?")
+TOP_P_INCLUDES_ITSELF = Mistake(
+    "top-p-includes-itself",
+    "top-p keeps a token only when the probability up to AND including it is below top_p: that drops the token that "
+    "crosses top_p (and every token of a row whose most likely token alone reaches it). Keep a token when the "
+    "probability of the tokens ranked BEFORE it is below top_p: cumsum - probs < top_p.")
+TOP_P_ASCENDING = Mistake("top-p-ascending", "the probabilities are sorted in ascending order, so top-p keeps the "
+                          "LEAST likely tokens: sort each row in descending order, most likely first.")
+TOP_P_IGNORED = Mistake("top-p-ignored", "top_p is ignored: only the nucleus may be drawn, the most likely tokens "
+                        "whose probabilities first reach top_p together.")
+TOP_P_BEFORE_TEMPERATURE = Mistake(
+    "top-p-before-temperature",
+    "the nucleus is chosen from the probabilities before the temperature (a softmax of the raw logits). Choose it "
+    "from the distribution the draw uses: divide the logits by the temperature and keep the top_k first, then take "
+    "the softmax and the nucleus.")
 SAMPLE_GREEDY_DIVIDES = Mistake("greedy-divides-by-zero", "temperature 0 divides the logits by zero: treat it "
                                 "first, as the argmax.")
 
@@ -143,8 +158,8 @@ GENERATE_FIRST_POSITION = Mistake("generate-first-position", "the next token is 
 GENERATE_FORGETS_GENERATOR = Mistake("generate-forgets-generator", "the generator is not passed on to "
                                      "sample_next_token, which then draws from the global generator: pass "
                                      "generator=generator.")
-GENERATE_IGNORES_SETTINGS = Mistake("generate-ignores-settings", "temperature and top_k are not passed on to "
-                                    "sample_next_token: every step must draw with the settings generate was given.")
+GENERATE_IGNORES_SETTINGS = Mistake("generate-ignores-settings", "temperature, top_k and top_p are not passed on "
+                                    "to sample_next_token: every step must draw with the settings it was given.")
 GENERATE_REFEEDS = Mistake("generate-cache-refeeds", "with the cache, the whole sequence is fed again at every step: "
                            "the cache already holds the keys and values of everything but the last token, so feed "
                            "only tokens[:, -1:] with it.")
@@ -154,10 +169,11 @@ GENERATE_CACHE_NOT_PASSED = Mistake("generate-cache-not-passed", "only the last 
 GENERATE_STALE_CACHE = Mistake("generate-stale-cache", "the cache is never updated: every step passes the cache of "
                                "the prompt, so the tokens sampled since are forgotten. Keep the cache the model "
                                "returns at each step.")
-GENERATE_CACHE_WHEN_NOT_ASKED = Mistake("generate-cache-when-not-asked", "a cache is passed to the model though "
-                                        "use_cache=False: without the cache every step runs the whole sequence.")
-GENERATE_CACHE_UNUSED = Mistake("generate-cache-unused", "with use_cache=True the model is not called as a cache "
-                                "asks: the prompt once with use_cache=True, then only the last token with the cache.")
+GENERATE_CACHE_WHEN_NOT_ASKED = Mistake("generate-cache-when-not-asked", "generate passes a cache to the model: "
+                                        "it works with the LanguageModel of exercise 1, which takes none, so every "
+                                        "step runs the whole sequence so far (the cache is generate_cached's).")
+GENERATE_CACHE_UNUSED = Mistake("generate-cache-unused", "generate_cached does not call the model as a cache asks: "
+                                "the prompt once with use_cache=True, then only the last token with the cache.")
 GENERATE_NOT_IDS = Mistake("generate-not-ids", "the tokens are not torch.long ids.")
 
 # structure, property and format failures, whose messages say them in their own words
@@ -500,7 +516,7 @@ def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
     shape = (b, heads, positions, k // heads)
     fact = ev.facts.get(key)
     if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != depth:
-        fail(f"The cache {MODEL_NAME}.forward returned is not a list of {depth} (keys, values) pairs, one per "
+        fail(f"The cache {CACHED_NAME}.forward returned is not a list of {depth} (keys, values) pairs, one per "
              "block.", mistake=CACHE_SHAPE)
     pairs = []
     for i in range(depth):
@@ -534,7 +550,7 @@ def _step_raised(ev: Evidence, key: str, start: int, end: int) -> None:
     if not isinstance(fact, dict) or fact.get("kind") != "raised" or fact.get("not_implemented"):
         return
     message = str(fact.get("message"))[:300]
-    what = (f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True), with a cache of {start} "
+    what = (f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True), with a cache of {start} "
             "positions,")
     if "Sizes of tensors must match except in dimension" in message:
         fail(f"{what} raised in torch.cat: {message}\n\nThe cache grows along the wrong axis: keys and values are "
@@ -563,13 +579,19 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
     __tracebackhide__ = True
     case, sizes, tokens = spec.model, spec.chunks, spec.run.tokens()
     w = _lm_weights(ev, spec.run)
-    full = _lm_logits(ev, spec.run.logits, case)
-    switches = _anchor_lm(ev, full, w, case, tokens, f"{MODEL_NAME} runs without a cache")
+    full = _lm_logits(ev, spec.run.logits, case, what=f"{CACHED_NAME}.forward(tokens)")
+    switches = _anchor_lm(ev, full, w, case, tokens, f"{CACHED_NAME} runs without a cache")
+    if switches:  # its forward without a cache is wrong: say how, as exercise 1's tests do
+        with torch.no_grad():
+            expect_close_batch(full, _lm_oracle(w, case, tokens), what=f"{CACHED_NAME}.forward(tokens) without a cache",
+                               device=ev.device, mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
+                               case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
+                                    f"depth={case.depth}")
     expected_logits, expected_caches = _lm_run_cached(w, case, tokens, sizes, switches)
     steps = []
     for c, (start, end) in enumerate(probes.chunk_bounds(sizes)):
         key = f"{spec.steps}{c}"
-        what = f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache={'None' if c == 0 else '...'}, use_cache=True)"
+        what = f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache={'None' if c == 0 else '...'}, use_cache=True)"
         _step_raised(ev, key, start, end)
         raised(ev, key, what)
         fact = ev.facts.get(key)
@@ -598,16 +620,10 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
 
     if same_logits([full[:, start:end] for start, end, _, _ in steps]) and same_caches(expected_caches):
         return
-    if switches and same_logits(expected_logits) and same_caches(expected_caches):
-        model_mistake = next(m for m, sw in _LM_MISTAKES if dict(sw) == switches)
-        fail(f"The cache is used right, but the cached calls cannot give the logits of one uncached call: "
-             f"{model_mistake.explanation}", full[0, steps[-1][0]:steps[-1][1], 0], steps[-1][2][0, :, 0],
-             case=f"first logit of the last call (positions {steps[-1][0]}-{steps[-1][1] - 1}, sequence 0): "
-                  "without the cache, and with it", mistake=model_mistake.id)
     for mistake, sw in _CACHE_MISTAKES:
         logits_m, caches_m = _lm_run_cached(w, case, tokens, sizes, {**switches, **sw})
         if same_logits(logits_m) and same_caches(caches_m):
-            fail(f"{MODEL_NAME} with a cache is not what was asked: {mistake.explanation}",
+            fail(f"{CACHED_NAME} with a cache is not what was asked: {mistake.explanation}",
                  full[0, steps[-1][0]:steps[-1][1], 0], steps[-1][2][0, :, 0],
                  case=f"first logit of the last call (positions {steps[-1][0]}-{steps[-1][1] - 1}, sequence 0): "
                       "without the cache, and with it", mistake=mistake.id)
@@ -652,34 +668,57 @@ def _top_k_mask(logits: torch.Tensor, top_k: int | None, dim: int = -1, largest:
     return logits.masked_fill(~keep, float("-inf"))
 
 
+def _nucleus(probs: torch.Tensor, top_p: float | None, *, through: bool = False,
+             descending: bool = True) -> torch.Tensor:
+    """probs (b, V) renormalized over the nucleus of each row: ranked most likely first, a token is kept when the
+    probability of the tokens ranked before it is below top_p. through: kept when the probability up to and including
+    it is (the mistake top-p-includes-itself); descending=False: ranked least likely first (top-p-ascending). A row
+    that keeps nothing comes out NaN. None keeps every token."""
+    if top_p is None:
+        return probs
+    ranked, order = probs.sort(dim=-1, descending=descending, stable=True)  # (b, V)
+    upto = ranked.cumsum(dim=-1)
+    kept = (upto < top_p) if through else (upto - ranked < top_p)
+    kept = probs * torch.zeros_like(kept).scatter(-1, order, kept)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
 def _draw(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator,
-          how: str = "full") -> torch.Tensor:
+          how: str = "full", top_p: float | None = None, renormalize: str = "divide") -> torch.Tensor:
     """The oracle: torch.multinomial with this generator, over the whole vocabulary (the logits outside the top_k at
     -inf; with how="ties", every logit equal to the k-th largest is kept too) or over the top_k logits alone, sorted
-    as topk gives them; argmax at temperature 0. The three differ only where logits tie at the k-th largest, as the
-    stand-in models' exact logits can."""
+    as topk gives them; then over the nucleus of top_p, its probabilities divided by their sum (renormalize="divide")
+    or the softmax taken again with the other logits at -inf ("softmax"); argmax at temperature 0. These differ only
+    where logits tie at the k-th largest, as the stand-in models' exact logits can, or in the last bits of a float."""
     if temperature == 0:
         return logits.argmax(dim=-1)
+    indices = None
     if how == "ties" and top_k is not None and top_k < logits.shape[-1]:
         scaled = logits / temperature
         kth = scaled.topk(top_k, dim=-1).values[..., -1:]  # (b, 1): the k-th largest of each row
-        probs = F.softmax(scaled.masked_fill(scaled < kth, float("-inf")), dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    if how == "subset":
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    elif how == "subset":
         values, indices = logits.topk(min(top_k or logits.shape[-1], logits.shape[-1]), dim=-1)
-        choice = torch.multinomial(F.softmax(values / temperature, dim=-1), 1, generator=generator)  # (b, 1)
-        return indices.gather(-1, choice).squeeze(-1)
-    probs = F.softmax(_top_k_mask(logits, top_k) / temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        scaled = values / temperature
+    else:
+        scaled = _top_k_mask(logits, top_k) / temperature
+    probs = F.softmax(scaled, dim=-1)
+    if top_p is not None:
+        nucleus = _nucleus(probs, top_p)
+        probs = nucleus if renormalize == "divide" else F.softmax(scaled.masked_fill(nucleus == 0, float("-inf")), -1)
+    choice = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (b,)
+    return choice if indices is None else indices.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
 
 
 #: how a right sampler may keep only the top k of a row (see _draw)
 HOWS = ("full", "subset", "ties")
 
 
-def _draws(logits, temperature, top_k, seed) -> list[torch.Tensor]:
-    """The tokens a right sample_next_token may give: a draw over the whole vocabulary, or over the top k alone."""
-    return [_draw(logits, temperature, top_k, generator(seed), how) for how in HOWS]
+def _draws(logits, temperature, top_k, seed, top_p=None) -> list[torch.Tensor]:
+    """The tokens a right sample_next_token may give: a draw over the whole vocabulary, or over the top k alone; with
+    top_p, its nucleus renormalized either way."""
+    ways = ("divide",) if top_p is None else ("divide", "softmax")
+    return [_draw(logits, temperature, top_k, generator(seed), how, top_p, way) for how in HOWS for way in ways]
 
 
 def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
@@ -689,28 +728,43 @@ def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
     return torch.multinomial(probs, 1, generator=generator(seed)).squeeze(-1)
 
 
-def _sample_mistakes(logits, temperature, top_k, seed) -> list[tuple[Mistake, torch.Tensor]]:
+def _sample_mistakes(logits, temperature, top_k, seed, top_p=None) -> list[tuple[Mistake, torch.Tensor]]:
     masked = _top_k_mask(logits, top_k)
-    out = [(SAMPLE_GLOBAL_RNG, candidate) for candidate in _draws(logits, temperature, top_k, GLOBAL_SEED)]
-    out += [(SAMPLE_SOFTMAX_FIRST, _multinomial(F.softmax(masked, dim=-1), seed)),
-            (SAMPLE_SOFTMAX_FIRST, _multinomial(F.softmax(F.softmax(masked, dim=-1) / temperature, dim=-1), seed)),
-            (SAMPLE_TEMPERATURE_MULTIPLIES, _multinomial(F.softmax(masked * temperature, dim=-1), seed))]
+
+    def nucleus(probs: torch.Tensor) -> torch.Tensor:
+        return _nucleus(probs, top_p)
+
+    out = [(SAMPLE_GLOBAL_RNG, candidate) for candidate in _draws(logits, temperature, top_k, GLOBAL_SEED, top_p)]
+    out += [(SAMPLE_SOFTMAX_FIRST, _multinomial(nucleus(F.softmax(masked, dim=-1)), seed)),
+            (SAMPLE_SOFTMAX_FIRST, _multinomial(nucleus(F.softmax(F.softmax(masked, dim=-1) / temperature, dim=-1)),
+                                                seed)),
+            (SAMPLE_TEMPERATURE_MULTIPLIES, _multinomial(nucleus(F.softmax(masked * temperature, dim=-1)), seed))]
+    if top_p is not None:
+        probs = F.softmax(masked / temperature, dim=-1)
+        out += [(TOP_P_IGNORED, _draw(logits, temperature, top_k, generator(seed))),
+                (TOP_P_INCLUDES_ITSELF, _multinomial(_nucleus(probs, top_p, through=True), seed)),
+                (TOP_P_ASCENDING, _multinomial(_nucleus(probs, top_p, descending=False), seed))]
+        for untempered in (F.softmax(masked, dim=-1), F.softmax(logits, dim=-1)):  # after top-k, or before it too
+            kept = probs * (_nucleus(untempered, top_p) > 0)
+            out.append((TOP_P_BEFORE_TEMPERATURE, _multinomial(kept / kept.sum(dim=-1, keepdim=True), seed)))
     if top_k is not None and top_k < logits.shape[-1]:
-        out += [(SAMPLE_TOPK_IGNORED, _draw(logits, temperature, None, generator(seed))),
-                (SAMPLE_TOPK_SMALLEST, _multinomial(F.softmax(_top_k_mask(logits, top_k, largest=False) / temperature,
-                                                              dim=-1), seed))]
+        out += [(SAMPLE_TOPK_IGNORED, _draw(logits, temperature, None, generator(seed), top_p=top_p)),
+                (SAMPLE_TOPK_SMALLEST, _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k, largest=False)
+                                                                      / temperature, dim=-1)), seed))]
         if top_k <= logits.shape[0]:
             kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each COLUMN
-            out.append((SAMPLE_TOPK_WRONG_DIM, _multinomial(F.softmax(logits.masked_fill(logits < kth, float("-inf"))
-                                                                      / temperature, dim=-1), seed)))
+            out.append((SAMPLE_TOPK_WRONG_DIM, _multinomial(nucleus(F.softmax(
+                logits.masked_fill(logits < kth, float("-inf")) / temperature, dim=-1)), seed)))
         # last, so that it changes no diagnosis above: the k-th largest masked too (logits <= kth), k - 1 kept
-        out.append((SAMPLE_TOPK_TOO_FEW, _multinomial(F.softmax(_top_k_mask(logits, top_k - 1) / temperature, dim=-1),
-                                                      seed)))
+        out.append((SAMPLE_TOPK_TOO_FEW, _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k - 1) / temperature,
+                                                                        dim=-1)), seed)))
     return [(mistake, tokens) for mistake, tokens in out if tokens is not None]
 
 
-_SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k logits of each row set to -inf; then "
-                "torch.multinomial(probs, 1, generator=generator).squeeze(1). At temperature 0: logits.argmax(-1).")
+_SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k logits of each row set to -inf; with "
+                "top_p, only the nucleus kept (sorted descending, a token kept when the probability ranked before it "
+                "is below top_p) and renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1). "
+                "At temperature 0: logits.argmax(-1).")
 
 
 def _sampled_tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hint: str = _SAMPLE_HINT,
@@ -744,12 +798,13 @@ def _expect_tokens(out: torch.Tensor, good: Sequence[torch.Tensor], mistakes, *,
                  differs="does not give the tokens torch.multinomial draws with the given generator")
 
 
-def _left_a_row_empty(ev: Evidence, cases: Sequence[SamplingCase]) -> bool:
-    """True when a call of these cases with top_k raised because some row had nothing left to draw: what top-k over
-    the batch does, and what ignoring top_k never does."""
+def _left_a_row_empty(ev: Evidence, cases: Sequence[SamplingCase], top_p: bool = False) -> bool:
+    """True when a call of these cases with top_k (top_p: with top_p) raised because some row had nothing left to
+    draw: what top-k over the batch does, and what ignoring top_k never does."""
     for spec in cases:
         fact = ev.facts.get(spec.key)
-        if spec.top_k is not None and isinstance(fact, dict) and fact.get("kind") == "raised":
+        setting = spec.top_p if top_p else spec.top_k
+        if setting is not None and isinstance(fact, dict) and fact.get("kind") == "raised":
             message = str(fact.get("message"))[:200]
             if "probability tensor contains" in message or "invalid multinomial" in message:
                 return True
@@ -764,6 +819,14 @@ def _top_k_over_batch_empties_a_row(logits: torch.Tensor, top_k: int | None) -> 
     return bool((logits < kth).all(dim=-1).any())
 
 
+def _top_p_through_empties_a_row(logits: torch.Tensor, spec: SamplingCase) -> bool:
+    """True when the mistake top-p-includes-itself leaves a row of the case with no token to draw."""
+    if spec.top_p is None or spec.temperature == 0:
+        return False
+    probs = F.softmax(_top_k_mask(logits, spec.top_k) / spec.temperature, dim=-1)
+    return bool(torch.isnan(_nucleus(probs, spec.top_p, through=True)).any())
+
+
 def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
     """Each case's tokens are those torch.multinomial draws with the case's generator, or a typical mistake's."""
     __tracebackhide__ = True
@@ -775,12 +838,15 @@ def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
         if _left_a_row_empty(ev, [spec]) and _top_k_over_batch_empties_a_row(logits, spec.top_k):
             fail(f"{spec.call} raised {str(ev.facts[spec.key].get('message'))[:200]}. A row had no token left to "
                  f"draw, as when {SAMPLE_TOPK_WRONG_DIM.explanation}", mistake=SAMPLE_TOPK_WRONG_DIM.id)
+        if _left_a_row_empty(ev, [spec], top_p=True) and _top_p_through_empties_a_row(logits, spec):
+            fail(f"{spec.call} raised {str(ev.facts[spec.key].get('message'))[:200]}. A row had no token left to "
+                 f"draw, as when {TOP_P_INCLUDES_ITSELF.explanation}", mistake=TOP_P_INCLUDES_ITSELF.id)
         out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
-        mistakes = _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1)
+        mistakes = _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1, spec.top_p)
         if wrong_dim_first:
             mistakes.sort(key=lambda pair: pair[0] is not SAMPLE_TOPK_WRONG_DIM)  # stable: only it moves ahead
-        _expect_tokens(out, _draws(logits, spec.temperature, spec.top_k, spec.seed + 1), mistakes, what=spec.call,
-                       case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
+        _expect_tokens(out, _draws(logits, spec.temperature, spec.top_k, spec.seed + 1, spec.top_p), mistakes,
+                       what=spec.call, case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
 
 
 def _expect_greedy(ev: Evidence, spec: SamplingCase) -> None:
@@ -834,11 +900,12 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
 # ---------------------------------------------------------------- generate
 
 def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int = -1, seed: int | None = None,
-                     settings: bool = True, how: str = "full") -> torch.Tensor:
+                     settings: bool = True, how: str = "full", renormalize: str = "divide") -> torch.Tensor:
     """What generate gives with the stand-in: pattern 'plain' (the whole sequence each step), 'cached' (prompt,
-    then the last token with the cache), or one of the cache mistakes; seed replaces the generator's."""
+    then the last token with the cache: generate_cached), or one of the cache mistakes; seed replaces the
+    generator's; settings=False draws at temperature 1 with neither top_k nor top_p."""
     model, prompt = probes.stand_in(spec)
-    temperature, top_k = (spec.temperature, spec.top_k) if settings else (1.0, None)
+    temperature, top_k, top_p = (spec.temperature, spec.top_k, spec.top_p) if settings else (1.0, None, None)
     gen = generator(spec.generator_seed if seed is None else seed)
     tokens, cache, first = prompt, None, None
     with torch.no_grad():
@@ -856,46 +923,58 @@ def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int 
                 logits = model(tokens[:, -1:])
             else:  # "stale"
                 logits, _ = model(tokens[:, -1:], cache=first, use_cache=True)
-            nxt = _draw(logits[:, position], temperature, top_k, gen, how)
+            nxt = _draw(logits[:, position], temperature, top_k, gen, how, top_p, renormalize)
             tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
     return tokens
 
 
+def _ways(spec: Generation) -> list[tuple[str, str]]:
+    """Every (how, renormalize) of a right sampler (see _draw)."""
+    return [(how, way) for how in HOWS for way in (("divide",) if spec.top_p is None else ("divide", "softmax"))]
+
+
 def _good_generations(spec: Generation, pattern: str = "plain") -> list[torch.Tensor]:
-    return [_oracle_generate(spec, pattern=pattern, how=how) for how in HOWS]
+    return [_oracle_generate(spec, pattern=pattern, how=how, renormalize=way) for how, way in _ways(spec)]
 
 
 def _generate_mistakes(spec: Generation, cached: bool) -> list[tuple[Mistake, torch.Tensor]]:
     pattern = "cached" if cached else "plain"
     out = [(GENERATE_DROPS_PROMPT, g[:, spec.t0:]) for g in _good_generations(spec, pattern)]
-    for how in HOWS:  # each mistake with every right sampler (they differ only where logits tie)
-        out += [(GENERATE_FIRST_POSITION, _oracle_generate(spec, pattern=pattern, position=0, how=how)),
-                (GENERATE_FORGETS_GENERATOR, _oracle_generate(spec, pattern=pattern, seed=GLOBAL_SEED, how=how))]
-        if how == HOWS[0]:  # without the settings there is no top k
-            out.append((GENERATE_IGNORES_SETTINGS, _oracle_generate(spec, pattern=pattern, settings=False)))
+    for how, way in _ways(spec):  # each mistake with every right sampler (they differ only where logits tie)
+        def oracle(how: str = how, way: str = way, **options) -> torch.Tensor:
+            return _oracle_generate(spec, how=how, renormalize=way, **{"pattern": pattern, **options})
+
+        out += [(GENERATE_FIRST_POSITION, oracle(position=0)), (GENERATE_FORGETS_GENERATOR, oracle(seed=GLOBAL_SEED))]
+        if (how, way) == ("full", "divide"):  # without the settings there is no top k or top p
+            out.append((GENERATE_IGNORES_SETTINGS, oracle(settings=False)))
         if cached:
-            out += [(GENERATE_REFEEDS, _oracle_generate(spec, pattern="refeed", how=how)),
-                    (GENERATE_CACHE_NOT_PASSED, _oracle_generate(spec, pattern="no-cache", how=how)),
-                    (GENERATE_STALE_CACHE, _oracle_generate(spec, pattern="stale", how=how))]
+            out += [(GENERATE_REFEEDS, oracle(pattern="refeed")),
+                    (GENERATE_CACHE_NOT_PASSED, oracle(pattern="no-cache")),
+                    (GENERATE_STALE_CACHE, oracle(pattern="stale"))]
     return out
 
 
-_GENERATE_HINT = ("Start from the prompt; at each step run the model, draw the next token from the logits of the "
-                  "LAST position with sample_next_token(logits[:, -1], temperature, top_k, generator), and append it. "
-                  "With use_cache=True: the first call feeds the prompt with use_cache=True, each later one only the "
-                  "last token, with the cache the call before returned.")
+_GENERATE_HINT = ("Start from the prompt; at each step run the model on the whole sequence so far, draw the next token "
+                  "from the logits of the LAST position with sample_next_token(logits[:, -1], temperature, top_k, "
+                  "top_p, generator), and append it.")
+_GENERATE_CACHED_HINT = ("Start from the prompt; the first call feeds the prompt with use_cache=True, each later one "
+                         "only the last token, tokens[:, -1:], with the cache the call before returned; draw each "
+                         "next token from the logits of the LAST position with sample_next_token(logits[:, -1], "
+                         "temperature, top_k, top_p, generator), and append it.")
 
 
 def _expect_generation(ev: Evidence, spec: Generation) -> None:
-    """The tokens generate gave on the case's stand-in are those of the step-by-step oracle, and it called the model
-    as the cache (or its absence) asks."""
+    """The tokens generate (or generate_cached) gave on the case's stand-in are those of the step-by-step oracle, and
+    it called the model as the cache (or its absence) asks."""
     __tracebackhide__ = True
     key, use_cache = spec.key, spec.use_cache
     b, t0, n, temperature, top_k = spec.b, spec.t0, spec.new_tokens, spec.temperature, spec.top_k
-    what = (f"generate(model, prompt {(b, t0)}, max_new_tokens={n}, temperature={temperature:g}, "
-            f"top_k={top_k}, generator, use_cache={use_cache})")
-    raised(ev, key, what, _GENERATE_HINT)
-    out = output(ev, key, what=what, floating=False, hint=_GENERATE_HINT, device=False)
+    nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
+    what = (f"{spec.function}(model, prompt {(b, t0)}, max_new_tokens={n}, temperature={temperature:g}, "
+            f"top_k={top_k}{nucleus}, generator=generator)")
+    hint = _GENERATE_CACHED_HINT if use_cache else _GENERATE_HINT
+    raised(ev, key, what, hint)
+    out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}; token ids are torch.long.", mistake=GENERATE_NOT_IDS)
     good = _good_generations(spec, "plain")
@@ -904,7 +983,7 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
         fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
              "prompt, then the new tokens.", Rows(good[0]), Rows(out), case, WRONG_SHAPE)
-    expect_equal(out, good, what=what, mistakes=mistakes, otherwise=_GENERATE_HINT, case=case,
+    expect_equal(out, good, what=what, mistakes=mistakes, otherwise=hint, case=case,
                  differs="does not give the tokens of the step-by-step oracle")
     calls = ev.facts.get(f"{key}.calls")
     if not isinstance(calls, list) or len(calls) < n:
@@ -914,14 +993,14 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
         if calls[:n] != expected:
             if all(isinstance(c, list) and len(c) == 3 and c[1] == 0 for c in calls):
                 fail(f"{what} gives the right tokens, but never passes a cache to the model: every call runs the "
-                     "whole sequence again. With use_cache=True, feed the prompt once with use_cache=True, then only "
-                     "the last token with the cache the model returned.", mistake=GENERATE_CACHE_UNUSED)
+                     "whole sequence again. Feed the prompt once with use_cache=True, then only the last token with "
+                     "the cache the model returned.", mistake=GENERATE_CACHE_UNUSED)
             fail(f"{what} gives the right tokens, but does not call the model as a cache asks: the calls were "
                  f"[tokens fed, positions cached, use_cache] = {calls[:6]}..., expected {expected[:6]}...",
                  mistake=GENERATE_CACHE_UNUSED)
-    elif any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 for c in calls):
-        fail(f"{what} passed a cache to the model, though use_cache=False: without the cache every step runs the "
-             "whole sequence.", mistake=GENERATE_CACHE_WHEN_NOT_ASKED)
+    elif any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 or c[2] for c in calls):
+        fail(f"{what} passed a cache to the model, or asked it for one: {GENERATE_CACHE_WHEN_NOT_ASKED.explanation}",
+             mistake=GENERATE_CACHE_WHEN_NOT_ASKED)
 
 
 # ---------------------------------------------------------------- the checks
@@ -935,16 +1014,17 @@ each_case(probes.lm_causality, _expect_no_future,
 each_case(probes.lm_oracle, _expect_oracle,
           passed="The test's weights in your model and in a stack of PyTorch's nn.TransformerEncoderLayer "
                  "(pre-norm, causal): the same logits.")
-each_case(probes.lm_cache, _expect_oracle,
-          passed="A prompt of 3 tokens, then 2, then one at a time, each with the cache of the call before: the "
-                 "same logits as one call without a cache, and a cache of (keys, values) per block, "
-                 "(b, heads, t, s), t growing.")
 each_case(probes.lm_hidden, _expect_oracle,
-          passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers, and "
-                 "a cache fed chunks of several tokens.")
+          passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
 each_case(probes.lm_gradients, _expect_gradients,
           passed="A loss on the logits sends to every parameter the gradient autograd gives through PyTorch's "
                  "layers.")
+each_case(probes.lm_cache, _expect_oracle,
+          passed="A prompt of 3 tokens, then 2, then one at a time, each with the cache of the call before: the "
+                 "same logits as one call without a cache (and as PyTorch's layers), and a cache of (keys, values) "
+                 "per block, (b, heads, t, s), t growing.")
+each_case(probes.lm_cache_hidden, _expect_oracle,
+          passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens.")
 
 against_loss(probes.loss_oracle, NEXT_TOKEN_LOSS,
              passed="Random logits, then large ones: the mean cross-entropy of logits[:, i] against tokens[:, i + 1], "
@@ -966,22 +1046,34 @@ def _judge_sampling_distribution(ev: Evidence) -> None:
     _expect_draws(ev, probes.sampling_distribution.cases)
 
 
+@judge("sampling_top_p")
+def _judge_sampling_top_p(ev: Evidence) -> None:
+    """top_p at temperatures 1, 0.6 and 1.4, once after top_k, and a small p: the tokens torch.multinomial draws from
+    the nucleus of softmax(logits / temperature), renormalized, with a generator seeded as the test's."""
+    _expect_draws(ev, probes.sampling_top_p.cases)
+
+
 @judge("sampling_hidden")
 def _judge_sampling_hidden(ev: Evidence) -> None:
-    """A batch of one, top_k as large as the vocabulary, top_k = 1, a tiny temperature; and 1,500 draws from one
-    row never leave its top k (on the notebook's device too)."""
+    """A batch of one, top_k as large as the vocabulary, top_k = 1, a tiny temperature, top_p of 1 and of almost 0,
+    top_p after top_k; and 1,500 draws from one row never leave its top k (on the notebook's device too)."""
     *numbered, within_top_k = probes.sampling_hidden.cases
     _expect_draws(ev, numbered)
     _expect_within_top_k(ev, within_top_k)
 
 
 each_case(probes.generate_greedy, _expect_generation,
-          passed="Temperature 0, no cache: the prompt, then the argmax of the last position, step by step.")
+          passed="Temperature 0: the prompt, then the argmax of the last position, step by step, the whole sequence "
+                 "fed at every step.")
 each_case(probes.generate_sampling, _expect_generation,
-          passed="Temperature 0.8, top_k 4, no cache: every step draws with the given generator and settings.")
-each_case(probes.generate_cache, _expect_generation,
-          passed="use_cache=True, greedy and sampled: exactly the tokens of the uncached path, the prompt fed once "
-                 "and then one token per call with the cache.")
+          passed="Temperature 0.8 with top_k 4, and 1.2 with top_p 0.8: every step draws with the given generator "
+                 "and settings.")
 each_case(probes.generate_hidden, _expect_generation,
-          passed="A one-token prompt, a batch of one, one new token, top_k = 1: cached and uncached, the same "
-                 "tokens.")
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the tokens of the "
+                 "step-by-step oracle.")
+each_case(probes.generate_cached, _expect_generation,
+          passed="Greedy, sampled, and with top_k and top_p: exactly the tokens of generate, the prompt fed once "
+                 "and then one token per call with the cache.")
+each_case(probes.generate_cached_hidden, _expect_generation,
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the tokens of generate, "
+                 "with the cache.")
