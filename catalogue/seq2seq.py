@@ -571,6 +571,126 @@ def greedy_per_sequence(model, src, src_mask, max_len, bos, eos):
     return torch.tensor([r + [0] * (width - len(r)) for r in rows], device=src.device)
 
 
+# ------------------------------------------------------------------ configure_optimizer: mistakes
+
+@mistake("optimizer-decay-everything", "configure_optimizer")
+def optimizer_decay_everything(model, lr, weight_decay):
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+edit("optimizer-decay-swapped", "configure_optimizer",
+     ('"params": decayed, "weight_decay": weight_decay', '"params": decayed, "weight_decay": 0.0'),
+     ('"params": not_decayed, "weight_decay": 0.0', '"params": not_decayed, "weight_decay": weight_decay'),
+     mistake="optimizer-decay-swapped")
+edit("optimizer-plain-adam", "configure_optimizer", ("torch.optim.AdamW(", "torch.optim.Adam("),
+     mistake="optimizer-plain-adam")
+edit("optimizer-matrices-in-both-groups", "configure_optimizer", ("p.dim() < 2]", "p.dim() <= 2]"),
+     mistake="optimizer-parameter-twice")
+edit("optimizer-frozen-included", "configure_optimizer",
+     ("trainable = [p for p in model.parameters() if p.requires_grad]", "trainable = list(model.parameters())"),
+     mistake="optimizer-frozen-included")
+edit("optimizer-lr-not-set", "configure_optimizer", ("], lr=lr, fused=True)", "], fused=True)"),
+     mistake="optimizer-lr-not-set")
+edit("optimizer-zero-dim-forgotten", "configure_optimizer", ("p.dim() < 2]", "p.dim() == 1]"),
+     mistake="optimizer-parameter-missing")
+
+
+@mistake("optimizer-parameter-missing", "configure_optimizer")
+def optimizer_linear_layers_only(model, lr, weight_decay):
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    decayed = [m.weight for m in linears]
+    not_decayed = [m.bias for m in linears if m.bias is not None]
+    return torch.optim.AdamW([{"params": decayed, "weight_decay": weight_decay},
+                              {"params": not_decayed, "weight_decay": 0.0}], lr=lr)
+
+
+# ------------------------------------------------------------------ configure_optimizer: correct alternatives
+
+@alternative("configure_optimizer")
+def optimizer_by_name(model, lr, weight_decay):
+    groups = {"decay": [], "no_decay": []}
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            groups["decay" if p.ndim >= 2 else "no_decay"].append(p)
+    return torch.optim.AdamW([{"params": groups["no_decay"], "weight_decay": 0.0},
+                              {"params": groups["decay"], "weight_decay": weight_decay}], lr=lr)
+
+
+# ------------------------------------------------------------------ learning_rate: mistakes
+
+edit("lr-warmup-off-by-one", "learning_rate", ("peak * (step + 1) / warmup", "peak * step / warmup"),
+     mistake="lr-warmup-off-by-one")
+edit("lr-decay-not-offset", "learning_rate", ("(step + 1 - warmup) / (steps - warmup)", "(step + 1) / steps"),
+     mistake="lr-decay-not-offset")
+edit("lr-decay-off-by-one", "learning_rate",
+     ("(step + 1 - warmup) / (steps - warmup)", "(step - warmup) / (steps - warmup)"), mistake="lr-decay-off-by-one")
+edit("lr-decays-upward", "learning_rate", ("(1 + math.cos(", "(1 - math.cos("), mistake="lr-decays-upward")
+edit("lr-linear-decay", "learning_rate",
+     ("return peak * 0.5 * (1 + math.cos(math.pi * progress))", "return peak * (1 - progress)"),
+     mistake="lr-linear-decay")
+edit("lr-no-warmup", "learning_rate", ("    if step < warmup:\n        return peak * (step + 1) / warmup\n", ""),
+     mistake="lr-no-warmup")
+
+
+# ------------------------------------------------------------------ learning_rate: correct alternatives
+
+@alternative("learning_rate")
+def lr_counted_from_one(step, steps, peak, warmup):
+    n = step + 1  # the steps counted from 1: the warm-up ends at n = warmup, the decay at n = steps
+    if n <= warmup:
+        return n / warmup * peak
+    return peak * (1 + torch.cos(torch.tensor(torch.pi * (n - warmup) / (steps - warmup), dtype=torch.float64))) / 2
+
+
+# ------------------------------------------------------------------ train_step: mistakes
+
+edit("train-step-no-zero-grad", "train_step", ("    optimizer.zero_grad()\n", ""), mistake="train-step-no-zero-grad")
+edit("train-step-clips-after-step", "train_step",
+     ("    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # the norm before clipping\n"
+      "    optimizer.step()\n",
+      "    optimizer.step()\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"),
+     mistake="train-step-clips-after-step")
+edit("train-step-clips-before-backward", "train_step",
+     ("    loss.backward()\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # the norm before "
+      "clipping\n",
+      "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    loss.backward()\n"),
+     mistake="train-step-clips-before-backward")
+edit("train-step-clips-values", "train_step",
+     ("norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+      "norm = torch.nn.utils.clip_grad_value_(model.parameters(), max_norm)"),
+     mistake="train-step-clips-values")
+_SETS_LR = '    for group in optimizer.param_groups:\n        group["lr"] = lr\n'
+edit("train-step-lr-not-set", "train_step", (_SETS_LR, ""), mistake="train-step-lr-not-set")
+edit("train-step-lr-one-group", "train_step", (_SETS_LR, '    optimizer.param_groups[0]["lr"] = lr\n'),
+     mistake="train-step-lr-one-group")
+
+
+@mistake("train-step-norm-after-clipping", "train_step")
+def train_step_norm_after_clipping(model, optimizer, loss, lr, max_norm):
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+    optimizer.step()
+    return norm
+
+
+# ------------------------------------------------------------------ train_step: correct alternatives
+
+@alternative("train_step")
+def train_step_zeroes_after(model, optimizer, loss, lr, max_norm):
+    for group in optimizer.param_groups:
+        group.update(lr=lr)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+    optimizer.step()
+    model.zero_grad()
+    return norm
+
+
 # one mistake per answer cell for samples/sample-mistakes, chosen so that none cancels another
 SAMPLE_MISTAKES = ("causal-no-diagonal", "padding-off-by-one", "block-memory-not-masked", "model-no-target-positions",
-                   "loss-not-shifted", "greedy-never-stops")
+                   "loss-not-shifted", "greedy-never-stops", "optimizer-decay-everything", "lr-warmup-off-by-one",
+                   "train-step-no-zero-grad")

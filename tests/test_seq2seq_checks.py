@@ -81,7 +81,7 @@ def _notebook_training_call(monkeypatch) -> tuple[dict, dict, list[str]]:
     harness's train() watched: (the arguments it was called with, the notebook's names, each cell's stderr)."""
     calls, train = [], harness.train
 
-    @functools.wraps(train)  # the notebook prints the source of train(): the harness's
+    @functools.wraps(train)
     def watched(model, pairs, device, **kwargs):
         calls.append({"model": model, "pairs": pairs, **kwargs})
         return train(model, pairs, device, **kwargs)
@@ -115,12 +115,16 @@ def test_the_notebook_trains_through_the_harness_with_its_settings_silently_unde
     call, names, stderr = _notebook_training_call(monkeypatch)
     assert call["config"] == replace(harness.TRAINING, steps=20)
     assert call["loss_fn"] is names["teacher_forcing_loss"] and call["padding_mask"] is names["padding_mask"]
+    for part in ("configure_optimizer", "learning_rate", "train_step"):
+        assert call[part] is names[part], part
     assert call["check"] is names["exact_match_by_format"] and call["progress"] is False
     model, m = call["model"], harness.MODEL
     assert isinstance(model, names["Seq2SeqTransformer"]) and model is names["model"]
     assert (model.src_embedding.embedding_dim, len(model.encoder), len(model.decoder)) == (m.k, m.depth, m.depth)
     assert model.decoder[0].self_attention.heads == m.heads and model.positions.table.shape[0] == m.max_len
-    assert sorted(names["log"].checks) == [20] and len(names["log"].losses) == 20
+    log = names["log"]
+    assert sorted(log.checks) == [20] and len(log.losses) == len(log.lrs) == len(log.norms) == 20
+    assert log.lrs[1] == harness.TRAINING.lr and log.lrs[-1] == 0.0  # 2 warm-up steps of 20; 0 at the last
     assert not "".join(stderr), "".join(stderr)
 
 
@@ -144,6 +148,8 @@ def test_the_benchmark_trains_through_the_harness_with_the_notebooks_settings(mo
     benchmark.main()
     assert [call["config"] for call in calls] == [harness.TRAINING]
     assert calls[0]["loss_fn"] is reference.teacher_forcing_loss
+    assert (calls[0]["configure_optimizer"], calls[0]["learning_rate"], calls[0]["train_step"]) == (
+        reference.configure_optimizer, reference.learning_rate, reference.train_step)
     assert calls[0]["model"].src_embedding.embedding_dim == harness.MODEL.k
     assert "held-out exact match" in capsys.readouterr().out
 
@@ -173,12 +179,14 @@ def test_training_with_the_reference_parts_lowers_the_loss_and_translates():
     model = harness.new_model(reference.Seq2SeqTransformer, config=harness.ModelConfig(k=32, heads=2, depth=1))
     checks = []
     log = harness.train(model, train_pairs, "cpu", loss_fn=reference.teacher_forcing_loss,
-                        padding_mask=reference.padding_mask,
+                        padding_mask=reference.padding_mask, configure_optimizer=reference.configure_optimizer,
+                        learning_rate=reference.learning_rate, train_step=reference.train_step,
                         config=harness.TrainingConfig(steps=30, batch_size=32, lr=2e-3),
                         check=lambda m: checks.append(m.training) or {"a": 0.5, "b": 1.0}, check_every=10)
     losses = log.losses
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
-    assert len(losses) == 30 and 0 < log.seconds and log.checks == {s: {"a": 0.5, "b": 1.0} for s in (10, 20, 30)}
+    assert len(losses) == len(log.lrs) == len(log.norms) == 30 and 0 < log.seconds
+    assert log.checks == {s: {"a": 0.5, "b": 1.0} for s in (10, 20, 30)}
     assert checks == [True, True, True] and not model.training  # checks see the model as it trains; eval after
     accuracy, predictions = harness.exact_match(model, test_pairs, "cpu", decode=reference.greedy_decode,
                                                 padding_mask=reference.padding_mask)

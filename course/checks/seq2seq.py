@@ -1,5 +1,5 @@
-"""Probes for assignment 07: causal_mask, padding_mask, DecoderBlock, Seq2SeqTransformer, teacher_forcing_loss
-and greedy_decode.
+"""Probes for assignment 07: causal_mask, padding_mask, DecoderBlock, Seq2SeqTransformer, teacher_forcing_loss,
+greedy_decode, and the training loop's parts configure_optimizer, learning_rate and train_step.
 
 Each check runs the student's code on the cases declared here (MaskCase, a DecoderBlock's Runs, a ModelRun, a loss
 case of course/checks/kinds.py, a DecodeCase) and records what it gives; its judge (course/judges/seq2seq.py, hidden
@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from course.checks import modules, weights
-from course.checks.check import Check
+from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, loss_case, losses
+from course.checks.kinds import Built, Case, Runs, loss_case, losses, property_check
 from course.checks.seeds import grading
 from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
@@ -579,3 +579,254 @@ seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_model_bac
 seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle)
 seq2seq_padding = _model_check("seq2seq_padding", _probe_model_padding)
 seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_model_backward, GRADIENT_RUN))
+
+
+# ---------------------------------------------------------------- the training loop's parts
+
+class StandInNetwork(nn.Module):
+    """A stand-in whose parameters an optimizer is configured for: an embedding, a linear layer with a bias, a
+    LayerNorm, a linear layer without one, a 0-dimensional learned scale and a frozen matrix (requires_grad=False:
+    in no group); with blocks, also an nn.ModuleList of that many (Linear, LayerNorm) pairs. It is never run."""
+
+    def __init__(self, vocab: int, k: int, blocks: int = 0):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):  # the student's random state is left alone
+            self.embedding = nn.Embedding(vocab, k)
+            self.linear = nn.Linear(k, k + 1)
+            self.norm = nn.LayerNorm(k + 1)
+            self.head = nn.Linear(k + 1, vocab, bias=False)
+            self.frozen = nn.Parameter(torch.zeros(k, k), requires_grad=False)
+            self.scale = nn.Parameter(torch.ones(()))
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(k, k), nn.LayerNorm(k)) for _ in range(blocks))
+
+
+@dataclass(frozen=True)
+class OptimizerCase:
+    """One call configure_optimizer(StandInNetwork(*sizes()), lr, weight_decay), recorded under key; secret: drawn
+    only under grading, its sizes and settings from a salted seed."""
+
+    key: str
+    sizes: tuple[int, int, int] | Callable[[], tuple[int, int, int]]  # (vocab, k, blocks)
+    lr: float | Callable[[], float]
+    weight_decay: float | Callable[[], float]
+    secret: bool = False
+
+    def settings(self) -> tuple[tuple[int, int, int], float, float]:
+        """(sizes, lr, weight_decay)."""
+        return tuple(v() if callable(v) else v for v in (self.sizes, self.lr, self.weight_decay))
+
+    def model(self) -> StandInNetwork:
+        return StandInNetwork(*self.settings()[0])
+
+
+def secret_optimizer_setting(seed: int, what: str) -> Any:
+    """Under grading, the secret sizes (vocab 4 to 12, k 2 to 7, 1 to 3 blocks), lr or weight decay of a case."""
+    g = generator(seed)
+    sizes = tuple(int(torch.randint(low, high, (), generator=g)) for low, high in ((4, 13), (2, 8), (1, 4)))
+    lr = float(10 ** torch.empty(()).uniform_(-4, -2, generator=g))
+    weight_decay = float(torch.empty(()).uniform_(0.01, 0.3, generator=g))
+    return {"sizes": sizes, "lr": round(lr, 6), "weight_decay": round(weight_decay, 3)}[what]
+
+
+def _number(value: Any) -> float | None:
+    """A setting of a parameter group as a number (PyTorch allows a tensor lr), else None."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _probe_optimizers(cases: tuple[OptimizerCase, ...], configure_optimizer: Callable, rec: Recorder) -> None:
+    """Record the class of the optimizer each case gets and, for every parameter of the model in the order of
+    model.named_parameters(): the number of groups holding it (key.count), and the weight_decay and lr of the
+    first of them (key.decay, key.lr; -1 where none); and how many tensors the groups hold that are not parameters
+    of the model (key.foreign)."""
+    for case in cases:
+        if case.secret and not grading():
+            continue
+        model = case.model()
+        _, lr, weight_decay = case.settings()
+        optimizer = rec.call(case.key, configure_optimizer, model, lr, weight_decay)
+        rec.fact(f"{case.key}.class", {"adamw": isinstance(optimizer, torch.optim.AdamW),
+                                       "adam": isinstance(optimizer, torch.optim.Adam),
+                                       "optimizer": isinstance(optimizer, torch.optim.Optimizer)})
+        groups = getattr(optimizer, "param_groups", None) if isinstance(optimizer, torch.optim.Optimizer) else None
+        if not isinstance(groups, list):
+            continue
+        index = {id(p): i for i, (_, p) in enumerate(model.named_parameters())}
+        n = len(index)
+        count, decay, rate = torch.zeros(n, dtype=torch.int64), torch.full((n,), -1.0, dtype=torch.float64), \
+            torch.full((n,), -1.0, dtype=torch.float64)
+        foreign = 0
+        for group in groups:
+            settings = (_number(group.get("weight_decay")), _number(group.get("lr"))) if isinstance(group, dict) \
+                else (None, None)
+            for p in group.get("params", []) if isinstance(group, dict) else []:
+                i = index.get(id(p))
+                if i is None:
+                    foreign += 1
+                    continue
+                if count[i] == 0:
+                    decay[i], rate[i] = (-1.0 if v is None else v for v in settings)
+                count[i] += 1
+        rec.tensor(f"{case.key}.count", count)
+        rec.tensor(f"{case.key}.decay", decay)
+        rec.tensor(f"{case.key}.lr", rate)
+        rec.tensor(f"{case.key}.foreign", torch.tensor(foreign))
+
+
+def secret_optimizer_case(seed: int) -> OptimizerCase:
+    """Under grading, a case of secret sizes and settings (secret_optimizer_setting(seed, ...))."""
+    return OptimizerCase("optimizer_secret", partial(secret_optimizer_setting, seed, "sizes"),
+                         partial(secret_optimizer_setting, seed, "lr"),
+                         partial(secret_optimizer_setting, seed, "weight_decay"), secret=True)
+
+
+#: (vocab, k, blocks), lr (not AdamW's default 1e-3), weight_decay: the case shown in the notebook, then others
+configure_optimizer_groups = property_check("configure_optimizer_groups", _probe_optimizers, (
+    OptimizerCase("optimizer", (7, 4, 0), 3e-3, 0.1), secret_optimizer_case(3060)))
+configure_optimizer_hidden = property_check("configure_optimizer_hidden", _probe_optimizers, (
+    OptimizerCase("optimizer0", (9, 5, 2), 3e-4, 0.05), OptimizerCase("optimizer1", (5, 3, 1), 2e-2, 0.3),
+    secret_optimizer_case(3070)))
+
+
+@dataclass(frozen=True)
+class ScheduleCase:
+    """learning_rate(step, steps, peak, warmup) at every step 0 .. steps - 1, recorded under key as one float64
+    tensor; setting: (steps, peak, warmup), or a function drawing them (secret: only under grading)."""
+
+    key: str
+    setting: tuple[int, float, int] | Callable[[], tuple[int, float, int]]
+    secret: bool = False
+
+    def settings(self) -> tuple[int, float, int]:
+        return self.setting() if callable(self.setting) else self.setting
+
+
+def secret_schedule(seed: int) -> tuple[int, float, int]:
+    """Under grading, a secret (steps, peak, warmup): 10 to 60 steps, a peak from 1e-4 to 1e-2, 1 to steps // 2
+    warm-up steps."""
+    g = generator(seed)
+    steps = int(torch.randint(10, 61, (), generator=g))
+    peak = round(float(10 ** torch.empty(()).uniform_(-4, -2, generator=g)), 6)
+    return steps, peak, int(torch.randint(1, steps // 2 + 1, (), generator=g))
+
+
+def _probe_schedules(cases: tuple[ScheduleCase, ...], learning_rate: Callable, rec: Recorder) -> None:
+    """Every step's learning rate as a number (a one-element tensor is read with float()), or what was raised
+    (and at which step), or the type of a value that is not a number."""
+    for case in cases:
+        if case.secret and not grading():
+            continue
+        steps, peak, warmup = case.settings()
+        values = []
+        for step in range(steps):
+            try:
+                value = learning_rate(step, steps, peak, warmup)
+            except Exception as error:  # noqa: BLE001 - whatever the student's code raises is evidence
+                rec.raised(case.key, error)
+                rec.fact(f"{case.key}.step", step)
+                break
+            number = _number(value) if not isinstance(value, (str, bytes)) else None
+            if number is None:
+                rec.value(case.key, value)
+                break
+            values.append(number)
+        else:
+            rec.value(case.key, torch.tensor(values, dtype=torch.float64))
+
+
+learning_rate_schedule = property_check("learning_rate_schedule", _probe_schedules, (
+    ScheduleCase("lr", (20, 0.01, 4)), ScheduleCase("lr_secret", partial(secret_schedule, 3080), secret=True)))
+#: the notebook's own schedule, a single warm-up step, a warm-up as long as all but one step, and a secret one
+learning_rate_hidden = property_check("learning_rate_hidden", _probe_schedules, (
+    ScheduleCase("lr0", (800, 4e-3, 80)), ScheduleCase("lr1", (7, 1.0, 1)), ScheduleCase("lr2", (9, 0.5, 8)),
+    ScheduleCase("lr_secret", partial(secret_schedule, 3090), secret=True)))
+
+
+@dataclass(frozen=True)
+class StepCase:
+    """Two consecutive calls train_step(model, optimizer, loss, lr, max_norm) on a stand-in nn.Linear(n_in, n_out)
+    (its weights from seed) and torch.optim.SGD with one group for its weight and one for its bias, both created at
+    lr INITIAL_LR. Each loss is the mean squared error ((model(x) - y) ** 2).mean() of a batch of b, x drawn from
+    seed + 1 + 10 i and y from seed + 2 + 10 i times y_scale (i = 0, 1), the second computed after the first step.
+    Recorded under key: the parameters before, the returned norms and the parameters and the groups' lr after each
+    call. sizes: (b, n_in, n_out), or a function drawing them (secret: only under grading)."""
+
+    key: str
+    sizes: tuple[int, int, int] | Callable[[], tuple[int, int, int]]
+    seed: int
+    lrs: tuple[float, float]
+    max_norm: float
+    y_scale: float
+    secret: bool = False
+
+    def shape(self) -> tuple[int, int, int]:
+        return self.sizes() if callable(self.sizes) else self.sizes
+
+    def model(self) -> nn.Linear:
+        _, n_in, n_out = self.shape()
+        with torch.random.fork_rng(devices=[]):
+            model = nn.Linear(n_in, n_out)
+        weights.fill(model, self.seed)
+        return model
+
+    def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x (b, n_in), y (b, n_out)) of call i (0 or 1)."""
+        b, n_in, n_out = self.shape()
+        return (randn(b, n_in, seed=self.seed + 1 + 10 * i),
+                self.y_scale * randn(b, n_out, seed=self.seed + 2 + 10 * i))
+
+
+#: the lr SGD is created with, which train_step must replace by its lr argument
+INITIAL_LR = 0.5
+
+
+def secret_step_sizes(seed: int) -> tuple[int, int, int]:
+    """Under grading, the secret (b, n_in, n_out) of a training step case: 2 to 6, 2 to 6, 1 to 4."""
+    g = generator(seed)
+    return tuple(int(torch.randint(low, high, (), generator=g)) for low, high in ((2, 7), (2, 7), (1, 5)))
+
+
+def _record_number(rec: Recorder, key: str, fn: Callable, *args: Any) -> None:
+    """fn(*args), a number or a tensor, recorded under key (a Python number as a float64 tensor, so its value is
+    kept; its type under key.type)."""
+    try:
+        value = fn(*args)
+    except Exception as error:  # noqa: BLE001 - whatever the student's code raises is evidence
+        rec.raised(key, error)
+        return
+    rec.fact(f"{key}.type", type(value).__name__)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    rec.value(key, torch.tensor(float(value), dtype=torch.float64) if is_number else value)
+
+
+def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorder) -> None:
+    for case in cases:
+        if case.secret and not grading():
+            continue
+        model = case.model().to(rec.device)
+        optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=INITIAL_LR)
+        for name, p in model.named_parameters():
+            rec.tensor(f"{case.key}.before.{name}", p)
+        for i, lr in enumerate(case.lrs):
+            x, y = (v.to(rec.device) for v in case.batch(i))
+            loss = ((model(x) - y) ** 2).mean()  # the loss the step trains on: an input, as a batch's loss is
+            _record_number(rec, f"{case.key}.norm{i}", train_step, model, optimizer, loss, lr, case.max_norm)
+            for name, p in model.named_parameters():
+                rec.tensor(f"{case.key}.after{i}.{name}", p)
+            rec.fact(f"{case.key}.lrs{i}", [_number(group.get("lr")) for group in optimizer.param_groups])
+
+
+def _step_cases(key: str, sizes: tuple[int, int, int], seed: int, max_norm: float,
+                y_scale: float) -> tuple[StepCase, StepCase]:
+    """The case shown (lr 0.1, then 0.05) and, under grading, a secret companion of other sizes and seeds."""
+    return (StepCase(key, sizes, seed, (0.1, 0.05), max_norm, y_scale),
+            StepCase(f"{key}_secret", partial(secret_step_sizes, seed + 50), seed + 60, (0.2, 0.07), max_norm,
+                     y_scale, secret=True))
+
+
+#: gradient norms of a few units: max_norm 100 never clips them, 0.5 always does (y 10 times larger)
+train_step_update = property_check("train_step_update", _probe_steps, _step_cases("run", (4, 3, 2), 3100, 100.0, 1.0))
+train_step_clipping = property_check("train_step_clipping", _probe_steps,
+                                     _step_cases("run", (4, 3, 2), 3200, 0.5, 10.0))

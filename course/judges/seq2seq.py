@@ -9,6 +9,7 @@ invariance, gradients through a typical mistake) are written out, anchored to ou
 
 import math
 from collections.abc import Callable
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -51,7 +52,7 @@ from course.checks.seq2seq import (
     ModelRun,
 )
 from course.judges import judge, oracles
-from course.judges.kinds import LossOracle, against_loss, expect_causal
+from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
 
 CAUSAL_NAME = "causal_mask(t)"
 PADDING_NAME = "padding_mask(lengths, t)"
@@ -950,3 +951,440 @@ _against_cases(probes.greedy_decode_scripted, _expect_decode,
                       "after it.")
 _against_cases(probes.greedy_decode_step_by_step, _expect_decode,
                passed="A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs.")
+
+
+# ---------------------------------------------------------------- the training loop's parts
+
+OPTIMIZER_NAME = "configure_optimizer(model, lr, weight_decay)"
+SCHEDULE_NAME = "learning_rate(step, steps, peak, warmup)"
+STEP_NAME = "train_step(model, optimizer, loss, lr, max_norm)"
+
+DECAY_EVERYTHING = Mistake(
+    "optimizer-decay-everything",
+    "weight decay is applied to every parameter, the biases and the LayerNorm gains and offsets too (as "
+    "AdamW(model.parameters(), weight_decay=...) does). Those set scales and offsets: shrinking them towards 0 "
+    "regularises nothing. Put the parameters of two or more dimensions in a group with weight_decay, the others in a "
+    "group with weight_decay=0.")
+DECAY_SWAPPED = Mistake(
+    "optimizer-decay-swapped",
+    "the groups are swapped: the biases and LayerNorm parameters (fewer than two dimensions) are decayed and the "
+    "weight matrices and embeddings are not. Decay the parameters with p.dim() >= 2.")
+PLAIN_ADAM = Mistake(
+    "optimizer-plain-adam",
+    "the optimizer is torch.optim.Adam, whose weight_decay adds weight_decay * p to the gradient, where Adam's "
+    "scaling then shrinks it for the parameters with large gradients: not a decay of every weight at the same rate. "
+    "Use torch.optim.AdamW, which decouples the decay from the gradient.")
+PARAMETER_TWICE = Mistake(
+    "optimizer-parameter-twice",
+    "a parameter is in both groups (PyTorch refuses that). Split the parameters by p.dim() >= 2: each goes to "
+    "exactly one group.")
+PARAMETER_MISSING = Mistake(
+    "optimizer-parameter-missing",
+    "a trainable parameter is in no group, so the optimizer never updates it. Go through model.parameters() (or "
+    "model.named_parameters()) and put every trainable parameter in one of the two groups.")
+FROZEN_INCLUDED = Mistake(
+    "optimizer-frozen-included",
+    "a frozen parameter (requires_grad=False) is in a group. Leave out the parameters that do not require gradients: "
+    "they are not trained.")
+OPTIMIZER_LR = Mistake(
+    "optimizer-lr-not-set",
+    "the groups do not have the lr given: pass lr=lr to torch.optim.AdamW (its default is 1e-3).")
+
+WARMUP_OFF_BY_ONE = Mistake(
+    "lr-warmup-off-by-one",
+    "the warm-up is one step off: step 0 must already have peak / warmup, and step warmup - 1 the peak, "
+    "lr = peak * (step + 1) / warmup for step < warmup.")
+DECAY_NOT_OFFSET = Mistake(
+    "lr-decay-not-offset",
+    "the cosine decay does not start where the warm-up ends: its progress must count the steps after the warm-up, "
+    "(step + 1 - warmup) / (steps - warmup), so it is 0 at the peak and 1 at the last step.")
+DECAY_OFF_BY_ONE = Mistake(
+    "lr-decay-off-by-one",
+    "the decay is one step off: with progress (step + 1 - warmup) / (steps - warmup) the first step after the "
+    "warm-up is already below the peak and the last step (steps - 1) has exactly 0.")
+DECAYS_UPWARD = Mistake(
+    "lr-decays-upward",
+    "the learning rate rises after the warm-up instead of falling: the decay is peak * (1 + cos(pi * progress)) / 2, "
+    "which is peak at progress 0 and 0 at progress 1 (not 1 - cos).")
+LINEAR_DECAY = Mistake(
+    "lr-linear-decay",
+    "the decay is linear; a cosine is asked: peak * (1 + cos(pi * progress)) / 2.")
+NO_WARMUP = Mistake(
+    "lr-no-warmup",
+    "there is no warm-up: the first warmup steps must rise linearly, peak * (step + 1) / warmup, before the cosine "
+    "decay starts.")
+
+NO_ZERO_GRAD = Mistake(
+    "train-step-no-zero-grad",
+    "the gradients are not zeroed: loss.backward() adds to the .grad the previous step left, so the second step "
+    "moves along the sum of both gradients. Call optimizer.zero_grad() before loss.backward().")
+CLIPS_AFTER_STEP = Mistake(
+    "train-step-clips-after-step",
+    "the gradient is clipped after optimizer.step(), which has already used the unclipped gradient. Clip between "
+    "loss.backward() and optimizer.step().")
+CLIPS_BEFORE_BACKWARD = Mistake(
+    "train-step-clips-before-backward",
+    "the gradient is clipped before loss.backward() computes it: clipping then sees no gradient (or the previous "
+    "step's), and the step uses the unclipped one. Clip between loss.backward() and optimizer.step().")
+CLIPS_VALUES = Mistake(
+    "train-step-clips-values",
+    "each gradient entry is clamped to [-max_norm, max_norm] (clip_grad_value_), which changes the gradient's "
+    "direction. Scale the whole gradient so that its total norm is at most max_norm: "
+    "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).")
+LR_NOT_SET = Mistake(
+    "train-step-lr-not-set",
+    "the step uses the learning rate the optimizer was created with, not the lr argument. Set it in every parameter "
+    "group first: for group in optimizer.param_groups: group['lr'] = lr.")
+LR_ONE_GROUP = Mistake(
+    "train-step-lr-one-group",
+    "only the first parameter group gets the new lr: the optimizer has one group per kind of parameter (here two). "
+    "Set it in every group: for group in optimizer.param_groups: group['lr'] = lr.")
+NORM_AFTER_CLIPPING = Mistake(
+    "train-step-norm-after-clipping",
+    "the norm returned is the one after clipping (at most max_norm). Return the norm before clipping: it is what "
+    "torch.nn.utils.clip_grad_norm_ returns, and what tells how often clipping acts.")
+
+
+# configure_optimizer
+
+def _group_table(rows: list[tuple[str, str, str, str]]) -> str:
+    """Lines of a table a message shows, indented so that wrapping keeps them."""
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("    " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
+    """The optimizer configured for case: an AdamW whose groups hold every trainable parameter once, with
+    weight_decay on those of two or more dimensions and 0 on the others, and the lr given."""
+    __tracebackhide__ = True
+    if case.secret and not grading():
+        return
+    sizes, lr, weight_decay = case.settings()
+    what = f"configure_optimizer(model, lr={lr:g}, weight_decay={weight_decay:g})"
+    label = (f"a stand-in model: an Embedding, Linear layers, LayerNorms, a 0-d scale{', blocks' if sizes[2] else ''} "
+             "and a frozen matrix")
+    fact = ev.facts.get(case.key)
+    if isinstance(fact, dict) and fact.get("kind") == "raised" and "more than one parameter group" in str(
+            fact.get("message")):
+        fail(f"{what} raised ValueError: {str(fact.get('message'))[:200]}. {PARAMETER_TWICE.explanation}",
+             mistake=PARAMETER_TWICE)
+    raised(ev, case.key, what)
+    kind = value_kind(ev, case.key)
+    if kind == "missing":
+        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
+    found = ev.facts.get(f"{case.key}.class")
+    found = found if isinstance(found, dict) else {}
+    if not found.get("optimizer"):
+        shown = "None" if kind == "none" else str((fact or {}).get("type", "something else"))[:60]
+        fail(f"{what} returned {shown}; it should return the optimizer, a torch.optim.AdamW.")
+    if not found.get("adamw"):
+        if found.get("adam"):
+            fail(f"{what} is not what was asked: {PLAIN_ADAM.explanation}", mistake=PLAIN_ADAM)
+        fail(f"{what} returned a {str(fact.get('type'))[:60]}; torch.optim.AdamW is asked.")
+    model = case.model()
+    params = dict(model.named_parameters())
+    n = len(params)
+    found_tensors = [ev.tensors.get(f"{case.key}.{name}") for name in ("count", "decay", "lr", "foreign")]
+    count, decay, rates, foreign = found_tensors
+    if (any(t is None for t in found_tensors) or tuple(count.shape) != (n,) or count.dtype != torch.int64
+            or tuple(decay.shape) != (n,) or tuple(rates.shape) != (n,) or not decay.is_floating_point()
+            or not rates.is_floating_point() or foreign.numel() != 1 or foreign.is_floating_point()):
+        fail(f"The test's record of {what} is inconsistent (its parameter groups).")
+    names = list(params)
+    held = {name: int(count[i]) for i, name in enumerate(names)}
+    wd = {name: float(decay[i]) for i, name in enumerate(names)}
+    trainable = {name: p.dim() for name, p in params.items() if p.requires_grad}
+    frozen = [name for name, p in params.items() if not p.requires_grad]
+
+    def given(name: str) -> str:
+        return {0: "in no group", 1: f"{wd[name]:g}"}.get(held[name], f"in {held[name]} groups")
+
+    rows = [("parameter", "dims", "weight_decay", "yours")]
+    rows += [(name, str(dims), f"{weight_decay if dims >= 2 else 0.0:g}", given(name))
+             for name, dims in trainable.items()]
+    rows += [(name, "frozen", "in no group", given(name)) for name in frozen]
+    table = f"\n\nOn a small case ({label}):\n{_group_table(rows)}"
+
+    def decayed(name: str) -> bool:
+        return held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6)
+
+    def not_decayed(name: str) -> bool:
+        return held[name] == 1 and wd[name] == 0.0
+
+    matrices = [n for n, d in trainable.items() if d >= 2]
+    others = [n for n, d in trainable.items() if d < 2]
+    if all(decayed(n) for n in trainable):
+        fail(f"{what} is not what was asked: {DECAY_EVERYTHING.explanation}{table}", mistake=DECAY_EVERYTHING)
+    if all(decayed(n) for n in others) and all(not_decayed(n) for n in matrices):
+        fail(f"{what} is not what was asked: {DECAY_SWAPPED.explanation}{table}", mistake=DECAY_SWAPPED)
+    if int(foreign.reshape(())) != 0:
+        fail(f"{what} holds tensors that are not parameters of the model: build the groups from "
+             f"model.parameters().{table}")
+    if any(held[name] for name in frozen):
+        fail(f"{what} is not what was asked: {FROZEN_INCLUDED.explanation}{table}", mistake=FROZEN_INCLUDED)
+    if any(held[name] == 0 for name in trainable):
+        fail(f"{what} is not what was asked: {PARAMETER_MISSING.explanation}{table}", mistake=PARAMETER_MISSING)
+    wrong = [n for n in trainable if not (decayed(n) if trainable[n] >= 2 else not_decayed(n))]
+    if wrong:
+        fail(f"{what} gives {', '.join(wrong[:3])} the wrong weight decay: weight_decay on every parameter of two "
+             f"or more dimensions, 0 on the others, each parameter in exactly one group.{table}")
+    lrs = sorted({float(rates[i]) for i, name in enumerate(names) if name in trainable})
+    if not all(math.isclose(v, lr, rel_tol=1e-6) for v in lrs):
+        fail(f"{what} is not what was asked: {OPTIMIZER_LR.explanation} The groups have lr "
+             f"{', '.join(f'{v:g}' for v in lrs[:4])}, expected {lr:g}.", mistake=OPTIMIZER_LR)
+
+
+each_case(probes.configure_optimizer_groups, _expect_optimizer,
+          passed="An AdamW whose groups hold every trainable parameter once: weight_decay on the weight matrices "
+                 "and the embedding, 0 on the biases, the LayerNorm parameters and a 0-d scale, the frozen matrix "
+                 "left out; the lr given.")
+each_case(probes.configure_optimizer_hidden, _expect_optimizer,
+          passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
+
+
+# learning_rate
+
+def _schedule(steps: int, peak: float, warmup: int, *, first: int = 1, rise: str = "step", offset: str = "warmup",
+              shape: str = "cosine") -> torch.Tensor:
+    """The learning rate of every step (float64): the oracle with the defaults, a typical mistake otherwise.
+    first: the warm-up's numerator is step + first (0: off by one); rise: "step" (a linear warm-up while
+    step < warmup), "step<=" (while step <= warmup) or "none" (the decay from step 0); offset: the decay's progress
+    (step + 1 - warmup) / (steps - warmup) ("warmup"), (step + 1) / steps ("none"), (step + 1) / (steps - warmup)
+    ("denominator"), (step - warmup) / (steps - warmup) ("late") or (step - warmup) / (steps - 1 - warmup)
+    ("stretched"); shape: "cosine", "upward" (1 - cos) or "linear"."""
+    out = []
+    for step in range(steps):
+        warming = {"step": step < warmup, "step<=": step <= warmup, "none": False}[rise]
+        if warming:
+            out.append(peak * (step + first) / warmup)
+            continue
+        progress = {"warmup": (step + 1 - warmup) / max(1, steps - warmup), "none": (step + 1) / steps,
+                    "denominator": (step + 1) / max(1, steps - warmup),
+                    "late": (step - warmup) / max(1, steps - warmup),
+                    "stretched": (step - warmup) / max(1, steps - 1 - warmup)}[offset]
+        out.append({"cosine": peak * 0.5 * (1 + math.cos(math.pi * progress)),
+                    "upward": peak * 0.5 * (1 - math.cos(math.pi * progress)),
+                    "linear": peak * (1 - progress)}[shape])
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def _schedule_mistakes(steps: int, peak: float, warmup: int) -> list[tuple[Mistake, torch.Tensor]]:
+    at = partial(_schedule, steps, peak, warmup)
+    return [(WARMUP_OFF_BY_ONE, at(first=0)), (WARMUP_OFF_BY_ONE, at(rise="step<=")),
+            (DECAY_NOT_OFFSET, at(offset="none")), (DECAY_NOT_OFFSET, at(offset="denominator")),
+            (DECAY_OFF_BY_ONE, at(offset="late")), (DECAY_OFF_BY_ONE, at(offset="stretched")),
+            (DECAYS_UPWARD, at(shape="upward")), (LINEAR_DECAY, at(shape="linear")),
+            (NO_WARMUP, at(rise="none")), (NO_WARMUP, at(rise="none", offset="none"))]
+
+
+def _shown_steps(steps: int, warmup: int) -> list[int]:
+    """The steps a message shows: the first, one inside the warm-up, the peak, the first of the decay, its middle
+    and the last."""
+    middle = warmup - 1 + (steps - warmup + 1) // 2
+    return sorted({0, warmup // 2, max(0, warmup - 1), min(warmup, steps - 1), middle, steps - 1})
+
+
+def _schedule_close(actual: torch.Tensor, expected: torch.Tensor, peak: float) -> bool:
+    return actual.shape == expected.shape and bool(((actual - expected).abs() <= 1e-6 * peak + 1e-5 * expected.abs())
+                                                   .all())
+
+
+def _expect_schedule(ev: Evidence, case: probes.ScheduleCase) -> None:
+    """Every step's learning rate of case against the formula, naming the typical mistake it matches, with a small
+    table of expected against actual at the steps that matter."""
+    __tracebackhide__ = True
+    if case.secret and not grading():
+        return
+    steps, peak, warmup = case.settings()
+    what = f"learning_rate(step, steps={steps}, peak={peak:g}, warmup={warmup})"
+    fact = ev.facts.get(case.key)
+    if isinstance(fact, dict) and fact.get("kind") == "raised":
+        raised(ev, case.key, f"{what} at step {ev.facts.get(f'{case.key}.step')}")
+    kind = value_kind(ev, case.key)
+    if kind == "missing":
+        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
+    if kind != "tensor" or case.key not in ev.tensors or ev.tensors[case.key].dtype != torch.float64:
+        shown = "None" if kind == "none" else str((fact or {}).get("type", "something else"))[:60]
+        fail(f"{what} returned {shown}; it should return the learning rate, a number (a float).")
+    actual = ev.tensors[case.key]
+    expected = _schedule(steps, peak, warmup)
+    if actual.shape != expected.shape:
+        fail(f"The test's record of {what} is inconsistent (its length).")
+    if _schedule_close(actual, expected, peak):
+        return
+    wrong = int(next(i for i in range(steps) if not _schedule_close(actual[i:i + 1], expected[i:i + 1], peak)))
+    shown = sorted({*_shown_steps(steps, warmup), wrong})
+    rows = [("step", "expected", "yours"), *((str(s), f"{float(expected[s]):.6g}", f"{float(actual[s]):.6g}")
+                                            for s in shown)]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    table = "\n".join("    " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
+    body = f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):\n"
+    for mistake, simulated in _schedule_mistakes(steps, peak, warmup):
+        if _schedule_close(actual, simulated, peak):
+            fail(f"{what} is not what was asked: {mistake.explanation}{body}{table}", mistake=mistake)
+    fail(f"{what} does not follow the schedule: lr = peak * (step + 1) / warmup for step < warmup, else "
+         "peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2." + body + table)
+
+
+each_case(probes.learning_rate_schedule, _expect_schedule,
+          passed="20 steps, 4 of warm-up: peak / 4 at step 0, the peak at step 3, half of it in the middle of the "
+                 "decay, 0 at step 19; and every step in between.")
+each_case(probes.learning_rate_hidden, _expect_schedule,
+          passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
+
+
+# train_step
+
+def _step_gradient(w: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The gradient of the mean squared error ((x w^T + b - y) ** 2).mean() with respect to w (float64)."""
+    leaves = {name: value.detach().clone().requires_grad_(True) for name, value in w.items()}
+    loss = ((x @ leaves["weight"].T + leaves["bias"] - y) ** 2).mean()
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    return dict(zip(leaves, grads, strict=True))
+
+
+def _norm(g: dict[str, torch.Tensor]) -> float:
+    return math.sqrt(sum(float((v ** 2).sum()) for v in g.values()))
+
+
+def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm", lr_set: str = "all",
+                 returned: str = "before") -> tuple[list[dict[str, torch.Tensor]], list[float | None]]:
+    """What two calls of a train_step do on the case, exactly (float64): the oracle with the defaults, a typical
+    mistake otherwise: zero (the gradients zeroed first), clip ("norm": the total norm, between backward and step;
+    "after-step": after the step; "before-backward": before backward, after zero_grad; "values": each entry
+    clamped), lr_set ("all" groups, "first" group only, "none"), returned ("before" or "after" clipping). Returns
+    the parameters after each call and the norms returned."""
+    model = case.model()
+    w = {name: p.detach().double() for name, p in model.named_parameters()}
+    grad = {name: torch.zeros_like(v) for name, v in w.items()}
+    lrs = {name: probes.INITIAL_LR for name in w}
+    after, norms = [], []
+    for i, lr in enumerate(case.lrs):
+        x, y = (v.double() for v in case.batch(i))
+        if lr_set != "none":
+            lrs = {name: lr if lr_set == "all" or name == "weight" else lrs[name] for name in w}
+        g = _step_gradient(w, x, y)
+        grad = {name: g[name] + (0 if zero else grad[name]) for name in w}
+        total = _norm(grad)
+        used = grad
+        if clip == "norm":
+            grad = used = {name: v * min(1.0, case.max_norm / (total + 1e-6)) for name, v in grad.items()}
+        elif clip == "values":
+            grad = used = {name: v.clamp(-case.max_norm, case.max_norm) for name, v in grad.items()}
+        w = {name: w[name] - lrs[name] * used[name] for name in w}
+        after.append(w)
+        clipped = min(total, case.max_norm) if total > case.max_norm else total
+        norms.append({"before": total, "after": clipped}[returned] if clip != "before-backward" else 0.0)
+    return after, norms
+
+
+def _step_mistakes(case: probes.StepCase) -> list[tuple[Mistake, list[dict[str, torch.Tensor]]]]:
+    return [(m, _train_steps(case, **changes)[0]) for m, changes in (
+        (LR_NOT_SET, {"lr_set": "none"}), (LR_ONE_GROUP, {"lr_set": "first"}), (NO_ZERO_GRAD, {"zero": False}),
+        (CLIPS_VALUES, {"clip": "values"}), (CLIPS_AFTER_STEP, {"clip": "after-step"}),
+        (NO_ZERO_GRAD, {"zero": False, "lr_set": "none"}))]
+
+
+def _updates_close(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
+                   before: dict[str, torch.Tensor], device: str) -> bool:
+    """The updates (after - before) agree, relative to the size of the expected update."""
+    rtol = 1e-3 if device == "cpu" else 1e-2
+    for name, want in expected.items():
+        move, done = want - before[name], actual[name] - before[name]
+        if done.shape != move.shape or not bool(((done - move).abs() <= rtol * (move.abs().max() + 1e-9)).all()):
+            return False
+    return True
+
+
+def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
+    """Two calls of train_step on case: the parameters after each against the oracle's (one SGD step along the
+    clipped gradient at lr), naming the typical mistake they match; then the norms returned, before clipping."""
+    __tracebackhide__ = True
+    if case.secret and not grading():
+        return
+    b, n_in, n_out = case.shape()
+    what = f"train_step(model, optimizer, loss, lr, max_norm={case.max_norm:g})"
+    label = (f"nn.Linear({n_in}, {n_out}) and SGD created at lr {probes.INITIAL_LR:g}, two calls at lr "
+             f"{case.lrs[0]:g} then {case.lrs[1]:g}; the weight's first row shown")
+    names = ("weight", "bias")
+    model = case.model()
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    for i in range(2):
+        raised(ev, f"{case.key}.norm{i}", f"{what} (call {i + 1})")
+
+    def params(stage: str) -> dict[str, torch.Tensor]:
+        out = {}
+        for name in names:
+            value = ev.tensors.get(f"{case.key}.{stage}.{name}")
+            if value is None or tuple(value.shape) != shapes[name] or not value.is_floating_point():
+                fail(f"The test recorded no {name} {stage} {what}: the check did not run to the end.")
+            out[name] = value.double()
+        return out
+
+    before = params("before")
+    expected, norms = _train_steps(case)
+    start = {name: p.detach().double() for name, p in model.named_parameters()}
+    if not all(torch.allclose(before[n], start[n], atol=1e-6) for n in names):
+        fail(f"The test's record of {what} is inconsistent (the parameters before the first call).")
+    for i in range(2):
+        actual = params(f"after{i}")
+        first = before if i == 0 else expected[i - 1]
+        if _updates_close(actual, expected[i], first, ev.device):
+            continue
+        if i == 0:
+            lrs = ev.facts.get(f"{case.key}.lrs0")
+            if _updates_close(actual, before, before, ev.device) or all(
+                    torch.equal(actual[n], before[n]) for n in names):
+                fail(f"{what} did not change the parameters: call loss.backward() and optimizer.step().",
+                     expected[0]["weight"][0], actual["weight"][0], label)
+        else:
+            lrs = ev.facts.get(f"{case.key}.lrs1")
+        for mistake, simulated in _step_mistakes(case):
+            if all(_updates_close(params(f"after{j}"), simulated[j], before if j == 0 else simulated[j - 1], ev.device)
+                   for j in range(i + 1)):
+                first_norm = ev.tensors.get(f"{case.key}.norm0")
+                if mistake is CLIPS_AFTER_STEP and first_norm is not None and first_norm.numel() == 1 and float(
+                        first_norm.reshape(())) == 0.0:
+                    mistake = CLIPS_BEFORE_BACKWARD  # unclipped steps, and clipping found no gradient to measure
+                about_lr = f" After call {i + 1} the optimizer's groups have lr {lrs}." if mistake in (
+                    LR_NOT_SET, LR_ONE_GROUP) else ""
+                fail(f"{what} is not what was asked: {mistake.explanation}{about_lr}", expected[i]["weight"][0],
+                     actual["weight"][0], label, mistake)
+        fail(f"{what} does not update the parameters as asked (call {i + 1}): set lr in every group, zero the "
+             "gradients, loss.backward(), clip the total norm with torch.nn.utils.clip_grad_norm_, then "
+             f"optimizer.step(). After call {i + 1} the optimizer's groups have lr {lrs}.",
+             expected[i]["weight"][0], actual["weight"][0], label)
+    for i in range(2):
+        key = f"{case.key}.norm{i}"
+        kind = value_kind(ev, key)
+        if kind != "tensor" or key not in ev.tensors or ev.tensors[key].numel() != 1:
+            shown = "None" if kind == "none" else str(ev.facts.get(f"{key}.type", "something else"))[:60]
+            fail(f"{what} returned {shown} (call {i + 1}); it should return the gradient norm before clipping, what "
+                 "torch.nn.utils.clip_grad_norm_ returns.")
+        got = float(ev.tensors[key].reshape(()))
+        if math.isclose(got, norms[i], rel_tol=1e-3):
+            continue
+        shown = torch.tensor(norms[i]), torch.tensor(got)
+        clipped = _train_steps(case, returned="after")[1][i]
+        loss = float(((case.batch(i)[0].double() @ (before if i == 0 else expected[0])["weight"].T
+                       + (before if i == 0 else expected[0])["bias"] - case.batch(i)[1].double()) ** 2).mean())
+        if math.isclose(got, clipped, rel_tol=1e-3):
+            fail(f"{what} is not what was asked: {NORM_AFTER_CLIPPING.explanation}", *shown,
+                 f"call {i + 1}, max_norm {case.max_norm:g}", NORM_AFTER_CLIPPING)
+        if math.isclose(got, loss, rel_tol=1e-3):
+            fail(f"{what} returned the loss (call {i + 1}); return the gradient norm before clipping, what "
+                 "torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
+        if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
+            fail(f"{what} is not what was asked: {CLIPS_BEFORE_BACKWARD.explanation}", *shown, f"call {i + 1}",
+                 CLIPS_BEFORE_BACKWARD)
+        fail(f"{what} returned {got:.6g} (call {i + 1}), not the gradient's total norm before clipping: return "
+             "what torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
+
+
+each_case(probes.train_step_update, _expect_steps,
+          passed="Two calls on a stand-in (a gradient norm below max_norm): each an SGD step at the lr given, along "
+                 "the gradient of its own loss only; the norm returned.")
+each_case(probes.train_step_clipping, _expect_steps,
+          passed="Two calls with a gradient norm above max_norm: each step along the gradient scaled to max_norm, "
+                 "clipped after backward and before the step; the norm before clipping returned.")
