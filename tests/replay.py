@@ -89,12 +89,14 @@ def _exec_cell(code: str, filename: str, namespace: dict) -> None:
 
 
 def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, folder: Path,
-         visit: Callable[[str, dict], None], seed: int | None = None) -> None:
+         visit: Callable[[str, dict], None], seed: int | None = None, from_cell: str | None = None) -> None:
     """Run the setup, answer and test cells of the source notebook in one namespace, as a kernel under grading
     does (NBGRADER_EXECUTION=autograde, so every check only probes and writes its record under folder), and
-    call visit(grade_id, nbgrader metadata) after each test cell."""
+    call visit(grade_id, nbgrader metadata) after each test cell; with from_cell, the test cells before that
+    answer cell are skipped."""
     nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
     namespace: dict = {"__name__": "__main__"}
+    reached = from_cell is None
     with _autograding(folder, seed):
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -105,12 +107,13 @@ def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, f
                 _exec_cell(cell.source, f"<{notebook}:setup>", namespace)
                 namespace["device"] = device
             elif meta.get("solution"):
+                reached = reached or gid == from_cell
                 code = answers.get(gid, answer(cell.source))
                 try:
                     _exec_cell(code, f"<{notebook}:{gid}>", namespace)
                 except Exception:  # noqa: BLE001 - a broken answer cell fails its tests, as in a kernel
                     pass
-            elif meta.get("grade"):
+            elif meta.get("grade") and reached:
                 try:
                     _exec_cell(cell.source, f"<{notebook}:{gid}>", namespace)
                 except AwaitingJudge:
@@ -127,9 +130,10 @@ def _notebook(assignment: str, answers: dict[str, str], notebook: str | None) ->
 
 
 def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str | None = None,
-          device: str = "cpu", seed: int | None = None) -> Result:
+          device: str = "cpu", seed: int | None = None, from_cell: str | None = None) -> Result:
     """Score one notebook of an assignment with these answer cells replaced (grade_id -> code); seed: the grader's
-    secret seed, for the kernel's probes and the judges (None: the fixed seeds a student works with)."""
+    secret seed, for the kernel's probes and the judges (None: the fixed seeds a student works with). from_cell:
+    only the test cells after this answer cell are run and scored (the ones before it cannot see it)."""
     answers = answers or {}
     result = Result(0.0, 0.0)
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
@@ -145,7 +149,8 @@ def grade(assignment: str, answers: dict[str, str] | None = None, notebook: str 
             if meta.get("hidden"):
                 result.hidden.add(gid)
 
-        _run(assignment, answers, _notebook(assignment, answers, notebook), device, Path(tmp), judged, seed)
+        _run(assignment, answers, _notebook(assignment, answers, notebook), device, Path(tmp), judged, seed,
+             from_cell)
     return result
 
 

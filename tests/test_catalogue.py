@@ -30,7 +30,8 @@ def _id(v):
 @cache
 def _graded(variant, under_grading: bool = False):
     seed = zlib.crc32(f"{variant.assignment}/{variant.name}".encode()) if under_grading else None
-    return grade(variant.assignment, {variant.cell: variant.code}, seed=seed)
+    # the test cells before the variant's answer cell run before it and cannot see it: only the later ones run
+    return grade(variant.assignment, {variant.cell: variant.code}, seed=seed, from_cell=variant.cell)
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)
