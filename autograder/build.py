@@ -52,7 +52,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from autograder import GradingError, course_dir
-from autograder.notebooks import answer_cells, filled, solution_skeleton
+from autograder.notebooks import answer_cells, filled, merge_streams, solution_skeleton
 
 #: student id -> what that sample submission is
 SAMPLE_STUDENTS = {
@@ -212,16 +212,8 @@ def cleaned(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        outputs = []
-        for output in cell.outputs:
-            if WIDGET_VIEW in output.get("data", {}):
-                continue
-            if (output.output_type == "stream" and outputs and outputs[-1].output_type == "stream"
-                    and outputs[-1].name == output.name):
-                outputs[-1].text += output.text
-            else:
-                outputs.append(output)
-        cell.outputs = outputs
+        cell.outputs = [output for output in cell.outputs if WIDGET_VIEW not in output.get("data", {})]
+        merge_streams(cell)
     nb.metadata.pop("widgets", None)
     return nb
 

@@ -48,7 +48,7 @@ from nbgrader.preprocessors.execute import UnresponsiveKernelError
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
 from autograder.kernels import SEED_CODE, UNKNOWN, Warm, move_entries, pool, remove_slot, stop
-from autograder.notebooks import add_note, grade_id
+from autograder.notebooks import add_note, grade_id, merge_streams
 from autograder.sandbox import reclaim
 from autograder.secret import notebook_seed
 from course.checks import seeds
@@ -383,7 +383,10 @@ class GradingExecute(Execute):
                                        traceback=[f"[autograder: not run: the notebook's time budget of "
                                                   f"{self.notebook_timeout} s ran out before this cell]"])]
             return cell, resources
-        return super().preprocess_cell(cell, resources, index)
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if cell.cell_type == "code":
+            merge_streams(cell)  # identical feedback however the kernel's messages were split
+        return cell, resources
 
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)

@@ -209,6 +209,18 @@ def test_the_last_cell_gets_only_what_is_left_of_the_budget():
     assert ex._get_timeout(nbformat.v4.new_code_cell("x")) == 60
 
 
+def test_printed_text_is_kept_as_one_output_however_the_kernel_split_it(tmp_path):
+    # the kernel sends each flush as its own message (a loaded machine splits one print the same way): kept
+    # split, the feedback of one submission differed between two gradings (a CI run, warm against cold)
+    cell = ("import sys, time\n"
+            "out, err = sys.stdout, sys.stderr\n"
+            "for text, stream in [('a\\n', out), ('b\\n', out), ('e\\n', err), ('c\\n', out)]:\n"
+            "    stream.write(text); stream.flush(); time.sleep(0.3)")
+    nb, _ = _run([cell], tmp_path)
+    outputs = [(o.name, o.text) for o in nb.cells[0].outputs]
+    assert outputs == [("stdout", "a\nb\n"), ("stderr", "e\n"), ("stdout", "c\n")], outputs
+
+
 def test_folder_usage_counts_bytes_and_files_and_stops_early(tmp_path):
     for i in range(50):
         (tmp_path / f"f{i}").write_bytes(b"x" * 1000)
