@@ -1,15 +1,17 @@
-"""08's language model against the modern decoder of course/modern.py (RMSNorm, rotary, SwiGLU, grouped-query
-attention) on 08's corpus: the figures assignment 09 will be designed from.
+"""Notebook 09's ablation at 08's full settings: 08's language model, then the parts of course/modern_decoder.py
+(RMSNorm, rotary positions, SwiGLU, grouped-query attention) added one at a time, on 08's corpus.
 
     .venv/bin/python benchmarks/modern_decoder.py [--threads N] [--device cpu|cuda] [--steps N] [--seeds N]
                                                   [--window N]
 
-For each seed it trains, with 08's training loop and settings and windows of --window characters: 08's model
-(learned positions of --window places), the modern model with one key/value head per query head, and with half
-as many. It prints each model's parameters, training time (wall and CPU), held-out bits per character against
-the grammar's entropy (the floor), and, on held-out text four windows long, the bits per character at the
-positions seen in training and at the later ones (learned positions have no vector there; rotary ones try). Then
-the cache per token of each model. It only reports; it exits non-zero only when something crashes.
+For each seed it trains, with 08's training loop and settings and windows of --window characters, the five models
+of notebook 09's table: 08's model (learned positions of --window places); the modern decoder with LayerNorm's
+replacement only (RMSNorm; learned positions, 05's ReLU MLP, a key/value head per query head); then with rotary
+positions; then with SwiGLU; then with half the key/value heads. It prints each model's parameters, training time
+(wall and CPU), held-out bits per character against the grammar's entropy (the floor) where the model can read
+whole sentences (rotary ones), the bits on windows of --window characters, and, for rotary models, on held-out
+text four windows long: the bits at the positions seen in training and at the later ones. Then the cache per
+token of each model. It only reports; it exits non-zero only when something crashes.
 """
 
 import time
@@ -17,20 +19,51 @@ import time
 import torch
 import torch.nn.functional as F
 from common import chosen_device, device_arguments, machine
+from torch import nn
 
 from course import seed_everything
 from course.corpus import CHARACTERS, corpus, encode, entropy_per_character
 from course.language_model import LanguageModel, next_token_loss
 from course.language_model_training import MODEL, TRAINING, bits_per_character, parameter_count, train
-from course.modern import ModernLanguageModel
+from course.modern_decoder import ModernLanguageModel
+from course.transformer_block import FeedForward
 
 
-def models(window: int, device: torch.device) -> dict[str, torch.nn.Module]:
-    """The three models, untrained, at 08's width and depth."""
+class LearnedPositions(nn.Module):
+    """A token embedding plus a learned vector per position (08's way), to put into the modern model: (b, t) ->
+    (b, t, k)."""
+
+    def __init__(self, tokens: nn.Embedding, max_len: int):
+        super().__init__()
+        self.tokens = tokens
+        self.positions = nn.Embedding(max_len, tokens.embedding_dim)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+
+
+def models(window: int, device: torch.device) -> dict[str, tuple[torch.nn.Module, bool]]:
+    """Notebook 09's ablation, untrained, at 08's width and depth: 08's model, then RMSNorm, rotary positions,
+    SwiGLU and half the key/value heads added one at a time to the modern decoder (the old parts swapped back in
+    as submodules, as the notebook does). name -> (model, whether it has rotary positions)."""
     vocab, k, heads, depth = len(CHARACTERS), MODEL.k, MODEL.heads, MODEL.depth
-    return {"08 (LayerNorm, learned positions, ReLU MLP)": LanguageModel(vocab, k, heads, depth, window),
-            f"modern, {heads} kv heads": ModernLanguageModel(vocab, k, heads, heads, depth, 4 * window),
-            f"modern, {heads // 2} kv heads": ModernLanguageModel(vocab, k, heads, heads // 2, depth, 4 * window)}
+
+    def modern(kv_heads: int, rotary: bool, swiglu: bool) -> ModernLanguageModel:
+        model = ModernLanguageModel(vocab, k, heads, kv_heads, depth, 4 * window)
+        if not swiglu:
+            for block in model.blocks:
+                block.ff = FeedForward(k, 4 * k)  # 05's ReLU MLP
+        if not rotary:
+            model.token_embedding = LearnedPositions(model.token_embedding, window)
+            model.cos.fill_(1.0)  # a rotation by zero
+            model.sin.zero_()
+        return model
+
+    return {"08 (LayerNorm, learned positions, ReLU MLP)": (LanguageModel(vocab, k, heads, depth, window), False),
+            "+ RMSNorm": (modern(heads, rotary=False, swiglu=False), False),
+            "+ rotary": (modern(heads, rotary=True, swiglu=False), True),
+            "+ SwiGLU": (modern(heads, rotary=True, swiglu=True), True),
+            f"+ GQA ({heads // 2} kv heads)": (modern(heads // 2, rotary=True, swiglu=True), True)}
 
 
 @torch.no_grad()
@@ -59,20 +92,20 @@ def main() -> None:
     print(f"{args.steps} steps of {TRAINING.batch_size} windows of {args.window} characters, lr {TRAINING.lr}; "
           f"the floor: {floor:.4f} bits/character")
     for seed in range(args.seeds):
-        for name, model in models(args.window, device).items():
+        for name, (model, rotary) in models(args.window, device).items():
             seed_everything(seed)
             model = model.to(device)
             start, cpu = time.perf_counter(), time.process_time()
             train(model, data.train, device, loss_fn=next_token_loss, steps=args.steps,
                   batch_size=TRAINING.batch_size, lr=TRAINING.lr, length=args.window, seed=seed)
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-            bits = bits_per_character(model, data.held_out, device) if isinstance(model, ModernLanguageModel) \
-                else float("nan")  # held-out sentences are longer than 08's window of learned positions
+            bits = bits_per_character(model, data.held_out, device) if rotary \
+                else float("nan")  # held-out sentences are longer than the window of learned positions
             seen = bits_by_position(model, held_out_text, args.window, device)
             line = (f"seed {seed}, {name}: {parameter_count(model):,} parameters, {seconds:.1f} s "
                     f"({cpu:.1f} s CPU); held-out sentences {bits:.4f} bits/char (+{bits - floor:.4f} over the "
                     f"floor); windows of {args.window}: {seen.mean():.4f}")
-            if isinstance(model, ModernLanguageModel):
+            if rotary:
                 longer = bits_by_position(model, held_out_text, 4 * args.window, device)
                 early, late = longer[: args.window - 1].mean(), longer[args.window - 1 :].mean()
                 line += f"; windows of {4 * args.window}: positions < {args.window} {early:.4f}, later ones {late:.4f}"

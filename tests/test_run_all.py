@@ -79,7 +79,9 @@ UNFINISHED = (("07_seq2seq", "seq2seq.ipynb", ("teacher_forcing_loss", "greedy_d
               ("08_language_model", "language_model.ipynb", ("language_model",)),
               ("08_language_model", "language_model.ipynb", ("next_token_loss",)),
               ("08_language_model", "language_model.ipynb",
-               ("sample_next_token", "generate", "cached_language_model", "generate_cached")))
+               ("sample_next_token", "generate", "cached_language_model", "generate_cached")),
+              ("09_modern_decoder", "modern_decoder.ipynb", ("modern_language_model",)),
+              ("09_modern_decoder", "modern_decoder.ipynb", ("grouped_query_attention", "modern_language_model")))
 
 
 @pytest.mark.parametrize("assignment,notebook,unfinished", UNFINISHED,

@@ -126,15 +126,18 @@ def test_a_judge_past_its_time_limit_fails_only_its_own_test(tmp_path):
 
 def test_every_probe_runs_with_the_judges_unimportable(tmp_path):
     """As in the sandbox: with course.judges refusing to import, every checks module imports and the probes of
-    07 and 08 (checks with prerequisites, models, generation) record the solution's evidence."""
+    07, 08 and 09 (checks with prerequisites, models, generation) record the solution's evidence; 09's with its
+    reference answers (course.modern_decoder) refusing to import too, as while 09 is graded."""
     script = (
         "import importlib, sys\n"
         "sys.modules['course.judges'] = None  # import course.judges... raises ImportError\n"
+        "sys.modules['course.modern_decoder'] = None  # hidden while 09 is graded\n"
         "sys.path.insert(0, 'tests')\n"
         "from replay import records\nfrom autograder.course_dir import module_name\n"
         f"for a in {ASSIGNMENTS!r}:\n"
         "    importlib.import_module('course.checks.' + module_name(a))\n"
-        "for a, nb in (('07_seq2seq', 'seq2seq.ipynb'), ('08_language_model', 'language_model.ipynb')):\n"
+        "for a, nb in (('07_seq2seq', 'seq2seq.ipynb'), ('08_language_model', 'language_model.ipynb'),\n"
+        "              ('09_modern_decoder', 'modern_decoder.ipynb')):\n"
         "    print(a, len(records(a, nb)))\n"
         "print('judges imported:', any(m.startswith('course.judges.') for m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=course_dir.ROOT, capture_output=True, text=True,
@@ -142,4 +145,4 @@ def test_every_probe_runs_with_the_judges_unimportable(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "judges imported: False" in done.stdout
     counts = dict(line.split() for line in done.stdout.splitlines() if line.startswith("0"))
-    assert counts == {"07_seq2seq": "26", "08_language_model": "19"}, done.stdout
+    assert counts == {"07_seq2seq": "26", "08_language_model": "19", "09_modern_decoder": "17"}, done.stdout

@@ -1,4 +1,4 @@
-"""The reference parts of the modern decoder (course/modern.py) against PyTorch's own pieces and the properties
+"""The reference parts of the modern decoder (course/modern_decoder.py) against PyTorch's own pieces and the properties
 assignment 09 will assert: RMSNorm = nn.RMSNorm, rotary = a complex rotation that makes q·k depend on the offset
 only, SwiGLU's size, grouped-query attention = F.scaled_dot_product_attention(enable_gqa=True), and the model's
 cache = its full forward."""
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course.language_model import generate, generate_cached
-from course.modern import (
+from course.modern_decoder import (
     GroupedQueryAttention,
     ModernLanguageModel,
     RMSNorm,

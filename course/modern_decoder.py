@@ -1,7 +1,7 @@
 """Reference parts of the modern decoder (assignment 09, in preparation): RMSNorm, rotary positions, SwiGLU and
 grouped-query attention, and the decoder built from them.
 
-No notebook uses this module yet; tests/test_modern.py checks it against PyTorch's own pieces (nn.RMSNorm,
+No notebook uses this module yet; tests/test_modern_decoder.py checks it against PyTorch's own pieces (nn.RMSNorm,
 F.scaled_dot_product_attention with enable_gqa, F.silu) and against the properties the assignment will assert.
 Conventions, as in the Llama family's code in Hugging Face transformers:
 - rotary pairs are halves: feature i of a head is rotated with feature i + s/2, at the angle position · θ_i,

@@ -1,0 +1,427 @@
+"""Probes for assignment 09: RMSNorm, rotary_tables, apply_rotary, SwiGLU, GroupedQueryAttention and
+ModernLanguageModel.
+
+Each check runs the student's code on the cases declared here and records what it gives; its judge (in
+course/judges/modern_decoder.py, hidden under grading) decides from that record alone, against PyTorch's own pieces
+with the check's weights copied in: nn.RMSNorm, a rotation written as complex multiplication, F.silu and
+F.scaled_dot_product_attention(enable_gqa=True). apply_rotary and the attention get tables of random angles (cos θ,
+sin θ), which any rotation must accept, so nothing here computes rotary_tables' answer. Under grading every random
+input and weight comes from the grader's secret seed, and the hidden checks add secret cases (course/checks/seeds.py).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from course.checks import modules, weights
+from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
+from course.checks.compare import generator, randn
+from course.checks.evidence import Recorder
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls_with_settings, property_check
+from course.checks.seeds import grading
+
+NORM_NAME = "RMSNorm"
+SWIGLU_NAME = "SwiGLU"
+ATTENTION_NAME = "GroupedQueryAttention"
+MODEL_NAME = "ModernLanguageModel"
+LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
+
+
+# ---------------------------------------------------------------- RMSNorm and SwiGLU: modules run on x
+
+def _x(shape: tuple[int, ...], seed: int, scale: float, shift: float) -> dict[str, torch.Tensor]:
+    return {"x": scale * (randn(*shape, seed=seed) + shift)}
+
+
+def x_case(key: str, shape: tuple[int, ...], seed: int, *, scale: float = 1.0, shift: float = 0.0, label: str = "",
+           upstream: int | None = None, secret: bool = False) -> Case:
+    """x = scale · (randn(shape) + shift) drawn from seed; upstream: the seed of an upstream gradient of x's shape."""
+    grad = None if upstream is None else partial(randn, *shape, seed=upstream)
+    words = label or f"x of shape {shape}" + (f", mean {shift:g}" if shift else "") + \
+        (f", times {scale:g}" if scale != 1.0 else "")
+    return Case(key, partial(_x, tuple(shape), seed, scale, shift), words, secret, grad)
+
+
+rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
+    Runs(Built("module0", (12,), 6000), (
+        x_case("y0", (3, 5, 12), 6001, shift=3.0, upstream=6002),
+        x_case("y0_scaled", (3, 5, 12), 6001, shift=3.0, scale=100.0,
+               label="100 times the same x: RMSNorm(100·x) = RMSNorm(x)"),
+        x_case("y0_small", (2, 3, 12), 6003, shift=1.0, scale=1e-3))),
+    Runs(Built("module1", (8, 0.1), 6010), (x_case("y1", (2, 4, 8), 6011, shift=0.5, scale=0.5,
+                                                   label="x of shape (2, 4, 8), eps=0.1"),)),
+    Runs(Built("module2", (6,), 6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))))
+
+rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
+    Runs(Built("module0", (16,), 6100), (x_case("y0", (1, 7, 16), 6101, shift=1.0, scale=1e-4),
+                                         x_case("y0_large", (2, 3, 16), 6102, shift=1.0, scale=1e4))),
+    Runs(Built("module1", (5, 1e-3), 6110), (x_case("y1", (3, 2, 4, 5), 6111, shift=0.3, scale=0.1),)),
+    Runs(Built("module2", (10,), 6120), (x_case("y2", (2, 9, 10), 6121, shift=2.0, upstream=6122, secret=True),
+                                         x_case("y2_small", (4, 10), 6123, scale=2e-4, secret=True)))))
+
+SWIGLU_LAYERS = ("gate", "up", "down")
+swiglu_oracle = builds_and_runs("swiglu_oracle", (
+    Runs(Built("module0", (8, 12), 6300), (x_case("y0", (2, 5, 8), 6301, upstream=6302),
+                                           x_case("y0_4d", (2, 3, 4, 8), 6303))),
+    Runs(Built("module1", (6, 16), 6310), (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), layers=SWIGLU_LAYERS)
+
+swiglu_hidden = builds_and_runs("swiglu_hidden", (
+    Runs(Built("module0", (12, 32), 6400), (x_case("y0", (1, 9, 12), 6401, upstream=6402),)),
+    Runs(Built("module1", (9, 4), 6410), (x_case("y1", (2, 2, 3, 9), 6411),)),
+    Runs(Built("module2", (10, 27), 6420), (x_case("y2", (3, 5, 10), 6421, secret=True),))), layers=SWIGLU_LAYERS)
+
+
+# ---------------------------------------------------------------- rotary_tables
+
+@dataclass(frozen=True)
+class TableCase:
+    """rotary_tables(t, s[, base=base], device=device) recorded under key; base None: the default."""
+
+    key: str
+    t: int
+    s: int
+    base: float | None = None
+    secret: bool = False
+
+    @property
+    def call(self) -> str:
+        base = "" if self.base is None else f", base={self.base:g}"
+        return f"rotary_tables({self.t}, {self.s}{base})"
+
+
+def secret_table(key: str, seed: int) -> "TableCase":
+    """Under grading: secret sizes 3 <= t <= 40, an even 4 <= s <= 32, a base between 50 and 20000."""
+    g = generator(seed)
+    t = int(torch.randint(3, 41, (), generator=g))
+    s = 2 * int(torch.randint(2, 17, (), generator=g))
+    base = float(torch.randint(50, 20001, (), generator=g))
+    return TableCase(key, t + (1 if t == s // 2 else 0), s, base, secret=True)
+
+
+def _probe_tables(cases: tuple[TableCase | Callable[[], TableCase], ...], rotary_tables: Callable,
+                  rec: Recorder) -> None:
+    for case in cases:
+        if callable(case):
+            if not grading():
+                continue
+            case = case()
+        if case.secret and not grading():
+            continue
+        base = {} if case.base is None else {"base": case.base}
+        rec.call(case.key, rotary_tables, case.t, case.s, **base, device=rec.device)
+
+
+rotary_tables = property_check("rotary_tables", _probe_tables, (
+    TableCase("tables0", 7, 8), TableCase("tables1", 5, 12, 100.0)))
+rotary_tables_hidden = property_check("rotary_tables_hidden", _probe_tables, (
+    TableCase("tables0", 64, 16), TableCase("tables1", 1, 2, 500.0), TableCase("tables2", 9, 6, 10.0),
+    partial(secret_table, "tables_secret", 6590)))
+
+
+# ---------------------------------------------------------------- apply_rotary
+
+def angle_tables(rows: int, half: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (rows, half) of random angles in (-π, π): any rotation must accept any angles."""
+    angles = (torch.rand(rows, half, generator=generator(seed)) * 2 - 1) * torch.pi
+    return angles.cos(), angles.sin()
+
+
+def _rotary_inputs(shape: tuple[int, ...], rows: int, offset: int | None, seed: int) -> dict[str, Any]:
+    cos, sin = angle_tables(rows, shape[-1] // 2, seed + 1)
+    inputs: dict[str, Any] = {"x": randn(*shape, seed=seed), "cos": cos, "sin": sin}
+    if offset is not None:
+        inputs["offset"] = offset
+    return inputs
+
+
+def rotary_case(key: str, shape: tuple[int, ...], seed: int, offset: int | None = None, extra: int = 2,
+                secret: bool = False) -> Case:
+    """apply_rotary(x, cos, sin[, offset]) on x of shape (..., t, s) and tables of random angles with
+    offset + t + extra rows."""
+    rows = (offset or 0) + shape[-2] + extra
+    label = f"x of shape {shape}, tables of random angles ({rows}, {shape[-1] // 2})" + \
+        ("" if offset is None else f", offset={offset}")
+    return Case(key, partial(_rotary_inputs, tuple(shape), rows, offset, seed), label, secret)
+
+
+apply_rotary_oracle = calls_with_settings("apply_rotary_oracle", (
+    rotary_case("y0", (2, 5, 8), 6200), rotary_case("y1", (2, 3, 4, 6), 6210),
+    rotary_case("y2", (1, 2, 3, 8), 6220, offset=4)))
+apply_rotary_hidden = calls_with_settings("apply_rotary_hidden", (
+    rotary_case("y0", (3, 1, 2, 7, 4), 6230, offset=0), rotary_case("y1", (9, 2), 6240, offset=11, extra=0),
+    rotary_case("y2", (2, 4, 1, 16), 6250, offset=20, extra=5),
+    rotary_case("y3", (2, 3, 6, 10), 6260, offset=3, secret=True)))
+
+
+@dataclass(frozen=True)
+class RelativeCase:
+    """Tables of the angles position · ω_i for random frequencies ω (`rows` positions); keys K (b, h, t, s) rotated
+    from position 0 (under keys) and from position offsets[1] - offsets[0] (under keys_shifted); one query
+    (b, h, 1, s) rotated at each of the two offsets (under q<offset>); and rows start .. start + length - 1 of K
+    rotated with offset=start (under rows)."""
+
+    seed: int
+    rows: int
+    shape: tuple[int, int, int, int]  # the keys' (b, h, t, s)
+    offsets: tuple[int, int]
+    start: int
+    length: int
+
+    @property
+    def shift(self) -> int:
+        return self.offsets[1] - self.offsets[0]
+
+    def tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        frequencies = torch.rand(self.shape[3] // 2, generator=generator(self.seed)) + 0.05  # (s/2,)
+        angles = torch.arange(self.rows, dtype=torch.float32)[:, None] * frequencies  # (rows, s/2)
+        return angles.cos(), angles.sin()
+
+    def keys(self) -> torch.Tensor:
+        return randn(*self.shape, seed=self.seed + 1)
+
+    def query(self) -> torch.Tensor:
+        b, h, _, s = self.shape
+        return randn(b, h, 1, s, seed=self.seed + 2)
+
+
+RELATIVE_CASE = RelativeCase(6270, 12, (2, 2, 6, 8), (2, 5), 2, 3)
+
+
+def _probe_relative(cases: tuple[RelativeCase, ...], apply_rotary: Callable, rec: Recorder) -> None:
+    (case,) = cases
+    cos, sin = (t.to(rec.device) for t in case.tables())
+    keys, query = case.keys().to(rec.device), case.query().to(rec.device)
+    rec.call("keys", apply_rotary, keys, cos, sin)
+    rec.call("keys_shifted", apply_rotary, keys, cos, sin, case.shift)
+    for offset in case.offsets:
+        rec.call(f"q{offset}", apply_rotary, query, cos, sin, offset)
+    rec.call("rows", apply_rotary, keys[..., case.start:case.start + case.length, :], cos, sin, case.start)
+
+
+apply_rotary_offset = property_check("apply_rotary_offset", _probe_relative, (RELATIVE_CASE,))
+
+
+# ---------------------------------------------------------------- GroupedQueryAttention
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """GroupedQueryAttention(k, heads, kv_heads) built under <key>.module with the check's weights (seed), called on
+    x (b, t, k) with tables of random angles (t + 3 rows) and a mask (t, t): "causal" or "random" (every query may
+    read itself). Its output pair under <key>.full. prefix > 0: also the first `prefix` positions alone
+    (<key>.first), then the rest with past = the cache that call returned (<key>.second). upstream: the full call
+    with autograd, the gradients of sum(out · randn) kept as grad.x and grad.<parameter>."""
+
+    key: str
+    k: int
+    heads: int
+    kv_heads: int
+    b: int
+    t: int
+    seed: int
+    mask: str = "causal"
+    prefix: int = 0
+    upstream: bool = False
+    secret: bool = False
+
+    @property
+    def s(self) -> int:
+        return self.k // self.heads
+
+    @property
+    def call(self) -> str:
+        return f"{ATTENTION_NAME}({self.k}, heads={self.heads}, kv_heads={self.kv_heads})"
+
+    @property
+    def label(self) -> str:
+        return f"{self.call}, x of shape {(self.b, self.t, self.k)}, {self.mask} mask"
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        cos, sin = angle_tables(self.t + 3, self.s // 2, self.seed + 2)
+        t = self.t
+        if self.mask == "causal":
+            mask = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
+        else:
+            mask = torch.rand(t, t, generator=generator(self.seed + 3)) < 0.5
+            mask[torch.arange(t), torch.arange(t)] = True  # (t, t): every query may read itself
+        return {"x": randn(self.b, t, self.k, seed=self.seed + 1), "cos": cos, "sin": sin, "mask": mask}
+
+    def upstream_gradient(self) -> torch.Tensor:
+        return randn(self.b, self.t, self.k, seed=self.seed + 4)
+
+
+def _attention_pair(result: Any) -> tuple | None:
+    """The (keys, values) of a forward's (out, (keys, values)), else None."""
+    if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], (tuple, list)) \
+            and len(result[1]) == 2:
+        return tuple(result[1])
+    return None
+
+
+def _run_attention(rec: Recorder, case: AttentionCase, cls: Callable) -> None:
+    module = modules.build(rec, f"{case.key}.module", cls, case.k, case.heads, case.kv_heads, seed=case.seed,
+                           layers=LAYERS)
+    if module is None:
+        return
+    inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
+    x, cos, sin, mask = inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"]
+    if case.upstream:
+        x = x.clone().requires_grad_(True)
+        with torch.enable_grad():
+            result = rec.call(f"{case.key}.full", module, x, cos, sin, mask)
+        out = result[0] if isinstance(result, (tuple, list)) and result else None
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            modules.backward(rec, out, case.upstream_gradient(), {"x": x}, module)
+    else:
+        with torch.no_grad():
+            rec.call(f"{case.key}.full", module, x, cos, sin, mask)
+    if case.prefix:
+        p = case.prefix
+        with torch.no_grad():
+            first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p])
+            past = _attention_pair(first)
+            if past is not None:
+                rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=past)
+
+
+def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:
+    for case in cases:
+        if case == "indivisible":
+            rec.call("indivisible_k", cls, 10, 4, 2)
+            rec.call("indivisible_heads", cls, 12, 4, 3)
+        elif not case.secret or grading():
+            _run_attention(rec, case, cls)
+
+
+# k != heads · kv_heads, head size != k, kv_heads < heads, t_q != t_k in the cache cases, batch > 1, odd lengths
+gqa_structure = property_check("gqa_structure", _probe_attention, (
+    AttentionCase("a", 24, 6, 2, 2, 5, 7000), "indivisible"))
+gqa_oracle = property_check("gqa_oracle", _probe_attention, (
+    AttentionCase("a", 24, 6, 2, 2, 5, 7100, upstream=True), AttentionCase("b", 24, 6, 3, 3, 6, 7110, "random"),
+    AttentionCase("c", 16, 4, 4, 2, 5, 7120), AttentionCase("d", 12, 3, 1, 2, 4, 7130, "random")))
+gqa_cache = property_check("gqa_cache", _probe_attention, (
+    AttentionCase("a", 24, 6, 2, 2, 7, 7200, prefix=4), AttentionCase("b", 16, 4, 2, 3, 6, 7210, prefix=5)))
+gqa_hidden = property_check("gqa_hidden", _probe_attention, (
+    AttentionCase("a", 20, 5, 1, 1, 9, 7300, "random", upstream=True), AttentionCase("b", 12, 2, 2, 4, 3, 7310),
+    AttentionCase("c", 32, 8, 4, 2, 8, 7320, prefix=3, secret=True)))
+
+
+# ---------------------------------------------------------------- ModernLanguageModel
+
+@dataclass(frozen=True)
+class ModelCase:
+    """b sequences of t tokens, and ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len)."""
+
+    b: int
+    t: int
+    vocab: int
+    k: int
+    heads: int
+    kv_heads: int
+    depth: int
+    max_len: int
+
+    @property
+    def call(self) -> str:
+        return (f"{MODEL_NAME}({self.vocab}, k={self.k}, heads={self.heads}, kv_heads={self.kv_heads}, "
+                f"depth={self.depth}, max_len={self.max_len})")
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """The model of case built under <key>.model with the check's weights (seed), run without autograd on random
+    tokens (seed + 10), logits under <key>.logits. changed: also on those tokens changed from each position on
+    (<key>.changed<j>); chunks: the same tokens fed chunk by chunk with the cache (<key>.step<i>); upstream: the
+    run with autograd, the gradients of sum(logits · randn) kept as grad.<parameter>; too_long: also max_len + 1
+    tokens (<key>.too_long), which must raise a ValueError."""
+
+    key: str
+    case: ModelCase
+    seed: int
+    changed: tuple[int, ...] = ()
+    chunks: tuple[int, ...] = ()
+    upstream: bool = False
+    too_long: bool = False
+    secret: bool = False
+
+    def tokens(self) -> torch.Tensor:
+        return torch.randint(self.case.vocab, (self.case.b, self.case.t), generator=generator(self.seed + 10))
+
+    def upstream_gradient(self) -> torch.Tensor:
+        return randn(self.case.b, self.case.t, self.case.vocab, seed=self.seed + 20)
+
+
+MODEL_PARTS = ("token_embedding", "blocks", "norm", "to_logits")
+BLOCK_PARTS = ("norm1", "attention", "norm2", "ff")
+_KINDS = (("Embedding", nn.Embedding), ("Linear", nn.Linear), ("ModuleList", nn.ModuleList),
+          ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
+
+
+def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
+    """tokens (b, t) with every token from position j on changed."""
+    changed = tokens.clone()
+    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
+    return changed
+
+
+def _model_facts(model: nn.Module) -> dict:
+    """Its named parts, its blocks' parts (by type name), and its buffers (name, shape, persistent)."""
+    facts: dict[str, Any] = {"parts": modules.part_facts(model, MODEL_PARTS, _KINDS), "buffers": weights.buffers(model)}
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
+        items = list(blocks)[:16]
+        facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
+        facts.update({f"blocks.{i}.parts": modules.part_facts(b, BLOCK_PARTS, _KINDS) for i, b in enumerate(items)})
+    return facts
+
+
+def _weighted_sum(upstream: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    return (logits * upstream.to(logits.device)).sum()
+
+
+def _probe_model(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec: Recorder) -> None:
+    for run in runs:
+        if run.secret and not grading():
+            continue
+        c = run.case
+        model = modules.build(rec, f"{run.key}.model", ModernLanguageModel, c.vocab, c.k, c.heads, c.kv_heads, c.depth,
+                              c.max_len, seed=run.seed, facts=_model_facts, train=False)
+        if model is None:
+            continue
+        tokens = run.tokens().to(rec.device)
+        if run.upstream:
+            modules.record_backward(rec, f"{run.key}.logits", model, tokens,
+                                    loss=partial(_weighted_sum, run.upstream_gradient()))
+        else:
+            with torch.no_grad():
+                rec.call(f"{run.key}.logits", model, tokens)
+        with torch.no_grad():
+            for j in run.changed:
+                rec.call(f"{run.key}.changed{j}", model, changed_tokens(tokens.cpu(), j, c.vocab).to(rec.device))
+            cache, start = None, 0
+            for i, size in enumerate(run.chunks):
+                result = rec.call(f"{run.key}.step{i}", model, tokens[:, start:start + size], cache=cache,
+                                  use_cache=True)
+                if not isinstance(result, (tuple, list)) or len(result) != 2:
+                    break
+                cache, start = result[1], start + size
+            if run.too_long:
+                rec.call(f"{run.key}.too_long", model, torch.zeros(1, c.max_len + 1, dtype=torch.long,
+                                                                   device=rec.device))
+
+
+# head size != k, kv_heads < heads, batch > 1, odd lengths
+modern_lm_structure = property_check("modern_lm_structure", _probe_model, (
+    ModelRun("a", ModelCase(2, 5, 11, 24, 6, 2, 2, 9), 8000),))
+modern_lm_oracle = property_check("modern_lm_oracle", _probe_model, (
+    ModelRun("a", ModelCase(3, 7, 11, 24, 6, 3, 2, 12), 8100), ModelRun("b", ModelCase(2, 5, 13, 16, 4, 2, 1, 5),
+                                                                       8200)))
+modern_lm_cache = property_check("modern_lm_cache", _probe_model, (
+    ModelRun("a", ModelCase(2, 8, 11, 24, 6, 2, 2, 10), 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
+modern_lm_hidden = property_check("modern_lm_hidden", _probe_model, (
+    ModelRun("a", ModelCase(1, 9, 7, 12, 3, 1, 3, 9), 8400, too_long=True),
+    ModelRun("b", ModelCase(2, 6, 9, 16, 4, 2, 2, 8), 8500, upstream=True),
+    ModelRun("c", ModelCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, chunks=(4, 1, 1), secret=True)))

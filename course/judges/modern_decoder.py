@@ -1,0 +1,945 @@
+"""Judges for assignment 09 (probes in course/checks/modern_decoder.py), read top to bottom: the mistakes they name;
+the oracles, PyTorch's own pieces carrying the check's weights — nn.RMSNorm, F.silu, the rotation written as complex
+multiplication (x_i + i·x_{i+s/2}) · e^{i·angle}, F.scaled_dot_product_attention(enable_gqa=True) and their
+composition into the model — with switches that turn on the typical mistakes; then one declaration per check, judging
+the cases its probe declared. Properties (the rotation is relative, the cache equals the full call, causality) are
+anchored to outputs the judge recomputes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from functools import partial
+from types import MappingProxyType
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from course.checks import modern_decoder as probes
+from course.checks import modules
+from course.checks.compare import (
+    NOT_A_TENSOR,
+    Mistake,
+    close,
+    expect_close,
+    expect_close_batch,
+    fail,
+    matches_any,
+    output,
+    raised,
+    tensor,
+    tolerance,
+    value_kind,
+)
+from course.checks.evidence import Evidence
+from course.checks.kinds import Built
+from course.checks.modern_decoder import (
+    ATTENTION_NAME,
+    MODEL_NAME,
+    NORM_NAME,
+    SWIGLU_NAME,
+    AttentionCase,
+    ModelCase,
+    ModelRun,
+    RelativeCase,
+    TableCase,
+)
+from course.checks.seeds import grading
+from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, each_case, expect_linear_layers
+
+DEFAULT_EPS = 1e-6
+DEFAULT_BASE = 10000.0
+
+# ---------------------------------------------------------------- mistakes
+
+RMS_EPS_OUTSIDE = Mistake("rms-eps-outside-root", "eps is added outside the square root, x / (sqrt(mean(x²)) + eps); "
+                          "it belongs inside: x / sqrt(mean(x²) + eps), so that it still protects inputs near 0.")
+RMS_MEAN_SUBTRACTED = Mistake("rms-mean-subtracted", "the mean is subtracted, as LayerNorm does. RMSNorm only divides "
+                              "by the root mean square: x / sqrt(mean(x²) + eps) · gain, the mean kept.")
+RMS_SUM = Mistake("rms-sum-not-mean", "the squares are summed, not averaged: x.pow(2).mean(dim=-1, keepdim=True).")
+RMS_NO_GAIN = Mistake("rms-no-gain", "the gain is not applied: multiply the normalised x by self.gain.")
+RMS_WRONG_DIM = Mistake("rms-wrong-dim", "the mean square is taken over the wrong dimension: each position's k "
+                        "features are normalised together, mean(dim=-1, keepdim=True).")
+RMS_DEFAULT_EPS = Mistake("rms-default-eps", "the default eps is not 1e-6: __init__(self, k, eps=1e-6).")
+
+ROTARY_EXPONENT = Mistake("rotary-exponent-i", "the frequencies are base^(−i/s); they are θ_i = base^(−2i/s) for "
+                          "i = 0 .. s/2 − 1, i.e. base ** (-torch.arange(0, s, 2) / s).")
+ROTARY_POSITIVE = Mistake("rotary-positive-exponent", "the frequencies are base^(+2i/s), which grow with i; they "
+                          "shrink: θ_i = base^(−2i/s).")
+ROTARY_FROM_ONE = Mistake("rotary-positions-from-one", "the positions start at 1; they are 0 .. t − 1 "
+                          "(torch.arange(t)), so position 0 is not rotated.")
+ROTARY_BASE_IGNORED = Mistake("rotary-base-ignored", "the base is fixed at 10000 instead of taken from the `base` "
+                              "argument.")
+ROTARY_FULL_WIDTH = Mistake("rotary-tables-full-width", "the tables are (t, s): the angles repeated for both halves. "
+                            "Each pair (x_i, x_{i+s/2}) shares one angle, so the tables are (t, s // 2).")
+ROTARY_FLOAT64 = Mistake("rotary-tables-float64", "the tables are float64: compute the angles in float64 for "
+                         "precision, then return cos and sin as float32 (.float()).")
+ROTARY_SWAPPED_TABLES = Mistake("rotary-tables-swapped", "cos and sin are swapped: return (cos, sin), in that order.")
+
+ROTARY_INTERLEAVED = Mistake("rotary-interleaved", "the pairs are interleaved, (x_{2i}, x_{2i+1}); this course "
+                             "rotates halves: feature i with feature i + s/2, x[..., :s//2] with x[..., s//2:].")
+ROTARY_BACKWARDS = Mistake("rotary-backwards", "the rotation goes backwards (the sign of sin is flipped): the first "
+                           "half becomes x1·cos − x2·sin and the second x1·sin + x2·cos.")
+ROTARY_HALVES_SWAPPED = Mistake("rotary-halves-swapped", "the two halves of the output are swapped: torch.cat([x1·cos "
+                                "− x2·sin, x1·sin + x2·cos], dim=-1), the first half first.")
+ROTARY_OFFSET_IGNORED = Mistake("rotary-offset-ignored", "the offset is ignored: x holds positions offset .. offset + "
+                                "t − 1, so use rows cos[offset : offset + t] and sin[offset : offset + t].")
+
+SWIGLU_GATE_SWAPPED = Mistake("swiglu-gate-swapped", "silu is applied to the wrong branch: silu(gate(x)) * up(x), "
+                              "the gate through silu, not up.")
+SWIGLU_RELU = Mistake("swiglu-relu", "a ReLU is used where SwiGLU uses silu (x · sigmoid(x), F.silu).")
+SWIGLU_SIGMOID = Mistake("swiglu-sigmoid", "a sigmoid is used (the original GLU); SwiGLU uses silu(x) = "
+                         "x · sigmoid(x).")
+SWIGLU_NO_GATE = Mistake("swiglu-no-gate", "there is no gating product: SwiGLU multiplies silu(gate(x)) with up(x) "
+                         "before down.")
+SWIGLU_BIAS = Mistake("swiglu-bias", "the layers have biases: create them with bias=False.")
+
+GQA_REPEAT_ORDER = Mistake("gqa-repeat-order", "the key/value heads are repeated in the wrong order (.repeat tiles "
+                           "them, so query head j reads kv head j % kv_heads). Each kv head serves a run of "
+                           "heads/kv_heads consecutive query heads: repeat_interleave(heads // kv_heads, dim=1).")
+GQA_VALUES_ROTATED = Mistake("gqa-values-rotated", "the values are rotated too: rotation encodes positions in the "
+                             "queries and keys, whose dot products it makes relative; the values are not rotated.")
+GQA_NOT_ROTATED = Mistake("gqa-not-rotated", "the queries or the keys are not rotated: apply_rotary to both, at the "
+                          "positions they hold.")
+GQA_SCALED_BY_K = Mistake("gqa-scaled-by-model-size", "the scores are divided by √k, the model size; each head's dot "
+                          "products are over s = k // heads features: divide by √s (the default of "
+                          "F.scaled_dot_product_attention).")
+GQA_MASK_IGNORED = Mistake("gqa-mask-ignored", "the mask is ignored: pass it on, attn_mask=mask.")
+GQA_CACHE_OFFSET = Mistake("gqa-cache-offset-ignored", "with a cache of t_past positions, the new queries and keys "
+                           "are rotated from position 0: they sit at positions t_past .. t_past + t − 1, so rotate "
+                           "with offset = past[0].shape[2].")
+GQA_CACHE_REPEATED = Mistake("gqa-cache-repeated", "the cache holds the keys and values after they were repeated for "
+                             "every query head, (b, heads, t, s); grouped-query attention caches only the kv_heads "
+                             "heads, (b, kv_heads, t, s): that is the memory it saves. Repeat them after caching.")
+GQA_CACHE_UNROTATED = Mistake("gqa-cache-unrotated", "the cache holds the keys before their rotation; cache the "
+                              "rotated keys, so that a later call rotates only its new keys.")
+GQA_BIAS = Mistake("gqa-bias", "the projections have biases: create them with bias=False.")
+NO_DIVISIBILITY_CHECK = Mistake("gqa-no-divisibility-check", "the constructor accepts sizes that do not divide: raise "
+                                "a ValueError unless heads divides k and kv_heads divides heads.")
+
+MODERN_POST_NORM = Mistake("modern-post-norm", "the blocks are post-norm, x = norm(x + sublayer(x)); this model is "
+                           "pre-norm: x = x + attention(norm1(x)), then x = x + ff(norm2(x)), and the final norm "
+                           "after the last block.")
+MODERN_NO_FINAL_NORM = Mistake("modern-no-final-norm", "the final RMSNorm is missing: apply self.norm before "
+                               "to_logits.")
+MODERN_NO_RESIDUAL = Mistake("modern-no-residual", "the residual connections are missing: x = x + "
+                             "attention(norm1(x)), then x = x + ff(norm2(x)).")
+MODERN_NO_MASK = Mistake("modern-no-causal-mask", "nothing is masked: every position reads the tokens after it. "
+                         "Build the causal mask, True where key j <= query i (shifted by the cache).")
+MODERN_MASK_NOT_OFFSET = Mistake("modern-cache-mask-not-offset", "the causal mask is not shifted by the cache: query "
+                                 "i of the new tokens is position t_past + i, so it may read keys j <= t_past + i: "
+                                 "torch.ones(t, t_past + t).tril(diagonal=t_past).")
+MODERN_TABLES_HEAD_SIZE = Mistake("modern-tables-head-size", "the rotary tables are made for the model size k; the "
+                                  "rotation acts on each head, so they are rotary_tables(max_len, k // heads).")
+MODERN_TABLES_PERSISTENT = Mistake("modern-tables-persistent", "the rotary tables are saved in the state_dict: they "
+                                   "are computed from the sizes, so register them with persistent=False.")
+MODERN_TABLES_NOT_BUFFERS = Mistake("modern-tables-not-buffers", "cos and sin are not buffers: register them with "
+                                    "self.register_buffer(\"cos\", cos, persistent=False) (a parameter would be "
+                                    "trained, a plain attribute would not follow .to(device)).")
+MODERN_NO_LENGTH_CHECK = Mistake("modern-no-length-check", "past max_len positions the model does not raise a "
+                                 "ValueError: the tables hold max_len positions, so check t_past + t first.")
+MODERN_READS_FUTURE = Mistake("modern-reads-future", "the model reads the future. The mask must be causal, True where "
+                              "key j <= query i: torch.ones(t, t_past + t).tril(diagonal=t_past).")
+MODERN_CACHE_DIFFERS = Mistake("modern-cache-differs", "a call with the cache does not give what one call on all the "
+                               "tokens gives.")
+
+
+def said(mistake: Mistake) -> str:
+    """The mistake's explanation as a sentence of its own."""
+    return mistake.explanation[0].upper() + mistake.explanation[1:]
+
+
+# ---------------------------------------------------------------- RMSNorm
+
+def _rms_oracle(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """nn.RMSNorm(k, eps) with the check's gain copied in."""
+    return functional_call(nn.RMSNorm(k, eps=eps), {"weight": w["gain"]}, (x,))
+
+
+def _rms_variant(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None, *,
+                 how: str, default: float | None = None) -> torch.Tensor:
+    """A typical mistake of RMSNorm, written out."""
+    eps = eps if default is None else default
+    gain = w["gain"]
+    square = x.pow(2)
+    if how == "eps-outside":
+        return x / (square.mean(-1, keepdim=True).sqrt() + eps) * gain
+    if how == "mean":
+        return F.layer_norm(x, (k,), gain, None, eps)
+    if how == "sum":
+        return x * torch.rsqrt(square.sum(-1, keepdim=True) + eps) * gain
+    if how == "no-gain":
+        return x * torch.rsqrt(square.mean(-1, keepdim=True) + eps)
+    if how == "all":
+        return x * torch.rsqrt(square.mean() + eps) * gain
+    if how == "dim0":
+        return x * torch.rsqrt(square.mean(0, keepdim=True) + eps) * gain
+    if how == "dim-2":
+        return x * torch.rsqrt(square.mean(-2, keepdim=True) + eps) * gain
+    return x * torch.rsqrt(square.mean(-1, keepdim=True) + eps) * gain  # "right", with another eps
+
+
+def _rms_simulators(k: int, eps: float | None = None, x: torch.Tensor | None = None
+                    ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
+    found: list[tuple[Mistake, Callable[..., torch.Tensor]]] = [
+        (RMS_EPS_OUTSIDE, partial(_rms_variant, how="eps-outside")), (RMS_MEAN_SUBTRACTED, partial(_rms_variant,
+                                                                                                   how="mean")),
+        (RMS_SUM, partial(_rms_variant, how="sum")), (RMS_NO_GAIN, partial(_rms_variant, how="no-gain")),
+        *((RMS_WRONG_DIM, partial(_rms_variant, how=how)) for how in ("all", "dim0", "dim-2"))]
+    if eps is None:  # built with the default eps
+        found += [(RMS_DEFAULT_EPS, partial(_rms_variant, how="right", default=other))
+                  for other in (1e-5, 1e-8, 0.0, torch.finfo(torch.float32).eps)]
+    return found
+
+
+def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """The norm was built and holds one parameter, gain (k,), and nothing else; the values the probe loaded."""
+    __tracebackhide__ = True
+    k = built.args[0]
+    what = f"{NORM_NAME}({', '.join(map(repr, built.args))})"
+    modules.built(ev, built.key, what)
+    w = modules.expect_parameters(ev, built.key, what, {"gain": (k,)}, built.seed,
+                                  hint="Register it in __init__: self.gain = nn.Parameter(torch.ones(k)).")
+    modules.expect_parameter_count(ev, built.key, what, k, "one gain per feature, k",
+                                   "RMSNorm has a gain and nothing else: no bias.")
+    return w
+
+
+def _norm_hint(**_: torch.Tensor) -> str:
+    return ("forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, for any number of "
+            "leading dimensions.")
+
+
+RMS = ForwardOracle(
+    NORM_NAME, "RMS normalisation", _norm_weights, _rms_oracle, "nn.RMSNorm with your gain",
+    simulators=_rms_simulators, hint=_norm_hint,
+    otherwise="It differs from nn.RMSNorm(k, eps) with your gain: x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · "
+              "gain.")
+
+against_forward(probes.rms_norm_oracle, RMS,
+                passed="Inputs with a mean far from 0, 100 times larger (the same output), tiny, eps=0.1, and 4-D: "
+                       "nn.RMSNorm with your gain; gradients reach x and gain.")
+against_forward(probes.rms_norm_hidden, RMS,
+                passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps of 1e-6, more shapes and "
+                       "gradients.")
+
+
+# ---------------------------------------------------------------- rotary_tables
+
+def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 0, sign: float = -1.0
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position · base^(sign · exponent · i / s), computed in float64: the formula (with the
+    defaults) or a typical mistake."""
+    theta = base ** (sign * exponent * torch.arange(s // 2, dtype=torch.float64) / s)  # (s/2,)
+    angles = torch.arange(first, first + t, dtype=torch.float64)[:, None] * theta  # (t, s/2)
+    return angles.cos().float(), angles.sin().float()
+
+
+def reference_tables(t: int, s: int, base: float = DEFAULT_BASE) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary tables from the formula: cos and sin of p · base^(−2i/s), (t, s // 2) float32."""
+    return _tables(t, s, base)
+
+
+def _table_case(case: TableCase | Callable[[], TableCase]) -> TableCase | None:
+    """The case, a secret one drawn (only under grading)."""
+    if callable(case):
+        return case() if grading() else None
+    return None if case.secret and not grading() else case
+
+
+def _expect_tables(ev: Evidence, spec: TableCase | Callable[[], TableCase]) -> None:
+    """The pair (cos, sin) recorded for the case: float32 tables (t, s // 2) of the formula's angles."""
+    __tracebackhide__ = True
+    case = _table_case(spec)
+    if case is None:
+        return
+    t, s = case.t, case.s
+    base = DEFAULT_BASE if case.base is None else case.base
+    what = case.call
+    hint = "Return (cos, sin), each (t, s // 2): cos and sin of position · θ_i, θ_i = base^(−2i/s)."
+    raised(ev, case.key, what, hint)
+    fact = ev.facts.get(case.key)
+    if value_kind(ev, case.key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
+        fail(f"{what} should return the pair (cos, sin) of two tensors.", mistake=NOT_A_TENSOR)
+    found = []
+    for i, name in enumerate(("cos", "sin")):
+        key = f"{case.key}.{i}"
+        got = tensor(ev, key)
+        if got is not None and got.dtype == torch.float64:
+            fail(f"{what} returns its {name} table in float64: compute the angles in float64 for precision, then "
+                 "return cos and sin as float32 (.float()).", mistake=ROTARY_FLOAT64)
+        found.append(output(ev, key, what=f"the {name} table of {what}", shape=(t, s // 2), shape_hints={
+            (t, s): ROTARY_FULL_WIDTH,
+            (s // 2, t): "That is the table transposed: one row per position, one column per frequency."},
+            dtype=torch.float32, hint=hint))
+    mistakes = [(ROTARY_EXPONENT, _tables(t, s, base, exponent=1.0)), (ROTARY_FROM_ONE, _tables(t, s, base, first=1)),
+                (ROTARY_POSITIVE, _tables(t, s, base, sign=1.0))]
+    if base != DEFAULT_BASE:
+        mistakes.append((ROTARY_BASE_IGNORED, _tables(t, s, DEFAULT_BASE)))
+    right = _tables(t, s, base)
+    mistakes.append((ROTARY_SWAPPED_TABLES, right[::-1]))
+    expect_close(torch.stack(found), torch.stack(right), what=f"{what}, (cos, sin) stacked,", device=ev.device,
+                 mistakes=[(m, torch.stack(pair)) for m, pair in mistakes], case=f"t={t}, s={s}, base={base:g}",
+                 otherwise="cos and sin of the angle position · θ_i, positions 0 .. t − 1 as rows, θ_i = base^(−2i/s) "
+                           "for i = 0 .. s/2 − 1 as columns; compute them in float64, then .float().")
+
+
+each_case(probes.rotary_tables, _expect_tables,
+          passed="cos and sin of position · base^(−2i/s): two float32 tables (t, s // 2), with the default base and "
+                 "another.")
+each_case(probes.rotary_tables_hidden, _expect_tables,
+          passed="More sizes (64 positions, one position, another base), on the notebook's device.")
+
+
+# ---------------------------------------------------------------- apply_rotary
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """The oracle: (x_i + i·x_{i+s/2}) · (cos + i·sin) for the rows offset .. offset + t − 1 of the tables, as complex
+    multiplication. x (..., t, s) -> (..., t, s)."""
+    t, half = x.shape[-2], x.shape[-1] // 2
+    z = torch.complex(x[..., :half], x[..., half:]) * torch.complex(cos[offset:offset + t], sin[offset:offset + t])
+    return torch.cat([z.real, z.imag], dim=-1)
+
+
+def _rotate_variant(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0, *, how: str
+                    ) -> torch.Tensor:
+    t, half = x.shape[-2], x.shape[-1] // 2
+    c, s = cos[offset:offset + t], sin[offset:offset + t]
+    if how == "offset":
+        return rotate(x, cos, sin, 0)
+    if how in ("interleaved", "interleaved-halves"):
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        a, b = x1 * c - x2 * s, x1 * s + x2 * c
+        return torch.stack([a, b], dim=-1).flatten(-2) if how == "interleaved" else torch.cat([a, b], dim=-1)
+    x1, x2 = x[..., :half], x[..., half:]
+    if how == "backwards":
+        return torch.cat([x1 * c + x2 * s, -x1 * s + x2 * c], dim=-1)
+    return torch.cat([x1 * s + x2 * c, x1 * c - x2 * s], dim=-1)  # "swapped"
+
+
+def _rotary_mistakes(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0
+                     ) -> list[tuple[Mistake, torch.Tensor]]:
+    found = [(ROTARY_INTERLEAVED, _rotate_variant(x, cos, sin, offset, how="interleaved")),
+             (ROTARY_INTERLEAVED, _rotate_variant(x, cos, sin, offset, how="interleaved-halves")),
+             (ROTARY_BACKWARDS, _rotate_variant(x, cos, sin, offset, how="backwards")),
+             (ROTARY_HALVES_SWAPPED, _rotate_variant(x, cos, sin, offset, how="swapped"))]
+    if offset:
+        found.append((ROTARY_OFFSET_IGNORED, rotate(x, cos, sin, 0)))
+    return found
+
+
+def _rotary_shape(x: torch.Tensor, **_: Any) -> tuple[int, ...]:
+    return tuple(x.shape)
+
+
+_ROTARY_HINT = ("cos and sin are (rows, s/2), one angle per pair (x_i, x_{i+s/2}): take rows offset .. offset + t − 1 "
+                "(shape (t, s/2)), split x into halves x1 = x[..., :s//2], x2 = x[..., s//2:], and return "
+                "torch.cat([x1·cos − x2·sin, x1·sin + x2·cos], dim=-1).")
+
+ROTARY = Oracle("apply_rotary(x, cos, sin, offset)", rotate, "rotation as complex multiplication", shape=_rotary_shape,
+                mistakes=_rotary_mistakes, otherwise=_ROTARY_HINT, hint=_ROTARY_HINT)
+
+against(probes.apply_rotary_oracle, ROTARY,
+        passed="x of 3 and 4 dimensions, tables of random angles, offsets 0 and 4: the rotation of each pair (x_i, "
+               "x_{i+s/2}) as complex multiplication.")
+against(probes.apply_rotary_hidden, ROTARY,
+        passed="More shapes (5-D, a single position, 2-D), offsets up to 20 and tables longer than needed.")
+
+
+def _expect_relative(ev: Evidence, case: RelativeCase) -> None:
+    """Lengths are kept; offset picks the rows of the tables; q·k after rotation depends only on the distance of the
+    positions; and the rotation is the oracle's (or a typical mistake's)."""
+    __tracebackhide__ = True
+    cos, sin = case.tables()
+    keys_in = case.keys()
+    b, h, t, s = case.shape
+    first, last = case.offsets
+    shift = case.shift
+    keys = output(ev, "keys", what="apply_rotary(keys, cos, sin)", shape=(b, h, t, s), hint=_ROTARY_HINT)
+    tol = tolerance(ev.device)
+    if not close(keys.norm(dim=-1), keys_in.norm(dim=-1), **tol):
+        fail("apply_rotary changes the lengths of the vectors: a rotation keeps them. Each pair (x_i, x_{i+s/2}) "
+             "becomes (x_i·cos − x_{i+s/2}·sin, x_i·sin + x_{i+s/2}·cos).", keys_in.norm(dim=-1)[0, 0],
+             keys.norm(dim=-1)[0, 0], case="the length of every key, sequence 0, head 0")
+    start, length = case.start, case.length
+    rows = output(ev, "rows", what=f"apply_rotary(keys[..., {start}:{start + length}, :], cos, sin, offset={start})",
+                  shape=(b, h, length, s), hint=_ROTARY_HINT)
+    if not close(rows, keys[..., start:start + length, :], **tol):
+        ignored = matches_any(rows, [rotate(keys_in[..., start:start + length, :], cos, sin, 0)], ev.device)
+        fail(f"apply_rotary(x, cos, sin, offset={start}) on rows {start} .. {start + length - 1} of the keys should "
+             "give those rows of the keys rotated from position 0. "
+             + (ROTARY_OFFSET_IGNORED.explanation if ignored else "Use the rows offset .. offset + t − 1 of cos and "
+                "sin."), keys[0, 0, start:start + length], rows[0, 0], case="sequence 0, head 0",
+             mistake=ROTARY_OFFSET_IGNORED if ignored else None)
+    shifted = output(ev, "keys_shifted", what=f"apply_rotary(keys, cos, sin, offset={shift})", shape=(b, h, t, s),
+                     hint=_ROTARY_HINT)
+    queries = {o: output(ev, f"q{o}", what=f"apply_rotary(query, cos, sin, offset={o})", shape=(b, h, 1, s),
+                         hint=_ROTARY_HINT) for o in case.offsets}
+    near = (queries[first] * keys).sum(-1)  # (b, h, t): the query at `first`, the keys at 0 .. t - 1
+    far = (queries[last] * shifted).sum(-1)  # the same vectors, every position moved by `shift`
+    if not close(far, near, **tol):
+        fail(f"q·k after the rotation should depend only on how far apart the two positions are: moving the query "
+             f"from position {first} to {last} and every key by {shift} as well should change no dot product. Are "
+             "the rows offset .. offset + t − 1 of cos and sin used?", near[0, 0], far[0, 0],
+             case=f"the query's dot products with the keys, sequence 0, head 0, shift {shift}")
+    right = rotate(keys_in, cos, sin)
+    if not matches_any(keys, [right, *(out for _, out in _rotary_mistakes(keys_in, cos, sin))], ev.device):
+        fail("apply_rotary keeps lengths and is relative, but it is not a rotation of pairs by the tables' angles: "
+             + _ROTARY_HINT, right[0, 0], keys[0, 0], case="the keys, sequence 0, head 0")
+
+
+each_case(probes.apply_rotary_offset, _expect_relative,
+          passed="Lengths are kept; offset=2 rotates rows 2-4 as positions 2-4; q·k depends only on the distance "
+                 "of the positions (the query at 2 or 5, the keys moved by 3 too).")
+
+
+# ---------------------------------------------------------------- SwiGLU
+
+def _swiglu(w: Mapping[str, torch.Tensor], k: int, hidden: int, x: torch.Tensor | None = None, *,
+            act: Callable[[torch.Tensor], torch.Tensor] = F.silu, swapped: bool = False, gated: str = "both"
+            ) -> torch.Tensor:
+    """down(act(gate(x)) * up(x)) with the check's weights (F.linear, F.silu); switches for the typical mistakes."""
+    gate, up = F.linear(x, w["gate.weight"]), F.linear(x, w["up.weight"])
+    if swapped:
+        gate, up = up, gate
+    inner = act(gate) * up if gated == "both" else act(gate if gated == "gate" else up)
+    return F.linear(inner, w["down.weight"])
+
+
+def _swiglu_simulators(k: int, hidden: int, x: torch.Tensor | None = None
+                       ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
+    return [(SWIGLU_GATE_SWAPPED, partial(_swiglu, swapped=True)), (SWIGLU_RELU, partial(_swiglu, act=F.relu)),
+            (SWIGLU_SIGMOID, partial(_swiglu, act=torch.sigmoid)), (SWIGLU_NO_GATE, partial(_swiglu, gated="gate")),
+            (SWIGLU_NO_GATE, partial(_swiglu, gated="up"))]
+
+
+def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """gate and up nn.Linear(k, hidden, bias=False), down nn.Linear(hidden, k, bias=False), nothing else."""
+    __tracebackhide__ = True
+    k, hidden = built.args
+    what = f"{SWIGLU_NAME}({k}, {hidden})"
+    into = (k, hidden, False, "nn.Linear(k, hidden, bias=False)")
+    layers = {"gate": into, "up": into, "down": (hidden, k, False, "nn.Linear(hidden, k, bias=False)")}
+    w = expect_linear_layers(ev, built.key, what, SWIGLU_NAME, layers, "Two of SwiGLU's layers are one object: gate, "
+                             "up and down each need their own nn.Linear.", dict.fromkeys(layers, SWIGLU_BIAS),
+                             built.seed)
+    modules.expect_parameter_count(ev, built.key, what, 3 * k * hidden, "three k × hidden matrices, 3·k·hidden",
+                                   "SwiGLU holds gate, up and down, without biases.")
+    return w
+
+
+SWIGLU = ForwardOracle(
+    SWIGLU_NAME, "SwiGLU", _swiglu_weights, _swiglu, "F.linear and F.silu with your weights",
+    simulators=_swiglu_simulators, hint=lambda **_: "forward should compute down(silu(gate(x)) * up(x)).",
+    otherwise="forward should compute self.down(F.silu(self.gate(x)) * self.up(x)).")
+
+against_forward(probes.swiglu_oracle, SWIGLU,
+                passed="down(silu(gate(x)) · up(x)) with your weights, F.linear and F.silu, on 3-D and 4-D inputs; "
+                       "gradients reach x and every weight.")
+against_forward(probes.swiglu_hidden, SWIGLU,
+                passed="More sizes (a hidden size below k, one of 8k/3), on the notebook's device, with gradients.")
+
+
+# ---------------------------------------------------------------- grouped-query attention
+
+def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(b, t, heads·s) -> (b, heads, t, s)."""
+    b, t, width = x.shape
+    return x.view(b, t, heads, width // heads).transpose(1, 2)
+
+
+def _merged(x: torch.Tensor) -> torch.Tensor:
+    """(b, h, t, s) -> (b, t, h·s)."""
+    b, h, t, s = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * s)
+
+
+def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: torch.Tensor, cos: torch.Tensor,
+        sin: torch.Tensor, mask: torch.Tensor, past: tuple | None = None, *, prefix: str = "",
+        repeat: str = "interleave", rotate_queries: bool = True, rotate_keys: bool = True,
+        rotate_values: bool = False, scale: float | None = None, use_mask: bool = True, offset: bool = True,
+        cache_rotated: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Grouped-query attention with the check's weights: the judge's rotation on queries and keys, then
+    F.scaled_dot_product_attention(enable_gqa=True); (out (b, t, k), (keys, values) (b, kv_heads, T, s)). The
+    keywords switch on the typical mistakes (the cache it returns is the one each mistake keeps)."""
+    def project(name: str, n: int) -> torch.Tensor:
+        return _heads(F.linear(x, w[f"{prefix}{name}.weight"]), n)
+
+    start = past[0].shape[2] if past is not None and offset else 0
+    q, keys, values = project("to_queries", heads), project("to_keys", kv_heads), project("to_values", kv_heads)
+    raw = keys
+    if rotate_queries:
+        q = rotate(q, cos, sin, start)
+    if rotate_keys:
+        keys = rotate(keys, cos, sin, start)
+    if rotate_values:
+        values = rotate(values, cos, sin, start)
+    if past is not None:
+        keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)  # (b, g, T, s)
+        raw = torch.cat([past[0], raw], dim=2)
+    attn_mask = mask if use_mask else None
+    if repeat == "interleave":
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, scale=scale, enable_gqa=True)
+    else:  # .repeat: query head j reads kv head j % kv_heads
+        group = heads // kv_heads
+        out = F.scaled_dot_product_attention(q, keys.repeat(1, group, 1, 1), values.repeat(1, group, 1, 1),
+                                             attn_mask=attn_mask, scale=scale)
+    out = F.linear(_merged(out), w[f"{prefix}unify_heads.weight"])  # (b, t, k)
+    return out, ((keys if cache_rotated else raw), values)
+
+
+def _gqa_switches(k: int, heads: int) -> tuple[tuple[Mistake, Mapping[str, Any]], ...]:
+    """The typical mistakes of one call without a cache, as switches of gqa."""
+    return ((GQA_REPEAT_ORDER, MappingProxyType({"repeat": "tile"})),
+            (GQA_VALUES_ROTATED, MappingProxyType({"rotate_values": True})),
+            (GQA_NOT_ROTATED, MappingProxyType({"rotate_keys": False})),
+            (GQA_NOT_ROTATED, MappingProxyType({"rotate_queries": False})),
+            (GQA_NOT_ROTATED, MappingProxyType({"rotate_keys": False, "rotate_queries": False})),
+            (GQA_SCALED_BY_K, MappingProxyType({"scale": 1 / math.sqrt(k)})),
+            (GQA_MASK_IGNORED, MappingProxyType({"use_mask": False})))
+
+
+def _gqa_weights(ev: Evidence, case: AttentionCase) -> dict[str, torch.Tensor]:
+    """The four projections, separate nn.Linear without biases of the grouped sizes; the values the probe loaded."""
+    __tracebackhide__ = True
+    k, g, s = case.k, case.kv_heads, case.s
+    square = (k, k, False, "nn.Linear(k, k, bias=False)")
+    grouped = (k, g * s, False, "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
+    layers = {"to_queries": square, "to_keys": grouped, "to_values": grouped, "unify_heads": square}
+    key = f"{case.key}.module"
+    w = expect_linear_layers(ev, key, case.call, ATTENTION_NAME, layers, f"Two of {ATTENTION_NAME}'s layers are one "
+                             "object: queries, keys, values and unify_heads each need their own nn.Linear.",
+                             dict.fromkeys(layers, GQA_BIAS), case.seed)
+    modules.expect_parameter_count(ev, key, case.call, 2 * k * k + 2 * k * g * s, "2k² + 2·k·kv_heads·s",
+                                   "Are extra layers registered?")
+    return w
+
+
+_GQA_HINT = ("forward(x, cos, sin, mask, past=None): project, split into heads (queries: heads, keys and values: "
+             "kv_heads), rotate queries and keys with apply_rotary at offset t_past, append them to the cache, "
+             "repeat_interleave the keys and values to `heads` heads, F.scaled_dot_product_attention with "
+             "attn_mask=mask, merge, unify_heads; return (out, (keys, values)).")
+
+
+def _gqa_pair(ev: Evidence, key: str, case: AttentionCase, t: int, positions: int, what: str
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """out (b, t, k) and the cached keys and values (b, kv_heads, positions, s) a call recorded under key."""
+    __tracebackhide__ = True
+    raised(ev, key, what, _GQA_HINT)
+    fact = ev.facts.get(key)
+    if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2 \
+            or value_kind(ev, f"{key}.1") != "tuple" or ev.facts.get(f"{key}.1", {}).get("length") != 2:
+        fail(f"{what} should return the pair (out, (keys, values)): the output and the cache for the next call.")
+    out = output(ev, f"{key}.0", what=what, shape=(case.b, t, case.k), hint=_GQA_HINT)
+    shape = (case.b, case.kv_heads, positions, case.s)
+    cached = []
+    for i, name in enumerate(("keys", "values")):
+        value = tensor(ev, f"{key}.1.{i}")
+        if value is None:
+            fail(f"The cached {name} {what} returned are not a tensor.")
+        if tuple(value.shape) != shape:
+            if value.dim() == 4 and value.shape[1] == case.heads != case.kv_heads:
+                fail(f"The cached {name} {what} returned have shape {tuple(value.shape)}, expected (b, kv_heads, t, "
+                     f"s) = {shape}: {GQA_CACHE_REPEATED.explanation}", mistake=GQA_CACHE_REPEATED)
+            fail(f"The cached {name} {what} returned have shape {tuple(value.shape)}; expected (b, kv_heads, t_past "
+                 f"+ t, s) = {shape}, all positions so far, before the heads are repeated.")
+        cached.append(value)
+    return out, cached[0], cached[1]
+
+
+def _expect_gqa_out(ev: Evidence, out: torch.Tensor, w: Mapping[str, torch.Tensor], case: AttentionCase,
+                    inputs: Mapping[str, torch.Tensor], what: str, label: str, past: tuple | None = None,
+                    extra: tuple[tuple[Mistake, Mapping[str, Any]], ...] = ()) -> None:
+    """out against the oracle, naming the typical mistake it matches."""
+    __tracebackhide__ = True
+    args = (case.k, case.heads, case.kv_heads, inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"], past)
+    with torch.no_grad():
+        want = gqa(w, *args)[0]
+        mistakes = [(m, gqa(w, *args, **sw)[0]) for m, sw in (*extra, *_gqa_switches(case.k, case.heads))]
+    expect_close_batch(out, want, what=what, device=ev.device, mistakes=mistakes, case=label,
+                       otherwise="It differs from F.scaled_dot_product_attention(enable_gqa=True) on your projections, "
+                                 "rotated. " + _GQA_HINT)
+
+
+def _expect_cache_values(ev: Evidence, keys: torch.Tensor, values: torch.Tensor,
+                         right: tuple[torch.Tensor, torch.Tensor], unrotated: torch.Tensor,
+                         rotated_values: torch.Tensor, what: str, label: str) -> None:
+    """The cached keys are the rotated keys, the values the plain values."""
+    __tracebackhide__ = True
+    expect_close(keys, right[0], what=f"The key cache of {what}", device=ev.device, case=label,
+                 mistakes=[(GQA_CACHE_UNROTATED, unrotated)], otherwise="Cache the rotated keys, kv_heads heads.")
+    expect_close(values, right[1], what=f"The value cache of {what}", device=ev.device, case=label,
+                 mistakes=[(GQA_VALUES_ROTATED, rotated_values)], otherwise="Cache the values, kv_heads heads.")
+
+
+def _expect_gqa_case(ev: Evidence, case: AttentionCase) -> None:
+    """The module's structure; the full call against the oracle (its gradients too); and the cached calls."""
+    __tracebackhide__ = True
+    if case.secret and not grading():
+        return
+    w = _gqa_weights(ev, case)
+    inputs = case.inputs()
+    what = f"{case.call}.forward(x, cos, sin, mask)"
+    out, keys, values = _gqa_pair(ev, f"{case.key}.full", case, case.t, case.t, what)
+    _expect_gqa_out(ev, out, w, case, inputs, what, case.label)
+    args = (case.k, case.heads, case.kv_heads, inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"])
+    with torch.no_grad():
+        right = gqa(w, *args)[1]
+        unrotated = gqa(w, *args, cache_rotated=False)[1][0]
+        rotated_values = gqa(w, *args, rotate_values=True)[1][1]
+    _expect_cache_values(ev, keys, values, right, unrotated, rotated_values, what, case.label)
+    if case.upstream:
+        modules.expect_attached(ev, f"{case.key}.full.0", what)
+        cos, sin, mask = inputs["cos"], inputs["sin"], inputs["mask"]
+
+        def forward(leaves: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+            return gqa(leaves, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[0]
+
+        grads = modules.autograd(forward, w, {"x": inputs["x"]}, case.upstream_gradient())
+        modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=case.label,
+                                 oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
+    if case.prefix:
+        _expect_cached(ev, case, w, inputs)
+
+
+def _expect_cached(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor],
+                   inputs: Mapping[str, torch.Tensor]) -> None:
+    """The first `prefix` positions alone, then the rest with their cache: the outputs and caches of one call."""
+    __tracebackhide__ = True
+    p, t = case.prefix, case.t
+    x, cos, sin, mask = inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"]
+    first_in = {"x": x[:, :p], "cos": cos, "sin": sin, "mask": mask[:p, :p]}
+    what = f"{case.call}.forward(x[:, :{p}], cos, sin, mask[:{p}, :{p}])"
+    out, keys, values = _gqa_pair(ev, f"{case.key}.first", case, p, p, what)
+    label = f"{case.call}, the first {p} of {t} positions"
+    _expect_gqa_out(ev, out, w, case, first_in, what, label)
+    args = (case.k, case.heads, case.kv_heads, x[:, :p], cos, sin, mask[:p, :p])
+    with torch.no_grad():
+        past = gqa(w, *args)[1]
+        unrotated = gqa(w, *args, cache_rotated=False)[1][0]
+        rotated_values = gqa(w, *args, rotate_values=True)[1][1]
+    _expect_cache_values(ev, keys, values, past, unrotated, rotated_values, what, label)
+    second_in = {"x": x[:, p:], "cos": cos, "sin": sin, "mask": mask[p:]}
+    what = f"{case.call}.forward(x[:, {p}:], cos, sin, mask[{p}:], past=(keys, values) of {p} positions)"
+    label = f"{case.call}, {t - p} new positions after a cache of {p}"
+    out, keys, values = _gqa_pair(ev, f"{case.key}.second", case, t - p, t, what)
+    _expect_gqa_out(ev, out, w, case, second_in, what, label, past,
+                    extra=((GQA_CACHE_OFFSET, MappingProxyType({"offset": False})),))
+    with torch.no_grad():
+        full = gqa(w, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[1]
+    expect_close(keys, full[0], what=f"The key cache of {what}", device=ev.device, case=label,
+                 otherwise="After the call, the cache holds the rotated keys of all positions: the cached ones, then "
+                           "the new ones, torch.cat([past[0], keys], dim=2).", mistakes=[])
+    expect_close(values, full[1], what=f"The value cache of {what}", device=ev.device, case=label,
+                 otherwise="After the call, the cache holds the values of all positions, "
+                           "torch.cat([past[1], values], dim=2).")
+
+
+def _expect_gqa_structure(ev: Evidence, item: AttentionCase | str) -> None:
+    """Structure, output and cache shapes, anchored to real computations; ValueError for sizes that do not divide."""
+    __tracebackhide__ = True
+    if item != "indivisible":
+        case = item
+        w = _gqa_weights(ev, case)
+        inputs = case.inputs()
+        what = f"{case.call}.forward(x, cos, sin, mask)"
+        out, _, _ = _gqa_pair(ev, f"{case.key}.full", case, case.t, case.t, what)
+        args = (case.k, case.heads, case.kv_heads, inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"])
+        with torch.no_grad():
+            candidates = [gqa(w, *args)[0], *(gqa(w, *args, **sw)[0] for _, sw in _gqa_switches(case.k, case.heads))]
+        if not matches_any(out, candidates, ev.device):
+            fail(f"{ATTENTION_NAME} has the right layers and shapes, but its output is not grouped-query attention "
+                 f"with its weights, right or typically wrong. {_GQA_HINT}", candidates[0][0], out[0],
+                 case=case.label + ", sequence 0")
+        return
+    for key, call in (("indivisible_k", f"{ATTENTION_NAME}(10, heads=4, kv_heads=2)"),
+                      ("indivisible_heads", f"{ATTENTION_NAME}(12, heads=4, kv_heads=3)")):
+        fact = ev.facts.get(key)
+        if not isinstance(fact, dict):
+            fail(f"The test recorded nothing for {call}: the check did not run to the end.")
+        if fact.get("not_implemented"):
+            raised(ev, key, call)
+        if fact.get("kind") != "raised":
+            fail(f"{call} was created without complaint. {said(NO_DIVISIBILITY_CHECK)}",
+                 mistake=NO_DIVISIBILITY_CHECK)
+        if fact.get("type") != "ValueError":
+            fail(f"{call} raised {str(fact.get('type'))[:60]}; raise a ValueError, the exception for an argument of "
+                 "the right type and a wrong value.", mistake=NO_DIVISIBILITY_CHECK)
+
+
+each_case(probes.gqa_structure, _expect_gqa_structure,
+          passed="to_queries and unify_heads nn.Linear(k, k), to_keys and to_values nn.Linear(k, kv_heads·s), no "
+                 "biases; out (b, t, k) and a cache (b, kv_heads, t, s); a ValueError for k=10, heads=4 and for "
+                 "heads=4, kv_heads=3.")
+each_case(probes.gqa_oracle, _expect_gqa_case,
+          passed="6 query heads on 2 or 3 kv heads, one kv head, and kv_heads = heads (plain multi-head attention), "
+                 "causal and random masks: F.scaled_dot_product_attention(enable_gqa=True) on your rotated "
+                 "projections; gradients reach x and every weight.")
+each_case(probes.gqa_cache, _expect_gqa_case,
+          passed="A prefix, then the rest with past=(keys, values): the same outputs as one call, rotated at offset "
+                 "t_past, and a cache of the rotated keys and the values, kv_heads heads.")
+each_case(probes.gqa_hidden, _expect_gqa_case,
+          passed="Multi-query attention (one kv head), kv_heads = heads, more shapes, gradients to every parameter.")
+
+
+# ---------------------------------------------------------------- ModernLanguageModel
+
+def swiglu_hidden(k: int) -> int:
+    """The notebook's hidden size of SwiGLU."""
+    return round(8 * k / 3)
+
+
+def _model_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
+    vocab, k, g, s, hidden = case.vocab, case.k, case.kv_heads, case.k // case.heads, swiglu_hidden(case.k)
+    shapes: dict[str, tuple[int, ...]] = {"token_embedding.weight": (vocab, k)}
+    for i in range(case.depth):
+        p = f"blocks.{i}."
+        shapes.update({f"{p}norm1.gain": (k,), f"{p}attention.to_queries.weight": (k, k),
+                       f"{p}attention.to_keys.weight": (g * s, k), f"{p}attention.to_values.weight": (g * s, k),
+                       f"{p}attention.unify_heads.weight": (k, k), f"{p}norm2.gain": (k,),
+                       f"{p}ff.gate.weight": (hidden, k), f"{p}ff.up.weight": (hidden, k),
+                       f"{p}ff.down.weight": (k, hidden)})
+    shapes.update({"norm.gain": (k,), "to_logits.weight": (vocab, k)})
+    return shapes
+
+
+def _expect_tables_buffers(ev: Evidence, key: str, case: ModelCase) -> None:
+    """cos and sin: buffers (max_len, s/2), not saved in the state_dict."""
+    __tracebackhide__ = True
+    found = ev.facts.get(f"{key}.buffers")
+    found = {e[0]: e for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
+    params = modules.parameter_names(ev, key)
+    shape = [case.max_len, case.k // case.heads // 2]
+    for name in ("cos", "sin"):
+        if name not in found:
+            where = "a parameter" if name in params else "not a registered buffer"
+            fail(f"{MODEL_NAME}.{name} is {where}. {said(MODERN_TABLES_NOT_BUFFERS)}",
+                 mistake=MODERN_TABLES_NOT_BUFFERS)
+        got = found[name][1]
+        if got == [case.max_len, case.k // 2] and case.heads > 1:
+            fail(f"{MODEL_NAME}.{name} has shape {tuple(got)} for {case.call}; expected (max_len, s // 2) = "
+                 f"{tuple(shape)}: {MODERN_TABLES_HEAD_SIZE.explanation}", mistake=MODERN_TABLES_HEAD_SIZE)
+        if got != shape:
+            fail(f"{MODEL_NAME}.{name} has shape {tuple(got) if isinstance(got, list) else got} for {case.call}; "
+                 f"expected (max_len, s // 2) = {tuple(shape)}: rotary_tables(max_len, k // heads, base).")
+        if found[name][2] is not False:
+            fail(f"{MODEL_NAME}.{name} is saved in the state_dict: the tables are computed from the sizes, so "
+                 "register them with persistent=False.",
+                 mistake=MODERN_TABLES_PERSISTENT)
+
+
+def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
+    """The parts the notebook names, registered, of the right sizes; cos and sin non-persistent buffers; the
+    weights the probe loaded."""
+    __tracebackhide__ = True
+    case, key = run.case, f"{run.key}.model"
+    modules.built(ev, key, case.call)
+    modules.expect_part(ev, key, MODEL_NAME, "token_embedding", "Embedding", "nn.Embedding(vocab_size, k)")
+    blocks = modules.expect_part(ev, key, MODEL_NAME, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
+                                 "nn.ModuleList of `depth` ModernBlocks")
+    if blocks.get("kind") in ("list", "tuple") or blocks.get("count") != case.depth \
+            or blocks.get("distinct") != case.depth:
+        fail(f"{MODEL_NAME}.blocks should be an nn.ModuleList of {case.depth} separate ModernBlocks for depth="
+             f"{case.depth}.")
+    for i in range(case.depth):
+        for name, how in (("norm1", "RMSNorm(k)"), ("attention", "GroupedQueryAttention(k, heads, kv_heads)"),
+                          ("norm2", "RMSNorm(k)"), ("ff", "SwiGLU(k, swiglu_hidden(k))")):
+            modules.expect_part(ev, f"{key}.blocks.{i}", f"{MODEL_NAME}.blocks[{i}]", name,
+                                how.split("(", 1)[0], how)
+    modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
+    modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
+    _expect_tables_buffers(ev, key, case)
+    shapes = _model_shapes(case)
+    w = modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
+    modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in shapes.values()),
+                                   f"the embedding, {case.depth} blocks, the final norm and to_logits (no biases)",
+                                   "Is an extra layer or a bias registered?")
+    return w
+
+
+def modern_lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
+              layout: str = "pre", final_norm: bool = True, causal: bool = True, mask_offset: bool = True
+              ) -> tuple[torch.Tensor, list]:
+    """The model composed of the oracles (F.rms_norm, the rotation, sdpa with enable_gqa, F.silu): (logits, cache).
+    The keywords switch on the typical mistakes."""
+    t, k = tokens.shape[1], case.k
+    past = 0 if cache is None else cache[0][0].shape[2]
+    cos, sin = reference_tables(case.max_len, k // case.heads)
+    mask = torch.ones(t, past + t, dtype=torch.bool)
+    mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
+    x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
+    new_cache = []
+    for i in range(case.depth):
+        p = f"blocks.{i}."
+
+        def norm(name: str, h: torch.Tensor, p: str = p) -> torch.Tensor:
+            return F.rms_norm(h, (k,), w[f"{p}{name}.gain"], DEFAULT_EPS)
+
+        def attend(h: torch.Tensor, p: str = p, i: int = i) -> torch.Tensor:
+            out, kv = gqa(w, k, case.heads, case.kv_heads, h, cos, sin, mask, None if cache is None else cache[i],
+                          prefix=f"{p}attention.")
+            new_cache.append(kv)
+            return out
+
+        def ff(h: torch.Tensor, p: str = p) -> torch.Tensor:
+            return _swiglu({n: w[f"{p}ff.{n}"] for n in ("gate.weight", "up.weight", "down.weight")}, k, 0, h)
+
+        if layout == "post":
+            x = norm("norm1", x + attend(x))
+            x = norm("norm2", x + ff(x))
+        elif layout == "no-residual":
+            x = ff(norm("norm2", attend(norm("norm1", x))))
+        else:
+            x = x + attend(norm("norm1", x))
+            x = x + ff(norm("norm2", x))
+    if final_norm:
+        x = F.rms_norm(x, (k,), w["norm.gain"], DEFAULT_EPS)
+    return F.linear(x, w["to_logits.weight"]), new_cache
+
+
+_MODEL_MISTAKES = ((MODERN_POST_NORM, MappingProxyType({"layout": "post", "final_norm": False})),
+                   (MODERN_POST_NORM, MappingProxyType({"layout": "post"})),
+                   (MODERN_NO_FINAL_NORM, MappingProxyType({"final_norm": False})),
+                   (MODERN_NO_RESIDUAL, MappingProxyType({"layout": "no-residual"})),
+                   (MODERN_NO_RESIDUAL, MappingProxyType({"layout": "no-residual", "final_norm": False})),
+                   (MODERN_NO_MASK, MappingProxyType({"causal": False})))
+
+_MODEL_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm1(x), cos, sin, mask, past), then "
+               "x = x + ff(norm2(x)); finally to_logits(norm(x)); the mask is causal, (t, t_past + t), "
+               "tril(diagonal=t_past).")
+
+
+def _model_mistakes(w, case, tokens, cache=None) -> list[tuple[Mistake, torch.Tensor]]:
+    switches = (*_MODEL_MISTAKES, (MODERN_MASK_NOT_OFFSET, {"mask_offset": False})) if cache else _MODEL_MISTAKES
+    with torch.no_grad():
+        return [(m, modern_lm(w, case, tokens, cache, **sw)[0]) for m, sw in switches]
+
+
+def _logits(ev: Evidence, key: str, case: ModelCase, t: int, what: str) -> torch.Tensor:
+    __tracebackhide__ = True
+    if value_kind(ev, key) == "tuple" and "use_cache" not in what:
+        fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.")
+    return output(ev, key, what=what, shape=(case.b, t, case.vocab), hint=_MODEL_HINT)
+
+
+def _expect_model_logits(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str,
+                         label: str, cache: list | None = None) -> None:
+    __tracebackhide__ = True
+    with torch.no_grad():
+        want = modern_lm(w, case, tokens, cache)[0]
+    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=_model_mistakes(w, case, tokens, cache),
+                       otherwise=_MODEL_HINT, case=label)
+
+
+def _expect_model_structure(ev: Evidence, run: ModelRun) -> None:
+    """The parts and buffers asked for, and logits a decoder of them, right or typically wrong, computes."""
+    __tracebackhide__ = True
+    case, tokens = run.case, run.tokens()
+    w = _model_weights(ev, run)
+    logits = _logits(ev, f"{run.key}.logits", case, case.t, f"{MODEL_NAME}.forward(tokens)")
+    with torch.no_grad():
+        want = modern_lm(w, case, tokens)[0]
+    if not matches_any(logits, [want, *(out for _, out in _model_mistakes(w, case, tokens))], ev.device):
+        fail(f"{MODEL_NAME} has the right parts, but its logits are not those of a decoder of them with the check's "
+             f"weights: {_MODEL_HINT}", want[0], logits[0], case=f"{case.call}, tokens {tuple(tokens.shape)}, "
+                                                               "sequence 0")
+
+
+def _expect_model(ev: Evidence, run: ModelRun) -> None:
+    """Structure; logits against the composed oracle; causality; the cache; gradients; the length check."""
+    __tracebackhide__ = True
+    if run.secret and not grading():
+        return
+    case, tokens = run.case, run.tokens()
+    w = _model_weights(ev, run)
+    what = f"{MODEL_NAME}.forward(tokens)"
+    label = f"{case.call}, tokens {tuple(tokens.shape)}"
+    logits = _logits(ev, f"{run.key}.logits", case, case.t, what)
+    for j in run.changed:
+        changed = _logits(ev, f"{run.key}.changed{j}", case, case.t, what)
+        if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
+            named = next((m for m, out in _model_mistakes(w, case, tokens) if matches_any(logits, [out], ev.device)),
+                         MODERN_READS_FUTURE)
+            fail(f"{MODEL_NAME} is not causal: changing the tokens from position {j} on changed the logits at "
+                 f"positions 0-{j - 1}: {named.explanation}", logits[0, :j, 0], changed[0, :j, 0],
+                 case=f"first logit at positions 0-{j - 1}, sequence 0", mistake=named)
+    _expect_model_logits(ev, logits, w, case, tokens, what, label)
+    if run.chunks:
+        _expect_model_cache(ev, run, w, logits)
+    if run.upstream:
+        modules.expect_differentiable(ev, f"{run.key}.logits", what)
+
+        def forward(leaves: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            return modern_lm(leaves, case, tokens)[0]
+
+        modules.expect_gradients(ev, modules.autograd(forward, w, {}, run.upstream_gradient()), owner=MODEL_NAME,
+                                 case=label, oracle="the composition of PyTorch's pieces with your weights")
+    if run.too_long:
+        call = f"{MODEL_NAME}.forward on {case.max_len + 1} tokens with max_len={case.max_len}"
+        fact = ev.facts.get(f"{run.key}.too_long")
+        if not isinstance(fact, dict) or fact.get("kind") != "raised" or fact.get("type") != "ValueError":
+            got = "returned" if not isinstance(fact, dict) or fact.get("kind") != "raised" else \
+                f"raised {str(fact.get('type'))[:60]}"
+            fail(f"{call} {got}; it should raise a ValueError. {said(MODERN_NO_LENGTH_CHECK)}",
+                 mistake=MODERN_NO_LENGTH_CHECK)
+
+
+def _expect_model_cache(ev: Evidence, run: ModelRun, w, logits: torch.Tensor) -> None:
+    """Each chunk with the cache of the calls before: the logits of one call, and a cache per block of
+    (b, kv_heads, positions so far, s)."""
+    __tracebackhide__ = True
+    case, tokens = run.case, run.tokens()
+    cache, start = None, 0
+    shape = (case.b, case.kv_heads, 0, case.k // case.heads)
+    for i, size in enumerate(run.chunks):
+        end = start + size
+        key = f"{run.key}.step{i}"
+        what = (f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True)" if start else
+                f"{MODEL_NAME}.forward(tokens[:, :{end}], use_cache=True)")
+        raised(ev, key, what, _MODEL_HINT)
+        fact = ev.facts.get(key)
+        if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
+            fail(f"{what} should return the pair (logits, cache).")
+        step = output(ev, f"{key}.0", what=what, shape=(case.b, size, case.vocab), hint=_MODEL_HINT)
+        label = f"{case.call}, tokens {start}-{end - 1} after a cache of {start}"
+        if not matches_any(step, [logits[:, start:end]], ev.device):
+            named = next((m for m, out in _model_mistakes(w, case, tokens[:, start:end], cache)
+                          if matches_any(step, [out], ev.device)), MODERN_CACHE_DIFFERS)
+            fail(f"{what} does not give the logits one call on all the tokens gives at those positions: "
+                 f"{named.explanation}", logits[0, start:end], step[0], case=label + ", sequence 0",
+                 mistake=named)
+        entries = ev.facts.get(f"{key}.1")
+        if value_kind(ev, f"{key}.1") != "tuple" or not isinstance(entries, dict) \
+                or entries.get("length") != case.depth:
+            fail(f"The cache {what} returned is not a list of {case.depth} (keys, values) pairs, one per block.")
+        want = (*shape[:2], end, shape[3])
+        for block in range(case.depth):
+            for j, name in enumerate(("keys", "values")):
+                value = tensor(ev, f"{key}.1.{block}.{j}")
+                if value is None or tuple(value.shape) != want:
+                    got = None if value is None else tuple(value.shape)
+                    fail(f"The cached {name} of block {block} after {end} positions have shape {got}; expected "
+                         f"(b, kv_heads, t, s) = {want}: each block's (keys, values) as its attention returns them.")
+        with torch.no_grad():
+            cache = modern_lm(w, case, tokens[:, start:end], cache)[1]
+        start = end
+
+
+each_case(probes.modern_lm_structure, _expect_model_structure,
+          passed="token_embedding, blocks (ModernBlocks of norm1, attention, norm2, ff), norm and to_logits without "
+                 "biases; cos and sin buffers (max_len, s/2) left out of the state_dict; logits (b, t, vocab_size).")
+each_case(probes.modern_lm_oracle, _expect_model,
+          passed="Your weights in a composition of nn.RMSNorm, the rotation, F.scaled_dot_product_attention("
+                 "enable_gqa=True) and F.silu, pre-norm and causal: the same logits.")
+each_case(probes.modern_lm_cache, _expect_model,
+          passed="A prompt of 3 tokens, then 2, 1 and 2 with the cache: the logits of one call, caches of "
+                 "(b, kv_heads, t, s) per block; changing later tokens changes no earlier logit.")
+each_case(probes.modern_lm_hidden, _expect_model,
+          passed="Depth 3 with one kv head, gradients to every parameter, a ValueError past max_len, and more "
+                 "shapes with the cache.")
+
