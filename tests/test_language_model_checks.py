@@ -223,6 +223,37 @@ def test_training_with_the_reference_parts_lowers_the_loss_and_evaluation_counts
     assert harness.sentence_bits(Uniform(), held_out, "cpu").shape == (30,)
 
 
+def test_training_follows_07s_recipe_with_07s_own_parts(monkeypatch):
+    """08 trains with the recipe students write in 07: AdamW with decay on the matrices, warm-up then cosine decay,
+    the gradient norm clipped (the course's copies of 07's parts, with TRAINING's settings)."""
+    seen = {"lrs": [], "max_norms": []}
+    configure, step = harness.configure_optimizer, harness.train_step
+
+    def configure_optimizer(model, lr, weight_decay):
+        seen["optimizer"] = configure(model, lr, weight_decay)
+        seen["weight_decay"] = weight_decay
+        return seen["optimizer"]
+
+    def train_step(model, optimizer, loss, lr, max_norm):
+        seen["lrs"].append(lr)
+        seen["max_norms"].append(max_norm)
+        return step(model, optimizer, loss, lr, max_norm)
+
+    monkeypatch.setattr(harness, "configure_optimizer", configure_optimizer)
+    monkeypatch.setattr(harness, "train_step", train_step)
+    model = harness.new_model(reference.LanguageModel, config=harness.ModelConfig(k=16, heads=2, depth=1))
+    harness.train(model, "".join(sentences(200, seed=1)), "cpu", loss_fn=reference.next_token_loss, steps=20,
+                  batch_size=4, lr=0.01, length=harness.MODEL.max_len)
+    assert isinstance(seen["optimizer"], torch.optim.AdamW) and seen["weight_decay"] == harness.TRAINING.weight_decay
+    groups = seen["optimizer"].param_groups
+    assert {p.dim() >= 2 for group in groups if group["weight_decay"] for p in group["params"]} == {True}
+    # 10% of 20 steps warm up: 0.005 then the peak, a cosine decay to 0 at the last step
+    assert seen["lrs"][:2] == [0.005, 0.01] and seen["lrs"][-1] == 0.0
+    assert all(a >= b for a, b in zip(seen["lrs"][1:-1], seen["lrs"][2:], strict=True))
+    assert seen["max_norms"] == [harness.TRAINING.max_norm] * 20
+    assert harness.TRAINING.warmup_steps == 80
+
+
 def test_multiplication_counts_of_generation():
     k, depth = 8, 2
     # without a cache, step m computes m positions, each query scored against all m keys (the mask saves nothing):
