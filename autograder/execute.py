@@ -364,6 +364,7 @@ class GradingExecute(Execute):
         key = self._kernel_key(nb, assignment)
         name = key[1]
         if cold:
+            pool().handed["replaced"] += 1
             self._kernel, waited = self._start_kernel(name, assignment), False
         else:
             self._kernel, waited = pool().take(key, lambda: self._start_kernel(name, assignment))

@@ -62,7 +62,9 @@ class KernelPool:
     def __init__(self) -> None:
         self._waiting: OrderedDict[tuple, Warm] = OrderedDict()
         self._numbers = itertools.count()
-        self.handed = {"waiting": 0, "started": 0}  # how the kernels handed out came: for tests and benchmarks
+        # how the kernels handed out came (waiting, started on the spot, or started to replace a waiting one that
+        # never answered): for tests and benchmarks
+        self.handed = {"waiting": 0, "started": 0, "replaced": 0}
         # the assignment of the submission this thread grades next (None: nothing follows, so nothing is started
         # ahead), set by the workspace before each submission
         self.upcoming: str | None = UNKNOWN

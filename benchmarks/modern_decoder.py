@@ -11,7 +11,8 @@ positions; then with SwiGLU; then with half the key/value heads. It prints each 
 (wall and CPU), held-out bits per character on the sentences that fit a window, as the notebook measures
 them, beside what the grammar needs on them; for rotary models also on all held-out sentences, against the
 grammar's entropy (the floor), and on held-out text four windows long: the bits at the positions seen in training
-and at the later ones. Then each variant's mean and spread over the seeds, and the cache per token. It only reports; it exits non-zero only when something crashes.
+and at the later ones. Then each variant's mean and spread over the seeds, and the cache per token. It only
+reports; it exits non-zero only when something crashes.
 """
 
 import math

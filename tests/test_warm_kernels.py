@@ -2,12 +2,13 @@
 
 Real kernels, in the sandbox when it works here, graded in-process by a Workspace as a worker grades: warm and cold
 grading give byte-identical grades, feedback and reports; a kernel handed to one student carries nothing of
-another's; a waiting kernel that died is replaced and the batch goes on.
+another's; a waiting kernel that died or hangs is replaced and the batch goes on.
 """
 
 import filecmp
 import os
 import signal
+import time
 
 import nbformat
 import pytest
@@ -41,13 +42,37 @@ def _submission(first_cell: str | None = None) -> bytes:
     return nbformat.writes(nb).encode()
 
 
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
 def _printed(workspace: Workspace, student: str, marker: str) -> str:
     nb = nbformat.read(workspace.root / "autograded" / student / A / NOTEBOOK, as_version=4)
     texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     return next(t for t in texts if t.startswith(marker))
 
 
-def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_one_is_replaced(tmp_path):
+def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_or_hung_one_is_replaced(tmp_path):
     workspace = Workspace(tmp_path / "worker", Options((A,), sandbox=use_sandbox()))
     handed = dict(pool().handed)
     ann = workspace.grade(Job("ann", A, {NOTEBOOK: _submission(LEAVE)}, [], {}))
@@ -64,6 +89,19 @@ def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_one_is_r
     cid = workspace.grade(Job("cid", A, {NOTEBOOK: _submission()}, [], {}))
     assert cid.grade.score == cid.grade.max_score and cid.grade.status == "graded", cid.grade
     assert pool().handed["started"] == started + 1  # a new kernel, started when the dead one was found
+
+    waiting = [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
+    assert len(waiting) == 1, waiting
+    hung = _tree(waiting[0].km.provisioner.process.pid)
+    for pid in hung:  # the kernel waiting for the next submission hangs: it never answers
+        os.kill(pid, signal.SIGSTOP)
+    workspace.api.config.Execute.startup_timeout = 5  # nbclient's wait for a kernel to answer (60 s by default)
+    replaced, begun = pool().handed["replaced"], time.monotonic()
+    dan = workspace.grade(Job("dan", A, {NOTEBOOK: _submission()}, [], {}))
+    assert dan.grade.score == dan.grade.max_score and dan.grade.status == "graded", dan.grade
+    assert pool().handed["replaced"] == replaced + 1  # a cold kernel, started when the hung one timed out
+    assert time.monotonic() - begun < 60, "the hung kernel was waited for longer than the startup timeout"
+    assert not any(os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" for pid in hung), "the hung kernel lives"
     workspace.close()
     assert not [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
 
