@@ -73,27 +73,37 @@ def given(key: str, make: Callable[[], torch.Tensor], label: str) -> Case:
     return Case(key, lambda: {"x": make()}, label)
 
 
-def _probe(cases: tuple[Case, ...], student: Any, rec: Recorder) -> None:
+def _on(value: Any, device: str) -> Any:
+    return value.to(device) if isinstance(value, torch.Tensor | torch.nn.Module) else value
+
+
+def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec: Recorder) -> None:
     for case in drawn(cases):
-        inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
-        if case.upstream is None:
-            rec.call(case.key, student, *inputs.values())
-            continue
-        inputs = {name: value.requires_grad_(True) for name, value in inputs.items()}
-        modules.backward(rec, rec.call(case.key, student, *inputs.values()), case.upstream(), inputs)
+        inputs = {name: _on(value, rec.device) for name, value in case.inputs().items()}
+        if case.upstream is not None:
+            inputs = {name: value.requires_grad_(True) for name, value in inputs.items()}
+        positional = [value for name, value in inputs.items() if name not in keywords]
+        y = rec.call(case.key, student, *positional, **{name: inputs[name] for name in keywords if name in inputs})
+        if case.upstream is not None:
+            modules.backward(rec, y, case.upstream(), inputs)
 
 
 class CallCheck(Check):
     """A check that records the student's function on each of its cases (and nothing else)."""
 
-    def __init__(self, name: str, cases: tuple[Case, ...], module: str):
-        super().__init__(name, partial(_probe, cases), module=module)
+    def __init__(self, name: str, cases: tuple[Case, ...], module: str, keywords: tuple[str, ...] = ()):
+        super().__init__(name, partial(_probe, cases, keywords), module=module)
         self.cases = cases
 
 
-def calls(name: str, cases: tuple[Case, ...]) -> CallCheck:
-    """The check `name` of the calling module: the student's function called on each case."""
-    return CallCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"])  # noqa: SLF001 - the declaring module
+def calls(name: str, cases: tuple[Case, ...], *, keywords: tuple[str, ...] = ()) -> CallCheck:
+    """The check `name` of the calling module: the student's function called on each case, its inputs in their
+    order; tensors go to the device, settings that are not tensors (e.g. split_heads(x, heads): {"x": x,
+    "heads": 3}) are passed as they are, and the inputs named in keywords by name when the case has them (e.g.
+    fn(q, k, v) or fn(q, k, v, mask=m) with keywords ("mask",)). A case with an upstream also records the inputs'
+    gradients (its inputs are tensors). One tensor per case is judged by course/judges/kinds.against; other results
+    (a pair) by hand from check.cases."""
+    return CallCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"], tuple(keywords))  # noqa: SLF001
 
 
 # ------------------------------------------------------------------------------------------- modules
@@ -224,10 +234,6 @@ def loss_case(key: str, inputs: Callable[[], Mapping[str, Any]], label: str, *, 
     return Case(key, inputs, label, secret, _one if gradients else None)
 
 
-def _on(value: Any, device: str) -> Any:
-    return value.to(device) if isinstance(value, torch.Tensor | torch.nn.Module) else value
-
-
 def _probe_losses(cases: tuple[Case, ...], student: Any, rec: Recorder) -> None:
     for i, case in enumerate(cases):
         if case.secret and not grading():
@@ -257,54 +263,6 @@ def losses(name: str, cases: tuple[Case, ...]) -> LossCheck:
     case is kept as grad.<name><i>, those of a model's parameters as grad.<parameter> (one such case per check).
     Judged by course/judges/kinds.py's ``against_loss``."""
     return LossCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"])  # noqa: SLF001
-
-
-def _probe_with_settings(cases: tuple[Case, ...], student: Any, rec: Recorder) -> None:
-    for case in drawn(cases):
-        inputs = [value.to(rec.device) if isinstance(value, torch.Tensor) else value
-                  for value in case.inputs().values()]
-        rec.call(case.key, student, *inputs)
-
-
-class SettingsCallCheck(CallCheck):
-    """A CallCheck whose cases also pass settings that are not tensors (a number of heads, a size) as they are."""
-
-    def __init__(self, name: str, cases: tuple[Case, ...], module: str):
-        Check.__init__(self, name, partial(_probe_with_settings, cases), module=module)
-        self.cases = cases
-
-
-def calls_with_settings(name: str, cases: tuple[Case, ...]) -> SettingsCallCheck:
-    """The check `name` of the calling module: the student's function called on each case, whose inputs may
-    include settings that are not tensors (e.g. split_heads(x, heads): {"x": x, "heads": 3}), passed as they are;
-    judged by course/judges/kinds.against like any CallCheck (no upstream gradients)."""
-    return SettingsCallCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"])  # noqa: SLF001
-
-
-# ------------------------------------------------------------------------------------------- inputs passed by name
-
-
-def _probe_keywords(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec: Recorder) -> None:
-    for case in drawn(cases):
-        inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
-        positional = [value for name, value in inputs.items() if name not in keywords]
-        rec.call(case.key, student, *positional, **{name: inputs[name] for name in keywords if name in inputs})
-
-
-class KeywordCallCheck(CallCheck):
-    """A CallCheck whose cases pass the inputs named in keywords by name, the others positionally in their order."""
-
-    def __init__(self, name: str, cases: tuple[Case, ...], module: str, keywords: tuple[str, ...]):
-        Check.__init__(self, name, partial(_probe_keywords, cases, keywords), module=module)
-        self.cases = cases
-
-
-def calls_with_keywords(name: str, cases: tuple[Case, ...], keywords: tuple[str, ...]) -> KeywordCallCheck:
-    """The check `name` of the calling module: the student's function called on each case, the inputs named in
-    keywords passed by name when the case has them (e.g. fn(q, k, v) or fn(q, k, v, mask=m) with keywords
-    ("mask",)), the others positionally in their order. A result that is not one tensor (a pair) is judged by
-    hand from check.cases; one tensor by course/judges/kinds.against."""
-    return KeywordCallCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"], tuple(keywords))  # noqa: SLF001
 
 
 # ------------------------------------------------------------------------------------------- properties written out

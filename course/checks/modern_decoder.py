@@ -21,7 +21,7 @@ from course.checks import modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls_with_settings, property_check
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, property_check
 from course.checks.seeds import grading
 
 NORM_NAME = "RMSNorm"
@@ -148,10 +148,10 @@ def rotary_case(key: str, shape: tuple[int, ...], seed: int, offset: int | None 
     return Case(key, partial(_rotary_inputs, tuple(shape), rows, offset, seed), label, secret)
 
 
-apply_rotary_oracle = calls_with_settings("apply_rotary_oracle", (
+apply_rotary_oracle = calls("apply_rotary_oracle", (
     rotary_case("y0", (2, 5, 8), 6200), rotary_case("y1", (2, 3, 4, 6), 6210),
     rotary_case("y2", (1, 2, 3, 8), 6220, offset=4)))
-apply_rotary_hidden = calls_with_settings("apply_rotary_hidden", (
+apply_rotary_hidden = calls("apply_rotary_hidden", (
     rotary_case("y0", (3, 1, 2, 7, 4), 6230, offset=0), rotary_case("y1", (9, 2), 6240, offset=11, extra=0),
     rotary_case("y2", (2, 4, 1, 16), 6250, offset=20, extra=5),
     rotary_case("y3", (2, 3, 6, 10), 6260, offset=3, secret=True)))

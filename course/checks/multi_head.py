@@ -23,7 +23,6 @@ from course.checks.kinds import (
     Runs,
     builds_and_runs,
     calls,
-    calls_with_settings,
     given,
     random_case,
     shapes,
@@ -61,10 +60,10 @@ def split_case(key: str, b: int, t: int, k: int, heads: int, seed: int, secret: 
                 f"x of shape {(b, t, k)}, {heads} heads", secret)
 
 
-split_heads_by_hand = calls_with_settings("split_heads_by_hand", (
+split_heads_by_hand = calls("split_heads_by_hand", (
     Case("y", partial(_split_inputs, hand_x, 2), "x = arange(12) as (1, 3, 4), 2 heads"),
     split_case("y_secret", 2, 3, 8, 2, 170, secret=True)))
-split_heads_oracle = calls_with_settings("split_heads_oracle", tuple(
+split_heads_oracle = calls("split_heads_oracle", tuple(
     split_case(f"y{i}", *case, 100 + i) for i, case in enumerate(SPLIT_CASES)))
 merge_heads_by_hand = calls("merge_heads_by_hand", (given("y", hand_heads, "the two heads of arange(12) as (1, 3, 4)"),
                                                     random_case("y_secret", (2, 3, 4, 2), 171, secret=True)))

@@ -20,7 +20,7 @@ from course.checks import modules, weights
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls_with_settings, given, random_case
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, given, random_case
 from course.checks.seeds import grading, salted
 
 
@@ -53,10 +53,10 @@ def secret_table(seed: int) -> Case:
 
 ODD = sizes("odd", 10, 5)  # must raise a ValueError
 
-table_by_hand = calls_with_settings("table_by_hand", (
+table_by_hand = calls("table_by_hand", (
     sizes("table", 3, 4, "max_len=3, k=4: row p = [sin p, cos p, sin(p/100), cos(p/100)]"), secret_table(2800)))
-table_odd_size = calls_with_settings("table_odd_size", (ODD, sizes("table", 7, 6), secret_table(2810)))
-table_oracle = calls_with_settings("table_oracle", (
+table_odd_size = calls("table_odd_size", (ODD, sizes("table", 7, 6), secret_table(2810)))
+table_oracle = calls("table_oracle", (
     *(sizes(f"table{i}", *size) for i, size in enumerate(((50, 16), (7, 6), (1, 2), (100, 64), (12, 10)))),
     secret_table(2820)))
 

@@ -17,7 +17,7 @@ import torch
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls_with_keywords
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls
 
 ROLES = ("to_queries", "to_keys", "to_values")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
@@ -139,18 +139,18 @@ UPSTREAM_SEEDS = (390, 391)
 
 # ---------------------------------------------------------------- scaled_dot_product_attention: the checks
 
-sdpa_by_hand = calls_with_keywords("sdpa_by_hand", (
+sdpa_by_hand = calls("sdpa_by_hand", (
     sdpa_case("r", _by_hand, "q = [1,1,1,1], keys [1,1,1,1] and 0, values [10,0] and [20,1]"),
     sdpa_case("r_secret", _secret, secret=True)), keywords=("mask",))
-sdpa_masks_by_hand = calls_with_keywords("sdpa_masks_by_hand", (
+sdpa_masks_by_hand = calls("sdpa_masks_by_hand", (
     sdpa_case("r", partial(_by_hand, ((False, True),)), "the same case, mask [[False, True]] (True = allowed)"),
     sdpa_case("r_keys", partial(_by_hand, (False, True)), "mask [False, True]"),
     sdpa_case("r_secret", partial(_secret, "queries"), secret=True),
     sdpa_case("r_keys_secret", partial(_secret, "keys"), secret=True)), keywords=("mask",))
-sdpa_fully_masked_row = calls_with_keywords("sdpa_fully_masked_row", (
+sdpa_fully_masked_row = calls("sdpa_fully_masked_row", (
     sdpa_case("r", _empty_row, "query 2 may attend to nothing"),
     sdpa_case("r_secret", partial(_secret, "empty rows"), kind="empty rows", secret=True)), keywords=("mask",))
-sdpa_oracle = calls_with_keywords("sdpa_oracle", ORACLE_CASES, keywords=("mask",))
+sdpa_oracle = calls("sdpa_oracle", ORACLE_CASES, keywords=("mask",))
 
 
 def _probe_gradients(case: Case, fn: Callable, rec: Recorder) -> None:

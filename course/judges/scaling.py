@@ -26,7 +26,7 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.kinds import Case, KeywordCallCheck, drawn
+from course.checks.kinds import CallCheck, Case, drawn
 from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
 from course.judges import judge, oracles
 from course.judges.kinds import (
@@ -225,7 +225,7 @@ def _expect_sdpa(ev: Evidence, case: Case, weights_hint: str = _SDPA_RECIPE,
     return out, w
 
 
-def _against_sdpa(check: KeywordCallCheck, *, passed: str, hints: tuple[str, str] | None = None,
+def _against_sdpa(check: CallCheck, *, passed: str, hints: tuple[str, str] | None = None,
                   hinted: tuple[str, ...] = ()) -> None:
     """Register the judge of check: every drawn case against the oracle, those keyed in hinted with hints (the
     advice for wrong weights and for a wrong output)."""
