@@ -102,26 +102,15 @@ def padding_expand(lengths, t):
 
 # ------------------------------------------------------------------ DecoderBlock: mistakes
 
-edit("block-cross-reads-itself", "decoder_block",
-     ("context=memory, mask=memory_mask)))", "mask=self_mask)))"),
+edit("block-cross-reads-itself", "decoder_block", ("context=memory, mask=memory_mask)))", "mask=self_mask)))"),
      mistake="block-cross-reads-itself")
-
-
 edit("block-cross-reads-itself-unmasked", "decoder_block",
-     ("cross_attention(x, context=memory, mask=memory_mask)", "cross_attention(x)"),
-     mistake="block-cross-reads-itself")
-
-
-edit("block-memory-not-masked", "decoder_block",
-     ("context=memory, mask=memory_mask)))", "context=memory)))"),
+     ("cross_attention(x, context=memory, mask=memory_mask)", "cross_attention(x)"), mistake="block-cross-reads-itself")
+edit("block-memory-not-masked", "decoder_block", ("context=memory, mask=memory_mask)))", "context=memory)))"),
      mistake="block-memory-not-masked")
-
-
 edit("block-self-mask-ignored", "decoder_block",
      ("self.dropout(self.self_attention(x, mask=self_mask)))", "self.dropout(self.self_attention(x)))"),
      mistake="block-self-mask-ignored")
-
-
 edit("block-pre-norm", "decoder_block",
      ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
       "x + self.self_attention(self.norm1(x), mask=self_mask)"),
@@ -129,8 +118,6 @@ edit("block-pre-norm", "decoder_block",
       "x + self.cross_attention(self.norm2(x), context=memory, mask=memory_mask)"),
      ("self.norm3(x + self.dropout(self.ff(x)))", "x + self.ff(self.norm3(x))"),
      mistake="block-pre-norm")
-
-
 edit("block-no-residual", "decoder_block",
      ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
       "self.norm1(self.self_attention(x, mask=self_mask))"),
@@ -138,16 +125,12 @@ edit("block-no-residual", "decoder_block",
       "self.norm2(self.cross_attention(x, context=memory, mask=memory_mask))"),
      ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(self.ff(x))"),
      mistake="block-no-residual")
-
-
 edit("block-cross-first", "decoder_block",
      ("self.dropout(self.self_attention(x, mask=self_mask)))",
       "self.cross_attention(x, context=memory, mask=memory_mask))"),
      ("self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
       "self.self_attention(x, mask=self_mask))"),
      mistake="block-cross-first")
-
-
 edit("block-cross-on-input", "decoder_block",
      ("x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
       "h = self.norm1(x + self.self_attention(x, mask=self_mask))"),
@@ -155,8 +138,6 @@ edit("block-cross-on-input", "decoder_block",
       "h = self.norm2(h + self.cross_attention(x, context=memory, mask=memory_mask))"),
      ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(h + self.ff(h))"),
      mistake="block-cross-on-input")
-
-
 edit("block-masks-in-pytorch-convention", "decoder_block",
      ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n",
       ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n"
@@ -164,25 +145,17 @@ edit("block-masks-in-pytorch-convention", "decoder_block",
        "        self_mask = None if self_mask is None else ~self_mask\n"
        "        memory_mask = None if memory_mask is None else ~memory_mask\n")),
      mistake="block-not-causal")
-
-
 edit("block-memory-mask-as-key-padding", "decoder_block",
      ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n",
       ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n"
        "        if memory_mask is not None:\n"
        "            memory_mask = memory_mask == 0  # key padding mask: True at the padded keys\n")),
      mistake="block-reads-padding")
-
-
 edit("block-shared-attention", "decoder_block",
      ("self.cross_attention = MultiHeadAttention(k, heads)", "self.cross_attention = self.self_attention"),
      mistake="block-shared-attention")
-
-
-edit("block-shared-norm", "decoder_block",
-     ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"),
-     ("self.norm3 = nn.LayerNorm(k)", "self.norm3 = self.norm1"),
-     mistake="shared-norm")
+edit("block-shared-norm", "decoder_block", ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"),
+     ("self.norm3 = nn.LayerNorm(k)", "self.norm3 = self.norm1"), mistake="shared-norm")
 
 
 # ------------------------------------------------------------------ DecoderBlock: correct alternatives
@@ -225,37 +198,18 @@ class block_sublayer_list(nn.Module):
 edit("model-memory-not-masked", "seq2seq_model",
      ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),
      mistake="model-memory-not-masked")
-
-
 edit("model-decode-ignores-src-mask", "seq2seq_model",
      ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=torch.ones_like(src_mask).unsqueeze(1))"),
      mistake="model-memory-not-masked")
-
-edit("model-not-causal", "seq2seq_model",
-     ("self_mask=self_mask, ", ""),
-     mistake="model-not-causal")
-
-
-edit("model-encoder-not-masked", "seq2seq_model",
-     ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
+edit("model-not-causal", "seq2seq_model", ("self_mask=self_mask, ", ""), mistake="model-not-causal")
+edit("model-encoder-not-masked", "seq2seq_model", ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
      mistake="model-encoder-not-masked")
-
-
 edit("model-mask-not-unsqueezed", "seq2seq_model",
-     ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=src_mask)"),
-     mistake="raised")
-
-
+     ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=src_mask)"), mistake="raised")
 edit("model-no-target-positions", "seq2seq_model",
-     ("self.positions(self.tgt_embedding(tgt))", "self.tgt_embedding(tgt)"),
-     mistake="model-no-target-positions")
-
-
-edit("model-softmax-output", "seq2seq_model",
-     ("self.to_logits(x)", "self.to_logits(x).softmax(dim=-1)"),
+     ("self.positions(self.tgt_embedding(tgt))", "self.tgt_embedding(tgt)"), mistake="model-no-target-positions")
+edit("model-softmax-output", "seq2seq_model", ("self.to_logits(x)", "self.to_logits(x).softmax(dim=-1)"),
      mistake="model-softmax")
-
-
 edit("model-memory-is-embeddings", "seq2seq_model",
      (("        x = self.positions(self.src_embedding(src))  # (b, s, k)\n"
        "        for block in self.encoder:\n"
@@ -263,19 +217,11 @@ edit("model-memory-is-embeddings", "seq2seq_model",
        "        return x  # (b, s, k)\n"),
       "        return self.positions(self.src_embedding(src))\n"),
      mistake="model-memory-is-embeddings")
-
-
 edit("model-no-source-positions", "seq2seq_model",
-     ("self.positions(self.src_embedding(src))", "self.src_embedding(src)"),
-     mistake="model-no-source-positions")
-
-
-edit("model-padding-not-masked", "seq2seq_model",
-     ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
+     ("self.positions(self.src_embedding(src))", "self.src_embedding(src)"), mistake="model-no-source-positions")
+edit("model-padding-not-masked", "seq2seq_model", ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
      ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),
      mistake="model-padding-not-masked")
-
-
 edit("model-scaled-embeddings", "seq2seq_model",
      ("        self.to_logits = nn.Linear(k, tgt_vocab_size)\n",
       ("        self.to_logits = nn.Linear(k, tgt_vocab_size)\n"
@@ -283,24 +229,15 @@ edit("model-scaled-embeddings", "seq2seq_model",
      ("self.positions(self.src_embedding(src))", "self.positions(self.src_embedding(src) * self.k ** 0.5)"),
      ("self.positions(self.tgt_embedding(tgt))", "self.positions(self.tgt_embedding(tgt) * self.k ** 0.5)"),
      mistake="model-scaled-embeddings")
-
-
-edit("model-target-source-embedding", "seq2seq_model",
-     ("self.tgt_embedding(tgt)", "self.src_embedding(tgt)"),
+edit("model-target-source-embedding", "seq2seq_model", ("self.tgt_embedding(tgt)", "self.src_embedding(tgt)"),
      mistake="model-target-source-embedding")
-
-
-edit("model-causal-mask-in-pytorch-convention", "seq2seq_model",
-     ("self_mask=self_mask,", "self_mask=~self_mask,"),
+edit("model-causal-mask-in-pytorch-convention", "seq2seq_model", ("self_mask=self_mask,", "self_mask=~self_mask,"),
      mistake="model-reads-future")
-
-
 edit("model-mask-from-pad-tokens", "seq2seq_model",
      ("        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n",
       ("        src_mask = src != PAD\n"
        "        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n")),
      mistake="model-reads-padding")
-
 edit("model-decode-without-positions", "seq2seq_model",
      ("self.positions(self.tgt_embedding(tgt))", "self.tgt_embedding(tgt)"),
      ("        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n",
@@ -311,27 +248,19 @@ edit("model-decode-without-positions", "seq2seq_model",
        "memory_mask=src_mask.unsqueeze(1))\n"
        "        return self.to_logits(x)\n")),
      mistake="decode-inconsistent")
-
-
 edit("model-one-embedding-for-both", "seq2seq_model",
      ("nn.Embedding(src_vocab_size,", "nn.Embedding(max(src_vocab_size, tgt_vocab_size),"),
-     ("nn.Embedding(tgt_vocab_size, k)", "self.src_embedding"),
-     mistake="shared-embedding")
-
-
+     ("nn.Embedding(tgt_vocab_size, k)", "self.src_embedding"), mistake="shared-embedding")
 edit("model-six-layers-as-in-the-paper", "seq2seq_model",
      ("self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))",
       "self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(6))"),
      ("self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))",
       "self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(6))"),
      mistake="wrong-depth")
-
-
 edit("model-vocabulary-sizes-swapped", "seq2seq_model",
      ("self.src_embedding = nn.Embedding(src_vocab_size, k)", "self.src_embedding = nn.Embedding(tgt_vocab_size, k)"),
      ("self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)", "self.tgt_embedding = nn.Embedding(src_vocab_size, k)"),
      mistake="wrong-size")
-
 edit("model-pytorch-encoder-layers", "seq2seq_model",
      ("nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))",
       ("nn.ModuleList(nn.TransformerEncoderLayer(k, heads, 4 * k, dropout, batch_first=True)\n"
@@ -339,7 +268,6 @@ edit("model-pytorch-encoder-layers", "seq2seq_model",
      ("x = block(x, mask=src_mask.unsqueeze(1))  # mask (b, 1, s): no query reads padding",
       "x = block(x, src_key_padding_mask=~src_mask)"),
      mistake="wrong-part-type")
-
 edit("model-one-block-reused", "seq2seq_model",
      (("        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))\n"
        "        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))\n"),
@@ -381,8 +309,6 @@ class model_inline_masks(nn.Module):
 
     def forward(self, src, tgt, src_mask):
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
-
-
 edit("model-forward-by-hand", "seq2seq_model",
      ("        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n",
       ("        memory = self.encode(src, src_mask)\n"
@@ -486,36 +412,21 @@ def greedy_never_stops(model, src, src_mask, max_len, bos, eos):
     return tokens[:, 1:]
 
 
-edit("greedy-returns-bos", "greedy_decode",
-     ("return tokens[:, 1:]  # drop <bos>", "return tokens"),
+edit("greedy-returns-bos", "greedy_decode", ("return tokens[:, 1:]  # drop <bos>", "return tokens"),
      mistake="greedy-returns-bos")
-
-
-edit("greedy-forgets-bos", "greedy_decode",
-     ("torch.full((src.shape[0], 1), bos,", "torch.full((src.shape[0], 1), 0,"),
+edit("greedy-forgets-bos", "greedy_decode", ("torch.full((src.shape[0], 1), bos,", "torch.full((src.shape[0], 1), 0,"),
      mistake="greedy-forgets-bos")
-
-
-edit("greedy-stops-at-first-eos", "greedy_decode",
-     ("if finished.all():", "if finished.any():"),
+edit("greedy-stops-at-first-eos", "greedy_decode", ("if finished.all():", "if finished.any():"),
      mistake="greedy-stops-early")
-
-
-edit("greedy-first-position", "greedy_decode",
-     ("[:, -1].argmax(dim=-1)", "[:, 0].argmax(dim=-1)"),
+edit("greedy-first-position", "greedy_decode", ("[:, -1].argmax(dim=-1)", "[:, 0].argmax(dim=-1)"),
      mistake="greedy-first-position")
-
-
 edit("greedy-eos-overwritten-by-pad", "greedy_decode",
      ("next_token = next_token.masked_fill(finished, PAD)",
       "finished = finished | (next_token == eos)\n            next_token = next_token.masked_fill(finished, PAD)"),
      ("            finished = finished | (next_token == eos)\n            if", "            if"),
      mistake="greedy-eos-overwritten")
-
-
 edit("greedy-fills-with-eos", "greedy_decode",
-     ("next_token.masked_fill(finished, PAD)", "next_token.masked_fill(finished, eos)"),
-     mistake="greedy-eos-padded")
+     ("next_token.masked_fill(finished, PAD)", "next_token.masked_fill(finished, eos)"), mistake="greedy-eos-padded")
 
 
 @mistake("greedy-not-ids", "greedy_decode")
@@ -533,10 +444,8 @@ def greedy_into_zeros(model, src, src_mask, max_len, bos, eos):
     return out
 
 
-edit("greedy-one-step-too-many", "greedy_decode",
-     ("range(max_len)", "range(max_len + 1)"),
-     ("            if finished.all():\n                break\n", ""),
-     mistake="greedy-too-long")
+edit("greedy-one-step-too-many", "greedy_decode", ("range(max_len)", "range(max_len + 1)"),
+     ("            if finished.all():\n                break\n", ""), mistake="greedy-too-long")
 
 
 # ------------------------------------------------------------------ greedy_decode: correct alternatives
