@@ -11,6 +11,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import FrameType, MappingProxyType
 from typing import Any, NoReturn
@@ -30,7 +31,8 @@ class Mistake:
     """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
     explanation a student reads.
 
-    Declare every mistake as a module-level constant: it then declares itself (see declared()), so importing the
+    Declare every mistake in a table (a judges module's course/judges/mistakes/<name>.txt, read by
+    course.judges.mistakes()) or as a module-level constant: it then declares itself (see declared()), so importing the
     judges lists every id they can name (tests/test_mistake_coverage.py holds the catalogue to that list). A module
     declares an id once (again only with the same explanation); another assignment's module may explain the same id
     in its own words. A Mistake made inside a function (the message of one failure, several mistakes named at once)
@@ -40,11 +42,14 @@ class Mistake:
     explanation: str
 
     def __post_init__(self) -> None:
-        _declare(self, sys._getframe(2))  # the code that wrote Mistake(...), past the dataclass's __init__
+        # the module whose table declare() reads, or the code that wrote Mistake(...) past the dataclass's __init__
+        _declare(self, _declaring.get() or sys._getframe(2))
 
 
 #: every declared mistake: id -> {the module that declared it: the Mistake} (read it with declared())
 _DECLARED: dict[str, dict[str, Mistake]] = {}
+#: the module declare() makes mistakes for, while it does (a context variable: each thread has its own)
+_declaring: ContextVar[str | None] = ContextVar("declaring", default=None)
 
 
 def declared() -> Mapping[str, Mapping[str, Mistake]]:
@@ -52,13 +57,25 @@ def declared() -> Mapping[str, Mapping[str, Mistake]]:
     return MappingProxyType({key: MappingProxyType(dict(value)) for key, value in _DECLARED.items()})
 
 
-def _declare(mistake: Mistake, where: FrameType) -> None:
-    if where.f_code.co_name != "<module>":
+def declare(module: str, table: Iterable[tuple[str, str]]) -> Mapping[str, Mistake]:
+    """Declare module's mistakes from (id, explanation) pairs, as module-level constants would be: id -> Mistake."""
+    token = _declaring.set(module)
+    try:
+        return MappingProxyType({id: Mistake(id, explanation) for id, explanation in table})
+    finally:
+        _declaring.reset(token)
+
+
+def _declare(mistake: Mistake, where: FrameType | str) -> None:
+    if isinstance(where, str):
+        module = where
+    elif where.f_code.co_name != "<module>":
         if mistake.id not in _DECLARED:
             raise ValueError(f"the mistake {mistake.id!r} is made in {where.f_code.co_name}() but declared nowhere: "
-                             "declare it as a module-level Mistake constant")
+                             "declare it as a module-level Mistake constant or in course/judges/mistakes/")
         return
-    module = where.f_globals.get("__name__", "?")
+    else:
+        module = where.f_globals.get("__name__", "?")
     known = _DECLARED.setdefault(mistake.id, {}).setdefault(module, mistake)
     if known.explanation != mistake.explanation:
         raise ValueError(f"{module} declares the mistake {mistake.id!r} twice, with different explanations")

@@ -356,7 +356,7 @@ class ModelRun:
 
 MODEL_PARTS = ("token_embedding", "blocks", "norm", "to_logits")
 BLOCK_PARTS = ("norm1", "attention", "norm2", "ff")
-_KINDS = (("Embedding", nn.Embedding), ("Linear", nn.Linear), ("ModuleList", nn.ModuleList),
+_MODERN_KINDS = (("Embedding", nn.Embedding), ("Linear", nn.Linear), ("ModuleList", nn.ModuleList),
           ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
 
 
@@ -369,20 +369,22 @@ def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
 
 def _model_facts(model: nn.Module) -> dict:
     """Its named parts, its blocks' parts (by type name), and its buffers (name, shape, persistent)."""
-    facts: dict[str, Any] = {"parts": modules.part_facts(model, MODEL_PARTS, _KINDS), "buffers": weights.buffers(model)}
+    facts: dict[str, Any] = {"parts": modules.part_facts(model, MODEL_PARTS, _MODERN_KINDS),
+                             "buffers": weights.buffers(model)}
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
         items = list(blocks)[:16]
         facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
-        facts.update({f"blocks.{i}.parts": modules.part_facts(b, BLOCK_PARTS, _KINDS) for i, b in enumerate(items)})
+        facts.update({f"blocks.{i}.parts": modules.part_facts(b, BLOCK_PARTS, _MODERN_KINDS)
+                      for i, b in enumerate(items)})
     return facts
 
 
-def _weighted_sum(upstream: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+def _dot_upstream(upstream: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return (logits * upstream.to(logits.device)).sum()
 
 
-def _probe_model(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec: Recorder) -> None:
+def _probe_modern(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec: Recorder) -> None:
     for run in runs:
         if run.secret and not grading():
             continue
@@ -394,7 +396,7 @@ def _probe_model(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec:
         tokens = run.tokens().to(rec.device)
         if run.upstream:
             modules.record_backward(rec, f"{run.key}.logits", model, tokens,
-                                    loss=partial(_weighted_sum, run.upstream_gradient()))
+                                    loss=partial(_dot_upstream, run.upstream_gradient()))
         else:
             with torch.no_grad():
                 rec.call(f"{run.key}.logits", model, tokens)
@@ -414,14 +416,14 @@ def _probe_model(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec:
 
 
 # head size != k, kv_heads < heads, batch > 1, odd lengths
-modern_lm_structure = property_check("modern_lm_structure", _probe_model, (
+modern_lm_structure = property_check("modern_lm_structure", _probe_modern, (
     ModelRun("a", ModelCase(2, 5, 11, 24, 6, 2, 2, 9), 8000),))
-modern_lm_oracle = property_check("modern_lm_oracle", _probe_model, (
+modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
     ModelRun("a", ModelCase(3, 7, 11, 24, 6, 3, 2, 12), 8100), ModelRun("b", ModelCase(2, 5, 13, 16, 4, 2, 1, 5),
                                                                        8200)))
-modern_lm_cache = property_check("modern_lm_cache", _probe_model, (
+modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
     ModelRun("a", ModelCase(2, 8, 11, 24, 6, 2, 2, 10), 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
-modern_lm_hidden = property_check("modern_lm_hidden", _probe_model, (
+modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern, (
     ModelRun("a", ModelCase(1, 9, 7, 12, 3, 1, 3, 9), 8400, too_long=True),
     ModelRun("b", ModelCase(2, 6, 9, 16, 4, 2, 2, 8), 8500, upstream=True),
     ModelRun("c", ModelCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, chunks=(4, 1, 1), secret=True)))

@@ -1,17 +1,20 @@
 """The judges: what decides a test from the evidence its probe recorded, with the oracles and the simulated mistakes.
 
-course/judges/<assignment>.py holds, for the probes of course/checks/<assignment>.py, the mistakes a judge can name,
-the oracles (PyTorch's own modules with the check's weights), the simulators of typical mistakes, and one judge per
-check, registered under the check's name with :func:`judge`. The grading sandbox hides this package from the
-student's kernel, so under grading nothing the kernel can import computes a graded answer; the grader judges in its
-own process (autograder/judging.py). While a student works, a test cell imports its judge from here on first use.
+course/judges/<assignment>.py holds, for the probes of course/checks/<assignment>.py, the mistakes a judge can name
+(their explanations in course/judges/mistakes/<assignment>.txt), the oracles (PyTorch's own modules with the check's
+weights), the simulators of typical mistakes, and one judge per check, registered under the check's name with
+:func:`judge`. The grading sandbox hides this package from the student's kernel, so under grading nothing the kernel
+can import computes a graded answer; the grader judges in its own process (autograder/judging.py). While a student
+works, a test cell imports its judge from here on first use.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
+from course.checks.compare import Mistake, declare
 from course.checks.evidence import Evidence
 
 Judge = Callable[[Evidence], None]
@@ -44,3 +47,26 @@ def judged(module: str) -> set[str]:
     """Names of the checks course/judges/<module>.py has judges for."""
     importlib.import_module(f"{__name__}.{module}")
     return {name for (mod, name) in _JUDGES if mod == module}
+
+
+def mistakes(module: str) -> Mapping[str, Mistake]:
+    """The mistakes the judges module `module` can name, declared from course/judges/mistakes/<its name>.txt: id ->
+    Mistake. In that file a line that does not start with a space is an id; the indented lines under it are the
+    explanation a student reads, joined with spaces; lines starting with # are comments."""
+    path = Path(__file__).with_name("mistakes") / f"{module.rsplit('.', 1)[-1]}.txt"
+    table: dict[str, list[str]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        if not line[0].isspace():
+            if " " in line or line in table:
+                raise ValueError(f"{path}:{number}: expected a new mistake's id (one word, not used above), found "
+                                 f"{line!r}")
+            table[line] = []
+        elif not table:
+            raise ValueError(f"{path}:{number}: an explanation before the first id")
+        else:
+            table[next(reversed(table))].append(line.strip())
+    if empty := [id for id, lines in table.items() if not lines]:
+        raise ValueError(f"{path}: no explanation under {', '.join(empty)}")
+    return declare(module, ((id, " ".join(lines)) for id, lines in table.items()))

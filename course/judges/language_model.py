@@ -44,7 +44,7 @@ from course.checks.language_model import (
     ModelRun,
     SamplingCase,
 )
-from course.judges import judge, oracles
+from course.judges import judge, mistakes, oracles
 from course.judges.kinds import LossOracle, against_loss, each_case
 
 LOSS_NAME = "next_token_loss(logits, tokens)"
@@ -52,152 +52,7 @@ SAMPLE_NAME = "sample_next_token(logits, temperature, top_k, top_p, generator)"
 
 # ---------------------------------------------------------------- mistakes
 
-LM_NO_MASK = Mistake("lm-no-causal-mask", "nothing is masked: every position reads the tokens after it, so in "
-                     "training the model sees the answer. Mask with the causal mask, True where key j <= query i.")
-LM_INVERTED_MASK = Mistake("lm-inverted-causal-mask", "the causal mask is inverted: it allows the future (j > i) and "
-                           "hides the past. True must mark the keys a query MAY read: j <= i.")
-LM_POST_NORM = Mistake("lm-post-norm", "the blocks are post-norm, x = norm(x + sublayer(x)), as in assignment 05; this "
-                       "model is pre-norm: x = x + sublayer(norm(x)), with the final norm after the last block.")
-LM_NO_FINAL_NORM = Mistake("lm-no-final-norm", "the final LayerNorm is missing: in a pre-norm model nothing normalizes "
-                           "the last block's output, so apply self.norm before to_logits.")
-LM_NO_POSITIONS = Mistake("lm-no-positions", "no positions are added: the model cannot tell 'the cat sees a dog' from "
-                          "'a dog sees the cat' by anything but the mask. Add position_embedding(positions).")
-LM_SOFTMAX = Mistake("lm-softmax", "forward returns probabilities (a softmax of the logits). Return the raw logits: "
-                     "the loss applies log-softmax itself, and sampling divides the logits by the temperature first.")
-LM_NO_RESIDUAL = Mistake("lm-no-residual", "the residual connections are missing: each sublayer's output is added to "
-                         "its input, x = x + attention(norm1(x)), then x = x + ff(norm2(x)).")
-LM_SCALED_EMBEDDINGS = Mistake("lm-scaled-embeddings", "the token embeddings are multiplied by √k; here the learned "
-                               "positions are added to the plain embeddings.")
-
-CACHE_POSITIONS_RESTART = Mistake(
-    "cache-positions-restart",
-    "the positions restart at 0 on every call: with a cache of t_past positions, the new tokens sit at positions "
-    "t_past .. t_past + t - 1, so add position_embedding(torch.arange(t_past, t_past + t)).")
-CACHE_STORES_QUERIES = Mistake(
-    "cache-stores-queries",
-    "the cache holds the queries where the keys belong. A new token's query is used once, by that token; the keys "
-    "and values are what every later token reads, so those are cached: (keys, values).")
-CACHE_MASK_NOT_OFFSET = Mistake(
-    "cache-mask-not-offset",
-    "the causal mask is not shifted by the cache: query i of the new tokens is position t_past + i, so it may read "
-    "keys j <= t_past + i. With tril() and no offset, a single new token reads only the first position: use "
-    "torch.ones(t, t_past + t).tril(diagonal=t_past).")
-CACHE_NOT_READ = Mistake(
-    "cache-not-read",
-    "the cached keys and values are not used: the new tokens attend only to each other. Concatenate the cached keys "
-    "and values in front of the new ones before attending.")
-CACHE_PREPENDED = Mistake(
-    "cache-prepended",
-    "the new keys and values are put in front of the cached ones: position order is time order, so append them, "
-    "torch.cat([past_keys, keys], dim=2).")
-
-LOSS_NOT_SHIFTED = Mistake(
-    "loss-not-shifted",
-    "the loss is not shifted: the logits at position i are scored against token i, which the model has just read, "
-    "so it learns to copy its input. Score logits[:, :-1] against tokens[:, 1:].")
-LOSS_WRONG_SHIFT = Mistake("loss-wrong-shift", "the shift goes the wrong way: the logits at position i predict token "
-                           "i + 1, so score logits[:, :-1] against tokens[:, 1:], not logits[:, 1:] against "
-                           "tokens[:, :-1].")
-LOSS_SUM = Mistake("loss-sum", "the loss is a sum over all predicted tokens; the task asks for their mean.")
-LOSS_SOFTMAX = Mistake("loss-softmax", "a softmax is applied before F.cross_entropy, which applies log-softmax itself: "
-                       "pass the raw logits.")
-LOSS_NLL_ON_LOGITS = Mistake("loss-nll-on-logits", "F.nll_loss is applied to raw logits: it expects log-probabilities. "
-                             "Use F.cross_entropy on the logits (or F.nll_loss on F.log_softmax(logits, -1)).")
-LOSS_BITS = Mistake("loss-bits", "the loss is in bits (divided by ln 2); train with nats, the natural log that "
-                    "F.cross_entropy uses. Convert to bits only when you report it.")
-LOSS_LAST_ONLY = Mistake("loss-last-position", "only the last position is scored; every position i < t - 1 predicts "
-                         "token i + 1, and all of them count.")
-LOSS_UNSTABLE = Mistake("loss-unstable", "the loss takes the log of a softmax, which underflows for large logits: "
-                        "use F.cross_entropy (or F.log_softmax).")
-
-SAMPLE_SOFTMAX_FIRST = Mistake(
-    "softmax-before-temperature",
-    "the temperature is applied after the softmax. Dividing probabilities by T and renormalizing changes nothing "
-    "(and a second softmax gives another distribution): divide the LOGITS by T, then take the softmax.")
-SAMPLE_TEMPERATURE_MULTIPLIES = Mistake("temperature-multiplies", "the logits are multiplied by the temperature; "
-                                        "divide them by it, so that T < 1 sharpens and T > 1 flattens.")
-SAMPLE_TOPK_WRONG_DIM = Mistake(
-    "top-k-wrong-dim",
-    "top-k is taken over the batch (dim 0), not over the vocabulary: each ROW keeps its own k largest logits, "
-    "logits.topk(top_k, dim=-1).")
-SAMPLE_TOPK_SMALLEST = Mistake("top-k-smallest", "top-k keeps the k LEAST likely tokens (largest=False): keep the k "
-                               "largest logits of each row.")
-SAMPLE_TOPK_IGNORED = Mistake("top-k-ignored", "top_k is ignored: only the k most likely tokens of each row may be "
-                              "drawn; set the other logits to -inf before the softmax.")
-SAMPLE_GLOBAL_RNG = Mistake(
-    "sampling-global-rng",
-    "the draw comes from PyTorch's global random generator, not from the `generator` argument: pass it on, "
-    "torch.multinomial(probs, 1, generator=generator), so the same generator gives the same tokens.")
-SAMPLE_TOPK_TOO_FEW = Mistake("top-k-too-few", "fewer than top_k tokens of a row can be drawn: the k-th largest "
-                              "logit is masked too. Keep all k largest, the k-th included: set to -inf only the "
-                              "logits below it (logits < kth, not logits <= kth).")
-SAMPLE_NO_DISTRIBUTION = Mistake("no-distribution", "Some row had no token left to draw: all its probabilities were "
-                                 "0, NaN or infinite. Is top-k taken over the vocabulary of each row (dim=-1), so that "
-                                 "every row keeps k tokens?")
-TOP_P_INCLUDES_ITSELF = Mistake(
-    "top-p-includes-itself",
-    "top-p keeps a token only when the probability up to AND including it is below top_p: that drops the token that "
-    "crosses top_p (and every token of a row whose most likely token alone reaches it). Keep a token when the "
-    "probability of the tokens ranked BEFORE it is below top_p: cumsum - probs < top_p.")
-TOP_P_ASCENDING = Mistake("top-p-ascending", "the probabilities are sorted in ascending order, so top-p keeps the "
-                          "LEAST likely tokens: sort each row in descending order, most likely first.")
-TOP_P_IGNORED = Mistake("top-p-ignored", "top_p is ignored: only the nucleus may be drawn, the most likely tokens "
-                        "whose probabilities first reach top_p together.")
-TOP_P_BEFORE_TEMPERATURE = Mistake(
-    "top-p-before-temperature",
-    "the nucleus is chosen from the probabilities before the temperature (a softmax of the raw logits). Choose it "
-    "from the distribution the draw uses: divide the logits by the temperature and keep the top_k first, then take "
-    "the softmax and the nucleus.")
-SAMPLE_GREEDY_DIVIDES = Mistake("greedy-divides-by-zero", "temperature 0 divides the logits by zero: treat it "
-                                "first, as the argmax.")
-
-GENERATE_DROPS_PROMPT = Mistake("generate-drops-prompt", "the prompt is missing from the output: return the prompt "
-                                "followed by the new tokens, (b, t0 + max_new_tokens).")
-GENERATE_FIRST_POSITION = Mistake("generate-first-position", "the next token is drawn from the logits of the FIRST "
-                                  "position; the prediction for the next token is at the LAST: logits[:, -1].")
-GENERATE_FORGETS_GENERATOR = Mistake("generate-forgets-generator", "the generator is not passed on to "
-                                     "sample_next_token, which then draws from the global generator: pass "
-                                     "generator=generator.")
-GENERATE_IGNORES_SETTINGS = Mistake("generate-ignores-settings", "temperature, top_k and top_p are not passed on "
-                                    "to sample_next_token: every step must draw with the settings it was given.")
-GENERATE_REFEEDS = Mistake("generate-cache-refeeds", "with the cache, the whole sequence is fed again at every step: "
-                           "the cache already holds the keys and values of everything but the last token, so feed "
-                           "only tokens[:, -1:] with it.")
-GENERATE_CACHE_NOT_PASSED = Mistake("generate-cache-not-passed", "only the last token is fed, but without the cache: "
-                                    "the model then sees one token at position 0. Pass the cache from the step "
-                                    "before, and keep the one it returns.")
-GENERATE_STALE_CACHE = Mistake("generate-stale-cache", "the cache is never updated: every step passes the cache of "
-                               "the prompt, so the tokens sampled since are forgotten. Keep the cache the model "
-                               "returns at each step.")
-GENERATE_CACHE_WHEN_NOT_ASKED = Mistake("generate-cache-when-not-asked", "generate passes a cache to the model: "
-                                        "it works with the LanguageModel of exercise 1, which takes none, so every "
-                                        "step runs the whole sequence so far (the cache is generate_cached's).")
-GENERATE_CACHE_UNUSED = Mistake("generate-cache-unused", "generate_cached does not call the model as a cache asks: "
-                                "the prompt once with use_cache=True, then only the last token with the cache.")
-GENERATE_NOT_IDS = Mistake("generate-not-ids", "the tokens are not torch.long ids.")
-
-# structure, property and format failures, whose messages say them in their own words
-WRONG_SIZE = Mistake("wrong-size", "a part has the wrong size for the sizes the model was given.")
-BLOCKS_NOT_REGISTERED = Mistake("blocks-not-registered", "the blocks are kept in a Python list or tuple, which does "
-                                "not register them: use nn.ModuleList.")
-POSITIONS_NOT_LEARNED = Mistake("positions-not-learned", "the positions are not learned: position_embedding is "
-                                "nn.Embedding(max_len, k).")
-SHARED_BLOCK = Mistake("shared-block", "one block is used for several layers: create a new block for every layer.")
-SHARED_NORM = Mistake("shared-norm", "a block's norm1 and norm2 are one module: each sublayer needs its own "
-                      "LayerNorm(k).")
-WRONG_DEPTH = Mistake("wrong-depth", "the model does not hold `depth` blocks.")
-LM_READS_FUTURE = Mistake("lm-reads-future", "the model reads the future: changing a later token changes the logits "
-                          "at earlier positions.")
-CACHE_NOT_RETURNED = Mistake("cache-not-returned", "with use_cache=True forward does not return the pair (logits, "
-                             "cache).")
-LM_RETURNS_TUPLE = Mistake("lm-returns-tuple", "without use_cache=True forward returns a tuple, not the logits alone.")
-CACHE_SHAPE = Mistake("cache-shape", "the cache is not a list of one (keys, values) pair per block, each "
-                      "(b, heads, t, s) for all positions so far.")
-CACHE_WRONG_AXIS = Mistake("cache-wrong-axis", "the cache grows along the wrong axis: append the new positions along "
-                           "the time axis, torch.cat([past_keys, keys], dim=2).")
-CACHE_MASK_SHAPE = Mistake("cache-mask-shape", "with a cache the mask is (t, t); it must be (t, t_past + t).")
-CACHE_DIFFERS = Mistake("cache-differs", "a cached call does not give what the full forward gives, or the cache does "
-                        "not hold the keys and values the attention computes.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_model.txt
 
 
 # ---------------------------------------------------------------- the model: structure
@@ -222,53 +77,53 @@ def _lm_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
     if isinstance(position, dict) and position.get("kind") not in ("Embedding", "missing"):
         fail(f"{what}.position_embedding is a {str(position.get('kind'))[:60]}; this model learns its positions: "
-             f"nn.Embedding(max_len, k), one learned vector per position.", mistake=POSITIONS_NOT_LEARNED)
+             f"nn.Embedding(max_len, k), one learned vector per position.", mistake=M["positions-not-learned"])
     for name, rows, how in (("token_embedding", vocab, "nn.Embedding(vocab_size, k)"),
                             ("position_embedding", max_len, "nn.Embedding(max_len, k)")):
         modules.expect_part(ev, key, what, name, "Embedding", how)
         emb = described.get(name, {})
         if (emb.get("num_embeddings"), emb.get("embedding_dim")) != (rows, k):
             fail(f"{what}.{name} is nn.Embedding({emb.get('num_embeddings')}, {emb.get('embedding_dim')}); with "
-                 f"{case.call} it should be {how} = nn.Embedding({rows}, {k}).", mistake=WRONG_SIZE)
+                 f"{case.call} it should be {how} = nn.Embedding({rows}, {k}).", mistake=M["wrong-size"])
     blocks = modules.expect_part(ev, key, what, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
                                  "nn.ModuleList of `depth` blocks")
     if blocks.get("kind") in ("list", "tuple"):
         fail(f"{what}.blocks is a Python {blocks.get('kind')}: PyTorch does not look inside it, so the blocks' "
              "parameters are not the model's — the optimizer never trains them, .to(device) never moves them, and "
-             "state_dict never saves them. Use nn.ModuleList(...).", mistake=BLOCKS_NOT_REGISTERED)
+             "state_dict never saves them. Use nn.ModuleList(...).", mistake=M["blocks-not-registered"])
     count = blocks.get("count")
     if count != depth:
         fail(f"{what}.blocks holds {count if isinstance(count, int) else '?'} blocks; with depth={depth} it "
-             f"should hold {depth}.", mistake=WRONG_DEPTH)
+             f"should hold {depth}.", mistake=M["wrong-depth"])
     if blocks.get("distinct") != depth:
         fail(f"{what} uses one block several times: create a new block for every layer, or the layers share "
-             "weights.", mistake=SHARED_BLOCK)
+             "weights.", mistake=M["shared-block"])
     for i in range(depth):
         owner = f"{what}.blocks[{i}]"
         block = {name: modules.expect_part(ev, f"{key}.blocks.{i}", owner, name, kind, how)
                  for name, kind, how in probes.BLOCK_PARTS}
         if block["norm2"].get("same_as") == "norm1":
             fail(f"{owner}.norm1 and .norm2 are the same module: each sublayer needs its own LayerNorm(k).",
-                 mistake=SHARED_NORM)
+                 mistake=M["shared-norm"])
         size = described.get(f"blocks.{i}.attention.to_queries", {}).get("in_features")
         if (size, block["attention"].get("heads")) != (k, heads):
             fail(f"{owner}.attention has k={size}, heads={block['attention'].get('heads')}; it should be "
-                 f"MultiHeadAttention({k}, {heads}).", mistake=WRONG_SIZE)
+                 f"MultiHeadAttention({k}, {heads}).", mistake=M["wrong-size"])
         first = described.get(f"blocks.{i}.ff.net.0", {})
         if (first.get("in_features"), first.get("out_features")) != (k, 4 * k):
             fail(f"{owner}.ff maps {first.get('in_features')} -> {first.get('out_features')} features first; it "
-                 f"should be FeedForward(k, 4 * k) = FeedForward({k}, {4 * k}).", mistake=WRONG_SIZE)
+                 f"should be FeedForward(k, 4 * k) = FeedForward({k}, {4 * k}).", mistake=M["wrong-size"])
         for name in ("norm1", "norm2"):
             if described.get(f"blocks.{i}.{name}", {}).get("shape") != [k]:
-                fail(f"{owner}.{name} should be nn.LayerNorm({k}).", mistake=WRONG_SIZE)
+                fail(f"{owner}.{name} should be nn.LayerNorm({k}).", mistake=M["wrong-size"])
     modules.expect_part(ev, key, what, "norm", "LayerNorm", "nn.LayerNorm(k), the final norm")
     if described.get("norm", {}).get("shape") != [k]:
-        fail(f"{what}.norm should be nn.LayerNorm({k}).", mistake=WRONG_SIZE)
+        fail(f"{what}.norm should be nn.LayerNorm({k}).", mistake=M["wrong-size"])
     modules.expect_part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, vocab_size)")
     to_logits = described.get("to_logits", {})
     if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, vocab):
         fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should "
-             f"be nn.Linear({k}, {vocab}): one logit per token of the vocabulary.", mistake=WRONG_SIZE)
+             f"be nn.Linear({k}, {vocab}): one logit per token of the vocabulary.", mistake=M["wrong-size"])
     modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in _lm_shapes(case).values()),
                                    f"the embeddings, {depth} blocks, the final norm and the output layer",
                                    "Is an extra layer registered?")
@@ -379,21 +234,21 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
 
 
 #: model mistakes that change the logits of an uncached forward
-_LM_MISTAKES = ((LM_NO_MASK, MappingProxyType({"mask": "none"})),
-                (LM_INVERTED_MASK, MappingProxyType({"mask": "inverted"})),
-                (LM_POST_NORM, MappingProxyType({"layout": "post", "final_norm": False})),
-                (LM_POST_NORM, MappingProxyType({"layout": "post"})),
-                (LM_NO_FINAL_NORM, MappingProxyType({"final_norm": False})),
-                (LM_NO_POSITIONS, MappingProxyType({"positions": "none"})),
-                (LM_SOFTMAX, MappingProxyType({"softmax": True})),
-                (LM_NO_RESIDUAL, MappingProxyType({"layout": "no-residual"})),
-                (LM_SCALED_EMBEDDINGS, MappingProxyType({"scaled": True})))
+_LM_MISTAKES = ((M["lm-no-causal-mask"], MappingProxyType({"mask": "none"})),
+                (M["lm-inverted-causal-mask"], MappingProxyType({"mask": "inverted"})),
+                (M["lm-post-norm"], MappingProxyType({"layout": "post", "final_norm": False})),
+                (M["lm-post-norm"], MappingProxyType({"layout": "post"})),
+                (M["lm-no-final-norm"], MappingProxyType({"final_norm": False})),
+                (M["lm-no-positions"], MappingProxyType({"positions": "none"})),
+                (M["lm-softmax"], MappingProxyType({"softmax": True})),
+                (M["lm-no-residual"], MappingProxyType({"layout": "no-residual"})),
+                (M["lm-scaled-embeddings"], MappingProxyType({"scaled": True})))
 #: cache mistakes: they change only calls that are given a cache (or what the cache holds)
-_CACHE_MISTAKES = ((CACHE_POSITIONS_RESTART, MappingProxyType({"positions": "restart"})),
-                   (CACHE_STORES_QUERIES, MappingProxyType({"stored": "queries"})),
-                   (CACHE_MASK_NOT_OFFSET, MappingProxyType({"offset": False})),
-                   (CACHE_NOT_READ, MappingProxyType({"read_cache": False})),
-                   (CACHE_PREPENDED, MappingProxyType({"order": "prepend"})))
+_CACHE_MISTAKES = ((M["cache-positions-restart"], MappingProxyType({"positions": "restart"})),
+                   (M["cache-stores-queries"], MappingProxyType({"stored": "queries"})),
+                   (M["cache-mask-not-offset"], MappingProxyType({"offset": False})),
+                   (M["cache-not-read"], MappingProxyType({"read_cache": False})),
+                   (M["cache-prepended"], MappingProxyType({"order": "prepend"})))
 
 
 def _lm_mistakes(w, case, tokens) -> list[tuple[Mistake, torch.Tensor]]:
@@ -422,7 +277,7 @@ def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
     t = case.t if t is None else t
     if value_kind(ev, key) == "tuple":
         fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.",
-             mistake=LM_RETURNS_TUPLE)
+             mistake=M["lm-returns-tuple"])
     return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
         (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
         (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
@@ -463,10 +318,10 @@ def _expect_no_future(ev: Evidence, run: ModelRun) -> None:
                  f"positions 0-{j - 1}, so in training the model could read the token it must predict. Give every "
                  "block the causal mask, True where key j <= query i."
                  + (f" The logits match another mistake: {named[0].explanation}" if named
-                    and named[0] not in (LM_NO_MASK, LM_INVERTED_MASK) else ""),
+                    and named[0] not in (M["lm-no-causal-mask"], M["lm-inverted-causal-mask"]) else ""),
                  logits[0, :j, 0], changed[0, :j, 0],
                  case=f"first logit at positions 0-{j - 1} of sequence 0, before and after the change",
-                 mistake=named[0].id if named else LM_READS_FUTURE)
+                 mistake=named[0].id if named else M["lm-reads-future"])
     _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} is causal")
 
 
@@ -517,17 +372,17 @@ def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
     fact = ev.facts.get(key)
     if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != depth:
         fail(f"The cache {CACHED_NAME}.forward returned is not a list of {depth} (keys, values) pairs, one per "
-             "block.", mistake=CACHE_SHAPE)
+             "block.", mistake=M["cache-shape"])
     pairs = []
     for i in range(depth):
         pair = ev.facts.get(f"{key}.{i}")
         if value_kind(ev, f"{key}.{i}") != "tuple" or not isinstance(pair, dict) or pair.get("length") != 2:
-            fail(f"Entry {i} of the cache is not a (keys, values) pair.", mistake=CACHE_SHAPE)
+            fail(f"Entry {i} of the cache is not a (keys, values) pair.", mistake=M["cache-shape"])
         got = []
         for j, name in enumerate(("keys", "values")):
             value = tensor(ev, f"{key}.{i}.{j}")
             if value is None:
-                fail(f"The {name} of block {i} in the cache are not a tensor.", mistake=CACHE_SHAPE)
+                fail(f"The {name} of block {i} in the cache are not a tensor.", mistake=M["cache-shape"])
             if tuple(value.shape) != shape:
                 hint = {(b, positions, k): " That is the layout before the heads are split: cache them as "
                                            "(b, heads, t, s), the layout attention uses.",
@@ -537,7 +392,7 @@ def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
                     "positions so far, the cached ones and the new ones."
                 fail(f"The cached {name} of block {i} have shape {tuple(value.shape)} after {positions} positions; "
                      f"expected (b, heads, t, s) = {shape}.{hint.get(tuple(value.shape), '')}{grown}",
-                     mistake=CACHE_SHAPE)
+                     mistake=M["cache-shape"])
             got.append(value)
         pairs.append((got[0], got[1]))
     return pairs
@@ -555,11 +410,11 @@ def _step_raised(ev: Evidence, key: str, start: int, end: int) -> None:
     if "Sizes of tensors must match except in dimension" in message:
         fail(f"{what} raised in torch.cat: {message}\n\nThe cache grows along the wrong axis: keys and values are "
              "(b, heads, t, s), and the new positions are appended along the time axis, "
-             "torch.cat([past_keys, keys], dim=2).", mistake=CACHE_WRONG_AXIS)
+             "torch.cat([past_keys, keys], dim=2).", mistake=M["cache-wrong-axis"])
     if "must match the size of tensor" in message and start > 0:
         fail(f"{what} raised: {message}\n\nWith a cache, the scores are (b, heads, t, t_past + t): the mask must "
              "be (t, t_past + t) too, torch.ones(t, t_past + t).tril(diagonal=t_past), not (t, t).",
-             mistake=CACHE_MASK_SHAPE)
+             mistake=M["cache-mask-shape"])
 
 
 def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torch.Tensor], list[list]]:
@@ -597,7 +452,7 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
         fact = ev.facts.get(key)
         if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
             fail(f"{what} should return a pair (logits, cache), the cache holding the keys and values of all "
-                 f"{end} positions so far.", mistake=CACHE_NOT_RETURNED)
+                 f"{end} positions so far.", mistake=M["cache-not-returned"])
         logits = _lm_logits(ev, f"{key}.0", case, t=end - start, what=f"The logits of {what}")
         cache = _cache_tensors(ev, f"{key}.1", case, end)
         steps.append((start, end, logits, cache))
@@ -605,9 +460,9 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
             queries = _lm_run_cached(w, case, tokens, sizes, {**switches, "stored": "queries"})[1][0]
             if matches_any(cache[0][0], [queries[0][0]], ev.device) and not \
                     matches_any(cache[0][0], [expected_caches[0][0][0]], ev.device):
-                fail(f"{what} returned a cache that is not what was asked: {CACHE_STORES_QUERIES.explanation}",
+                fail(f"{what} returned a cache that is not what was asked: {M['cache-stores-queries'].explanation}",
                      expected_caches[0][0][0][0, 0], cache[0][0][0, 0], "keys of block 0, head 0, sequence 0",
-                     CACHE_STORES_QUERIES.id)
+                     M["cache-stores-queries"].id)
     def same_caches(caches: Sequence[list]) -> bool:
         return all(matches_any(got, [want], ev.device)
                    for (_, _, _, cache), expected in zip(steps, caches, strict=True)
@@ -634,10 +489,10 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
                  "forward gives: positions that continue after the cache, the cached keys and values in front of "
                  "the new ones, and a causal mask shifted by the cache.", full[0, start:end, 0], logits[0, :, 0],
                  case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it",
-                 mistake=CACHE_DIFFERS)
+                 mistake=M["cache-differs"])
     fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
          "computes (each block's to_keys and to_values of norm1(x), heads split), in time order.",
-         mistake=CACHE_DIFFERS)
+         mistake=M["cache-differs"])
 
 
 # ---------------------------------------------------------------- next_token_loss
@@ -650,8 +505,8 @@ def _next_token_logits(feed: str, logits: torch.Tensor, tokens: torch.Tensor) ->
 
 NEXT_TOKEN_LOSS = LossOracle(
     LOSS_NAME, _next_token_logits, "tokens",
-    mistakes=(LOSS_NOT_SHIFTED, LOSS_WRONG_SHIFT, LOSS_SUM, LOSS_SOFTMAX, LOSS_NLL_ON_LOGITS, LOSS_BITS, LOSS_LAST_ONLY,
-              LOSS_UNSTABLE),
+    mistakes=(M["loss-not-shifted"], M["loss-wrong-shift"], M["loss-sum"], M["loss-softmax"], M["loss-nll-on-logits"],
+              M["loss-bits"], M["loss-last-position"], M["loss-unstable"]),
     hint="loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)): the logits at position i "
          "against token i + 1, the mean over all of them. F.cross_entropy wants the classes last of two dimensions, "
          "or in dimension 1.")
@@ -734,29 +589,30 @@ def _sample_mistakes(logits, temperature, top_k, seed, top_p=None) -> list[tuple
     def nucleus(probs: torch.Tensor) -> torch.Tensor:
         return _nucleus(probs, top_p)
 
-    out = [(SAMPLE_GLOBAL_RNG, candidate) for candidate in _draws(logits, temperature, top_k, GLOBAL_SEED, top_p)]
-    out += [(SAMPLE_SOFTMAX_FIRST, _multinomial(nucleus(F.softmax(masked, dim=-1)), seed)),
-            (SAMPLE_SOFTMAX_FIRST, _multinomial(nucleus(F.softmax(F.softmax(masked, dim=-1) / temperature, dim=-1)),
-                                                seed)),
-            (SAMPLE_TEMPERATURE_MULTIPLIES, _multinomial(nucleus(F.softmax(masked * temperature, dim=-1)), seed))]
+    out = [(M["sampling-global-rng"], candidate)
+           for candidate in _draws(logits, temperature, top_k, GLOBAL_SEED, top_p)]
+    twice = F.softmax(F.softmax(masked, dim=-1) / temperature, dim=-1)
+    out += [(M["softmax-before-temperature"], _multinomial(nucleus(F.softmax(masked, dim=-1)), seed)),
+            (M["softmax-before-temperature"], _multinomial(nucleus(twice), seed)),
+            (M["temperature-multiplies"], _multinomial(nucleus(F.softmax(masked * temperature, dim=-1)), seed))]
     if top_p is not None:
         probs = F.softmax(masked / temperature, dim=-1)
-        out += [(TOP_P_IGNORED, _draw(logits, temperature, top_k, generator(seed))),
-                (TOP_P_INCLUDES_ITSELF, _multinomial(_nucleus(probs, top_p, through=True), seed)),
-                (TOP_P_ASCENDING, _multinomial(_nucleus(probs, top_p, descending=False), seed))]
+        out += [(M["top-p-ignored"], _draw(logits, temperature, top_k, generator(seed))),
+                (M["top-p-includes-itself"], _multinomial(_nucleus(probs, top_p, through=True), seed)),
+                (M["top-p-ascending"], _multinomial(_nucleus(probs, top_p, descending=False), seed))]
         for untempered in (F.softmax(masked, dim=-1), F.softmax(logits, dim=-1)):  # after top-k, or before it too
             kept = probs * (_nucleus(untempered, top_p) > 0)
-            out.append((TOP_P_BEFORE_TEMPERATURE, _multinomial(kept / kept.sum(dim=-1, keepdim=True), seed)))
+            out.append((M["top-p-before-temperature"], _multinomial(kept / kept.sum(dim=-1, keepdim=True), seed)))
     if top_k is not None and top_k < logits.shape[-1]:
-        out += [(SAMPLE_TOPK_IGNORED, _draw(logits, temperature, None, generator(seed), top_p=top_p)),
-                (SAMPLE_TOPK_SMALLEST, _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k, largest=False)
+        out += [(M["top-k-ignored"], _draw(logits, temperature, None, generator(seed), top_p=top_p)),
+                (M["top-k-smallest"], _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k, largest=False)
                                                                       / temperature, dim=-1)), seed))]
         if top_k <= logits.shape[0]:
             kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each COLUMN
-            out.append((SAMPLE_TOPK_WRONG_DIM, _multinomial(nucleus(F.softmax(
+            out.append((M["top-k-wrong-dim"], _multinomial(nucleus(F.softmax(
                 logits.masked_fill(logits < kth, float("-inf")) / temperature, dim=-1)), seed)))
         # last, so that it changes no diagnosis above: the k-th largest masked too (logits <= kth), k - 1 kept
-        out.append((SAMPLE_TOPK_TOO_FEW, _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k - 1) / temperature,
+        out.append((M["top-k-too-few"], _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k - 1) / temperature,
                                                                         dim=-1)), seed)))
     return [(mistake, tokens) for mistake, tokens in out if tokens is not None]
 
@@ -776,12 +632,12 @@ def _sampled_tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hin
     if "probability tensor contains" in message or "invalid multinomial" in message:
         if greedy:
             fail(f"{what} raised {message}. With temperature 0, logits / temperature divides by zero: treat "
-                 "temperature 0 first, as the argmax.", mistake=SAMPLE_GREEDY_DIVIDES)
-        fail(f"{what} raised {message}. {SAMPLE_NO_DISTRIBUTION.explanation}", mistake=SAMPLE_NO_DISTRIBUTION)
+                 "temperature 0 first, as the argmax.", mistake=M["greedy-divides-by-zero"])
+        fail(f"{what} raised {message}. {M['no-distribution'].explanation}", mistake=M["no-distribution"])
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}; token ids are torch.long (argmax and multinomial give them).",
-             mistake=GENERATE_NOT_IDS)
+             mistake=M["generate-not-ids"])
     if tuple(out.shape) != (b,):
         extra = {(b, 1): " Squeeze the last dimension: one id per row, (b,)."}.get(tuple(out.shape), "")
         if out.dim() == 1 and out.shape[0] != b:
@@ -837,14 +693,14 @@ def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
         logits = spec.logits()
         if _left_a_row_empty(ev, [spec]) and _top_k_over_batch_empties_a_row(logits, spec.top_k):
             fail(f"{spec.call} raised {str(ev.facts[spec.key].get('message'))[:200]}. A row had no token left to "
-                 f"draw, as when {SAMPLE_TOPK_WRONG_DIM.explanation}", mistake=SAMPLE_TOPK_WRONG_DIM.id)
+                 f"draw, as when {M['top-k-wrong-dim'].explanation}", mistake=M["top-k-wrong-dim"].id)
         if _left_a_row_empty(ev, [spec], top_p=True) and _top_p_through_empties_a_row(logits, spec):
             fail(f"{spec.call} raised {str(ev.facts[spec.key].get('message'))[:200]}. A row had no token left to "
-                 f"draw, as when {TOP_P_INCLUDES_ITSELF.explanation}", mistake=TOP_P_INCLUDES_ITSELF.id)
+                 f"draw, as when {M['top-p-includes-itself'].explanation}", mistake=M["top-p-includes-itself"].id)
         out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
         mistakes = _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1, spec.top_p)
         if wrong_dim_first:
-            mistakes.sort(key=lambda pair: pair[0] is not SAMPLE_TOPK_WRONG_DIM)  # stable: only it moves ahead
+            mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
         _expect_tokens(out, _draws(logits, spec.temperature, spec.top_k, spec.seed + 1, spec.top_p), mistakes,
                        what=spec.call, case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
 
@@ -865,15 +721,15 @@ def _expect_own_generator(ev: Evidence, spec: SamplingCase) -> None:
     outs = [_sampled_tokens(ev, f"{spec.key}{i}", spec.b, what) for i in range(len(probes.GLOBAL_SEEDS))]
     if not torch.equal(outs[0], outs[1]):
         fail(f"{what} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
-             f"{SAMPLE_GLOBAL_RNG.explanation}", Rows(outs[0]), Rows(outs[1]),
-             "the same generator seed, two global seeds", SAMPLE_GLOBAL_RNG.id)
+             f"{M['sampling-global-rng'].explanation}", Rows(outs[0]), Rows(outs[1]),
+             "the same generator seed, two global seeds", M["sampling-global-rng"].id)
     _expect_tokens(outs[0], _draws(logits, spec.temperature, spec.top_k, spec.seed + 1),
                    _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1), what=what,
                    case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
     if ev.facts.get("global_state_changed") != [False, False]:
         fail(f"{what} draws numbers from PyTorch's global generator (its state changed), though the tokens come "
              "from the given one. Use only `generator`, so that sampling leaves the rest of a program's randomness "
-             "alone.", mistake=SAMPLE_GLOBAL_RNG.id)
+             "alone.", mistake=M["sampling-global-rng"].id)
 
 
 def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
@@ -888,10 +744,10 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
         drawn = set(out.tolist())
         if not drawn <= allowed:
             fail(f"sample_next_token drew tokens {sorted(drawn - allowed)[:8]} outside the top {top_k} "
-                 f"{sorted(allowed)} of a row.", mistake=SAMPLE_TOPK_IGNORED.id)
+                 f"{sorted(allowed)} of a row.", mistake=M["top-k-ignored"].id)
         if len(drawn) < top_k:
             fail(f"In {draws} draws from one row with top_k={top_k}, only the tokens {sorted(drawn)} came up: every "
-                 f"one of the top {top_k} must have its chance.", mistake=SAMPLE_TOPK_TOO_FEW)
+                 f"one of the top {top_k} must have its chance.", mistake=M["top-k-too-few"])
     _expect_tokens(_sampled_tokens(ev, spec.key, draws),
                    _draws(row.expand(draws, vocab), spec.temperature, top_k, spec.seed + 1), [],
                    what=f"sample_next_token on {draws} copies of one row", case=f"top_k={top_k}")
@@ -939,18 +795,19 @@ def _good_generations(spec: Generation, pattern: str = "plain") -> list[torch.Te
 
 def _generate_mistakes(spec: Generation, cached: bool) -> list[tuple[Mistake, torch.Tensor]]:
     pattern = "cached" if cached else "plain"
-    out = [(GENERATE_DROPS_PROMPT, g[:, spec.t0:]) for g in _good_generations(spec, pattern)]
+    out = [(M["generate-drops-prompt"], g[:, spec.t0:]) for g in _good_generations(spec, pattern)]
     for how, way in _ways(spec):  # each mistake with every right sampler (they differ only where logits tie)
         def oracle(how: str = how, way: str = way, **options) -> torch.Tensor:
             return _oracle_generate(spec, how=how, renormalize=way, **{"pattern": pattern, **options})
 
-        out += [(GENERATE_FIRST_POSITION, oracle(position=0)), (GENERATE_FORGETS_GENERATOR, oracle(seed=GLOBAL_SEED))]
+        out += [(M["generate-first-position"], oracle(position=0)),
+                (M["generate-forgets-generator"], oracle(seed=GLOBAL_SEED))]
         if (how, way) == ("full", "divide"):  # without the settings there is no top k or top p
-            out.append((GENERATE_IGNORES_SETTINGS, oracle(settings=False)))
+            out.append((M["generate-ignores-settings"], oracle(settings=False)))
         if cached:
-            out += [(GENERATE_REFEEDS, oracle(pattern="refeed")),
-                    (GENERATE_CACHE_NOT_PASSED, oracle(pattern="no-cache")),
-                    (GENERATE_STALE_CACHE, oracle(pattern="stale"))]
+            out += [(M["generate-cache-refeeds"], oracle(pattern="refeed")),
+                    (M["generate-cache-not-passed"], oracle(pattern="no-cache")),
+                    (M["generate-stale-cache"], oracle(pattern="stale"))]
     return out
 
 
@@ -976,7 +833,7 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     raised(ev, key, what, hint)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
-        fail(f"{what} returned dtype {out.dtype}; token ids are torch.long.", mistake=GENERATE_NOT_IDS)
+        fail(f"{what} returned dtype {out.dtype}; token ids are torch.long.", mistake=M["generate-not-ids"])
     good = _good_generations(spec, "plain")
     mistakes = _generate_mistakes(spec, use_cache)
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
@@ -994,13 +851,13 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
             if all(isinstance(c, list) and len(c) == 3 and c[1] == 0 for c in calls):
                 fail(f"{what} gives the right tokens, but never passes a cache to the model: every call runs the "
                      "whole sequence again. Feed the prompt once with use_cache=True, then only the last token with "
-                     "the cache the model returned.", mistake=GENERATE_CACHE_UNUSED)
+                     "the cache the model returned.", mistake=M["generate-cache-unused"])
             fail(f"{what} gives the right tokens, but does not call the model as a cache asks: the calls were "
                  f"[tokens fed, positions cached, use_cache] = {calls[:6]}..., expected {expected[:6]}...",
-                 mistake=GENERATE_CACHE_UNUSED)
+                 mistake=M["generate-cache-unused"])
     elif any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 or c[2] for c in calls):
-        fail(f"{what} passed a cache to the model, or asked it for one: {GENERATE_CACHE_WHEN_NOT_ASKED.explanation}",
-             mistake=GENERATE_CACHE_WHEN_NOT_ASKED)
+        fail(f"{what} passed a cache to the model, or asked it for one: "
+             f"{M['generate-cache-when-not-asked'].explanation}", mistake=M["generate-cache-when-not-asked"])
 
 
 # ---------------------------------------------------------------- the checks

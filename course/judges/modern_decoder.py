@@ -49,6 +49,7 @@ from course.checks.modern_decoder import (
     TableCase,
 )
 from course.checks.seeds import grading
+from course.judges import mistakes
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, each_case, expect_linear_layers
 
 DEFAULT_EPS = 1e-6
@@ -56,96 +57,7 @@ DEFAULT_BASE = 10000.0
 
 # ---------------------------------------------------------------- mistakes
 
-RMS_EPS_OUTSIDE = Mistake("rms-eps-outside-root", "eps is added outside the square root, x / (sqrt(mean(x²)) + eps); "
-                          "it belongs inside: x / sqrt(mean(x²) + eps), so that it still protects inputs near 0.")
-RMS_MEAN_SUBTRACTED = Mistake("rms-mean-subtracted", "the mean is subtracted, as LayerNorm does. RMSNorm only divides "
-                              "by the root mean square: x / sqrt(mean(x²) + eps) · gain, the mean kept.")
-RMS_SUM = Mistake("rms-sum-not-mean", "the squares are summed, not averaged: x.pow(2).mean(dim=-1, keepdim=True).")
-RMS_NO_GAIN = Mistake("rms-no-gain", "the gain is not applied: multiply the normalised x by self.gain.")
-RMS_WRONG_DIM = Mistake("rms-wrong-dim", "the mean square is taken over the wrong dimension: each position's k "
-                        "features are normalised together, mean(dim=-1, keepdim=True).")
-RMS_DEFAULT_EPS = Mistake("rms-default-eps", "the default eps is not 1e-6: __init__(self, k, eps=1e-6).")
-
-ROTARY_EXPONENT = Mistake("rotary-exponent-i", "the frequencies are base^(−i/s); they are θ_i = base^(−2i/s) for "
-                          "i = 0 .. s/2 − 1, i.e. base ** (-torch.arange(0, s, 2) / s).")
-ROTARY_POSITIVE = Mistake("rotary-positive-exponent", "the frequencies are base^(+2i/s), which grow with i; they "
-                          "shrink: θ_i = base^(−2i/s).")
-ROTARY_FROM_ONE = Mistake("rotary-positions-from-one", "the positions start at 1; they are 0 .. t − 1 "
-                          "(torch.arange(t)), so position 0 is not rotated.")
-ROTARY_BASE_IGNORED = Mistake("rotary-base-ignored", "the base is fixed at 10000 instead of taken from the `base` "
-                              "argument.")
-ROTARY_FULL_WIDTH = Mistake("rotary-tables-full-width", "the tables are (t, s): the angles repeated for both halves. "
-                            "Each pair (x_i, x_{i+s/2}) shares one angle, so the tables are (t, s // 2).")
-ROTARY_FLOAT64 = Mistake("rotary-tables-float64", "the tables are float64: compute the angles in float64 for "
-                         "precision, then return cos and sin as float32 (.float()).")
-ROTARY_SWAPPED_TABLES = Mistake("rotary-tables-swapped", "cos and sin are swapped: return (cos, sin), in that order.")
-
-ROTARY_INTERLEAVED = Mistake("rotary-interleaved", "the pairs are interleaved, (x_{2i}, x_{2i+1}); this course "
-                             "rotates halves: feature i with feature i + s/2, x[..., :s//2] with x[..., s//2:].")
-ROTARY_BACKWARDS = Mistake("rotary-backwards", "the rotation goes backwards (the sign of sin is flipped): the first "
-                           "half becomes x1·cos − x2·sin and the second x1·sin + x2·cos.")
-ROTARY_HALVES_SWAPPED = Mistake("rotary-halves-swapped", "the two halves of the output are swapped: torch.cat([x1·cos "
-                                "− x2·sin, x1·sin + x2·cos], dim=-1), the first half first.")
-ROTARY_OFFSET_IGNORED = Mistake("rotary-offset-ignored", "the offset is ignored: x holds positions offset .. offset + "
-                                "t − 1, so use rows cos[offset : offset + t] and sin[offset : offset + t].")
-
-SWIGLU_GATE_SWAPPED = Mistake("swiglu-gate-swapped", "silu is applied to the wrong branch: silu(gate(x)) * up(x), "
-                              "the gate through silu, not up.")
-SWIGLU_RELU = Mistake("swiglu-relu", "a ReLU is used where SwiGLU uses silu (x · sigmoid(x), F.silu).")
-SWIGLU_SIGMOID = Mistake("swiglu-sigmoid", "a sigmoid is used (the original GLU); SwiGLU uses silu(x) = "
-                         "x · sigmoid(x).")
-SWIGLU_NO_GATE = Mistake("swiglu-no-gate", "there is no gating product: SwiGLU multiplies silu(gate(x)) with up(x) "
-                         "before down.")
-SWIGLU_BIAS = Mistake("swiglu-bias", "the layers have biases: create them with bias=False.")
-
-GQA_REPEAT_ORDER = Mistake("gqa-repeat-order", "the key/value heads are repeated in the wrong order (.repeat tiles "
-                           "them, so query head j reads kv head j % kv_heads). Each kv head serves a run of "
-                           "heads/kv_heads consecutive query heads: repeat_interleave(heads // kv_heads, dim=1).")
-GQA_VALUES_ROTATED = Mistake("gqa-values-rotated", "the values are rotated too: rotation encodes positions in the "
-                             "queries and keys, whose dot products it makes relative; the values are not rotated.")
-GQA_NOT_ROTATED = Mistake("gqa-not-rotated", "the queries or the keys are not rotated: apply_rotary to both, at the "
-                          "positions they hold.")
-GQA_SCALED_BY_K = Mistake("gqa-scaled-by-model-size", "the scores are divided by √k, the model size; each head's dot "
-                          "products are over s = k // heads features: divide by √s (the default of "
-                          "F.scaled_dot_product_attention).")
-GQA_MASK_IGNORED = Mistake("gqa-mask-ignored", "the mask is ignored: pass it on, attn_mask=mask.")
-GQA_CACHE_OFFSET = Mistake("gqa-cache-offset-ignored", "with a cache of t_past positions, the new queries and keys "
-                           "are rotated from position 0: they sit at positions t_past .. t_past + t − 1, so rotate "
-                           "with offset = past[0].shape[2].")
-GQA_CACHE_REPEATED = Mistake("gqa-cache-repeated", "the cache holds the keys and values after they were repeated for "
-                             "every query head, (b, heads, t, s); grouped-query attention caches only the kv_heads "
-                             "heads, (b, kv_heads, t, s): that is the memory it saves. Repeat them after caching.")
-GQA_CACHE_UNROTATED = Mistake("gqa-cache-unrotated", "the cache holds the keys before their rotation; cache the "
-                              "rotated keys, so that a later call rotates only its new keys.")
-GQA_BIAS = Mistake("gqa-bias", "the projections have biases: create them with bias=False.")
-NO_DIVISIBILITY_CHECK = Mistake("gqa-no-divisibility-check", "the constructor accepts sizes that do not divide: raise "
-                                "a ValueError unless heads divides k and kv_heads divides heads.")
-
-MODERN_POST_NORM = Mistake("modern-post-norm", "the blocks are post-norm, x = norm(x + sublayer(x)); this model is "
-                           "pre-norm: x = x + attention(norm1(x)), then x = x + ff(norm2(x)), and the final norm "
-                           "after the last block.")
-MODERN_NO_FINAL_NORM = Mistake("modern-no-final-norm", "the final RMSNorm is missing: apply self.norm before "
-                               "to_logits.")
-MODERN_NO_RESIDUAL = Mistake("modern-no-residual", "the residual connections are missing: x = x + "
-                             "attention(norm1(x)), then x = x + ff(norm2(x)).")
-MODERN_NO_MASK = Mistake("modern-no-causal-mask", "nothing is masked: every position reads the tokens after it. "
-                         "Build the causal mask, True where key j <= query i (shifted by the cache).")
-MODERN_MASK_NOT_OFFSET = Mistake("modern-cache-mask-not-offset", "the causal mask is not shifted by the cache: query "
-                                 "i of the new tokens is position t_past + i, so it may read keys j <= t_past + i: "
-                                 "torch.ones(t, t_past + t).tril(diagonal=t_past).")
-MODERN_TABLES_HEAD_SIZE = Mistake("modern-tables-head-size", "the rotary tables are made for the model size k; the "
-                                  "rotation acts on each head, so they are rotary_tables(max_len, k // heads).")
-MODERN_TABLES_PERSISTENT = Mistake("modern-tables-persistent", "the rotary tables are saved in the state_dict: they "
-                                   "are computed from the sizes, so register them with persistent=False.")
-MODERN_TABLES_NOT_BUFFERS = Mistake("modern-tables-not-buffers", "cos and sin are not buffers: register them with "
-                                    "self.register_buffer(\"cos\", cos, persistent=False) (a parameter would be "
-                                    "trained, a plain attribute would not follow .to(device)).")
-MODERN_NO_LENGTH_CHECK = Mistake("modern-no-length-check", "past max_len positions the model does not raise a "
-                                 "ValueError: the tables hold max_len positions, so check t_past + t first.")
-MODERN_READS_FUTURE = Mistake("modern-reads-future", "the model reads the future. The mask must be causal, True where "
-                              "key j <= query i: torch.ones(t, t_past + t).tril(diagonal=t_past).")
-MODERN_CACHE_DIFFERS = Mistake("modern-cache-differs", "a call with the cache does not give what one call on all the "
-                               "tokens gives.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_decoder.txt
 
 
 def said(mistake: Mistake) -> str:
@@ -187,12 +99,13 @@ def _rms_variant(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS
 def _rms_simulators(k: int, eps: float | None = None, x: torch.Tensor | None = None
                     ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
     found: list[tuple[Mistake, Callable[..., torch.Tensor]]] = [
-        (RMS_EPS_OUTSIDE, partial(_rms_variant, how="eps-outside")), (RMS_MEAN_SUBTRACTED, partial(_rms_variant,
-                                                                                                   how="mean")),
-        (RMS_SUM, partial(_rms_variant, how="sum")), (RMS_NO_GAIN, partial(_rms_variant, how="no-gain")),
-        *((RMS_WRONG_DIM, partial(_rms_variant, how=how)) for how in ("all", "dim0", "dim-2"))]
+        (M["rms-eps-outside-root"], partial(_rms_variant, how="eps-outside")),
+        (M["rms-mean-subtracted"], partial(_rms_variant, how="mean")),
+        (M["rms-sum-not-mean"], partial(_rms_variant, how="sum")),
+        (M["rms-no-gain"], partial(_rms_variant, how="no-gain")),
+        *((M["rms-wrong-dim"], partial(_rms_variant, how=how)) for how in ("all", "dim0", "dim-2"))]
     if eps is None:  # built with the default eps
-        found += [(RMS_DEFAULT_EPS, partial(_rms_variant, how="right", default=other))
+        found += [(M["rms-default-eps"], partial(_rms_variant, how="right", default=other))
                   for other in (1e-5, 1e-8, 0.0, torch.finfo(torch.float32).eps)]
     return found
 
@@ -272,17 +185,18 @@ def _expect_tables(ev: Evidence, spec: TableCase | Callable[[], TableCase]) -> N
         got = tensor(ev, key)
         if got is not None and got.dtype == torch.float64:
             fail(f"{what} returns its {name} table in float64: compute the angles in float64 for precision, then "
-                 "return cos and sin as float32 (.float()).", mistake=ROTARY_FLOAT64)
+                 "return cos and sin as float32 (.float()).", mistake=M["rotary-tables-float64"])
         found.append(output(ev, key, what=f"the {name} table of {what}", shape=(t, s // 2), shape_hints={
-            (t, s): ROTARY_FULL_WIDTH,
+            (t, s): M["rotary-tables-full-width"],
             (s // 2, t): "That is the table transposed: one row per position, one column per frequency."},
             dtype=torch.float32, hint=hint))
-    mistakes = [(ROTARY_EXPONENT, _tables(t, s, base, exponent=1.0)), (ROTARY_FROM_ONE, _tables(t, s, base, first=1)),
-                (ROTARY_POSITIVE, _tables(t, s, base, sign=1.0))]
+    mistakes = [(M["rotary-exponent-i"], _tables(t, s, base, exponent=1.0)),
+                (M["rotary-positions-from-one"], _tables(t, s, base, first=1)),
+                (M["rotary-positive-exponent"], _tables(t, s, base, sign=1.0))]
     if base != DEFAULT_BASE:
-        mistakes.append((ROTARY_BASE_IGNORED, _tables(t, s, DEFAULT_BASE)))
+        mistakes.append((M["rotary-base-ignored"], _tables(t, s, DEFAULT_BASE)))
     right = _tables(t, s, base)
-    mistakes.append((ROTARY_SWAPPED_TABLES, right[::-1]))
+    mistakes.append((M["rotary-tables-swapped"], right[::-1]))
     expect_close(torch.stack(found), torch.stack(right), what=f"{what}, (cos, sin) stacked,", device=ev.device,
                  mistakes=[(m, torch.stack(pair)) for m, pair in mistakes], case=f"t={t}, s={s}, base={base:g}",
                  otherwise="cos and sin of the angle position · θ_i, positions 0 .. t − 1 as rows, θ_i = base^(−2i/s) "
@@ -324,12 +238,12 @@ def _rotate_variant(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offse
 
 def _rotary_mistakes(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0
                      ) -> list[tuple[Mistake, torch.Tensor]]:
-    found = [(ROTARY_INTERLEAVED, _rotate_variant(x, cos, sin, offset, how="interleaved")),
-             (ROTARY_INTERLEAVED, _rotate_variant(x, cos, sin, offset, how="interleaved-halves")),
-             (ROTARY_BACKWARDS, _rotate_variant(x, cos, sin, offset, how="backwards")),
-             (ROTARY_HALVES_SWAPPED, _rotate_variant(x, cos, sin, offset, how="swapped"))]
+    found = [(M["rotary-interleaved"], _rotate_variant(x, cos, sin, offset, how="interleaved")),
+             (M["rotary-interleaved"], _rotate_variant(x, cos, sin, offset, how="interleaved-halves")),
+             (M["rotary-backwards"], _rotate_variant(x, cos, sin, offset, how="backwards")),
+             (M["rotary-halves-swapped"], _rotate_variant(x, cos, sin, offset, how="swapped"))]
     if offset:
-        found.append((ROTARY_OFFSET_IGNORED, rotate(x, cos, sin, 0)))
+        found.append((M["rotary-offset-ignored"], rotate(x, cos, sin, 0)))
     return found
 
 
@@ -373,9 +287,10 @@ def _expect_relative(ev: Evidence, case: RelativeCase) -> None:
         ignored = matches_any(rows, [rotate(keys_in[..., start:start + length, :], cos, sin, 0)], ev.device)
         fail(f"apply_rotary(x, cos, sin, offset={start}) on rows {start} .. {start + length - 1} of the keys should "
              "give those rows of the keys rotated from position 0. "
-             + (ROTARY_OFFSET_IGNORED.explanation if ignored else "Use the rows offset .. offset + t − 1 of cos and "
-                "sin."), keys[0, 0, start:start + length], rows[0, 0], case="sequence 0, head 0",
-             mistake=ROTARY_OFFSET_IGNORED if ignored else None)
+             + (M["rotary-offset-ignored"].explanation if ignored
+                else "Use the rows offset .. offset + t − 1 of cos and sin."),
+             keys[0, 0, start:start + length], rows[0, 0], case="sequence 0, head 0",
+             mistake=M["rotary-offset-ignored"] if ignored else None)
     shifted = output(ev, "keys_shifted", what=f"apply_rotary(keys, cos, sin, offset={shift})", shape=(b, h, t, s),
                      hint=_ROTARY_HINT)
     queries = {o: output(ev, f"q{o}", what=f"apply_rotary(query, cos, sin, offset={o})", shape=(b, h, 1, s),
@@ -413,9 +328,10 @@ def _swiglu(w: Mapping[str, torch.Tensor], k: int, hidden: int, x: torch.Tensor 
 
 def _swiglu_simulators(k: int, hidden: int, x: torch.Tensor | None = None
                        ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    return [(SWIGLU_GATE_SWAPPED, partial(_swiglu, swapped=True)), (SWIGLU_RELU, partial(_swiglu, act=F.relu)),
-            (SWIGLU_SIGMOID, partial(_swiglu, act=torch.sigmoid)), (SWIGLU_NO_GATE, partial(_swiglu, gated="gate")),
-            (SWIGLU_NO_GATE, partial(_swiglu, gated="up"))]
+    return [(M["swiglu-gate-swapped"], partial(_swiglu, swapped=True)),
+            (M["swiglu-relu"], partial(_swiglu, act=F.relu)),
+            (M["swiglu-sigmoid"], partial(_swiglu, act=torch.sigmoid)),
+            (M["swiglu-no-gate"], partial(_swiglu, gated="gate")), (M["swiglu-no-gate"], partial(_swiglu, gated="up"))]
 
 
 def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
@@ -426,7 +342,7 @@ def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     into = (k, hidden, False, "nn.Linear(k, hidden, bias=False)")
     layers = {"gate": into, "up": into, "down": (hidden, k, False, "nn.Linear(hidden, k, bias=False)")}
     w = expect_linear_layers(ev, built.key, what, SWIGLU_NAME, layers, "Two of SwiGLU's layers are one object: gate, "
-                             "up and down each need their own nn.Linear.", dict.fromkeys(layers, SWIGLU_BIAS),
+                             "up and down each need their own nn.Linear.", dict.fromkeys(layers, M["swiglu-bias"]),
                              built.seed)
     modules.expect_parameter_count(ev, built.key, what, 3 * k * hidden, "three k × hidden matrices, 3·k·hidden",
                                    "SwiGLU holds gate, up and down, without biases.")
@@ -495,13 +411,13 @@ def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: tor
 
 def _gqa_switches(k: int, heads: int) -> tuple[tuple[Mistake, Mapping[str, Any]], ...]:
     """The typical mistakes of one call without a cache, as switches of gqa."""
-    return ((GQA_REPEAT_ORDER, MappingProxyType({"repeat": "tile"})),
-            (GQA_VALUES_ROTATED, MappingProxyType({"rotate_values": True})),
-            (GQA_NOT_ROTATED, MappingProxyType({"rotate_keys": False})),
-            (GQA_NOT_ROTATED, MappingProxyType({"rotate_queries": False})),
-            (GQA_NOT_ROTATED, MappingProxyType({"rotate_keys": False, "rotate_queries": False})),
-            (GQA_SCALED_BY_K, MappingProxyType({"scale": 1 / math.sqrt(k)})),
-            (GQA_MASK_IGNORED, MappingProxyType({"use_mask": False})))
+    return ((M["gqa-repeat-order"], MappingProxyType({"repeat": "tile"})),
+            (M["gqa-values-rotated"], MappingProxyType({"rotate_values": True})),
+            (M["gqa-not-rotated"], MappingProxyType({"rotate_keys": False})),
+            (M["gqa-not-rotated"], MappingProxyType({"rotate_queries": False})),
+            (M["gqa-not-rotated"], MappingProxyType({"rotate_keys": False, "rotate_queries": False})),
+            (M["gqa-scaled-by-model-size"], MappingProxyType({"scale": 1 / math.sqrt(k)})),
+            (M["gqa-mask-ignored"], MappingProxyType({"use_mask": False})))
 
 
 def _gqa_weights(ev: Evidence, case: AttentionCase) -> dict[str, torch.Tensor]:
@@ -514,7 +430,7 @@ def _gqa_weights(ev: Evidence, case: AttentionCase) -> dict[str, torch.Tensor]:
     key = f"{case.key}.module"
     w = expect_linear_layers(ev, key, case.call, ATTENTION_NAME, layers, f"Two of {ATTENTION_NAME}'s layers are one "
                              "object: queries, keys, values and unify_heads each need their own nn.Linear.",
-                             dict.fromkeys(layers, GQA_BIAS), case.seed)
+                             dict.fromkeys(layers, M["gqa-bias"]), case.seed)
     modules.expect_parameter_count(ev, key, case.call, 2 * k * k + 2 * k * g * s, "2k² + 2·k·kv_heads·s",
                                    "Are extra layers registered?")
     return w
@@ -545,7 +461,7 @@ def _gqa_pair(ev: Evidence, key: str, case: AttentionCase, t: int, positions: in
         if tuple(value.shape) != shape:
             if value.dim() == 4 and value.shape[1] == case.heads != case.kv_heads:
                 fail(f"The cached {name} {what} returned have shape {tuple(value.shape)}, expected (b, kv_heads, t, "
-                     f"s) = {shape}: {GQA_CACHE_REPEATED.explanation}", mistake=GQA_CACHE_REPEATED)
+                     f"s) = {shape}: {M['gqa-cache-repeated'].explanation}", mistake=M["gqa-cache-repeated"])
             fail(f"The cached {name} {what} returned have shape {tuple(value.shape)}; expected (b, kv_heads, t_past "
                  f"+ t, s) = {shape}, all positions so far, before the heads are repeated.")
         cached.append(value)
@@ -572,9 +488,9 @@ def _expect_cache_values(ev: Evidence, keys: torch.Tensor, values: torch.Tensor,
     """The cached keys are the rotated keys, the values the plain values."""
     __tracebackhide__ = True
     expect_close(keys, right[0], what=f"The key cache of {what}", device=ev.device, case=label,
-                 mistakes=[(GQA_CACHE_UNROTATED, unrotated)], otherwise="Cache the rotated keys, kv_heads heads.")
+                 mistakes=[(M["gqa-cache-unrotated"], unrotated)], otherwise="Cache the rotated keys, kv_heads heads.")
     expect_close(values, right[1], what=f"The value cache of {what}", device=ev.device, case=label,
-                 mistakes=[(GQA_VALUES_ROTATED, rotated_values)], otherwise="Cache the values, kv_heads heads.")
+                 mistakes=[(M["gqa-values-rotated"], rotated_values)], otherwise="Cache the values, kv_heads heads.")
 
 
 def _expect_gqa_case(ev: Evidence, case: AttentionCase) -> None:
@@ -604,10 +520,10 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase) -> None:
         modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=case.label,
                                  oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
     if case.prefix:
-        _expect_cached(ev, case, w, inputs)
+        _expect_gqa_cached(ev, case, w, inputs)
 
 
-def _expect_cached(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor],
+def _expect_gqa_cached(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor],
                    inputs: Mapping[str, torch.Tensor]) -> None:
     """The first `prefix` positions alone, then the rest with their cache: the outputs and caches of one call."""
     __tracebackhide__ = True
@@ -629,7 +545,7 @@ def _expect_cached(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tens
     label = f"{case.call}, {t - p} new positions after a cache of {p}"
     out, keys, values = _gqa_pair(ev, f"{case.key}.second", case, t - p, t, what)
     _expect_gqa_out(ev, out, w, case, second_in, what, label, past,
-                    extra=((GQA_CACHE_OFFSET, MappingProxyType({"offset": False})),))
+                    extra=((M["gqa-cache-offset-ignored"], MappingProxyType({"offset": False})),))
     with torch.no_grad():
         full = gqa(w, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[1]
     expect_close(keys, full[0], what=f"The key cache of {what}", device=ev.device, case=label,
@@ -665,11 +581,11 @@ def _expect_gqa_structure(ev: Evidence, item: AttentionCase | str) -> None:
         if fact.get("not_implemented"):
             raised(ev, key, call)
         if fact.get("kind") != "raised":
-            fail(f"{call} was created without complaint. {said(NO_DIVISIBILITY_CHECK)}",
-                 mistake=NO_DIVISIBILITY_CHECK)
+            fail(f"{call} was created without complaint. {said(M['gqa-no-divisibility-check'])}",
+                 mistake=M["gqa-no-divisibility-check"])
         if fact.get("type") != "ValueError":
             fail(f"{call} raised {str(fact.get('type'))[:60]}; raise a ValueError, the exception for an argument of "
-                 "the right type and a wrong value.", mistake=NO_DIVISIBILITY_CHECK)
+                 "the right type and a wrong value.", mistake=M["gqa-no-divisibility-check"])
 
 
 each_case(probes.gqa_structure, _expect_gqa_structure,
@@ -694,7 +610,7 @@ def swiglu_hidden(k: int) -> int:
     return round(8 * k / 3)
 
 
-def _model_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
+def _modern_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
     vocab, k, g, s, hidden = case.vocab, case.k, case.kv_heads, case.k // case.heads, swiglu_hidden(case.k)
     shapes: dict[str, tuple[int, ...]] = {"token_embedding.weight": (vocab, k)}
     for i in range(case.depth):
@@ -718,22 +634,22 @@ def _expect_tables_buffers(ev: Evidence, key: str, case: ModelCase) -> None:
     for name in ("cos", "sin"):
         if name not in found:
             where = "a parameter" if name in params else "not a registered buffer"
-            fail(f"{MODEL_NAME}.{name} is {where}. {said(MODERN_TABLES_NOT_BUFFERS)}",
-                 mistake=MODERN_TABLES_NOT_BUFFERS)
+            fail(f"{MODEL_NAME}.{name} is {where}. {said(M['modern-tables-not-buffers'])}",
+                 mistake=M["modern-tables-not-buffers"])
         got = found[name][1]
         if got == [case.max_len, case.k // 2] and case.heads > 1:
             fail(f"{MODEL_NAME}.{name} has shape {tuple(got)} for {case.call}; expected (max_len, s // 2) = "
-                 f"{tuple(shape)}: {MODERN_TABLES_HEAD_SIZE.explanation}", mistake=MODERN_TABLES_HEAD_SIZE)
+                 f"{tuple(shape)}: {M['modern-tables-head-size'].explanation}", mistake=M["modern-tables-head-size"])
         if got != shape:
             fail(f"{MODEL_NAME}.{name} has shape {tuple(got) if isinstance(got, list) else got} for {case.call}; "
                  f"expected (max_len, s // 2) = {tuple(shape)}: rotary_tables(max_len, k // heads, base).")
         if found[name][2] is not False:
             fail(f"{MODEL_NAME}.{name} is saved in the state_dict: the tables are computed from the sizes, so "
                  "register them with persistent=False.",
-                 mistake=MODERN_TABLES_PERSISTENT)
+                 mistake=M["modern-tables-persistent"])
 
 
-def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
+def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     """The parts the notebook names, registered, of the right sizes; cos and sin non-persistent buffers; the
     weights the probe loaded."""
     __tracebackhide__ = True
@@ -754,7 +670,7 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
     _expect_tables_buffers(ev, key, case)
-    shapes = _model_shapes(case)
+    shapes = _modern_shapes(case)
     w = modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
     modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in shapes.values()),
                                    f"the embedding, {case.depth} blocks, the final norm and to_logits (no biases)",
@@ -802,29 +718,30 @@ def modern_lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tens
     return F.linear(x, w["to_logits.weight"]), new_cache
 
 
-_MODEL_MISTAKES = ((MODERN_POST_NORM, MappingProxyType({"layout": "post", "final_norm": False})),
-                   (MODERN_POST_NORM, MappingProxyType({"layout": "post"})),
-                   (MODERN_NO_FINAL_NORM, MappingProxyType({"final_norm": False})),
-                   (MODERN_NO_RESIDUAL, MappingProxyType({"layout": "no-residual"})),
-                   (MODERN_NO_RESIDUAL, MappingProxyType({"layout": "no-residual", "final_norm": False})),
-                   (MODERN_NO_MASK, MappingProxyType({"causal": False})))
+_MODERN_MISTAKES = ((M["modern-post-norm"], MappingProxyType({"layout": "post", "final_norm": False})),
+                   (M["modern-post-norm"], MappingProxyType({"layout": "post"})),
+                   (M["modern-no-final-norm"], MappingProxyType({"final_norm": False})),
+                   (M["modern-no-residual"], MappingProxyType({"layout": "no-residual"})),
+                   (M["modern-no-residual"], MappingProxyType({"layout": "no-residual", "final_norm": False})),
+                   (M["modern-no-causal-mask"], MappingProxyType({"causal": False})))
 
-_MODEL_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm1(x), cos, sin, mask, past), then "
+_MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm1(x), cos, sin, mask, past), then "
                "x = x + ff(norm2(x)); finally to_logits(norm(x)); the mask is causal, (t, t_past + t), "
                "tril(diagonal=t_past).")
 
 
-def _model_mistakes(w, case, tokens, cache=None) -> list[tuple[Mistake, torch.Tensor]]:
-    switches = (*_MODEL_MISTAKES, (MODERN_MASK_NOT_OFFSET, {"mask_offset": False})) if cache else _MODEL_MISTAKES
+def _modern_mistakes(w, case, tokens, cache=None) -> list[tuple[Mistake, torch.Tensor]]:
+    offset = (M["modern-cache-mask-not-offset"], {"mask_offset": False})
+    switches = (*_MODERN_MISTAKES, offset) if cache else _MODERN_MISTAKES
     with torch.no_grad():
         return [(m, modern_lm(w, case, tokens, cache, **sw)[0]) for m, sw in switches]
 
 
-def _logits(ev: Evidence, key: str, case: ModelCase, t: int, what: str) -> torch.Tensor:
+def _modern_logits(ev: Evidence, key: str, case: ModelCase, t: int, what: str) -> torch.Tensor:
     __tracebackhide__ = True
     if value_kind(ev, key) == "tuple" and "use_cache" not in what:
         fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.")
-    return output(ev, key, what=what, shape=(case.b, t, case.vocab), hint=_MODEL_HINT)
+    return output(ev, key, what=what, shape=(case.b, t, case.vocab), hint=_MODERN_HINT)
 
 
 def _expect_model_logits(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str,
@@ -832,21 +749,21 @@ def _expect_model_logits(ev: Evidence, logits: torch.Tensor, w, case: ModelCase,
     __tracebackhide__ = True
     with torch.no_grad():
         want = modern_lm(w, case, tokens, cache)[0]
-    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=_model_mistakes(w, case, tokens, cache),
-                       otherwise=_MODEL_HINT, case=label)
+    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=_modern_mistakes(w, case, tokens, cache),
+                       otherwise=_MODERN_HINT, case=label)
 
 
 def _expect_model_structure(ev: Evidence, run: ModelRun) -> None:
     """The parts and buffers asked for, and logits a decoder of them, right or typically wrong, computes."""
     __tracebackhide__ = True
     case, tokens = run.case, run.tokens()
-    w = _model_weights(ev, run)
-    logits = _logits(ev, f"{run.key}.logits", case, case.t, f"{MODEL_NAME}.forward(tokens)")
+    w = _modern_weights(ev, run)
+    logits = _modern_logits(ev, f"{run.key}.logits", case, case.t, f"{MODEL_NAME}.forward(tokens)")
     with torch.no_grad():
         want = modern_lm(w, case, tokens)[0]
-    if not matches_any(logits, [want, *(out for _, out in _model_mistakes(w, case, tokens))], ev.device):
+    if not matches_any(logits, [want, *(out for _, out in _modern_mistakes(w, case, tokens))], ev.device):
         fail(f"{MODEL_NAME} has the right parts, but its logits are not those of a decoder of them with the check's "
-             f"weights: {_MODEL_HINT}", want[0], logits[0], case=f"{case.call}, tokens {tuple(tokens.shape)}, "
+             f"weights: {_MODERN_HINT}", want[0], logits[0], case=f"{case.call}, tokens {tuple(tokens.shape)}, "
                                                                "sequence 0")
 
 
@@ -856,15 +773,15 @@ def _expect_model(ev: Evidence, run: ModelRun) -> None:
     if run.secret and not grading():
         return
     case, tokens = run.case, run.tokens()
-    w = _model_weights(ev, run)
+    w = _modern_weights(ev, run)
     what = f"{MODEL_NAME}.forward(tokens)"
     label = f"{case.call}, tokens {tuple(tokens.shape)}"
-    logits = _logits(ev, f"{run.key}.logits", case, case.t, what)
+    logits = _modern_logits(ev, f"{run.key}.logits", case, case.t, what)
     for j in run.changed:
-        changed = _logits(ev, f"{run.key}.changed{j}", case, case.t, what)
+        changed = _modern_logits(ev, f"{run.key}.changed{j}", case, case.t, what)
         if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
-            named = next((m for m, out in _model_mistakes(w, case, tokens) if matches_any(logits, [out], ev.device)),
-                         MODERN_READS_FUTURE)
+            named = next((m for m, out in _modern_mistakes(w, case, tokens) if matches_any(logits, [out], ev.device)),
+                         M["modern-reads-future"])
             fail(f"{MODEL_NAME} is not causal: changing the tokens from position {j} on changed the logits at "
                  f"positions 0-{j - 1}: {named.explanation}", logits[0, :j, 0], changed[0, :j, 0],
                  case=f"first logit at positions 0-{j - 1}, sequence 0", mistake=named)
@@ -885,8 +802,8 @@ def _expect_model(ev: Evidence, run: ModelRun) -> None:
         if not isinstance(fact, dict) or fact.get("kind") != "raised" or fact.get("type") != "ValueError":
             got = "returned" if not isinstance(fact, dict) or fact.get("kind") != "raised" else \
                 f"raised {str(fact.get('type'))[:60]}"
-            fail(f"{call} {got}; it should raise a ValueError. {said(MODERN_NO_LENGTH_CHECK)}",
-                 mistake=MODERN_NO_LENGTH_CHECK)
+            fail(f"{call} {got}; it should raise a ValueError. {said(M['modern-no-length-check'])}",
+                 mistake=M["modern-no-length-check"])
 
 
 def _expect_model_cache(ev: Evidence, run: ModelRun, w, logits: torch.Tensor) -> None:
@@ -901,15 +818,15 @@ def _expect_model_cache(ev: Evidence, run: ModelRun, w, logits: torch.Tensor) ->
         key = f"{run.key}.step{i}"
         what = (f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True)" if start else
                 f"{MODEL_NAME}.forward(tokens[:, :{end}], use_cache=True)")
-        raised(ev, key, what, _MODEL_HINT)
+        raised(ev, key, what, _MODERN_HINT)
         fact = ev.facts.get(key)
         if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
             fail(f"{what} should return the pair (logits, cache).")
-        step = output(ev, f"{key}.0", what=what, shape=(case.b, size, case.vocab), hint=_MODEL_HINT)
+        step = output(ev, f"{key}.0", what=what, shape=(case.b, size, case.vocab), hint=_MODERN_HINT)
         label = f"{case.call}, tokens {start}-{end - 1} after a cache of {start}"
         if not matches_any(step, [logits[:, start:end]], ev.device):
-            named = next((m for m, out in _model_mistakes(w, case, tokens[:, start:end], cache)
-                          if matches_any(step, [out], ev.device)), MODERN_CACHE_DIFFERS)
+            named = next((m for m, out in _modern_mistakes(w, case, tokens[:, start:end], cache)
+                          if matches_any(step, [out], ev.device)), M["modern-cache-differs"])
             fail(f"{what} does not give the logits one call on all the tokens gives at those positions: "
                  f"{named.explanation}", logits[0, start:end], step[0], case=label + ", sequence 0",
                  mistake=named)

@@ -19,7 +19,7 @@ from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
-from course.judges import judge, oracles
+from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
     ForwardOracle,
     Oracle,
@@ -41,90 +41,8 @@ MAX_MATMULS = 12
 
 # ---------------------------------------------------------------- mistakes
 
-SPLIT_NO_TRANSPOSE = Mistake(
-    "split-without-transpose",
-    "the tensor is reshaped to (b, heads, t, s) without a transpose, so a 'head' holds pieces of several "
-    "positions. View it as (b, t, heads, s) first, then swap the middle axes: .transpose(1, 2).")
-SPLIT_INTERLEAVED = Mistake(
-    "split-interleaved",
-    "the heads are split interleaved (head i gets features i, i+heads, i+2·heads, ...). Head i takes the "
-    "contiguous block of features i·s to (i+1)·s − 1, as in nn.MultiheadAttention: view as (b, t, heads, s).")
-MERGE_NO_TRANSPOSE = Mistake(
-    "merge-without-transpose",
-    "the tensor is reshaped to (b, t, k) without a transpose, so the positions and heads get mixed up. "
-    "Move the heads next to the features first: .transpose(1, 2), then reshape (or .contiguous().view).")
-MERGE_INTERLEAVED = Mistake(
-    "merge-interleaved",
-    "the heads are merged interleaved (feature j·heads + i comes from head i). Head i's features must be the "
-    "contiguous block i·s to (i+1)·s − 1, the inverse of split_heads.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/multi_head.txt
 
-SCALED_BY_MODEL_SIZE = Mistake(
-    "scaled-by-model-size",
-    "the scores are divided by √k, the model size; each head's dot products are over s = k // heads "
-    "features, so divide by √(k // heads), the head size.")
-SCALED_BY_K_TIMES_HEADS = Mistake(
-    "scaled-by-k-times-heads",
-    "the scores are divided by √(k·heads); each head's dot products are over s = k // heads features, "
-    "so divide by √(k // heads).")
-SCALED_BY_PROJECTED_SIZE = Mistake(
-    "scaled-by-projected-size",
-    "the scores are divided by √(k·heads), the size of the projected queries before they are split. Each "
-    "head here has size k: divide by √k.")
-SCALED_BY_HEAD_FRACTION = Mistake(
-    "scaled-by-head-fraction", "the scores are divided by √(k / heads); a wide head has the full size k: divide by √k.")
-UNSCALED = Mistake("unscaled", "the scores are not scaled: divide them by the square root of the head size.")
-HEADS_NO_TRANSPOSE = Mistake(
-    "heads-reshaped-without-transpose",
-    "the projections are reshaped to (b, heads, t, s) without a transpose, so each 'head' mixes pieces of "
-    "different positions. Use split_heads: view as (b, t, heads, s), then .transpose(1, 2).")
-HEADS_SPLIT_NO_TRANSPOSE = Mistake(
-    "heads-split-without-transpose",
-    "the heads are split with a reshape to (b, heads, t, s) without a transpose. "
-    "Use split_heads: view as (b, t, heads, s), then .transpose(1, 2).")
-HEADS_MERGED_NO_TRANSPOSE = Mistake(
-    "heads-merged-without-transpose",
-    "the heads are merged with a reshape to (b, t, k) without a transpose. Use merge_heads: .transpose(1, 2) "
-    "first, then reshape.")
-HEADS_INTERLEAVED = Mistake(
-    "heads-interleaved",
-    "the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the contiguous "
-    "block i·s to (i+1)·s − 1, as nn.MultiheadAttention does.")
-HEADS_SPLIT_INTERLEAVED = Mistake(
-    "heads-split-interleaved",
-    "the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the contiguous "
-    "block i·s to (i+1)·s − 1: view as (b, t, heads, s), then .transpose(1, 2).")
-HEADS_MERGED_INTERLEAVED = Mistake(
-    "heads-merged-interleaved",
-    "the heads are merged interleaved (feature j·heads + i comes from head i). Head i's features must be the "
-    "contiguous block i·s to (i+1)·s − 1: .transpose(1, 2), then reshape.")
-SOFTMAX_OVER_QUERIES = Mistake(
-    "softmax-over-queries",
-    "the softmax runs over the queries (dim=-2). Each query's weights over the keys must sum to 1: "
-    "softmax over the last dimension.")
-UNIFY_SKIPPED = Mistake("unify-skipped",
-                        "unify_heads is not applied: the merged heads must go through self.unify_heads.")
-CONTEXT_IGNORED = Mistake(
-    "context-ignored",
-    "the context is ignored: keys and values must come from the context (x only when context is None).")
-MASK_IGNORED = Mistake(
-    "mask-ignored",
-    "the mask is ignored: pass it on to the attention, broadcast over the heads — (b, tq, tk) becomes "
-    "(b, 1, tq, tk).")
-
-# structure and property failures, whose messages say them in their own words (the shared ones are in
-# course/checks/modules.py)
-UNIFY_NO_BIAS = Mistake("unify-no-bias", "unify_heads has no bias: use nn.Linear(k, k), whose bias is on by default.")
-PROJECTION_BIAS = Mistake("projection-bias", "the projections have a bias: create them with bias=False.")
-NO_DIVISIBILITY_CHECK = Mistake("no-divisibility-check", "the constructor accepts a model size that the heads do not "
-                                "divide: raise a ValueError when k % heads != 0.")
-NOT_A_VALUE_ERROR = Mistake("not-a-value-error", "the constructor rejects k % heads != 0, but not with a ValueError, "
-                            "the exception Python uses for an argument of the right type and a wrong value. (An "
-                            "assert is not the way: it is switched off by python -O, and an AssertionError says the "
-                            "code is wrong, not its input.)")
-LOOP_OVER_HEADS = Mistake("loop-over-heads", "the heads are computed one by one in a Python loop, not together in "
-                          "one (b, heads, t, s) tensor.")
-#: a combination of the module mistakes above; each message names the parts
-SEVERAL = Mistake("several-mistakes", "several things at once, among the mistakes above.")
 
 _MASK_HINT = ("The mask is broadcastable to (b, tq, tk), and the scores are (b, heads, tq, tk): put a heads axis "
               "in it, e.g. torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1), or mask.unsqueeze(1) when it has 3 "
@@ -150,14 +68,14 @@ def _merge_heads(x: torch.Tensor) -> torch.Tensor:
 def _split_mistakes(x: torch.Tensor, heads: int) -> list[tuple[Mistake, torch.Tensor]]:
     b, t, k = x.shape
     s = k // heads
-    return [(SPLIT_NO_TRANSPOSE, x.reshape(b, heads, t, s)),  # (b, h, t, s) without the transpose
-            (SPLIT_INTERLEAVED, x.reshape(b, t, s, heads).permute(0, 3, 1, 2))]  # (b, h, t, s), interleaved
+    return [(M["split-without-transpose"], x.reshape(b, heads, t, s)),  # (b, h, t, s) without the transpose
+            (M["split-interleaved"], x.reshape(b, t, s, heads).permute(0, 3, 1, 2))]  # (b, h, t, s), interleaved
 
 
 def _merge_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     b, h, t, s = x.shape
-    return [(MERGE_NO_TRANSPOSE, x.reshape(b, t, h * s)),  # (b, t, h·s) without the transpose
-            (MERGE_INTERLEAVED, x.permute(0, 2, 3, 1).reshape(b, t, h * s))]  # (b, t, h·s), interleaved
+    return [(M["merge-without-transpose"], x.reshape(b, t, h * s)),  # (b, t, h·s) without the transpose
+            (M["merge-interleaved"], x.permute(0, 2, 3, 1).reshape(b, t, h * s))]  # (b, t, h·s), interleaved
 
 
 def _split_shape(x: torch.Tensor, heads: int) -> tuple[int, ...]:
@@ -211,7 +129,7 @@ def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, 
     projection = (k, width, False, f"nn.Linear(k, {spec}, bias=False)")
     layers = {**dict.fromkeys(LAYERS[:3], projection), "unify_heads": (width, k, True, f"nn.Linear({spec}, k)")}
     return expect_linear_layers(ev, built.key, f"{owner}({k}, {heads})", owner, layers, _SEPARATE_LAYERS.format(owner),
-                                {**dict.fromkeys(LAYERS[:3], PROJECTION_BIAS), "unify_heads": UNIFY_NO_BIAS},
+                                {**dict.fromkeys(LAYERS[:3], M["projection-bias"]), "unify_heads": M["unify-no-bias"]},
                                 built.seed, GAINS)
 
 
@@ -275,18 +193,21 @@ def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | Non
     split, one merge and one other mistake are real computations of the exercise; they keep the property checks'
     credit and are named, part by part, by the oracle check."""
     right = math.sqrt(k if wide else k // heads)
-    wrong = (((SCALED_BY_PROJECTED_SIZE, math.sqrt(k * heads)), (SCALED_BY_HEAD_FRACTION, math.sqrt(k / heads)))
-             if wide else ((SCALED_BY_MODEL_SIZE, math.sqrt(k)), (SCALED_BY_K_TIMES_HEADS, math.sqrt(k * heads))))
-    scales = ((None, right), *wrong, (UNSCALED, 1.0))
-    splits = ((None, "right"), (HEADS_SPLIT_NO_TRANSPOSE, "no transpose"), (HEADS_SPLIT_INTERLEAVED, "interleaved"))
-    merges = ((None, "right"), (HEADS_MERGED_NO_TRANSPOSE, "no transpose"), (HEADS_MERGED_INTERLEAVED, "interleaved"))
-    both = {"no transpose": HEADS_NO_TRANSPOSE, "interleaved": HEADS_INTERLEAVED}
+    wrong = (((M["scaled-by-projected-size"], math.sqrt(k * heads)),
+              (M["scaled-by-head-fraction"], math.sqrt(k / heads))) if wide
+             else ((M["scaled-by-model-size"], math.sqrt(k)), (M["scaled-by-k-times-heads"], math.sqrt(k * heads))))
+    scales = ((None, right), *wrong, (M["unscaled"], 1.0))
+    splits = ((None, "right"), (M["heads-split-without-transpose"], "no transpose"),
+              (M["heads-split-interleaved"], "interleaved"))
+    merges = ((None, "right"), (M["heads-merged-without-transpose"], "no transpose"),
+              (M["heads-merged-interleaved"], "interleaved"))
+    both = {"no transpose": M["heads-reshaped-without-transpose"], "interleaved": M["heads-interleaved"]}
     others: list[tuple[Mistake | None, dict[str, Any]]] = [
-        (None, {}), (SOFTMAX_OVER_QUERIES, {"softmax_dim": -2}), (UNIFY_SKIPPED, {"unify": False})]
+        (None, {}), (M["softmax-over-queries"], {"softmax_dim": -2}), (M["unify-skipped"], {"unify": False})]
     if context is not None and (mask is None or context.shape[1] == x.shape[1]):
-        others.append((CONTEXT_IGNORED, {"use_context": False}))
+        others.append((M["context-ignored"], {"use_context": False}))
     if mask is not None:
-        others.append((MASK_IGNORED, {"use_mask": False}))
+        others.append((M["mask-ignored"], {"use_mask": False}))
     single, several = [], []
     for (m_scale, scale), (m_split, split), (m_merge, merge), (m_other, other) in product(scales, splits, merges,
                                                                                          others):
@@ -296,7 +217,7 @@ def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | Non
         if len(parts) == 1:
             single.append((parts[0], simulate))
         elif parts:
-            several.append((Mistake(SEVERAL.id, "several things at once. " + " ".join(
+            several.append((Mistake(M["several-mistakes"].id, "several things at once. " + " ".join(
                 f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), simulate))
     return single + several
 
@@ -339,7 +260,7 @@ def _expect_no_loop(ev: Evidence) -> None:
         fail(f"{NARROW_NAME}.forward with {GRAD_HEADS} heads performs {count} matrix products; computed together, "
              "the heads need about 6. It looks like a Python loop over the heads: split the projections into a "
              "(b, heads, t, s) tensor and let one batched attention call handle every head at once.",
-             mistake=LOOP_OVER_HEADS)
+             mistake=M["loop-over-heads"])
 
 
 against_forward(probes.multi_head_oracle, NARROW,
@@ -404,10 +325,10 @@ def _indivisible(ev: Evidence) -> None:
     if fact.get("kind") != "raised":
         fail(f"{NARROW_NAME}(10, 4) was created without complaint, but 10 features cannot be split into 4 heads of "
              "equal size. Check in __init__: if k % heads != 0: raise ValueError(...) with a message that says so.",
-             mistake=NO_DIVISIBILITY_CHECK)
+             mistake=M["no-divisibility-check"])
     if fact.get("type") != "ValueError":
-        fail(f"{NARROW_NAME}(10, 4) raised {str(fact.get('type'))[:60]}: {NOT_A_VALUE_ERROR.explanation}",
-             mistake=NOT_A_VALUE_ERROR)
+        fail(f"{NARROW_NAME}(10, 4) raised {str(fact.get('type'))[:60]}: {M['not-a-value-error'].explanation}",
+             mistake=M["not-a-value-error"])
     _expect_structure(ev, probes.multi_head_structure, NARROW, f"{NARROW_NAME}(10, 4) raises a ValueError",
                       count=False)
 
@@ -425,7 +346,7 @@ def _expect_context(ev: Evidence, check: RunsCheck, oracle: ForwardOracle) -> No
                                                "forward(x, context=x) must agree.")
     if torch.allclose(y["y_cross"], y["y_self"], atol=1e-5):
         fail(f"{oracle.owner}.forward(x, context=c) gives the same result as forward(x): the context is ignored. "
-             "Keys and values come from the context when one is given.", mistake=CONTEXT_IGNORED)
+             "Keys and values come from the context when one is given.", mistake=M["context-ignored"])
     for key in ("y_self", "y_cross"):
         case, inputs = cases[key]
         anchor_forward(ev, y[key], oracle, w, run.module.args, inputs,
@@ -456,9 +377,9 @@ def _causal_mask(ev: Evidence) -> None:
         y = forward_output(ev, case.key, NARROW, inputs)
         y_changed = forward_output(ev, changed.key, NARROW, changed.inputs())
         unmasked = {name: value for name, value in inputs.items() if name != "mask"}
-        leaks = [(m, out) for m, out in simulated(NARROW, w, args, inputs) if m is not MASK_IGNORED]
+        leaks = [(m, out) for m, out in simulated(NARROW, w, args, inputs) if m is not M["mask-ignored"]]
         expect_causal(ev, y, y_changed, probes.CHANGED,
                       f"{NARROW_NAME}.forward with a causal mask of shape {tuple(inputs['mask'].shape)}",
-                      [*leaks, (MASK_IGNORED, expected_output(NARROW, w, args, unmasked))],
+                      [*leaks, (M["mask-ignored"], expected_output(NARROW, w, args, unmasked))],
                       f"The mask is not applied to every head. {_MASK_HINT}")
         anchor_forward(ev, y, NARROW, w, args, inputs, f"{NARROW_NAME} respects the causal mask", case.label)

@@ -27,7 +27,7 @@ from course.checks.compare import (
 )
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, drawn
-from course.judges import judge
+from course.judges import judge, mistakes
 from course.judges.kinds import ForwardOracle, against_forward, expect_forward_case
 
 TABLE_NAME = "sinusoidal_positional_encoding(max_len, k)"
@@ -39,66 +39,7 @@ TABLE_TOLERANCE = MappingProxyType({"rtol": 1e-4, "atol": 2e-4})
 
 # ---------------------------------------------------------------- typical mistakes
 
-SIN_COS_SWAPPED = Mistake("sin-cos-swapped", "sin and cos are swapped: the even columns 0, 2, 4, … hold the sines, "
-                          "the odd ones the cosines.")
-EXPONENT_I = Mistake("exponent-i-over-k", "the exponent is i/k instead of 2i/k (i = 0, 1, …, k/2 − 1 counts the "
-                     "sin/cos pairs).")
-EXPONENT_COLUMN = Mistake("exponent-column-index", "the exponent uses 2j/k with j the column index; it is 2i/k with "
-                          "i the pair index, i.e. the column index of the sine, j = 2i, over k.")
-CONCATENATED = Mistake("concatenated", "the sines and cosines are concatenated (all sines, then all cosines); they "
-                       "should be interleaved: column 2i holds a sine, column 2i + 1 the cosine of the same angle.")
-POSITIONS_FROM_1 = Mistake("positions-from-1", "the positions start at 1; the first row is position 0 (sin 0 = 0, "
-                           "cos 0 = 1).")
-ONE_POSITION = Mistake("every-row-position-0", "every row is the encoding of position 0: are the positions a column "
-                       "(max_len, 1) that broadcasts against the frequencies (k/2,)?")
-TABLE_TRANSPOSED = Mistake("table-transposed", "positions should run down the rows: the table has shape (max_len, k) "
-                           "and row p is the encoding of position p.")
-FLOAT64 = Mistake("float64", "it should be torch.float32 like the embeddings it is added to. (NumPy and math "
-                  "computations give float64: convert with .float().)")
-ODD_ACCEPTED = Mistake("odd-k-accepted", "sinusoidal_positional_encoding(10, 5) returned a table for an odd k = 5. "
-                       "The sines and cosines come in pairs, so k must be even: raise a ValueError that says so.")
-ODD_WRONG_ERROR = Mistake("odd-k-wrong-error", "An odd k should be caught first, with a clear message: "
-                          "`if k % 2: raise ValueError(...)`.")
-
-TABLE_IS_PARAMETER = Mistake("table-is-parameter", "The sinusoidal table is fixed, not a parameter: register it with "
-                             "self.register_buffer('table', ...), which moves it with .to(device) and saves it, but "
-                             "never trains it.")
-NOT_A_BUFFER = Mistake("table-not-a-buffer",
-                       "Use self.register_buffer('table', sinusoidal_positional_encoding(max_len, k)).")
-BUFFER_TRANSPOSED = Mistake("buffer-transposed", "positions should run down the rows of the table buffer: "
-                            "(max_len, k).")
-FIRST_ROW_ONLY = Mistake("first-row-everywhere", "every position gets the encoding of position 0. The whole "
-                         "table[:t] — one row per position — is added, not a single row. (A (max_len, 1, k) table "
-                         "indexed by x.shape[0] does this for a batch of 1.)")
-BATCH_INDEXED = Mistake("batch-indexed", "sequence i of the batch gets the encoding of position i at every position: "
-                        "the table is indexed by the batch dimension (table[:x.shape[0]]) instead of the positions "
-                        "(table[:x.shape[1]]).")
-RESCALED = Mistake("input-rescaled", "the input is rescaled inside the encoding (x·√k + table). Only the table is "
-                   "added; any scaling of the embeddings belongs to the embedding layer.")
-TABLE_RETURNED = Mistake("table-returned", "the table is returned instead of added to x: return x + table[:t].")
-NO_LENGTH_CHECK = Mistake("no-length-check", "Check the length first and raise a ValueError that names it and "
-                          "max_len.")
-DROPOUT_IGNORED = Mistake("dropout-ignored", "Apply nn.Dropout(dropout) to the sum x + table.")
-DROPOUT_IN_EVAL = Mistake("dropout-in-eval", "use nn.Dropout (or F.dropout(..., training=self.training)), which is "
-                          "off in eval mode.")
-
-EMB_RETURNED = Mistake("embedding-returned", "the position embeddings are returned instead of added to x: return "
-                       "x + embedding(positions).")
-EMB_FIRST_ROW = Mistake("embedding-first-row-everywhere", "every position gets the embedding of position 0: look up "
-                        "torch.arange(t), one row per position.")
-EMB_FROM_1 = Mistake("embedding-positions-from-1", "the positions start at 1; the first position is 0: "
-                     "torch.arange(t).")
-EMB_BATCH = Mistake("embedding-batch-indexed", "sequence i of the batch gets the embedding of position i: the "
-                    "positions come from x.shape[0] (the batch) instead of x.shape[1].")
-EMB_RESCALED = Mistake("embedding-input-rescaled", "the input is rescaled (x·√k + embedding): only the position "
-                       "embedding is added.")
-NOT_ONE_EMBEDDING = Mistake("not-one-embedding", "it should hold one nn.Embedding(max_len, k).")
-EMB_SWAPPED = Mistake("embedding-sizes-swapped", "The arguments are swapped: nn.Embedding(number of positions, size).")
-EMB_SIZE = Mistake("embedding-size", "it should be nn.Embedding(max_len, k): one learned row per position.")
-PARAMETER_COUNT = Mistake("parameter-count", "one embedding of max_len × k values is all it needs.")
-EMB_CUT_OFF = Mistake("embedding-cut-off", "the embedding receives no gradient, so it never learns. Look up "
-                      "torch.arange(t) in the embedding (or slice embedding.weight, without .data or .detach()) and "
-                      "add the result to x.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/positional_encoding.txt
 
 
 # ---------------------------------------------------------------- comparing with the table's tolerance
@@ -142,12 +83,12 @@ def reference_table(max_len: int, k: int) -> torch.Tensor:
 
 def _table_mistakes(max_len: int, k: int) -> list[tuple[Mistake, torch.Tensor]]:
     return [
-        (SIN_COS_SWAPPED, _formula(max_len, k, swap=True)),
-        (EXPONENT_I, _formula(max_len, k, pair_exponent=1.0)),
-        (EXPONENT_COLUMN, _formula(max_len, k, column_index=True)),
-        (CONCATENATED, _formula(max_len, k, concatenate=True)),
-        (POSITIONS_FROM_1, _formula(max_len, k, first=1)),
-        (ONE_POSITION, _formula(1, k).expand(max_len, k)),
+        (M["sin-cos-swapped"], _formula(max_len, k, swap=True)),
+        (M["exponent-i-over-k"], _formula(max_len, k, pair_exponent=1.0)),
+        (M["exponent-column-index"], _formula(max_len, k, column_index=True)),
+        (M["concatenated"], _formula(max_len, k, concatenate=True)),
+        (M["positions-from-1"], _formula(max_len, k, first=1)),
+        (M["every-row-position-0"], _formula(1, k).expand(max_len, k)),
     ]
 
 
@@ -163,12 +104,13 @@ def _expect_table(ev: Evidence, case: Case) -> None:
     table = output(ev, case.key, what=what, device=False)
     if tuple(table.shape) == (k, max_len) and k != max_len:
         fail(f"{what} returned shape {(k, max_len)}: positions should run down the rows, so the table has shape "
-             f"(max_len, k) = {(max_len, k)} and row p is the encoding of position p.", mistake=TABLE_TRANSPOSED.id)
+             f"(max_len, k) = {(max_len, k)} and row p is the encoding of position p.",
+             mistake=M["table-transposed"].id)
     if tuple(table.shape) != (max_len, k):
         fail(f"{what} returned shape {tuple(table.shape)}, expected (max_len, k) = {(max_len, k)}.",
              mistake=WRONG_SHAPE)
     if table.dtype != torch.float32:
-        fail(f"{what} returned {table.dtype}; {FLOAT64.explanation}", mistake=FLOAT64.id)
+        fail(f"{what} returned {table.dtype}; {M['float64'].explanation}", mistake=M["float64"].id)
     _expect(table, _formula(max_len, k), what=TABLE_NAME, device="cpu", mistakes=_table_mistakes(max_len, k),
             otherwise=_TABLE_HINT, case=f"max_len={max_len}, k={k}" if case.secret else case.label)
 
@@ -214,8 +156,8 @@ def _judge_table_by_hand(ev: Evidence) -> None:
 @judge("table_odd_size")
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
-    _expect_value_error(ev, probes.ODD.key, TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", ODD_WRONG_ERROR,
-                        ODD_ACCEPTED.explanation, ODD_ACCEPTED)
+    _expect_value_error(ev, probes.ODD.key, TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", M["odd-k-wrong-error"],
+                        M["odd-k-accepted"].explanation, M["odd-k-accepted"])
     for case in drawn(probes.table_odd_size.cases):
         if case is not probes.ODD:
             _anchor_table(ev, case)
@@ -251,28 +193,29 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
         fail(f"The test recorded nothing about the buffers of {what}: the check did not run to the end.")
     if params:
         names = [str(p[0])[:40] for p in params if isinstance(p, list) and p]
-        fail(f"{what} registers parameters {names[:4]}. {TABLE_IS_PARAMETER.explanation}",
-             mistake=TABLE_IS_PARAMETER.id)
+        fail(f"{what} registers parameters {names[:4]}. {M['table-is-parameter'].explanation}",
+             mistake=M["table-is-parameter"].id)
     found = [shape for b in buffers if (shape := _shape_of(b)) is not None and math.prod(shape) == max_len * k]
     if not found:
         plain = [str(name)[:40] for name in ev.facts.get(f"{key}.plain") or []]
         hint = (f" The table is a plain tensor attribute ({', '.join(plain)}), which .to(device) does not move."
                 if plain else "")
-        fail(f"{what} has no registered buffer holding the ({max_len}, {k}) table.{hint} {NOT_A_BUFFER.explanation}",
-             mistake=NOT_A_BUFFER.id)
+        fail(f"{what} has no registered buffer holding the ({max_len}, {k}) table.{hint} "
+             f"{M['table-not-a-buffer'].explanation}",
+             mistake=M["table-not-a-buffer"].id)
     if max_len > 1 and tuple(n for n in found[0] if n != 1) == (k, max_len) and k != max_len:
-        fail(f"{what}'s table buffer has shape {found[0]}: {BUFFER_TRANSPOSED.explanation} = {(max_len, k)}.",
-             mistake=BUFFER_TRANSPOSED.id)
+        fail(f"{what}'s table buffer has shape {found[0]}: {M['buffer-transposed'].explanation} = {(max_len, k)}.",
+             mistake=M["buffer-transposed"].id)
 
 
 def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch.Tensor]]:
     """What typical mistakes of PositionalEncoding (or a typically wrong table inside it) give on x."""
     b, t, k = x.shape
     table = _formula(max_len, k)
-    found = [(FIRST_ROW_ONLY, x + table[0])]
+    found = [(M["first-row-everywhere"], x + table[0])]
     if b <= max_len:
-        found.append((BATCH_INDEXED, x + table[:b, None]))
-    found += [(RESCALED, x * math.sqrt(k) + table[:t]), (TABLE_RETURNED, table[:t].expand(b, t, k))]
+        found.append((M["batch-indexed"], x + table[:b, None]))
+    found += [(M["input-rescaled"], x * math.sqrt(k) + table[:t]), (M["table-returned"], table[:t].expand(b, t, k))]
     found += [(Mistake(m.id, f"the table it adds is not the sinusoidal encoding: {m.explanation}"), x + bad[:t])
               for m, bad in _table_mistakes(max_len, k)]
     return found
@@ -346,10 +289,10 @@ def _judge_too_long(ev: Evidence) -> None:
     modules.built(ev, module, what)
     fact = ev.facts.get(long.key)
     shape = fact.get("shape") if isinstance(fact, dict) and fact.get("kind") == "tensor" else None
-    _expect_value_error(ev, long.key, MODULE_NAME, f"{what} on {long.label}", NO_LENGTH_CHECK,
+    _expect_value_error(ev, long.key, MODULE_NAME, f"{what} on {long.label}", M["no-length-check"],
                         f"{what} accepted {long.label} and returned "
                         f"{f'shape {tuple(shape)}' if isinstance(shape, list) else 'a value'}. The table has no row "
-                        f"for position 6: raise a ValueError. {NO_LENGTH_CHECK.explanation}", NO_LENGTH_CHECK)
+                        f"for position 6: raise a ValueError. {M['no-length-check'].explanation}", M["no-length-check"])
     _anchor_encoded(ev, case, f"{what} raises a ValueError for {long.label}")
 
 
@@ -374,17 +317,17 @@ def _judge_dropout(ev: Evidence) -> None:
                     hint=_MODULE_HINT)
     if not _close(y_eval, expected, ev.device):
         dropped = float((y_eval == 0).to(torch.float64).mean())
-        fail(f"In eval mode {what} should return x + table unchanged: {DROPOUT_IN_EVAL.explanation}", expected,
-             y_eval, mistake=DROPOUT_IN_EVAL.id if dropped > 0.2 else None)
+        fail(f"In eval mode {what} should return x + table unchanged: {M['dropout-in-eval'].explanation}", expected,
+             y_eval, mistake=M["dropout-in-eval"].id if dropped > 0.2 else None)
     y_train = output(ev, "y_train", what=f"{MODULE_NAME}.forward(x) in training mode", shape=tuple(x.shape),
                      hint=_MODULE_HINT)
     zeros = float((y_train == 0).to(torch.float64).mean())
     kept = y_train != 0
     if not 0.35 < zeros < 0.65 or not _close(y_train[kept], 2 * expected[kept], ev.device):
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
-             f"outputs are zero. {DROPOUT_IGNORED.explanation}", 2 * expected, y_train,
+             f"outputs are zero. {M['dropout-ignored'].explanation}", 2 * expected, y_train,
              case="training mode: each value 0 or 2·(x + table)",
-             mistake=DROPOUT_IGNORED.id if _close(y_train, expected, ev.device) else None)
+             mistake=M["dropout-ignored"].id if _close(y_train, expected, ev.device) else None)
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
@@ -405,19 +348,19 @@ def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     embeddings = [m for m in described if isinstance(m, dict) and "num_embeddings" in m]
     if len(embeddings) != 1:
         fail(f"{what} should hold one nn.Embedding(max_len, k); found {len(embeddings)}.",
-             mistake=NOT_ONE_EMBEDDING.id)
+             mistake=M["not-one-embedding"].id)
     emb = embeddings[0]
     sizes = (emb.get("num_embeddings"), emb.get("embedding_dim"))
     if sizes != (max_len, k):
         swapped = sizes == (k, max_len)
         fail(f"{what} holds nn.Embedding({sizes[0]}, {sizes[1]}); it should be nn.Embedding(max_len, k) = "
              f"nn.Embedding({max_len}, {k}): one learned row per position."
-             + (f" {EMB_SWAPPED.explanation}" if swapped else ""),
-             mistake=EMB_SWAPPED.id if swapped else EMB_SIZE.id)
+             + (f" {M['embedding-sizes-swapped'].explanation}" if swapped else ""),
+             mistake=M["embedding-sizes-swapped"].id if swapped else M["embedding-size"].id)
     count = modules.parameter_count(ev, built.key)
     if count != max_len * k:
-        fail(f"{what} has {count} parameters; {PARAMETER_COUNT.explanation} (= {max_len * k})",
-             mistake=PARAMETER_COUNT.id)
+        fail(f"{what} has {count} parameters; {M['parameter-count'].explanation} (= {max_len * k})",
+             mistake=M["parameter-count"].id)
     name = f"{emb.get('name')}.weight" if emb.get("name") else "weight"
     loaded = modules.loaded(ev, built.key, built.seed)
     if name not in loaded or tuple(loaded[name].shape) != (max_len, k):
@@ -430,23 +373,24 @@ def _learned(w: dict[str, torch.Tensor], max_len: int, k: int, x: torch.Tensor,
     """x (b, t, k) + the embedding (max_len, k) of positions 0 … t − 1, or one typical mistake in it."""
     (weight,) = w.values()
     b, t, _ = x.shape
-    if how is EMB_RETURNED:
+    if how is M["embedding-returned"]:
         return weight[:t].expand(b, t, k)
-    if how is EMB_FIRST_ROW:
+    if how is M["embedding-first-row-everywhere"]:
         return x + weight[0]
-    if how is EMB_FROM_1:
+    if how is M["embedding-positions-from-1"]:
         return x + weight[1: t + 1]
-    if how is EMB_BATCH:
+    if how is M["embedding-batch-indexed"]:
         return x + weight[:b, None]  # (b, 1, k): position i for sequence i
-    if how is EMB_RESCALED:
+    if how is M["embedding-input-rescaled"]:
         return x * math.sqrt(k) + weight[:t]
     return x + weight[:t]
 
 
 def _learned_simulators(max_len: int, k: int, x: torch.Tensor) -> list[tuple[Mistake, partial]]:
     b, t, _ = x.shape
-    found = [EMB_RETURNED, EMB_FIRST_ROW, *([EMB_FROM_1] if t + 1 <= max_len else []),
-             *([EMB_BATCH] if b <= max_len else []), EMB_RESCALED]
+    found = [M["embedding-returned"], M["embedding-first-row-everywhere"],
+             *([M["embedding-positions-from-1"]] if t + 1 <= max_len else []),
+             *([M["embedding-batch-indexed"]] if b <= max_len else []), M["embedding-input-rescaled"]]
     return [(mistake, partial(_learned, how=mistake)) for mistake in found]
 
 
@@ -472,7 +416,7 @@ def _judge_learned_gradients(ev: Evidence) -> None:
     ((name, weight),) = w.items()
     w_grad = tensor(ev, f"grad.{name}", shape=tuple(weight.shape))
     if w_grad is None or not bool(w_grad.any()):
-        fail(f"{LEARNED_NAME}: {EMB_CUT_OFF.explanation}", mistake=EMB_CUT_OFF.id)
+        fail(f"{LEARNED_NAME}: {M['embedding-cut-off'].explanation}", mistake=M["embedding-cut-off"].id)
     max_len, k = run.module.args
     x = case.inputs()["x"]
     expected = modules.autograd(partial(_learned, max_len=max_len, k=k), w, {"x": x}, case.upstream())

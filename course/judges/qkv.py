@@ -17,7 +17,7 @@ from course.checks.compare import Mistake, expect_close, fail, matches_any, outp
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case
 from course.checks.qkv import PERMUTATION, ROLES
-from course.judges import judge, oracles
+from course.judges import judge, mistakes, oracles
 from course.judges.kinds import ModuleOracle, Oracle, against, against_module, expect_linear_layers
 
 ATTENTION_NAME = "attention(queries, keys, values)"
@@ -26,31 +26,9 @@ PROJECTION = "nn.Linear(k, k, bias=False)"
 
 # ---------------------------------------------------------------- mistakes
 
-SOFTMAX_OVER_QUERIES = Mistake(
-    "softmax-over-queries",
-    "the softmax runs over the queries (dim=1). Each query's weights over the keys must sum to 1: use dim=-1.")
-NO_SOFTMAX = Mistake("no-softmax", "the raw scores queries·keysᵀ are used as weights: the softmax is missing.")
-SCALED = Mistake("scaled", "the scores are divided by √k; this assignment is unscaled (scaling is assignment 03).")
-WEIGHTS_TRANSPOSED = Mistake(
-    "weights-transposed",
-    "the weights are transposed: row i of the weights belongs to query i, so the output is weights·values, "
-    "without a transpose.")
-KEYS_AS_VALUES = Mistake("keys-as-values", "the keys are used as values: the weights should multiply the values "
-                         "(to_values(x) in the module).")
-VALUES_NOT_PROJECTED = Mistake("values-not-projected",
-                               "the values are the raw inputs x; they should go through to_values first.")
-QUERIES_AS_VALUES = Mistake("queries-as-values",
-                            "the queries are used as values: the weights should multiply to_values(x).")
-QUERIES_FOR_EVERY_ROLE = Mistake("queries-for-every-role", "to_queries is used for every role: keys and values "
-                                 "need their own projections.")
-KEYS_FROM_QUERIES = Mistake("keys-from-queries", "queries and keys both come from to_queries: the keys need to_keys.")
-QUERIES_KEYS_SWAPPED = Mistake("queries-keys-swapped", "queries and keys are swapped (to_keys(x) is used as the "
-                               "queries and to_queries(x) as the keys), so the weights are transposed.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/qkv.txt
 
 # a structure failure, whose message says it in its own words (the shared ones are in course/checks/modules.py)
-PROJECTION_BIAS = Mistake("projection-bias", "the projections have a bias: use nn.Linear(k, k, bias=False).")
-#: a mistake in attention together with one in the module; each message names the two parts
-SEVERAL = Mistake("several-mistakes", "two things at once: a mistake in attention and one in the module.")
 
 _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). "
                 "The number of queries and of keys differ here, so transposed weights do not fit the values.")
@@ -66,26 +44,27 @@ def _unscaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         how: Mistake | None = None) -> torch.Tensor:
     """Unscaled attention with plain torch ops, or one typical mistake in it. (b, tq, k), (b, tk, k), (b, tk, v)."""
     raw = q @ k.transpose(-2, -1)  # (b, tq, tk)
-    if how is SOFTMAX_OVER_QUERIES:
+    if how is M["softmax-over-queries"]:
         w = F.softmax(raw, dim=-2)
-    elif how is NO_SOFTMAX:
+    elif how is M["no-softmax"]:
         w = raw
-    elif how is SCALED:
+    elif how is M["scaled"]:
         w = F.softmax(raw / math.sqrt(q.shape[-1]), dim=-1)
     else:
         w = F.softmax(raw, dim=-1)
-    if how is WEIGHTS_TRANSPOSED:
+    if how is M["weights-transposed"]:
         w = w.transpose(-2, -1)  # only fits the values when tq == tk
     return w @ v
 
 
 def _attention_mistakes(queries: torch.Tensor, keys: torch.Tensor,
                         values: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    found = [(m, _unscaled_attention(queries, keys, values, m)) for m in (SOFTMAX_OVER_QUERIES, NO_SOFTMAX, SCALED)]
+    found = [(m, _unscaled_attention(queries, keys, values, m))
+             for m in (M["softmax-over-queries"], M["no-softmax"], M["scaled"])]
     if queries.shape[-2] == keys.shape[-2]:
-        found.append((WEIGHTS_TRANSPOSED, _unscaled_attention(queries, keys, values, WEIGHTS_TRANSPOSED)))
+        found.append((M["weights-transposed"], _unscaled_attention(queries, keys, values, M["weights-transposed"])))
     if keys.shape[-1] == values.shape[-1]:
-        found.append((KEYS_AS_VALUES, _unscaled_attention(queries, keys, keys)))
+        found.append((M["keys-as-values"], _unscaled_attention(queries, keys, keys)))
     return found
 
 
@@ -166,11 +145,11 @@ def _linear(x: torch.Tensor, w: dict[str, torch.Tensor], role: str) -> torch.Ten
 
 
 #: the module's typical mistakes: which of x, to_queries(x), to_keys(x), to_values(x) plays queries, keys, values
-_ROLE_MISTAKES = ((VALUES_NOT_PROJECTED, ("q", "k", "x")), (KEYS_AS_VALUES, ("q", "k", "k")),
-                  (QUERIES_AS_VALUES, ("q", "k", "q")), (QUERIES_FOR_EVERY_ROLE, ("q", "q", "q")),
-                  (KEYS_FROM_QUERIES, ("q", "q", "v")), (QUERIES_KEYS_SWAPPED, ("k", "q", "v")))
+_ROLE_MISTAKES = ((M["values-not-projected"], ("q", "k", "x")), (M["keys-as-values"], ("q", "k", "k")),
+                  (M["queries-as-values"], ("q", "k", "q")), (M["queries-for-every-role"], ("q", "q", "q")),
+                  (M["keys-from-queries"], ("q", "q", "v")), (M["queries-keys-swapped"], ("k", "q", "v")))
 #: mistakes of the attention cell, which the module calls (tq == tk here, so transposed weights fit)
-_ATTENTION_MISTAKES = (SOFTMAX_OVER_QUERIES, NO_SOFTMAX, SCALED, WEIGHTS_TRANSPOSED)
+_ATTENTION_MISTAKES = (M["softmax-over-queries"], M["no-softmax"], M["scaled"], M["weights-transposed"])
 
 
 def _qkv_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
@@ -184,7 +163,7 @@ def _qkv_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[Mis
         if len(parts) == 1:
             single.append((parts[0], y))
         elif parts:
-            several.append((Mistake(SEVERAL.id, "two things at once. " + " ".join(
+            several.append((Mistake(M["several-mistakes"].id, "two things at once. " + " ".join(
                 f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), y))
     return single + several
 
@@ -207,7 +186,7 @@ def _qkv_gradients(w: dict[str, torch.Tensor], upstream: torch.Tensor, x: torch.
 
 
 def projections(ev: Evidence, built: Built, owner: str = MODULE_NAME, gains: Mapping[str, float] | None = None,
-                bias_mistake: Mistake = PROJECTION_BIAS) -> dict[str, torch.Tensor]:
+                bias_mistake: Mistake = M["projection-bias"]) -> dict[str, torch.Tensor]:
     """The module built (owner: its class) has three separate bias-free k×k nn.Linear projections to_queries,
     to_keys and to_values (bias_mistake: what a bias is); the values the probe loaded into their weights (gains)."""
     __tracebackhide__ = True

@@ -28,7 +28,7 @@ from course.checks.compare import (
 from course.checks.evidence import Evidence
 from course.checks.kinds import CallCheck, Case, drawn
 from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
-from course.judges import judge, oracles
+from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
     ForwardOracle,
     against_forward,
@@ -43,48 +43,8 @@ MODULE_NAME = "ScaledSelfAttention"
 
 # ---------------------------------------------------------------- mistakes
 
-UNSCALED = Mistake("unscaled", "the scores are not scaled. Divide queries·keysᵀ by √d, d the size of a query "
-                   "(queries.shape[-1]).")
-DIVIDED_BY_D = Mistake("divided-by-d", "the scores are divided by d; divide by √d (math.sqrt(d)), the standard "
-                       "deviation of q·k. (Did the queries get scaled before calling a function that scales "
-                       "again?)")
-SCALED_BY_SIZE_1 = Mistake("scaled-by-size-1", "the scores are divided by √(queries.size(1)): on a batch (b, tq, d) "
-                           "that is the number of queries, not their size (on one matrix (tq, d) it happens to be d). "
-                           "Take d from the last dimension: queries.size(-1).")
-SCALED_BY_VALUE_SIZE = Mistake("scaled-by-value-size", "the scores are divided by the square root of the value "
-                               "size; the scale is √d with d the size of a query and a key (queries.shape[-1]), not "
-                               "of a value.")
-SOFTMAX_OVER_QUERIES = Mistake("softmax-over-queries", "the softmax runs over the queries (dim=-2). Each query's "
-                               "weights over the keys must sum to 1: use dim=-1.")
-LARGE_NEGATIVE_FILL = Mistake("large-negative-fill", "a query that may attend to nothing gets equal weights on "
-                              "every key. That happens when masked scores are filled with a large negative number "
-                              "instead of −∞ and such rows are not zeroed; the convention is all-zero weights and a "
-                              "zero output for them.")
-MASK_INVERTED = Mistake("mask-inverted", "the mask is inverted. True means attention is ALLOWED (PyTorch's "
-                        "convention): fill the scores where the mask is False (~mask) with −∞.")
-MASK_WITH_ZERO = Mistake("mask-filled-with-zero", "masked scores are set to 0 instead of −∞. A score of 0 is an "
-                         "ordinary score (e⁰ = 1), so masked keys still get weight: use float('-inf').")
-MASK_AFTER_SOFTMAX = Mistake("mask-after-softmax", "the mask is applied after the softmax without renormalising, "
-                             "so the weights of a row no longer sum to 1. Mask the scores with −∞ before the "
-                             "softmax.")
-MASK_IGNORED = Mistake("mask-ignored", "the mask is ignored: masked keys still get weight. Is the mask passed on, "
-                       "and are the scores where it is False filled with −∞ before the softmax?")
-WEIGHTS_ARE_SCORES = Mistake("weights-are-scores", "the weights returned are the scores (before the softmax): "
-                             "return the softmax of the scaled, masked scores.")
-VALUES_NOT_PROJECTED = Mistake("values-not-projected", "the values are the raw inputs x; they should go through "
-                               "to_values first.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/scaling.txt
 
-# structure and property failures, whose messages say them in their own words (the shared ones are in
-# course/checks/modules.py)
-NOT_A_PAIR = Mistake("not-a-pair", "scaled_dot_product_attention should return a pair (output, weights).")
-NAN_IN_EMPTY_ROWS = Mistake("nan-in-empty-rows", "a query that may attend to nothing gets NaN weights and output "
-                            "instead of zeros.")
-NAN_GRADIENTS = Mistake("nan-gradients", "NaN gradients flow back from a query that may attend to nothing.")
-PROJECTION_BIAS = Mistake("projection-bias", "the projections have a bias: use nn.Linear(k, k, bias=False).")
-NO_MASK_ARGUMENT = Mistake("no-mask-argument", "forward takes no mask argument: def forward(self, x, mask=None).")
-CAUSAL_LEAK = Mistake("causal-leak", "with a causal mask, a later position still changes an earlier output.")
-MASK_WITHOUT_MASK = Mistake("masks-without-a-mask", "without a mask, forward still masks: every position should see "
-                            "every other one.")
 
 _SDPA_HINT = ("The inputs may have any number of leading dimensions (..., tq, d): use keys.transpose(-2, -1) "
               "(or keys.mT) rather than transpose(1, 2), and a mask that broadcasts to (..., tq, tk).")
@@ -124,18 +84,18 @@ def _simulated(how: Mistake | None, zeroed: bool, queries: torch.Tensor, keys: t
     """(output, weights) of scaled attention written out (how None) or with one typical mistake; zeroed: rows where
     the mask allows nothing zeroed as asked. Differentiable in queries (..., tq, d), keys (..., tk, d), values."""
     d, dv = queries.shape[-1], values.shape[-1]
-    divisor = {UNSCALED: 1.0, DIVIDED_BY_D: d, SCALED_BY_VALUE_SIZE: math.sqrt(dv),
-               SCALED_BY_SIZE_1: math.sqrt(queries.shape[1])}.get(how, math.sqrt(d))
+    divisor = {M["unscaled"]: 1.0, M["divided-by-d"]: d, M["scaled-by-value-size"]: math.sqrt(dv),
+               M["scaled-by-size-1"]: math.sqrt(queries.shape[1])}.get(how, math.sqrt(d))
     scores = queries @ keys.transpose(-2, -1) / divisor  # (..., tq, tk)
-    mask = ~mask if how is MASK_INVERTED and mask is not None else mask
-    if how is SOFTMAX_OVER_QUERIES:
+    mask = ~mask if how is M["mask-inverted"] and mask is not None else mask
+    if how is M["softmax-over-queries"]:
         w = F.softmax(scores, dim=-2)
-    elif mask is None or how is MASK_IGNORED:
+    elif mask is None or how is M["mask-ignored"]:
         w = F.softmax(scores, dim=-1)
-    elif how is MASK_AFTER_SOFTMAX:
+    elif how is M["mask-after-softmax"]:
         w = F.softmax(scores, dim=-1) * mask
     else:
-        fill = {LARGE_NEGATIVE_FILL: -1e9, MASK_WITH_ZERO: 0.0}.get(how, float("-inf"))
+        fill = {M["large-negative-fill"]: -1e9, M["mask-filled-with-zero"]: 0.0}.get(how, float("-inf"))
         w = F.softmax(scores.masked_fill(~mask, fill), dim=-1)
     w = _zero_empty_rows(w, mask) if zeroed else w
     return w @ values, w
@@ -143,10 +103,11 @@ def _simulated(how: Mistake | None, zeroed: bool, queries: torch.Tensor, keys: t
 
 #: the typical mistakes of the function, each with whether its empty rows come out zeroed; those after the first
 #: _UNMASKED need a mask
-_SDPA_MISTAKES = ((UNSCALED, True), (DIVIDED_BY_D, True), (SCALED_BY_VALUE_SIZE, True), (SCALED_BY_SIZE_1, True),
-                  (SOFTMAX_OVER_QUERIES, False),
-                  (LARGE_NEGATIVE_FILL, False), (MASK_INVERTED, True), (MASK_WITH_ZERO, False),
-                  (MASK_AFTER_SOFTMAX, False), (MASK_IGNORED, False), (MASK_WITH_ZERO, True), (MASK_IGNORED, True))
+_SDPA_MISTAKES = ((M["unscaled"], True), (M["divided-by-d"], True), (M["scaled-by-value-size"], True),
+                  (M["scaled-by-size-1"], True), (M["softmax-over-queries"], False),
+                  (M["large-negative-fill"], False), (M["mask-inverted"], True), (M["mask-filled-with-zero"], False),
+                  (M["mask-after-softmax"], False), (M["mask-ignored"], False), (M["mask-filled-with-zero"], True),
+                  (M["mask-ignored"], True))
 _UNMASKED = 5
 
 
@@ -168,8 +129,8 @@ def _sdpa_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, Pair]
 def _sdpa_weight_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
     scores = inputs["queries"] @ inputs["keys"].transpose(-2, -1) / math.sqrt(inputs["queries"].shape[-1])
     masked = scores if "mask" not in inputs else scores.masked_fill(~inputs["mask"], float("-inf"))
-    return [*((m, w) for m, (_, w) in _sdpa_mistakes(inputs)), (WEIGHTS_ARE_SCORES, masked),
-            (WEIGHTS_ARE_SCORES, scores)]
+    return [*((m, w) for m, (_, w) in _sdpa_mistakes(inputs)), (M["weights-are-scores"], masked),
+            (M["weights-are-scores"], scores)]
 
 
 # ---------------------------------------------------------------- the function
@@ -186,7 +147,7 @@ def _result(ev: Evidence, case: Case) -> Pair:
         shown = f"a tuple of length {fact.get('length')}" if kind == "tuple" else (
             "None" if kind == "none" else f"a {str(fact.get('type'))[:60]}")
         fail(f"{SDPA_NAME} should return a pair (output, weights), but returned {shown}. "
-             "End with `return weights @ values, weights`.", mistake=NOT_A_PAIR)
+             "End with `return weights @ values, weights`.", mistake=M["not-a-pair"])
     inputs = dict(case.inputs())
     q, k, v = inputs["queries"], inputs["keys"], inputs["values"]
     lead, tq, tk, d, dv = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -217,7 +178,7 @@ def _expect_sdpa(ev: Evidence, case: Case, weights_hint: str = _SDPA_RECIPE,
         fail(f"{SDPA_NAME} returns NaN for a query that may attend to nothing. The softmax of a row of −∞ is 0/0. "
              "The convention (PyTorch's too) is all-zero weights and a zero output for such a row: after the "
              "softmax, zero the rows where mask.any(dim=-1, keepdim=True) is False.", expected_w, w, case=case.label,
-             mistake=NAN_IN_EMPTY_ROWS)
+             mistake=M["nan-in-empty-rows"])
     expect_close(w, expected_w, what=f"the weights of {SDPA_NAME}", device=ev.device, mistakes=weight_mistakes,
                  otherwise=weights_hint, case=case.label)
     expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", device=ev.device,
@@ -306,7 +267,7 @@ def _expect_sdpa_gradients(ev: Evidence, case: Case) -> None:
                  "hide a NaN that the backward pass still sees: adding −∞ to the scores (scores + where(mask, 0, "
                  "−inf)) and repairing the NaN weights afterwards sends NaN back through the addition. Use "
                  "scores.masked_fill(~mask, float('-inf')), whose gradient is zero at masked positions.",
-                 mistake=NAN_GRADIENTS)
+                 mistake=M["nan-gradients"])
         expect_close(got, leaf.grad, what=f"The gradient of a loss on {SDPA_NAME} with respect to the {name}",
                      device=ev.device, case=case.label,
                      otherwise="Compare with autograd through F.scaled_dot_product_attention: build the result only "
@@ -329,7 +290,7 @@ def _judge_sdpa_vs_pytorch(ev: Evidence) -> None:
 
 # ---------------------------------------------------------------- ScaledSelfAttention: oracle and typical mistakes
 
-_scaled_projections = partial(projections, owner=MODULE_NAME, gains=GAINS, bias_mistake=PROJECTION_BIAS)
+_scaled_projections = partial(projections, owner=MODULE_NAME, gains=GAINS, bias_mistake=M["projection-bias"])
 
 
 def _scaled_attention(w: dict[str, torch.Tensor], k: int, x: torch.Tensor,
@@ -350,9 +311,9 @@ def _through_module(how: Mistake | None, zeroed: bool, w: dict[str, torch.Tensor
 def _module_simulators(k: int, x: torch.Tensor, mask: torch.Tensor | None = None) -> list[tuple[Mistake, Callable]]:
     """The mistakes of scaled_dot_product_attention (which the module calls), and the module's own."""
     found = [(m, partial(_through_module, m, zeroed)) for m, zeroed in _typical(mask is not None)]
-    found.append((VALUES_NOT_PROJECTED, partial(_through_module, None, True, raw_values=True)))
+    found.append((M["values-not-projected"], partial(_through_module, None, True, raw_values=True)))
     if mask is not None:  # the mask dropped in forward: attention without a mask
-        found.append((MASK_IGNORED, partial(_through_module, None, True, unmasked=True)))
+        found.append((M["mask-ignored"], partial(_through_module, None, True, unmasked=True)))
     return found
 
 
@@ -371,7 +332,7 @@ def _forward_hint(x: torch.Tensor, mask: torch.Tensor | None = None) -> str:
 MODULE = ForwardOracle(
     MODULE_NAME, "scaled self-attention with the projections to_queries, to_keys and to_values", _scaled_projections,
     _scaled_attention, "nn.MultiheadAttention", simulators=_module_simulators, anchors=_both_mistakes,
-    hint=_forward_hint, keyword_mistake=NO_MASK_ARGUMENT,
+    hint=_forward_hint, keyword_mistake=M["no-mask-argument"],
     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _MODULE_FORWARD_HINT)
 
 # ---------------------------------------------------------------- ScaledSelfAttention
@@ -409,13 +370,14 @@ def _judge_scaled_causal(ev: Evidence) -> None:
                                             for case, given in zip(run.cases, inputs, strict=True))
     with torch.no_grad():  # the mask dropped, perhaps together with a mistake of the function
         leaks = [(m, simulate(w, *args, **inputs[0])) for m, simulate in _module_simulators(*args, **inputs[0])]
-        leaks += [(MASK_IGNORED, _through_module(m, zeroed, w, *args, **inputs[0], unmasked=True))
+        leaks += [(M["mask-ignored"], _through_module(m, zeroed, w, *args, **inputs[0], unmasked=True))
                   for m, zeroed in _SDPA_MISTAKES[:4]]
     expect_causal(ev, y, y_changed, CHANGED, f"{MODULE_NAME}.forward with a causal mask", leaks,
                   "Later positions leak through the mask. Is the mask passed on to scaled_dot_product_attention, and "
-                  "is True 'allowed'?", CAUSAL_LEAK)
+                  "is True 'allowed'?", M["causal-leak"])
     if matches_any(y_free_changed[:, :CHANGED], [y_free[:, :CHANGED]], ev.device):
         fail(f"Without a mask, {MODULE_NAME} should let every position see every other one, but changing input 4 "
-             "changed no earlier output. Does forward use a mask when none is given?", mistake=MASK_WITHOUT_MASK)
+             "changed no earlier output. Does forward use a mask when none is given?",
+             mistake=M["masks-without-a-mask"])
     for value, case, given in zip((y, y_changed, y_free, y_free_changed), run.cases, inputs, strict=True):
         anchor_forward(ev, value, MODULE, w, args, given, f"{MODULE_NAME} respects the causal mask", case.label)

@@ -12,32 +12,12 @@ from course.checks import self_attention as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.self_attention import PERMUTATION, hand_x
-from course.judges import judge
+from course.judges import judge, mistakes
 from course.judges.kinds import Oracle, against
 
 # ------------------------------------------------------------------------------------------- mistakes
 
-SOFTMAX_COLUMNS = Mistake("softmax-over-columns", "each column sums to 1 instead of each row. Take the softmax over "
-                          "the last dimension (dim=-1 or dim=2), not dim=1; or did you transpose the weights?")
-NO_SOFTMAX = Mistake("no-softmax", "these are the raw dot products x·xᵀ: the softmax is missing.")
-SCALED = Mistake("scaled", "the scores are divided by √k. Scaling is assignment 03; here the weights are "
-                 "softmax(x·xᵀ) without it.")
-SOFTMAX_BATCH = Mistake("softmax-over-batch", "the softmax runs over the batch dimension (dim=0); each row of each "
-                        "matrix should sum to 1, so use dim=-1.")
-SUM_NORMALISED = Mistake("normalised-without-exp", "rows are divided by their sum without exponentiating first: use "
-                         "torch.softmax, which takes exp before normalising.")
-NOT_NORMALISED = Mistake("exp-not-normalised", "the scores are exponentiated but never normalised: divide by the "
-                         "row sums (softmax does both).")
-FIRST_SEQUENCE = Mistake("first-sequence-only", "every sequence of the batch gets the weights of the first one: "
-                         "use batched matrix products (torch.bmm or @) on the whole (b, t, k) tensor.")
-TRANSPOSED = Mistake("weights-transposed", "the weights are transposed (y = wᵀ·x), or the softmax runs over dim=1. "
-                     "Row i of w says how much output i takes from each input, so y = w·x.")
-RAW_OUTPUT = Mistake("output-from-raw-scores", "the output is built from the raw scores x·xᵀ: apply the softmax "
-                     "before averaging.")
-SCALED_OUTPUT = Mistake("output-scaled", "the scores are divided by √k; this assignment uses no scaling.")
-XT_W = Mistake("output-xT-w", "this is xᵀ·w, of shape (b, k, t): the weights come first, y = w·x, so that row i of "
-               "the output is the average of the inputs weighted by row i of w.")
-IDENTITY = Mistake("output-is-input", "the output equals the input: the weighted average w·x is never taken.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/self_attention.txt
 
 # ------------------------------------------------------------------------------------------- oracles and mistakes
 
@@ -56,13 +36,13 @@ def _oracle_output(x: torch.Tensor) -> torch.Tensor:
 def _weight_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     raw = x @ x.transpose(1, 2)  # (b, t, t)
     return [
-        (SOFTMAX_COLUMNS, F.softmax(raw, dim=1)),
-        (NO_SOFTMAX, raw),
-        (SCALED, F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1)),
-        (SOFTMAX_BATCH, F.softmax(raw, dim=0)),
-        (SUM_NORMALISED, raw / raw.sum(dim=-1, keepdim=True)),
-        (NOT_NORMALISED, raw.exp()),
-        (FIRST_SEQUENCE, F.softmax(raw[:1], dim=-1).expand_as(raw)),
+        (M["softmax-over-columns"], F.softmax(raw, dim=1)),
+        (M["no-softmax"], raw),
+        (M["scaled"], F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1)),
+        (M["softmax-over-batch"], F.softmax(raw, dim=0)),
+        (M["normalised-without-exp"], raw / raw.sum(dim=-1, keepdim=True)),
+        (M["exp-not-normalised"], raw.exp()),
+        (M["first-sequence-only"], F.softmax(raw[:1], dim=-1).expand_as(raw)),
     ]
 
 
@@ -70,11 +50,11 @@ def _output_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     raw = x @ x.transpose(1, 2)  # (b, t, t)
     w = F.softmax(raw, dim=-1)
     return [
-        (TRANSPOSED, w.transpose(1, 2) @ x),
-        (RAW_OUTPUT, raw @ x),
-        (SCALED_OUTPUT, F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1) @ x),
-        (IDENTITY, x),
-        (FIRST_SEQUENCE, w[:1] @ x[:1].expand_as(x) if x.shape[0] > 1 else w @ x),
+        (M["weights-transposed"], w.transpose(1, 2) @ x),
+        (M["output-from-raw-scores"], raw @ x),
+        (M["output-scaled"], F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1) @ x),
+        (M["output-is-input"], x),
+        (M["first-sequence-only"], w[:1] @ x[:1].expand_as(x) if x.shape[0] > 1 else w @ x),
     ]
 
 
@@ -96,7 +76,7 @@ WEIGHTS = Oracle(
 OUTPUT = Oracle(
     "basic_self_attention(x)", _oracle_output, "F.scaled_dot_product_attention",
     shape=lambda x: tuple(x.shape), mistakes=_output_mistakes,
-    shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1]): XT_W,
+    shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1]): M["output-xT-w"],
                            (x.shape[0], x.shape[1], x.shape[1]): "That is the shape of the weights: return the "
                                                                  "weighted sum w·x."},
     otherwise="Compute the weights, then y = w·x with a batched matrix product (torch.bmm or @).",
@@ -135,7 +115,7 @@ def _judge_rows(ev: Evidence) -> None:
         hint = ("The columns sum to 1 instead: softmax over dim=1, not the last dimension?" if columns
                 else "Apply softmax over the last dimension.")
         fail(f"The rows of {WEIGHTS.what} do not sum to 1. {hint}", torch.ones_like(sums), sums, case="row sums",
-             mistake=SOFTMAX_COLUMNS if columns else None)
+             mistake=M["softmax-over-columns"] if columns else None)
     (case,) = probes.attention_weights_rows.cases
     x = case.inputs()["x"]
     if not matches_any(w, [_oracle_weights(x), *(m for _, m in _weight_mistakes(x))], ev.device):

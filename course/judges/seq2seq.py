@@ -51,7 +51,7 @@ from course.checks.seq2seq import (
     ModelCase,
     ModelRun,
 )
-from course.judges import judge, oracles
+from course.judges import judge, mistakes, oracles
 from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
 
 CAUSAL_NAME = "causal_mask(t)"
@@ -64,137 +64,7 @@ DECODE_NAME = "greedy_decode(model, src, src_mask, max_len, bos, eos)"
 
 # ---------------------------------------------------------------- mistakes
 
-CAUSAL_INVERTED = Mistake("causal-inverted", "the mask is inverted: True marks the future (j > i). In this course "
-                          "True means 'may attend', so row i must be True for j <= i.")
-CAUSAL_NO_DIAGONAL = Mistake("causal-no-diagonal", "the mask excludes the diagonal: position i must be allowed to "
-                             "attend to itself (j <= i, not j < i); without it the first position has nothing to "
-                             "attend to.")
-CAUSAL_TRANSPOSED = Mistake("causal-transposed", "the mask is transposed: True where j >= i lets every position read "
-                            "the future. Use the lower triangle (torch.tril), row i = query, column j = key.")
-CAUSAL_ALL_TRUE = Mistake("causal-all-true", "nothing is masked: every entry is True, so the decoder can read the "
-                          "future.")
-PADDING_INVERTED = Mistake("padding-inverted", "the mask is inverted: True marks the padding. True must mark the real "
-                           "tokens (position < length).")
-PADDING_ONE_TOO_MANY = Mistake("padding-one-too-many", "the mask is off by one: it marks one position too many "
-                               "(position <= length). Row i has lengths[i] real tokens at positions 0 .. lengths[i] "
-                               "- 1.")
-PADDING_ONE_TOO_FEW = Mistake("padding-one-too-few", "the mask is off by one: it marks one real token too few "
-                              "(position < length - 1). Row i has lengths[i] real tokens at positions 0 .. "
-                              "lengths[i] - 1.")
-
-BLOCK_CROSS_READS_ITSELF = Mistake(
-    "block-cross-reads-itself",
-    "cross-attention reads the decoder's own states: its keys and values must come from `memory` "
-    "(cross_attention(x, context=memory, mask=memory_mask)).")
-BLOCK_MEMORY_NOT_MASKED = Mistake(
-    "block-memory-not-masked",
-    "source padding is not masked in cross-attention: pass memory_mask to cross_attention, so no target position "
-    "reads a padded source position.")
-BLOCK_SELF_MASK_IGNORED = Mistake(
-    "block-self-mask-ignored",
-    "self_mask is not used in self-attention, so every target position reads the future: "
-    "self_attention(x, mask=self_mask).")
-BLOCK_NO_RESIDUAL = Mistake(
-    "block-no-residual",
-    "the residual connections are missing: each sublayer's output is added to its input before the norm, "
-    "x = norm(x + sublayer(x)).")
-BLOCK_PRE_NORM = Mistake(
-    "block-pre-norm",
-    "the block is pre-norm (x + sublayer(norm(x))); this course's blocks are post-norm: x = norm(x + sublayer(x)).")
-BLOCK_CROSS_FIRST = Mistake(
-    "block-cross-first",
-    "cross-attention comes before self-attention: the decoder first reads its own past (self-attention, norm1), "
-    "then the source (cross-attention, norm2), then the feed-forward (norm3).")
-BLOCK_CROSS_ON_INPUT = Mistake(
-    "block-cross-on-input",
-    "cross-attention is applied to the block's input x instead of to the output of the self-attention sublayer, "
-    "so the self-attention result is lost in the second sublayer.")
-
-MODEL_SOFTMAX = Mistake("model-softmax", "forward returns probabilities (a softmax of the logits). Return the raw "
-                        "logits: F.cross_entropy applies log-softmax itself.")
-MODEL_NOT_CAUSAL = Mistake("model-not-causal", "the decoder is not causal: pass causal_mask(t) to every DecoderBlock "
-                           "as self_mask.")
-MODEL_MEMORY_NOT_MASKED = Mistake("model-memory-not-masked", "source padding is not masked in cross-attention: pass "
-                                  "src_mask as memory_mask, shaped (b, 1, s), to every DecoderBlock.")
-MODEL_ENCODER_NOT_MASKED = Mistake("model-encoder-not-masked", "source padding is not masked in the encoder: pass "
-                                   "src_mask, shaped (b, 1, s), to every encoder block.")
-MODEL_PADDING_NOT_MASKED = Mistake("model-padding-not-masked", "source padding is masked neither in the encoder nor "
-                                   "in cross-attention: pass src_mask shaped (b, 1, s) to both.")
-MODEL_NO_TARGET_POSITIONS = Mistake("model-no-target-positions", "no positions are added to the target embeddings: "
-                                    "apply self.positions in decode too.")
-MODEL_NO_SOURCE_POSITIONS = Mistake("model-no-source-positions", "no positions are added to the source embeddings: "
-                                    "apply self.positions in encode too.")
-MODEL_MEMORY_IS_EMBEDDINGS = Mistake("model-memory-is-embeddings", "the memory is the source embeddings: encode must "
-                                     "run them through the encoder blocks.")
-MODEL_SCALED_EMBEDDINGS = Mistake("model-scaled-embeddings", "the embeddings are multiplied by √k; in this course the "
-                                  "positions are added to the plain embeddings.")
-MODEL_TARGET_SOURCE_EMBEDDING = Mistake("model-target-source-embedding", "the target tokens are embedded with "
-                                        "src_embedding; use tgt_embedding for them.")
-
-LOSS_PAD_HARD_CODED = Mistake("loss-pad-hard-coded", "the padding id is hard-coded as 0 (or the padding is not ignored "
-                              "at all): ignore the labels equal to the `pad` argument (ignore_index=pad).")
-LOSS_NOT_SHIFTED = Mistake(
-    "loss-not-shifted",
-    "the targets are not shifted: the decoder reads tgt and is scored on tgt itself, so at every position the "
-    "answer is already in its input and the model learns to copy its input. Feed tgt[:, :-1], score against "
-    "tgt[:, 1:].")
-LOSS_COUNTS_PADDING = Mistake("loss-counts-padding", "the loss counts the padding: pass ignore_index=pad to "
-                              "F.cross_entropy (or average over real tokens only).")
-LOSS_WRONG_SHIFT = Mistake("loss-wrong-shift", "the shift goes the wrong way: the decoder reads tgt[:, :-1] (starting "
-                           "with <bos>) and predicts tgt[:, 1:].")
-LOSS_SUM = Mistake("loss-sum", "the loss is a sum, not a mean over the real target tokens.")
-LOSS_PER_SEQUENCE = Mistake("loss-per-sequence", "the loss is averaged per sequence first; the task asks for the mean "
-                            "over all real target tokens of the batch (what F.cross_entropy(..., ignore_index=pad) "
-                            "gives).")
-LOSS_SOFTMAX = Mistake("loss-softmax", "a softmax is applied before F.cross_entropy, which applies log-softmax "
-                       "itself: pass the raw logits.")
-
-DECODE_NEVER_STOPS = Mistake("greedy-never-stops", "decoding never stops at <eos>: the tokens after a sequence's "
-                             "<eos> must be <pad> (0) — keep a `finished` flag per sequence and write <pad> once it is "
-                             "set.")
-DECODE_RETURNS_BOS = Mistake("greedy-returns-bos", "the output starts with <bos>: return only the generated tokens "
-                             "(drop column 0).")
-DECODE_EOS_PADDED = Mistake("greedy-eos-padded", "after <eos> the sequence is filled with <eos>; fill it with <pad> "
-                            "(0) instead.")
-DECODE_EOS_OVERWRITTEN = Mistake("greedy-eos-overwritten", "the <eos> itself is replaced by <pad>: a sequence is "
-                                 "marked finished before its <eos> is appended. Append the token first, then set "
-                                 "`finished` where it is <eos>, so only the tokens after it become <pad>.")
-DECODE_FORGETS_BOS = Mistake("greedy-forgets-bos", "the decoder does not start from <bos>: the first input of every "
-                             "sequence is the <bos> token.")
-DECODE_FIRST_POSITION = Mistake("greedy-first-position", "the next token is the argmax at the FIRST position of the "
-                                "decoder's output; the prediction for the next token is at the LAST position: "
-                                "logits[:, -1].argmax(-1).")
-
-# structure, property and format failures, whose messages say them in their own words (the shared ones are in
-# course/checks/modules.py)
-FLOAT_MASK = Mistake("float-mask", "the mask is a tensor of numbers; a boolean mask is asked, True where attention "
-                     "is allowed.")
-ADDITIVE_MASK = Mistake("additive-mask", "the mask is an additive float mask of 0 and -inf (nn.Transformer's "
-                        "convention); a boolean mask is asked, True where attention is allowed.")
-PADDING_TRANSPOSED = Mistake("padding-transposed", "the padding mask is transposed: one row per sequence, one column "
-                             "per position, (b, t).")
-MASK_DEVICE = Mistake("mask-wrong-device", "the mask is not on the device asked: create it with device=... .")
-WRONG_SIZE = Mistake("wrong-size", "a part has the wrong size for the sizes the model was given.")
-SHARED_ATTENTION = Mistake("block-shared-attention", "self_attention and cross_attention are one module: create two "
-                           "MultiHeadAttention modules.")
-SHARED_NORM = Mistake("shared-norm", "two of the block's norms are one module: each sublayer needs its own "
-                      "LayerNorm(k).")
-SHARED_EMBEDDING = Mistake("shared-embedding", "src_embedding and tgt_embedding are one module: source and target "
-                           "have their own vocabularies.")
-SHARED_BLOCK = Mistake("shared-block", "one block is used for several layers: create a new block for every layer.")
-WRONG_DEPTH = Mistake("wrong-depth", "the encoder or the decoder does not hold `depth` blocks.")
-BLOCK_NOT_CAUSAL = Mistake("block-not-causal", "the block reads the future: changing later target positions changes "
-                           "earlier outputs.")
-BLOCK_READS_PADDING = Mistake("block-reads-padding", "the block reads padded memory positions, which memory_mask "
-                              "masks out.")
-MODEL_READS_FUTURE = Mistake("model-reads-future", "the model reads the future: changing a later target token "
-                             "changes the logits at earlier positions.")
-MODEL_READS_PADDING = Mistake("model-reads-padding", "the model reads the source padding, which src_mask masks out.")
-DECODE_INCONSISTENT = Mistake("decode-inconsistent", "decode(tgt, encode(src, src_mask), src_mask) differs from "
-                              "forward(src, tgt, src_mask).")
-DECODE_TOO_LONG = Mistake("greedy-too-long", "more than max_len tokens are returned per sequence.")
-DECODE_STOPS_EARLY = Mistake("greedy-stops-early", "decoding stops before every sequence has written <eos>.")
-DECODE_NOT_IDS = Mistake("greedy-not-ids", "the tokens are not torch.long ids.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/seq2seq.txt
 
 
 # ---------------------------------------------------------------- masks
@@ -218,9 +88,9 @@ def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: 
         v = value.to(torch.float64) if value.is_floating_point() else value
         if value.is_floating_point() and bool(torch.isinf(v).any()):
             kind_text, mistake = ("an additive float mask of 0 and -inf (the convention of nn.Transformer's float "
-                                  "masks)"), ADDITIVE_MASK
+                                  "masks)"), M["additive-mask"]
         else:
-            kind_text, mistake = f"a tensor of dtype {value.dtype}", FLOAT_MASK
+            kind_text, mistake = f"a tensor of dtype {value.dtype}", M["float-mask"]
         fail(f"{what} returned {kind_text}, but a boolean mask is asked, True where attention is allowed: the mask "
              "was returned as floats (or integers) where a boolean is asked. MultiHeadAttention inverts it with "
              "~mask, which is wrong for numbers. Build it with a comparison or torch.ones(..., dtype=torch.bool).",
@@ -230,14 +100,14 @@ def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: 
         fail(f"{what} returned shape {tuple(value.shape)}, expected {tuple(shape)}. {hint}".strip(), mistake=mistake)
     if fact.get("device") != device:
         fail(f"{what} returned a mask on {fact.get('device')}, but {device} was asked. Create it with device=... "
-             "(or on the device of its input) so the model runs on any device.", mistake=MASK_DEVICE)
+             "(or on the device of its input) so the model runs on any device.", mistake=M["mask-wrong-device"])
     return value
 
 
 def _causal_mistakes(t: int) -> list[tuple[Mistake, torch.Tensor]]:
     good = oracles.causal_mask(t)
-    return [(CAUSAL_INVERTED, ~good), (CAUSAL_NO_DIAGONAL, good & ~torch.eye(t, dtype=torch.bool)),
-            (CAUSAL_TRANSPOSED, good.T.contiguous()), (CAUSAL_ALL_TRUE, torch.ones(t, t, dtype=torch.bool))]
+    return [(M["causal-inverted"], ~good), (M["causal-no-diagonal"], good & ~torch.eye(t, dtype=torch.bool)),
+            (M["causal-transposed"], good.T.contiguous()), (M["causal-all-true"], torch.ones(t, t, dtype=torch.bool))]
 
 
 _CAUSAL_HINT = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
@@ -250,8 +120,8 @@ def _padding(lengths: torch.Tensor, t: int) -> torch.Tensor:
 
 def _padding_mistakes(lengths: torch.Tensor, t: int) -> list[tuple[Mistake, torch.Tensor]]:
     good = _padding(lengths, t)
-    return [(PADDING_INVERTED, ~good), (PADDING_ONE_TOO_MANY, _padding(lengths + 1, t)),
-            (PADDING_ONE_TOO_FEW, _padding(lengths - 1, t))]
+    return [(M["padding-inverted"], ~good), (M["padding-one-too-many"], _padding(lengths + 1, t)),
+            (M["padding-one-too-few"], _padding(lengths - 1, t))]
 
 
 _PADDING_HINT = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
@@ -259,7 +129,7 @@ _PADDING_HINT = "Entry (i, p) is True exactly when p < lengths[i]: compare torch
 
 def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], tuple[str, Mistake | str | None]]:
     return {(t, b): ("That is the transposed shape: one row per sequence, one column per position.",
-                     PADDING_TRANSPOSED),
+                     M["padding-transposed"]),
             (b, t, 1): ("Drop the trailing dimension; MultiHeadAttention gets it as mask.unsqueeze(1) later.",
                         WRONG_SHAPE),
             (b, 1, t): ("Return the plain (b, t) mask; the model adds the middle dimension when it attends.",
@@ -380,14 +250,14 @@ def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memo
     return norm(3, h + ff(h))
 
 
-_BLOCK_MISTAKES = ((BLOCK_CROSS_READS_ITSELF, MappingProxyType({"context": "self", "cross_mask": "self"})),
-                   (BLOCK_CROSS_READS_ITSELF, MappingProxyType({"context": "self", "cross_mask": "none"})),
-                   (BLOCK_MEMORY_NOT_MASKED, MappingProxyType({"cross_mask": "none"})),
-                   (BLOCK_SELF_MASK_IGNORED, MappingProxyType({"use_self_mask": False})),
-                   (BLOCK_NO_RESIDUAL, MappingProxyType({"layout": "no-residual"})),
-                   (BLOCK_PRE_NORM, MappingProxyType({"layout": "pre"})),
-                   (BLOCK_CROSS_FIRST, MappingProxyType({"layout": "cross-first"})),
-                   (BLOCK_CROSS_ON_INPUT, MappingProxyType({"layout": "cross-on-input"})))
+_BLOCK_MISTAKES = ((M["block-cross-reads-itself"], MappingProxyType({"context": "self", "cross_mask": "self"})),
+                   (M["block-cross-reads-itself"], MappingProxyType({"context": "self", "cross_mask": "none"})),
+                   (M["block-memory-not-masked"], MappingProxyType({"cross_mask": "none"})),
+                   (M["block-self-mask-ignored"], MappingProxyType({"use_self_mask": False})),
+                   (M["block-no-residual"], MappingProxyType({"layout": "no-residual"})),
+                   (M["block-pre-norm"], MappingProxyType({"layout": "pre"})),
+                   (M["block-cross-first"], MappingProxyType({"layout": "cross-first"})),
+                   (M["block-cross-on-input"], MappingProxyType({"layout": "cross-on-input"})))
 
 
 def _block_oracle(w: dict[str, torch.Tensor], heads: int, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -422,28 +292,30 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
                  for n in ("self_attention", "cross_attention")]
     if attention[1].get("same_as") == "self_attention":
         fail(f"{BLOCK_NAME}.self_attention and .cross_attention are the same module. Reading the target and reading "
-             "the source are different jobs: create two MultiHeadAttention modules.", mistake=SHARED_ATTENTION)
+             "the source are different jobs: create two MultiHeadAttention modules.",
+             mistake=M["block-shared-attention"])
     described = modules.described(ev, key)
     for name, fact in zip(("self_attention", "cross_attention"), attention, strict=False):
         size, count = described.get(f"{name}.to_queries", {}).get("in_features"), fact.get("heads", heads)
         if (size, count) != (k, heads):
             fail(f"{BLOCK_NAME}'s attention has k={size}, heads={count}; with DecoderBlock({k}, {heads}) it should be "
-                 f"MultiHeadAttention({k}, {heads}).", mistake=WRONG_SIZE)
+                 f"MultiHeadAttention({k}, {heads}).", mistake=M["wrong-size"])
     norms = [modules.expect_part(ev, key, BLOCK_NAME, n, "LayerNorm", "nn.LayerNorm(k)")
              for n in ("norm1", "norm2", "norm3")]
     if any(n.get("same_as") for n in norms):
         fail(f"Two of {BLOCK_NAME}.norm1, norm2, norm3 are the same module: each sublayer needs its own LayerNorm(k).",
-             mistake=SHARED_NORM)
+             mistake=M["shared-norm"])
     for name in ("norm1", "norm2", "norm3"):
         shape = described.get(name, {}).get("shape")
         if shape != [k]:
-            fail(f"{BLOCK_NAME}.{name} normalizes shape {shape}; it should be nn.LayerNorm({k}).", mistake=WRONG_SIZE)
+            fail(f"{BLOCK_NAME}.{name} normalizes shape {shape}; it should be nn.LayerNorm({k}).",
+                 mistake=M["wrong-size"])
     modules.expect_part(ev, key, BLOCK_NAME, "ff", "FeedForward", "FeedForward(k, ff_mult * k)")
     first = described.get("ff.net.0", {})
     if (first.get("in_features"), first.get("out_features")) != (k, ff_mult * k):
         fail(f"{BLOCK_NAME}.ff maps {first.get('in_features')} -> {first.get('out_features')} features first; with "
              f"k={k} and ff_mult={ff_mult} it should be FeedForward(k, ff_mult * k) = FeedForward({k}, "
-             f"{ff_mult * k}).", mistake=WRONG_SIZE)
+             f"{ff_mult * k}).", mistake=M["wrong-size"])
     expected = 2 * (4 * k * k + k) + 3 * 2 * k + 2 * ff_mult * k * k + ff_mult * k + k
     count = modules.parameter_count(ev, key)
     if count != expected:
@@ -558,7 +430,7 @@ def _judge_block_causality(ev: Evidence) -> None:
     y_changed = _block_output(ev, changed, hints)
     expect_causal(ev, y, y_changed, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
                   _block_mistakes(w, heads, dict(case.inputs())), "The block reads the future: pass self_mask to "
-                  "self-attention (self_attention(x, mask=self_mask)).", BLOCK_NOT_CAUSAL)
+                  "self-attention (self_attention(x, mask=self_mask)).", M["block-not-causal"])
     _anchor_block(ev, y, w, heads, case, f"{BLOCK_NAME} is causal")
 
 
@@ -578,8 +450,8 @@ def _judge_block_padding(ev: Evidence) -> None:
         fail(f"{BLOCK_NAME} reads padded memory positions: three more padded source positions (masked out by "
              "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], y_longer[:, :, 0],
              case="first feature, before and after adding padding",
-             mistake=BLOCK_MEMORY_NOT_MASKED.id if matches_any(y, [memory_not_masked.detach()], ev.device)
-             else BLOCK_READS_PADDING)
+             mistake=M["block-memory-not-masked"].id if matches_any(y, [memory_not_masked.detach()], ev.device)
+             else M["block-reads-padding"])
     _anchor_block(ev, y, w, heads, case, f"{BLOCK_NAME} ignores padded memory")
     _expect_block_gradients(ev, w, heads, with_gradient)
 
@@ -618,21 +490,21 @@ def _model_oracle(w: dict[str, torch.Tensor], case: ModelCase, src, tgt, lengths
     return F.softmax(logits, dim=-1) if softmax else logits
 
 
-_MODEL_MISTAKES = ((MODEL_SOFTMAX, MappingProxyType({"softmax": True})),
-                   (MODEL_NOT_CAUSAL, MappingProxyType({"causal": False})),
-                   (MODEL_MEMORY_NOT_MASKED, MappingProxyType({"memory_mask": False})),
-                   (MODEL_ENCODER_NOT_MASKED, MappingProxyType({"encoder_mask": False})),
-                   (MODEL_PADDING_NOT_MASKED, MappingProxyType({"encoder_mask": False, "memory_mask": False})),
-                   (MODEL_NO_TARGET_POSITIONS, MappingProxyType({"tgt_positions": False})),
-                   (MODEL_NO_SOURCE_POSITIONS, MappingProxyType({"src_positions": False})),
-                   (MODEL_MEMORY_IS_EMBEDDINGS, MappingProxyType({"use_encoder": False})),
-                   (MODEL_SCALED_EMBEDDINGS, MappingProxyType({"scaled": True})),
-                   (MODEL_TARGET_SOURCE_EMBEDDING, MappingProxyType({"tgt_embedding": "src"})))
+_MODEL_MISTAKES = ((M["model-softmax"], MappingProxyType({"softmax": True})),
+                   (M["model-not-causal"], MappingProxyType({"causal": False})),
+                   (M["model-memory-not-masked"], MappingProxyType({"memory_mask": False})),
+                   (M["model-encoder-not-masked"], MappingProxyType({"encoder_mask": False})),
+                   (M["model-padding-not-masked"], MappingProxyType({"encoder_mask": False, "memory_mask": False})),
+                   (M["model-no-target-positions"], MappingProxyType({"tgt_positions": False})),
+                   (M["model-no-source-positions"], MappingProxyType({"src_positions": False})),
+                   (M["model-memory-is-embeddings"], MappingProxyType({"use_encoder": False})),
+                   (M["model-scaled-embeddings"], MappingProxyType({"scaled": True})),
+                   (M["model-target-source-embedding"], MappingProxyType({"tgt_embedding": "src"})))
 
 
 def _model_mistake_switches(case: ModelCase, tgt: torch.Tensor) -> list[tuple[Mistake, dict]]:
     return [(m, dict(sw)) for m, sw in _MODEL_MISTAKES
-            if m is not MODEL_TARGET_SOURCE_EMBEDDING or int(tgt.max()) < case.src_vocab]
+            if m is not M["model-target-source-embedding"] or int(tgt.max()) < case.src_vocab]
 
 
 def _model_mistakes(w, case, src, tgt, lengths) -> list[tuple[Mistake, torch.Tensor]]:
@@ -658,14 +530,14 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     tgt_embedding = modules.expect_part(ev, key, what, "tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)")
     if tgt_embedding.get("same_as") == "src_embedding":
         fail(f"{what}.src_embedding and .tgt_embedding are the same module: source and target have different "
-             "vocabularies, so each needs its own nn.Embedding.", mistake=SHARED_EMBEDDING)
+             "vocabularies, so each needs its own nn.Embedding.", mistake=M["shared-embedding"])
     described = modules.described(ev, key)
     for name, size in (("src_embedding", src_vocab), ("tgt_embedding", tgt_vocab)):
         emb = described.get(name, {})
         if (emb.get("num_embeddings"), emb.get("embedding_dim")) != (size, k):
             fail(f"{what}.{name} is nn.Embedding({emb.get('num_embeddings')}, {emb.get('embedding_dim')}); it should "
                  f"be nn.Embedding({size}, {k}) here. Are the source and target vocabulary sizes swapped?",
-                 mistake=WRONG_SIZE)
+                 mistake=M["wrong-size"])
     modules.expect_part(ev, key, what, "positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
     encoder = modules.expect_part(ev, key, what, "encoder", "ModuleList",
                                   "nn.ModuleList of `depth` TransformerBlock(k, heads)")
@@ -675,7 +547,7 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
         items = blocks.get("items")
         if not isinstance(items, list) or len(items) != depth:
             fail(f"{what}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with depth={depth} it "
-                 f"should hold {depth}.", mistake=WRONG_DEPTH)
+                 f"should hold {depth}.", mistake=M["wrong-depth"])
     for item in encoder["items"]:
         if item != "TransformerBlock":
             fail(f"{what}.encoder holds a {str(item)[:60]}; it should hold course TransformerBlock(k, heads).",
@@ -686,12 +558,12 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
              mistake=WRONG_PART_TYPE)
     if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * depth:
         fail(f"{what} reuses one block several times: create a new block for every layer, or the layers share "
-             "weights.", mistake=SHARED_BLOCK)
+             "weights.", mistake=M["shared-block"])
     modules.expect_part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
     to_logits = described.get("to_logits", {})
     if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, tgt_vocab):
         fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should be "
-             f"nn.Linear({k}, {tgt_vocab}): one logit per target token.", mistake=WRONG_SIZE)
+             f"nn.Linear({k}, {tgt_vocab}): one logit per target token.", mistake=M["wrong-size"])
 
 
 def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
@@ -748,7 +620,7 @@ def _judge_model_causality(ev: Evidence) -> None:
     for j in _CAUSAL_POSITIONS:
         expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", case), j, f"{MODEL_NAME}.forward on targets",
                       _model_mistakes(w, case, src, tgt, lengths), "In training the model could read the answer: "
-                      "pass causal_mask(t) as self_mask to every decoder block.", MODEL_READS_FUTURE)
+                      "pass causal_mask(t) as self_mask to every decoder block.", M["model-reads-future"])
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} is causal")
 
 
@@ -774,7 +646,7 @@ def _judge_model_oracle(ev: Evidence) -> None:
             fail(f"{MODEL_NAME}.decode(tgt, encode(src, src_mask), src_mask) differs from forward(src, tgt, src_mask). "
                  "forward must equal decode(tgt, encode(src, src_mask), src_mask): greedy decoding encodes once and "
                  "decodes step by step.", logits[0, :, 0], decoded[0, :, 0], case="first logit of sequence 0",
-                 mistake=DECODE_INCONSISTENT)
+                 mistake=M["decode-inconsistent"])
 
 
 @judge("seq2seq_padding")
@@ -790,7 +662,7 @@ def _judge_model_padding(ev: Evidence) -> None:
         fail(f"{MODEL_NAME} reads the source padding: four more padded positions (masked out by src_mask) changed "
              "the logits. Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every decoder "
              "block.", logits[0, :, 0], longer[0, :, 0], case="first logit of sequence 0, before and after",
-             mistake=named[0].id if named else MODEL_READS_PADDING)
+             mistake=named[0].id if named else M["model-reads-padding"])
     _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} ignores the source padding")
 
 
@@ -852,8 +724,8 @@ def _translator_logits(feed: str, model: nn.Module, src, src_mask, tgt, pad) -> 
 TEACHER_FORCING = LossOracle(
     LOSS_NAME, _translator_logits, tokens="tgt", pad="pad",
     # first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
-    mistakes=(LOSS_PAD_HARD_CODED, LOSS_NOT_SHIFTED, LOSS_COUNTS_PADDING, LOSS_WRONG_SHIFT, LOSS_SUM,
-              LOSS_PER_SEQUENCE, LOSS_SOFTMAX),
+    mistakes=(M["loss-pad-hard-coded"], M["loss-not-shifted"], M["loss-counts-padding"], M["loss-wrong-shift"],
+              M["loss-sum"], M["loss-per-sequence"], M["loss-softmax"]),
     hint="logits = model(src, tgt[:, :-1], src_mask); loss = F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], "
          "ignore_index=pad). F.cross_entropy wants the classes in dimension 1.",
     name="F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)")
@@ -899,13 +771,13 @@ def _decode_mistakes(model, src, src_mask, max_len, expected, width) -> list[tup
     b = src.shape[0]
     target = _fit(expected, width)
     out = [
-        (DECODE_NEVER_STOPS, _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, pad_after_eos=False,
+        (M["greedy-never-stops"], _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, pad_after_eos=False,
                                            stop=False)),
-        (DECODE_RETURNS_BOS, torch.cat([torch.full((b, 1), BOS_ID, dtype=torch.long), expected], dim=1)),
-        (DECODE_EOS_PADDED, torch.where(target == PAD_ID, torch.full((), EOS_ID), target)),
-        (DECODE_EOS_OVERWRITTEN, torch.where(target == EOS_ID, torch.full((), PAD_ID), target)),
-        (DECODE_FORGETS_BOS, _step_by_step(model, src, src_mask, max_len, PAD_ID, EOS_ID)),
-        (DECODE_FIRST_POSITION, _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, position=0)),
+        (M["greedy-returns-bos"], torch.cat([torch.full((b, 1), BOS_ID, dtype=torch.long), expected], dim=1)),
+        (M["greedy-eos-padded"], torch.where(target == PAD_ID, torch.full((), EOS_ID), target)),
+        (M["greedy-eos-overwritten"], torch.where(target == EOS_ID, torch.full((), PAD_ID), target)),
+        (M["greedy-forgets-bos"], _step_by_step(model, src, src_mask, max_len, PAD_ID, EOS_ID)),
+        (M["greedy-first-position"], _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, position=0)),
     ]
     return [(m, _fit(v, width)) for m, v in out]
 
@@ -925,7 +797,7 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
     out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
         fail(f"{DECODE_NAME} returned dtype {out.dtype}; token ids are torch.long (argmax gives them).",
-             mistake=DECODE_NOT_IDS)
+             mistake=M["greedy-not-ids"])
     b, n = expected.shape
     if out.dim() != 2 or out.shape[0] != b:
         fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({b}, n) with n <= max_len.",
@@ -934,14 +806,14 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
     mistakes = _decode_mistakes(model, src, src_mask, max_len, expected, width)
     if width > max_len:
         if torch.equal(out, mistakes[1][1]):
-            fail(f"{DECODE_NAME} is not what was asked: {DECODE_RETURNS_BOS.explanation}", Rows(expected),
-                 Rows(out), label, DECODE_RETURNS_BOS.id)
+            fail(f"{DECODE_NAME} is not what was asked: {M['greedy-returns-bos'].explanation}", Rows(expected),
+                 Rows(out), label, M["greedy-returns-bos"].id)
         fail(f"{DECODE_NAME} returned {width} tokens per sequence, more than max_len={max_len}. Generate at most "
-             "max_len tokens, and do not return the <bos>.", Rows(expected), Rows(out), label, DECODE_TOO_LONG)
+             "max_len tokens, and do not return the <bos>.", Rows(expected), Rows(out), label, M["greedy-too-long"])
     if width < n:
         fail(f"{DECODE_NAME} stopped after {width} tokens, but a sequence had not written <eos> yet (it needs {n}). "
              "Stop only when every sequence is finished, or after max_len steps.", Rows(expected), Rows(out), label,
-             DECODE_STOPS_EARLY)
+             M["greedy-stops-early"])
     expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=mistakes, otherwise=_DECODE_HINT, case=label,
                  differs="does not agree with the step-by-step argmax of the model")
 
@@ -958,91 +830,6 @@ _against_cases(probes.greedy_decode_step_by_step, _expect_decode,
 OPTIMIZER_NAME = "configure_optimizer(model, lr, weight_decay)"
 SCHEDULE_NAME = "learning_rate(step, steps, peak, warmup)"
 STEP_NAME = "train_step(model, optimizer, loss, lr, max_norm)"
-
-DECAY_EVERYTHING = Mistake(
-    "optimizer-decay-everything",
-    "weight decay is applied to every parameter, the biases and the LayerNorm gains and offsets too (as "
-    "AdamW(model.parameters(), weight_decay=...) does). Those set scales and offsets: shrinking them towards 0 "
-    "regularises nothing. Put the parameters of two or more dimensions in a group with weight_decay, the others in a "
-    "group with weight_decay=0.")
-DECAY_SWAPPED = Mistake(
-    "optimizer-decay-swapped",
-    "the groups are swapped: the biases and LayerNorm parameters (fewer than two dimensions) are decayed and the "
-    "weight matrices and embeddings are not. Decay the parameters with p.dim() >= 2.")
-PLAIN_ADAM = Mistake(
-    "optimizer-plain-adam",
-    "the optimizer is torch.optim.Adam, whose weight_decay adds weight_decay * p to the gradient, where Adam's "
-    "scaling then shrinks it for the parameters with large gradients: not a decay of every weight at the same rate. "
-    "Use torch.optim.AdamW, which decouples the decay from the gradient.")
-PARAMETER_TWICE = Mistake(
-    "optimizer-parameter-twice",
-    "a parameter is in both groups (PyTorch refuses that). Split the parameters by p.dim() >= 2: each goes to "
-    "exactly one group.")
-PARAMETER_MISSING = Mistake(
-    "optimizer-parameter-missing",
-    "a trainable parameter is in no group, so the optimizer never updates it. Go through model.parameters() (or "
-    "model.named_parameters()) and put every trainable parameter in one of the two groups.")
-FROZEN_INCLUDED = Mistake(
-    "optimizer-frozen-included",
-    "a frozen parameter (requires_grad=False) is in a group. Leave out the parameters that do not require gradients: "
-    "they are not trained.")
-OPTIMIZER_LR = Mistake(
-    "optimizer-lr-not-set",
-    "the groups do not have the lr given: pass lr=lr to torch.optim.AdamW (its default is 1e-3).")
-
-WARMUP_OFF_BY_ONE = Mistake(
-    "lr-warmup-off-by-one",
-    "the warm-up is one step off: step 0 must already have peak / warmup, and step warmup - 1 the peak, "
-    "lr = peak * (step + 1) / warmup for step < warmup.")
-DECAY_NOT_OFFSET = Mistake(
-    "lr-decay-not-offset",
-    "the cosine decay does not start where the warm-up ends: its progress must count the steps after the warm-up, "
-    "(step + 1 - warmup) / (steps - warmup), so it is 0 at the peak and 1 at the last step.")
-DECAY_OFF_BY_ONE = Mistake(
-    "lr-decay-off-by-one",
-    "the decay is one step off: with progress (step + 1 - warmup) / (steps - warmup) the first step after the "
-    "warm-up is already below the peak and the last step (steps - 1) has exactly 0.")
-DECAYS_UPWARD = Mistake(
-    "lr-decays-upward",
-    "the learning rate rises after the warm-up instead of falling: the decay is peak * (1 + cos(pi * progress)) / 2, "
-    "which is peak at progress 0 and 0 at progress 1 (not 1 - cos).")
-LINEAR_DECAY = Mistake(
-    "lr-linear-decay",
-    "the decay is linear; a cosine is asked: peak * (1 + cos(pi * progress)) / 2.")
-NO_WARMUP = Mistake(
-    "lr-no-warmup",
-    "there is no warm-up: the first warmup steps must rise linearly, peak * (step + 1) / warmup, before the cosine "
-    "decay starts.")
-
-NO_ZERO_GRAD = Mistake(
-    "train-step-no-zero-grad",
-    "the gradients are not zeroed: loss.backward() adds to the .grad the previous step left, so the second step "
-    "moves along the sum of both gradients. Call optimizer.zero_grad() before loss.backward().")
-CLIPS_AFTER_STEP = Mistake(
-    "train-step-clips-after-step",
-    "the gradient is clipped after optimizer.step(), which has already used the unclipped gradient. Clip between "
-    "loss.backward() and optimizer.step().")
-CLIPS_BEFORE_BACKWARD = Mistake(
-    "train-step-clips-before-backward",
-    "the gradient is clipped before loss.backward() computes it: clipping then sees no gradient (or the previous "
-    "step's), and the step uses the unclipped one. Clip between loss.backward() and optimizer.step().")
-CLIPS_VALUES = Mistake(
-    "train-step-clips-values",
-    "each gradient entry is clamped to [-max_norm, max_norm] (clip_grad_value_), which changes the gradient's "
-    "direction. Scale the whole gradient so that its total norm is at most max_norm: "
-    "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).")
-LR_NOT_SET = Mistake(
-    "train-step-lr-not-set",
-    "the step uses the learning rate the optimizer was created with, not the lr argument. Set it in every parameter "
-    "group first: for group in optimizer.param_groups: group['lr'] = lr.")
-LR_ONE_GROUP = Mistake(
-    "train-step-lr-one-group",
-    "only the first parameter group gets the new lr: the optimizer has one group per kind of parameter (here two). "
-    "Set it in every group: for group in optimizer.param_groups: group['lr'] = lr.")
-NORM_AFTER_CLIPPING = Mistake(
-    "train-step-norm-after-clipping",
-    "the norm returned is the one after clipping (at most max_norm). Return the norm before clipping: it is what "
-    "torch.nn.utils.clip_grad_norm_ returns, and what tells how often clipping acts.")
 
 
 # configure_optimizer
@@ -1067,8 +854,9 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
     fact = ev.facts.get(case.key)
     if isinstance(fact, dict) and fact.get("kind") == "raised" and "more than one parameter group" in str(
             fact.get("message")):
-        fail(f"{what} raised ValueError: {str(fact.get('message'))[:200]}. {PARAMETER_TWICE.explanation}",
-             mistake=PARAMETER_TWICE)
+        fail(f"{what} raised ValueError: {str(fact.get('message'))[:200]}. "
+             f"{M['optimizer-parameter-twice'].explanation}",
+             mistake=M["optimizer-parameter-twice"])
     raised(ev, case.key, what)
     kind = value_kind(ev, case.key)
     if kind == "missing":
@@ -1080,7 +868,8 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
         fail(f"{what} returned {shown}; it should return the optimizer, a torch.optim.AdamW.")
     if not found.get("adamw"):
         if found.get("adam"):
-            fail(f"{what} is not what was asked: {PLAIN_ADAM.explanation}", mistake=PLAIN_ADAM)
+            fail(f"{what} is not what was asked: {M['optimizer-plain-adam'].explanation}",
+                 mistake=M["optimizer-plain-adam"])
         fail(f"{what} returned a {str(fact.get('type'))[:60]}; torch.optim.AdamW is asked.")
     model = case.model()
     params = dict(model.named_parameters())
@@ -1115,24 +904,28 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
     matrices = [n for n, d in trainable.items() if d >= 2]
     others = [n for n, d in trainable.items() if d < 2]
     if all(decayed(n) for n in trainable):
-        fail(f"{what} is not what was asked: {DECAY_EVERYTHING.explanation}{table}", mistake=DECAY_EVERYTHING)
+        fail(f"{what} is not what was asked: {M['optimizer-decay-everything'].explanation}{table}",
+             mistake=M["optimizer-decay-everything"])
     if all(decayed(n) for n in others) and all(not_decayed(n) for n in matrices):
-        fail(f"{what} is not what was asked: {DECAY_SWAPPED.explanation}{table}", mistake=DECAY_SWAPPED)
+        fail(f"{what} is not what was asked: {M['optimizer-decay-swapped'].explanation}{table}",
+             mistake=M["optimizer-decay-swapped"])
     if int(foreign.reshape(())) != 0:
         fail(f"{what} holds tensors that are not parameters of the model: build the groups from "
              f"model.parameters().{table}")
     if any(held[name] for name in frozen):
-        fail(f"{what} is not what was asked: {FROZEN_INCLUDED.explanation}{table}", mistake=FROZEN_INCLUDED)
+        fail(f"{what} is not what was asked: {M['optimizer-frozen-included'].explanation}{table}",
+             mistake=M["optimizer-frozen-included"])
     if any(held[name] == 0 for name in trainable):
-        fail(f"{what} is not what was asked: {PARAMETER_MISSING.explanation}{table}", mistake=PARAMETER_MISSING)
+        fail(f"{what} is not what was asked: {M['optimizer-parameter-missing'].explanation}{table}",
+             mistake=M["optimizer-parameter-missing"])
     wrong = [n for n in trainable if not (decayed(n) if trainable[n] >= 2 else not_decayed(n))]
     if wrong:
         fail(f"{what} gives {', '.join(wrong[:3])} the wrong weight decay: weight_decay on every parameter of two "
              f"or more dimensions, 0 on the others, each parameter in exactly one group.{table}")
     lrs = sorted({float(rates[i]) for i, name in enumerate(names) if name in trainable})
     if not all(math.isclose(v, lr, rel_tol=1e-6) for v in lrs):
-        fail(f"{what} is not what was asked: {OPTIMIZER_LR.explanation} The groups have lr "
-             f"{', '.join(f'{v:g}' for v in lrs[:4])}, expected {lr:g}.", mistake=OPTIMIZER_LR)
+        fail(f"{what} is not what was asked: {M['optimizer-lr-not-set'].explanation} The groups have lr "
+             f"{', '.join(f'{v:g}' for v in lrs[:4])}, expected {lr:g}.", mistake=M["optimizer-lr-not-set"])
 
 
 each_case(probes.configure_optimizer_groups, _expect_optimizer,
@@ -1171,11 +964,11 @@ def _schedule(steps: int, peak: float, warmup: int, *, first: int = 1, rise: str
 
 def _schedule_mistakes(steps: int, peak: float, warmup: int) -> list[tuple[Mistake, torch.Tensor]]:
     at = partial(_schedule, steps, peak, warmup)
-    return [(WARMUP_OFF_BY_ONE, at(first=0)), (WARMUP_OFF_BY_ONE, at(rise="step<=")),
-            (DECAY_NOT_OFFSET, at(offset="none")), (DECAY_NOT_OFFSET, at(offset="denominator")),
-            (DECAY_OFF_BY_ONE, at(offset="late")), (DECAY_OFF_BY_ONE, at(offset="stretched")),
-            (DECAYS_UPWARD, at(shape="upward")), (LINEAR_DECAY, at(shape="linear")),
-            (NO_WARMUP, at(rise="none")), (NO_WARMUP, at(rise="none", offset="none"))]
+    return [(M["lr-warmup-off-by-one"], at(first=0)), (M["lr-warmup-off-by-one"], at(rise="step<=")),
+            (M["lr-decay-not-offset"], at(offset="none")), (M["lr-decay-not-offset"], at(offset="denominator")),
+            (M["lr-decay-off-by-one"], at(offset="late")), (M["lr-decay-off-by-one"], at(offset="stretched")),
+            (M["lr-decays-upward"], at(shape="upward")), (M["lr-linear-decay"], at(shape="linear")),
+            (M["lr-no-warmup"], at(rise="none")), (M["lr-no-warmup"], at(rise="none", offset="none"))]
 
 
 def _shown_steps(steps: int, warmup: int) -> list[int]:
@@ -1281,9 +1074,10 @@ def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm"
 
 def _step_mistakes(case: probes.StepCase) -> list[tuple[Mistake, list[dict[str, torch.Tensor]]]]:
     return [(m, _train_steps(case, **changes)[0]) for m, changes in (
-        (LR_NOT_SET, {"lr_set": "none"}), (LR_ONE_GROUP, {"lr_set": "first"}), (NO_ZERO_GRAD, {"zero": False}),
-        (CLIPS_VALUES, {"clip": "values"}), (CLIPS_AFTER_STEP, {"clip": "after-step"}),
-        (NO_ZERO_GRAD, {"zero": False, "lr_set": "none"}))]
+        (M["train-step-lr-not-set"], {"lr_set": "none"}), (M["train-step-lr-one-group"], {"lr_set": "first"}),
+        (M["train-step-no-zero-grad"], {"zero": False}),
+        (M["train-step-clips-values"], {"clip": "values"}), (M["train-step-clips-after-step"], {"clip": "after-step"}),
+        (M["train-step-no-zero-grad"], {"zero": False, "lr_set": "none"}))]
 
 
 def _updates_close(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
@@ -1344,11 +1138,12 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
             if all(_updates_close(params(f"after{j}"), simulated[j], before if j == 0 else simulated[j - 1], ev.device)
                    for j in range(i + 1)):
                 first_norm = ev.tensors.get(f"{case.key}.norm0")
-                if mistake is CLIPS_AFTER_STEP and first_norm is not None and first_norm.numel() == 1 and float(
-                        first_norm.reshape(())) == 0.0:
-                    mistake = CLIPS_BEFORE_BACKWARD  # unclipped steps, and clipping found no gradient to measure
+                if (mistake is M["train-step-clips-after-step"] and first_norm is not None
+                        and first_norm.numel() == 1 and float(first_norm.reshape(())) == 0.0):
+                    # unclipped steps, and clipping found no gradient to measure
+                    mistake = M["train-step-clips-before-backward"]
                 about_lr = f" After call {i + 1} the optimizer's groups have lr {lrs}." if mistake in (
-                    LR_NOT_SET, LR_ONE_GROUP) else ""
+                    M["train-step-lr-not-set"], M["train-step-lr-one-group"]) else ""
                 fail(f"{what} is not what was asked: {mistake.explanation}{about_lr}", expected[i]["weight"][0],
                      actual["weight"][0], label, mistake)
         fail(f"{what} does not update the parameters as asked (call {i + 1}): set lr in every group, zero the "
@@ -1370,14 +1165,15 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
         loss = float(((case.batch(i)[0].double() @ (before if i == 0 else expected[0])["weight"].T
                        + (before if i == 0 else expected[0])["bias"] - case.batch(i)[1].double()) ** 2).mean())
         if math.isclose(got, clipped, rel_tol=1e-3):
-            fail(f"{what} is not what was asked: {NORM_AFTER_CLIPPING.explanation}", *shown,
-                 f"call {i + 1}, max_norm {case.max_norm:g}", NORM_AFTER_CLIPPING)
+            fail(f"{what} is not what was asked: {M['train-step-norm-after-clipping'].explanation}", *shown,
+                 f"call {i + 1}, max_norm {case.max_norm:g}", M["train-step-norm-after-clipping"])
         if math.isclose(got, loss, rel_tol=1e-3):
             fail(f"{what} returned the loss (call {i + 1}); return the gradient norm before clipping, what "
                  "torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
-            fail(f"{what} is not what was asked: {CLIPS_BEFORE_BACKWARD.explanation}", *shown, f"call {i + 1}",
-                 CLIPS_BEFORE_BACKWARD)
+            fail(f"{what} is not what was asked: {M['train-step-clips-before-backward'].explanation}", *shown,
+                 f"call {i + 1}",
+                 M["train-step-clips-before-backward"])
         fail(f"{what} returned {got:.6g} (call {i + 1}), not the gradient's total norm before clipping: return "
              "what torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
 

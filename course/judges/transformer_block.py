@@ -24,7 +24,7 @@ from course.checks.compare import Mistake, close, expect_close, fail, matches_an
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, drawn
 from course.checks.modules import MISSING_PART, PARAMETER_COUNT, WRONG_LAYER_SIZE
-from course.judges import judge, oracles
+from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
     ForwardOracle,
@@ -42,98 +42,20 @@ CLASSIFIER_NAME = "TransformerClassifier"
 
 ATTENTION_LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 
-# ---------------------------------------------------------------- mistakes: FeedForward
+# ---------------------------------------------------------------- mistakes
 
-RELU_AFTER = Mistake("relu-after-output", "the ReLU is applied after the second linear layer too (or instead). The "
-                     "output layer is linear: Linear -> ReLU -> Linear, nothing after it.")
-GELU = Mistake("gelu", "a GELU is used where a ReLU is asked (the original transformer uses ReLU; GELU came with BERT "
-               "and GPT).")
-GELU_TANH = Mistake("gelu-tanh", "the tanh approximation of GELU is used where a ReLU is asked.")
-NO_RELU = Mistake("no-relu", "the ReLU is missing: two linear layers in a row collapse into one linear map.")
-RELU_ON_INPUT = Mistake("relu-on-input", "the ReLU is applied to the input, before the first linear layer.")
-RESIDUAL_INSIDE = Mistake("residual-inside-ff", "there is a residual connection inside the feed-forward layer; the "
-                          "block adds it, not FeedForward.")
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/transformer_block.txt
 #: (mistake, the feed-forward computation it stands for); "relu" is the right one
-FF_MISTAKES = ((RELU_AFTER, "relu-after"), (GELU, "gelu"), (GELU_TANH, "gelu-tanh"), (NO_RELU, "no-relu"),
-               (RELU_ON_INPUT, "relu-on-input"), (RESIDUAL_INSIDE, "residual"))
-
-# ---------------------------------------------------------------- mistakes: TransformerBlock
-
-PRE_NORM = Mistake("pre-norm", "this is the pre-norm block x = x + attention(norm1(x)); x = x + ff(norm2(x)). This "
-                   "exercise asks for the original post-norm block: x = norm1(x + attention(x)); x = norm2(x + ff(x)).")
-RESIDUAL_AFTER_NORM = Mistake("residual-after-norm", "the residual is added after the norm: x + norm(sublayer(x)). "
-                              "The norm comes last, around the sum: norm1(x + attention(x)).")
-NORM_PLUS_SUBLAYER = Mistake("norm-plus-sublayer", "the residual is added after the norm: norm(x) + sublayer(x). Add "
-                             "first, then normalise the sum: norm1(x + attention(x)).")
-NO_RESIDUAL = Mistake("no-residual", "there is no residual connection: norm1(attention(x)) and norm2(ff(x)) drop the "
-                      "input. Add x back before each norm.")
-NO_ATTENTION_RESIDUAL = Mistake("no-attention-residual", "the residual connection around the attention is missing: "
-                                "norm1(x + attention(x)), not norm1(attention(x)).")
-NO_FF_RESIDUAL = Mistake("no-ff-residual", "the residual connection around the feed-forward layer is missing: "
-                         "norm2(x + ff(x)), not norm2(ff(x)).")
-NORM1_TWICE = Mistake("norm1-twice", "norm1 is used in both places; the second sum goes through norm2.")
-NORMS_SWAPPED = Mistake("norms-swapped", "norm1 and norm2 are swapped: norm1 follows the attention, norm2 the "
-                        "feed-forward layer.")
-FF_ON_INPUT = Mistake("ff-on-input", "the feed-forward layer is applied to the block's input x instead of the "
-                      "attention sub-layer's output.")
-SECOND_RESIDUAL_FROM_INPUT = Mistake("second-residual-from-input", "the second residual adds the block's input x "
-                                     "instead of the attention sub-layer's output.")
-NO_FINAL_NORM = Mistake("no-final-norm", "the final norm2 is missing: x = norm2(x + ff(x)).")
-SUBLAYERS_SWAPPED = Mistake("sublayers-swapped", "the two sub-layers are in the wrong order: attention comes first, "
-                            "then the feed-forward layer.")
-MASK_NOT_PASSED = Mistake("mask-not-passed", "the mask is not passed on to the attention: "
-                          "self.attention(x, mask=mask).")
+FF_MISTAKES = ((M["relu-after-output"], "relu-after"), (M["gelu"], "gelu"), (M["gelu-tanh"], "gelu-tanh"),
+               (M["no-relu"], "no-relu"), (M["relu-on-input"], "relu-on-input"), (M["residual-inside-ff"], "residual"))
 #: the block's wiring mistakes; each id also names the computation in _block_forward
-LAYOUT_MISTAKES = (PRE_NORM, RESIDUAL_AFTER_NORM, NORM_PLUS_SUBLAYER, NO_RESIDUAL, NO_ATTENTION_RESIDUAL,
-                   NO_FF_RESIDUAL, NORM1_TWICE, NORMS_SWAPPED, FF_ON_INPUT, SECOND_RESIDUAL_FROM_INPUT, NO_FINAL_NORM,
-                   SUBLAYERS_SWAPPED)
-
-# ---------------------------------------------------------------- mistakes: TransformerClassifier
-
-SUM_POOLING = Mistake("sum-pooling", "the positions are summed instead of averaged: use .mean(dim=1).")
-FIRST_TOKEN = Mistake("first-token", "only the first position is classified; average over all positions with "
-                      ".mean(dim=1).")
-LAST_TOKEN = Mistake("last-token", "only the last position is classified; average over all positions with "
-                     ".mean(dim=1).")
-MAX_POOLING = Mistake("max-pooling", "max-pooling is used; this model averages over the positions with .mean(dim=1).")
-SOFTMAX_ON_LOGITS = Mistake("softmax-on-logits", "a softmax is applied to the output. Return the raw logits: "
-                            "F.cross_entropy applies log-softmax itself.")
-LOG_SOFTMAX_ON_LOGITS = Mistake("log-softmax-on-logits", "a log-softmax is applied to the output. Return the raw "
-                                "logits: F.cross_entropy applies log-softmax itself.")
-BLOCKS_SKIPPED = Mistake("blocks-skipped", "the blocks are skipped: the embeddings go straight to the mean.")
-FIRST_BLOCK_ONLY = Mistake("first-block-only", "only the first block is used; apply every block, in order.")
-BLOCKS_NOT_CHAINED = Mistake("blocks-not-chained", "each block is applied to the embeddings rather than to the "
-                             "previous block's output: write x = block(x) in the loop.")
+LAYOUT_MISTAKES = (M["pre-norm"], M["residual-after-norm"], M["norm-plus-sublayer"], M["no-residual"],
+                   M["no-attention-residual"], M["no-ff-residual"], M["norm1-twice"], M["norms-swapped"],
+                   M["ff-on-input"], M["second-residual-from-input"], M["no-final-norm"], M["sublayers-swapped"])
 #: each id also names the computation in _head; "mean" is the right one
-CLASSIFIER_MISTAKES = (SUM_POOLING, FIRST_TOKEN, LAST_TOKEN, MAX_POOLING, SOFTMAX_ON_LOGITS, LOG_SOFTMAX_ON_LOGITS,
-                       BLOCKS_SKIPPED, FIRST_BLOCK_ONLY, BLOCKS_NOT_CHAINED)
+CLASSIFIER_MISTAKES = (M["sum-pooling"], M["first-token"], M["last-token"], M["max-pooling"], M["softmax-on-logits"],
+                       M["log-softmax-on-logits"], M["blocks-skipped"], M["first-block-only"], M["blocks-not-chained"])
 
-# ---------------------------------------------------------------- mistakes: structure and properties
-# (their messages say them in their own words; the shared ones are in course/checks/modules.py)
-
-NOT_COURSE_ATTENTION = Mistake("not-course-attention", "the attention is not the course's MultiHeadAttention(k, heads) "
-                               "(from course.multi_head import MultiHeadAttention).")
-HEADS_NOT_PASSED = Mistake("heads-not-passed", "the attention has another number of heads than the block: pass "
-                           "`heads` on, MultiHeadAttention(k, heads).")
-WRONG_NORM = Mistake("wrong-norm", "a norm is not nn.LayerNorm(k), which normalises each position's k features.")
-SHARED_NORM = Mistake("shared-norm", "norm1 and norm2 are one LayerNorm: each place needs its own gain and bias.")
-LINEAR_COUNT = Mistake("linear-count", "the feed-forward layer does not hold exactly two registered nn.Linear layers "
-                       "(a plain Python list does not register them).")
-HIDDEN_IGNORED = Mistake("hidden-ignored", "the hidden size is fixed inside FeedForward instead of taken from the "
-                         "`hidden` argument.")
-HIDDEN_4X4 = Mistake("hidden-4x4", "the hidden size is 4·4 = 16; it is a multiple of k, ff_mult·k.")
-HIDDEN_EQUALS_K = Mistake("hidden-equals-k", "the hidden size equals k; it is ff_mult·k.")
-HIDDEN_IGNORES_FF_MULT = Mistake("hidden-ignores-ff-mult", "the hidden size is 4·k whatever ff_mult is: use "
-                                 "ff_mult·k.")
-FF_NO_BIAS = Mistake("ff-no-bias", "the feed-forward layer's linear layers have no biases (nn.Linear has them by "
-                     "default).")
-BLOCKS_NOT_REGISTERED = Mistake("blocks-not-registered", "the blocks are kept in a plain Python list, which does not "
-                                "register them: use nn.ModuleList or nn.Sequential.")
-REPEATED_BLOCK = Mistake("repeated-block", "one block is repeated depth times ([TransformerBlock(...)] * depth): "
-                         "create a new block for each layer.")
-BLOCK_COUNT = Mistake("block-count", "the classifier does not hold depth separate blocks.")
-WRONG_EMBEDDING = Mistake("wrong-embedding", "the classifier should have one nn.Embedding(vocab_size, k).")
-NO_OUTPUT_LAYER = Mistake("no-output-layer", "the classifier has no nn.Linear(k, num_classes) after the blocks.")
 
 _FF_HINT = "forward should compute second(relu(first(x))): Linear(k, hidden), ReLU, Linear(hidden, k)."
 _BLOCK_HINT = "forward should compute x = norm1(x + attention(x, mask=mask)), then x = norm2(x + ff(x))."
@@ -157,7 +79,7 @@ def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | 
     if len(layers) != 2:
         fail(f"{what} should hold exactly two nn.Linear layers (k -> hidden, then hidden -> k), registered as "
              f"attributes or in an nn.Sequential; found {len(layers)}. Layers kept in a plain Python list are not "
-             "registered.", mistake=LINEAR_COUNT)
+             "registered.", mistake=M["linear-count"])
     first, second = layers
     in_order = first["in_features"] == k and second["out_features"] == k \
         and first["out_features"] == second["in_features"]
@@ -171,18 +93,19 @@ def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | 
         hint, mistake = "", WRONG_LAYER_SIZE
         if hidden is not None and not in_block and h != hidden:
             hint, mistake = " The hidden size is the `hidden` argument, not a size fixed inside FeedForward.", \
-                HIDDEN_IGNORED
+                M["hidden-ignored"]
         elif hidden is not None and in_block and h == 16 and hidden != 16:
-            hint, mistake = " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k.", HIDDEN_4X4
+            hint = " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k."
+            mistake = M["hidden-4x4"]
         elif hidden is not None and in_block and h == k and hidden != k:
-            hint, mistake = " The hidden size equals k: multiply k by ff_mult.", HIDDEN_EQUALS_K
+            hint, mistake = " The hidden size equals k: multiply k by ff_mult.", M["hidden-equals-k"]
         elif hidden is not None and in_block and h == 4 * k and hidden != 4 * k:
-            hint, mistake = " The hidden size is 4·k whatever ff_mult is: use ff_mult·k.", HIDDEN_IGNORES_FF_MULT
+            hint, mistake = " The hidden size is 4·k whatever ff_mult is: use ff_mult·k.", M["hidden-ignores-ff-mult"]
         shown = f"{k} -> {hidden} -> {k}" if hidden is not None else f"{k} -> hidden -> {k}"
         fail(f"{what}'s linear layers map {sizes[0]} -> {sizes[1]} -> {sizes[3]}; with k={k} they should map "
              f"{shown} (Linear(k, hidden), then Linear(hidden, k)).{hint}", mistake=mistake)
     if hidden is not None and (first.get("bias") is not True or second.get("bias") is not True):
-        fail(f"{what}'s linear layers should have biases (nn.Linear's default).", mistake=FF_NO_BIAS)
+        fail(f"{what}'s linear layers should have biases (nn.Linear's default).", mistake=M["ff-no-bias"])
     roles = {"f1w": f"{first['name']}.weight", "f1b": f"{first['name']}.bias" if first.get("bias") else None,
              "f2w": f"{second['name']}.weight", "f2b": f"{second['name']}.bias" if second.get("bias") else None}
     shapes = {"f1w": (h, k), "f1b": (h,), "f2w": (k, h), "f2b": (k,)}
@@ -237,17 +160,17 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
             entry = described.get(f"{prefix}attention.{layer}")
             if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
                 fail(f"{what}.attention should be {course_attention}; it is a {str(parts['attention'])[:60]} "
-                     f"without a {k} -> {k} nn.Linear `{layer}`.", mistake=NOT_COURSE_ATTENTION)
+                     f"without a {k} -> {k} nn.Linear `{layer}`.", mistake=M["not-course-attention"])
             names[f"w{role}"] = f"{prefix}attention.{layer}.weight"
             names[f"b{role}"] = f"{prefix}attention.{layer}.bias" if entry.get("bias") else None
             shapes[f"w{role}"], shapes[f"b{role}"] = (k, k), (k,)
     heads = fact.get("heads")
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1 or k % heads:
         fail(f"{what}.attention has no valid number of heads (an attribute `heads` dividing k={k}): it should be "
-             f"{course_attention}.", mistake=NOT_COURSE_ATTENTION)
+             f"{course_attention}.", mistake=M["not-course-attention"])
     if strict is not None and heads != strict[0]:
         fail(f"{what}.attention has {heads} heads; pass the block's `heads` on: MultiHeadAttention(k, heads).",
-             mistake=HEADS_NOT_PASSED)
+             mistake=M["heads-not-passed"])
     eps = 1e-5
     shared = fact.get("shared_norms") is True
     for i in (1, 2):
@@ -256,14 +179,14 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
                 or norm.get("affine") is not True:
             shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
             fail(f"{what}.norm{i} should be nn.LayerNorm(k) = nn.LayerNorm({k}), which normalises each position's "
-                 f"{k} features; it is {shown}.", mistake=WRONG_NORM)
+                 f"{k} features; it is {shown}.", mistake=M["wrong-norm"])
         if isinstance(norm.get("eps"), float) and 0 < norm["eps"] <= 1e-2:
             eps = norm["eps"] if i == 1 else eps
         names[f"n{i}w"], names[f"n{i}b"] = f"{norm['name']}.weight", f"{norm['name']}.bias"
         shapes[f"n{i}w"], shapes[f"n{i}b"] = (k,), (k,)
     if shared and strict is not None:
         fail(f"{what}.norm1 and norm2 are the same LayerNorm. Each place needs its own, with its own gain and "
-             "bias: create two nn.LayerNorm(k).", mistake=SHARED_NORM)
+             "bias: create two nn.LayerNorm(k).", mistake=M["shared-norm"])
     ff_names, ff_shapes = _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k,
                                     f"{what}.ff", in_block=True)
     names.update(ff_names)
@@ -331,10 +254,10 @@ def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: 
     """The block with these weights: the right one (layout "post", ff "relu", PyTorch's encoder layer), or a
     typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES computation).
     oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests)."""
-    if layout == MASK_NOT_PASSED.id:
+    if layout == M["mask-not-passed"].id:
         layout, mask = "post", None
-    if oracle and ff == "relu" and layout in ("post", PRE_NORM.id):
-        return _torch_block(v, x, mask, heads, eps, norm_first=layout == PRE_NORM.id)
+    if oracle and ff == "relu" and layout in ("post", M["pre-norm"].id):
+        return _torch_block(v, x, mask, heads, eps, norm_first=layout == M["pre-norm"].id)
     k = x.shape[-1]
 
     def a(z: torch.Tensor) -> torch.Tensor:
@@ -352,30 +275,30 @@ def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: 
     if layout == "post":
         h = n1(x + a(x))
         return n2(h + f(h))
-    if layout == PRE_NORM.id:
+    if layout == M["pre-norm"].id:
         g = x + a(n1(x))
         return g + f(n2(g))
-    if layout == RESIDUAL_AFTER_NORM.id:
+    if layout == M["residual-after-norm"].id:
         g = x + n1(a(x))
         return g + n2(f(g))
-    if layout == NORM_PLUS_SUBLAYER.id:
+    if layout == M["norm-plus-sublayer"].id:
         g = n1(x) + a(x)
         return n2(g) + f(g)
-    if layout == NO_RESIDUAL.id:
+    if layout == M["no-residual"].id:
         return n2(f(n1(a(x))))
-    if layout == NO_ATTENTION_RESIDUAL.id:
+    if layout == M["no-attention-residual"].id:
         g = n1(a(x))
         return n2(g + f(g))
-    if layout == SUBLAYERS_SWAPPED.id:
+    if layout == M["sublayers-swapped"].id:
         g = n1(x + f(x))
         return n2(g + a(g))
-    if layout == NORMS_SWAPPED.id:
+    if layout == M["norms-swapped"].id:
         g = n2(x + a(x))
         return n1(g + f(g))
     h = n1(x + a(x))
-    return {NO_FF_RESIDUAL.id: lambda: n2(f(h)), NORM1_TWICE.id: lambda: n1(h + f(h)),
-            FF_ON_INPUT.id: lambda: n2(h + f(x)), SECOND_RESIDUAL_FROM_INPUT.id: lambda: n2(x + f(h)),
-            NO_FINAL_NORM.id: lambda: h + f(h)}[layout]()
+    return {M["no-ff-residual"].id: lambda: n2(f(h)), M["norm1-twice"].id: lambda: n1(h + f(h)),
+            M["ff-on-input"].id: lambda: n2(h + f(x)), M["second-residual-from-input"].id: lambda: n2(x + f(h)),
+            M["no-final-norm"].id: lambda: h + f(h)}[layout]()
 
 
 def _in_block(m: Mistake, prefix: str = "its feed-forward layer is wrong: ") -> Mistake:
@@ -387,12 +310,10 @@ def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, s
     """(mistake or None for the right block, layout, ff) of every computation a block check recognises."""
     specs: list[tuple[Mistake | None, str, str]] = [(None, "post", "relu")]
     if mask is not None:
-        specs.append((MASK_NOT_PASSED, MASK_NOT_PASSED.id, "relu"))
+        specs.append((M["mask-not-passed"], M["mask-not-passed"].id, "relu"))
     specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
     specs += [(_in_block(m), "post", kind) for m, kind in FF_MISTAKES]
     return specs
-
-
 
 
 # ================================================================ FeedForward
@@ -643,18 +564,19 @@ def _classifier_parts(ev: Evidence, built: Built) -> Classifier:
                 " [TransformerBlock(...)] * depth repeats ONE block; create a new one for each layer."
                 if len(names) == 1 else "")
         fail(f"{what} should hold depth={depth} separate TransformerBlocks; found {len(names)} registered.{hint}",
-             mistake=BLOCKS_NOT_REGISTERED if not names else REPEATED_BLOCK if len(names) == 1 else BLOCK_COUNT)
+             mistake=M["blocks-not-registered"] if not names
+             else M["repeated-block"] if len(names) == 1 else M["block-count"])
     described = modules.described(ev, key).values()
     embeddings = [m for m in described if m.get("type") == "Embedding"]
     if len(embeddings) != 1 or (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim")) != (vocab, k):
         shown = [f"Embedding({m.get('num_embeddings')}, {m.get('embedding_dim')})" for m in embeddings[:4]]
         fail(f"{what} should have one nn.Embedding(vocab_size, k) = nn.Embedding({vocab}, {k}); found {shown}.",
-             mistake=WRONG_EMBEDDING)
+             mistake=M["wrong-embedding"])
     outputs = [m for m in described if _is_linear(m) and not any(m["name"].startswith(n + ".") for n in names)
                and (m["in_features"], m["out_features"]) == (k, classes)]
     if not outputs:
         fail(f"{what} should end with an nn.Linear(k, num_classes) = nn.Linear({k}, {classes}) outside the blocks; "
-             "none found.", mistake=NO_OUTPUT_LAYER)
+             "none found.", mistake=M["no-output-layer"])
     blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
     out = outputs[-1]
     return Classifier(f"{embeddings[0]['name']}.weight", f"{out['name']}.weight",
@@ -697,24 +619,25 @@ def _stacks(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tens
 def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str, torch.Tensor],
           kind: str = "mean") -> torch.Tensor:
     """The logits from the blocks' outputs: kind "mean" is the right head, any other a CLASSIFIER_MISTAKES id."""
-    h = stacks[{BLOCKS_SKIPPED.id: "embedded", FIRST_BLOCK_ONLY.id: "first", BLOCKS_NOT_CHAINED.id: "last"}
+    h = stacks[{M["blocks-skipped"].id: "embedded", M["first-block-only"].id: "first",
+                M["blocks-not-chained"].id: "last"}
                .get(kind, "chained")]
 
     def out(z: torch.Tensor) -> torch.Tensor:
         return F.linear(z, w[parts.out_weight], None if parts.out_bias is None else w[parts.out_bias])
 
-    if kind == SUM_POOLING.id:
+    if kind == M["sum-pooling"].id:
         return out(h.sum(dim=1))
-    if kind == FIRST_TOKEN.id:
+    if kind == M["first-token"].id:
         return out(h[:, 0])
-    if kind == LAST_TOKEN.id:
+    if kind == M["last-token"].id:
         return out(h[:, -1])
-    if kind == MAX_POOLING.id:
+    if kind == M["max-pooling"].id:
         return out(h.amax(dim=1))
     logits = out(h.mean(dim=1))  # (b, classes)
-    if kind == SOFTMAX_ON_LOGITS.id:
+    if kind == M["softmax-on-logits"].id:
         return F.softmax(logits, dim=-1)
-    if kind == LOG_SOFTMAX_ON_LOGITS.id:
+    if kind == M["log-softmax-on-logits"].id:
         return F.log_softmax(logits, dim=-1)
     return logits
 
