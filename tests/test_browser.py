@@ -34,7 +34,7 @@ from autograder.judging import judges_module
 from autograder.notebooks import grade_id
 from autograder.website import build_site
 from catalogue import mistakes
-from course.checks.compare import WIDTH, Mistake
+from course.checks.compare import WIDTH
 
 ROOT = course_dir.ROOT
 CHROMIUM = Path(os.environ.get("COURSE_TEST_CHROMIUM", "/usr/bin/chromium"))
@@ -322,8 +322,7 @@ def test_a_student_runs_fills_in_and_validates_a_release_notebook(notebook):
     wrong = next(v for v in mistakes(ASSIGNMENT) if v.name == WRONG)
     _type_into(page, index[wrong.cell], wrong.code)
     seen = _validate(page)
-    explanation = next(m.explanation for m in vars(judges_module(ASSIGNMENT)).values()
-                       if isinstance(m, Mistake) and m.id == wrong.mistake)
+    explanation = judges_module(ASSIGNMENT).M[wrong.mistake].explanation
     assert "The following cell failed" in seen["text"]
     assert _words(explanation) in _words(seen["text"]), f"the dialog does not say {explanation!r}:\n{seen['text']}"
     assert "softmax" in seen["text"]
