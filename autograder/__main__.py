@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--cold-kernels", action="store_true",
                        help="start each kernel when its notebook does, as nbgrader does (by default each worker "
                             "starts the next submission's kernel while the current one runs: same results, faster)")
+    grade.add_argument("--no-fork-server", action="store_true",
+                       help="start each warm kernel with bwrap, as a cold one, instead of forking it from the "
+                            "worker's fork server, which has torch imported already (only a root grader forks; "
+                            "same results, slower)")
     grade.add_argument("--kernel-threads", type=int, default=None, metavar="N",
                        help="torch threads per kernel (default: the cores shared among the workers; 1 on a cluster)")
     grade.add_argument("--course", type=Path, default=None, metavar="DIR",
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                            sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
                            cell_seconds=args.cell_timeout, notebook_seconds=args.notebook_timeout, gradebook=course,
                            scheduler=args.scheduler, kernel_threads=args.kernel_threads, prune=args.prune,
-                           students=args.students, roster=args.roster, warm=not args.cold_kernels)
+                           students=args.students, roster=args.roster, warm=not args.cold_kernels,
+                           fork=not args.no_fork_server)
         print()
         print(table(grades))
         print(f"\nwrote {args.out / 'grades.csv'}, {args.out / 'report.md'} and feedback under "

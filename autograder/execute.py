@@ -47,9 +47,9 @@ from nbgrader.preprocessors import Execute
 from nbgrader.preprocessors.execute import UnresponsiveKernelError
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
-from autograder.kernels import SEED_CODE, UNKNOWN, Warm, move_entries, pool, remove_slot, stop
+from autograder.kernels import SEED_CODE, UNKNOWN, Warm, fork_server, move_entries, pool, remove_slot, stop
 from autograder.notebooks import add_note, grade_id, merge_streams
-from autograder.sandbox import reclaim
+from autograder.sandbox import FORK_SERVER_ENV, reclaim
 from autograder.secret import notebook_seed
 from course.checks import seeds
 from course.checks.evidence import FOLDER
@@ -219,6 +219,9 @@ class GradingExecute(Execute):
                                ).tag(config=True)
     disk_poll_seconds = Float(0.05, help="how often the kernel's folder is measured").tag(config=True)
     secret = Unicode("", help="the course secret (hex); empty: autograder.secret.course_secret()").tag(config=True)
+    sandbox_plan = Unicode("", help="the sandbox's plan.json (autograder.sandbox.configure): warm kernels are forked "
+                                    "from a fork server in that sandbox where the grader can (autograder/kernels.py)"
+                            ).tag(config=True)
     kernel_folders = Unicode("", help="where kernels are started ahead, each in an empty folder of its own (warm "
                                       "kernels, autograder/kernels.py); empty: each kernel starts when its notebook "
                                       "does, in the notebook's folder").tag(config=True)
@@ -352,8 +355,10 @@ class GradingExecute(Execute):
             self.kernel_manager_class(config=self.config)
         if km.transport == "ipc":  # sockets of their own (two kernels start at once, each picks the first free
             km.ip = f"{km.ip}{slot.parent.name.rsplit('-', 1)[1]}"  # name), in a name short enough for a socket
+        server = fork_server(self.sandbox_plan, km.kernel_env) if self.sandbox_plan else None
+        env = {"env": {**os.environ, FORK_SERVER_ENV: server}} if server else {}
         try:
-            run_sync(km.start_kernel)(extra_arguments=self._kernel_arguments(name), cwd=str(slot))
+            run_sync(km.start_kernel)(extra_arguments=self._kernel_arguments(name), cwd=str(slot), **env)
         except BaseException:
             remove_slot(slot)
             raise

@@ -300,7 +300,8 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
           named_regexp: str = DEFAULT_NAMED_REGEXP, progress: bool = True, cell_seconds: int = 120,
           gradebook: Course | None = None, scheduler: str | None = None,
           kernel_threads: int | None = None, notebook_seconds: int | None = None, prune: bool = False,
-          students: list[str] | None = None, roster: Path | None = None, warm: bool = True) -> list[Grade]:
+          students: list[str] | None = None, roster: Path | None = None, warm: bool = True,
+          fork: bool = True) -> list[Grade]:
     """Grade every student of the batch at path for the given assignments (default: all of the course).
 
     gradebook: also record the results in this course's gradebook and folders. scheduler: the address of a Dask
@@ -315,7 +316,9 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     roster: a CSV as `nbgrader db student import` reads it; each of its students (and, with a gradebook, each student
     the gradebook knows) with no result for an assignment gets a `missing` row. warm: each worker starts the next
     kernel while the current submission runs (autograder/kernels.py: a fresh kernel per submission still, the same
-    results); False starts each kernel when its notebook does, as nbgrader does.
+    results); False starts each kernel when its notebook does, as nbgrader does. fork: where the grader is root and
+    sandboxes, warm kernels are forked from each worker's fork server (autograder/forkserver.py: the same sandbox,
+    the same results, torch imported once); False starts them with bwrap, as cold ones.
 
     With a gradebook, grades.csv and report.md are derived from it after the run (record.py): late penalties, manual
     scores and extra credit count, flagged submissions are flagged there, and a submission that could not be graded
@@ -339,7 +342,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     options = Options(chosen, sandbox=sandbox, cell_seconds=cell_seconds, notebook_seconds=notebook_seconds,
                       hidden=(str(Path(path).resolve()), str(Path(out).resolve())), kernel_threads=threads,
                       db_url=gradebook.db_url if gradebook else None, version=version, secret=secret,
-                      policy=late_policy(gradebook.root) if gradebook else (), warm=warm)
+                      policy=late_policy(gradebook.root) if gradebook else (), warm=warm, fork=fork)
     state_path = out / STATE_FILE
     state = _read_state(state_path)
     version_here = version + (gradebook.db_url if gradebook else "") + fingerprint(secret) + repr(options.policy)

@@ -18,6 +18,12 @@ What a warm kernel is, and is not:
 - checked before it is handed out: a kernel that died while it waited is discarded and another started (one that
   hangs on start is replaced by a cold one, autograder/execute.py).
 
+Where the grader is root and grades in the sandbox, a warm kernel is forked from this thread's fork server
+(:func:`fork_server`, autograder/forkserver.py) rather than started by bwrap: the server has imported torch and
+ipykernel once, so a kernel costs 0.2 s of CPU instead of 1.6, which a worker grading on a busy machine needs more
+than the overlap. The server is started with the first warm kernel, restarted if it died, and stopped with the
+workspace.
+
 At most :data:`WAITING` kernels wait per grading thread (one per assignment and workspace, the least recently used
 goes first); they are shut down when their workspace is closed or the process exits (and in the sandbox, bwrap's
 --die-with-parent kills them with it).
@@ -27,8 +33,12 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import os
 import shutil
+import socket
+import subprocess
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -38,6 +48,7 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 
+from autograder import forkserver, sandbox
 from autograder.sandbox import chown_tree
 
 #: kernels waiting per grading process at most
@@ -155,6 +166,73 @@ def move_entries(source: Path, target: Path, owner: int | None = None) -> None:
         os.replace(source / entry, destination)
         if owner is not None:
             chown_tree(destination, owner)
+
+
+class ForkServer:
+    """A fork server (autograder/forkserver.py) started by this thread: its bwrap process and its socket."""
+
+    def __init__(self, plan: dict, env: dict[str, str]):
+        self.work = Path(plan["work"])
+        self.folder = Path(tempfile.mkdtemp(prefix="forkserver-"))  # 0700, outside every sandbox's view
+        self.socket = str(self.folder / "s")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.socket)
+            listener.listen(64)
+            command = [plan["python"], "-c", Path(forkserver.__file__).read_text(), str(listener.fileno())]
+            # the same bwrap sandbox as a kernel's (each kernel adds its folder and hides its assignment's answers)
+            argv = sandbox._bwrap_argv(plan, Path(plan["work"]), Path(plan["ipc"]), None, None, command, server=env)
+            self.process = subprocess.Popen(argv, pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
+                                            preexec_fn=lambda: sandbox._set_rlimits(plan["limits"]))
+        finally:
+            listener.close()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def fork_server(plan_file: str, kernel_env: dict[str, str]) -> str | None:
+    """The socket of this thread's fork server for the sandbox planned in plan_file (every assignment) and the
+    environment kernels get (the grader's with kernel_env on top), started now unless it runs already; None where
+    kernels are not forked: the grader is not root (it could not give each kernel its own uid), or the kernel's
+    view needs something under /run, where the server sees the grading folder."""
+    if not sandbox._switches_uid():
+        return None
+    plan = json.loads(Path(plan_file).read_text())
+    if any(sandbox._within(path, "/run") for path in plan["ro_bind"]):
+        return None
+    env = sandbox._environment(plan, {**os.environ, **kernel_env})
+    key = (str(plan_file), tuple(sorted(env.items())))
+    servers = _servers()
+    found = servers.get(key)
+    if found is None or not found.alive():
+        if found is not None:
+            found.close()
+        found = servers[key] = ForkServer(plan, env)
+    return found.socket
+
+
+def close_servers(under: Path | None = None) -> None:
+    """Stop this thread's fork servers (those of the grading folders under under, or all)."""
+    servers = _servers()
+    for key, found in list(servers.items()):
+        if under is None or Path(under).resolve() in [found.work, *found.work.parents]:
+            found.close()
+            del servers[key]
+
+
+def _servers() -> dict[tuple, ForkServer]:
+    found = getattr(_local, "servers", None)
+    if found is None:
+        found = _local.servers = {}
+        atexit.register(lambda: [server.close() for server in found.values()])
+    return found
 
 
 _local = threading.local()

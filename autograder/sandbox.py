@@ -45,6 +45,16 @@ uid: the kernel runs as the grader's own uid inside an unprivileged user namespa
 network, file system, pid and memory/file-size isolation, but RLIMIT_NPROC then counts all processes of the
 grader's user, and concurrent kernels could reach each other's sockets. ``describe()`` says which mode is in force.
 
+Forked kernels: where the grader is root, a warm kernel (autograder/kernels.py) is not started by bwrap but forked
+from the worker's *fork server* (autograder/forkserver.py): one process per worker in this same sandbox, started
+with the same plan, limits and environment, that has imported torch, numpy, matplotlib.pyplot and ipykernel once.
+The launcher (this file) hands it the kernel's request over a unix socket only the grader can reach; each kernel
+gets its own mount, pid, network, IPC and UTS namespaces, its own /tmp, /dev/shm and /proc, its folder at the same
+place, the answers of its assignment hidden, and its own uid (the grading folder, which the server sees, is
+unmounted before the kernel drops every privilege). The kernel is ready in 0.4 s instead of 1.7 s, for 0.2 s of
+CPU instead of 1.6 (2-core machine). Anything the server cannot do is done the cold way: the launcher falls back
+to bwrap.
+
 Not covered: memory is per process (RLIMIT_DATA), so up to ``processes`` children could each use
 ``memory_mb``; use a cgroup (e.g. ``systemd-run --scope -p MemoryMax=``) around the grader for a hard total.
 A hostile kernel can still send nbgrader one huge message (the output limit is applied after receiving it).
@@ -57,6 +67,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -91,6 +102,15 @@ except ImportError:
 from ipykernel import kernelapp
 kernelapp.launch_new_instance()
 """
+#: Set (by autograder/kernels.py) in the launcher's environment to the socket of this worker's fork server for the
+#: assignment: the launcher asks it for the kernel instead of starting bwrap (autograder/forkserver.py)
+FORK_SERVER_ENV = "AUTOGRADER_FORK_SERVER"
+#: where the fork server sees the grading folder (autograder/forkserver.py, which cannot import this file)
+STAGING = "/run/.forkserver"
+#: what the fork server keeps of root's capabilities (each kernel drops them all): namespaces and mounts, the uid
+#: switch, the bounding set, and passing through the kernel folder, which is the kernel uid's
+SERVER_CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_OVERRIDE",
+                       "CAP_DAC_READ_SEARCH", "CAP_FOWNER")
 #: Where the kernel's folder is inside the sandbox (``INSIDE/<assignment>``), wherever it is outside: the submission's
 #: folder of nbgrader, or a warm kernel's own (autograder/kernels.py), look the same to the code being graded.
 INSIDE = "/tmp/submission"
@@ -122,7 +142,7 @@ def describe() -> str:
     if reason:
         return f"no sandbox: {reason}"
     if _switches_uid():
-        return "bwrap sandbox, kernel runs as its own uid (grader is root)"
+        return "bwrap sandbox, kernel runs as its own uid (grader is root), warm kernels forked from a fork server"
     return ("bwrap sandbox without uid switch (grader is not root): the process limit counts all of the "
             "grader user's processes, and concurrent kernels are not isolated from each other")
 
@@ -173,6 +193,7 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     # Kernels run as distinct uids when the grader is root: the socket folder is shared like /tmp.
     os.chmod(ipc, 0o1777 if _switches_uid() else 0o700)
     plan = _plan(work, limits, uid, hide)
+    plan["ipc"] = str(ipc)
     plan["answers"] = _answer_stubs(base / "stubs")
     plan["judges"] = _judges_stub(base / "judges")
     if not os.path.exists(plan["empty"]):
@@ -189,6 +210,7 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
         "metadata": {"debugger": False},
     }, indent=1))
     config.GradingKernelManager.kernel_dirs = [str(base / "kernels")]
+    config.GradingExecute.sandbox_plan = str(base / "plan.json")
 
     config.Execute.kernel_name = KERNEL_NAME
     config.Execute.timeout = limits.cell_seconds
@@ -309,8 +331,10 @@ def _set_rlimits(limits: dict) -> None:
     cap(resource.RLIMIT_CORE, 0)
 
 
-def _environment(plan: dict) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in PASS_ENV or k.startswith(PASS_ENV_PREFIXES)}
+def _environment(plan: dict, source: dict[str, str] | None = None) -> dict[str, str]:
+    """The kernel's whole environment, from the grader's (source, default os.environ): only PASS_ENV passes."""
+    source = os.environ if source is None else source
+    env = {k: v for k, v in source.items() if k in PASS_ENV or k.startswith(PASS_ENV_PREFIXES)}
     env.update({
         "PATH": f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp", "TMPDIR": "/tmp", "USER": "student", "LOGNAME": "student",
@@ -326,7 +350,10 @@ def _environment(plan: dict) -> dict[str, str]:
 
 
 def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None, conn_fd: int | None,
-                command: list[str]) -> list[str]:
+                command: list[str], server: dict[str, str] | None = None) -> list[str]:
+    """bwrap's arguments for a kernel in folder cwd (the assignment is its name) or, with server (its environment),
+    for the fork server of the assignment cwd.name: the grading folder at forkserver.STAGING instead of the
+    kernel's folder, root with the capabilities it needs to build each kernel's namespaces, no uid switch."""
     tmp_size = str(Limits(**plan["limits"]).tmp_mb * MB)
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
@@ -340,7 +367,8 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
     for path in plan.get("blank", []):  # a hidden file (a zip of submissions, say) reads as empty
         argv += ["--ro-bind", plan["empty"], path]
     inside = f"{INSIDE}/{cwd.name}"
-    binds = [("--ro-bind", path, path) for path in plan["ro_bind"]] + [("--bind", str(cwd), inside)]
+    own = ("--bind", plan["work"], STAGING) if server else ("--bind", str(cwd), inside)
+    binds = [("--ro-bind", path, path) for path in plan["ro_bind"]] + [own]
     if ipc is not None:
         binds.append(("--bind", str(ipc), str(ipc)))
     tmpfs = ["/tmp", *plan["hide"]]
@@ -353,25 +381,36 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
                 made.add(folder)
                 argv += ["--perms", "0755", "--dir", folder]
         argv += [option, path, destination]
-    for stub, reference in plan.get("answers", {}).get(cwd.name, []):
+    stubs, cache = ([], None) if server else hidden_answers(plan, cwd.name)  # a forked kernel hides them itself
+    for stub, reference in stubs:
         argv += ["--ro-bind", stub, reference]
     if plan.get("judges"):
         argv += ["--ro-bind", *plan["judges"]]
-    if plan.get("answers", {}).get(cwd.name):  # compiled copies of the hidden references
-        cache = REPO / "course" / "__pycache__"
-        if cache.is_dir():
-            argv += ["--size", str(MB), "--tmpfs", str(cache)]
+    if cache:
+        argv += ["--size", str(MB), "--tmpfs", cache]
     if conn_fd is not None:
         argv += ["--perms", "0444", "--ro-bind-data", str(conn_fd), CONNECTION]
     for path in plan["hide"]:
         argv += ["--remount-ro", path]
-    argv += ["--chdir", inside, "--clearenv"]
-    for key, value in sorted(_environment(plan).items()):
+    argv += ["--chdir", "/" if server else inside, "--clearenv"]
+    for key, value in sorted((server or _environment(plan)).items()):
         argv += ["--setenv", key, value]
-    if kernel_uid is not None:
+    if server:
+        for capability in SERVER_CAPABILITIES:
+            argv += ["--cap-add", capability]
+    elif kernel_uid is not None:
         argv += ["--", "setpriv", f"--reuid={kernel_uid}", f"--regid={kernel_uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all"]
     return [*argv, "--", *command]
+
+
+def hidden_answers(plan: dict, assignment: str) -> tuple[list[tuple[str, str]], str | None]:
+    """What the kernel of an assignment must not see: [(stub, reference)] for each course module holding its answers
+    (the stub, which refuses to be imported, is bound over it), and, when there are any, the course's __pycache__
+    (their compiled copies: an empty tmpfs is mounted over it)."""
+    pairs = [(stub, reference) for stub, reference in plan.get("answers", {}).get(assignment, [])]
+    cache = REPO / "course" / "__pycache__"
+    return pairs, (str(cache) if pairs and cache.is_dir() else None)
 
 
 def chown_tree(folder: Path, uid: int) -> None:
@@ -418,6 +457,11 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
         if kernel_uid in (65534, 65535):  # nobody, and the old (uid16) "no uid"
             kernel_uid += 1 << 22  # above the largest pid
         chown_tree(cwd, kernel_uid)
+    server = os.environ.get(FORK_SERVER_ENV)
+    if server and kernel_uid is not None:
+        status = _forked(server, plan, info, cwd, kernel_uid, extra)
+        if status is not None:
+            os._exit(status)
     read, write = os.pipe()
     os.write(write, json.dumps(info).encode())  # a few hundred bytes: fits in the pipe
     os.close(write)
@@ -427,6 +471,40 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
     command = [plan["python"], "-c", KERNEL_START, "-f", CONNECTION, *extra]
     argv = _bwrap_argv(plan, cwd, ipc, kernel_uid, read, command)
     os.execvp(argv[0], argv)
+
+
+def _forked(server: str, plan: dict, info: dict, cwd: Path, kernel_uid: int, extra: list[str]) -> int | None:
+    """Have the worker's fork server (autograder/forkserver.py) start this kernel, with this process's stdin, stdout
+    and stderr; wait for it to exit and return its exit status (0-255). None: it was not started, start it cold.
+    When this process is killed, the fork server kills the kernel."""
+    try:
+        folder = str(cwd.relative_to(plan["work"]))
+    except ValueError:
+        return None
+    stubs, cache = hidden_answers(plan, cwd.name)
+    try:
+        stubs = [(str(Path(stub).relative_to(plan["work"])), reference) for stub, reference in stubs]
+    except ValueError:
+        return None
+    request = {"connection": info, "connection_path": CONNECTION, "folder": folder, "assignment": cwd.name,
+               "stubs": stubs, "cache": cache, "cache_bytes": MB,
+               "inside": INSIDE, "uid": kernel_uid, "env": _environment(plan), "argv": ["-f", CONNECTION, *extra],
+               "tmp_bytes": Limits(**plan["limits"]).tmp_mb * MB}
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(server)
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        replies = conn.makefile("rb")
+        first = replies.readline()
+    except OSError as error:
+        print(f"autograder sandbox: no fork server ({error}); starting the kernel cold", file=sys.stderr)
+        return None
+    if first != b"started\n":
+        print(f"autograder sandbox: the fork server {first.decode(errors='replace').strip() or 'closed'}; starting "
+              "the kernel cold", file=sys.stderr)
+        return None
+    last = replies.readline()  # until the kernel exits
+    return int(last.split()[1]) & 0xFF if last.startswith(b"exit ") else 1
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ same batch:
   the kernel instead of asking it to exit and waiting), to show what that step alone gains;
 - `cold1`, `cold2`: `python -m autograder grade --cold-kernels` with 1 and 2 local worker processes: each kernel
   starts when its notebook does, as nbgrader's do;
-- `local1`, `local2`: `python -m autograder grade` with 1 and 2 local worker processes, each starting the next
-  kernel while the current submission runs (warm kernels, autograder/kernels.py);
+- `bwrap1`, `bwrap2`: `python -m autograder grade --no-fork-server` with 1 and 2 local worker processes, each
+  starting the next kernel with bwrap while the current submission runs (warm kernels, autograder/kernels.py);
+- `local1`, `local2`: `python -m autograder grade` with 1 and 2 local worker processes: warm kernels too, forked
+  from each worker's fork server where the grader is root (autograder/forkserver.py), else as bwrap1/bwrap2;
 - `where`: one worker in this process under cProfile: where a submission's time goes (waiting for the kernel,
   running cells, judging, feedback pages, the rest of nbgrader);
 - `dask2`: on a local Dask cluster of 2 worker processes (started here, on loopback);
@@ -49,7 +51,7 @@ from conftest import instructor_course  # noqa: E402
 from catalogue import mistakes  # noqa: E402
 
 ASSIGNMENTS = ["01_self_attention", "02_qkv"]
-RUNS = ("plain", "plain-immediate", "cold1", "local1", "cold2", "local2", "where", "dask2", "dask2-kill", "sqlite2",
+RUNS = ("plain", "plain-immediate", "cold1", "bwrap1", "local1", "cold2", "bwrap2", "local2", "where", "dask2", "dask2-kill", "sqlite2",
         "postgres2")
 #: where a submission's time goes: label -> the functions whose cumulative time it is (in-process, one worker)
 PARTS = {"waiting for a started kernel": ["nbclient/client.py:setup_kernel"],
@@ -153,7 +155,7 @@ def main() -> None:
 
     def report(label: str, seconds: float) -> None:
         ratio = f"  {seconds / baseline:4.2f}x plain nbgrader" if baseline else ""
-        print(f"{label:<40} {seconds:6.1f} s = {seconds / n:5.2f} s per submission, "
+        print(f"{label:<45} {seconds:6.1f} s = {seconds / n:5.2f} s per submission, "
               f"{3600 * n / seconds:6.0f} per hour{ratio}", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,8 +180,10 @@ def main() -> None:
         for workers in (1, 2):
             if f"cold{workers}" in args.runs:
                 timed(f"autograder, {workers} local worker(s), cold kernels", workers=workers, warm=False)
+            if f"bwrap{workers}" in args.runs:
+                timed(f"autograder, {workers} local worker(s), warm, bwrap", workers=workers, fork=False)
             if f"local{workers}" in args.runs:
-                timed(f"autograder, {workers} local worker(s), warm kernels", workers=workers)
+                timed(f"autograder, {workers} local worker(s), warm, forked", workers=workers)
         if "where" in args.runs:
             where(batch, root / "where", n, use_sandbox)
         for run in ("dask2", "dask2-kill"):

@@ -26,6 +26,7 @@ from traitlets.config import Config
 
 from autograder import sandbox
 from autograder.execute import GradingExecute
+from autograder.kernels import close_servers, pool
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"sandbox unavailable: {sandbox.available()}")
 
@@ -45,14 +46,31 @@ def make_work(root: Path) -> tuple[Path, Path]:
     return work, cwd
 
 
-def run(work: Path, cwd: Path, limits: sandbox.Limits, cells: dict[str, str], hide=()) -> dict[str, str]:
+#: how a kernel is started: by bwrap when its notebook starts (cold), or forked from the fork server of the sandbox
+#: (autograder/forkserver.py), which GradingExecute uses for warm kernels where the grader is root
+STARTS = ["cold", "forked"]
+
+
+def run(work: Path, cwd: Path, limits: sandbox.Limits, cells: dict[str, str], hide=(), start: str = "cold"
+        ) -> dict[str, str]:
     """Execute the cells in one sandboxed kernel; each cell's outputs as text, and the seconds it all took."""
+    if start == "forked" and not sandbox._switches_uid():
+        pytest.skip("kernels are forked only where the grader is root")
     config = Config()
     sandbox.configure(config, work, limits, hide=hide)
-    nb = new_notebook(cells=[new_code_cell(code) for code in cells.values()])
+    if start == "forked":
+        config.GradingExecute.kernel_folders = str(work / ".kernels")
+    code = ["import sys; print('matplotlib.pyplot' in sys.modules)", *cells.values()]  # imported by the server
+    nb = new_notebook(cells=[new_code_cell(c) for c in code])
     started = time.perf_counter()
-    nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
+    try:
+        nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
+    finally:
+        pool().close_under(work)
+        close_servers(work)
     out = {"seconds": time.perf_counter() - started}
+    preloaded = "".join(o.get("text", "") for o in nb.cells.pop(0).outputs).strip()
+    assert preloaded == str(start == "forked"), f"asked for a {start} kernel; pyplot preloaded: {preloaded}"
     for name, cell in zip(cells, nb.cells, strict=True):
         texts = []
         for output in cell.outputs:
@@ -81,7 +99,7 @@ def sandbox_processes(work: Path) -> set[str]:
 
 # ------------------------------------------------------------------------------------------------ isolation
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=STARTS)
 def isolated(tmp_path_factory, request):
     work, cwd = make_work(tmp_path_factory.mktemp("isolation"))
     listener = socket.socket()
@@ -142,7 +160,8 @@ def isolated(tmp_path_factory, request):
     }
     before = sandbox_processes(work)  # leftovers of earlier runs are not this kernel's
     try:
-        result = run(work, cwd, sandbox.Limits(cell_seconds=60), cells, hide=[outside / "out", outside / "batch.zip"])
+        result = run(work, cwd, sandbox.Limits(cell_seconds=60), cells, hide=[outside / "out", outside / "batch.zip"],
+                     start=request.param)
     finally:
         listener.close()
     deadline = time.monotonic() + 10
@@ -206,8 +225,8 @@ def test_no_process_survives_the_kernel(isolated):
 
 # --------------------------------------------------------------------------------------------------- limits
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory):
+@pytest.fixture(scope="module", params=STARTS)
+def limited(tmp_path_factory, request):
     work, cwd = make_work(tmp_path_factory.mktemp("limits"))
     limits = sandbox.Limits(cell_seconds=3, memory_mb=1024, processes=64, output_mb=1, file_mb=5)
     cells = {
@@ -234,7 +253,7 @@ def limited(tmp_path_factory):
         "flood": "for _ in range(100):\n    print('x' * 10**6)",
     }
     started = time.perf_counter()
-    result = run(work, cwd, limits, cells)
+    result = run(work, cwd, limits, cells, start=request.param)
     result["total"] = time.perf_counter() - started
     result["cwd"] = cwd
     return result
@@ -317,7 +336,8 @@ def test_nbgrader_autograde_runs_the_submission_in_the_sandbox(tmp_path):
         assert gradebook.find_submission("a1", "alice").score == 2
 
 
-def test_references_holding_the_graded_answers_are_hidden(tmp_path):
+@pytest.mark.parametrize("start", STARTS)
+def test_references_holding_the_graded_answers_are_hidden(tmp_path, start):
     """Grading 04: course.multi_head (its answers) and what imports it are stubs; earlier references work; the judges
     (oracles, simulated mistakes) cannot be imported, read or listed, while the probes can."""
     importlib.import_module("course.multi_head")  # leaves a compiled copy in course/__pycache__, if writable
@@ -341,7 +361,7 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path):
                      "except ImportError:\n    print('refused')",
         "cache": f"import os\nd = {str(REPO / 'course' / '__pycache__')!r}\n"
                  "print('compiled', [f for f in os.listdir(d) if 'multi_head' in f] if os.path.isdir(d) else [])",
-    })
+    }, start=start)
     assert "refused: course.multi_head holds the answers" in out["own"]
     assert out["later"].strip() == "refused"
     assert "earlier ok" in out["earlier"]

@@ -15,8 +15,9 @@ import pytest
 from conftest import complete_submission, use_sandbox
 from nbformat.v4 import new_code_cell
 
+from autograder import sandbox
 from autograder.grade import grade
-from autograder.kernels import pool
+from autograder.kernels import _servers, pool
 from autograder.notebooks import filled
 from autograder.workspace import Job, Options, Workspace
 from catalogue import mistakes
@@ -32,7 +33,8 @@ LEAVE = ("import os, sys, pathlib\n"
          "print('left', os.getpid())")
 LOOK = ("import os, sys, pathlib\n"
         "print('traces', pathlib.Path('left.txt').exists(), pathlib.Path('/tmp/left.txt').exists(),\n"
-        "      'LEFT_BY_ANN' in os.environ, hasattr(sys.modules['os'], 'left_by_ann'), sorted(os.listdir('.')))")
+        "      'LEFT_BY_ANN' in os.environ, hasattr(sys.modules['os'], 'left_by_ann'), sorted(os.listdir('.')),\n"
+        "      'matplotlib.pyplot' in sys.modules)")  # imported before the notebook: by a fork server
 
 
 def _submission(first_cell: str | None = None) -> bytes:
@@ -59,6 +61,23 @@ def _tree(pid: int) -> list[int]:
     return tree
 
 
+def _kernel_processes(warm) -> list[int]:
+    """A started kernel's processes: its launcher's process tree and, where the kernel runs as a uid of its own
+    (a root grader), every process of that uid (a forked kernel is the fork server's child, not the launcher's)."""
+    found = _tree(warm.km.provisioner.process.pid)
+    uid = warm.slot.stat().st_uid
+    if uid != os.geteuid():
+        found += [int(e) for e in os.listdir("/proc") if e.isdigit() and _owner(int(e)) == uid]
+    return sorted(set(found))
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def _state(pid: int) -> str:
     try:
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
@@ -80,7 +99,8 @@ def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_or_hung_
     assert pool().handed["waiting"] == handed["waiting"] + 1, "bob's kernel was not the one started during ann's"
     assert ann.grade.score == bob.grade.score == ann.grade.max_score, (ann.grade, bob.grade)
     assert "left" in _printed(workspace, "ann", "left")
-    assert _printed(workspace, "bob", "traces") == f"traces False False False False ['{NOTEBOOK}']\n"
+    forked = use_sandbox() and sandbox._switches_uid()  # where the grader can, kernels are forked (forkserver.py)
+    assert _printed(workspace, "bob", "traces") == f"traces False False False False ['{NOTEBOOK}'] {forked}\n"
 
     waiting = [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
     assert len(waiting) == 1, waiting
@@ -92,7 +112,7 @@ def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_or_hung_
 
     waiting = [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
     assert len(waiting) == 1, waiting
-    hung = _tree(waiting[0].km.provisioner.process.pid)
+    hung = _kernel_processes(waiting[0])
     for pid in hung:  # the kernel waiting for the next submission hangs: it never answers
         os.kill(pid, signal.SIGSTOP)
     workspace.api.config.Execute.startup_timeout = 5  # nbclient's wait for a kernel to answer (60 s by default)
@@ -102,7 +122,19 @@ def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_or_hung_
     assert pool().handed["replaced"] == replaced + 1  # a cold kernel, started when the hung one timed out
     assert time.monotonic() - begun < 60, "the hung kernel was waited for longer than the startup timeout"
     assert not any(os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" for pid in hung), "the hung kernel lives"
+
+    if forked:  # the fork server dies (and with it the kernel it forked for the next submission): a new one serves
+        servers = {id(server): server for server in _servers().values() if server.alive()}
+        assert len(servers) == 1, servers
+        for server in servers.values():
+            server.process.kill()
+            server.process.wait()
+        eve = workspace.grade(Job("eve", A, {NOTEBOOK: _submission(LOOK)}, [], {}))
+        assert eve.grade.score == eve.grade.max_score, eve.grade
+        assert _printed(workspace, "eve", "traces").endswith(" True\n"), "eve's kernel was not forked"
+        assert [id(s) for s in _servers().values() if s.alive()] not in ([], list(servers))
     workspace.close()
+    assert not [s for s in _servers().values() if s.alive()], "the workspace's fork server outlived it"
     assert not [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
 
 
