@@ -51,8 +51,8 @@ from conftest import instructor_course  # noqa: E402
 from catalogue import mistakes  # noqa: E402
 
 ASSIGNMENTS = ["01_self_attention", "02_qkv"]
-RUNS = ("plain", "plain-immediate", "cold1", "bwrap1", "local1", "cold2", "bwrap2", "local2", "where", "dask2", "dask2-kill", "sqlite2",
-        "postgres2")
+RUNS = ("plain", "plain-immediate", "cold1", "bwrap1", "local1", "cold2", "bwrap2", "local2", "where", "dask2",
+        "dask2-kill", "sqlite2", "postgres2")
 #: where a submission's time goes: label -> the functions whose cumulative time it is (in-process, one worker)
 PARTS = {"waiting for a started kernel": ["nbclient/client.py:setup_kernel"],
          "running the notebook's cells": ["autograder/execute.py:preprocess_cell"],
