@@ -147,7 +147,7 @@ def _drop_privileges(uid: int) -> None:
         raise RuntimeError(f"privileges left after dropping them: {kept}")
 
 
-def _sandbox(request: dict, fds: list[int]) -> None:
+def _sandbox(request: dict) -> None:
     """As pid 1 of the new namespaces: build the kernel's view, then drop to the kernel's uid."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the server's mounts
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this pid namespace's processes only
@@ -174,8 +174,6 @@ def _sandbox(request: dict, fds: list[int]) -> None:
     os.chmod(request["connection_path"], 0o444)
     _loopback_up()
     os.setsid()
-    for target, fd in enumerate(fds[:3]):
-        os.dup2(fd, target)
     os.closerange(3, 1 << 16)
     os.umask(0o077)
     os.chdir(inside)
@@ -213,22 +211,36 @@ def _run_kernel(request: dict) -> None:
 
 def _init(request: dict, fds: list[int]) -> None:
     """pid 1 of the kernel's namespaces: build its sandbox, fork the kernel, reap what it leaves, exit with it."""
-    _sandbox(request, fds)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the guardian's death is the kernel's (set again after the uid change)
+    for target, fd in enumerate(fds[:3]):  # the launcher's stdin, stdout and stderr: what goes wrong is seen there
+        os.dup2(fd, target)
+    _sandbox(request)
     kernel = os.fork()
     if kernel == 0:
-        _run_kernel(request)
+        _only_child(_run_kernel, request)
     while True:
         pid, status = os.wait()
         if pid == kernel:
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
+def _only_child(run, *args) -> None:
+    """Run a forked child's work; whatever happens, the child ends here (it never returns into its parent's code)."""
+    try:
+        run(*args)
+    except BaseException as error:  # noqa: BLE001 - reported on the stderr the child has (the kernel's, the worker's)
+        os.write(2, f"autograder fork server, {run.__name__.strip('_')}: {type(error).__name__}: {error}\n".encode())
+    finally:
+        os._exit(111)
+
+
 def _guardian(conn: socket.socket, server_pid: int) -> None:
-    """One kernel's guardian (a fork of the server; never returns)."""
+    """One kernel's guardian (a fork of the server): start the kernel's init, then wait for it or for the launcher to
+    go. The init is killed whenever the guardian ends, however it ends."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != server_pid:
-        os._exit(1)
+        return
     fds: list[int] = []
     try:
         message, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
@@ -245,32 +257,29 @@ def _guardian(conn: socket.socket, server_pid: int) -> None:
         _call("unshare", CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
     except Exception as error:  # noqa: BLE001 - the launcher starts the kernel cold instead
         conn.sendall(f"refused {type(error).__name__}: {error}\n".encode())
-        os._exit(0)
-    kernel = os.fork()
-    if kernel == 0:
+        return
+    init = os.fork()
+    if init == 0:
         conn.close()
-        try:
-            _init(request, fds)
-        except BaseException as error:  # noqa: BLE001 - the kernel never became one: the launcher sees it exit
-            os.write(2, f"autograder fork server: the kernel could not start: {error}\n".encode())
-        os._exit(111)
-    for fd in fds:
-        os.close(fd)
-    conn.sendall(b"started\n")
-    watch = os.pidfd_open(kernel)
-    while True:
-        ready, _, _ = select.select([conn, watch], [], [])
-        if watch in ready:
-            _, status = os.waitpid(kernel, 0)
-            try:
+        _only_child(_init, request, fds)
+    try:
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(b"started\n")
+        watch = os.pidfd_open(init)
+        while True:
+            ready, _, _ = select.select([conn, watch], [], [])
+            if watch in ready:
+                _, status = os.waitpid(init, 0)
+                init = 0
                 conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-            except OSError:
-                pass
-            os._exit(0)
-        if not conn.recv(1):  # the launcher is gone: so is its kernel
-            os.kill(kernel, signal.SIGKILL)
-            os.waitpid(kernel, 0)
-            os._exit(0)
+                return
+            if not conn.recv(1):  # the launcher is gone: so is its kernel
+                return
+    finally:
+        if init:
+            os.kill(init, signal.SIGKILL)
+            os.waitpid(init, 0)
 
 
 def serve(listen_fd: int) -> None:
@@ -289,7 +298,7 @@ def serve(listen_fd: int) -> None:
         conn, _ = listener.accept()
         if os.fork() == 0:
             listener.close()
-            _guardian(conn, me)
+            _only_child(_guardian, conn, me)
         conn.close()
 
 

@@ -53,6 +53,8 @@ from autograder.sandbox import chown_tree
 
 #: kernels waiting per grading process at most
 WAITING = 2
+#: fork servers a grading thread restarts after they died, before it starts its kernels with bwrap instead
+SERVER_RESTARTS = 3
 #: KernelPool.upcoming when the grader cannot tell what comes next: a kernel like the current one is started
 UNKNOWN = "?"
 #: what a kernel runs, silently, before the notebook: the submission's grading seed (course/checks/seeds.py)
@@ -214,6 +216,9 @@ def fork_server(plan_file: str, kernel_env: dict[str, str]) -> str | None:
     if found is None or not found.alive():
         if found is not None:
             found.close()
+            _local.restarts = getattr(_local, "restarts", 0) + 1
+            if _local.restarts > SERVER_RESTARTS:  # it keeps dying: this machine starts kernels with bwrap
+                return None
         found = servers[key] = ForkServer(plan, env)
     return found.socket
 

@@ -125,6 +125,9 @@ def isolated(tmp_path_factory, request):
         assert path.read_bytes() is not None  # readable here, so a failure inside means the sandbox
     cells = {
         "whoami": "import os, socket; print(socket.gethostname(), os.getuid(), os.getcwd())",
+        "privileges": "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+                      "print({k: status[k].strip() for k in ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb',"
+                      " 'NoNewPrivs', 'Groups']}, os.getpid(), len([p for p in os.listdir('/proc') if p.isdigit()]))",
         "compute": "import torch, numpy, matplotlib.pyplot as plt, course\n"
                    "x = torch.arange(6.).reshape(2, 3)\n"
                    "print('torch', (x @ x.T).sum().item(), 'numpy', numpy.arange(4).sum(), 'course', course.__name__)",
@@ -179,6 +182,16 @@ def test_kernel_runs_in_the_sandbox(isolated):
     assert cwd == f"{sandbox.INSIDE}/a1"  # wherever the folder is outside
     if os.geteuid() == 0:
         assert int(uid) != 0, "the kernel must not run as root"
+
+
+def test_the_kernel_has_no_privileges_and_sees_only_its_own_processes(isolated):
+    """No capability at all (not even in the bounding set, which setpriv and forkserver.py empty), no new privileges
+    (no setuid program can give any back), no groups; pid 2 under its namespace's init, and the two of them alone."""
+    text = isolated["privileges"]
+    caps = {k: "0000000000000000" for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]}
+    if os.geteuid() == 0:
+        assert text.startswith(repr({**caps, "NoNewPrivs": "1", "Groups": ""})), text
+    assert text.split("}")[1].split() == ["2", "2"], text
 
 
 def test_torch_numpy_matplotlib_and_course_import_and_compute(isolated):
