@@ -1,12 +1,8 @@
 """Probes for assignment 09: RMSNorm, rotary_tables, apply_rotary, SwiGLU, GroupedQueryAttention and
-ModernLanguageModel.
-
-Each check runs the student's code on the cases declared here and records what it gives; its judge (in
-course/judges/modern_decoder.py, hidden under grading) decides from that record alone, against PyTorch's own pieces
-with the check's weights copied in: nn.RMSNorm, a rotation written as complex multiplication, F.silu and
-F.scaled_dot_product_attention(enable_gqa=True). apply_rotary and the attention get tables of random angles (cos θ,
-sin θ), which any rotation must accept, so nothing here computes rotary_tables' answer. Under grading every random
-input and weight comes from the grader's secret seed, and the hidden checks add secret cases (course/checks/seeds.py).
+ModernLanguageModel. Each check records the student's outputs on the cases declared here; its judge
+(course/judges/modern_decoder.py) decides from that record alone. apply_rotary and the attention get tables of random
+angles (cos θ, sin θ), which any rotation must accept, so nothing here computes rotary_tables' answer. Under grading
+every random input and weight comes from the grader's secret seed, and the hidden checks add secret cases.
 """
 
 from collections.abc import Callable
@@ -85,7 +81,6 @@ class TableCase:
     t: int
     s: int
     base: float | None = None
-    secret: bool = False
 
     @property
     def call(self) -> str:
@@ -93,24 +88,23 @@ class TableCase:
         return f"rotary_tables({self.t}, {self.s}{base})"
 
 
-def secret_table(key: str, seed: int) -> "TableCase":
+def secret_table(key: str, seed: int) -> TableCase:
     """Under grading: secret sizes 3 <= t <= 40, an even 4 <= s <= 32, a base between 50 and 20000."""
     g = generator(seed)
     t = int(torch.randint(3, 41, (), generator=g))
     s = 2 * int(torch.randint(2, 17, (), generator=g))
     base = float(torch.randint(50, 20001, (), generator=g))
-    return TableCase(key, t + (1 if t == s // 2 else 0), s, base, secret=True)
+    return TableCase(key, t + (1 if t == s // 2 else 0), s, base)
+
+
+def drawn_tables(cases: tuple[TableCase | Callable[[], TableCase], ...]) -> list[TableCase]:
+    """The cases of this run: the secret ones (drawn by a function) only under grading."""
+    return [case() if callable(case) else case for case in cases if grading() or not callable(case)]
 
 
 def _probe_tables(cases: tuple[TableCase | Callable[[], TableCase], ...], rotary_tables: Callable,
                   rec: Recorder) -> None:
-    for case in cases:
-        if callable(case):
-            if not grading():
-                continue
-            case = case()
-        if case.secret and not grading():
-            continue
+    for case in drawn_tables(cases):
         base = {} if case.base is None else {"base": case.base}
         rec.call(case.key, rotary_tables, case.t, case.s, **base, device=rec.device)
 

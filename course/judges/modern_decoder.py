@@ -1,9 +1,8 @@
-"""Judges for assignment 09 (probes in course/checks/modern_decoder.py), read top to bottom: the mistakes they name;
-the oracles, PyTorch's own pieces carrying the check's weights — nn.RMSNorm, F.silu, the rotation written as complex
-multiplication (x_i + i·x_{i+s/2}) · e^{i·angle}, F.scaled_dot_product_attention(enable_gqa=True) and their
-composition into the model — with switches that turn on the typical mistakes; then one declaration per check, judging
-the cases its probe declared. Properties (the rotation is relative, the cache equals the full call, causality) are
-anchored to outputs the judge recomputes.
+"""Judges for assignment 09 (probes in course/checks/modern_decoder.py): the mistakes they name; the oracles, PyTorch's
+own pieces carrying the check's weights (nn.RMSNorm, F.silu, the rotation as complex multiplication,
+F.scaled_dot_product_attention(enable_gqa=True) and their composition into the model) with switches that turn on the
+typical mistakes; then one declaration per check. Properties (the rotation is relative, the cache equals the full
+call, causality) are anchored to outputs the judge recomputes.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from functools import partial
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -19,44 +17,18 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from course.checks import compare, modules
 from course.checks import modern_decoder as probes
-from course.checks import modules
-from course.checks.compare import (
-    NOT_A_TENSOR,
-    Mistake,
-    close,
-    expect_close,
-    expect_close_batch,
-    fail,
-    matches_any,
-    output,
-    raised,
-    tensor,
-    tolerance,
-    value_kind,
-)
+from course.checks.compare import Mistake, expect_close, expect_close_batch, fail, matches_any, output, raised
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built
-from course.checks.modern_decoder import (
-    ATTENTION_NAME,
-    MODEL_NAME,
-    NORM_NAME,
-    SWIGLU_NAME,
-    AttentionCase,
-    ModelCase,
-    ModelRun,
-    RelativeCase,
-    TableCase,
-)
+from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModelCase, ModelRun, RelativeCase
 from course.checks.seeds import grading
 from course.judges import mistakes
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, each_case, expect_linear_layers
 
 DEFAULT_EPS = 1e-6
 DEFAULT_BASE = 10000.0
-
-# ---------------------------------------------------------------- mistakes
-
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_decoder.txt
 
 
@@ -75,35 +47,26 @@ def _rms_oracle(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS,
 
 def _rms_variant(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None, *,
                  how: str, default: float | None = None) -> torch.Tensor:
-    """A typical mistake of RMSNorm, written out."""
+    """A typical mistake of RMSNorm: eps outside the root, the mean subtracted, else x / sqrt(m + eps) · gain with the
+    mean square m summed or over the wrong dimensions, without the gain, or with another default eps."""
     eps = eps if default is None else default
-    gain = w["gain"]
-    square = x.pow(2)
     if how == "eps-outside":
-        return x / (square.mean(-1, keepdim=True).sqrt() + eps) * gain
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w["gain"]
     if how == "mean":
-        return F.layer_norm(x, (k,), gain, None, eps)
-    if how == "sum":
-        return x * torch.rsqrt(square.sum(-1, keepdim=True) + eps) * gain
-    if how == "no-gain":
-        return x * torch.rsqrt(square.mean(-1, keepdim=True) + eps)
-    if how == "all":
-        return x * torch.rsqrt(square.mean() + eps) * gain
-    if how == "dim0":
-        return x * torch.rsqrt(square.mean(0, keepdim=True) + eps) * gain
-    if how == "dim-2":
-        return x * torch.rsqrt(square.mean(-2, keepdim=True) + eps) * gain
-    return x * torch.rsqrt(square.mean(-1, keepdim=True) + eps) * gain  # "right", with another eps
+        return F.layer_norm(x, (k,), w["gain"], None, eps)
+    dim = {"all": tuple(range(x.dim())), "dim0": 0, "dim-2": -2}.get(how, -1)
+    square = x.pow(2).sum(dim, keepdim=True) if how == "sum" else x.pow(2).mean(dim, keepdim=True)
+    return x * torch.rsqrt(square + eps) * (1.0 if how == "no-gain" else w["gain"])
+
+
+_RMS_MISTAKES = ((M["rms-eps-outside-root"], "eps-outside"), (M["rms-mean-subtracted"], "mean"),
+                 (M["rms-sum-not-mean"], "sum"), (M["rms-no-gain"], "no-gain"), (M["rms-wrong-dim"], "all"),
+                 (M["rms-wrong-dim"], "dim0"), (M["rms-wrong-dim"], "dim-2"))
 
 
 def _rms_simulators(k: int, eps: float | None = None, x: torch.Tensor | None = None
                     ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    found: list[tuple[Mistake, Callable[..., torch.Tensor]]] = [
-        (M["rms-eps-outside-root"], partial(_rms_variant, how="eps-outside")),
-        (M["rms-mean-subtracted"], partial(_rms_variant, how="mean")),
-        (M["rms-sum-not-mean"], partial(_rms_variant, how="sum")),
-        (M["rms-no-gain"], partial(_rms_variant, how="no-gain")),
-        *((M["rms-wrong-dim"], partial(_rms_variant, how=how)) for how in ("all", "dim0", "dim-2"))]
+    found = [(mistake, partial(_rms_variant, how=how)) for mistake, how in _RMS_MISTAKES]
     if eps is None:  # built with the default eps
         found += [(M["rms-default-eps"], partial(_rms_variant, how="right", default=other))
                   for other in (1e-5, 1e-8, 0.0, torch.finfo(torch.float32).eps)]
@@ -114,7 +77,7 @@ def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """The norm was built and holds one parameter, gain (k,), and nothing else; the values the probe loaded."""
     __tracebackhide__ = True
     k = built.args[0]
-    what = f"{NORM_NAME}({', '.join(map(repr, built.args))})"
+    what = f"{probes.NORM_NAME}({', '.join(map(repr, built.args))})"
     modules.built(ev, built.key, what)
     w = modules.expect_parameters(ev, built.key, what, {"gain": (k,)}, built.seed,
                                   hint="Register it in __init__: self.gain = nn.Parameter(torch.ones(k)).")
@@ -123,14 +86,11 @@ def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     return w
 
 
-def _norm_hint(**_: torch.Tensor) -> str:
-    return ("forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, for any number of "
-            "leading dimensions.")
-
-
 RMS = ForwardOracle(
-    NORM_NAME, "RMS normalisation", _norm_weights, _rms_oracle, "nn.RMSNorm with your gain",
-    simulators=_rms_simulators, hint=_norm_hint,
+    probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_oracle, "nn.RMSNorm with your gain",
+    simulators=_rms_simulators,
+    hint=lambda **_: ("forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, for any number "
+                      "of leading dimensions."),
     otherwise="It differs from nn.RMSNorm(k, eps) with your gain: x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · "
               "gain.")
 
@@ -146,61 +106,46 @@ against_forward(probes.rms_norm_hidden, RMS,
 
 def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 0, sign: float = -1.0
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of position · base^(sign · exponent · i / s), computed in float64: the formula (with the
-    defaults) or a typical mistake."""
+    """cos and sin (t, s // 2) float32 of position · base^(sign · exponent · i / s), computed in float64: the formula
+    (with the defaults) or a typical mistake."""
     theta = base ** (sign * exponent * torch.arange(s // 2, dtype=torch.float64) / s)  # (s/2,)
     angles = torch.arange(first, first + t, dtype=torch.float64)[:, None] * theta  # (t, s/2)
     return angles.cos().float(), angles.sin().float()
 
 
-def reference_tables(t: int, s: int, base: float = DEFAULT_BASE) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary tables from the formula: cos and sin of p · base^(−2i/s), (t, s // 2) float32."""
-    return _tables(t, s, base)
-
-
-def _table_case(case: TableCase | Callable[[], TableCase]) -> TableCase | None:
-    """The case, a secret one drawn (only under grading)."""
-    if callable(case):
-        return case() if grading() else None
-    return None if case.secret and not grading() else case
-
-
-def _expect_tables(ev: Evidence, spec: TableCase | Callable[[], TableCase]) -> None:
+def _expect_tables(ev: Evidence, spec: probes.TableCase | Callable[[], probes.TableCase]) -> None:
     """The pair (cos, sin) recorded for the case: float32 tables (t, s // 2) of the formula's angles."""
     __tracebackhide__ = True
-    case = _table_case(spec)
-    if case is None:
-        return
-    t, s = case.t, case.s
-    base = DEFAULT_BASE if case.base is None else case.base
-    what = case.call
-    hint = "Return (cos, sin), each (t, s // 2): cos and sin of position · θ_i, θ_i = base^(−2i/s)."
-    raised(ev, case.key, what, hint)
-    fact = ev.facts.get(case.key)
-    if value_kind(ev, case.key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
-        fail(f"{what} should return the pair (cos, sin) of two tensors.", mistake=NOT_A_TENSOR)
-    found = []
-    for i, name in enumerate(("cos", "sin")):
-        key = f"{case.key}.{i}"
-        got = tensor(ev, key)
-        if got is not None and got.dtype == torch.float64:
-            fail(f"{what} returns its {name} table in float64: compute the angles in float64 for precision, then "
-                 "return cos and sin as float32 (.float()).", mistake=M["rotary-tables-float64"])
-        found.append(output(ev, key, what=f"the {name} table of {what}", shape=(t, s // 2), shape_hints={
-            (t, s): M["rotary-tables-full-width"],
-            (s // 2, t): "That is the table transposed: one row per position, one column per frequency."},
-            dtype=torch.float32, hint=hint))
-    mistakes = [(M["rotary-exponent-i"], _tables(t, s, base, exponent=1.0)),
-                (M["rotary-positions-from-one"], _tables(t, s, base, first=1)),
-                (M["rotary-positive-exponent"], _tables(t, s, base, sign=1.0))]
-    if base != DEFAULT_BASE:
-        mistakes.append((M["rotary-base-ignored"], _tables(t, s, DEFAULT_BASE)))
-    right = _tables(t, s, base)
-    mistakes.append((M["rotary-tables-swapped"], right[::-1]))
-    expect_close(torch.stack(found), torch.stack(right), what=f"{what}, (cos, sin) stacked,", device=ev.device,
-                 mistakes=[(m, torch.stack(pair)) for m, pair in mistakes], case=f"t={t}, s={s}, base={base:g}",
-                 otherwise="cos and sin of the angle position · θ_i, positions 0 .. t − 1 as rows, θ_i = base^(−2i/s) "
-                           "for i = 0 .. s/2 − 1 as columns; compute them in float64, then .float().")
+    for case in probes.drawn_tables((spec,)):
+        t, s, what = case.t, case.s, case.call
+        base = DEFAULT_BASE if case.base is None else case.base
+        hint = "Return (cos, sin), each (t, s // 2): cos and sin of position · θ_i, θ_i = base^(−2i/s)."
+        raised(ev, case.key, what, hint)
+        fact = ev.facts.get(case.key)
+        if compare.value_kind(ev, case.key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
+            fail(f"{what} should return the pair (cos, sin) of two tensors.", mistake=compare.NOT_A_TENSOR)
+        found = []
+        for i, name in enumerate(("cos", "sin")):
+            got = compare.tensor(ev, f"{case.key}.{i}")
+            if got is not None and got.dtype == torch.float64:
+                fail(f"{what} returns its {name} table in float64: compute the angles in float64 for precision, "
+                     "then return cos and sin as float32 (.float()).", mistake=M["rotary-tables-float64"])
+            found.append(output(ev, f"{case.key}.{i}", what=f"the {name} table of {what}", shape=(t, s // 2),
+                                dtype=torch.float32, hint=hint, shape_hints={
+                                    (t, s): M["rotary-tables-full-width"],
+                                    (s // 2, t): "That is the table transposed: one row per position, one column per "
+                                                 "frequency."}))
+        wrong = [(M["rotary-exponent-i"], _tables(t, s, base, exponent=1.0)),
+                 (M["rotary-positions-from-one"], _tables(t, s, base, first=1)),
+                 (M["rotary-positive-exponent"], _tables(t, s, base, sign=1.0))]
+        if base != DEFAULT_BASE:
+            wrong.append((M["rotary-base-ignored"], _tables(t, s, DEFAULT_BASE)))
+        right = _tables(t, s, base)
+        wrong.append((M["rotary-tables-swapped"], right[::-1]))
+        expect_close(torch.stack(found), torch.stack(right), what=f"{what}, (cos, sin) stacked,", device=ev.device,
+                     mistakes=[(m, torch.stack(pair)) for m, pair in wrong], case=f"t={t}, s={s}, base={base:g}",
+                     otherwise="cos and sin of the angle position · θ_i, positions 0 .. t − 1 as rows, θ_i = "
+                               "base^(−2i/s) for i = 0 .. s/2 − 1 as columns; compute them in float64, then .float().")
 
 
 each_case(probes.rotary_tables, _expect_tables,
@@ -220,43 +165,31 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 
     return torch.cat([z.real, z.imag], dim=-1)
 
 
-def _rotate_variant(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0, *, how: str
-                    ) -> torch.Tensor:
-    t, half = x.shape[-2], x.shape[-1] // 2
-    c, s = cos[offset:offset + t], sin[offset:offset + t]
-    if how == "offset":
-        return rotate(x, cos, sin, 0)
-    if how in ("interleaved", "interleaved-halves"):
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        a, b = x1 * c - x2 * s, x1 * s + x2 * c
-        return torch.stack([a, b], dim=-1).flatten(-2) if how == "interleaved" else torch.cat([a, b], dim=-1)
-    x1, x2 = x[..., :half], x[..., half:]
-    if how == "backwards":
-        return torch.cat([x1 * c + x2 * s, -x1 * s + x2 * c], dim=-1)
-    return torch.cat([x1 * s + x2 * c, x1 * c - x2 * s], dim=-1)  # "swapped"
-
-
 def _rotary_mistakes(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0
                      ) -> list[tuple[Mistake, torch.Tensor]]:
-    found = [(M["rotary-interleaved"], _rotate_variant(x, cos, sin, offset, how="interleaved")),
-             (M["rotary-interleaved"], _rotate_variant(x, cos, sin, offset, how="interleaved-halves")),
-             (M["rotary-backwards"], _rotate_variant(x, cos, sin, offset, how="backwards")),
-             (M["rotary-halves-swapped"], _rotate_variant(x, cos, sin, offset, how="swapped"))]
+    """The rotation of interleaved pairs (x_2i, x_2i+1) (kept interleaved, or as halves), backwards, with the halves
+    of the output swapped, and (for an offset) from row 0."""
+    t, half = x.shape[-2], x.shape[-1] // 2
+    c, s = cos[offset:offset + t], sin[offset:offset + t]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    a, b = x1 * c - x2 * s, x1 * s + x2 * c
+    x1, x2 = x[..., :half], x[..., half:]
+    found = [(M["rotary-interleaved"], torch.stack([a, b], dim=-1).flatten(-2)),
+             (M["rotary-interleaved"], torch.cat([a, b], dim=-1)),
+             (M["rotary-backwards"], torch.cat([x1 * c + x2 * s, -x1 * s + x2 * c], dim=-1)),
+             (M["rotary-halves-swapped"], torch.cat([x1 * s + x2 * c, x1 * c - x2 * s], dim=-1))]
     if offset:
         found.append((M["rotary-offset-ignored"], rotate(x, cos, sin, 0)))
     return found
-
-
-def _rotary_shape(x: torch.Tensor, **_: Any) -> tuple[int, ...]:
-    return tuple(x.shape)
 
 
 _ROTARY_HINT = ("cos and sin are (rows, s/2), one angle per pair (x_i, x_{i+s/2}): take rows offset .. offset + t − 1 "
                 "(shape (t, s/2)), split x into halves x1 = x[..., :s//2], x2 = x[..., s//2:], and return "
                 "torch.cat([x1·cos − x2·sin, x1·sin + x2·cos], dim=-1).")
 
-ROTARY = Oracle("apply_rotary(x, cos, sin, offset)", rotate, "rotation as complex multiplication", shape=_rotary_shape,
-                mistakes=_rotary_mistakes, otherwise=_ROTARY_HINT, hint=_ROTARY_HINT)
+ROTARY = Oracle("apply_rotary(x, cos, sin, offset)", rotate, "rotation as complex multiplication",
+                shape=lambda x, **_: tuple(x.shape), mistakes=_rotary_mistakes, otherwise=_ROTARY_HINT,
+                hint=_ROTARY_HINT)
 
 against(probes.apply_rotary_oracle, ROTARY,
         passed="x of 3 and 4 dimensions, tables of random angles, offsets 0 and 4: the rotation of each pair (x_i, "
@@ -272,18 +205,15 @@ def _expect_relative(ev: Evidence, case: RelativeCase) -> None:
     cos, sin = case.tables()
     keys_in = case.keys()
     b, h, t, s = case.shape
-    first, last = case.offsets
-    shift = case.shift
+    (first, last), shift, start, length = case.offsets, case.shift, case.start, case.length
     keys = output(ev, "keys", what="apply_rotary(keys, cos, sin)", shape=(b, h, t, s), hint=_ROTARY_HINT)
-    tol = tolerance(ev.device)
-    if not close(keys.norm(dim=-1), keys_in.norm(dim=-1), **tol):
+    if not matches_any(keys.norm(dim=-1), [keys_in.norm(dim=-1)], ev.device):
         fail("apply_rotary changes the lengths of the vectors: a rotation keeps them. Each pair (x_i, x_{i+s/2}) "
              "becomes (x_i·cos − x_{i+s/2}·sin, x_i·sin + x_{i+s/2}·cos).", keys_in.norm(dim=-1)[0, 0],
              keys.norm(dim=-1)[0, 0], case="the length of every key, sequence 0, head 0")
-    start, length = case.start, case.length
     rows = output(ev, "rows", what=f"apply_rotary(keys[..., {start}:{start + length}, :], cos, sin, offset={start})",
                   shape=(b, h, length, s), hint=_ROTARY_HINT)
-    if not close(rows, keys[..., start:start + length, :], **tol):
+    if not matches_any(rows, [keys[..., start:start + length, :]], ev.device):
         ignored = matches_any(rows, [rotate(keys_in[..., start:start + length, :], cos, sin, 0)], ev.device)
         fail(f"apply_rotary(x, cos, sin, offset={start}) on rows {start} .. {start + length - 1} of the keys should "
              "give those rows of the keys rotated from position 0. "
@@ -297,7 +227,7 @@ def _expect_relative(ev: Evidence, case: RelativeCase) -> None:
                          hint=_ROTARY_HINT) for o in case.offsets}
     near = (queries[first] * keys).sum(-1)  # (b, h, t): the query at `first`, the keys at 0 .. t - 1
     far = (queries[last] * shifted).sum(-1)  # the same vectors, every position moved by `shift`
-    if not close(far, near, **tol):
+    if not matches_any(far, [near], ev.device):
         fail(f"q·k after the rotation should depend only on how far apart the two positions are: moving the query "
              f"from position {first} to {last} and every key by {shift} as well should change no dot product. Are "
              "the rows offset .. offset + t − 1 of cos and sin used?", near[0, 0], far[0, 0],
@@ -338,19 +268,19 @@ def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """gate and up nn.Linear(k, hidden, bias=False), down nn.Linear(hidden, k, bias=False), nothing else."""
     __tracebackhide__ = True
     k, hidden = built.args
-    what = f"{SWIGLU_NAME}({k}, {hidden})"
+    what = f"{probes.SWIGLU_NAME}({k}, {hidden})"
     into = (k, hidden, False, "nn.Linear(k, hidden, bias=False)")
     layers = {"gate": into, "up": into, "down": (hidden, k, False, "nn.Linear(hidden, k, bias=False)")}
-    w = expect_linear_layers(ev, built.key, what, SWIGLU_NAME, layers, "Two of SwiGLU's layers are one object: gate, "
-                             "up and down each need their own nn.Linear.", dict.fromkeys(layers, M["swiglu-bias"]),
-                             built.seed)
+    w = expect_linear_layers(ev, built.key, what, probes.SWIGLU_NAME, layers, "Two of SwiGLU's layers are one object: "
+                             "gate, up and down each need their own nn.Linear.",
+                             dict.fromkeys(layers, M["swiglu-bias"]), built.seed)
     modules.expect_parameter_count(ev, built.key, what, 3 * k * hidden, "three k × hidden matrices, 3·k·hidden",
                                    "SwiGLU holds gate, up and down, without biases.")
     return w
 
 
 SWIGLU = ForwardOracle(
-    SWIGLU_NAME, "SwiGLU", _swiglu_weights, _swiglu, "F.linear and F.silu with your weights",
+    probes.SWIGLU_NAME, "SwiGLU", _swiglu_weights, _swiglu, "F.linear and F.silu with your weights",
     simulators=_swiglu_simulators, hint=lambda **_: "forward should compute down(silu(gate(x)) * up(x)).",
     otherwise="forward should compute self.down(F.silu(self.gate(x)) * self.up(x)).")
 
@@ -363,61 +293,40 @@ against_forward(probes.swiglu_hidden, SWIGLU,
 
 # ---------------------------------------------------------------- grouped-query attention
 
-def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """(b, t, heads·s) -> (b, heads, t, s)."""
-    b, t, width = x.shape
-    return x.view(b, t, heads, width // heads).transpose(1, 2)
-
-
-def _merged(x: torch.Tensor) -> torch.Tensor:
-    """(b, h, t, s) -> (b, t, h·s)."""
-    b, h, t, s = x.shape
-    return x.transpose(1, 2).reshape(b, t, h * s)
-
-
 def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: torch.Tensor, cos: torch.Tensor,
         sin: torch.Tensor, mask: torch.Tensor, past: tuple | None = None, *, prefix: str = "",
-        repeat: str = "interleave", rotate_queries: bool = True, rotate_keys: bool = True,
-        rotate_values: bool = False, scale: float | None = None, use_mask: bool = True, offset: bool = True,
-        cache_rotated: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        repeat: str = "interleave", rotated: str = "qk", scale: float | None = None, use_mask: bool = True,
+        offset: bool = True, cache_rotated: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Grouped-query attention with the check's weights: the judge's rotation on queries and keys, then
     F.scaled_dot_product_attention(enable_gqa=True); (out (b, t, k), (keys, values) (b, kv_heads, T, s)). The
-    keywords switch on the typical mistakes (the cache it returns is the one each mistake keeps)."""
-    def project(name: str, n: int) -> torch.Tensor:
-        return _heads(F.linear(x, w[f"{prefix}{name}.weight"]), n)
-
+    keywords switch on the typical mistakes (rotated: which of q, k, v are; the cache it returns is the one each
+    mistake keeps)."""
     start = past[0].shape[2] if past is not None and offset else 0
-    q, keys, values = project("to_queries", heads), project("to_keys", kv_heads), project("to_values", kv_heads)
-    raw = keys
-    if rotate_queries:
-        q = rotate(q, cos, sin, start)
-    if rotate_keys:
-        keys = rotate(keys, cos, sin, start)
-    if rotate_values:
-        values = rotate(values, cos, sin, start)
+
+    def project(name: str, n: int, rotate_it: bool) -> torch.Tensor:
+        y = F.linear(x, w[f"{prefix}{name}.weight"])  # (b, t, n·s)
+        y = y.view(*y.shape[:2], n, -1).transpose(1, 2)  # (b, n, t, s)
+        return rotate(y, cos, sin, start) if rotate_it else y
+
+    q, raw, values = project("to_queries", heads, "q" in rotated), project("to_keys", kv_heads, False), \
+        project("to_values", kv_heads, "v" in rotated)
+    keys = rotate(raw, cos, sin, start) if "k" in rotated else raw
     if past is not None:
         keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)  # (b, g, T, s)
         raw = torch.cat([past[0], raw], dim=2)
-    attn_mask = mask if use_mask else None
-    if repeat == "interleave":
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, scale=scale, enable_gqa=True)
-    else:  # .repeat: query head j reads kv head j % kv_heads
-        group = heads // kv_heads
-        out = F.scaled_dot_product_attention(q, keys.repeat(1, group, 1, 1), values.repeat(1, group, 1, 1),
-                                             attn_mask=attn_mask, scale=scale)
-    out = F.linear(_merged(out), w[f"{prefix}unify_heads.weight"])  # (b, t, k)
+    group = 1 if repeat == "interleave" else heads // kv_heads  # .repeat: query head j reads kv head j % kv_heads
+    out = F.scaled_dot_product_attention(q, keys.repeat(1, group, 1, 1), values.repeat(1, group, 1, 1),
+                                         attn_mask=mask if use_mask else None, scale=scale, enable_gqa=True)
+    out = F.linear(out.transpose(1, 2).flatten(2), w[f"{prefix}unify_heads.weight"])  # (b, t, k)
     return out, ((keys if cache_rotated else raw), values)
 
 
-def _gqa_switches(k: int, heads: int) -> tuple[tuple[Mistake, Mapping[str, Any]], ...]:
+def _gqa_switches(k: int) -> tuple[tuple[Mistake, Mapping[str, Any]], ...]:
     """The typical mistakes of one call without a cache, as switches of gqa."""
-    return ((M["gqa-repeat-order"], MappingProxyType({"repeat": "tile"})),
-            (M["gqa-values-rotated"], MappingProxyType({"rotate_values": True})),
-            (M["gqa-not-rotated"], MappingProxyType({"rotate_keys": False})),
-            (M["gqa-not-rotated"], MappingProxyType({"rotate_queries": False})),
-            (M["gqa-not-rotated"], MappingProxyType({"rotate_keys": False, "rotate_queries": False})),
-            (M["gqa-scaled-by-model-size"], MappingProxyType({"scale": 1 / math.sqrt(k)})),
-            (M["gqa-mask-ignored"], MappingProxyType({"use_mask": False})))
+    return ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rotated"], {"rotated": "qkv"}),
+            (M["gqa-not-rotated"], {"rotated": "q"}), (M["gqa-not-rotated"], {"rotated": "k"}),
+            (M["gqa-not-rotated"], {"rotated": ""}), (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(k)}),
+            (M["gqa-mask-ignored"], {"use_mask": False}))
 
 
 def _gqa_weights(ev: Evidence, case: AttentionCase) -> dict[str, torch.Tensor]:
@@ -448,14 +357,14 @@ def _gqa_pair(ev: Evidence, key: str, case: AttentionCase, t: int, positions: in
     __tracebackhide__ = True
     raised(ev, key, what, _GQA_HINT)
     fact = ev.facts.get(key)
-    if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2 \
-            or value_kind(ev, f"{key}.1") != "tuple" or ev.facts.get(f"{key}.1", {}).get("length") != 2:
+    if compare.value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2 \
+            or compare.value_kind(ev, f"{key}.1") != "tuple" or ev.facts.get(f"{key}.1", {}).get("length") != 2:
         fail(f"{what} should return the pair (out, (keys, values)): the output and the cache for the next call.")
     out = output(ev, f"{key}.0", what=what, shape=(case.b, t, case.k), hint=_GQA_HINT)
     shape = (case.b, case.kv_heads, positions, case.s)
     cached = []
     for i, name in enumerate(("keys", "values")):
-        value = tensor(ev, f"{key}.1.{i}")
+        value = compare.tensor(ev, f"{key}.1.{i}")
         if value is None:
             fail(f"The cached {name} {what} returned are not a tensor.")
         if tuple(value.shape) != shape:
@@ -468,92 +377,62 @@ def _gqa_pair(ev: Evidence, key: str, case: AttentionCase, t: int, positions: in
     return out, cached[0], cached[1]
 
 
-def _expect_gqa_out(ev: Evidence, out: torch.Tensor, w: Mapping[str, torch.Tensor], case: AttentionCase,
-                    inputs: Mapping[str, torch.Tensor], what: str, label: str, past: tuple | None = None,
-                    extra: tuple[tuple[Mistake, Mapping[str, Any]], ...] = ()) -> None:
-    """out against the oracle, naming the typical mistake it matches."""
+def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor], key: str, what: str,
+                     label: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                     past: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The call forward(x, cos, sin, mask, past) recorded under key against the oracle: out, naming the typical mistake
+    it matches, then the cache (the rotated keys and the values of all positions so far); returns the oracle's."""
     __tracebackhide__ = True
-    args = (case.k, case.heads, case.kv_heads, inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"], past)
+    out, keys, values = _gqa_pair(ev, key, case, x.shape[1], x.shape[1] + (0 if past is None else past[0].shape[2]),
+                                  what)
+    args = (case.k, case.heads, case.kv_heads, x, cos, sin, mask, past)
+    extra = () if past is None else ((M["gqa-cache-offset-ignored"], {"offset": False}),)
     with torch.no_grad():
-        want = gqa(w, *args)[0]
-        mistakes = [(m, gqa(w, *args, **sw)[0]) for m, sw in (*extra, *_gqa_switches(case.k, case.heads))]
-    expect_close_batch(out, want, what=what, device=ev.device, mistakes=mistakes, case=label,
+        want, right = gqa(w, *args)
+        wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in (*extra, *_gqa_switches(case.k))]
+        unrotated, rotated_values = gqa(w, *args, cache_rotated=False)[1][0], gqa(w, *args, rotated="qkv")[1][1]
+    expect_close_batch(out, want, what=what, device=ev.device, mistakes=wrong, case=label,
                        otherwise="It differs from F.scaled_dot_product_attention(enable_gqa=True) on your projections, "
                                  "rotated. " + _GQA_HINT)
-
-
-def _expect_cache_values(ev: Evidence, keys: torch.Tensor, values: torch.Tensor,
-                         right: tuple[torch.Tensor, torch.Tensor], unrotated: torch.Tensor,
-                         rotated_values: torch.Tensor, what: str, label: str) -> None:
-    """The cached keys are the rotated keys, the values the plain values."""
-    __tracebackhide__ = True
+    alone = past is None
     expect_close(keys, right[0], what=f"The key cache of {what}", device=ev.device, case=label,
-                 mistakes=[(M["gqa-cache-unrotated"], unrotated)], otherwise="Cache the rotated keys, kv_heads heads.")
+                 mistakes=[(M["gqa-cache-unrotated"], unrotated)] if alone else [],
+                 otherwise="Cache the rotated keys, kv_heads heads." if alone else "After the call, the cache holds "
+                 "the rotated keys of all positions: the cached ones, then the new ones, torch.cat([past[0], keys], "
+                 "dim=2).")
     expect_close(values, right[1], what=f"The value cache of {what}", device=ev.device, case=label,
-                 mistakes=[(M["gqa-values-rotated"], rotated_values)], otherwise="Cache the values, kv_heads heads.")
+                 mistakes=[(M["gqa-values-rotated"], rotated_values)] if alone else [],
+                 otherwise="Cache the values, kv_heads heads." if alone else "After the call, the cache holds the "
+                 "values of all positions, torch.cat([past[1], values], dim=2).")
+    return right
 
 
 def _expect_gqa_case(ev: Evidence, case: AttentionCase) -> None:
-    """The module's structure; the full call against the oracle (its gradients too); and the cached calls."""
+    """The module's structure; the full call against the oracle (its gradients too); the first `prefix` positions
+    alone, then the rest with their cache: the outputs and caches of one call."""
     __tracebackhide__ = True
     if case.secret and not grading():
         return
     w = _gqa_weights(ev, case)
-    inputs = case.inputs()
+    x, cos, sin, mask = case.inputs().values()
     what = f"{case.call}.forward(x, cos, sin, mask)"
-    out, keys, values = _gqa_pair(ev, f"{case.key}.full", case, case.t, case.t, what)
-    _expect_gqa_out(ev, out, w, case, inputs, what, case.label)
-    args = (case.k, case.heads, case.kv_heads, inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"])
-    with torch.no_grad():
-        right = gqa(w, *args)[1]
-        unrotated = gqa(w, *args, cache_rotated=False)[1][0]
-        rotated_values = gqa(w, *args, rotate_values=True)[1][1]
-    _expect_cache_values(ev, keys, values, right, unrotated, rotated_values, what, case.label)
+    _expect_gqa_call(ev, case, w, f"{case.key}.full", what, case.label, x, cos, sin, mask)
     if case.upstream:
         modules.expect_attached(ev, f"{case.key}.full.0", what)
-        cos, sin, mask = inputs["cos"], inputs["sin"], inputs["mask"]
 
         def forward(leaves: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
             return gqa(leaves, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[0]
 
-        grads = modules.autograd(forward, w, {"x": inputs["x"]}, case.upstream_gradient())
+        grads = modules.autograd(forward, w, {"x": x}, case.upstream_gradient())
         modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=case.label,
                                  oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
     if case.prefix:
-        _expect_gqa_cached(ev, case, w, inputs)
-
-
-def _expect_gqa_cached(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor],
-                   inputs: Mapping[str, torch.Tensor]) -> None:
-    """The first `prefix` positions alone, then the rest with their cache: the outputs and caches of one call."""
-    __tracebackhide__ = True
-    p, t = case.prefix, case.t
-    x, cos, sin, mask = inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"]
-    first_in = {"x": x[:, :p], "cos": cos, "sin": sin, "mask": mask[:p, :p]}
-    what = f"{case.call}.forward(x[:, :{p}], cos, sin, mask[:{p}, :{p}])"
-    out, keys, values = _gqa_pair(ev, f"{case.key}.first", case, p, p, what)
-    label = f"{case.call}, the first {p} of {t} positions"
-    _expect_gqa_out(ev, out, w, case, first_in, what, label)
-    args = (case.k, case.heads, case.kv_heads, x[:, :p], cos, sin, mask[:p, :p])
-    with torch.no_grad():
-        past = gqa(w, *args)[1]
-        unrotated = gqa(w, *args, cache_rotated=False)[1][0]
-        rotated_values = gqa(w, *args, rotate_values=True)[1][1]
-    _expect_cache_values(ev, keys, values, past, unrotated, rotated_values, what, label)
-    second_in = {"x": x[:, p:], "cos": cos, "sin": sin, "mask": mask[p:]}
-    what = f"{case.call}.forward(x[:, {p}:], cos, sin, mask[{p}:], past=(keys, values) of {p} positions)"
-    label = f"{case.call}, {t - p} new positions after a cache of {p}"
-    out, keys, values = _gqa_pair(ev, f"{case.key}.second", case, t - p, t, what)
-    _expect_gqa_out(ev, out, w, case, second_in, what, label, past,
-                    extra=((M["gqa-cache-offset-ignored"], MappingProxyType({"offset": False})),))
-    with torch.no_grad():
-        full = gqa(w, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[1]
-    expect_close(keys, full[0], what=f"The key cache of {what}", device=ev.device, case=label,
-                 otherwise="After the call, the cache holds the rotated keys of all positions: the cached ones, then "
-                           "the new ones, torch.cat([past[0], keys], dim=2).", mistakes=[])
-    expect_close(values, full[1], what=f"The value cache of {what}", device=ev.device, case=label,
-                 otherwise="After the call, the cache holds the values of all positions, "
-                           "torch.cat([past[1], values], dim=2).")
+        p, t, call = case.prefix, case.t, case.call
+        past = _expect_gqa_call(ev, case, w, f"{case.key}.first", f"{call}.forward(x[:, :{p}], cos, sin, mask[:{p}, "
+                                f":{p}])", f"{call}, the first {p} of {t} positions", x[:, :p], cos, sin, mask[:p, :p])
+        _expect_gqa_call(ev, case, w, f"{case.key}.second", f"{call}.forward(x[:, {p}:], cos, sin, mask[{p}:], "
+                         f"past=(keys, values) of {p} positions)", f"{call}, {t - p} new positions after a cache of "
+                         f"{p}", x[:, p:], cos, sin, mask[p:], past)
 
 
 def _expect_gqa_structure(ev: Evidence, item: AttentionCase | str) -> None:
@@ -562,12 +441,10 @@ def _expect_gqa_structure(ev: Evidence, item: AttentionCase | str) -> None:
     if item != "indivisible":
         case = item
         w = _gqa_weights(ev, case)
-        inputs = case.inputs()
-        what = f"{case.call}.forward(x, cos, sin, mask)"
-        out, _, _ = _gqa_pair(ev, f"{case.key}.full", case, case.t, case.t, what)
-        args = (case.k, case.heads, case.kv_heads, inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"])
+        args = (case.k, case.heads, case.kv_heads, *case.inputs().values())
+        out, _, _ = _gqa_pair(ev, f"{case.key}.full", case, case.t, case.t, f"{case.call}.forward(x, cos, sin, mask)")
         with torch.no_grad():
-            candidates = [gqa(w, *args)[0], *(gqa(w, *args, **sw)[0] for _, sw in _gqa_switches(case.k, case.heads))]
+            candidates = [gqa(w, *args)[0], *(gqa(w, *args, **sw)[0] for _, sw in _gqa_switches(case.k))]
         if not matches_any(out, candidates, ev.device):
             fail(f"{ATTENTION_NAME} has the right layers and shapes, but its output is not grouped-query attention "
                  f"with its weights, right or typically wrong. {_GQA_HINT}", candidates[0][0], out[0],
@@ -611,17 +488,14 @@ def swiglu_hidden(k: int) -> int:
 
 
 def _modern_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
-    vocab, k, g, s, hidden = case.vocab, case.k, case.kv_heads, case.k // case.heads, swiglu_hidden(case.k)
-    shapes: dict[str, tuple[int, ...]] = {"token_embedding.weight": (vocab, k)}
-    for i in range(case.depth):
-        p = f"blocks.{i}."
-        shapes.update({f"{p}norm1.gain": (k,), f"{p}attention.to_queries.weight": (k, k),
-                       f"{p}attention.to_keys.weight": (g * s, k), f"{p}attention.to_values.weight": (g * s, k),
-                       f"{p}attention.unify_heads.weight": (k, k), f"{p}norm2.gain": (k,),
-                       f"{p}ff.gate.weight": (hidden, k), f"{p}ff.up.weight": (hidden, k),
-                       f"{p}ff.down.weight": (k, hidden)})
-    shapes.update({"norm.gain": (k,), "to_logits.weight": (vocab, k)})
-    return shapes
+    """Every parameter's shape, in the model's order: the embedding, each block's, the final norm, to_logits."""
+    vocab, k, kv, hidden = case.vocab, case.k, case.kv_heads * (case.k // case.heads), swiglu_hidden(case.k)
+    block = {"norm1.gain": (k,), "attention.to_queries.weight": (k, k), "attention.to_keys.weight": (kv, k),
+             "attention.to_values.weight": (kv, k), "attention.unify_heads.weight": (k, k), "norm2.gain": (k,),
+             "ff.gate.weight": (hidden, k), "ff.up.weight": (hidden, k), "ff.down.weight": (k, hidden)}
+    return {"token_embedding.weight": (vocab, k),
+            **{f"blocks.{i}.{name}": shape for i in range(case.depth) for name, shape in block.items()},
+            "norm.gain": (k,), "to_logits.weight": (vocab, k)}
 
 
 def _expect_tables_buffers(ev: Evidence, key: str, case: ModelCase) -> None:
@@ -645,8 +519,7 @@ def _expect_tables_buffers(ev: Evidence, key: str, case: ModelCase) -> None:
                  f"expected (max_len, s // 2) = {tuple(shape)}: rotary_tables(max_len, k // heads, base).")
         if found[name][2] is not False:
             fail(f"{MODEL_NAME}.{name} is saved in the state_dict: the tables are computed from the sizes, so "
-                 "register them with persistent=False.",
-                 mistake=M["modern-tables-persistent"])
+                 "register them with persistent=False.", mistake=M["modern-tables-persistent"])
 
 
 def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
@@ -665,8 +538,7 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     for i in range(case.depth):
         for name, how in (("norm1", "RMSNorm(k)"), ("attention", "GroupedQueryAttention(k, heads, kv_heads)"),
                           ("norm2", "RMSNorm(k)"), ("ff", "SwiGLU(k, swiglu_hidden(k))")):
-            modules.expect_part(ev, f"{key}.blocks.{i}", f"{MODEL_NAME}.blocks[{i}]", name,
-                                how.split("(", 1)[0], how)
+            modules.expect_part(ev, f"{key}.blocks.{i}", f"{MODEL_NAME}.blocks[{i}]", name, how.split("(", 1)[0], how)
     modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
     _expect_tables_buffers(ev, key, case)
@@ -681,11 +553,11 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
 def modern_lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
               layout: str = "pre", final_norm: bool = True, causal: bool = True, mask_offset: bool = True
               ) -> tuple[torch.Tensor, list]:
-    """The model composed of the oracles (F.rms_norm, the rotation, sdpa with enable_gqa, F.silu): (logits, cache).
-    The keywords switch on the typical mistakes."""
+    """The model composed of the oracles (F.rms_norm, the rotation, sdpa with enable_gqa, F.silu): (logits (b, t,
+    vocab), cache). The keywords switch on the typical mistakes."""
     t, k = tokens.shape[1], case.k
     past = 0 if cache is None else cache[0][0].shape[2]
-    cos, sin = reference_tables(case.max_len, k // case.heads)
+    cos, sin = _tables(case.max_len, k // case.heads, DEFAULT_BASE)
     mask = torch.ones(t, past + t, dtype=torch.bool)
     mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
     x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
@@ -718,57 +590,37 @@ def modern_lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tens
     return F.linear(x, w["to_logits.weight"]), new_cache
 
 
-_MODERN_MISTAKES = ((M["modern-post-norm"], MappingProxyType({"layout": "post", "final_norm": False})),
-                   (M["modern-post-norm"], MappingProxyType({"layout": "post"})),
-                   (M["modern-no-final-norm"], MappingProxyType({"final_norm": False})),
-                   (M["modern-no-residual"], MappingProxyType({"layout": "no-residual"})),
-                   (M["modern-no-residual"], MappingProxyType({"layout": "no-residual", "final_norm": False})),
-                   (M["modern-no-causal-mask"], MappingProxyType({"causal": False})))
+_MODERN_MISTAKES = ((M["modern-post-norm"], {"layout": "post", "final_norm": False}),
+                    (M["modern-post-norm"], {"layout": "post"}), (M["modern-no-final-norm"], {"final_norm": False}),
+                    (M["modern-no-residual"], {"layout": "no-residual"}),
+                    (M["modern-no-residual"], {"layout": "no-residual", "final_norm": False}),
+                    (M["modern-no-causal-mask"], {"causal": False}))
 
 _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm1(x), cos, sin, mask, past), then "
-               "x = x + ff(norm2(x)); finally to_logits(norm(x)); the mask is causal, (t, t_past + t), "
-               "tril(diagonal=t_past).")
+                "x = x + ff(norm2(x)); finally to_logits(norm(x)); the mask is causal, (t, t_past + t), "
+                "tril(diagonal=t_past).")
 
 
-def _modern_mistakes(w, case, tokens, cache=None) -> list[tuple[Mistake, torch.Tensor]]:
+def _modern_mistakes(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None
+                     ) -> list[tuple[Mistake, torch.Tensor]]:
+    """The logits of the typical mistakes (with a cache, also the mask not shifted by it)."""
     offset = (M["modern-cache-mask-not-offset"], {"mask_offset": False})
-    switches = (*_MODERN_MISTAKES, offset) if cache else _MODERN_MISTAKES
     with torch.no_grad():
-        return [(m, modern_lm(w, case, tokens, cache, **sw)[0]) for m, sw in switches]
+        return [(m, modern_lm(w, case, tokens, cache, **sw)[0])
+                for m, sw in ((*_MODERN_MISTAKES, offset) if cache else _MODERN_MISTAKES)]
 
 
-def _modern_logits(ev: Evidence, key: str, case: ModelCase, t: int, what: str) -> torch.Tensor:
+def _modern_logits(ev: Evidence, key: str, case: ModelCase, what: str) -> torch.Tensor:
+    """The logits (b, t, vocab) recorded under key: a tensor, not a tuple."""
     __tracebackhide__ = True
-    if value_kind(ev, key) == "tuple" and "use_cache" not in what:
+    if compare.value_kind(ev, key) == "tuple":
         fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.")
-    return output(ev, key, what=what, shape=(case.b, t, case.vocab), hint=_MODERN_HINT)
+    return output(ev, key, what=what, shape=(case.b, case.t, case.vocab), hint=_MODERN_HINT)
 
 
-def _expect_model_logits(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str,
-                         label: str, cache: list | None = None) -> None:
-    __tracebackhide__ = True
-    with torch.no_grad():
-        want = modern_lm(w, case, tokens, cache)[0]
-    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=_modern_mistakes(w, case, tokens, cache),
-                       otherwise=_MODERN_HINT, case=label)
-
-
-def _expect_model_structure(ev: Evidence, run: ModelRun) -> None:
-    """The parts and buffers asked for, and logits a decoder of them, right or typically wrong, computes."""
-    __tracebackhide__ = True
-    case, tokens = run.case, run.tokens()
-    w = _modern_weights(ev, run)
-    logits = _modern_logits(ev, f"{run.key}.logits", case, case.t, f"{MODEL_NAME}.forward(tokens)")
-    with torch.no_grad():
-        want = modern_lm(w, case, tokens)[0]
-    if not matches_any(logits, [want, *(out for _, out in _modern_mistakes(w, case, tokens))], ev.device):
-        fail(f"{MODEL_NAME} has the right parts, but its logits are not those of a decoder of them with the check's "
-             f"weights: {_MODERN_HINT}", want[0], logits[0], case=f"{case.call}, tokens {tuple(tokens.shape)}, "
-                                                               "sequence 0")
-
-
-def _expect_model(ev: Evidence, run: ModelRun) -> None:
-    """Structure; logits against the composed oracle; causality; the cache; gradients; the length check."""
+def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
+    """Structure; logits against the composed oracle (structure: those of a decoder of its parts, right or typically
+    wrong, are enough); causality; the cache; gradients; the length check."""
     __tracebackhide__ = True
     if run.secret and not grading():
         return
@@ -776,26 +628,31 @@ def _expect_model(ev: Evidence, run: ModelRun) -> None:
     w = _modern_weights(ev, run)
     what = f"{MODEL_NAME}.forward(tokens)"
     label = f"{case.call}, tokens {tuple(tokens.shape)}"
-    logits = _modern_logits(ev, f"{run.key}.logits", case, case.t, what)
+    logits = _modern_logits(ev, f"{run.key}.logits", case, what)
+    with torch.no_grad():
+        want = modern_lm(w, case, tokens)[0]
+    if structure:
+        if not matches_any(logits, [want, *(out for _, out in _modern_mistakes(w, case, tokens))], ev.device):
+            fail(f"{MODEL_NAME} has the right parts, but its logits are not those of a decoder of them with the "
+                 f"check's weights: {_MODERN_HINT}", want[0], logits[0], case=f"{label}, sequence 0")
+        return
     for j in run.changed:
-        changed = _modern_logits(ev, f"{run.key}.changed{j}", case, case.t, what)
+        changed = _modern_logits(ev, f"{run.key}.changed{j}", case, what)
         if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
             named = next((m for m, out in _modern_mistakes(w, case, tokens) if matches_any(logits, [out], ev.device)),
                          M["modern-reads-future"])
             fail(f"{MODEL_NAME} is not causal: changing the tokens from position {j} on changed the logits at "
                  f"positions 0-{j - 1}: {named.explanation}", logits[0, :j, 0], changed[0, :j, 0],
                  case=f"first logit at positions 0-{j - 1}, sequence 0", mistake=named)
-    _expect_model_logits(ev, logits, w, case, tokens, what, label)
+    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=_modern_mistakes(w, case, tokens),
+                       otherwise=_MODERN_HINT, case=label)
     if run.chunks:
         _expect_model_cache(ev, run, w, logits)
     if run.upstream:
         modules.expect_differentiable(ev, f"{run.key}.logits", what)
-
-        def forward(leaves: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            return modern_lm(leaves, case, tokens)[0]
-
-        modules.expect_gradients(ev, modules.autograd(forward, w, {}, run.upstream_gradient()), owner=MODEL_NAME,
-                                 case=label, oracle="the composition of PyTorch's pieces with your weights")
+        grads = modules.autograd(lambda leaves: modern_lm(leaves, case, tokens)[0], w, {}, run.upstream_gradient())
+        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label,
+                                 oracle="the composition of PyTorch's pieces with your weights")
     if run.too_long:
         call = f"{MODEL_NAME}.forward on {case.max_len + 1} tokens with max_len={case.max_len}"
         fact = ev.facts.get(f"{run.key}.too_long")
@@ -806,48 +663,45 @@ def _expect_model(ev: Evidence, run: ModelRun) -> None:
                  mistake=M["modern-no-length-check"])
 
 
-def _expect_model_cache(ev: Evidence, run: ModelRun, w, logits: torch.Tensor) -> None:
+def _expect_model_cache(ev: Evidence, run: ModelRun, w: Mapping[str, torch.Tensor], logits: torch.Tensor) -> None:
     """Each chunk with the cache of the calls before: the logits of one call, and a cache per block of
     (b, kv_heads, positions so far, s)."""
     __tracebackhide__ = True
     case, tokens = run.case, run.tokens()
     cache, start = None, 0
-    shape = (case.b, case.kv_heads, 0, case.k // case.heads)
     for i, size in enumerate(run.chunks):
-        end = start + size
-        key = f"{run.key}.step{i}"
+        end, key = start + size, f"{run.key}.step{i}"
         what = (f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True)" if start else
                 f"{MODEL_NAME}.forward(tokens[:, :{end}], use_cache=True)")
         raised(ev, key, what, _MODERN_HINT)
         fact = ev.facts.get(key)
-        if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
+        if compare.value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
             fail(f"{what} should return the pair (logits, cache).")
         step = output(ev, f"{key}.0", what=what, shape=(case.b, size, case.vocab), hint=_MODERN_HINT)
-        label = f"{case.call}, tokens {start}-{end - 1} after a cache of {start}"
         if not matches_any(step, [logits[:, start:end]], ev.device):
             named = next((m for m, out in _modern_mistakes(w, case, tokens[:, start:end], cache)
                           if matches_any(step, [out], ev.device)), M["modern-cache-differs"])
             fail(f"{what} does not give the logits one call on all the tokens gives at those positions: "
-                 f"{named.explanation}", logits[0, start:end], step[0], case=label + ", sequence 0",
-                 mistake=named)
+                 f"{named.explanation}", logits[0, start:end], step[0],
+                 case=f"{case.call}, tokens {start}-{end - 1} after a cache of {start}, sequence 0", mistake=named)
         entries = ev.facts.get(f"{key}.1")
-        if value_kind(ev, f"{key}.1") != "tuple" or not isinstance(entries, dict) \
+        if compare.value_kind(ev, f"{key}.1") != "tuple" or not isinstance(entries, dict) \
                 or entries.get("length") != case.depth:
             fail(f"The cache {what} returned is not a list of {case.depth} (keys, values) pairs, one per block.")
-        want = (*shape[:2], end, shape[3])
+        want = (case.b, case.kv_heads, end, case.k // case.heads)
         for block in range(case.depth):
             for j, name in enumerate(("keys", "values")):
-                value = tensor(ev, f"{key}.1.{block}.{j}")
+                value = compare.tensor(ev, f"{key}.1.{block}.{j}")
                 if value is None or tuple(value.shape) != want:
-                    got = None if value is None else tuple(value.shape)
-                    fail(f"The cached {name} of block {block} after {end} positions have shape {got}; expected "
-                         f"(b, kv_heads, t, s) = {want}: each block's (keys, values) as its attention returns them.")
+                    fail(f"The cached {name} of block {block} after {end} positions have shape "
+                         f"{None if value is None else tuple(value.shape)}; expected (b, kv_heads, t, s) = {want}: "
+                         "each block's (keys, values) as its attention returns them.")
         with torch.no_grad():
             cache = modern_lm(w, case, tokens[:, start:end], cache)[1]
         start = end
 
 
-each_case(probes.modern_lm_structure, _expect_model_structure,
+each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
           passed="token_embedding, blocks (ModernBlocks of norm1, attention, norm2, ff), norm and to_logits without "
                  "biases; cos and sin buffers (max_len, s/2) left out of the state_dict; logits (b, t, vocab_size).")
 each_case(probes.modern_lm_oracle, _expect_model,
@@ -859,4 +713,3 @@ each_case(probes.modern_lm_cache, _expect_model,
 each_case(probes.modern_lm_hidden, _expect_model,
           passed="Depth 3 with one kv head, gradients to every parameter, a ValueError past max_len, and more "
                  "shapes with the cache.")
-
