@@ -236,11 +236,9 @@ class AttentionCase:
     def inputs(self) -> dict[str, torch.Tensor]:
         cos, sin = angle_tables(self.t + 3, self.s // 2, self.seed + 2)
         t = self.t
-        if self.mask == "causal":
-            mask = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
-        else:
-            mask = torch.rand(t, t, generator=generator(self.seed + 3)) < 0.5
-            mask[torch.arange(t), torch.arange(t)] = True  # (t, t): every query may read itself
+        mask = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
+        if self.mask == "random":  # every query may read itself
+            mask = (torch.rand(t, t, generator=generator(self.seed + 3)) < 0.5) | torch.eye(t, dtype=torch.bool)
         return {"x": randn(self.b, t, self.k, seed=self.seed + 1), "cos": cos, "sin": sin, "mask": mask}
 
     def upstream_gradient(self) -> torch.Tensor:
@@ -260,23 +258,17 @@ def _run_attention(rec: Recorder, case: AttentionCase, cls: Callable) -> None:
                            layers=LAYERS)
     if module is None:
         return
-    inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
-    x, cos, sin, mask = inputs["x"], inputs["cos"], inputs["sin"], inputs["mask"]
-    if case.upstream:
-        x = x.clone().requires_grad_(True)
-        with torch.enable_grad():
-            result = rec.call(f"{case.key}.full", module, x, cos, sin, mask)
+    x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
+    x = x.requires_grad_(case.upstream)
+    with torch.set_grad_enabled(case.upstream):
+        result = rec.call(f"{case.key}.full", module, x, cos, sin, mask)
         out = result[0] if isinstance(result, (tuple, list)) and result else None
-        if isinstance(out, torch.Tensor) and out.requires_grad:
+        if case.upstream and isinstance(out, torch.Tensor) and out.requires_grad:
             modules.backward(rec, out, case.upstream_gradient(), {"x": x}, module)
-    else:
-        with torch.no_grad():
-            rec.call(f"{case.key}.full", module, x, cos, sin, mask)
     if case.prefix:
         p = case.prefix
         with torch.no_grad():
-            first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p])
-            past = _attention_pair(first)
+            past = _attention_pair(rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p]))
             if past is not None:
                 rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=past)
 

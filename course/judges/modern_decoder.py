@@ -379,9 +379,10 @@ def _gqa_pair(ev: Evidence, key: str, case: AttentionCase, t: int, positions: in
 
 def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor], key: str, what: str,
                      label: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                     past: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     past: tuple | None = None, structure: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The call forward(x, cos, sin, mask, past) recorded under key against the oracle: out, naming the typical mistake
-    it matches, then the cache (the rotated keys and the values of all positions so far); returns the oracle's."""
+    it matches, then the cache (the rotated keys and the values of all positions so far); returns the oracle's.
+    structure: out need only be the oracle's or a typical mistake's, and the cache only of the right shapes."""
     __tracebackhide__ = True
     out, keys, values = _gqa_pair(ev, key, case, x.shape[1], x.shape[1] + (0 if past is None else past[0].shape[2]),
                                   what)
@@ -391,6 +392,12 @@ def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Te
         want, right = gqa(w, *args)
         wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in (*extra, *_gqa_switches(case.k))]
         unrotated, rotated_values = gqa(w, *args, cache_rotated=False)[1][0], gqa(w, *args, rotated="qkv")[1][1]
+    if structure:
+        if not matches_any(out, [want, *(found for _, found in wrong)], ev.device):
+            fail(f"{ATTENTION_NAME} has the right layers and shapes, but its output is not grouped-query attention "
+                 f"with its weights, right or typically wrong. {_GQA_HINT}", want[0], out[0],
+                 case=label + ", sequence 0")
+        return right
     expect_close_batch(out, want, what=what, device=ev.device, mistakes=wrong, case=label,
                        otherwise="It differs from F.scaled_dot_product_attention(enable_gqa=True) on your projections, "
                                  "rotated. " + _GQA_HINT)
@@ -407,23 +414,24 @@ def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Te
     return right
 
 
-def _expect_gqa_case(ev: Evidence, case: AttentionCase) -> None:
+def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = False) -> None:
     """The module's structure; the full call against the oracle (its gradients too); the first `prefix` positions
-    alone, then the rest with their cache: the outputs and caches of one call."""
+    alone, then the rest with their cache: the outputs and caches of one call. "indivisible": the sizes that do not
+    divide raise a ValueError."""
     __tracebackhide__ = True
+    if case == "indivisible":
+        _expect_indivisible(ev)
+        return
     if case.secret and not grading():
         return
     w = _gqa_weights(ev, case)
     x, cos, sin, mask = case.inputs().values()
     what = f"{case.call}.forward(x, cos, sin, mask)"
-    _expect_gqa_call(ev, case, w, f"{case.key}.full", what, case.label, x, cos, sin, mask)
+    _expect_gqa_call(ev, case, w, f"{case.key}.full", what, case.label, x, cos, sin, mask, structure=structure)
     if case.upstream:
         modules.expect_attached(ev, f"{case.key}.full.0", what)
-
-        def forward(leaves: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-            return gqa(leaves, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[0]
-
-        grads = modules.autograd(forward, w, {"x": x}, case.upstream_gradient())
+        grads = modules.autograd(lambda leaves, x: gqa(leaves, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[0],
+                                 w, {"x": x}, case.upstream_gradient())
         modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=case.label,
                                  oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
     if case.prefix:
@@ -435,21 +443,9 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase) -> None:
                          f"{p}", x[:, p:], cos, sin, mask[p:], past)
 
 
-def _expect_gqa_structure(ev: Evidence, item: AttentionCase | str) -> None:
-    """Structure, output and cache shapes, anchored to real computations; ValueError for sizes that do not divide."""
+def _expect_indivisible(ev: Evidence) -> None:
+    """ValueError for sizes that do not divide."""
     __tracebackhide__ = True
-    if item != "indivisible":
-        case = item
-        w = _gqa_weights(ev, case)
-        args = (case.k, case.heads, case.kv_heads, *case.inputs().values())
-        out, _, _ = _gqa_pair(ev, f"{case.key}.full", case, case.t, case.t, f"{case.call}.forward(x, cos, sin, mask)")
-        with torch.no_grad():
-            candidates = [gqa(w, *args)[0], *(gqa(w, *args, **sw)[0] for _, sw in _gqa_switches(case.k))]
-        if not matches_any(out, candidates, ev.device):
-            fail(f"{ATTENTION_NAME} has the right layers and shapes, but its output is not grouped-query attention "
-                 f"with its weights, right or typically wrong. {_GQA_HINT}", candidates[0][0], out[0],
-                 case=case.label + ", sequence 0")
-        return
     for key, call in (("indivisible_k", f"{ATTENTION_NAME}(10, heads=4, kv_heads=2)"),
                       ("indivisible_heads", f"{ATTENTION_NAME}(12, heads=4, kv_heads=3)")):
         fact = ev.facts.get(key)
@@ -465,7 +461,7 @@ def _expect_gqa_structure(ev: Evidence, item: AttentionCase | str) -> None:
                  "the right type and a wrong value.", mistake=M["gqa-no-divisibility-check"])
 
 
-each_case(probes.gqa_structure, _expect_gqa_structure,
+each_case(probes.gqa_structure, partial(_expect_gqa_case, structure=True),
           passed="to_queries and unify_heads nn.Linear(k, k), to_keys and to_values nn.Linear(k, kv_heads·s), no "
                  "biases; out (b, t, k) and a cache (b, kv_heads, t, s); a ValueError for k=10, heads=4 and for "
                  "heads=4, kv_heads=3.")
@@ -564,27 +560,23 @@ def modern_lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tens
     new_cache = []
     for i in range(case.depth):
         p = f"blocks.{i}."
-
-        def norm(name: str, h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return F.rms_norm(h, (k,), w[f"{p}{name}.gain"], DEFAULT_EPS)
-
-        def attend(h: torch.Tensor, p: str = p, i: int = i) -> torch.Tensor:
-            out, kv = gqa(w, k, case.heads, case.kv_heads, h, cos, sin, mask, None if cache is None else cache[i],
-                          prefix=f"{p}attention.")
-            new_cache.append(kv)
-            return out
-
-        def ff(h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return _swiglu({n: w[f"{p}ff.{n}"] for n in ("gate.weight", "up.weight", "down.weight")}, k, 0, h)
-
+        norm1, norm2 = (partial(F.rms_norm, normalized_shape=(k,), weight=w[f"{p}{n}.gain"], eps=DEFAULT_EPS)
+                        for n in ("norm1", "norm2"))
+        ff = partial(_swiglu, {n: w[f"{p}ff.{n}"] for n in ("gate.weight", "up.weight", "down.weight")}, k, 0)
+        attend = partial(gqa, w, k, case.heads, case.kv_heads, cos=cos, sin=sin, mask=mask,
+                         past=None if cache is None else cache[i], prefix=f"{p}attention.")
         if layout == "post":
-            x = norm("norm1", x + attend(x))
-            x = norm("norm2", x + ff(x))
+            out, kv = attend(x)
+            x = norm1(x + out)
+            x = norm2(x + ff(x))
         elif layout == "no-residual":
-            x = ff(norm("norm2", attend(norm("norm1", x))))
+            out, kv = attend(norm1(x))
+            x = ff(norm2(out))
         else:
-            x = x + attend(norm("norm1", x))
-            x = x + ff(norm("norm2", x))
+            out, kv = attend(norm1(x))
+            x = x + out
+            x = x + ff(norm2(x))
+        new_cache.append(kv)
     if final_norm:
         x = F.rms_norm(x, (k,), w["norm.gain"], DEFAULT_EPS)
     return F.linear(x, w["to_logits.weight"]), new_cache
