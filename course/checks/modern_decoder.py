@@ -29,17 +29,13 @@ LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 
 # ---------------------------------------------------------------- RMSNorm and SwiGLU: modules run on x
 
-def _x(shape: tuple[int, ...], seed: int, scale: float, shift: float) -> dict[str, torch.Tensor]:
-    return {"x": scale * (randn(*shape, seed=seed) + shift)}
-
-
 def x_case(key: str, shape: tuple[int, ...], seed: int, *, scale: float = 1.0, shift: float = 0.0, label: str = "",
            upstream: int | None = None, secret: bool = False) -> Case:
     """x = scale · (randn(shape) + shift) drawn from seed; upstream: the seed of an upstream gradient of x's shape."""
     grad = None if upstream is None else partial(randn, *shape, seed=upstream)
     words = label or f"x of shape {shape}" + (f", mean {shift:g}" if shift else "") + \
         (f", times {scale:g}" if scale != 1.0 else "")
-    return Case(key, partial(_x, tuple(shape), seed, scale, shift), words, secret, grad)
+    return Case(key, lambda: {"x": scale * (randn(*shape, seed=seed) + shift)}, words, secret, grad)
 
 
 rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
@@ -245,14 +241,6 @@ class AttentionCase:
         return randn(self.b, self.t, self.k, seed=self.seed + 4)
 
 
-def _attention_pair(result: Any) -> tuple | None:
-    """The (keys, values) of a forward's (out, (keys, values)), else None."""
-    if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], (tuple, list)) \
-            and len(result[1]) == 2:
-        return tuple(result[1])
-    return None
-
-
 def _run_attention(rec: Recorder, case: AttentionCase, cls: Callable) -> None:
     module = modules.build(rec, f"{case.key}.module", cls, case.k, case.heads, case.kv_heads, seed=case.seed,
                            layers=LAYERS)
@@ -268,9 +256,10 @@ def _run_attention(rec: Recorder, case: AttentionCase, cls: Callable) -> None:
     if case.prefix:
         p = case.prefix
         with torch.no_grad():
-            past = _attention_pair(rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p]))
-            if past is not None:
-                rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=past)
+            first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p])
+            if isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[1], (tuple, list)) \
+                    and len(first[1]) == 2:  # (out, (keys, values))
+                rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=tuple(first[1]))
 
 
 def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:

@@ -59,14 +59,13 @@ def _rms_variant(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS
     return x * torch.rsqrt(square + eps) * (1.0 if how == "no-gain" else w["gain"])
 
 
-_RMS_MISTAKES = ((M["rms-eps-outside-root"], "eps-outside"), (M["rms-mean-subtracted"], "mean"),
-                 (M["rms-sum-not-mean"], "sum"), (M["rms-no-gain"], "no-gain"), (M["rms-wrong-dim"], "all"),
-                 (M["rms-wrong-dim"], "dim0"), (M["rms-wrong-dim"], "dim-2"))
-
-
 def _rms_simulators(k: int, eps: float | None = None, x: torch.Tensor | None = None
                     ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    found = [(mistake, partial(_rms_variant, how=how)) for mistake, how in _RMS_MISTAKES]
+    """The typical mistakes as variants of RMSNorm; another default eps only where the module was built with it."""
+    hows = [(M["rms-eps-outside-root"], "eps-outside"), (M["rms-mean-subtracted"], "mean"),
+            (M["rms-sum-not-mean"], "sum"), (M["rms-no-gain"], "no-gain"), (M["rms-wrong-dim"], "all"),
+            (M["rms-wrong-dim"], "dim0"), (M["rms-wrong-dim"], "dim-2")]
+    found = [(mistake, partial(_rms_variant, how=how)) for mistake, how in hows]
     if eps is None:  # built with the default eps
         found += [(M["rms-default-eps"], partial(_rms_variant, how="right", default=other))
                   for other in (1e-5, 1e-8, 0.0, torch.finfo(torch.float32).eps)]
@@ -478,14 +477,10 @@ each_case(probes.gqa_hidden, _expect_gqa_case,
 
 # ---------------------------------------------------------------- ModernLanguageModel
 
-def swiglu_hidden(k: int) -> int:
-    """The notebook's hidden size of SwiGLU."""
-    return round(8 * k / 3)
-
-
 def _modern_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
     """Every parameter's shape, in the model's order: the embedding, each block's, the final norm, to_logits."""
-    vocab, k, kv, hidden = case.vocab, case.k, case.kv_heads * (case.k // case.heads), swiglu_hidden(case.k)
+    vocab, k, kv = case.vocab, case.k, case.kv_heads * (case.k // case.heads)
+    hidden = round(8 * k / 3)  # the notebook's swiglu_hidden(k)
     block = {"norm1.gain": (k,), "attention.to_queries.weight": (k, k), "attention.to_keys.weight": (kv, k),
              "attention.to_values.weight": (kv, k), "attention.unify_heads.weight": (k, k), "norm2.gain": (k,),
              "ff.gate.weight": (hidden, k), "ff.up.weight": (hidden, k), "ff.down.weight": (k, hidden)}
