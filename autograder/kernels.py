@@ -183,9 +183,9 @@ class ForkServer:
             listener.listen(64)
             command = [plan["python"], "-c", Path(forkserver.__file__).read_text(), str(listener.fileno())]
             # the same bwrap sandbox as a kernel's (each kernel adds its folder and hides its assignment's answers)
-            argv = sandbox._bwrap_argv(plan, Path(plan["work"]), Path(plan["ipc"]), None, None, command, server=env)
+            argv = sandbox.bwrap_argv(plan, Path(plan["work"]), Path(plan["ipc"]), None, None, command, server=env)
             self.process = subprocess.Popen(argv, pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
-                                            preexec_fn=lambda: sandbox._set_rlimits(plan["limits"]))
+                                            preexec_fn=lambda: sandbox.set_rlimits(plan["limits"]))
         finally:
             listener.close()
 
@@ -204,12 +204,12 @@ def fork_server(plan_file: str, kernel_env: dict[str, str]) -> str | None:
     environment kernels get (the grader's with kernel_env on top), started now unless it runs already; None where
     kernels are not forked: the grader is not root (it could not give each kernel its own uid), or the kernel's
     view needs something under /run, where the server sees the grading folder."""
-    if not sandbox._switches_uid():
+    if not sandbox.switches_uid():
         return None
     plan = json.loads(Path(plan_file).read_text())
-    if any(sandbox._within(path, "/run") for path in plan["ro_bind"]):
+    if any(sandbox.within(path, "/run") for path in plan["ro_bind"]):
         return None
-    env = sandbox._environment(plan, {**os.environ, **kernel_env})
+    env = sandbox.kernel_environment(plan, {**os.environ, **kernel_env})
     key = (str(plan_file), tuple(sorted(env.items())))
     servers = _servers()
     found = servers.get(key)

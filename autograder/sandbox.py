@@ -132,7 +132,8 @@ class Limits:
         return max(64, min(self.memory_mb, 10 * self.file_mb))
 
 
-def _switches_uid() -> bool:
+def switches_uid() -> bool:
+    """True where kernels can run as a uid of their own (the grader is root and has setpriv)."""
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
@@ -141,7 +142,7 @@ def describe() -> str:
     reason = available()
     if reason:
         return f"no sandbox: {reason}"
-    if _switches_uid():
+    if switches_uid():
         return "bwrap sandbox, kernel runs as its own uid (grader is root), warm kernels forked from a fork server"
     return ("bwrap sandbox without uid switch (grader is not root): the process limit counts all of the "
             "grader user's processes, and concurrent kernels are not isolated from each other")
@@ -158,11 +159,11 @@ def available() -> str | None:
         os.chmod(probe, 0o777)
         plan = _plan(Path(probe), Limits(), 61000)
         command = [os.path.abspath(sys.executable), "-c", "import ipykernel, sys; sys.exit(0)"]
-        argv = _bwrap_argv(plan, cwd=Path(probe), ipc=None, kernel_uid=61000 if _switches_uid() else None,
+        argv = bwrap_argv(plan, cwd=Path(probe), ipc=None, kernel_uid=61000 if switches_uid() else None,
                            conn_fd=None, command=command)
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                                    preexec_fn=lambda: _set_rlimits(plan["limits"]))
+                                    preexec_fn=lambda: set_rlimits(plan["limits"]))
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"bwrap does not run here ({type(error).__name__}: {error}): pass --no-sandbox on a trusted machine"
     if result.returncode != 0:
@@ -191,7 +192,7 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     ipc = base / "ipc"
     ipc.mkdir(parents=True, exist_ok=True)
     # Kernels run as distinct uids when the grader is root: the socket folder is shared like /tmp.
-    os.chmod(ipc, 0o1777 if _switches_uid() else 0o700)
+    os.chmod(ipc, 0o1777 if switches_uid() else 0o700)
     plan = _plan(work, limits, uid, hide)
     plan["ipc"] = str(ipc)
     plan["answers"] = _answer_stubs(base / "stubs")
@@ -258,7 +259,8 @@ def _real(path: str | Path) -> str:
     return os.path.realpath(os.path.abspath(path))
 
 
-def _within(path: str, folder: str) -> bool:
+def within(path: str, folder: str) -> bool:
+    """True when path is folder or lies under it (as strings: nothing is resolved)."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
@@ -293,22 +295,22 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
     candidates = [*HIDDEN, os.path.expanduser("~"), runtime, str(REPO), str(REPO.parent), work, *extra]
     hides: list[str] = []
     for path in sorted({_real(p) for p in candidates if p}, key=len):
-        private = any(_within(path, t) for t in ("/tmp", "/dev/shm"))  # a fresh tmpfs in the sandbox anyway
-        if path != "/" and not private and not any(_within(path, h) for h in hides) and os.path.isdir(path):
+        private = any(within(path, t) for t in ("/tmp", "/dev/shm"))  # a fresh tmpfs in the sandbox anyway
+        if path != "/" and not private and not any(within(path, h) for h in hides) and os.path.isdir(path):
             hides.append(path)
-    blanks = [p for p in extra if os.path.isfile(p) and not any(_within(p, h) for h in [*hides, "/tmp", "/dev/shm"])]
+    blanks = [p for p in extra if os.path.isfile(p) and not any(within(p, h) for h in [*hides, "/tmp", "/dev/shm"])]
     secret = [str(REPO), work, *extra]
     binds: list[str] = []
     python = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
               os.path.dirname(os.path.dirname(_real(sys.executable))), *_editable_paths()]
     for path in python:
         for form in {os.path.abspath(path), _real(path)}:
-            if not os.path.isdir(form) or _within(form, str(PACKAGE)) or form in binds:
+            if not os.path.isdir(form) or within(form, str(PACKAGE)) or form in binds:
                 continue
-            if any(_within(s, form) for s in secret):  # binding it back would expose the repo or the grading
+            if any(within(s, form) for s in secret):  # binding it back would expose the repo or the grading
                 continue
             # hidden folders and the private /tmp cover it (a checkout under /tmp, say): bind it back read-only
-            if any(_within(form, h) for h in [*hides, "/tmp"]):
+            if any(within(form, h) for h in [*hides, "/tmp"]):
                 binds.append(form)
     return {"work": work, "hide": hides, "blank": blanks, "empty": os.path.join(work, ".sandbox", "empty"),
             "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid,
@@ -319,7 +321,9 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
 # The launcher: kernel.json's argv, run by jupyter_client outside the sandbox with the kernel's cwd.
 
 
-def _set_rlimits(limits: dict) -> None:
+def set_rlimits(limits: dict) -> None:
+    """Lower this process's resource limits to the plan's (never above a hard limit already set)."""
+
     def cap(which: int, value: int) -> None:
         _, hard = resource.getrlimit(which)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -331,7 +335,7 @@ def _set_rlimits(limits: dict) -> None:
     cap(resource.RLIMIT_CORE, 0)
 
 
-def _environment(plan: dict, source: dict[str, str] | None = None) -> dict[str, str]:
+def kernel_environment(plan: dict, source: dict[str, str] | None = None) -> dict[str, str]:
     """The kernel's whole environment, from the grader's (source, default os.environ): only PASS_ENV passes."""
     source = os.environ if source is None else source
     env = {k: v for k, v in source.items() if k in PASS_ENV or k.startswith(PASS_ENV_PREFIXES)}
@@ -349,7 +353,7 @@ def _environment(plan: dict, source: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
-def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None, conn_fd: int | None,
+def bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None, conn_fd: int | None,
                 command: list[str], server: dict[str, str] | None = None) -> list[str]:
     """bwrap's arguments for a kernel in folder cwd (the assignment is its name) or, with server (its environment),
     for the fork server of the assignment cwd.name: the grading folder at forkserver.STAGING instead of the
@@ -377,7 +381,7 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
         # bwrap would create the missing parents on a tmpfs with mode 0700: the kernel's uid could not pass
         for parent in reversed(Path(destination).parents):
             folder = str(parent)
-            if folder not in made and folder not in tmpfs and any(_within(folder, t) for t in tmpfs):
+            if folder not in made and folder not in tmpfs and any(within(folder, t) for t in tmpfs):
                 made.add(folder)
                 argv += ["--perms", "0755", "--dir", folder]
         argv += [option, path, destination]
@@ -393,7 +397,7 @@ def _bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None,
     for path in plan["hide"]:
         argv += ["--remount-ro", path]
     argv += ["--chdir", "/" if server else inside, "--clearenv"]
-    for key, value in sorted((server or _environment(plan)).items()):
+    for key, value in sorted((server or kernel_environment(plan)).items()):
         argv += ["--setenv", key, value]
     if server:
         for capability in SERVER_CAPABILITIES:
@@ -450,7 +454,7 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
         raise SystemExit("autograder sandbox: the kernel must use KernelManager.transport = 'ipc'")
     ipc = Path(info["ip"]).parent.resolve()
     kernel_uid = None
-    if _switches_uid():
+    if switches_uid():
         # Unique among running kernels (this pid is bwrap's until the kernel is gone), so RLIMIT_NPROC and
         # socket permissions separate concurrent kernels, even those of different grading processes.
         kernel_uid = plan["uid"] + os.getpid()
@@ -467,9 +471,9 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
     os.close(write)
     os.set_inheritable(read, True)
     os.umask(0o077)  # the kernel's sockets and files: its own uid only (root, the grader, still reads them)
-    _set_rlimits(plan["limits"])
+    set_rlimits(plan["limits"])
     command = [plan["python"], "-c", KERNEL_START, "-f", CONNECTION, *extra]
-    argv = _bwrap_argv(plan, cwd, ipc, kernel_uid, read, command)
+    argv = bwrap_argv(plan, cwd, ipc, kernel_uid, read, command)
     os.execvp(argv[0], argv)
 
 
@@ -488,7 +492,7 @@ def _forked(server: str, plan: dict, info: dict, cwd: Path, kernel_uid: int, ext
         return None
     request = {"connection": info, "connection_path": CONNECTION, "folder": folder, "assignment": cwd.name,
                "stubs": stubs, "cache": cache, "cache_bytes": MB,
-               "inside": INSIDE, "uid": kernel_uid, "env": _environment(plan), "argv": ["-f", CONNECTION, *extra],
+               "inside": INSIDE, "uid": kernel_uid, "env": kernel_environment(plan), "argv": ["-f", CONNECTION, *extra],
                "tmp_bytes": Limits(**plan["limits"]).tmp_mb * MB}
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

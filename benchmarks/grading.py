@@ -112,9 +112,12 @@ def where(batch: Path, work: Path, n: int, use_sandbox: bool) -> None:
     profile = cProfile.Profile()
     started = time.perf_counter()
     profile.enable()
-    for item in jobs:
-        workspace.grade(item)
-    profile.disable()
+    try:
+        for item in jobs:
+            workspace.grade(item)
+    finally:
+        profile.disable()
+        workspace.close()
     total = time.perf_counter() - started
     stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, primitive, own, cumulative, callers)
     print(f"where a submission's time goes (1 warm worker in-process, {total / len(jobs):.2f} s per submission):")

@@ -12,7 +12,7 @@ from traitlets.config import Config
 from autograder import sandbox
 from autograder.kernels import close_servers, fork_server
 
-pytestmark = pytest.mark.skipif(sandbox.available() is not None or not sandbox._switches_uid(),
+pytestmark = pytest.mark.skipif(sandbox.available() is not None or not sandbox.switches_uid(),
                                 reason="kernels are forked only in the sandbox, where the grader is root")
 
 
@@ -41,7 +41,7 @@ def _ask(path: str, request: dict) -> tuple[list[str], str]:
 
 
 def _request(plan: dict, folder: str, **changes) -> dict:
-    env = sandbox._environment(plan, {**os.environ, "OMP_NUM_THREADS": "1"})
+    env = sandbox.kernel_environment(plan, {**os.environ, "OMP_NUM_THREADS": "1"})
     return {"connection": {}, "connection_path": sandbox.CONNECTION, "folder": folder, "assignment": "a1",
             "stubs": [], "cache": None, "cache_bytes": 1 << 20, "inside": sandbox.INSIDE, "uid": 61000 + os.getpid(),
             "env": env, "argv": [], "tmp_bytes": 64 << 20, **changes}

@@ -205,18 +205,21 @@ def test_a_gradebook_locked_for_a_while_is_retried_and_the_error_names_the_lock(
     job = Job("ada", A, {NB: nbformat.writes(complete_submission(A, NB)).encode()})
     db = str(tmp_path / "ws" / "gradebook.db")
     monkeypatch.setattr("autograder.workspace.RETRY_SECONDS", 0.5)  # the lock is released before the 2nd attempt
-    for attempts, graded in ((1, False), (3, True)):
-        monkeypatch.setattr("autograder.workspace.ATTEMPTS", attempts)
-        ready = threading.Event()
-        locker = threading.Thread(target=_lock, args=(db, 6.5, ready))  # SQLite gives up after 5 s
-        locker.start()
-        ready.wait()
-        try:
-            result = workspace.grade(job)
-        finally:
-            locker.join()
-        if graded:
-            assert result.grade.status == "graded" and result.grade.score == 8, result.grade.message
-        else:
-            assert result.grade.status == "error" and "database is locked" in result.grade.message
-            assert "db upgrade" not in result.grade.message and "attempt 1 of 1" in result.log
+    try:
+        for attempts, graded in ((1, False), (3, True)):
+            monkeypatch.setattr("autograder.workspace.ATTEMPTS", attempts)
+            ready = threading.Event()
+            locker = threading.Thread(target=_lock, args=(db, 6.5, ready))  # SQLite gives up after 5 s
+            locker.start()
+            ready.wait()
+            try:
+                result = workspace.grade(job)
+            finally:
+                locker.join()
+            if graded:
+                assert result.grade.status == "graded" and result.grade.score == 8, result.grade.message
+            else:
+                assert result.grade.status == "error" and "database is locked" in result.grade.message
+                assert "db upgrade" not in result.grade.message and "attempt 1 of 1" in result.log
+    finally:
+        workspace.close()  # its warm kernel and fork server

@@ -54,7 +54,7 @@ STARTS = ["cold", "forked"]
 def run(work: Path, cwd: Path, limits: sandbox.Limits, cells: dict[str, str], hide=(), start: str = "cold"
         ) -> dict[str, str]:
     """Execute the cells in one sandboxed kernel; each cell's outputs as text, and the seconds it all took."""
-    if start == "forked" and not sandbox._switches_uid():
+    if start == "forked" and not sandbox.switches_uid():
         pytest.skip("kernels are forked only where the grader is root")
     config = Config()
     sandbox.configure(config, work, limits, hide=hide)

@@ -99,7 +99,7 @@ def test_a_warm_kernel_carries_nothing_of_the_student_before_and_a_dead_or_hung_
     assert pool().handed["waiting"] == handed["waiting"] + 1, "bob's kernel was not the one started during ann's"
     assert ann.grade.score == bob.grade.score == ann.grade.max_score, (ann.grade, bob.grade)
     assert "left" in _printed(workspace, "ann", "left")
-    forked = use_sandbox() and sandbox._switches_uid()  # where the grader can, kernels are forked (forkserver.py)
+    forked = use_sandbox() and sandbox.switches_uid()  # where the grader can, kernels are forked (forkserver.py)
     assert _printed(workspace, "bob", "traces") == f"traces False False False False ['{NOTEBOOK}'] {forked}\n"
 
     waiting = [w for w in pool().waiting() if workspace.root.resolve() in w.slot.resolve().parents]
