@@ -1,13 +1,6 @@
-"""Probes for assignment 07: causal_mask, padding_mask, DecoderBlock, Seq2SeqTransformer, teacher_forcing_loss,
-greedy_decode, and the training loop's parts configure_optimizer, learning_rate and train_step.
-
-Each check runs the student's code on the cases declared here (MaskCase, a DecoderBlock's Runs, a ModelRun, a loss
-case of course/checks/kinds.py, a DecodeCase) and records what it gives; its judge (course/judges/seq2seq.py, hidden
-under grading) decides from the same cases with PyTorch's own nn.TransformerDecoderLayer and
-nn.TransformerEncoderLayer carrying the check's weights, F.cross_entropy, and a step-by-step argmax over the
-stand-in models defined here (which are no answers: they only drive the student's loss and decoder). Under grading
-every random input and weight comes from the grader's secret seed, and the cases worked by hand (and the masks,
-whose answers depend only on sizes) add a secret random case (see course/checks/seeds.py).
+"""Probes for assignment 07 (masks, DecoderBlock, Seq2SeqTransformer, the loss, greedy decoding, the training loop's
+parts): each runs the student's code on the cases declared here and records what it gives; the judges are in
+course/judges/seq2seq.py. The stand-in models here are no answers: they only drive the student's loss and decoder.
 """
 
 from collections.abc import Callable
@@ -23,8 +16,7 @@ from course.checks import modules, weights
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, loss_case, losses, property_check
-from course.checks.seeds import grading
+from course.checks.kinds import Built, Case, PropertyCheck, Runs, drawn, loss_case, losses, property_check
 from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
 from course.transformer_block import FeedForward, TransformerBlock
@@ -67,9 +59,7 @@ class MaskCase:
 
 
 def _probe_masks(cases: tuple[MaskCase, ...], mask_function: Callable, rec: Recorder) -> None:
-    for case in cases:
-        if case.secret and not grading():
-            continue
+    for case in drawn(cases):
         *lengths, t = case.sizes()
         if lengths:
             device = rec.device if case.on_device else "cpu"
@@ -80,24 +70,16 @@ def _probe_masks(cases: tuple[MaskCase, ...], mask_function: Callable, rec: Reco
             rec.call(case.key, mask_function, t)
 
 
-class MaskCheck(Check):
-    """A check that records the student's mask function on each of its cases."""
-
-    def __init__(self, name: str, cases: tuple[MaskCase, ...]):
-        super().__init__(name, partial(_probe_masks, cases), module=__name__)
-        self.cases = cases
-
-
-causal_mask_by_hand = MaskCheck("causal_mask_by_hand", (
+causal_mask_by_hand = property_check("causal_mask_by_hand", _probe_masks, (
     MaskCase("mask", (4,), "t=4, shown as 0/1"), MaskCase("mask_secret", partial(secret_causal_length, 3000),
                                                          secret=True)))
-causal_mask_oracle = MaskCheck("causal_mask_oracle", (
+causal_mask_oracle = property_check("causal_mask_oracle", _probe_masks, (
     *(MaskCase(f"mask{t}", (t,), on_device=True) for t in (3, 7, 1)), MaskCase("mask_default", (2,)),
     MaskCase("mask_secret", partial(secret_causal_length, 3010), on_device=True, secret=True)))
-padding_mask_by_hand = MaskCheck("padding_mask_by_hand", (
+padding_mask_by_hand = property_check("padding_mask_by_hand", _probe_masks, (
     MaskCase("mask", ((3, 1, 4), 5), "lengths=[3, 1, 4], t=5, shown as 0/1"),
     MaskCase("mask_secret", partial(secret_padding_case, 3020), secret=True)))
-padding_mask_oracle = MaskCheck("padding_mask_oracle", (
+padding_mask_oracle = property_check("padding_mask_oracle", _probe_masks, (
     *(MaskCase(f"mask{i}", size, on_device=True)
       for i, size in enumerate((((2, 7, 5, 1), 7), ((4, 4), 9), ((6,), 6), ((1, 3, 2, 5, 4), 5)))),
     MaskCase("mask_secret", partial(secret_padding_case, 3030), on_device=True, secret=True)))
@@ -195,6 +177,7 @@ def _run_decoder(rec: Recorder, block: nn.Module, case: Case) -> None:
 
 
 def _probe_decoder_runs(runs: tuple[Runs, ...], DecoderBlock: Callable, rec: Recorder) -> None:
+    """Build DecoderBlock(k, heads, ff_mult=...) for each Runs (args (k, heads, ff_mult)) and record its cases."""
     for run in runs:
         k, heads, ff_mult = run.module.args
         block = _build_with_parts(rec, Built(run.module.key, (k, heads), run.module.seed), DecoderBlock, BLOCK_PARTS,
@@ -205,30 +188,25 @@ def _probe_decoder_runs(runs: tuple[Runs, ...], DecoderBlock: Callable, rec: Rec
             _run_decoder(rec, block, case)
 
 
-class DecoderCheck(Check):
-    """A check that builds DecoderBlock(k, heads, ff_mult=...) for each Runs (args (k, heads, ff_mult)) and records
-    what it computes on the cases."""
-
-    def __init__(self, name: str, runs: tuple[Runs, ...]):
-        super().__init__(name, partial(_probe_decoder_runs, runs), module=__name__)
-        self.runs = runs
+def _decoder_check(name: str, runs: tuple[Runs, ...]) -> PropertyCheck:
+    return property_check(name, _probe_decoder_runs, runs)
 
 
-decoder_block_structure = DecoderCheck("decoder_block_structure", tuple(
+decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
     Runs(Built(f"block{i}", (k, heads, ff_mult), 1000 + i), (decoder_case(f"y{i}", (2, 3, 4, k), 1000 + k),))
     for i, (k, heads, ff_mult) in enumerate(((8, 2, 4), (12, 3, 2)))))
-decoder_block_causality = DecoderCheck("decoder_block_causality", (Runs(Built("block", (8, 2, 4), 1100), (
+decoder_block_causality = _decoder_check("decoder_block_causality", (Runs(Built("block", (8, 2, 4), 1100), (
     decoder_case("y", (2, 5, 7, 8), 1110), decoder_case("y_changed", (2, 5, 7, 8), 1110, change=3))),))
 # (b, t, s, k, heads, ff_mult): t != s, batch > 1, head size != k, odd lengths; then without masks
 BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 4, 9, 16, 4, 1))
-decoder_block_oracle = DecoderCheck("decoder_block_oracle", (
+decoder_block_oracle = _decoder_check("decoder_block_oracle", (
     *(Runs(Built(f"block{i}", (k, heads, ff_mult), 1200 + 50 * i),
            (decoder_case(f"y{i}", (b, t, s, k), 1230 + 10 * i),)) for i, (b, t, s, k, heads, ff_mult) in
       enumerate(BLOCK_CASES)),
     Runs(Built("block_unmasked", (8, 2, 4), 1400), (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),))))
-decoder_block_small_case = DecoderCheck("decoder_block_small_case", (Runs(Built("block", (4, 2, 4), 1450), (
+decoder_block_small_case = _decoder_check("decoder_block_small_case", (Runs(Built("block", (4, 2, 4), 1450), (
     decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),))
-decoder_block_padding_gradients = DecoderCheck("decoder_block_padding_gradients", (
+decoder_block_padding_gradients = _decoder_check("decoder_block_padding_gradients", (
     Runs(Built("block", (8, 2, 4), 1500), (decoder_case("y", (2, 4, 5, 8), 1510),
                                            decoder_case("y_longer", (2, 4, 5, 8), 1510, pad_more=3),
                                            decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),))
@@ -530,30 +508,20 @@ class DecodeCase:
 
 
 def _probe_decodes(cases: tuple[DecodeCase, ...], greedy_decode: Callable, rec: Recorder) -> None:
-    for case in cases:
-        if case.secret and not grading():
-            continue
+    for case in drawn(cases):
         model, src, _ = case.source()
         with torch.no_grad():
             rec.call(case.key, greedy_decode, model.to(rec.device), src.to(rec.device),
                      _source_mask(src).to(rec.device), case.max_len, BOS_ID, EOS_ID)
 
 
-class DecodeCheck(Check):
-    """A check that records the student's greedy decoding on each of its cases."""
-
-    def __init__(self, name: str, cases: tuple[DecodeCase, ...]):
-        super().__init__(name, partial(_probe_decodes, cases), module=__name__)
-        self.cases = cases
-
-
-greedy_decode_scripted = DecodeCheck("greedy_decode_scripted", (
+greedy_decode_scripted = property_check("greedy_decode_scripted", _probe_decodes, (
     DecodeCase("tokens", partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9,
                "a stand-in model; the three sequences end after 3, 1 and 5 tokens"),
     DecodeCase("tokens_secret", partial(secret_scripted_source, 3040, (1, 5), 5, 3), 9,
                "a stand-in model; source lengths {lengths}", secret=True)))
 #: a first translation longer than max_len (cut); under grading, the others of lengths 1 to 3
-greedy_decode_step_by_step = DecodeCheck("greedy_decode_step_by_step", (
+greedy_decode_step_by_step = property_check("greedy_decode_step_by_step", _probe_decodes, (
     DecodeCase("short", partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1)), 4,
                "a stand-in model, max_len=4 shorter than the first translation"),
     DecodeCase("random", _random_translator, 10, "a stand-in translator with random weights"),
@@ -602,30 +570,28 @@ class StandInNetwork(nn.Module):
 
 @dataclass(frozen=True)
 class OptimizerCase:
-    """One call configure_optimizer(StandInNetwork(*sizes()), lr, weight_decay), recorded under key; secret: drawn
-    only under grading, its sizes and settings from a salted seed."""
+    """One call configure_optimizer(StandInNetwork(*sizes), lr, weight_decay), recorded under key; setting: (sizes
+    (vocab, k, blocks), lr, weight_decay), or a function drawing them (secret: only under grading)."""
 
     key: str
-    sizes: tuple[int, int, int] | Callable[[], tuple[int, int, int]]  # (vocab, k, blocks)
-    lr: float | Callable[[], float]
-    weight_decay: float | Callable[[], float]
+    setting: tuple[tuple[int, int, int], float, float] | Callable[[], tuple[tuple[int, int, int], float, float]]
     secret: bool = False
 
     def settings(self) -> tuple[tuple[int, int, int], float, float]:
         """(sizes, lr, weight_decay)."""
-        return tuple(v() if callable(v) else v for v in (self.sizes, self.lr, self.weight_decay))
+        return self.setting() if callable(self.setting) else self.setting
 
     def model(self) -> StandInNetwork:
         return StandInNetwork(*self.settings()[0])
 
 
-def secret_optimizer_setting(seed: int, what: str) -> Any:
-    """Under grading, the secret sizes (vocab 4 to 12, k 2 to 7, 1 to 3 blocks), lr or weight decay of a case."""
+def secret_optimizer_setting(seed: int) -> tuple[tuple[int, int, int], float, float]:
+    """Under grading, the secret sizes (vocab 4 to 12, k 2 to 7, 1 to 3 blocks), lr and weight decay of a case."""
     g = generator(seed)
     sizes = tuple(int(torch.randint(low, high, (), generator=g)) for low, high in ((4, 13), (2, 8), (1, 4)))
     lr = float(10 ** torch.empty(()).uniform_(-4, -2, generator=g))
     weight_decay = float(torch.empty(()).uniform_(0.01, 0.3, generator=g))
-    return {"sizes": sizes, "lr": round(lr, 6), "weight_decay": round(weight_decay, 3)}[what]
+    return sizes, round(lr, 6), round(weight_decay, 3)
 
 
 def _number(value: Any) -> float | None:
@@ -641,9 +607,7 @@ def _probe_optimizers(cases: tuple[OptimizerCase, ...], configure_optimizer: Cal
     model.named_parameters(): the number of groups holding it (key.count), and the weight_decay and lr of the
     first of them (key.decay, key.lr; -1 where none); and how many tensors the groups hold that are not parameters
     of the model (key.foreign)."""
-    for case in cases:
-        if case.secret and not grading():
-            continue
+    for case in drawn(cases):
         model = case.model()
         _, lr, weight_decay = case.settings()
         optimizer = rec.call(case.key, configure_optimizer, model, lr, weight_decay)
@@ -675,19 +639,13 @@ def _probe_optimizers(cases: tuple[OptimizerCase, ...], configure_optimizer: Cal
         rec.tensor(f"{case.key}.foreign", torch.tensor(foreign))
 
 
-def secret_optimizer_case(seed: int) -> OptimizerCase:
-    """Under grading, a case of secret sizes and settings (secret_optimizer_setting(seed, ...))."""
-    return OptimizerCase("optimizer_secret", partial(secret_optimizer_setting, seed, "sizes"),
-                         partial(secret_optimizer_setting, seed, "lr"),
-                         partial(secret_optimizer_setting, seed, "weight_decay"), secret=True)
-
-
 #: (vocab, k, blocks), lr (not AdamW's default 1e-3), weight_decay: the case shown in the notebook, then others
 configure_optimizer_groups = property_check("configure_optimizer_groups", _probe_optimizers, (
-    OptimizerCase("optimizer", (7, 4, 0), 3e-3, 0.1), secret_optimizer_case(3060)))
+    OptimizerCase("optimizer", ((7, 4, 0), 3e-3, 0.1)),
+    OptimizerCase("optimizer_secret", partial(secret_optimizer_setting, 3060), secret=True)))
 configure_optimizer_hidden = property_check("configure_optimizer_hidden", _probe_optimizers, (
-    OptimizerCase("optimizer0", (9, 5, 2), 3e-4, 0.05), OptimizerCase("optimizer1", (5, 3, 1), 2e-2, 0.3),
-    secret_optimizer_case(3070)))
+    OptimizerCase("optimizer0", ((9, 5, 2), 3e-4, 0.05)), OptimizerCase("optimizer1", ((5, 3, 1), 2e-2, 0.3)),
+    OptimizerCase("optimizer_secret", partial(secret_optimizer_setting, 3070), secret=True)))
 
 
 @dataclass(frozen=True)
@@ -715,9 +673,7 @@ def secret_schedule(seed: int) -> tuple[int, float, int]:
 def _probe_schedules(cases: tuple[ScheduleCase, ...], learning_rate: Callable, rec: Recorder) -> None:
     """Every step's learning rate as a number (a one-element tensor is read with float()), or what was raised
     (and at which step), or the type of a value that is not a number."""
-    for case in cases:
-        if case.secret and not grading():
-            continue
+    for case in drawn(cases):
         steps, peak, warmup = case.settings()
         values = []
         for step in range(steps):
@@ -802,9 +758,7 @@ def _record_number(rec: Recorder, key: str, fn: Callable, *args: Any) -> None:
 
 
 def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorder) -> None:
-    for case in cases:
-        if case.secret and not grading():
-            continue
+    for case in drawn(cases):
         model = case.model().to(rec.device)
         optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=INITIAL_LR)
         for name, p in model.named_parameters():

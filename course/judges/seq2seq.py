@@ -1,17 +1,14 @@
-"""Judges for assignment 07 (probes in course/checks/seq2seq.py), read top to bottom: the mistakes; then per exercise
-its oracle with the simulators of its typical mistakes and one declaration per check, judged from the very cases
-its probe drew (the masks against their definitions; DecoderBlock and Seq2SeqTransformer against PyTorch's own
-nn.TransformerDecoderLayer and nn.TransformerEncoderLayer carrying the check's weights, whose boolean masks mean
-True = NOT allowed, so ours are inverted; the loss against F.cross_entropy, a course/judges/kinds.py LossOracle;
-greedy decoding against a step-by-step argmax over the probe's stand-in models). The properties (causality, padding
-invariance, gradients through a typical mistake) are written out, anchored to outputs recomputed here.
+"""Judges for assignment 07 (probes in course/checks/seq2seq.py): the masks against their definitions, DecoderBlock
+and Seq2SeqTransformer against nn.TransformerDecoderLayer / nn.TransformerEncoderLayer carrying the check's weights
+(whose boolean masks mean True = NOT allowed, so ours are inverted), the loss against F.cross_entropy, greedy decoding
+against a step-by-step argmax, each with the simulators of its typical mistakes.
 """
 
 import math
 from collections.abc import Callable
 from functools import partial
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -35,26 +32,13 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Case
+from course.checks.kinds import Built, Case, PropertyCheck
 from course.checks.modules import PARAMETER_COUNT, WRONG_PART_TYPE
 from course.checks.seeds import grading
-from course.checks.seq2seq import (
-    _CAUSAL_POSITIONS,
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    DecodeCase,
-    DecodeCheck,
-    DecoderCheck,
-    MaskCase,
-    MaskCheck,
-    ModelCase,
-    ModelRun,
-)
+from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, DecodeCase, MaskCase, ModelCase, ModelRun
 from course.judges import judge, mistakes, oracles
-from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
+from course.judges.kinds import LossOracle, against_loss, expect_causal
 
-CAUSAL_NAME = "causal_mask(t)"
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
 MODEL_NAME = "Seq2SeqTransformer"
@@ -154,7 +138,7 @@ def _expect_mask(ev: Evidence, case: MaskCase) -> None:
                  case=case.label or f"t={t}")
 
 
-def _against_cases(check: MaskCheck | DecodeCheck, expect: Callable[[Evidence, Any], None], *, passed: str) -> None:
+def _against_cases(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *, passed: str) -> None:
     """Register the judge of check: expect(ev, case) for every case drawn (the secret ones only under grading)."""
 
     def judged(ev: Evidence) -> None:
@@ -250,14 +234,12 @@ def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memo
     return norm(3, h + ff(h))
 
 
-_BLOCK_MISTAKES = ((M["block-cross-reads-itself"], MappingProxyType({"context": "self", "cross_mask": "self"})),
-                   (M["block-cross-reads-itself"], MappingProxyType({"context": "self", "cross_mask": "none"})),
-                   (M["block-memory-not-masked"], MappingProxyType({"cross_mask": "none"})),
-                   (M["block-self-mask-ignored"], MappingProxyType({"use_self_mask": False})),
-                   (M["block-no-residual"], MappingProxyType({"layout": "no-residual"})),
-                   (M["block-pre-norm"], MappingProxyType({"layout": "pre"})),
-                   (M["block-cross-first"], MappingProxyType({"layout": "cross-first"})),
-                   (M["block-cross-on-input"], MappingProxyType({"layout": "cross-on-input"})))
+_BLOCK_MISTAKES = tuple((m, MappingProxyType(switches)) for m, switches in (
+    (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "self"}),
+    (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "none"}),
+    (M["block-memory-not-masked"], {"cross_mask": "none"}), (M["block-self-mask-ignored"], {"use_self_mask": False}),
+    (M["block-no-residual"], {"layout": "no-residual"}), (M["block-pre-norm"], {"layout": "pre"}),
+    (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
 
 
 def _block_oracle(w: dict[str, torch.Tensor], heads: int, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -376,7 +358,7 @@ def _expect_block_gradients(ev: Evidence, w: dict[str, torch.Tensor], heads: int
                              hints={"memory": _MEMORY_GRADIENT_HINT})
 
 
-def _against_block(check: DecoderCheck, *, passed: str, claim: str = "") -> None:
+def _against_block(check: PropertyCheck, *, passed: str, claim: str = "") -> None:
     """Register the judge of a DecoderBlock check: for each block built, its structure and weights, then every
     case against nn.TransformerDecoderLayer with those weights (naming the typical mistake it matches), or only
     anchored to a decoder block's output (claim: what the check shows); a case with an upstream gradient has its
@@ -384,7 +366,7 @@ def _against_block(check: DecoderCheck, *, passed: str, claim: str = "") -> None
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
-        for run in check.runs:
+        for run in check.cases:
             w = _block_weights(ev, run.module)
             heads = run.module.args[1]
             for case in run.cases:
@@ -420,7 +402,7 @@ _against_block(probes.decoder_block_small_case,
 def _judge_block_causality(ev: Evidence) -> None:
     """(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes earlier
     ones."""
-    (run,) = probes.decoder_block_causality.runs
+    (run,) = probes.decoder_block_causality.cases
     w, heads = _block_weights(ev, run.module), run.module.args[1]
     case, changed = run.cases
     b, s, k = case.inputs()["memory"].shape
@@ -438,7 +420,7 @@ def _judge_block_causality(ev: Evidence) -> None:
 def _judge_block_padding(ev: Evidence) -> None:
     """Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as autograd
     through nn.TransformerDecoderLayer gives it."""
-    (run,) = probes.decoder_block_padding_gradients.runs
+    (run,) = probes.decoder_block_padding_gradients.cases
     w, heads = _block_weights(ev, run.module), run.module.args[1]
     case, longer, with_gradient = run.cases
     y = _block_output(ev, case)
@@ -490,16 +472,14 @@ def _model_oracle(w: dict[str, torch.Tensor], case: ModelCase, src, tgt, lengths
     return F.softmax(logits, dim=-1) if softmax else logits
 
 
-_MODEL_MISTAKES = ((M["model-softmax"], MappingProxyType({"softmax": True})),
-                   (M["model-not-causal"], MappingProxyType({"causal": False})),
-                   (M["model-memory-not-masked"], MappingProxyType({"memory_mask": False})),
-                   (M["model-encoder-not-masked"], MappingProxyType({"encoder_mask": False})),
-                   (M["model-padding-not-masked"], MappingProxyType({"encoder_mask": False, "memory_mask": False})),
-                   (M["model-no-target-positions"], MappingProxyType({"tgt_positions": False})),
-                   (M["model-no-source-positions"], MappingProxyType({"src_positions": False})),
-                   (M["model-memory-is-embeddings"], MappingProxyType({"use_encoder": False})),
-                   (M["model-scaled-embeddings"], MappingProxyType({"scaled": True})),
-                   (M["model-target-source-embedding"], MappingProxyType({"tgt_embedding": "src"})))
+_MODEL_MISTAKES = tuple((m, MappingProxyType(switches)) for m, switches in (
+    (M["model-softmax"], {"softmax": True}), (M["model-not-causal"], {"causal": False}),
+    (M["model-memory-not-masked"], {"memory_mask": False}), (M["model-encoder-not-masked"], {"encoder_mask": False}),
+    (M["model-padding-not-masked"], {"encoder_mask": False, "memory_mask": False}),
+    (M["model-no-target-positions"], {"tgt_positions": False}),
+    (M["model-no-source-positions"], {"src_positions": False}),
+    (M["model-memory-is-embeddings"], {"use_encoder": False}), (M["model-scaled-embeddings"], {"scaled": True}),
+    (M["model-target-source-embedding"], {"tgt_embedding": "src"})))
 
 
 def _model_mistake_switches(case: ModelCase, tgt: torch.Tensor) -> list[tuple[Mistake, dict]]:
@@ -617,7 +597,7 @@ def _judge_model_causality(ev: Evidence) -> None:
     w = _model_weights(ev, probes.CAUSALITY_RUN)
     src, tgt, lengths = probes.CAUSALITY_RUN.inputs()
     logits = _logits(ev, "logits", case)
-    for j in _CAUSAL_POSITIONS:
+    for j in probes._CAUSAL_POSITIONS:
         expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", case), j, f"{MODEL_NAME}.forward on targets",
                       _model_mistakes(w, case, src, tgt, lengths), "In training the model could read the answer: "
                       "pass causal_mask(t) as self_mask to every decoder block.", M["model-reads-future"])
@@ -806,8 +786,7 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
     mistakes = _decode_mistakes(model, src, src_mask, max_len, expected, width)
     if width > max_len:
         if torch.equal(out, mistakes[1][1]):
-            fail(f"{DECODE_NAME} is not what was asked: {M['greedy-returns-bos'].explanation}", Rows(expected),
-                 Rows(out), label, M["greedy-returns-bos"].id)
+            _not_asked(DECODE_NAME, M["greedy-returns-bos"], "", Rows(expected), Rows(out), label)
         fail(f"{DECODE_NAME} returned {width} tokens per sequence, more than max_len={max_len}. Generate at most "
              "max_len tokens, and do not return the <bos>.", Rows(expected), Rows(out), label, M["greedy-too-long"])
     if width < n:
@@ -827,26 +806,27 @@ _against_cases(probes.greedy_decode_step_by_step, _expect_decode,
 
 # ---------------------------------------------------------------- the training loop's parts
 
-OPTIMIZER_NAME = "configure_optimizer(model, lr, weight_decay)"
-SCHEDULE_NAME = "learning_rate(step, steps, peak, warmup)"
-STEP_NAME = "train_step(model, optimizer, loss, lr, max_norm)"
+def _not_asked(what: str, mistake: Mistake, more: str = "", *shown: Any) -> NoReturn:
+    """Fail naming mistake: what, its explanation, then more (a table, the groups' lr); shown: expected, actual,
+    case."""
+    __tracebackhide__ = True
+    fail(f"{what} is not what was asked: {mistake.explanation}{more}", *shown, mistake=mistake)
+
+
+def _table(rows: list[tuple[str, ...]], align: Callable[[str, int], str] = str.ljust) -> str:
+    """Lines of a table a message shows, indented so that wrapping keeps them."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("    " + "  ".join(align(cell, w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
 
 
 # configure_optimizer
-
-def _group_table(rows: list[tuple[str, str, str, str]]) -> str:
-    """Lines of a table a message shows, indented so that wrapping keeps them."""
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join("    " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
 
 
 def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
     """The optimizer configured for case: an AdamW whose groups hold every trainable parameter once, with
     weight_decay on those of two or more dimensions and 0 on the others, and the lr given."""
     __tracebackhide__ = True
-    if case.secret and not grading():
-        return
     sizes, lr, weight_decay = case.settings()
     what = f"configure_optimizer(model, lr={lr:g}, weight_decay={weight_decay:g})"
     label = (f"a stand-in model: an Embedding, Linear layers, LayerNorms, a 0-d scale{', blocks' if sizes[2] else ''} "
@@ -868,8 +848,7 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
         fail(f"{what} returned {shown}; it should return the optimizer, a torch.optim.AdamW.")
     if not found.get("adamw"):
         if found.get("adam"):
-            fail(f"{what} is not what was asked: {M['optimizer-plain-adam'].explanation}",
-                 mistake=M["optimizer-plain-adam"])
+            _not_asked(what, M["optimizer-plain-adam"])
         fail(f"{what} returned a {str(fact.get('type'))[:60]}; torch.optim.AdamW is asked.")
     model = case.model()
     params = dict(model.named_parameters())
@@ -893,7 +872,7 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
     rows += [(name, str(dims), f"{weight_decay if dims >= 2 else 0.0:g}", given(name))
              for name, dims in trainable.items()]
     rows += [(name, "frozen", "in no group", given(name)) for name in frozen]
-    table = f"\n\nOn a small case ({label}):\n{_group_table(rows)}"
+    table = f"\n\nOn a small case ({label}):\n{_table(rows)}"
 
     def decayed(name: str) -> bool:
         return held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6)
@@ -904,36 +883,32 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
     matrices = [n for n, d in trainable.items() if d >= 2]
     others = [n for n, d in trainable.items() if d < 2]
     if all(decayed(n) for n in trainable):
-        fail(f"{what} is not what was asked: {M['optimizer-decay-everything'].explanation}{table}",
-             mistake=M["optimizer-decay-everything"])
+        _not_asked(what, M["optimizer-decay-everything"], table)
     if all(decayed(n) for n in others) and all(not_decayed(n) for n in matrices):
-        fail(f"{what} is not what was asked: {M['optimizer-decay-swapped'].explanation}{table}",
-             mistake=M["optimizer-decay-swapped"])
+        _not_asked(what, M["optimizer-decay-swapped"], table)
     if int(foreign.reshape(())) != 0:
         fail(f"{what} holds tensors that are not parameters of the model: build the groups from "
              f"model.parameters().{table}")
     if any(held[name] for name in frozen):
-        fail(f"{what} is not what was asked: {M['optimizer-frozen-included'].explanation}{table}",
-             mistake=M["optimizer-frozen-included"])
+        _not_asked(what, M["optimizer-frozen-included"], table)
     if any(held[name] == 0 for name in trainable):
-        fail(f"{what} is not what was asked: {M['optimizer-parameter-missing'].explanation}{table}",
-             mistake=M["optimizer-parameter-missing"])
+        _not_asked(what, M["optimizer-parameter-missing"], table)
     wrong = [n for n in trainable if not (decayed(n) if trainable[n] >= 2 else not_decayed(n))]
     if wrong:
         fail(f"{what} gives {', '.join(wrong[:3])} the wrong weight decay: weight_decay on every parameter of two "
              f"or more dimensions, 0 on the others, each parameter in exactly one group.{table}")
     lrs = sorted({float(rates[i]) for i, name in enumerate(names) if name in trainable})
     if not all(math.isclose(v, lr, rel_tol=1e-6) for v in lrs):
-        fail(f"{what} is not what was asked: {M['optimizer-lr-not-set'].explanation} The groups have lr "
-             f"{', '.join(f'{v:g}' for v in lrs[:4])}, expected {lr:g}.", mistake=M["optimizer-lr-not-set"])
+        _not_asked(what, M["optimizer-lr-not-set"], f" The groups have lr {', '.join(f'{v:g}' for v in lrs[:4])}, "
+                   f"expected {lr:g}.")
 
 
-each_case(probes.configure_optimizer_groups, _expect_optimizer,
-          passed="An AdamW whose groups hold every trainable parameter once: weight_decay on the weight matrices "
-                 "and the embedding, 0 on the biases, the LayerNorm parameters and a 0-d scale, the frozen matrix "
-                 "left out; the lr given.")
-each_case(probes.configure_optimizer_hidden, _expect_optimizer,
-          passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
+_against_cases(probes.configure_optimizer_groups, _expect_optimizer,
+               passed="An AdamW whose groups hold every trainable parameter once: weight_decay on the weight matrices "
+                      "and the embedding, 0 on the biases, the LayerNorm parameters and a 0-d scale, the frozen "
+                      "matrix left out; the lr given.")
+_against_cases(probes.configure_optimizer_hidden, _expect_optimizer,
+               passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
 
 
 # learning_rate
@@ -987,8 +962,6 @@ def _expect_schedule(ev: Evidence, case: probes.ScheduleCase) -> None:
     """Every step's learning rate of case against the formula, naming the typical mistake it matches, with a small
     table of expected against actual at the steps that matter."""
     __tracebackhide__ = True
-    if case.secret and not grading():
-        return
     steps, peak, warmup = case.settings()
     what = f"learning_rate(step, steps={steps}, peak={peak:g}, warmup={warmup})"
     fact = ev.facts.get(case.key)
@@ -1010,21 +983,20 @@ def _expect_schedule(ev: Evidence, case: probes.ScheduleCase) -> None:
     shown = sorted({*_shown_steps(steps, warmup), wrong})
     rows = [("step", "expected", "yours"), *((str(s), f"{float(expected[s]):.6g}", f"{float(actual[s]):.6g}")
                                             for s in shown)]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    table = "\n".join("    " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
+    table = _table(rows, str.rjust)
     body = f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):\n"
     for mistake, simulated in _schedule_mistakes(steps, peak, warmup):
         if _schedule_close(actual, simulated, peak):
-            fail(f"{what} is not what was asked: {mistake.explanation}{body}{table}", mistake=mistake)
+            _not_asked(what, mistake, body + table)
     fail(f"{what} does not follow the schedule: lr = peak * (step + 1) / warmup for step < warmup, else "
          "peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2." + body + table)
 
 
-each_case(probes.learning_rate_schedule, _expect_schedule,
-          passed="20 steps, 4 of warm-up: peak / 4 at step 0, the peak at step 3, half of it in the middle of the "
-                 "decay, 0 at step 19; and every step in between.")
-each_case(probes.learning_rate_hidden, _expect_schedule,
-          passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
+_against_cases(probes.learning_rate_schedule, _expect_schedule,
+               passed="20 steps, 4 of warm-up: peak / 4 at step 0, the peak at step 3, half of it in the middle of "
+                      "the decay, 0 at step 19; and every step in between.")
+_against_cases(probes.learning_rate_hidden, _expect_schedule,
+               passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
 
 # train_step
@@ -1035,10 +1007,6 @@ def _step_gradient(w: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor)
     loss = ((x @ leaves["weight"].T + leaves["bias"] - y) ** 2).mean()
     grads = torch.autograd.grad(loss, list(leaves.values()))
     return dict(zip(leaves, grads, strict=True))
-
-
-def _norm(g: dict[str, torch.Tensor]) -> float:
-    return math.sqrt(sum(float((v ** 2).sum()) for v in g.values()))
 
 
 def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm", lr_set: str = "all",
@@ -1059,7 +1027,7 @@ def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm"
             lrs = {name: lr if lr_set == "all" or name == "weight" else lrs[name] for name in w}
         g = _step_gradient(w, x, y)
         grad = {name: g[name] + (0 if zero else grad[name]) for name in w}
-        total = _norm(grad)
+        total = math.sqrt(sum(float((v ** 2).sum()) for v in grad.values()))
         used = grad
         if clip == "norm":
             grad = used = {name: v * min(1.0, case.max_norm / (total + 1e-6)) for name, v in grad.items()}
@@ -1067,8 +1035,8 @@ def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm"
             grad = used = {name: v.clamp(-case.max_norm, case.max_norm) for name, v in grad.items()}
         w = {name: w[name] - lrs[name] * used[name] for name in w}
         after.append(w)
-        clipped = min(total, case.max_norm) if total > case.max_norm else total
-        norms.append({"before": total, "after": clipped}[returned] if clip != "before-backward" else 0.0)
+        norms.append({"before": total, "after": min(total, case.max_norm)}[returned] if clip != "before-backward"
+                     else 0.0)
     return after, norms
 
 
@@ -1095,8 +1063,6 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
     """Two calls of train_step on case: the parameters after each against the oracle's (one SGD step along the
     clipped gradient at lr), naming the typical mistake they match; then the norms returned, before clipping."""
     __tracebackhide__ = True
-    if case.secret and not grading():
-        return
     b, n_in, n_out = case.shape()
     what = f"train_step(model, optimizer, loss, lr, max_norm={case.max_norm:g})"
     label = (f"nn.Linear({n_in}, {n_out}) and SGD created at lr {probes.INITIAL_LR:g}, two calls at lr "
@@ -1126,14 +1092,11 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
         first = before if i == 0 else expected[i - 1]
         if _updates_close(actual, expected[i], first, ev.device):
             continue
-        if i == 0:
-            lrs = ev.facts.get(f"{case.key}.lrs0")
-            if _updates_close(actual, before, before, ev.device) or all(
-                    torch.equal(actual[n], before[n]) for n in names):
-                fail(f"{what} did not change the parameters: call loss.backward() and optimizer.step().",
-                     expected[0]["weight"][0], actual["weight"][0], label)
-        else:
-            lrs = ev.facts.get(f"{case.key}.lrs1")
+        lrs = ev.facts.get(f"{case.key}.lrs{i}")
+        if i == 0 and (_updates_close(actual, before, before, ev.device)
+                       or all(torch.equal(actual[n], before[n]) for n in names)):
+            fail(f"{what} did not change the parameters: call loss.backward() and optimizer.step().",
+                 expected[0]["weight"][0], actual["weight"][0], label)
         for mistake, simulated in _step_mistakes(case):
             if all(_updates_close(params(f"after{j}"), simulated[j], before if j == 0 else simulated[j - 1], ev.device)
                    for j in range(i + 1)):
@@ -1144,8 +1107,7 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
                     mistake = M["train-step-clips-before-backward"]
                 about_lr = f" After call {i + 1} the optimizer's groups have lr {lrs}." if mistake in (
                     M["train-step-lr-not-set"], M["train-step-lr-one-group"]) else ""
-                fail(f"{what} is not what was asked: {mistake.explanation}{about_lr}", expected[i]["weight"][0],
-                     actual["weight"][0], label, mistake)
+                _not_asked(what, mistake, about_lr, expected[i]["weight"][0], actual["weight"][0], label)
         fail(f"{what} does not update the parameters as asked (call {i + 1}): set lr in every group, zero the "
              "gradients, loss.backward(), clip the total norm with torch.nn.utils.clip_grad_norm_, then "
              f"optimizer.step(). After call {i + 1} the optimizer's groups have lr {lrs}.",
@@ -1165,22 +1127,20 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
         loss = float(((case.batch(i)[0].double() @ (before if i == 0 else expected[0])["weight"].T
                        + (before if i == 0 else expected[0])["bias"] - case.batch(i)[1].double()) ** 2).mean())
         if math.isclose(got, clipped, rel_tol=1e-3):
-            fail(f"{what} is not what was asked: {M['train-step-norm-after-clipping'].explanation}", *shown,
-                 f"call {i + 1}, max_norm {case.max_norm:g}", M["train-step-norm-after-clipping"])
+            _not_asked(what, M["train-step-norm-after-clipping"], "", *shown,
+                       f"call {i + 1}, max_norm {case.max_norm:g}")
         if math.isclose(got, loss, rel_tol=1e-3):
             fail(f"{what} returned the loss (call {i + 1}); return the gradient norm before clipping, what "
                  "torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
-            fail(f"{what} is not what was asked: {M['train-step-clips-before-backward'].explanation}", *shown,
-                 f"call {i + 1}",
-                 M["train-step-clips-before-backward"])
+            _not_asked(what, M["train-step-clips-before-backward"], "", *shown, f"call {i + 1}")
         fail(f"{what} returned {got:.6g} (call {i + 1}), not the gradient's total norm before clipping: return "
              "what torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
 
 
-each_case(probes.train_step_update, _expect_steps,
-          passed="Two calls on a stand-in (a gradient norm below max_norm): each an SGD step at the lr given, along "
-                 "the gradient of its own loss only; the norm returned.")
-each_case(probes.train_step_clipping, _expect_steps,
-          passed="Two calls with a gradient norm above max_norm: each step along the gradient scaled to max_norm, "
-                 "clipped after backward and before the step; the norm before clipping returned.")
+_against_cases(probes.train_step_update, _expect_steps,
+               passed="Two calls on a stand-in (a gradient norm below max_norm): each an SGD step at the lr given, "
+                      "along the gradient of its own loss only; the norm returned.")
+_against_cases(probes.train_step_clipping, _expect_steps,
+               passed="Two calls with a gradient norm above max_norm: each step along the gradient scaled to "
+                      "max_norm, clipped after backward and before the step; the norm before clipping returned.")
