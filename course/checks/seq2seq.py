@@ -283,36 +283,7 @@ def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, src_mask: to
         return rec.call(key, model, src.to(rec.device), tgt.to(rec.device), mask)
 
 
-def _probe_model_structure(Seq2SeqTransformer, rec: Recorder) -> None:
-    model = _make_model(Seq2SeqTransformer, rec, STRUCTURE_RUN)
-    if model is None:
-        return
-    src, tgt, _ = STRUCTURE_RUN.inputs()
-    with torch.no_grad():
-        rec.call("memory", model.encode, src.to(rec.device), _source_mask(src).to(rec.device))
-    _run_model(rec, "logits", model, src, tgt)
-
-
 _CAUSAL_POSITIONS = (4, 2)
-
-
-def _changed_targets(case: ModelCase, tgt: torch.Tensor) -> list[torch.Tensor]:
-    out = []
-    for j in _CAUSAL_POSITIONS:
-        changed = tgt.clone()
-        changed[:, j] = 3 + (changed[:, j] - 2) % (case.tgt_vocab - 3)  # another real token
-        out.append(changed)
-    return out
-
-
-def _probe_model_causality(Seq2SeqTransformer, rec: Recorder) -> None:
-    model = _make_model(Seq2SeqTransformer, rec, CAUSALITY_RUN)
-    if model is None:
-        return
-    src, tgt, _ = CAUSALITY_RUN.inputs()
-    _run_model(rec, "logits", model, src, tgt)
-    for j, changed in zip(_CAUSAL_POSITIONS, _changed_targets(CAUSALITY_RUN.case, tgt), strict=True):
-        _run_model(rec, f"logits_changed{j}", model, src, changed)
 
 
 def _probe_model_oracle(Seq2SeqTransformer, rec: Recorder) -> None:
@@ -341,14 +312,24 @@ def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt
 
 
-def _probe_model_padding(Seq2SeqTransformer, rec: Recorder) -> None:
-    model = _make_model(Seq2SeqTransformer, rec, PADDING_RUN)
+def _probe_model(run: ModelRun, extra: str, Seq2SeqTransformer, rec: Recorder) -> None:
+    """The run's model on its batch ("logits"), and with extra: "memory" (encode, recorded first), "changed" (the
+    targets with another real token at each of _CAUSAL_POSITIONS) or "longer" (padding_model_inputs())."""
+    model = _make_model(Seq2SeqTransformer, rec, run)
     if model is None:
         return
-    src, tgt, _ = PADDING_RUN.inputs()
-    longer, longer_mask, _ = padding_model_inputs()
+    src, tgt, _ = run.inputs()
+    if extra == "memory":
+        with torch.no_grad():
+            rec.call("memory", model.encode, src.to(rec.device), _source_mask(src).to(rec.device))
     _run_model(rec, "logits", model, src, tgt)
-    _run_model(rec, "logits_longer", model, longer, tgt, longer_mask)
+    for j in _CAUSAL_POSITIONS if extra == "changed" else ():
+        changed = tgt.clone()
+        changed[:, j] = 3 + (changed[:, j] - 2) % (run.case.tgt_vocab - 3)  # another real token
+        _run_model(rec, f"logits_changed{j}", model, src, changed)
+    if extra == "longer":
+        longer, longer_mask, _ = padding_model_inputs()
+        _run_model(rec, "logits_longer", model, longer, tgt, longer_mask)
 
 
 def _probe_model_backward(run: ModelRun, Seq2SeqTransformer, rec: Recorder) -> None:
@@ -541,11 +522,11 @@ def _model_check(name: str, probe: Callable[[Any, Recorder], None]) -> Check:
                  namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", _probe_model_structure)
-seq2seq_causality = _model_check("seq2seq_causality", _probe_model_causality)
+seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_model, STRUCTURE_RUN, "memory"))
+seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_model, CAUSALITY_RUN, "changed"))
 seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_model_backward, SMALL_RUN))
 seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle)
-seq2seq_padding = _model_check("seq2seq_padding", _probe_model_padding)
+seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_model, PADDING_RUN, "longer"))
 seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_model_backward, GRADIENT_RUN))
 
 

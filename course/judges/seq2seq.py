@@ -556,10 +556,9 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
                                      hint=modules.PARTS_HINT)
 
 
-def _logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None) -> torch.Tensor:
+def _logits(ev: Evidence, key: str, case: ModelCase) -> torch.Tensor:
     __tracebackhide__ = True
-    b, s, t_case, tgt_vocab, k = case.b, case.s, case.t, case.tgt_vocab, case.k
-    t = t_case if t is None else t
+    b, s, t, tgt_vocab, k = case.b, case.s, case.t, case.tgt_vocab, case.k
     return output(ev, key, what=f"{MODEL_NAME}.forward(src, tgt, src_mask)", shape=(b, t, tgt_vocab),
                   hint=_MODEL_CALL_HINT, shape_hints={
                       (b, t, k): "Those are the decoder's states: map them to logits with to_logits.",
