@@ -167,16 +167,6 @@ def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
             **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
-def _model_shapes(src_vocab: int, tgt_vocab: int, k: int, depth: int) -> dict[str, tuple[int, ...]]:
-    shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k)}
-    for i in range(depth):
-        shapes.update(modules.block_shapes(f"encoder.{i}.", k, 4 * k))
-    for i in range(depth):
-        shapes.update(_block_shapes(f"decoder.{i}.", k, 4))
-    shapes.update({"to_logits.weight": (tgt_vocab, k), "to_logits.bias": (tgt_vocab,)})
-    return shapes
-
-
 # ---------------------------------------------------------------- PyTorch's layers with the check's weights
 
 def _torch_decoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor,
@@ -266,9 +256,11 @@ _MEMORY_GRADIENT_HINT = ("Cross-attention must read memory (cross_attention(x, c
                          "encoder would never learn.")
 
 
-def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -> None:
-    """The attributes the notebook names, of the right kinds and sizes, and no others with parameters."""
+def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """The block built (args (k, heads, ff_mult)): the attributes the notebook names, of the right kinds and sizes,
+    and no others with parameters; then the weights the probe loaded."""
     __tracebackhide__ = True
+    key, (k, heads, ff_mult) = built.key, built.args
     modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
     attention = [modules.expect_part(ev, key, BLOCK_NAME, n, "MultiHeadAttention", "MultiHeadAttention(k, heads)")
                  for n in ("self_attention", "cross_attention")]
@@ -303,13 +295,6 @@ def _block_structure(ev: Evidence, key: str, k: int, heads: int, ff_mult: int) -
     if count != expected:
         fail(f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}) has {count} parameters; two attentions, three norms and "
              f"the feed-forward make {expected}. Is an extra layer registered?", mistake=PARAMETER_COUNT)
-
-
-def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
-    """The structure of the block built (args (k, heads, ff_mult)), then the weights the probe loaded."""
-    __tracebackhide__ = True
-    k, heads, ff_mult = built.args
-    _block_structure(ev, built.key, k, heads, ff_mult)
     return modules.expect_parameters(ev, built.key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})",
                                      _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT)
 
@@ -499,8 +484,11 @@ _MODEL_CALL_HINT = ("If the error is about sizes inside attention: a (b, s) padd
                     "MultiHeadAttention as (b, 1, s) — src_mask.unsqueeze(1) — so that it broadcasts over the queries.")
 
 
-def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
+def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
+    """The structure of the model the run built (its named parts, of the right kinds and sizes), then the weights
+    the probe loaded."""
     __tracebackhide__ = True
+    key, case = run.key, run.case
     src_vocab, tgt_vocab, k, heads, depth, max_len = (case.src_vocab, case.tgt_vocab, case.k, case.heads,
                                                       case.depth, case.max_len)
     what = MODEL_NAME
@@ -544,16 +532,13 @@ def _model_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, tgt_vocab):
         fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should be "
              f"nn.Linear({k}, {tgt_vocab}): one logit per target token.", mistake=M["wrong-size"])
-
-
-def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The structure of the model the run built, then the weights the probe loaded."""
-    __tracebackhide__ = True
-    case = run.case
-    _model_structure(ev, run.key, case)
-    return modules.expect_parameters(ev, run.key, MODEL_NAME,
-                                     _model_shapes(case.src_vocab, case.tgt_vocab, case.k, case.depth), run.seed,
-                                     hint=modules.PARTS_HINT)
+    shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k)}
+    for i in range(depth):
+        shapes.update(modules.block_shapes(f"encoder.{i}.", k, 4 * k))
+    for i in range(depth):
+        shapes.update(_block_shapes(f"decoder.{i}.", k, 4))
+    shapes.update({"to_logits.weight": (tgt_vocab, k), "to_logits.bias": (tgt_vocab,)})
+    return modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
 
 
 def _logits(ev: Evidence, key: str, case: ModelCase) -> torch.Tensor:
@@ -834,8 +819,7 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
     if isinstance(fact, dict) and fact.get("kind") == "raised" and "more than one parameter group" in str(
             fact.get("message")):
         fail(f"{what} raised ValueError: {str(fact.get('message'))[:200]}. "
-             f"{M['optimizer-parameter-twice'].explanation}",
-             mistake=M["optimizer-parameter-twice"])
+             f"{M['optimizer-parameter-twice'].explanation}", mistake=M["optimizer-parameter-twice"])
     raised(ev, case.key, what)
     kind = value_kind(ev, case.key)
     if kind == "missing":
