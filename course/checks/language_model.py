@@ -1,18 +1,11 @@
-"""Probes for assignment 08: LanguageModel, next_token_loss, sample_next_token, generate, CachedLanguageModel and
-generate_cached.
-
-Each check runs the student's code on the cases declared here and records what it gives; its judge (in
-course/judges/language_model.py, hidden under grading) decides from that record alone, from the same cases, against
-a stack of PyTorch's nn.TransformerEncoderLayer, F.cross_entropy and torch.multinomial. Generation is driven on
-stand-in models defined here (StandInLM), whose logits are exact, so a cached and an uncached run agree to the last
-bit. Sampling and generation are probed on the CPU, where a seeded generator draws the same numbers on every
-machine. Under grading every random input, weight and generator comes from the grader's secret seed
-(course/checks/seeds.py).
-"""
+"""Probes for assignment 08 (LanguageModel, next_token_loss, sample_next_token, generate, CachedLanguageModel,
+generate_cached); judges in course/judges/language_model.py. Generation runs on exact stand-in models (StandInLM);
+sampling and generation on the CPU, where a seeded generator draws the same numbers everywhere."""
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -106,11 +99,8 @@ class CacheCase:
 
 def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
     """(start, end) of each chunk."""
-    out, start = [], 0
-    for size in sizes:
-        out.append((start, start + size))
-        start += size
-    return out
+    ends = list(accumulate(sizes))
+    return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
 def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
@@ -176,28 +166,22 @@ def _build_and_run(LanguageModel: Callable, rec: Recorder, run: ModelRun) -> nn.
     return model
 
 
-def _probe_cached(LanguageModel: Callable, rec: Recorder, spec: CacheCase) -> None:
-    """The run of spec, then its tokens fed chunk by chunk with the cache (see CacheCase)."""
-    model = _build_and_run(LanguageModel, rec, spec.run)
-    if model is None:
-        return
-    tokens = spec.run.tokens().to(rec.device)
-    cache = None
-    with torch.no_grad():
-        for c, (start, end) in enumerate(chunk_bounds(spec.chunks)):
-            result = rec.call(f"{spec.steps}{c}", model, tokens[:, start:end], cache=cache, use_cache=True)
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                return
-            cache = result[1]
-
-
 def _probe_model(cases: tuple[ModelRun | CacheCase, ...], LanguageModel: Callable, rec: Recorder) -> None:
-    """Each case in order (a model that cannot be built ends the probe: its structure says why)."""
+    """Each case in order (a model that cannot be built ends the probe: its structure says why); a CacheCase's
+    tokens are then fed chunk by chunk with the cache."""
     for case in cases:
-        if isinstance(case, CacheCase):
-            _probe_cached(LanguageModel, rec, case)
-        elif _build_and_run(LanguageModel, rec, case) is None:
+        model = _build_and_run(LanguageModel, rec, case.run if isinstance(case, CacheCase) else case)
+        if model is None:
             return
+        if not isinstance(case, CacheCase):
+            continue
+        tokens, cache = case.run.tokens().to(rec.device), None
+        with torch.no_grad():
+            for c, (start, end) in enumerate(chunk_bounds(case.chunks)):
+                result = rec.call(f"{case.steps}{c}", model, tokens[:, start:end], cache=cache, use_cache=True)
+                if not isinstance(result, (tuple, list)) or len(result) != 2:
+                    break
+                cache = result[1]
 
 
 lm_structure = property_check("lm_structure", _probe_model, (ModelRun("model", "logits", STRUCTURE_CASE, 3000),))
@@ -210,12 +194,9 @@ lm_gradients = property_check("lm_gradients", _probe_model,
 
 
 def _parent_classes(model_class: Any) -> dict:
-    """The classes a student's CachedLanguageModel inherits from, by name, the nearest first: its LanguageModel
-    (exercise 1)."""
-    found: dict[str, Any] = {}
-    for base in getattr(model_class, "__mro__", ())[1:]:
-        found.setdefault(base.__name__, base)
-    return found
+    """The classes a student's CachedLanguageModel inherits from, by name (the nearest of each name): its
+    LanguageModel (exercise 1)."""
+    return {base.__name__: base for base in reversed(getattr(model_class, "__mro__", ())[1:])}
 
 
 def _cache_check(name: str, cases: tuple[CacheCase, ...]) -> PropertyCheck:
@@ -258,8 +239,8 @@ GLOBAL_SEED = 777
 
 @dataclass(frozen=True)
 class SamplingCase:
-    """Logits (b, vocab) drawn from seed (logits_rows), sampled at this temperature, top_k and top_p with a generator
-    seeded seed + 1; recorded under key."""
+    """Logits (b, vocab) drawn from seed (logits_rows; copies: b copies of one row, also drawn on the notebook's
+    device), sampled at this temperature, top_k and top_p with a generator seeded seed + 1; recorded under key."""
 
     key: str
     seed: int
@@ -268,6 +249,7 @@ class SamplingCase:
     temperature: float
     top_k: int | None
     top_p: float | None = None
+    copies: bool = False
 
     @property
     def call(self) -> str:
@@ -276,7 +258,8 @@ class SamplingCase:
                 "generator=generator)")
 
     def logits(self) -> torch.Tensor:
-        return logits_rows(self.seed, self.b, self.vocab)
+        rows = logits_rows(self.seed, 1 if self.copies else self.b, self.vocab)
+        return rows.expand(self.b, self.vocab).contiguous()  # (b, vocab): copies of one row where copies
 
 
 def logits_rows(seed: int, b: int, vocab: int, scale: float = 2.0) -> torch.Tensor:
@@ -289,28 +272,30 @@ def numbered_sampling(cases: Sequence[tuple]) -> tuple[SamplingCase, ...]:
     return tuple(SamplingCase(f"tokens{i}", *case) for i, case in enumerate(cases))
 
 
-def settings(temperature: float, top_k: int | None, top_p: float | None) -> dict[str, Any]:
-    """The keyword arguments of a call: top_p only when a case sets it, so that the tests without it pass before
-    top-p is written."""
-    return {"temperature": temperature, "top_k": top_k} | ({} if top_p is None else {"top_p": top_p})
+def settings(case: "SamplingCase | Generation", device: str = "cpu", seed: int = 1) -> dict[str, Any]:
+    """The keyword arguments of the case's call, its generator seeded case.seed + seed on device: top_p only when the
+    case sets it, so that the tests without it pass before top-p is written."""
+    nucleus = {} if case.top_p is None else {"top_p": case.top_p}
+    return {"temperature": case.temperature, "top_k": case.top_k, **nucleus,
+            "generator": generator(case.seed + seed, device)}
 
 
-def _call_sampler(rec: Recorder, key: str, sample_next_token, logits: torch.Tensor, case: SamplingCase,
-                  gen: torch.Generator, global_seed: int = GLOBAL_SEED) -> bool:
-    """One call with the case's settings and the generator gen (by keyword), PyTorch's global generator seeded to
-    global_seed; the student's global generator is restored afterwards. True when the call drew from the global
-    generator."""
+def _seeded_call(rec: Recorder, key: str, function: Callable, *args: Any, global_seed: int = GLOBAL_SEED,
+                 **keywords: Any) -> bool:
+    """rec.call(key, function, *args, **keywords) with PyTorch's global generator seeded to global_seed, the
+    student's restored afterwards; True when the call drew from it."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(salted(global_seed))
         before = torch.random.get_rng_state()
-        rec.call(key, sample_next_token, logits.clone(), **settings(case.temperature, case.top_k, case.top_p),
-                 generator=gen)
+        rec.call(key, function, *args, **keywords)
         return not torch.equal(before, torch.random.get_rng_state())
 
 
 def _probe_sampling(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
     for case in cases:
-        _call_sampler(rec, case.key, sample_next_token, case.logits(), case, generator(case.seed + 1))
+        _seeded_call(rec, case.key, sample_next_token, case.logits(), **settings(case))
+        if case.copies and rec.device.type != "cpu":
+            rec.call("on_device", sample_next_token, case.logits().to(rec.device), **settings(case, rec.device, 0))
 
 
 GREEDY_CASES = numbered_sampling(((4500, 5, 9, 0, None), (4510, 4, 6, 0, 3)))
@@ -335,28 +320,16 @@ GLOBAL_SEEDS = (11, 22)
 
 def _probe_sampling_generator(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
     (case,) = cases
-    changed = [_call_sampler(rec, f"{case.key}{i}", sample_next_token, case.logits(), case, generator(case.seed + 1),
-                             global_seed) for i, global_seed in enumerate(GLOBAL_SEEDS)]
+    changed = [_seeded_call(rec, f"{case.key}{i}", sample_next_token, case.logits(), global_seed=global_seed,
+                            **settings(case)) for i, global_seed in enumerate(GLOBAL_SEEDS)]
     rec.fact("global_state_changed", changed)
 
 
 sampling_generator = property_check("sampling_generator", _probe_sampling_generator, (GENERATOR_CASE,))
 
 #: b copies of one row of logits (seed, vocab): the draws must never leave its top k (also on the notebook's device)
-TOP_K_PROPERTY = SamplingCase("many", 4900, 1500, 12, 1.0, 4)
-
-
-def _probe_sampling_hidden(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
-    *numbered, spec = cases
-    _probe_sampling(tuple(numbered), sample_next_token, rec)
-    many = logits_rows(spec.seed, 1, spec.vocab).expand(spec.b, spec.vocab).contiguous()  # (draws, vocab)
-    _call_sampler(rec, spec.key, sample_next_token, many, spec, generator(spec.seed + 1))
-    if rec.device.type != "cpu":
-        rec.call("on_device", sample_next_token, many.to(rec.device), **settings(spec.temperature, spec.top_k, None),
-                 generator=generator(spec.seed, rec.device))
-
-
-sampling_hidden = property_check("sampling_hidden", _probe_sampling_hidden, (*SAMPLING_HIDDEN_CASES, TOP_K_PROPERTY))
+TOP_K_PROPERTY = SamplingCase("many", 4900, 1500, 12, 1.0, 4, copies=True)
+sampling_hidden = property_check("sampling_hidden", _probe_sampling, (*SAMPLING_HIDDEN_CASES, TOP_K_PROPERTY))
 
 
 # ---------------------------------------------------------------- generate
@@ -414,14 +387,6 @@ class Generation:
     top_p: float | None = None
     use_cache: bool = False
 
-    @property
-    def generator_seed(self) -> int:
-        return self.seed + 1
-
-    @property
-    def function(self) -> str:
-        return "generate_cached" if self.use_cache else "generate"
-
 
 def cached_and_not(key: str, spec: Generation) -> tuple[Generation, Generation]:
     """spec without the cache (under key) and with it (under key + "c")."""
@@ -452,23 +417,15 @@ def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) ->
     GLOBAL_SEED; the settings and the generator are passed by keyword."""
     for spec in cases:
         model, prompt = stand_in(spec)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(salted(GLOBAL_SEED))
-            rec.call(spec.key, generate, model, prompt, spec.new_tokens,
-                     **settings(spec.temperature, spec.top_k, spec.top_p), generator=generator(spec.generator_seed))
+        _seeded_call(rec, spec.key, generate, model, prompt, spec.new_tokens, **settings(spec))
         rec.fact(f"{spec.key}.calls", model.calls[:64])
 
 
 def _generate_check(name: str, cases: Sequence[Generation], user: str = "generate") -> PropertyCheck:
     """A generation check that also says when the cause may be the student's sample_next_token."""
-    return property_check(name, _probe_generation, tuple(cases), user=user,
+    return property_check(name, _probe_generation, cases, user=user, namespace=lambda f: getattr(f, "__globals__", {}),
                           prerequisites=(("sample_next_token", 3,
-                                          (sampling_greedy, sampling_distribution, sampling_top_p)),),
-                          namespace=_notebook_globals)
-
-
-def _notebook_globals(generate: Any) -> dict:
-    return getattr(generate, "__globals__", {})
+                                          (sampling_greedy, sampling_distribution, sampling_top_p)),))
 
 
 generate_greedy = _generate_check("generate_greedy", (GREEDY_GENERATION,))

@@ -1,11 +1,6 @@
-"""Judges for assignment 08 (probes in course/checks/language_model.py), read top to bottom: the mistakes they name;
-the model's oracle, a stack of PyTorch's nn.TransformerEncoderLayer (pre-norm, causal mask) carrying the check's
-weights, with a language model step and its KV cache written out with PyTorch's functions (switches turn on the
-typical mistakes); the sampling oracle, torch.multinomial with a generator seeded as the probe's was, and the
-step-by-step generation loop over the probe's stand-in models; then one declaration per check, judging the cases its
-probe declared. Properties (causality, cached equals uncached, only the given generator) are anchored to outputs the
-judge recomputes.
-"""
+"""Judges for assignment 08 (probes in course/checks/language_model.py): the model against a stack of PyTorch's
+nn.TransformerEncoderLayer, its mistakes and KV cache written out with switches; sampling against torch.multinomial
+with the probe's generator; generation step by step on the stand-in models; then one declaration per check."""
 
 import math
 from collections.abc import Mapping, Sequence
@@ -139,17 +134,25 @@ def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
 
 # ---------------------------------------------------------------- the model: oracle, and its mistakes written out
 
+def _norm(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
+    """F.layer_norm over the last dimension with the weights of the LayerNorm `name`."""
+    return F.layer_norm(x, x.shape[-1:], w[f"{name}.weight"], w[f"{name}.bias"])
+
+
+def _linear(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
+    """F.linear with the weights of the nn.Linear `name` (and its bias where it has one)."""
+    return F.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
+
+
 def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
     """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
-    _b, t = tokens.shape
-    k, heads, depth = case.k, case.heads, case.depth
+    t, k = tokens.shape[1], case.k
     x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][:t]  # (b, t, k)
-    layer = oracles.encoder_layer(k, heads, 4 * k, norm_first=True)
-    for i in range(depth):
+    layer = oracles.encoder_layer(k, case.heads, 4 * k, norm_first=True)
+    for i in range(case.depth):
         params = oracles.course_layer_parameters(w, f"blocks.{i}.", {"attention": "self_attn"}, 2)
         x = functional_call(layer, params, (x,), {"src_mask": ~oracles.causal_mask(t)})  # True = NOT allowed
-    return F.linear(F.layer_norm(x, (k,), w["norm.weight"], w["norm.bias"]), w["to_logits.weight"],
-                    w["to_logits.bias"])
+    return _linear(w, "to_logits", _norm(w, "norm", x))
 
 
 def _by_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -167,69 +170,54 @@ def _masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     return weights @ values  # (b, h, t, s)
 
 
+def _cat(old: torch.Tensor, new: torch.Tensor, order: str) -> torch.Tensor:
+    """Cached and new keys or values (b, h, t, s) joined in time: new after old ("append") or before it."""
+    return torch.cat([old, new] if order == "append" else [new, old], dim=2)  # (b, h, t_old + t_new, s)
+
+
 def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
              mask: str = "causal", positions: str = "continue", layout: str = "pre", final_norm: bool = True,
              softmax: bool = False, scaled: bool = False, stored: str = "keys", order: str = "append",
              offset: bool = True, read_cache: bool = True) -> tuple[torch.Tensor, list]:
     """One call of a language model written out with PyTorch's functions: (logits, cache). The keywords switch the
     typical mistakes on; with none it is the model the notebook asks for."""
-    _b, t = tokens.shape
-    k, heads, depth = case.k, case.heads, case.depth
+    t, heads = tokens.shape[1], case.heads
     past = 0 if cache is None else cache[0][0].shape[2]
     start = past if positions == "continue" else 0
-    x = F.embedding(tokens, w["token_embedding.weight"]) * (math.sqrt(k) if scaled else 1.0)
+    x = F.embedding(tokens, w["token_embedding.weight"]) * (math.sqrt(case.k) if scaled else 1.0)
     if positions != "none":
         x = x + w["position_embedding.weight"][start : start + t]
     allowed = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past if offset else 0)
-    if mask == "none":
-        allowed = torch.ones_like(allowed)
-    elif mask == "inverted":
-        allowed = ~allowed
+    allowed = {"none": torch.ones_like(allowed), "inverted": ~allowed}.get(mask, allowed)
     new_cache = []
-    for i in range(depth):
+    for i in range(case.depth):
         p = f"blocks.{i}."
-
-        def norm(name: str, h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return F.layer_norm(h, (k,), w[f"{p}{name}.weight"], w[f"{p}{name}.bias"])
-
-        def project(name: str, h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return _by_heads(F.linear(h, w[f"{p}attention.{name}.weight"]), heads)  # (b, h, t, s)
-
-        h = norm("norm1", x) if layout in ("pre", "no-residual") else x
-        q, keys, values = project("to_queries", h), project("to_keys", h), project("to_values", h)
-        kept = q if stored == "queries" else keys
+        h = _norm(w, f"{p}norm1", x) if layout in ("pre", "no-residual") else x
+        q, keys, values = (_by_heads(_linear(w, f"{p}attention.to_{name}", h), heads)  # (b, h, t, s)
+                           for name in ("queries", "keys", "values"))
+        kept, new_values, read_mask = q if stored == "queries" else keys, values, allowed
         if cache is not None:
-            past_keys, past_values = cache[i]
-            both = (lambda old, new: torch.cat([old, new], dim=2)) if order == "append" else \
-                (lambda old, new: torch.cat([new, old], dim=2))
-            kept, new_values = both(past_keys, kept), both(past_values, values)
+            kept, new_values = _cat(cache[i][0], kept, order), _cat(cache[i][1], values, order)
             if read_cache:
-                keys, values = both(past_keys, keys), new_values
-                read_mask = allowed
+                keys, values = _cat(cache[i][0], keys, order), new_values
             else:
                 read_mask = allowed[:, past:]
-        else:
-            new_values, read_mask = values, allowed
         new_cache.append((kept, new_values))
         out = _masked_attention(q, keys, values, read_mask)  # (b, h, t, s)
-        a = F.linear(out.transpose(1, 2).reshape(x.shape), w[f"{p}attention.unify_heads.weight"],
-                     w[f"{p}attention.unify_heads.bias"])
+        a = _linear(w, f"{p}attention.unify_heads", out.transpose(1, 2).reshape(x.shape))  # (b, t, k)
 
         def ff(h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return F.linear(F.relu(F.linear(h, w[f"{p}ff.net.0.weight"], w[f"{p}ff.net.0.bias"])),
-                            w[f"{p}ff.net.2.weight"], w[f"{p}ff.net.2.bias"])
+            return _linear(w, f"{p}ff.net.2", F.relu(_linear(w, f"{p}ff.net.0", h)))
 
         if layout == "post":
-            x = norm("norm1", x + a)
-            x = norm("norm2", x + ff(x))
+            x = _norm(w, f"{p}norm1", x + a)
+            x = _norm(w, f"{p}norm2", x + ff(x))
         elif layout == "no-residual":
-            x = ff(norm("norm2", a))
+            x = ff(_norm(w, f"{p}norm2", a))
         else:
             x = x + a
-            x = x + ff(norm("norm2", x))
-    if final_norm:
-        x = F.layer_norm(x, (k,), w["norm.weight"], w["norm.bias"])
-    logits = F.linear(x, w["to_logits.weight"], w["to_logits.bias"])
+            x = x + ff(_norm(w, f"{p}norm2", x))
+    logits = _linear(w, "to_logits", _norm(w, "norm", x) if final_norm else x)
     return (F.softmax(logits, dim=-1) if softmax else logits), new_cache
 
 
@@ -256,15 +244,6 @@ def _lm_mistakes(w, case, tokens) -> list[tuple[Mistake, torch.Tensor]]:
         return [(m, _lm_step(w, case, tokens, **sw)[0]) for m, sw in _LM_MISTAKES]
 
 
-def _lm_switches(ev: Evidence, logits: torch.Tensor, w, case, tokens) -> dict | None:
-    """The switches of the model the logits come from: {} for the right one, a mistake's, or None if none fits."""
-    with torch.no_grad():
-        if matches_any(logits, [_lm_oracle(w, case, tokens)], ev.device):
-            return {}
-        return next((dict(sw) for _, sw in _LM_MISTAKES
-                     if matches_any(logits, [_lm_step(w, case, tokens, **sw)[0]], ev.device)), None)
-
-
 _LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each block: x = x + attention(norm1(x)) "
             "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
 
@@ -287,13 +266,16 @@ def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) 
     """Rule 2: the logits are what the model, right or typically wrong, computes with the check's weights; returns
     the switches of the model they come from ({} for the right one)."""
     __tracebackhide__ = True
-    switches = _lm_switches(ev, logits, w, case, tokens)
-    if switches is None:
-        with torch.no_grad():
-            expected = _lm_oracle(w, case, tokens)
+    with torch.no_grad():
+        expected = _lm_oracle(w, case, tokens)
+    if matches_any(logits, [expected], ev.device):
+        return {}
+    found = [dict(sw) for (_, sw), (_, out) in zip(_LM_MISTAKES, _lm_mistakes(w, case, tokens), strict=True)
+             if matches_any(logits, [out], ev.device)]
+    if not found:
         fail(f"{claim}, but it is not a language model with the check's weights: " + _LM_HINT, expected[0], logits[0],
              case=f"tokens {tuple(tokens.shape)}, sequence 0")
-    return switches
+    return found[0]
 
 
 def _expect_parts(ev: Evidence, run: ModelRun) -> None:
@@ -331,15 +313,20 @@ def _expect_oracle(ev: Evidence, run: ModelRun | CacheCase) -> None:
     if isinstance(run, CacheCase):
         _expect_cached(ev, run)
         return
-    case, tokens = run.case, run.tokens()
     w = _lm_weights(ev, run)
-    logits = _lm_logits(ev, run.logits, case)
+    _expect_lm_close(ev, _lm_logits(ev, run.logits, run.case), w, run.case, run.tokens(), f"{MODEL_NAME}.forward",
+                     f", max_len={run.case.max_len}")
+
+
+def _expect_lm_close(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str,
+                     more: str = "") -> None:
+    """The logits against the oracle with the weights w, naming the typical mistake they match."""
+    __tracebackhide__ = True
     with torch.no_grad():
-        expected = _lm_oracle(w, case, tokens)
-    expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
-                       mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
-                       case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
-                            f"depth={case.depth}, max_len={case.max_len}")
+        expect_close_batch(logits, _lm_oracle(w, case, tokens), what=what, device=ev.device,
+                           mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
+                           case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
+                                f"depth={case.depth}{more}")
 
 
 def _expect_gradients(ev: Evidence, run: ModelRun) -> None:
@@ -437,11 +424,7 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
     full = _lm_logits(ev, spec.run.logits, case, what=f"{CACHED_NAME}.forward(tokens)")
     switches = _anchor_lm(ev, full, w, case, tokens, f"{CACHED_NAME} runs without a cache")
     if switches:  # its forward without a cache is wrong: say how, as exercise 1's tests do
-        with torch.no_grad():
-            expect_close_batch(full, _lm_oracle(w, case, tokens), what=f"{CACHED_NAME}.forward(tokens) without a cache",
-                               device=ev.device, mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
-                               case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
-                                    f"depth={case.depth}")
+        _expect_lm_close(ev, full, w, case, tokens, f"{CACHED_NAME}.forward(tokens) without a cache")
     expected_logits, expected_caches = _lm_run_cached(w, case, tokens, sizes, switches)
     steps = []
     for c, (start, end) in enumerate(probes.chunk_bounds(sizes)):
@@ -514,13 +497,21 @@ NEXT_TOKEN_LOSS = LossOracle(
 
 # ---------------------------------------------------------------- sample_next_token
 
-def _top_k_mask(logits: torch.Tensor, top_k: int | None, dim: int = -1, largest: bool = True) -> torch.Tensor:
-    """logits with all but the top_k of each row (along dim) set to -inf."""
-    if top_k is None or top_k >= logits.shape[dim]:
+def _top_k_mask(logits: torch.Tensor, top_k: int | None, largest: bool = True) -> torch.Tensor:
+    """logits (b, V) with all but the top_k of each row set to -inf (largest=False: all but the bottom top_k)."""
+    if top_k is None or top_k >= logits.shape[-1]:
         return logits
-    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(dim, logits.topk(top_k, dim=dim, largest=largest)
-                                                                .indices, True)
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k, largest=largest).indices, True)
     return logits.masked_fill(~keep, float("-inf"))
+
+
+def _column_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor | None:
+    """logits (b, V) with all but the top_k of each COLUMN at -inf (the mistake top-k-wrong-dim); None where top_k
+    keeps every token or exceeds the batch."""
+    if top_k is None or top_k >= logits.shape[-1] or top_k > logits.shape[0]:
+        return None
+    kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column
+    return logits.masked_fill(logits < kth, float("-inf"))
 
 
 def _nucleus(probs: torch.Tensor, top_p: float | None, *, through: bool = False,
@@ -565,15 +556,16 @@ def _draw(logits: torch.Tensor, temperature: float, top_k: int | None, generator
     return choice if indices is None else indices.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
 
 
-#: how a right sampler may keep only the top k of a row (see _draw)
-HOWS = ("full", "subset", "ties")
+def _ways(top_p: float | None) -> list[tuple[str, str]]:
+    """Every (how, renormalize) of a right sampler (see _draw)."""
+    ways = ("divide",) if top_p is None else ("divide", "softmax")
+    return [(how, way) for how in ("full", "subset", "ties") for way in ways]
 
 
 def _draws(logits, temperature, top_k, seed, top_p=None) -> list[torch.Tensor]:
     """The tokens a right sample_next_token may give: a draw over the whole vocabulary, or over the top k alone; with
     top_p, its nucleus renormalized either way."""
-    ways = ("divide",) if top_p is None else ("divide", "softmax")
-    return [_draw(logits, temperature, top_k, generator(seed), how, top_p, way) for how in HOWS for way in ways]
+    return [_draw(logits, temperature, top_k, generator(seed), how, top_p, way) for how, way in _ways(top_p)]
 
 
 def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
@@ -586,15 +578,13 @@ def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
 def _sample_mistakes(logits, temperature, top_k, seed, top_p=None) -> list[tuple[Mistake, torch.Tensor]]:
     masked = _top_k_mask(logits, top_k)
 
-    def nucleus(probs: torch.Tensor) -> torch.Tensor:
-        return _nucleus(probs, top_p)
+    def draw(scaled: torch.Tensor) -> torch.Tensor | None:
+        return _multinomial(_nucleus(F.softmax(scaled, dim=-1), top_p), seed)
 
-    out = [(M["sampling-global-rng"], candidate)
-           for candidate in _draws(logits, temperature, top_k, GLOBAL_SEED, top_p)]
-    twice = F.softmax(F.softmax(masked, dim=-1) / temperature, dim=-1)
-    out += [(M["softmax-before-temperature"], _multinomial(nucleus(F.softmax(masked, dim=-1)), seed)),
-            (M["softmax-before-temperature"], _multinomial(nucleus(twice), seed)),
-            (M["temperature-multiplies"], _multinomial(nucleus(F.softmax(masked * temperature, dim=-1)), seed))]
+    out = [(M["sampling-global-rng"], drawn) for drawn in _draws(logits, temperature, top_k, GLOBAL_SEED, top_p)]
+    out += [(M["softmax-before-temperature"], draw(masked)),
+            (M["softmax-before-temperature"], draw(F.softmax(masked, dim=-1) / temperature)),
+            (M["temperature-multiplies"], draw(masked * temperature))]
     if top_p is not None:
         probs = F.softmax(masked / temperature, dim=-1)
         out += [(M["top-p-ignored"], _draw(logits, temperature, top_k, generator(seed))),
@@ -605,15 +595,11 @@ def _sample_mistakes(logits, temperature, top_k, seed, top_p=None) -> list[tuple
             out.append((M["top-p-before-temperature"], _multinomial(kept / kept.sum(dim=-1, keepdim=True), seed)))
     if top_k is not None and top_k < logits.shape[-1]:
         out += [(M["top-k-ignored"], _draw(logits, temperature, None, generator(seed), top_p=top_p)),
-                (M["top-k-smallest"], _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k, largest=False)
-                                                                      / temperature, dim=-1)), seed))]
-        if top_k <= logits.shape[0]:
-            kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each COLUMN
-            out.append((M["top-k-wrong-dim"], _multinomial(nucleus(F.softmax(
-                logits.masked_fill(logits < kth, float("-inf")) / temperature, dim=-1)), seed)))
+                (M["top-k-smallest"], draw(_top_k_mask(logits, top_k, largest=False) / temperature))]
+        if (column := _column_top_k(logits, top_k)) is not None:
+            out.append((M["top-k-wrong-dim"], draw(column / temperature)))
         # last, so that it changes no diagnosis above: the k-th largest masked too (logits <= kth), k - 1 kept
-        out.append((M["top-k-too-few"], _multinomial(nucleus(F.softmax(_top_k_mask(logits, top_k - 1) / temperature,
-                                                                        dim=-1)), seed)))
+        out.append((M["top-k-too-few"], draw(_top_k_mask(logits, top_k - 1) / temperature)))
     return [(mistake, tokens) for mistake, tokens in out if tokens is not None]
 
 
@@ -623,18 +609,23 @@ _SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k lo
                 "At temperature 0: logits.argmax(-1).")
 
 
-def _sampled_tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, hint: str = _SAMPLE_HINT,
-                    greedy: bool = False) -> torch.Tensor:
-    """The (b,) token ids the student's function returned."""
-    __tracebackhide__ = True
+def _no_distribution(ev: Evidence, key: str) -> str:
+    """The error of the call recorded under key when torch.multinomial refused its probabilities (e.g. a row with
+    nothing left to draw), else ""."""
     fact = ev.facts.get(key)
     message = str(fact.get("message"))[:200] if isinstance(fact, dict) and fact.get("kind") == "raised" else ""
-    if "probability tensor contains" in message or "invalid multinomial" in message:
+    return message if "probability tensor contains" in message or "invalid multinomial" in message else ""
+
+
+def _sampled_tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, greedy: bool = False) -> torch.Tensor:
+    """The (b,) token ids the student's function returned."""
+    __tracebackhide__ = True
+    if message := _no_distribution(ev, key):
         if greedy:
             fail(f"{what} raised {message}. With temperature 0, logits / temperature divides by zero: treat "
                  "temperature 0 first, as the argmax.", mistake=M["greedy-divides-by-zero"])
         fail(f"{what} raised {message}. {M['no-distribution'].explanation}", mistake=M["no-distribution"])
-    out = output(ev, key, what=what, floating=False, hint=hint, device=False)
+    out = output(ev, key, what=what, floating=False, hint=_SAMPLE_HINT, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}; token ids are torch.long (argmax and multinomial give them).",
              mistake=M["generate-not-ids"])
@@ -654,33 +645,14 @@ def _expect_tokens(out: torch.Tensor, good: Sequence[torch.Tensor], mistakes, *,
                  differs="does not give the tokens torch.multinomial draws with the given generator")
 
 
-def _left_a_row_empty(ev: Evidence, cases: Sequence[SamplingCase], top_p: bool = False) -> bool:
-    """True when a call of these cases with top_k (top_p: with top_p) raised because some row had nothing left to
-    draw: what top-k over the batch does, and what ignoring top_k never does."""
-    for spec in cases:
-        fact = ev.facts.get(spec.key)
-        setting = spec.top_p if top_p else spec.top_k
-        if setting is not None and isinstance(fact, dict) and fact.get("kind") == "raised":
-            message = str(fact.get("message"))[:200]
-            if "probability tensor contains" in message or "invalid multinomial" in message:
-                return True
-    return False
-
-
-def _top_k_over_batch_empties_a_row(logits: torch.Tensor, top_k: int | None) -> bool:
-    """True when keeping the top_k of each COLUMN (the mistake top-k-wrong-dim) leaves a row of logits all -inf."""
-    if top_k is None or top_k >= logits.shape[-1] or top_k > logits.shape[0]:
-        return False
-    kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column
-    return bool((logits < kth).all(dim=-1).any())
-
-
-def _top_p_through_empties_a_row(logits: torch.Tensor, spec: SamplingCase) -> bool:
-    """True when the mistake top-p-includes-itself leaves a row of the case with no token to draw."""
-    if spec.top_p is None or spec.temperature == 0:
-        return False
-    probs = F.softmax(_top_k_mask(logits, spec.top_k) / spec.temperature, dim=-1)
-    return bool(torch.isnan(_nucleus(probs, spec.top_p, through=True)).any())
+def _emptied_rows(logits: torch.Tensor, spec: SamplingCase) -> list[str]:
+    """The mistakes (top-k-wrong-dim, top-p-includes-itself) that leave a row of the case with no token to draw."""
+    column = _column_top_k(logits, spec.top_k)
+    found = ["top-k-wrong-dim"] if column is not None and bool(column.isneginf().all(dim=-1).any()) else []
+    if spec.top_p is not None and spec.temperature != 0:
+        probs = F.softmax(_top_k_mask(logits, spec.top_k) / spec.temperature, dim=-1)
+        found += ["top-p-includes-itself"] if bool(torch.isnan(_nucleus(probs, spec.top_p, through=True)).any()) else []
+    return found
 
 
 def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
@@ -688,15 +660,12 @@ def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
     __tracebackhide__ = True
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
-    wrong_dim_first = _left_a_row_empty(ev, cases)
+    wrong_dim_first = any(spec.top_k is not None and _no_distribution(ev, spec.key) for spec in cases)
     for spec in cases:
-        logits = spec.logits()
-        if _left_a_row_empty(ev, [spec]) and _top_k_over_batch_empties_a_row(logits, spec.top_k):
-            fail(f"{spec.call} raised {str(ev.facts[spec.key].get('message'))[:200]}. A row had no token left to "
-                 f"draw, as when {M['top-k-wrong-dim'].explanation}", mistake=M["top-k-wrong-dim"].id)
-        if _left_a_row_empty(ev, [spec], top_p=True) and _top_p_through_empties_a_row(logits, spec):
-            fail(f"{spec.call} raised {str(ev.facts[spec.key].get('message'))[:200]}. A row had no token left to "
-                 f"draw, as when {M['top-p-includes-itself'].explanation}", mistake=M["top-p-includes-itself"].id)
+        logits, refused = spec.logits(), _no_distribution(ev, spec.key)
+        for name in _emptied_rows(logits, spec) if refused else ():
+            fail(f"{spec.call} raised {refused}. A row had no token left to draw, as when {M[name].explanation}",
+                 mistake=M[name].id)
         out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
         mistakes = _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1, spec.top_p)
         if wrong_dim_first:
@@ -762,7 +731,7 @@ def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int 
     generator's; settings=False draws at temperature 1 with neither top_k nor top_p."""
     model, prompt = probes.stand_in(spec)
     temperature, top_k, top_p = (spec.temperature, spec.top_k, spec.top_p) if settings else (1.0, None, None)
-    gen = generator(spec.generator_seed if seed is None else seed)
+    gen = generator(spec.seed + 1 if seed is None else seed)
     tokens, cache, first = prompt, None, None
     with torch.no_grad():
         for _ in range(spec.new_tokens):
@@ -784,19 +753,14 @@ def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int 
     return tokens
 
 
-def _ways(spec: Generation) -> list[tuple[str, str]]:
-    """Every (how, renormalize) of a right sampler (see _draw)."""
-    return [(how, way) for how in HOWS for way in (("divide",) if spec.top_p is None else ("divide", "softmax"))]
-
-
 def _good_generations(spec: Generation, pattern: str = "plain") -> list[torch.Tensor]:
-    return [_oracle_generate(spec, pattern=pattern, how=how, renormalize=way) for how, way in _ways(spec)]
+    return [_oracle_generate(spec, pattern=pattern, how=how, renormalize=way) for how, way in _ways(spec.top_p)]
 
 
 def _generate_mistakes(spec: Generation, cached: bool) -> list[tuple[Mistake, torch.Tensor]]:
     pattern = "cached" if cached else "plain"
     out = [(M["generate-drops-prompt"], g[:, spec.t0:]) for g in _good_generations(spec, pattern)]
-    for how, way in _ways(spec):  # each mistake with every right sampler (they differ only where logits tie)
+    for how, way in _ways(spec.top_p):  # each mistake with every right sampler (they differ only where logits tie)
         def oracle(how: str = how, way: str = way, **options) -> torch.Tensor:
             return _oracle_generate(spec, how=how, renormalize=way, **{"pattern": pattern, **options})
 
@@ -824,11 +788,10 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     """The tokens generate (or generate_cached) gave on the case's stand-in are those of the step-by-step oracle, and
     it called the model as the cache (or its absence) asks."""
     __tracebackhide__ = True
-    key, use_cache = spec.key, spec.use_cache
-    b, t0, n, temperature, top_k = spec.b, spec.t0, spec.new_tokens, spec.temperature, spec.top_k
+    key, use_cache, b, t0, n = spec.key, spec.use_cache, spec.b, spec.t0, spec.new_tokens
     nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
-    what = (f"{spec.function}(model, prompt {(b, t0)}, max_new_tokens={n}, temperature={temperature:g}, "
-            f"top_k={top_k}{nucleus}, generator=generator)")
+    what = (f"{'generate_cached' if use_cache else 'generate'}(model, prompt {(b, t0)}, max_new_tokens={n}, "
+            f"temperature={spec.temperature:g}, top_k={spec.top_k}{nucleus}, generator=generator)")
     hint = _GENERATE_CACHED_HINT if use_cache else _GENERATE_HINT
     raised(ev, key, what, hint)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
