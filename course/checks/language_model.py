@@ -62,10 +62,9 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ModelRun:
-    """The model of case built under key `model` with the check's weights (seed) and run without autograd on
-    lm_tokens(case, seed + 10), its logits under key `logits`; then, for each position j of `changed`, on those tokens
-    changed from j on (under changed<j>). upstream: instead, run in training mode with autograd, and the gradients
-    of sum(logits · randn(seed=upstream)) recorded."""
+    """The model of case built under key `model` (weights: seed), run without autograd on lm_tokens(case, seed + 10),
+    logits under `logits`, then on those tokens changed from each position j of `changed` on (under changed<j>);
+    upstream: run in training mode instead, recording the gradients of sum(logits · randn(seed=upstream))."""
 
     model: str
     logits: str
@@ -80,9 +79,8 @@ class ModelRun:
 
 @dataclass(frozen=True)
 class CacheCase:
-    """A run (its logits without a cache under run.logits), then the same tokens fed in chunks of these sizes: the
-    first (the prompt) without a cache, each later one with the cache the call before returned, under
-    <steps><chunk>."""
+    """A run, then its tokens fed in chunks of these sizes under <steps><chunk>: the first (the prompt) without a
+    cache, each later one with the cache the call before returned."""
 
     run: ModelRun
     chunks: tuple[int, ...]
@@ -101,13 +99,6 @@ def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
     """(start, end) of each chunk."""
     ends = list(accumulate(sizes))
     return list(zip([0, *ends[:-1]], ends, strict=True))
-
-
-def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
-    """tokens (b, t) with every token from position j on changed."""
-    changed = tokens.clone()
-    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
-    return changed
 
 
 # head size != k, batch > 1, odd lengths, one case with t == max_len
@@ -141,11 +132,6 @@ def _lm_facts(model: nn.Module) -> dict:
     return facts
 
 
-def _weighted_sum(seed: int, logits: torch.Tensor) -> torch.Tensor:
-    """sum(logits · randn(seed)): a loss whose gradient reaches every logit."""
-    return (logits * randn(*logits.shape, seed=seed, device=logits.device)).sum()
-
-
 def _build_and_run(LanguageModel: Callable, rec: Recorder, run: ModelRun) -> nn.Module | None:
     """The run's model built and called as ModelRun says; None when it could not be built."""
     case = run.case
@@ -156,13 +142,15 @@ def _build_and_run(LanguageModel: Callable, rec: Recorder, run: ModelRun) -> nn.
     tokens = run.tokens()
     if run.upstream is not None:
         model.train()
-        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
-                                loss=partial(_weighted_sum, run.upstream))
+        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),  # a loss reaching every logit:
+                                loss=lambda y: (y * randn(*y.shape, seed=run.upstream, device=y.device)).sum())
         return model
     with torch.no_grad():
         rec.call(run.logits, model, tokens.to(rec.device))
-        for j in run.changed:
-            rec.call(f"changed{j}", model, changed_tokens(tokens, j, case.vocab).to(rec.device))
+        for j in run.changed:  # every token from position j on changed
+            changed = tokens.clone()
+            changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % case.vocab
+            rec.call(f"changed{j}", model, changed.to(rec.device))
     return model
 
 
@@ -193,16 +181,12 @@ lm_gradients = property_check("lm_gradients", _probe_model,
                               (ModelRun("model", "logits", GRADIENT_CASE, 3600, upstream=3620),))
 
 
-def _parent_classes(model_class: Any) -> dict:
-    """The classes a student's CachedLanguageModel inherits from, by name (the nearest of each name): its
-    LanguageModel (exercise 1)."""
-    return {base.__name__: base for base in reversed(getattr(model_class, "__mro__", ())[1:])}
-
-
 def _cache_check(name: str, cases: tuple[CacheCase, ...]) -> PropertyCheck:
-    """A CachedLanguageModel check that also says when the cause may be the LanguageModel it inherits."""
-    return property_check(name, _probe_model, cases, user=CACHED_NAME, namespace=_parent_classes,
-                          prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),))
+    """A CachedLanguageModel check that also says when the cause may be the LanguageModel (exercise 1) it inherits,
+    found among its base classes by name (the nearest of each name)."""
+    return property_check(name, _probe_model, cases, user=CACHED_NAME,
+                          prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),),
+                          namespace=lambda cls: {c.__name__: c for c in reversed(getattr(cls, "__mro__", ())[1:])})
 
 
 lm_cache = _cache_check("lm_cache", (CACHE_CASE,))
@@ -335,15 +319,10 @@ sampling_hidden = property_check("sampling_hidden", _probe_sampling, (*SAMPLING_
 # ---------------------------------------------------------------- generate
 
 class StandInLM(nn.Module):
-    """A stand-in for a trained LanguageModel whose logits are exact, so a cached and an uncached run agree to the
-    last bit, on every machine.
-
-    The logits at position p are table[token p] + the mean of table[token] over positions 0..p + positions[p] +
-    tiebreak: the last token and everything before it count; tiebreak, (index of the token) / 997, keeps two tokens'
-    logits from ever being equal, so that which tokens top-k and top-p keep never depends on how ties are broken.
-    Its cache follows the notebook's format — one (keys, values) pair, (b, 1, t, vocab_size) — and it notes every
-    call: [tokens fed, positions cached, use_cache].
-    """
+    """A stand-in LanguageModel with exact logits (cached and uncached runs agree to the last bit): at position p,
+    table[token p] + the mean of table[token] over 0..p + positions[p] + tiebreak (token index / 997: no two logits
+    tie, so what top-k and top-p keep never depends on how ties are broken). Its cache has the notebook's format, one
+    (keys, values) pair (b, 1, t, vocab_size); `calls` notes every call: [tokens fed, positions cached, use_cache]."""
 
     def __init__(self, vocab_size: int, max_len: int, seed: int):
         super().__init__()
@@ -393,7 +372,6 @@ def cached_and_not(key: str, spec: Generation) -> tuple[Generation, Generation]:
     return replace(spec, key=key, use_cache=False), replace(spec, key=f"{key}c", use_cache=True)
 
 
-_STAND_IN_MAX_LEN = 64
 GREEDY_GENERATION = Generation("tokens", 5000, 9, 3, 4, 6, 0.0, None)
 SAMPLED_GENERATIONS = (Generation("tokens0", 5100, 9, 3, 4, 7, 0.8, 4),
                        Generation("tokens1", 5150, 10, 2, 3, 8, 1.2, None, 0.8))
@@ -409,7 +387,7 @@ HIDDEN_GENERATIONS = (*cached_and_not("tokens0", Generation("", 5400, 7, 1, 1, 5
 def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
     """The stand-in model of spec and its prompt (b, t0)."""
     prompt = torch.randint(spec.vocab, (spec.b, spec.t0), generator=generator(spec.seed + 7))
-    return StandInLM(spec.vocab, _STAND_IN_MAX_LEN, spec.seed), prompt
+    return StandInLM(spec.vocab, 64, spec.seed), prompt  # max_len 64: longer than any generation
 
 
 def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) -> None:

@@ -42,7 +42,6 @@ from course.checks.language_model import (
 from course.judges import judge, mistakes, oracles
 from course.judges.kinds import LossOracle, against_loss, each_case
 
-LOSS_NAME = "next_token_loss(logits, tokens)"
 SAMPLE_NAME = "sample_next_token(logits, temperature, top_k, top_p, generator)"
 
 # ---------------------------------------------------------------- mistakes
@@ -53,17 +52,18 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_mo
 # ---------------------------------------------------------------- the model: structure
 
 def _lm_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
-    vocab, k, depth, max_len = case.vocab, case.k, case.depth, case.max_len
-    shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (max_len, k)}
-    for i in range(depth):
-        shapes.update(modules.block_shapes(f"blocks.{i}.", k, 4 * k))
-    shapes.update({"norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)})
-    return shapes
+    vocab, k = case.vocab, case.k
+    blocks = [modules.block_shapes(f"blocks.{i}.", k, 4 * k) for i in range(case.depth)]
+    return {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k),
+            **{name: shape for block in blocks for name, shape in block.items()},
+            "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
 
 
-def _lm_structure(ev: Evidence, key: str, case: ModelCase) -> None:
-    """The parts the notebook names, of the right kinds and sizes, registered, and no others with parameters."""
+def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
+    """The run's model has the parts the notebook names, of the right kinds and sizes, registered, and no others
+    with parameters; returns the weights the probe loaded into it, by parameter name."""
     __tracebackhide__ = True
+    key, case = run.model, run.case
     vocab, k, heads, depth, max_len = case.vocab, case.k, case.heads, case.depth, case.max_len
     what = MODEL_NAME
     modules.built(ev, key, case.call)
@@ -122,24 +122,18 @@ def _lm_structure(ev: Evidence, key: str, case: ModelCase) -> None:
     modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in _lm_shapes(case).values()),
                                    f"the embeddings, {depth} blocks, the final norm and the output layer",
                                    "Is an extra layer registered?")
-
-
-def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The structure of the run's model judged, and the weights the probe loaded into it, by parameter name."""
-    __tracebackhide__ = True
-    _lm_structure(ev, run.model, run.case)
     return modules.expect_parameters(ev, run.model, MODEL_NAME, _lm_shapes(run.case), run.seed,
                                      hint=modules.PARTS_HINT)
 
 
 # ---------------------------------------------------------------- the model: oracle, and its mistakes written out
 
-def _norm(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
+def _layer_norm(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
     """F.layer_norm over the last dimension with the weights of the LayerNorm `name`."""
     return F.layer_norm(x, x.shape[-1:], w[f"{name}.weight"], w[f"{name}.bias"])
 
 
-def _linear(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
+def _dense(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
     """F.linear with the weights of the nn.Linear `name` (and its bias where it has one)."""
     return F.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
 
@@ -152,22 +146,7 @@ def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Ten
     for i in range(case.depth):
         params = oracles.course_layer_parameters(w, f"blocks.{i}.", {"attention": "self_attn"}, 2)
         x = functional_call(layer, params, (x,), {"src_mask": ~oracles.causal_mask(t)})  # True = NOT allowed
-    return _linear(w, "to_logits", _norm(w, "norm", x))
-
-
-def _by_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """(b, t, k) -> (b, heads, t, k / heads)."""
-    b, t, k = x.shape
-    return x.reshape(b, t, heads, k // heads).transpose(1, 2)  # (b, h, t, s)
-
-
-def _masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                      allowed: torch.Tensor) -> torch.Tensor:
-    """Softmax attention (b, h, t, s) with a bool mask (True = allowed); a query allowed nothing gets zeros, as in the
-    course."""
-    scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, h, t, T)
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
-    return weights @ values  # (b, h, t, s)
+    return _dense(w, "to_logits", _layer_norm(w, "norm", x))
 
 
 def _cat(old: torch.Tensor, new: torch.Tensor, order: str) -> torch.Tensor:
@@ -192,10 +171,10 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
     new_cache = []
     for i in range(case.depth):
         p = f"blocks.{i}."
-        h = _norm(w, f"{p}norm1", x) if layout in ("pre", "no-residual") else x
-        q, keys, values = (_by_heads(_linear(w, f"{p}attention.to_{name}", h), heads)  # (b, h, t, s)
-                           for name in ("queries", "keys", "values"))
-        kept, new_values, read_mask = q if stored == "queries" else keys, values, allowed
+        h = _layer_norm(w, f"{p}norm1", x) if layout in ("pre", "no-residual") else x
+        q, keys, values = (_dense(w, f"{p}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
+                           for name in ("queries", "keys", "values"))  # (b, h, t, s)
+        kept, new_values, read_mask = (q if stored == "queries" else keys), values, allowed
         if cache is not None:
             kept, new_values = _cat(cache[i][0], kept, order), _cat(cache[i][1], values, order)
             if read_cache:
@@ -203,21 +182,23 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
             else:
                 read_mask = allowed[:, past:]
         new_cache.append((kept, new_values))
-        out = _masked_attention(q, keys, values, read_mask)  # (b, h, t, s)
-        a = _linear(w, f"{p}attention.unify_heads", out.transpose(1, 2).reshape(x.shape))  # (b, t, k)
+        scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, h, t, T)
+        # a query allowed nothing gets zeros, as in the course
+        out = torch.softmax(scores.masked_fill(~read_mask, float("-inf")), dim=-1).nan_to_num(0.0) @ values
+        a = _dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).reshape(x.shape))  # (b, t, k)
 
         def ff(h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return _linear(w, f"{p}ff.net.2", F.relu(_linear(w, f"{p}ff.net.0", h)))
+            return _dense(w, f"{p}ff.net.2", F.relu(_dense(w, f"{p}ff.net.0", h)))
 
         if layout == "post":
-            x = _norm(w, f"{p}norm1", x + a)
-            x = _norm(w, f"{p}norm2", x + ff(x))
+            x = _layer_norm(w, f"{p}norm1", x + a)
+            x = _layer_norm(w, f"{p}norm2", x + ff(x))
         elif layout == "no-residual":
-            x = ff(_norm(w, f"{p}norm2", a))
+            x = ff(_layer_norm(w, f"{p}norm2", a))
         else:
             x = x + a
-            x = x + ff(_norm(w, f"{p}norm2", x))
-    logits = _linear(w, "to_logits", _norm(w, "norm", x) if final_norm else x)
+            x = x + ff(_layer_norm(w, f"{p}norm2", x))
+    logits = _dense(w, "to_logits", _layer_norm(w, "norm", x) if final_norm else x)
     return (F.softmax(logits, dim=-1) if softmax else logits), new_cache
 
 
@@ -360,12 +341,10 @@ def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
     if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != depth:
         fail(f"The cache {CACHED_NAME}.forward returned is not a list of {depth} (keys, values) pairs, one per "
              "block.", mistake=M["cache-shape"])
-    pairs = []
     for i in range(depth):
         pair = ev.facts.get(f"{key}.{i}")
         if value_kind(ev, f"{key}.{i}") != "tuple" or not isinstance(pair, dict) or pair.get("length") != 2:
             fail(f"Entry {i} of the cache is not a (keys, values) pair.", mistake=M["cache-shape"])
-        got = []
         for j, name in enumerate(("keys", "values")):
             value = tensor(ev, f"{key}.{i}.{j}")
             if value is None:
@@ -380,9 +359,7 @@ def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
                 fail(f"The cached {name} of block {i} have shape {tuple(value.shape)} after {positions} positions; "
                      f"expected (b, heads, t, s) = {shape}.{hint.get(tuple(value.shape), '')}{grown}",
                      mistake=M["cache-shape"])
-            got.append(value)
-        pairs.append((got[0], got[1]))
-    return pairs
+    return [(tensor(ev, f"{key}.{i}.0"), tensor(ev, f"{key}.{i}.1")) for i in range(depth)]
 
 
 def _step_raised(ev: Evidence, key: str, start: int, end: int) -> None:
@@ -425,7 +402,7 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
     switches = _anchor_lm(ev, full, w, case, tokens, f"{CACHED_NAME} runs without a cache")
     if switches:  # its forward without a cache is wrong: say how, as exercise 1's tests do
         _expect_lm_close(ev, full, w, case, tokens, f"{CACHED_NAME}.forward(tokens) without a cache")
-    expected_logits, expected_caches = _lm_run_cached(w, case, tokens, sizes, switches)
+    expected_caches = _lm_run_cached(w, case, tokens, sizes, switches)[1]
     steps = []
     for c, (start, end) in enumerate(probes.chunk_bounds(sizes)):
         key = f"{spec.steps}{c}"
@@ -446,21 +423,17 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
                 fail(f"{what} returned a cache that is not what was asked: {M['cache-stores-queries'].explanation}",
                      expected_caches[0][0][0][0, 0], cache[0][0][0, 0], "keys of block 0, head 0, sequence 0",
                      M["cache-stores-queries"].id)
-    def same_caches(caches: Sequence[list]) -> bool:
-        return all(matches_any(got, [want], ev.device)
-                   for (_, _, _, cache), expected in zip(steps, caches, strict=True)
-                   for pair, want_pair in zip(cache, expected, strict=True)
-                   for got, want in zip(pair, want_pair, strict=True))
 
-    def same_logits(wanted: Sequence[torch.Tensor]) -> bool:
-        return all(matches_any(logits, [want], ev.device)
-                   for (_, _, logits, _), want in zip(steps, wanted, strict=True))
+    def same(logits: Sequence[torch.Tensor], caches: Sequence[list]) -> bool:
+        """The steps gave these logits and these caches (each a list of (keys, values) per block)."""
+        pairs = [(got, want) for (_, _, out, cache), wanted, expected in zip(steps, logits, caches, strict=True)
+                 for got, want in ((out, wanted), *zip(sum(cache, ()), sum(expected, ()), strict=True))]
+        return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
-    if same_logits([full[:, start:end] for start, end, _, _ in steps]) and same_caches(expected_caches):
+    if same([full[:, start:end] for start, end, _, _ in steps], expected_caches):
         return
     for mistake, sw in _CACHE_MISTAKES:
-        logits_m, caches_m = _lm_run_cached(w, case, tokens, sizes, {**switches, **sw})
-        if same_logits(logits_m) and same_caches(caches_m):
+        if same(*_lm_run_cached(w, case, tokens, sizes, {**switches, **sw})):
             fail(f"{CACHED_NAME} with a cache is not what was asked: {mistake.explanation}",
                  full[0, steps[-1][0]:steps[-1][1], 0], steps[-1][2][0, :, 0],
                  case=f"first logit of the last call (positions {steps[-1][0]}-{steps[-1][1] - 1}, sequence 0): "
@@ -487,7 +460,7 @@ def _next_token_logits(feed: str, logits: torch.Tensor, tokens: torch.Tensor) ->
 
 
 NEXT_TOKEN_LOSS = LossOracle(
-    LOSS_NAME, _next_token_logits, "tokens",
+    "next_token_loss(logits, tokens)", _next_token_logits, "tokens",
     mistakes=(M["loss-not-shifted"], M["loss-wrong-shift"], M["loss-sum"], M["loss-softmax"], M["loss-nll-on-logits"],
               M["loss-bits"], M["loss-last-position"], M["loss-unstable"]),
     hint="loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)): the logits at position i "
@@ -562,10 +535,12 @@ def _ways(top_p: float | None) -> list[tuple[str, str]]:
     return [(how, way) for how in ("full", "subset", "ties") for way in ways]
 
 
-def _draws(logits, temperature, top_k, seed, top_p=None) -> list[torch.Tensor]:
-    """The tokens a right sample_next_token may give: a draw over the whole vocabulary, or over the top k alone; with
-    top_p, its nucleus renormalized either way."""
-    return [_draw(logits, temperature, top_k, generator(seed), how, top_p, way) for how, way in _ways(top_p)]
+def _draws(spec: SamplingCase, seed: int | None = None) -> list[torch.Tensor]:
+    """The tokens a right sample_next_token may give on the case, with its generator (or one seeded seed): a draw over
+    the whole vocabulary, or over the top k alone; with top_p, its nucleus renormalized either way."""
+    logits, gen_seed = spec.logits(), spec.seed + 1 if seed is None else seed
+    return [_draw(logits, spec.temperature, spec.top_k, generator(gen_seed), how, spec.top_p, way)
+            for how, way in _ways(spec.top_p)]
 
 
 def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
@@ -575,13 +550,15 @@ def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
     return torch.multinomial(probs, 1, generator=generator(seed)).squeeze(-1)
 
 
-def _sample_mistakes(logits, temperature, top_k, seed, top_p=None) -> list[tuple[Mistake, torch.Tensor]]:
+def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor]]:
+    """The tokens of the typical mistakes on the case, with its generator (those multinomial refuses left out)."""
+    logits, temperature, top_k, top_p, seed = spec.logits(), spec.temperature, spec.top_k, spec.top_p, spec.seed + 1
     masked = _top_k_mask(logits, top_k)
 
     def draw(scaled: torch.Tensor) -> torch.Tensor | None:
         return _multinomial(_nucleus(F.softmax(scaled, dim=-1), top_p), seed)
 
-    out = [(M["sampling-global-rng"], drawn) for drawn in _draws(logits, temperature, top_k, GLOBAL_SEED, top_p)]
+    out = [(M["sampling-global-rng"], drawn) for drawn in _draws(spec, GLOBAL_SEED)]
     out += [(M["softmax-before-temperature"], draw(masked)),
             (M["softmax-before-temperature"], draw(F.softmax(masked, dim=-1) / temperature)),
             (M["temperature-multiplies"], draw(masked * temperature))]
@@ -667,11 +644,11 @@ def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
             fail(f"{spec.call} raised {refused}. A row had no token left to draw, as when {M[name].explanation}",
                  mistake=M[name].id)
         out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
-        mistakes = _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1, spec.top_p)
+        mistakes = _sample_mistakes(spec)
         if wrong_dim_first:
             mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
-        _expect_tokens(out, _draws(logits, spec.temperature, spec.top_k, spec.seed + 1, spec.top_p), mistakes,
-                       what=spec.call, case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
+        _expect_tokens(out, _draws(spec), mistakes, what=spec.call,
+                       case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
 
 
 def _expect_greedy(ev: Evidence, spec: SamplingCase) -> None:
@@ -686,15 +663,14 @@ def _expect_own_generator(ev: Evidence, spec: SamplingCase) -> None:
     """The case drawn under each of the global seeds: the same tokens, those of its generator, and the global
     generator left alone."""
     __tracebackhide__ = True
-    logits, what = spec.logits(), spec.call
+    what = spec.call
     outs = [_sampled_tokens(ev, f"{spec.key}{i}", spec.b, what) for i in range(len(probes.GLOBAL_SEEDS))]
     if not torch.equal(outs[0], outs[1]):
         fail(f"{what} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
              f"{M['sampling-global-rng'].explanation}", Rows(outs[0]), Rows(outs[1]),
              "the same generator seed, two global seeds", M["sampling-global-rng"].id)
-    _expect_tokens(outs[0], _draws(logits, spec.temperature, spec.top_k, spec.seed + 1),
-                   _sample_mistakes(logits, spec.temperature, spec.top_k, spec.seed + 1), what=what,
-                   case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
+    _expect_tokens(outs[0], _draws(spec), _sample_mistakes(spec), what=what, case=f"logits ({spec.b}, {spec.vocab}), "
+                   "first 16 rows")
     if ev.facts.get("global_state_changed") != [False, False]:
         fail(f"{what} draws numbers from PyTorch's global generator (its state changed), though the tokens come "
              "from the given one. Use only `generator`, so that sampling leaves the rest of a program's randomness "
@@ -705,9 +681,8 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
     """spec.b draws from copies of one row never leave its top k, and each of the top k comes up (on the notebook's
     device too); on the CPU they are the oracle's draws."""
     __tracebackhide__ = True
-    draws, vocab, top_k = spec.b, spec.vocab, spec.top_k
-    row = probes.logits_rows(spec.seed, 1, vocab)
-    allowed = set(row[0].topk(top_k).indices.tolist())
+    draws, top_k = spec.b, spec.top_k
+    allowed = set(spec.logits()[0].topk(top_k).indices.tolist())
     for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
         out = _sampled_tokens(ev, key, draws, f"sample_next_token on {draws} copies of one row, top_k={top_k}")
         drawn = set(out.tolist())
@@ -717,8 +692,7 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
         if len(drawn) < top_k:
             fail(f"In {draws} draws from one row with top_k={top_k}, only the tokens {sorted(drawn)} came up: every "
                  f"one of the top {top_k} must have its chance.", mistake=M["top-k-too-few"])
-    _expect_tokens(_sampled_tokens(ev, spec.key, draws),
-                   _draws(row.expand(draws, vocab), spec.temperature, top_k, spec.seed + 1), [],
+    _expect_tokens(_sampled_tokens(ev, spec.key, draws), _draws(spec), [],
                    what=f"sample_next_token on {draws} copies of one row", case=f"top_k={top_k}")
 
 
@@ -740,14 +714,10 @@ def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int 
             elif cache is None:
                 logits, cache = model(tokens, use_cache=True)
                 first = cache
-            elif pattern == "cached":
-                logits, cache = model(tokens[:, -1:], cache=cache, use_cache=True)
-            elif pattern == "refeed":
-                logits, cache = model(tokens, cache=cache, use_cache=True)
-            elif pattern == "no-cache":
-                logits = model(tokens[:, -1:])
-            else:  # "stale"
-                logits, _ = model(tokens[:, -1:], cache=first, use_cache=True)
+            else:  # the last token (refeed: all of them) with the cache, none (no-cache) or the first one (stale)
+                past = {"cached": cache, "refeed": cache, "no-cache": None, "stale": first}[pattern]
+                logits, grown = model(tokens if pattern == "refeed" else tokens[:, -1:], cache=past, use_cache=True)
+                cache = grown if pattern in ("cached", "refeed") else cache
             nxt = _draw(logits[:, position], temperature, top_k, gen, how, top_p, renormalize)
             tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
     return tokens
