@@ -4,7 +4,6 @@ sampling and generation on the CPU, where a seeded generator draws the same numb
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from itertools import accumulate
 from typing import Any
 
@@ -98,7 +97,7 @@ class CacheCase:
 def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
     """(start, end) of each chunk."""
     ends = list(accumulate(sizes))
-    return list(zip([0, *ends[:-1]], ends, strict=True))
+    return list(zip([0, *ends][:-1], ends, strict=True))
 
 
 # head size != k, batch > 1, odd lengths, one case with t == max_len
@@ -132,41 +131,30 @@ def _lm_facts(model: nn.Module) -> dict:
     return facts
 
 
-def _build_and_run(LanguageModel: Callable, rec: Recorder, run: ModelRun) -> nn.Module | None:
-    """The run's model built and called as ModelRun says; None when it could not be built."""
-    case = run.case
-    model = modules.build(rec, run.model, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
-                          seed=run.seed, facts=_lm_facts, train=False)
-    if model is None:
-        return None
-    tokens = run.tokens()
-    if run.upstream is not None:
-        model.train()
-        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),  # a loss reaching every logit:
-                                loss=lambda y: (y * randn(*y.shape, seed=run.upstream, device=y.device)).sum())
-        return model
-    with torch.no_grad():
-        rec.call(run.logits, model, tokens.to(rec.device))
-        for j in run.changed:  # every token from position j on changed
-            changed = tokens.clone()
-            changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % case.vocab
-            rec.call(f"changed{j}", model, changed.to(rec.device))
-    return model
-
-
 def _probe_model(cases: tuple[ModelRun | CacheCase, ...], LanguageModel: Callable, rec: Recorder) -> None:
-    """Each case in order (a model that cannot be built ends the probe: its structure says why); a CacheCase's
-    tokens are then fed chunk by chunk with the cache."""
-    for case in cases:
-        model = _build_and_run(LanguageModel, rec, case.run if isinstance(case, CacheCase) else case)
+    """Each run's model built and called as ModelRun says, a CacheCase's tokens then fed chunk by chunk with the
+    cache (a model that cannot be built ends the probe: its structure says why)."""
+    for item in cases:
+        run, chunks = (item.run, item.chunks) if isinstance(item, CacheCase) else (item, ())
+        case, tokens, cache = run.case, run.tokens(), None
+        model = modules.build(rec, run.model, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
+                              seed=run.seed, facts=_lm_facts, train=False)
         if model is None:
             return
-        if not isinstance(case, CacheCase):
+        if run.upstream is not None:
+            model.train()
+            modules.record_backward(rec, run.logits, model, tokens.to(rec.device),  # a loss reaching every logit
+                                    loss=lambda y, s=run.upstream: (y * randn(*y.shape, seed=s, device=y.device)).sum())
             continue
-        tokens, cache = case.run.tokens().to(rec.device), None
         with torch.no_grad():
-            for c, (start, end) in enumerate(chunk_bounds(case.chunks)):
-                result = rec.call(f"{case.steps}{c}", model, tokens[:, start:end], cache=cache, use_cache=True)
+            rec.call(run.logits, model, tokens.to(rec.device))
+            for j in run.changed:  # every token from position j on changed
+                changed = tokens.clone()
+                changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % case.vocab
+                rec.call(f"changed{j}", model, changed.to(rec.device))
+            for c, (start, end) in enumerate(chunk_bounds(chunks)):
+                result = rec.call(f"{item.steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache,
+                                  use_cache=True)
                 if not isinstance(result, (tuple, list)) or len(result) != 2:
                     break
                 cache = result[1]
@@ -195,17 +183,15 @@ lm_cache_hidden = _cache_check("lm_cache_hidden", (HIDDEN_CACHE_CASE,))
 
 # ---------------------------------------------------------------- next_token_loss
 
-def _loss_inputs(seed: int, b: int, t: int, vocab: int, scale: float) -> dict[str, torch.Tensor]:
-    """Logits (b, t, vocab) and tokens (b, t)."""
-    g = generator(seed)
-    return {"logits": scale * torch.randn(b, t, vocab, generator=g),
-            "tokens": torch.randint(vocab, (b, t), generator=g)}
-
-
 def random_logits(key: str, seed: int, b: int, t: int, vocab: int, scale: float) -> Case:
     """A loss case: random logits (b, t, vocab) times scale, and tokens (b, t), drawn from seed; with gradients."""
-    return loss_case(key, partial(_loss_inputs, seed, b, t, vocab, scale),
-                     f"logits {(b, t, vocab)} of scale {scale:g}, tokens {(b, t)}", gradients=True)
+
+    def inputs() -> dict[str, torch.Tensor]:
+        g = generator(seed)
+        return {"logits": scale * torch.randn(b, t, vocab, generator=g),
+                "tokens": torch.randint(vocab, (b, t), generator=g)}
+
+    return loss_case(key, inputs, f"logits {(b, t, vocab)} of scale {scale:g}, tokens {(b, t)}", gradients=True)
 
 
 # vocab != t - 1, so logits with the classes last cannot pass
@@ -223,7 +209,7 @@ GLOBAL_SEED = 777
 
 @dataclass(frozen=True)
 class SamplingCase:
-    """Logits (b, vocab) drawn from seed (logits_rows; copies: b copies of one row, also drawn on the notebook's
+    """Random logits (b, vocab) of scale 2 drawn from seed (copies: b copies of one row, also drawn on the notebook's
     device), sampled at this temperature, top_k and top_p with a generator seeded seed + 1; recorded under key."""
 
     key: str
@@ -242,13 +228,8 @@ class SamplingCase:
                 "generator=generator)")
 
     def logits(self) -> torch.Tensor:
-        rows = logits_rows(self.seed, 1 if self.copies else self.b, self.vocab)
+        rows = 2.0 * torch.randn(1 if self.copies else self.b, self.vocab, generator=generator(self.seed))
         return rows.expand(self.b, self.vocab).contiguous()  # (b, vocab): copies of one row where copies
-
-
-def logits_rows(seed: int, b: int, vocab: int, scale: float = 2.0) -> torch.Tensor:
-    """Random logits (b, vocab)."""
-    return scale * torch.randn(b, vocab, generator=generator(seed))
 
 
 def numbered_sampling(cases: Sequence[tuple]) -> tuple[SamplingCase, ...]:

@@ -42,22 +42,12 @@ from course.checks.language_model import (
 from course.judges import judge, mistakes, oracles
 from course.judges.kinds import LossOracle, against_loss, each_case
 
-SAMPLE_NAME = "sample_next_token(logits, temperature, top_k, top_p, generator)"
-
 # ---------------------------------------------------------------- mistakes
 
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_model.txt
 
 
 # ---------------------------------------------------------------- the model: structure
-
-def _lm_shapes(case: ModelCase) -> dict[str, tuple[int, ...]]:
-    vocab, k = case.vocab, case.k
-    blocks = [modules.block_shapes(f"blocks.{i}.", k, 4 * k) for i in range(case.depth)]
-    return {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k),
-            **{name: shape for block in blocks for name, shape in block.items()},
-            "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
-
 
 def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     """The run's model has the parts the notebook names, of the right kinds and sizes, registered, and no others
@@ -119,11 +109,14 @@ def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, vocab):
         fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should "
              f"be nn.Linear({k}, {vocab}): one logit per token of the vocabulary.", mistake=M["wrong-size"])
-    modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in _lm_shapes(case).values()),
+    per_block = [modules.block_shapes(f"blocks.{i}.", k, 4 * k) for i in range(depth)]
+    shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (max_len, k),
+              **{name: shape for block in per_block for name, shape in block.items()},
+              "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
+    modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in shapes.values()),
                                    f"the embeddings, {depth} blocks, the final norm and the output layer",
                                    "Is an extra layer registered?")
-    return modules.expect_parameters(ev, run.model, MODEL_NAME, _lm_shapes(run.case), run.seed,
-                                     hint=modules.PARTS_HINT)
+    return modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
 
 
 # ---------------------------------------------------------------- the model: oracle, and its mistakes written out
@@ -233,8 +226,7 @@ def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
                what: str = f"{MODEL_NAME}.forward(tokens)") -> torch.Tensor:
     """The logits (b, t, vocab) recorded under key."""
     __tracebackhide__ = True
-    b, vocab, k = case.b, case.vocab, case.k
-    t = case.t if t is None else t
+    b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
     if value_kind(ev, key) == "tuple":
         fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.",
              mistake=M["lm-returns-tuple"])
@@ -288,12 +280,9 @@ def _expect_no_future(ev: Evidence, run: ModelRun) -> None:
     _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} is causal")
 
 
-def _expect_oracle(ev: Evidence, run: ModelRun | CacheCase) -> None:
-    """The run's logits against the oracle with its weights (a cache case: :func:`_expect_cached`)."""
+def _expect_oracle(ev: Evidence, run: ModelRun) -> None:
+    """The run's logits against the oracle with its weights."""
     __tracebackhide__ = True
-    if isinstance(run, CacheCase):
-        _expect_cached(ev, run)
-        return
     w = _lm_weights(ev, run)
     _expect_lm_close(ev, _lm_logits(ev, run.logits, run.case), w, run.case, run.tokens(), f"{MODEL_NAME}.forward",
                      f", max_len={run.case.max_len}")
@@ -594,7 +583,7 @@ def _no_distribution(ev: Evidence, key: str) -> str:
     return message if "probability tensor contains" in message or "invalid multinomial" in message else ""
 
 
-def _sampled_tokens(ev: Evidence, key: str, b: int, what: str = SAMPLE_NAME, greedy: bool = False) -> torch.Tensor:
+def _sampled_tokens(ev: Evidence, key: str, b: int, what: str, greedy: bool = False) -> torch.Tensor:
     """The (b,) token ids the student's function returned."""
     __tracebackhide__ = True
     if message := _no_distribution(ev, key):
@@ -683,8 +672,9 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
     __tracebackhide__ = True
     draws, top_k = spec.b, spec.top_k
     allowed = set(spec.logits()[0].topk(top_k).indices.tolist())
+    what = f"sample_next_token on {draws} copies of one row, top_k={top_k}"
     for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
-        out = _sampled_tokens(ev, key, draws, f"sample_next_token on {draws} copies of one row, top_k={top_k}")
+        out = _sampled_tokens(ev, key, draws, what)
         drawn = set(out.tolist())
         if not drawn <= allowed:
             fail(f"sample_next_token drew tokens {sorted(drawn - allowed)[:8]} outside the top {top_k} "
@@ -692,7 +682,7 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
         if len(drawn) < top_k:
             fail(f"In {draws} draws from one row with top_k={top_k}, only the tokens {sorted(drawn)} came up: every "
                  f"one of the top {top_k} must have its chance.", mistake=M["top-k-too-few"])
-    _expect_tokens(_sampled_tokens(ev, spec.key, draws), _draws(spec), [],
+    _expect_tokens(_sampled_tokens(ev, spec.key, draws, what), _draws(spec), [],
                    what=f"sample_next_token on {draws} copies of one row", case=f"top_k={top_k}")
 
 
@@ -809,11 +799,11 @@ each_case(probes.lm_hidden, _expect_oracle,
 each_case(probes.lm_gradients, _expect_gradients,
           passed="A loss on the logits sends to every parameter the gradient autograd gives through PyTorch's "
                  "layers.")
-each_case(probes.lm_cache, _expect_oracle,
+each_case(probes.lm_cache, _expect_cached,
           passed="A prompt of 3 tokens, then 2, then one at a time, each with the cache of the call before: the "
                  "same logits as one call without a cache (and as PyTorch's layers), and a cache of (keys, values) "
                  "per block, (b, heads, t, s), t growing.")
-each_case(probes.lm_cache_hidden, _expect_oracle,
+each_case(probes.lm_cache_hidden, _expect_cached,
           passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens.")
 
 against_loss(probes.loss_oracle, NEXT_TOKEN_LOSS,
