@@ -165,8 +165,8 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
     for i in range(case.depth):
         p = f"blocks.{i}."
         h = _layer_norm(w, f"{p}norm1", x) if layout in ("pre", "no-residual") else x
-        q, keys, values = (_dense(w, f"{p}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
-                           for name in ("queries", "keys", "values"))  # (b, h, t, s)
+        q, keys, values = (_dense(w, f"{p}attention.to_{name}", h) for name in ("queries", "keys", "values"))
+        q, keys, values = (y.unflatten(-1, (heads, -1)).transpose(1, 2) for y in (q, keys, values))  # (b, h, t, s)
         kept, new_values, read_mask = (q if stored == "queries" else keys), values, allowed
         if cache is not None:
             kept, new_values = _cat(cache[i][0], kept, order), _cat(cache[i][1], values, order)
@@ -177,7 +177,8 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
         new_cache.append((kept, new_values))
         scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, h, t, T)
         # a query allowed nothing gets zeros, as in the course
-        out = torch.softmax(scores.masked_fill(~read_mask, float("-inf")), dim=-1).nan_to_num(0.0) @ values
+        weights = torch.softmax(scores.masked_fill(~read_mask, float("-inf")), dim=-1).nan_to_num(0.0)
+        out = weights @ values  # (b, h, t, s)
         a = _dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).reshape(x.shape))  # (b, t, k)
 
         def ff(h: torch.Tensor, p: str = p) -> torch.Tensor:
