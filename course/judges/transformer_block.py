@@ -1,14 +1,7 @@
 """Judges for assignment 05 (probes in course/checks/transformer_block.py): FeedForward, TransformerBlock and
-TransformerClassifier.
-
-Each judge maps the roles (query, key, value and output projections, the two norms, the feed-forward layers,
-whatever they are called) from the structure facts the probe recorded, recreates the values by parameter name and
-computes the oracle: nn.TransformerEncoderLayer (post-norm, ReLU, no dropout; norm_first=True for the pre-norm
-mistake) carrying those weights, and F.linear / F.relu for the feed-forward layer; and names the typical mistakes.
-The modules' checks are declared (course/judges/kinds.py: a :class:`BlockOracle` judges the structure, then every
-case the probe drew against the oracle); the properties (locality, normalised outputs, equivariance) and the
-classifier, whose blocks may be the student's own, right or typically wrong, are written out.
-"""
+TransformerClassifier. The roles (attention projections, norms, feed-forward layers, whatever they are called) are
+mapped from the recorded structure facts; the oracles are nn.TransformerEncoderLayer (post-norm, ReLU, no dropout)
+and F.linear / F.relu carrying the recreated weights. The properties and the classifier are written out."""
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,7 +15,7 @@ from course.checks import modules
 from course.checks import transformer_block as probes
 from course.checks.compare import Mistake, close, expect_close, fail, matches_any, output, tolerance
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, drawn
+from course.checks.kinds import Built, Runs, drawn
 from course.checks.modules import MISSING_PART, PARAMETER_COUNT, WRONG_LAYER_SIZE
 from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
@@ -41,6 +34,8 @@ BLOCK_NAME = "TransformerBlock"
 CLASSIFIER_NAME = "TransformerClassifier"
 
 ATTENTION_LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
+#: the keywords of oracles.attention_parameters
+ATTENTION_ROLES = ("wq", "wk", "wv", "wo", "bo", "bq", "bk", "bv")
 
 # ---------------------------------------------------------------- mistakes
 
@@ -88,19 +83,16 @@ def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | 
         first, second = second, first  # registered in the other order; the sizes tell them apart
     h = first["out_features"]
     sizes = (first["in_features"], first["out_features"], second["in_features"], second["out_features"])
-    wanted = (k, hidden if hidden is not None else h, hidden if hidden is not None else h, k)
-    if sizes != wanted:
-        hint, mistake = "", WRONG_LAYER_SIZE
-        if hidden is not None and not in_block and h != hidden:
-            hint, mistake = " The hidden size is the `hidden` argument, not a size fixed inside FeedForward.", \
-                M["hidden-ignored"]
-        elif hidden is not None and in_block and h == 16 and hidden != 16:
-            hint = " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k."
-            mistake = M["hidden-4x4"]
-        elif hidden is not None and in_block and h == k and hidden != k:
-            hint, mistake = " The hidden size equals k: multiply k by ff_mult.", M["hidden-equals-k"]
-        elif hidden is not None and in_block and h == 4 * k and hidden != 4 * k:
-            hint, mistake = " The hidden size is 4·k whatever ff_mult is: use ff_mult·k.", M["hidden-ignores-ff-mult"]
+    if sizes != (k, h if hidden is None else hidden, h if hidden is None else hidden, k):
+        # the first hidden size that tells a typical mistake
+        hint, mistake = next(((hint, mistake) for mistake, hint, seen in (
+            (M["hidden-ignored"], " The hidden size is the `hidden` argument, not a size fixed inside FeedForward.",
+             not in_block and h != hidden),
+            (M["hidden-4x4"], " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k.",
+             in_block and h == 16 and hidden != 16),
+            (M["hidden-equals-k"], " The hidden size equals k: multiply k by ff_mult.", in_block and h == k != hidden),
+            (M["hidden-ignores-ff-mult"], " The hidden size is 4·k whatever ff_mult is: use ff_mult·k.",
+             in_block and h == 4 * k != hidden)) if hidden is not None and seen), ("", WRONG_LAYER_SIZE))
         shown = f"{k} -> {hidden} -> {k}" if hidden is not None else f"{k} -> hidden -> {k}"
         fail(f"{what}'s linear layers map {sizes[0]} -> {sizes[1]} -> {sizes[3]}; with k={k} they should map "
              f"{shown} (Linear(k, hidden), then Linear(hidden, k)).{hint}", mistake=mistake)
@@ -108,14 +100,13 @@ def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | 
         fail(f"{what}'s linear layers should have biases (nn.Linear's default).", mistake=M["ff-no-bias"])
     roles = {"f1w": f"{first['name']}.weight", "f1b": f"{first['name']}.bias" if first.get("bias") else None,
              "f2w": f"{second['name']}.weight", "f2b": f"{second['name']}.bias" if second.get("bias") else None}
-    shapes = {"f1w": (h, k), "f1b": (h,), "f2w": (k, h), "f2b": (k,)}
-    return roles, shapes
+    return roles, {"f1w": (h, k), "f1b": (h,), "f2w": (k, h), "f2b": (k,)}
 
 
 @dataclass(frozen=True)
 class Roles:
-    """Which recorded parameter plays which part (role -> parameter name, None: no such parameter), the shape
-    each role must have, the number of heads and the LayerNorm eps."""
+    """role -> the recorded parameter playing it (None: no such parameter) and the shape it must have; the number of
+    heads and the LayerNorm eps."""
 
     names: Mapping[str, str | None]
     shapes: Mapping[str, tuple[int, ...]]
@@ -123,21 +114,14 @@ class Roles:
     eps: float = 1e-5
 
 
-def _block_fact(ev: Evidence, key: str, name: str) -> dict | None:
-    facts = ev.facts.get(f"{key}.blocks")
-    found = [f for f in facts if isinstance(f, dict) and f.get("name") == name] if isinstance(facts, list) else []
-    return found[0] if found else None
-
-
 def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
                  strict: tuple[int, int] | None) -> Roles:
-    """Map the block under prefix ("" for the module itself, "blocks.0." ...) to roles.
-
-    strict = (heads, ff_mult): the exercise's structure exactly (the course's MultiHeadAttention with these heads,
-    two separate nn.LayerNorm(k), hidden size ff_mult·k, biases). None: any real block the judge can recompute
-    (nn.MultiheadAttention, shared norms, any hidden size and number of heads), for checks of other parts."""
+    """Map the block under prefix ("" for the module itself, "blocks.0." ...) to roles. strict = (heads, ff_mult):
+    the exercise's structure exactly; None: any real block the judge can recompute (see STRICT and TOLERANT)."""
     __tracebackhide__ = True
-    fact = _block_fact(ev, key, prefix.removesuffix("."))
+    facts = ev.facts.get(f"{key}.blocks")
+    fact = next((f for f in facts if isinstance(f, dict) and f.get("name") == prefix.removesuffix(".")), None) \
+        if isinstance(facts, list) else None
     parts = fact.get("parts") if isinstance(fact, dict) else None
     if not isinstance(parts, dict):
         fail(f"The test recorded nothing about the parts of {what}: the check did not run to the end.")
@@ -180,8 +164,8 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
             shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
             fail(f"{what}.norm{i} should be nn.LayerNorm(k) = nn.LayerNorm({k}), which normalises each position's "
                  f"{k} features; it is {shown}.", mistake=M["wrong-norm"])
-        if isinstance(norm.get("eps"), float) and 0 < norm["eps"] <= 1e-2:
-            eps = norm["eps"] if i == 1 else eps
+        if i == 1 and isinstance(norm.get("eps"), float) and 0 < norm["eps"] <= 1e-2:
+            eps = norm["eps"]
         names[f"n{i}w"], names[f"n{i}b"] = f"{norm['name']}.weight", f"{norm['name']}.bias"
         shapes[f"n{i}w"], shapes[f"n{i}b"] = (k,), (k,)
     if shared and strict is not None:
@@ -189,9 +173,7 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
              "bias: create two nn.LayerNorm(k).", mistake=M["shared-norm"])
     ff_names, ff_shapes = _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k,
                                     f"{what}.ff", in_block=True)
-    names.update(ff_names)
-    shapes.update(ff_shapes)
-    return Roles(MappingProxyType(names), MappingProxyType(shapes), heads, eps)
+    return Roles(MappingProxyType(names | ff_names), MappingProxyType(shapes | ff_shapes), heads, eps)
 
 
 def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> dict[str, torch.Tensor]:
@@ -228,77 +210,35 @@ def _ff(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, kind: str = "relu
     return x + y if kind == "residual" else y
 
 
-def _ff_mistakes(v: Mapping[str, torch.Tensor | None], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    with torch.no_grad():
-        return [(m, _ff(v, x, kind)) for m, kind in FF_MISTAKES]
-
-
-def _attention_roles(v: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
-    """The attention's roles as keywords of oracles.attention_parameters."""
-    return {"wq": v["wq"], "wk": v["wk"], "wv": v["wv"], "wo": v["wo"], "bo": v["bo"], "bq": v["bq"], "bk": v["bk"],
-            "bv": v["bv"]}
-
-
-def _torch_block(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
-                 eps: float, norm_first: bool = False) -> torch.Tensor:
-    """nn.TransformerEncoderLayer (post-norm, or pre-norm with norm_first) carrying these weights."""
-    b, t, k = x.shape
-    params = oracles.layer_parameters({"self_attn": _attention_roles(v)}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
-                                      (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
-    layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps, norm_first)
-    return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
-
-
 def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
                    eps: float, layout: str = "post", ff: str = "relu", oracle: bool = True) -> torch.Tensor:
-    """The block with these weights: the right one (layout "post", ff "relu", PyTorch's encoder layer), or a
-    typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES computation).
+    """The block with these weights on x (b, t, k): the right one (layout "post", ff "relu", PyTorch's encoder
+    layer), or a typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES computation).
     oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests)."""
     if layout == M["mask-not-passed"].id:
         layout, mask = "post", None
-    if oracle and ff == "relu" and layout in ("post", M["pre-norm"].id):
-        return _torch_block(v, x, mask, heads, eps, norm_first=layout == M["pre-norm"].id)
-    k = x.shape[-1]
-
-    def a(z: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(z, None, mask, heads, **_attention_roles(v))
-
-    def f(z: torch.Tensor) -> torch.Tensor:
-        return _ff(v, z, ff)
-
-    def n1(z: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(z, (k,), v["n1w"], v["n1b"], eps)
-
-    def n2(z: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(z, (k,), v["n2w"], v["n2b"], eps)
-
-    if layout == "post":
-        h = n1(x + a(x))
-        return n2(h + f(h))
-    if layout == M["pre-norm"].id:
-        g = x + a(n1(x))
-        return g + f(n2(g))
-    if layout == M["residual-after-norm"].id:
-        g = x + n1(a(x))
-        return g + n2(f(g))
-    if layout == M["norm-plus-sublayer"].id:
-        g = n1(x) + a(x)
-        return n2(g) + f(g)
-    if layout == M["no-residual"].id:
-        return n2(f(n1(a(x))))
-    if layout == M["no-attention-residual"].id:
-        g = n1(a(x))
-        return n2(g + f(g))
-    if layout == M["sublayers-swapped"].id:
-        g = n1(x + f(x))
-        return n2(g + a(g))
-    if layout == M["norms-swapped"].id:
-        g = n2(x + a(x))
-        return n1(g + f(g))
-    h = n1(x + a(x))
-    return {M["no-ff-residual"].id: lambda: n2(f(h)), M["norm1-twice"].id: lambda: n1(h + f(h)),
-            M["ff-on-input"].id: lambda: n2(h + f(x)), M["second-residual-from-input"].id: lambda: n2(x + f(h)),
-            M["no-final-norm"].id: lambda: h + f(h)}[layout]()
+    b, t, k = x.shape
+    attention = {role: v[role] for role in ATTENTION_ROLES}
+    if oracle and ff == "relu" and layout in ("post", "pre-norm"):
+        params = oracles.layer_parameters({"self_attn": attention}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
+                                          (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
+        layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps, layout == "pre-norm")
+        return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
+    a = partial(oracles.attention, context=None, mask=mask, heads=heads, **attention)
+    f = partial(_ff, v, kind=ff)
+    n1 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n1w"], bias=v["n1b"], eps=eps)
+    n2 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n2w"], bias=v["n2b"], eps=eps)
+    # the attention sub-layer's output g, then the block's output
+    g = {"pre-norm": lambda: x + a(n1(x)), "residual-after-norm": lambda: x + n1(a(x)),
+         "norm-plus-sublayer": lambda: n1(x) + a(x), "no-residual": lambda: n1(a(x)),
+         "no-attention-residual": lambda: n1(a(x)), "sublayers-swapped": lambda: n1(x + f(x)),
+         "norms-swapped": lambda: n2(x + a(x))}.get(layout, lambda: n1(x + a(x)))()
+    return {"pre-norm": lambda: g + f(n2(g)), "residual-after-norm": lambda: g + n2(f(g)),
+            "norm-plus-sublayer": lambda: n2(g) + f(g), "no-residual": lambda: n2(f(g)),
+            "no-ff-residual": lambda: n2(f(g)), "sublayers-swapped": lambda: n2(g + a(g)),
+            "norms-swapped": lambda: n1(g + f(g)), "norm1-twice": lambda: n1(g + f(g)),
+            "ff-on-input": lambda: n2(g + f(x)), "second-residual-from-input": lambda: n2(x + f(g)),
+            "no-final-norm": lambda: g + f(g)}.get(layout, lambda: n2(g + f(g)))()
 
 
 def _in_block(m: Mistake, prefix: str = "its feed-forward layer is wrong: ") -> Mistake:
@@ -312,14 +252,28 @@ def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, s
     if mask is not None:
         specs.append((M["mask-not-passed"], M["mask-not-passed"].id, "relu"))
     specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
-    specs += [(_in_block(m), "post", kind) for m, kind in FF_MISTAKES]
-    return specs
+    return specs + [(_in_block(m), "post", kind) for m, kind in FF_MISTAKES]
+
+
+def _expect_moved(ev: Evidence, run: Runs, block: BlockOracle, kept: list[int] | slice, moved: list[int] | slice,
+                  what: str, otherwise: str, claim: str) -> None:
+    """A property of run's module (its structure judged by block) on its two cases (b, t, k): the second's
+    outputs[:, kept] are the first's outputs[:, moved]; and the first's is a real computation (anchor_forward)."""
+    __tracebackhide__ = True
+    roles, w = block.structure(ev, run.module)
+    oracle = block.oracle(roles)
+    plain, other = run.cases
+    y = forward_output(ev, plain.key, oracle, plain.inputs())
+    y_other = forward_output(ev, other.key, oracle, other.inputs())
+    expect_close(y_other[:, kept], y[:, moved], what=what, device=ev.device, case=other.label, otherwise=otherwise)
+    anchor_forward(ev, y, oracle, w, run.module.args, dict(plain.inputs()), claim, plain.label)
 
 
 # ================================================================ FeedForward
 
-def _ff_structure(ev: Evidence, built: Built) -> Roles:
-    """A module with two linear layers k -> hidden -> k with biases, and nothing else with parameters."""
+def _ff_weights(ev: Evidence, built: Built, recreate: bool = True) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """The feed-forward layer's roles (two linear layers k -> hidden -> k with biases, nothing else with
+    parameters) and the values the probe loaded, by parameter name (none unless recreate)."""
     __tracebackhide__ = True
     k, hidden = built.args
     what = block_call(built, FF_NAME)
@@ -329,14 +283,8 @@ def _ff_structure(ev: Evidence, built: Built) -> Roles:
     if count != 2 * k * hidden + hidden + k:
         fail(f"{what} has {count} parameters; two linear layers with biases make 2·k·hidden + hidden + k = "
              f"{2 * k * hidden + hidden + k}.", mistake=PARAMETER_COUNT)
-    return Roles(MappingProxyType(names), MappingProxyType(shapes))
-
-
-def _ff_weights(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tensor]]:
-    """The feed-forward layer's roles (its structure checked) and the values the probe loaded, by parameter name."""
-    __tracebackhide__ = True
-    roles = _ff_structure(ev, built)
-    return roles, _recreated(ev, built.key, roles, built.seed, block_call(built, FF_NAME))
+    roles = Roles(MappingProxyType(names), MappingProxyType(shapes))
+    return roles, _recreated(ev, built.key, roles, built.seed, what) if recreate else {}
 
 
 def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor) -> torch.Tensor:
@@ -345,23 +293,11 @@ def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: t
     return _ff(_values(roles, w), x, kind)
 
 
-def _ff_simulators(roles: Roles, *_: int, **__: torch.Tensor) -> list[tuple[Mistake, partial]]:
-    return [(m, partial(_ff_of, roles, kind)) for m, kind in FF_MISTAKES]
-
-
-def _ff_hint(**_: torch.Tensor) -> str:
-    return _FF_HINT
-
-
 def _ff_oracle(roles: Roles) -> ForwardOracle:
-    return ForwardOracle(FF_NAME, "the feed-forward layer", _ff_values, partial(_ff_of, roles, "relu"),
-                         "F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)", partial(_ff_simulators, roles),
-                         hint=_ff_hint, otherwise=_FF_HINT)
-
-
-def _ff_values(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
-    """The values a BlockOracle's structure reads."""
-    return _ff_weights(ev, built)[1]
+    return ForwardOracle(FF_NAME, "the feed-forward layer", lambda ev, built: _ff_weights(ev, built)[1],
+                         partial(_ff_of, roles, "relu"), "F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)",
+                         lambda *_, **__: [(m, partial(_ff_of, roles, kind)) for m, kind in FF_MISTAKES],
+                         hint=lambda **_: _FF_HINT, otherwise=_FF_HINT)
 
 
 FF = BlockOracle(_ff_weights, _ff_oracle)
@@ -371,7 +307,7 @@ FF = BlockOracle(_ff_weights, _ff_oracle)
 def _judge_ff_structure(ev: Evidence) -> None:
     """Two linear layers, k -> hidden -> k with biases, nothing else with parameters; and the |x| - 1 example."""
     roles, w = FF.structure(ev, probes.FF_MODULE)
-    _ff_structure(ev, probes.FF_HAND)
+    _ff_weights(ev, probes.FF_HAND, recreate=False)
     oracle, inputs = _ff_oracle(roles), dict(probes.FF_CASE.inputs())
     y = forward_output(ev, probes.FF_CASE.key, oracle, inputs)
     hand = probes.hand_values()
@@ -381,8 +317,8 @@ def _judge_ff_structure(ev: Evidence) -> None:
     for case in drawn((probes.HAND_CASE, probes.HAND_SECRET_CASE)):
         x = case.inputs()["x"]
         y_hand = output(ev, case.key, what=f"{FF_NAME}.forward(x)", shape=tuple(x.shape), hint=_FF_HINT)
-        mistakes = sorted(_ff_mistakes(hand, x), key=lambda pair: pair[0] != found)
-        expect_close(y_hand, _ff(hand, x), what=f"{FF_NAME}.forward(x)", device=ev.device, mistakes=mistakes,
+        named = sorted([(m, _ff(hand, x, kind)) for m, kind in FF_MISTAKES], key=lambda pair: pair[0] != found)
+        expect_close(y_hand, _ff(hand, x), what=f"{FF_NAME}.forward(x)", device=ev.device, mistakes=named,
                      otherwise=_FF_HINT, case=case.label)
     anchor_forward(ev, y, oracle, w, probes.FF_MODULE.args, inputs, f"{FF_NAME} has the right layers",
                    probes.FF_CASE.label)
@@ -394,45 +330,30 @@ def _judge_ff_oracle(ev: Evidence) -> None:
     each position is transformed alone: changing one position changes that output only."""
     *runs, local = probes.feed_forward_oracle.runs
     expect_block_runs(ev, tuple(runs), FF)
-    roles, w = FF.structure(ev, local.module)
-    oracle = _ff_oracle(roles)
-    plain, changed = local.cases
-    y = forward_output(ev, plain.key, oracle, plain.inputs())
-    y_changed = forward_output(ev, changed.key, oracle, changed.inputs())
-    keep = [0, 1, 2, 4]
-    expect_close(y_changed[:, keep], y[:, keep], what=f"{FF_NAME}.forward at the positions that did not change",
-                 device=ev.device, case=changed.label,
-                 otherwise="Changing position 3 of the input changed other positions' outputs. The feed-forward "
-                           "layer acts on the last dimension only; nothing should mix positions.")
-    anchor_forward(ev, y, oracle, w, local.module.args, dict(plain.inputs()), f"{FF_NAME} transforms each position "
-                   "alone", plain.label)
+    _expect_moved(ev, local, FF, [0, 1, 2, 4], [0, 1, 2, 4], f"{FF_NAME}.forward at the positions that did not change",
+                  "Changing position 3 of the input changed other positions' outputs. The feed-forward layer acts on "
+                  "the last dimension only; nothing should mix positions.", f"{FF_NAME} transforms each position alone")
 
 
 # ================================================================ TransformerBlock
 
-def _encoder_block_weights(ev: Evidence, built: Built, strict: bool) -> tuple[Roles, dict[str, torch.Tensor]]:
-    """The block's roles (its structure checked, strictly or tolerantly) and the values the probe loaded, by
-    parameter name."""
+def _encoder_block_weights(ev: Evidence, built: Built, strict: bool,
+                           counted: bool = False) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """The block's roles (its structure checked, strictly or tolerantly; counted: and nothing else with parameters)
+    and the values the probe loaded, by parameter name."""
     __tracebackhide__ = True
     k, heads, *ff_mult = built.args
     what = block_call(built, BLOCK_NAME)
     modules.built(ev, built.key, what)
-    roles = _block_roles(ev, built.key, "", k, what, (heads, ff_mult[0] if ff_mult else 4) if strict else None)
-    return roles, _recreated(ev, built.key, roles, built.seed, what)
-
-
-def _counted_encoder_block_weights(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tensor]]:
-    """_encoder_block_weights (strict), and nothing else with parameters."""
-    __tracebackhide__ = True
-    roles, w = _encoder_block_weights(ev, built, strict=True)
-    k, _, *ff_mult = built.args
-    hidden = (ff_mult[0] if ff_mult else 4) * k
+    mult = ff_mult[0] if ff_mult else 4
+    roles = _block_roles(ev, built.key, "", k, what, (heads, mult) if strict else None)
+    w = _recreated(ev, built.key, roles, built.seed, what)
+    hidden = mult * k
     expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
     count = modules.parameter_count(ev, built.key)
-    if count != expected:
-        fail(f"{block_call(built, BLOCK_NAME)} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and "
-             f"the feed-forward layer (2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?",
-             mistake=PARAMETER_COUNT)
+    if counted and count != expected:
+        fail(f"{what} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and the feed-forward layer "
+             f"(2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?", mistake=PARAMETER_COUNT)
     return roles, w
 
 
@@ -443,37 +364,24 @@ def _block_of(roles: Roles, layout: str, ff: str, w: Mapping[str, torch.Tensor],
     return _block_forward(_values(roles, w), x, mask, roles.heads, roles.eps, layout, ff)
 
 
-def _block_simulators(roles: Roles, *_: int, x: torch.Tensor,
-                      mask: torch.Tensor | None = None) -> list[tuple[Mistake, partial]]:
-    return [(m, partial(_block_of, roles, layout, ff)) for m, layout, ff in _block_specs(mask)[1:]]
-
-
-def _block_hint(x: torch.Tensor, mask: torch.Tensor | None = None) -> str:
-    return _BLOCK_HINT + ("" if mask is None else " forward's signature is forward(self, x, mask=None).")
-
-
-def _block_shape_hints(x: torch.Tensor, mask: torch.Tensor | None = None) -> dict[tuple[int, ...], str]:
-    b, t, _ = x.shape
-    return {(b, t, t): "That is the shape of attention weights: return the block's output."}
-
-
-def _block_values(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
-    """The values a BlockOracle's structure reads (any real block)."""
-    return _encoder_block_weights(ev, built, strict=False)[1]
-
-
 def _encoder_block_oracle(roles: Roles) -> ForwardOracle:
-    return ForwardOracle(BLOCK_NAME, "a transformer block", _block_values,
-                         partial(_block_of, roles, "post", "relu"), "nn.TransformerEncoderLayer with the same weights",
-                         partial(_block_simulators, roles), hint=_block_hint, shape_hints=_block_shape_hints,
-                         otherwise=_BLOCK_HINT)
+    return ForwardOracle(
+        BLOCK_NAME, "a transformer block", lambda ev, built: _encoder_block_weights(ev, built, strict=False)[1],
+        partial(_block_of, roles, "post", "relu"), "nn.TransformerEncoderLayer with the same weights",
+        lambda *_, x, mask=None: [(m, partial(_block_of, roles, layout, ff))
+                                  for m, layout, ff in _block_specs(mask)[1:]],
+        hint=lambda x, mask=None: _BLOCK_HINT + ("" if mask is None else
+                                                 " forward's signature is forward(self, x, mask=None)."),
+        shape_hints=lambda x, mask=None: {(len(x), x.shape[1], x.shape[1]):
+                                          "That is the shape of attention weights: return the block's output."},
+        otherwise=_BLOCK_HINT)
 
 
 #: the exercise's structure exactly (the course's MultiHeadAttention with the block's heads, two separate
 #: nn.LayerNorm(k), hidden size ff_mult·k, biases); COUNTED: and nothing else with parameters; TOLERANT: any real
 #: block the judge can recompute (nn.MultiheadAttention, shared norms, any hidden size and number of heads)
 STRICT = BlockOracle(partial(_encoder_block_weights, strict=True), _encoder_block_oracle)
-COUNTED = BlockOracle(_counted_encoder_block_weights, _encoder_block_oracle)
+COUNTED = BlockOracle(partial(_encoder_block_weights, strict=True, counted=True), _encoder_block_oracle)
 TOLERANT = BlockOracle(partial(_encoder_block_weights, strict=False), _encoder_block_oracle)
 
 against_block(probes.transformer_block_structure, COUNTED, claim="has the right parts",
@@ -517,23 +425,17 @@ against_block(probes.transformer_block_mask, STRICT,
               passed="A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention.")
 
 
+
 @judge("transformer_block_gradients")
 def _judge_block_gradients(ev: Evidence) -> None:
     """A loss on the output sends autograd's gradient to every parameter and to the input; and without positions,
     permuting the input positions permutes the outputs the same way."""
     gradients, perm = probes.transformer_block_gradients.runs
     expect_block_runs(ev, (gradients,), TOLERANT)
-    roles, w = TOLERANT.structure(ev, perm.module)
-    oracle = _encoder_block_oracle(roles)
-    plain, permuted = perm.cases
-    y = forward_output(ev, plain.key, oracle, plain.inputs())
-    y_perm = forward_output(ev, permuted.key, oracle, permuted.inputs())
-    expect_close(y_perm, y[:, list(probes.PERMUTATION)], what=f"{BLOCK_NAME}.forward on permuted positions",
-                 device=ev.device, case=permuted.label,
-                 otherwise="Every part of the block is permutation equivariant, so the block must be too. Does "
-                           "something mix positions outside the attention (a norm or a mean over dim=1)?")
-    anchor_forward(ev, y, oracle, w, perm.module.args, dict(plain.inputs()), f"{BLOCK_NAME} is permutation "
-                   "equivariant", plain.label)
+    _expect_moved(ev, perm, TOLERANT, slice(None), list(probes.PERMUTATION), f"{BLOCK_NAME}.forward on permuted "
+                  "positions", "Every part of the block is permutation equivariant, so the block must be too. Does "
+                  "something mix positions outside the attention (a norm or a mean over dim=1)?",
+                  f"{BLOCK_NAME} is permutation equivariant")
 
 
 # ================================================================ TransformerClassifier
@@ -548,8 +450,9 @@ class Classifier:
     blocks: tuple[Roles, ...]
 
 
-def _classifier_parts(ev: Evidence, built: Built) -> Classifier:
-    """The embedding, the blocks (in order) and the output layer of a classifier, found by type."""
+def _classifier_values(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
+    """The embedding, the blocks (in order) and the output layer of a classifier, found by type (its structure
+    checked), and the values the probe loaded, by parameter name."""
     __tracebackhide__ = True
     key, (vocab, k, _, depth, classes) = built.key, built.args
     what = block_call(built, CLASSIFIER_NAME)
@@ -559,13 +462,13 @@ def _classifier_parts(ev: Evidence, built: Built) -> Classifier:
         fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
     names = [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
     if len(names) != depth:
-        hint = (" Blocks kept in a plain Python list are not registered: use nn.ModuleList or nn.Sequential."
-                if not names else
-                " [TransformerBlock(...)] * depth repeats ONE block; create a new one for each layer."
-                if len(names) == 1 else "")
+        hint, mistake = {
+            0: (" Blocks kept in a plain Python list are not registered: use nn.ModuleList or nn.Sequential.",
+                M["blocks-not-registered"]),
+            1: (" [TransformerBlock(...)] * depth repeats ONE block; create a new one for each layer.",
+                M["repeated-block"])}.get(len(names), ("", M["block-count"]))
         fail(f"{what} should hold depth={depth} separate TransformerBlocks; found {len(names)} registered.{hint}",
-             mistake=M["blocks-not-registered"] if not names
-             else M["repeated-block"] if len(names) == 1 else M["block-count"])
+             mistake=mistake)
     described = modules.described(ev, key).values()
     embeddings = [m for m in described if m.get("type") == "Embedding"]
     if len(embeddings) != 1 or (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim")) != (vocab, k):
@@ -579,22 +482,13 @@ def _classifier_parts(ev: Evidence, built: Built) -> Classifier:
              "none found.", mistake=M["no-output-layer"])
     blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
     out = outputs[-1]
-    return Classifier(f"{embeddings[0]['name']}.weight", f"{out['name']}.weight",
-                      f"{out['name']}.bias" if out.get("bias") else None, blocks)
-
-
-def _classifier_values(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
-    """The classifier's parts (its structure checked) and the values the probe loaded, by parameter name."""
-    __tracebackhide__ = True
-    vocab, k, _, _, classes = built.args
-    parts = _classifier_parts(ev, built)
-    what = block_call(built, CLASSIFIER_NAME)
-    w: dict[str, torch.Tensor] = {}
-    for roles in parts.blocks:
-        w.update(_recreated(ev, built.key, roles, built.seed, what))
+    parts = Classifier(f"{embeddings[0]['name']}.weight", f"{out['name']}.weight",
+                       f"{out['name']}.bias" if out.get("bias") else None, blocks)
     own = Roles(MappingProxyType({"e": parts.embedding, "ow": parts.out_weight, "ob": parts.out_bias}),
                 MappingProxyType({"e": (vocab, k), "ow": (classes, k), "ob": (classes,)}))
-    w.update(_recreated(ev, built.key, own, built.seed, what))
+    w: dict[str, torch.Tensor] = {}
+    for roles in (*blocks, own):
+        w.update(_recreated(ev, key, roles, built.seed, what))
     return parts, w
 
 
@@ -604,42 +498,26 @@ def _stacks(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tens
     the blocks applied in order, the first block alone and the last block on the embeddings."""
     x = F.embedding(tokens, w[parts.embedding])  # (b, t, k)
 
-    def block(i: int, h: torch.Tensor) -> torch.Tensor:
-        roles = parts.blocks[i]
+    def block(roles: Roles, h: torch.Tensor) -> torch.Tensor:
         return _block_forward(_values(roles, w), h, None, roles.heads, roles.eps, layout, ff)
 
-    h, first = x, None
-    for i in range(len(parts.blocks)):
-        h = block(i, h)
-        first = h if i == 0 else first
-    last = first if len(parts.blocks) == 1 else block(len(parts.blocks) - 1, x)
-    return {"embedded": x, "chained": h, "first": first, "last": last}
+    outs = [block(parts.blocks[0], x)]
+    for roles in parts.blocks[1:]:
+        outs.append(block(roles, outs[-1]))
+    last = outs[0] if len(outs) == 1 else block(parts.blocks[-1], x)
+    return {"embedded": x, "chained": outs[-1], "first": outs[0], "last": last}
 
 
 def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str, torch.Tensor],
           kind: str = "mean") -> torch.Tensor:
     """The logits from the blocks' outputs: kind "mean" is the right head, any other a CLASSIFIER_MISTAKES id."""
-    h = stacks[{M["blocks-skipped"].id: "embedded", M["first-block-only"].id: "first",
-                M["blocks-not-chained"].id: "last"}
+    h = stacks[{"blocks-skipped": "embedded", "first-block-only": "first", "blocks-not-chained": "last"}
                .get(kind, "chained")]
-
-    def out(z: torch.Tensor) -> torch.Tensor:
-        return F.linear(z, w[parts.out_weight], None if parts.out_bias is None else w[parts.out_bias])
-
-    if kind == M["sum-pooling"].id:
-        return out(h.sum(dim=1))
-    if kind == M["first-token"].id:
-        return out(h[:, 0])
-    if kind == M["last-token"].id:
-        return out(h[:, -1])
-    if kind == M["max-pooling"].id:
-        return out(h.amax(dim=1))
-    logits = out(h.mean(dim=1))  # (b, classes)
-    if kind == M["softmax-on-logits"].id:
-        return F.softmax(logits, dim=-1)
-    if kind == M["log-softmax-on-logits"].id:
-        return F.log_softmax(logits, dim=-1)
-    return logits
+    pooled = {"sum-pooling": lambda: h.sum(dim=1), "first-token": lambda: h[:, 0], "last-token": lambda: h[:, -1],
+              "max-pooling": lambda: h.amax(dim=1)}.get(kind, lambda: h.mean(dim=1))()  # (b, k)
+    logits = F.linear(pooled, w[parts.out_weight], None if parts.out_bias is None else w[parts.out_bias])
+    return {"softmax-on-logits": lambda: F.softmax(logits, dim=-1),
+            "log-softmax-on-logits": lambda: F.log_softmax(logits, dim=-1)}.get(kind, lambda: logits)()
 
 
 def _classifier_outputs(parts: Classifier, w: Mapping[str, torch.Tensor],
