@@ -1,12 +1,6 @@
-"""Probes for assignment 05: FeedForward, TransformerBlock and TransformerClassifier.
-
-Each check runs the student's code on inputs and weights chosen here and records what it gives; its judge (in
-course/judges/transformer_block.py, hidden under grading) decides. Most checks are declared (course/checks/kinds.py:
-a module built once with the check's weights, then called on each case, :func:`builds_and_runs`); the probe records
-the module's structure (weights.describe, and which submodules look like blocks) and loads the check's weights into
-every parameter; the judge maps the roles from those structure facts, recreates the values by parameter name and
-computes its oracle (nn.TransformerEncoderLayer for the block). Under grading every random input and weight comes
-from the grader's secret seed, and the case worked by hand adds a secret random case (see course/checks/seeds.py).
+"""Probes for assignment 05 (judges in course/judges/transformer_block.py): FeedForward, TransformerBlock and
+TransformerClassifier. Most checks are declared (:func:`builds_and_runs`); every module's structure is recorded with
+which of its submodules look like blocks (block_facts), so that the judge can map the roles whatever they are called.
 """
 
 from collections.abc import Callable
@@ -21,7 +15,7 @@ from course.checks import modules
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, call_module, drawn
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, call_module, drawn, given
 
 BLOCK_PARTS = ("attention", "norm1", "norm2", "ff")
 #: at most this many block-like submodules are recorded
@@ -99,12 +93,8 @@ def hand_values() -> dict[str, torch.Tensor]:
     return {role: torch.tensor(value) for role, value in HAND_WEIGHTS.items()}
 
 
-def _hand_x() -> dict[str, torch.Tensor]:
-    return {"x": torch.tensor([[[-2.0], [0.5], [3.0]]])}  # (1, 3, 1)
-
-
-HAND_CASE = Case("y_hand", _hand_x, "first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; x = -2, "
-                 "0.5, 3")
+HAND_CASE = given("y_hand", partial(torch.tensor, [[[-2.0], [0.5], [3.0]]]),  # (1, 3, 1)
+                  "first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; x = -2, 0.5, 3")
 #: under grading, a random input the hand example's weights also get (its seed is salted with the grader's secret)
 HAND_SECRET_CASE = Case("y_hand_secret", partial(_block_inputs, (2, 5, 1), 951),
                         "the hand example's weights (FF(x) = |x| - 1) on a random x of shape (2, 5, 1)", secret=True)
@@ -117,10 +107,9 @@ def _set_by_hand(ff: nn.Module) -> None:
     with torch.no_grad():
         for layer in (m for m in ff.modules() if isinstance(m, nn.Linear)):
             role = "f1" if (layer.in_features, layer.out_features) == (1, 2) else "f2"
-            if tuple(layer.weight.shape) == tuple(hand[f"{role}w"].shape):
-                layer.weight.copy_(hand[f"{role}w"])
-            if layer.bias is not None and tuple(layer.bias.shape) == tuple(hand[f"{role}b"].shape):
-                layer.bias.copy_(hand[f"{role}b"])
+            for p, value in ((layer.weight, hand[f"{role}w"]), (layer.bias, hand[f"{role}b"])):
+                if p is not None and p.shape == value.shape:
+                    p.copy_(value)
 
 
 def _probe_ff_structure(FeedForward: Callable, rec: Recorder) -> None:

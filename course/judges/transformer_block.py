@@ -185,8 +185,7 @@ def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> d
 
 
 def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
-    """role -> tensor (w by parameter name, possibly autograd leaves); nn.MultiheadAttention's packed
-    projections are split into queries, keys and values."""
+    """role -> tensor (w by parameter name); nn.MultiheadAttention's packed projections split into q, k and v."""
     v = {role: (w[name] if name is not None else None) for role, name in roles.names.items()}
     if "wqkv" in v:
         v["wq"], v["wk"], v["wv"] = v.pop("wqkv").chunk(3)
@@ -241,18 +240,15 @@ def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: 
             "no-final-norm": lambda: g + f(g)}.get(layout, lambda: n2(g + f(g)))()
 
 
-def _in_block(m: Mistake, prefix: str = "its feed-forward layer is wrong: ") -> Mistake:
-    """A FeedForward mistake seen in the block: the same id, and the advice to fix FeedForward first."""
-    return Mistake(m.id, f"{prefix}{m.explanation} Make your {FF_NAME} pass its tests (exercise 1) first.")
-
-
 def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, str]]:
-    """(mistake or None for the right block, layout, ff) of every computation a block check recognises."""
+    """(mistake or None for the right block, layout, ff) of every computation a block check recognises; a
+    FeedForward mistake seen in the block keeps its id, with the advice to fix FeedForward first."""
     specs: list[tuple[Mistake | None, str, str]] = [(None, "post", "relu")]
     if mask is not None:
         specs.append((M["mask-not-passed"], M["mask-not-passed"].id, "relu"))
     specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
-    return specs + [(_in_block(m), "post", kind) for m, kind in FF_MISTAKES]
+    return specs + [(Mistake(m.id, f"its feed-forward layer is wrong: {m.explanation} Make your {FF_NAME} pass its "
+                             "tests (exercise 1) first."), "post", kind) for m, kind in FF_MISTAKES]
 
 
 def _expect_moved(ev: Evidence, run: Runs, block: BlockOracle, kept: list[int] | slice, moved: list[int] | slice,
@@ -288,8 +284,7 @@ def _ff_weights(ev: Evidence, built: Built, recreate: bool = True) -> tuple[Role
 
 
 def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor) -> torch.Tensor:
-    """The feed-forward layer with the weights w in these roles (whatever its constructor's arguments), computed as
-    kind says (see _ff)."""
+    """The feed-forward layer with the weights w in these roles, computed as kind says (see _ff)."""
     return _ff(_values(roles, w), x, kind)
 
 
@@ -359,8 +354,7 @@ def _encoder_block_weights(ev: Evidence, built: Built, strict: bool,
 
 def _block_of(roles: Roles, layout: str, ff: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor,
               mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The block with the weights w in these roles (whatever its constructor's arguments), computed as (layout, ff)
-    say (see _block_forward)."""
+    """The block with the weights w in these roles, computed as (layout, ff) say (see _block_forward)."""
     return _block_forward(_values(roles, w), x, mask, roles.heads, roles.eps, layout, ff)
 
 
@@ -523,8 +517,7 @@ def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str,
 def _classifier_outputs(parts: Classifier, w: Mapping[str, torch.Tensor],
                         tokens: torch.Tensor) -> Iterator[tuple[tuple[Mistake | None, str, str, str], torch.Tensor]]:
     """(mistake or None, block layout, block ff, head) and its output, for every computation a classifier check
-    recognises, the right one first. The blocks are the student's own TransformerBlock: right, or with one of its
-    typical mistakes (judged by the block's tests, not here). A generator: the right answer costs one stack."""
+    recognises, the right one first: the student's blocks may be right or typically wrong (a generator)."""
     heads = ((None, "mean"), *((m, m.id) for m in CLASSIFIER_MISTAKES))
     for _, layout, ff in _block_specs(None):
         with torch.no_grad():
