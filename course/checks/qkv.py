@@ -1,19 +1,14 @@
-"""Probes for assignment 02: attention(queries, keys, values) and SelfAttentionQKV.
+"""Probes for assignment 02: attention(queries, keys, values) and SelfAttentionQKV, judged in course/judges/qkv.py
+(F.scaled_dot_product_attention with scale 1, nn.MultiheadAttention with one head) from the cases declared here."""
 
-Each check runs the student's code on the cases declared here (course/checks/kinds.py) and records what it gives;
-its judge (in course/judges/qkv.py, hidden under grading) decides from the same cases with
-F.scaled_dot_product_attention (scale 1) as the oracle for attention, and nn.MultiheadAttention with one head for the
-module. Under grading every random input and weight comes from the grader's secret seed, and the case worked by hand
-adds a secret random case (see course/checks/seeds.py).
-"""
-
+from dataclasses import replace
 from functools import partial
 
 import torch
 
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
-from course.checks.kinds import Built, Case, ModuleCase, Runs, builds, builds_and_runs, calls, random_case
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, random_case
 
 ROLES = ("to_queries", "to_keys", "to_values")
 
@@ -85,29 +80,22 @@ attention_oracle = calls("attention_oracle", (
 
 # ---------------------------------------------------------------- the module
 
-def _module_case(built: Built, key: str, shape: tuple[int, int, int], seed: int, *, grad_seed: int | None = None,
-                 label: str = "") -> ModuleCase:
-    """The module built as `built`, run on a random x of shape (seed); with grad_seed, also backpropagated."""
-    case = random_case(key, shape, seed, upstream=(shape, grad_seed) if grad_seed is not None else None)
-    return ModuleCase(built, Case(case.key, case.inputs, label or case.label, upstream=case.upstream))
-
-
-def _gradient_case(seed: int, shape: tuple[int, int, int]) -> ModuleCase:
+def _gradient_case(seed: int, shape: tuple[int, int, int]) -> Runs:
     """A k = 4 module (weights from seed) on x of shape (seed + 1), with an upstream gradient (seed + 2)."""
-    return _module_case(Built("grad_module", (4,), seed), "y_grad", shape, seed + 1, grad_seed=seed + 2,
-                        label=f"k=4, x of shape {shape}")
+    case = random_case("y_grad", shape, seed + 1, upstream=(shape, seed + 2))
+    return Runs(Built("grad_module", (4,), seed), (replace(case, label=f"k=4, x of shape {shape}"),))
 
 
 def _permuted(inputs: partial) -> dict[str, torch.Tensor]:
     return {"x": inputs()["x"][:, list(PERMUTATION)]}  # (b, t, k), positions permuted
 
 
-self_attention_qkv_structure = builds("self_attention_qkv_structure", (
-    _module_case(Built("module", (STRUCTURE_K,), 200), "y", (2, 4, STRUCTURE_K), 201),), layers=ROLES)
-self_attention_qkv_vs_pytorch = builds("self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),),
-                                       layers=ROLES)
-self_attention_qkv_oracle = builds("self_attention_qkv_oracle", (
-    *(_module_case(Built(f"module{i}", (k,), 600 + i), f"y{i}", (b, t, k), 650 + i)
+self_attention_qkv_structure = builds_and_runs("self_attention_qkv_structure", (
+    Runs(Built("module", (STRUCTURE_K,), 200), (random_case("y", (2, 4, STRUCTURE_K), 201),)),), layers=ROLES)
+self_attention_qkv_vs_pytorch = builds_and_runs("self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),),
+                                                layers=ROLES)
+self_attention_qkv_oracle = builds_and_runs("self_attention_qkv_oracle", (
+    *(Runs(Built(f"module{i}", (k,), 600 + i), (random_case(f"y{i}", (b, t, k), 650 + i),))
       for i, (b, t, k) in enumerate(MODULE_SHAPES)),
     _gradient_case(700, (2, 5, 4))), layers=ROLES)
 

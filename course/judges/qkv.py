@@ -1,11 +1,10 @@
 """Judges for assignment 02 (probes in course/checks/qkv.py): F.scaled_dot_product_attention with scale 1 for
 attention, nn.MultiheadAttention with one head for the module (its query weights multiplied by √k to undo its
-scaling), and the typical mistakes they can name. Read top to bottom: the mistakes, attention's oracle with the
-simulator of its mistakes and its checks, then the module's (course/judges/kinds.py); only the properties (identical
-values averaged, the structure, permutation equivariance) are written out, from the cases their probes declare."""
+scaling), and the typical mistakes they can name; only the properties are written out."""
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from itertools import product
 
 import torch
@@ -15,10 +14,19 @@ from course.checks import modules
 from course.checks import qkv as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Case
+from course.checks.kinds import Built, Case, RunsCheck
 from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, mistakes, oracles
-from course.judges.kinds import ModuleOracle, Oracle, against, against_module, expect_linear_layers
+from course.judges.kinds import (
+    ForwardOracle,
+    Oracle,
+    against,
+    against_forward,
+    anchor_forward,
+    block_call,
+    expect_linear_layers,
+    forward_output,
+)
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -27,8 +35,6 @@ PROJECTION = "nn.Linear(k, k, bias=False)"
 # ---------------------------------------------------------------- mistakes
 
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/qkv.txt
-
-# a structure failure, whose message says it in its own words (the shared ones are in course/checks/modules.py)
 
 _SHAPES_HINT = ("Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). "
                 "The number of queries and of keys differ here, so transposed weights do not fit the values.")
@@ -152,37 +158,33 @@ _ROLE_MISTAKES = ((M["values-not-projected"], ("q", "k", "x")), (M["keys-as-valu
 _ATTENTION_MISTAKES = (M["softmax-over-queries"], M["no-softmax"], M["scaled"], M["weights-transposed"])
 
 
-def _qkv_mistakes(w: dict[str, torch.Tensor], x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    """Each typical mistake alone, then a mistake of the attention cell together with one of the module's."""
+def _projected(roles: tuple[str, str, str], how: Mistake | None, w: dict[str, torch.Tensor], k: int,
+               x: torch.Tensor) -> torch.Tensor:
+    """Unscaled attention (with the mistake how) of the projections of x (b, t, k) that roles name as queries, keys
+    and values ("x": x itself). (b, t, k)"""
     projected = {"x": x, "q": _linear(x, w, "to_queries"), "k": _linear(x, w, "to_keys"),
                  "v": _linear(x, w, "to_values")}
+    return _unscaled_attention(*(projected[r] for r in roles), how)
+
+
+def _qkv_simulators(k: int, x: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
+    """Each typical mistake alone, then a mistake of the attention cell together with one of the module's."""
     single, several = [], []
     for (m_roles, roles), how in product(((None, ("q", "k", "v")), *_ROLE_MISTAKES), (None, *_ATTENTION_MISTAKES)):
         parts = [m for m in (how, m_roles) if m is not None]
-        y = _unscaled_attention(*(projected[r] for r in roles), how)
+        simulate = partial(_projected, roles, how)
         if len(parts) == 1:
-            single.append((parts[0], y))
+            single.append((parts[0], simulate))
         elif parts:
             several.append((Mistake(M["several-mistakes"].id, "two things at once. " + " ".join(
-                f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), y))
+                f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), simulate))
     return single + several
 
 
-def _qkv_attention(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+def _qkv_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """nn.MultiheadAttention with one head carrying the module's projections w, its division of the scores by √k
     undone, on x (b, t, k): (b, t, k). Autograd reaches w and x."""
     return oracles.course_module_attention(w, x, query_scale=oracles.unscaled(x.shape[-1]))
-
-
-def _qkv_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return _qkv_attention(w, x)
-
-
-def _qkv_gradients(w: dict[str, torch.Tensor], upstream: torch.Tensor, x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Autograd of sum(output · upstream) through the oracle: the gradients of x, then of the three weights."""
-    grads = modules.autograd(_qkv_attention, w, {"x": x}, upstream)
-    return {"x": grads["x"], **{name: grads[name] for name in w}}
 
 
 def projections(ev: Evidence, built: Built, owner: str = MODULE_NAME, gains: Mapping[str, float] | None = None,
@@ -214,49 +216,51 @@ def _any_projections(ev: Evidence, built: Built) -> dict[str, torch.Tensor] | No
     return found
 
 
-def _qkv_output(ev: Evidence, case: Case) -> torch.Tensor:
-    __tracebackhide__ = True
-    return output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(case.inputs()["x"].shape),
-                  hint=_FORWARD_HINT)
-
-
-def _anchor_qkv(ev: Evidence, y: torch.Tensor, w: dict[str, torch.Tensor] | None, case: Case, claim: str) -> None:
-    """Fail unless y is what the module (or one of its typical mistakes) computes with the check's weights."""
-    __tracebackhide__ = True
-    x = case.inputs()["x"]
-    expected = _qkv_oracle(w, x) if w is not None else None
-    if w is None or not matches_any(y, [expected, *(m for _, m in _qkv_mistakes(w, x))], ev.device):
-        fail(f"{claim}, but it is not self-attention with the projections to_queries, to_keys and to_values: its "
-             f"output matches neither the reference nor a known mistake. {_FORWARD_HINT}", expected, y,
-             case=f"x of shape {tuple(x.shape)}")
-
-
-MODULE = ModuleOracle(
-    f"{MODULE_NAME}.forward(x)", projections, compute=_qkv_oracle, gradients=_qkv_gradients,
-    name="nn.MultiheadAttention", mistakes=_qkv_mistakes, hint=_FORWARD_HINT,
+MODULE = ForwardOracle(
+    MODULE_NAME, "self-attention with the projections to_queries, to_keys and to_values", projections,
+    lambda w, k, x: _qkv_oracle(w, x), "nn.MultiheadAttention", simulators=_qkv_simulators,
+    hint=lambda **_: _FORWARD_HINT,
     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
+
+
+def expect_structure(ev: Evidence, check: RunsCheck, oracle: ForwardOracle, claim: str,
+                     count: tuple[int, str, str] | None = None) -> None:
+    """The module of check (one run of one case) has the right layers (oracle.weights) and, with count (values,
+    formula, hint), that many parameter values; its output is oracle's computation, or a typical mistake's, with
+    the check's weights."""
+    __tracebackhide__ = True
+    (run,) = check.runs
+    (case,) = run.cases
+    w = oracle.weights(ev, run.module)
+    if count is not None:
+        modules.expect_parameter_count(ev, run.module.key, block_call(run.module, oracle.owner), *count)
+    inputs = dict(case.inputs())
+    anchor_forward(ev, forward_output(ev, case.key, oracle, inputs), oracle, w, run.module.args, inputs, claim,
+                   case.label)
+
+
+def projection_count(k: int) -> tuple[int, str, str]:
+    """What expect_structure's count is for three bias-free k×k projections: 3k² values."""
+    return 3 * k * k, "three k×k matrices make 3k²", ("Are extra layers or biases registered, or some projection "
+                                                      "kept outside the module?")
+
 
 # ---------------------------------------------------------------- the module
 
-against_module(probes.self_attention_qkv_vs_pytorch, MODULE,
-               passed="A batch of two against PyTorch's own multi-head attention (one head) with the check's "
-                      "weights loaded into your module; the gradients reach the input and the three projections.")
-against_module(probes.self_attention_qkv_oracle, MODULE,
-               passed="Random weights and inputs against PyTorch's own multi-head attention (one head) with the "
-                      "same weights; and the gradients of a loss on the output, with respect to the input and the "
-                      "three weights, against autograd through it.")
+against_forward(probes.self_attention_qkv_vs_pytorch, MODULE,
+                passed="A batch of two against PyTorch's own multi-head attention (one head) with the check's "
+                       "weights loaded into your module; the gradients reach the input and the three projections.")
+against_forward(probes.self_attention_qkv_oracle, MODULE,
+                passed="Random weights and inputs against PyTorch's own multi-head attention (one head) with the "
+                       "same weights; and the gradients of a loss on the output, with respect to the input and the "
+                       "three weights, against autograd through it.")
 
 
 @judge("self_attention_qkv_structure")
 def _judge_qkv_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    (item,) = probes.self_attention_qkv_structure.module_cases
-    w = projections(ev, item.module)
-    (k,) = item.module.args
-    modules.expect_parameter_count(ev, item.module.key, f"{MODULE_NAME}({k})", 3 * k * k,
-                                   "three k×k matrices make 3k²",
-                                   "Are extra layers or biases registered, or some projection kept outside the module?")
-    _anchor_qkv(ev, _qkv_output(ev, item.case), w, item.case, f"{MODULE_NAME} has the right layers")
+    expect_structure(ev, probes.self_attention_qkv_structure, MODULE, f"{MODULE_NAME} has the right layers",
+                     projection_count(probes.STRUCTURE_K))
 
 
 @judge("self_attention_qkv_equivariance")
@@ -265,9 +269,14 @@ def _judge_qkv_equivariance(ev: Evidence) -> None:
     (run,) = probes.self_attention_qkv_equivariance.runs
     modules.built(ev, run.module.key, f"{MODULE_NAME}(4)")
     case, permuted = run.cases
-    y = _qkv_output(ev, case)
-    expect_close(_qkv_output(ev, permuted), y[:, list(PERMUTATION)], what=f"{MODULE_NAME}.forward on permuted "
-                 "positions", device=ev.device, case=permuted.label,
+    inputs = dict(case.inputs())
+    y = forward_output(ev, case.key, MODULE, inputs)
+    expect_close(forward_output(ev, permuted.key, MODULE, permuted.inputs()), y[:, list(PERMUTATION)],
+                 what=f"{MODULE_NAME}.forward on permuted positions", device=ev.device, case=permuted.label,
                  otherwise="Permuting the input positions should permute the outputs the same way and change "
                            "nothing else.")
-    _anchor_qkv(ev, y, _any_projections(ev, run.module), case, f"{MODULE_NAME} is permutation equivariant")
+    w = _any_projections(ev, run.module)
+    if w is None:
+        fail(f"{MODULE_NAME} is permutation equivariant, but it is not {MODULE.kind}: its output matches neither the "
+             f"reference nor a known mistake. {_FORWARD_HINT}", None, y, case=case.label)
+    anchor_forward(ev, y, MODULE, w, run.module.args, inputs, f"{MODULE_NAME} is permutation equivariant", case.label)
