@@ -1,12 +1,6 @@
-"""Probes for assignment 03: scaled_dot_product_attention(q, k, v, mask=None) and ScaledSelfAttention.
-
-Each check runs the student's code on the cases declared here (course/checks/kinds.py) and records what it gives;
-its judge (in course/judges/scaling.py, hidden under grading) decides from the same cases with
-F.scaled_dot_product_attention as the oracle for the function (its weights are its output when the values are the
-identity), and nn.MultiheadAttention with one head for the module. A mask is passed by name: fn(q, k, v, mask=m),
-forward(x, mask=m). Under grading every random input and weight comes from the grader's secret seed, and the cases
-worked by hand add a secret random case (see course/checks/seeds.py).
-"""
+"""Probes for assignment 03: scaled_dot_product_attention(q, k, v, mask=None) and ScaledSelfAttention, judged in
+course/judges/scaling.py (F.scaled_dot_product_attention, nn.MultiheadAttention with one head) from the cases
+declared here. A mask is passed by name: fn(q, k, v, mask=m), forward(x, mask=m)."""
 
 from collections.abc import Callable
 from functools import partial

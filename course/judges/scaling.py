@@ -1,8 +1,6 @@
 """Judges for assignment 03 (probes in course/checks/scaling.py): F.scaled_dot_product_attention for the function
 (its weights are its output when the values are the identity), nn.MultiheadAttention with one head for the module,
-and the typical mistakes they can name. Read top to bottom: the mistakes, the function's oracle with the simulator
-of its mistakes and its checks, then the module's (course/judges/kinds.py's ForwardOracle); only the properties (a
-pair returned, empty rows, gradients, the causal mask) are written out."""
+and the typical mistakes they can name; only the properties are written out."""
 
 import math
 from collections.abc import Callable
@@ -36,7 +34,7 @@ from course.judges.kinds import (
     expect_causal,
     forward_output,
 )
-from course.judges.qkv import projections
+from course.judges.qkv import expect_structure, projection_count, projections
 
 SDPA_NAME = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
@@ -349,15 +347,8 @@ against_forward(probes.scaled_self_attention_oracle, MODULE,
 @judge("scaled_self_attention_structure")
 def _judge_scaled_structure(ev: Evidence) -> None:
     """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    (run,) = probes.scaled_self_attention_structure.runs
-    (case,) = run.cases
-    w = _scaled_projections(ev, run.module)
-    (k,) = run.module.args
-    modules.expect_parameter_count(ev, run.module.key, f"{MODULE_NAME}({k})", 3 * k * k, "three k×k matrices make 3k²",
-                                   "Are extra layers or biases registered, or some projection kept outside the module?")
-    inputs = dict(case.inputs())
-    anchor_forward(ev, forward_output(ev, case.key, MODULE, inputs), MODULE, w, run.module.args, inputs,
-                   f"{MODULE_NAME} has the right layers", case.label)
+    expect_structure(ev, probes.scaled_self_attention_structure, MODULE, f"{MODULE_NAME} has the right layers",
+                     projection_count(probes.STRUCTURE_K))
 
 
 @judge("scaled_self_attention_causal")
