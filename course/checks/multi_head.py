@@ -1,12 +1,6 @@
-"""Probes for assignment 04: split_heads, merge_heads, MultiHeadAttention (narrow) and WideMultiHeadAttention.
-
-Each check runs the student's code on the cases declared here (course/checks/kinds.py) and records what it gives;
-its judge (in course/judges/multi_head.py, hidden under grading) decides from the same cases. Oracles:
-torch.stack/torch.cat for the head layout, nn.MultiheadAttention for the narrow module, F.scaled_dot_product_attention
-on the projections for the wide one. A module is called forward(x, context=..., mask=...), each case passing only
-the inputs it has. Under grading every random input and weight comes from the grader's secret seed, and the cases
-worked by hand add a secret random case (see course/checks/seeds.py).
-"""
+"""Probes for assignment 04: split_heads, merge_heads, MultiHeadAttention (narrow) and WideMultiHeadAttention,
+judged in course/judges/multi_head.py from the cases declared here. A module is called forward(x, context=...,
+mask=...), each case passing only the inputs it has."""
 
 from collections.abc import Callable
 from functools import partial

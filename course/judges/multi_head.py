@@ -1,8 +1,7 @@
 """Judges for assignment 04 (probes in course/checks/multi_head.py): torch.stack/torch.cat for the head layout,
 nn.MultiheadAttention for the narrow module, F.scaled_dot_product_attention on the projections for the wide one, and
-the typical mistakes they can name. Read top to bottom: the mistakes, the oracles with the simulator of those
-mistakes, then one declaration per check (course/judges/kinds.py); only the structure, the context, the causal mask
-and the loop over the heads are written out."""
+the typical mistakes they can name; only the structure, the context, the causal mask and the loop over the heads are
+written out."""
 
 import math
 from collections.abc import Callable
@@ -13,7 +12,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from course.checks import modules
 from course.checks import multi_head as probes
 from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail
 from course.checks.evidence import Evidence
@@ -32,6 +30,7 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
+from course.judges.qkv import expect_structure
 
 NARROW_NAME = "MultiHeadAttention"
 WIDE_NAME = "WideMultiHeadAttention"
@@ -55,32 +54,25 @@ _SHAPES_RECIPE = ("Follow the shapes: project (b, t, k), split_heads to (b, head
 
 # ---------------------------------------------------------------- split_heads and merge_heads
 
-def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """Oracle: head i takes the i-th contiguous block of features. (b, t, k) -> (b, h, t, s)."""
-    return torch.stack(x.chunk(heads, dim=-1), dim=1)
-
-
-def _merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """Oracle: the heads' features side by side. (b, h, t, s) -> (b, t, h·s)."""
-    return torch.cat(x.unbind(dim=1), dim=-1)
-
-
-def _split_mistakes(x: torch.Tensor, heads: int) -> list[tuple[Mistake, torch.Tensor]]:
+def _split(x: torch.Tensor, heads: int, how: str = "right") -> torch.Tensor:
+    """Head i takes the i-th contiguous block of features, or how a typical mistake lays them out ("no transpose",
+    "interleaved"). (b, t, k) -> (b, h, t, s)."""
     b, t, k = x.shape
-    s = k // heads
-    return [(M["split-without-transpose"], x.reshape(b, heads, t, s)),  # (b, h, t, s) without the transpose
-            (M["split-interleaved"], x.reshape(b, t, s, heads).permute(0, 3, 1, 2))]  # (b, h, t, s), interleaved
+    if how == "no transpose":
+        return x.reshape(b, heads, t, k // heads)  # (b, h, t, s) without the transpose
+    if how == "interleaved":
+        return x.reshape(b, t, k // heads, heads).permute(0, 3, 1, 2)  # (b, h, t, s), interleaved
+    return torch.stack(x.chunk(heads, dim=-1), dim=1)  # (b, h, t, s)
 
 
-def _merge_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
+def _merge(x: torch.Tensor, how: str = "right") -> torch.Tensor:
+    """The heads' features side by side, or how a typical mistake lays them out. (b, h, t, s) -> (b, t, h·s)."""
     b, h, t, s = x.shape
-    return [(M["merge-without-transpose"], x.reshape(b, t, h * s)),  # (b, t, h·s) without the transpose
-            (M["merge-interleaved"], x.permute(0, 2, 3, 1).reshape(b, t, h * s))]  # (b, t, h·s), interleaved
-
-
-def _split_shape(x: torch.Tensor, heads: int) -> tuple[int, ...]:
-    b, t, k = x.shape
-    return b, heads, t, k // heads
+    if how == "no transpose":
+        return x.reshape(b, t, h * s)  # (b, t, h·s) without the transpose
+    if how == "interleaved":
+        return x.permute(0, 2, 3, 1).reshape(b, t, h * s)  # (b, t, h·s), interleaved
+    return torch.cat(x.unbind(dim=1), dim=-1)  # (b, t, h·s)
 
 
 def _split_shape_hints(x: torch.Tensor, heads: int) -> dict[tuple[int, ...], str]:
@@ -90,21 +82,22 @@ def _split_shape_hints(x: torch.Tensor, heads: int) -> dict[tuple[int, ...], str
             (b, heads, t, k): "The head size is k // heads, not k."}
 
 
-def _merge_shape(x: torch.Tensor) -> tuple[int, ...]:
-    b, h, t, s = x.shape
-    return b, t, h * s
-
-
 def _merge_shape_hints(x: torch.Tensor) -> dict[tuple[int, ...], str]:
     b, h, t, s = x.shape
     return {(b, t, h, s): "Flatten the last two dimensions (heads, s) into one of size heads·s."}
 
 
-SPLIT = Oracle("split_heads(x, heads)", _split_heads, "torch.stack(x.chunk(heads, -1), 1)", shape=_split_shape,
-               mistakes=_split_mistakes, shape_hints=_split_shape_hints,
+SPLIT = Oracle("split_heads(x, heads)", _split, "torch.stack(x.chunk(heads, -1), 1)",
+               shape=lambda x, heads: (x.shape[0], heads, x.shape[1], x.shape[2] // heads),
+               mistakes=lambda x, heads: [(M["split-without-transpose"], _split(x, heads, "no transpose")),
+                                          (M["split-interleaved"], _split(x, heads, "interleaved"))],
+               shape_hints=_split_shape_hints,
                otherwise="Head i should hold features i·s to (i+1)·s − 1 of every position, positions in order.")
-MERGE = Oracle("merge_heads(x)", _merge_heads, "torch.cat(x.unbind(1), -1)", shape=_merge_shape,
-               mistakes=_merge_mistakes, shape_hints=_merge_shape_hints,
+MERGE = Oracle("merge_heads(x)", _merge, "torch.cat(x.unbind(1), -1)",
+               shape=lambda x: (x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
+               mistakes=lambda x: [(M["merge-without-transpose"], _merge(x, "no transpose")),
+                                   (M["merge-interleaved"], _merge(x, "interleaved"))],
+               shape_hints=_merge_shape_hints,
                otherwise="merge_heads must undo split_heads: merge_heads(split_heads(x, h)) == x.")
 
 against(probes.split_heads_by_hand, SPLIT, answers={"y": hand_heads},
@@ -143,11 +136,11 @@ def _wide_attention(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Ten
                     context: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
     """PyTorch's fused attention on the projections (b, t, k·heads), split into heads of size k (scale 1/√k)."""
     source = x if context is None else context
-    q, keys, v = (_split_heads(F.linear(t, w[name]), heads)  # (b, h, t, k)
+    q, keys, v = (_split(F.linear(t, w[name]), heads)  # (b, h, t, k)
                   for t, name in ((x, "to_queries.weight"), (source, "to_keys.weight"), (source, "to_values.weight")))
     m = None if mask is None else torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))[:, None]
     out = F.scaled_dot_product_attention(q, keys, v, attn_mask=m)  # (b, h, tq, k)
-    return F.linear(_merge_heads(out), w["unify_heads.weight"], w["unify_heads.bias"])
+    return F.linear(_merge(out), w["unify_heads.weight"], w["unify_heads.bias"])
 
 
 def _forward(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
@@ -157,30 +150,14 @@ def _forward(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor, co
     """Multi-head attention written out with plain torch ops on x (b, tq, k), context (b, tk, k), with switches for
     the typical mistakes; (b, tq, k)."""
     source = x if context is None or not use_context else context
-
-    def split_(t: torch.Tensor) -> torch.Tensor:
-        b, n, width = t.shape
-        if split == "no transpose":
-            return t.reshape(b, heads, n, width // heads)
-        if split == "interleaved":
-            return t.reshape(b, n, width // heads, heads).permute(0, 3, 1, 2)
-        return _split_heads(t, heads)
-
-    q = split_(F.linear(x, w["to_queries.weight"]))  # (b, h, tq, s)
-    keys = split_(F.linear(source, w["to_keys.weight"]))  # (b, h, tk, s)
-    v = split_(F.linear(source, w["to_values.weight"]))  # (b, h, tk, s)
+    q = _split(F.linear(x, w["to_queries.weight"]), heads, split)  # (b, h, tq, s)
+    keys = _split(F.linear(source, w["to_keys.weight"]), heads, split)  # (b, h, tk, s)
+    v = _split(F.linear(source, w["to_values.weight"]), heads, split)  # (b, h, tk, s)
     scores = q @ keys.transpose(-2, -1) / scale  # (b, h, tq, tk)
     if mask is not None and use_mask:
         m = torch.broadcast_to(mask, (x.shape[0], q.shape[-2], keys.shape[-2]))[:, None]  # (b, 1, tq, tk)
         scores = scores.masked_fill(~m, float("-inf"))
-    out = F.softmax(scores, dim=softmax_dim) @ v  # (b, h, tq, s)
-    b, h, t, s = out.shape
-    if merge == "no transpose":
-        out = out.reshape(b, t, h * s)
-    elif merge == "interleaved":
-        out = out.permute(0, 2, 3, 1).reshape(b, t, h * s)
-    else:
-        out = _merge_heads(out)
+    out = _merge(F.softmax(scores, dim=softmax_dim) @ v, merge)  # (b, tq, h·s)
     return F.linear(out, w["unify_heads.weight"], w["unify_heads.bias"]) if unify else out
 
 
@@ -280,37 +257,27 @@ against_forward(probes.wide_vs_pytorch, WIDE,
                        "split into heads of size k; gradients reach x, the context and every parameter.")
 
 
-def _expect_structure(ev: Evidence, check: RunsCheck, oracle: ForwardOracle, claim: str, count: bool) -> None:
-    """The module of check has the right layers (and, with count, nothing else registered), and its output is what
-    multi-head attention, or one of its typical mistakes, computes with the check's weights."""
-    __tracebackhide__ = True
-    (run,) = check.runs
-    (case,) = run.cases
-    w = oracle.weights(ev, run.module)
-    k, heads = run.module.args
-    if count:
-        wide = oracle is WIDE
-        modules.expect_parameter_count(
-            ev, run.module.key, f"{oracle.owner}({k}, {heads})", 4 * heads * k * k + k if wide else 4 * k * k + k,
+def _layer_count(wide: bool, k: int, heads: int) -> tuple[int, str, str]:
+    """What expect_structure's count is for the narrow or the wide module: 4k² + k or 4·heads·k² + k values."""
+    return (4 * heads * k * k + k if wide else 4 * k * k + k,
             f"it should have {'4·heads·k² + k' if wide else '4k² + k'}",
             "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?")
-    inputs = case.inputs()
-    y = forward_output(ev, case.key, oracle, inputs)
-    anchor_forward(ev, y, oracle, w, run.module.args, inputs, claim, case.label)
 
 
 @judge("multi_head_structure")
 def _narrow_structure(ev: Evidence) -> None:
     """to_queries, to_keys, to_values: nn.Linear(k, k, bias=False); unify_heads: nn.Linear(k, k); 4k² + k
     parameters."""
-    _expect_structure(ev, probes.multi_head_structure, NARROW, f"{NARROW_NAME} has the right layers", count=True)
+    expect_structure(ev, probes.multi_head_structure, NARROW, f"{NARROW_NAME} has the right layers",
+                     _layer_count(False, *probes.multi_head_structure.runs[0].module.args))
 
 
 @judge("wide_structure")
 def _wide_structure(ev: Evidence) -> None:
     """Projections nn.Linear(k, k·heads, bias=False); unify_heads nn.Linear(k·heads, k); 4·heads·k² + k
     parameters."""
-    _expect_structure(ev, probes.wide_structure, WIDE, f"{WIDE_NAME} has the right layers", count=True)
+    expect_structure(ev, probes.wide_structure, WIDE, f"{WIDE_NAME} has the right layers",
+                     _layer_count(True, *probes.wide_structure.runs[0].module.args))
 
 
 @judge("multi_head_indivisible")
@@ -329,8 +296,7 @@ def _indivisible(ev: Evidence) -> None:
     if fact.get("type") != "ValueError":
         fail(f"{NARROW_NAME}(10, 4) raised {str(fact.get('type'))[:60]}: {M['not-a-value-error'].explanation}",
              mistake=M["not-a-value-error"])
-    _expect_structure(ev, probes.multi_head_structure, NARROW, f"{NARROW_NAME}(10, 4) raises a ValueError",
-                      count=False)
+    expect_structure(ev, probes.multi_head_structure, NARROW, f"{NARROW_NAME}(10, 4) raises a ValueError")
 
 
 def _expect_context(ev: Evidence, check: RunsCheck, oracle: ForwardOracle) -> None:
