@@ -1,12 +1,6 @@
-"""Probes for assignment 06: sinusoidal_positional_encoding, PositionalEncoding and LearnedPositionalEmbedding.
-
-Each check runs the student's code on the cases declared here and records what it gives; its judge (in
-course/judges/positional_encoding.py, hidden under grading) decides from the same cases. The sinusoidal table is fully
-determined by (max_len, k), so the judge computes it from the formula in float64; the learned embedding gets the
-check's weights (course.checks.weights), which the judge recreates. Under grading every random input and weight comes
-from the grader's secret seed, and the checks of a table that depends on its sizes alone, or worked by hand, add a
-case of secret sizes or a secret random input (see course/checks/seeds.py).
-"""
+"""Probes for assignment 06: sinusoidal_positional_encoding, PositionalEncoding and LearnedPositionalEmbedding,
+judged in course/judges/positional_encoding.py from the cases declared here; the checks of a table that depends on
+its sizes alone, or worked by hand, add a case of secret sizes or a secret random input under grading."""
 
 import dataclasses
 from collections.abc import Callable
@@ -93,8 +87,8 @@ def _sized(k: int, max_len: int, x: Callable[[], torch.Tensor]) -> dict[str, Any
 
 def _secret_sized(seed: int) -> dict[str, Any]:
     """Under grading: secret sizes (:func:`secret_sizes`) and a random x of shape (2, 5, k)."""
-    max_len, k = secret_sizes(seed)
-    return {"k": k, "max_len": max_len, "x": randn(2, 5, k, seed=seed + 1)}
+    sizes = _secret_sizes(seed)
+    return {**sizes, "x": randn(2, 5, sizes["k"], seed=seed + 1)}
 
 
 def _probe_encodings(cases: tuple[tuple[str, Case], ...], PositionalEncoding: Callable, rec: Recorder) -> None:

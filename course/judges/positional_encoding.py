@@ -1,8 +1,6 @@
 """Judges for assignment 06 (probes in course/checks/positional_encoding.py): the sinusoidal table from its formula in
 float64, PositionalEncoding as x + that table, LearnedPositionalEmbedding as x + the check's embedding weights, and
-the typical mistakes they can name. Read top to bottom: the mistakes; the table's formula with the simulators of its
-mistakes and the table checks; PositionalEncoding's; then the learned embedding's oracle and its checks. Every judge
-reads its cases (sizes, seeds, keys) from the probe's declaration."""
+the typical mistakes they can name."""
 
 import dataclasses
 import math
