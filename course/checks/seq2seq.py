@@ -312,7 +312,7 @@ def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt
 
 
-def _probe_model(run: ModelRun, extra: str, Seq2SeqTransformer, rec: Recorder) -> None:
+def _probe_run(run: ModelRun, extra: str, Seq2SeqTransformer, rec: Recorder) -> None:
     """The run's model on its batch ("logits"), and with extra: "memory" (encode, recorded first), "changed" (the
     targets with another real token at each of _CAUSAL_POSITIONS) or "longer" (padding_model_inputs())."""
     model = _make_model(Seq2SeqTransformer, rec, run)
@@ -522,11 +522,11 @@ def _model_check(name: str, probe: Callable[[Any, Recorder], None]) -> Check:
                  namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_model, STRUCTURE_RUN, "memory"))
-seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_model, CAUSALITY_RUN, "changed"))
+seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_run, STRUCTURE_RUN, "memory"))
+seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_run, CAUSALITY_RUN, "changed"))
 seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_model_backward, SMALL_RUN))
 seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle)
-seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_model, PADDING_RUN, "longer"))
+seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_run, PADDING_RUN, "longer"))
 seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_model_backward, GRADIENT_RUN))
 
 
