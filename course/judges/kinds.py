@@ -536,11 +536,12 @@ def against_loss(check: LossCheck, oracle: LossOracle, *, passed: str) -> Callab
 def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
               passed: str) -> Callable[[Evidence], None]:
     """Register the judge of a property check (course/checks/kinds.py's ``property_check``): expect(ev, case) for
-    each of the cases its probe declared, in order. passed: the line a student reads when the test passes."""
+    each of the cases its probe declared that this run draws (a secret one only under grading), in order. passed:
+    the line a student reads when the test passes."""
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
-        for case in check.cases:
+        for case in drawn(check.cases):
             expect(ev, case)
 
     judged.__module__ = f"course.judges.{check.module}"

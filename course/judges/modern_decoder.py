@@ -23,7 +23,6 @@ from course.checks.compare import Mistake, expect_close, expect_close_batch, fai
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModelCase, ModelRun, RelativeCase
-from course.checks.seeds import grading
 from course.judges import mistakes
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, each_case, expect_linear_layers
 
@@ -421,8 +420,6 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     if case == "indivisible":
         _expect_indivisible(ev)
         return
-    if case.secret and not grading():
-        return
     w = _gqa_weights(ev, case)
     x, cos, sin, mask = case.inputs().values()
     what = f"{case.call}.forward(x, cos, sin, mask)"
@@ -609,8 +606,6 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
     """Structure; logits against the composed oracle (structure: those of a decoder of its parts, right or typically
     wrong, are enough); causality; the cache; gradients; the length check."""
     __tracebackhide__ = True
-    if run.secret and not grading():
-        return
     case, tokens = run.case, run.tokens()
     w = _modern_weights(ev, run)
     what = f"{MODEL_NAME}.forward(tokens)"

@@ -34,10 +34,9 @@ from course.checks.compare import (
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, PropertyCheck
 from course.checks.modules import PARAMETER_COUNT, WRONG_PART_TYPE
-from course.checks.seeds import grading
 from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, DecodeCase, MaskCase, ModelCase, ModelRun
 from course.judges import judge, mistakes, oracles
-from course.judges.kinds import LossOracle, against_loss, expect_causal
+from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -137,25 +136,12 @@ def _expect_mask(ev: Evidence, case: MaskCase) -> None:
                  case=case.label or f"t={t}")
 
 
-def _against_cases(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *, passed: str) -> None:
-    """Register the judge of check: expect(ev, case) for every case drawn (the secret ones only under grading)."""
-
-    def judged(ev: Evidence) -> None:
-        __tracebackhide__ = True
-        for case in check.cases:
-            if not case.secret or grading():
-                expect(ev, case)
-
-    judged.__doc__ = judged.passed = passed
-    judge(check.name)(judged)
-
-
-_against_cases(probes.causal_mask_by_hand, _expect_mask,
+each_case(probes.causal_mask_by_hand, _expect_mask,
                passed="t = 4: the lower triangle, diagonal included, as bools.")
-_against_cases(probes.causal_mask_oracle, _expect_mask,
+each_case(probes.causal_mask_oracle, _expect_mask,
                passed="Several lengths, on the device asked and on the CPU by default; True where j <= i.")
-_against_cases(probes.padding_mask_by_hand, _expect_mask, passed="lengths [3, 1, 4], t = 5.")
-_against_cases(probes.padding_mask_oracle, _expect_mask,
+each_case(probes.padding_mask_by_hand, _expect_mask, passed="lengths [3, 1, 4], t = 5.")
+each_case(probes.padding_mask_oracle, _expect_mask,
                passed="Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one.")
 
 
@@ -780,10 +766,10 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
                  differs="does not agree with the step-by-step argmax of the model")
 
 
-_against_cases(probes.greedy_decode_scripted, _expect_decode,
+each_case(probes.greedy_decode_scripted, _expect_decode,
                passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, padded with 0 "
                       "after it.")
-_against_cases(probes.greedy_decode_step_by_step, _expect_decode,
+each_case(probes.greedy_decode_step_by_step, _expect_decode,
                passed="A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs.")
 
 
@@ -885,11 +871,11 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
                    f"expected {lr:g}.")
 
 
-_against_cases(probes.configure_optimizer_groups, _expect_optimizer,
+each_case(probes.configure_optimizer_groups, _expect_optimizer,
                passed="An AdamW whose groups hold every trainable parameter once: weight_decay on the weight matrices "
                       "and the embedding, 0 on the biases, the LayerNorm parameters and a 0-d scale, the frozen "
                       "matrix left out; the lr given.")
-_against_cases(probes.configure_optimizer_hidden, _expect_optimizer,
+each_case(probes.configure_optimizer_hidden, _expect_optimizer,
                passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
 
 
@@ -973,10 +959,10 @@ def _expect_schedule(ev: Evidence, case: probes.ScheduleCase) -> None:
          "peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2." + body + table)
 
 
-_against_cases(probes.learning_rate_schedule, _expect_schedule,
+each_case(probes.learning_rate_schedule, _expect_schedule,
                passed="20 steps, 4 of warm-up: peak / 4 at step 0, the peak at step 3, half of it in the middle of "
                       "the decay, 0 at step 19; and every step in between.")
-_against_cases(probes.learning_rate_hidden, _expect_schedule,
+each_case(probes.learning_rate_hidden, _expect_schedule,
                passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
 
@@ -1112,9 +1098,9 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
              "what torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
 
 
-_against_cases(probes.train_step_update, _expect_steps,
+each_case(probes.train_step_update, _expect_steps,
                passed="Two calls on a stand-in (a gradient norm below max_norm): each an SGD step at the lr given, "
                       "along the gradient of its own loss only; the norm returned.")
-_against_cases(probes.train_step_clipping, _expect_steps,
+each_case(probes.train_step_clipping, _expect_steps,
                passed="Two calls with a gradient norm above max_norm: each step along the gradient scaled to "
                       "max_norm, clipped after backward and before the step; the norm before clipping returned.")
