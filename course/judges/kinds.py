@@ -30,6 +30,14 @@ from course.judges import judge
 Tensors = Mapping[str, torch.Tensor]
 
 
+def declared(check: Any, judged: Callable[[Evidence], None], passed: str) -> Callable[[Evidence], None]:
+    """Register judged as the judge of check (a declared check of course/checks/kinds.py), in the judges module of
+    check's assignment; passed: the line a student reads when the test passes."""
+    judged.__module__ = f"course.judges.{check.module}"
+    judged.__doc__ = judged.passed = passed
+    return judge(check.name)(judged)
+
+
 def _none(**_: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
     return []
 
@@ -78,9 +86,7 @@ def against(check: CallCheck, oracle: Oracle, *, passed: str,
             answer = (answers or {}).get(case.key)
             expect_case(ev, case, oracle, None if answer is None else answer())
 
-    judged.__module__ = f"course.judges.{check.module}"
-    judged.__doc__ = judged.passed = passed
-    return judge(check.name)(judged)
+    return declared(check, judged, passed)
 
 
 # ------------------------------------------------------------------------------------------- modules
@@ -126,9 +132,7 @@ def against_module(check: ModuleCheck, oracle: ModuleOracle, *, passed: str) -> 
             if item.case in drawn((item.case,)):
                 expect_module_case(ev, item.module, item.case, oracle)
 
-    judged.__module__ = f"course.judges.{check.module}"
-    judged.__doc__ = judged.passed = passed
-    return judge(check.name)(judged)
+    return declared(check, judged, passed)
 
 
 # ------------------------------------------------------------------------------------------- modules called by name
@@ -296,9 +300,7 @@ def against_forward(check: RunsCheck, oracle: ForwardOracle, *, passed: str, tol
         if then is not None:
             then(ev)
 
-    judged.__module__ = f"course.judges.{check.module}"
-    judged.__doc__ = judged.passed = passed
-    return judge(check.name)(judged)
+    return declared(check, judged, passed)
 
 
 def expect_causal(ev: Evidence, y: torch.Tensor, y_changed: torch.Tensor, position: int, what: str,
@@ -374,9 +376,7 @@ def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: s
         if then is not None:
             then(ev)
 
-    judged.__module__ = f"course.judges.{check.module}"
-    judged.__doc__ = judged.passed = passed
-    return judge(check.name)(judged)
+    return declared(check, judged, passed)
 
 
 # ------------------------------------------------------------------------------------------- token losses
@@ -525,9 +525,7 @@ def against_loss(check: LossCheck, oracle: LossOracle, *, passed: str) -> Callab
                 modules.expect_gradients(ev, token_loss_gradients(oracle, dict(case.inputs()), i), owner=oracle.what,
                                          case=case.label, oracle=oracle.name)
 
-    judged.__module__ = f"course.judges.{check.module}"
-    judged.__doc__ = judged.passed = passed
-    return judge(check.name)(judged)
+    return declared(check, judged, passed)
 
 
 # ------------------------------------------------------------------------------------------- properties written out
@@ -544,6 +542,4 @@ def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
         for case in drawn(check.cases):
             expect(ev, case)
 
-    judged.__module__ = f"course.judges.{check.module}"
-    judged.__doc__ = judged.passed = passed
-    return judge(check.name)(judged)
+    return declared(check, judged, passed)
