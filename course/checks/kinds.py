@@ -4,15 +4,15 @@ A check that calls the student's function on a table of inputs is one declaratio
 
     attention_weights_oracle = calls("attention_weights_oracle", shapes("w", SHAPES, seed=100))
 
-and one that builds the student's module with the check's weights and runs it is another::
+and one that builds the student's module with the check's weights and runs it on cases is another::
 
-    qkv_oracle = builds("self_attention_qkv_oracle", (ModuleCase(Built("module0", (3,), 600), case), ...),
-                        layers=ROLES)
+    qkv_oracle = builds_and_runs("self_attention_qkv_oracle", (Runs(Built("module0", (3,), 600), (case,)), ...),
+                                 layers=ROLES)
 
 Each :class:`Case` owns its evidence key, how it draws its inputs (from seeds, which grading salts) and how a
 failure names it; ``secret`` cases are drawn only under grading, ``upstream`` cases also record the gradient of
 sum(output · upstream) with respect to every input. The judge side (course/judges/kinds.py) is declared from the
-same cases — ``against(check, oracle)`` or ``worked_by_hand(check, answers, oracle)`` — so probe and judge agree on
+same cases — ``against(check, oracle)``, ``against_forward(check, oracle)``, ... — so probe and judge agree on
 keys, seeds and shapes by construction, and nothing here computes an answer.
 """
 
@@ -116,49 +116,6 @@ class Built:
     key: str
     args: tuple[Any, ...]
     seed: int
-
-
-@dataclass(frozen=True)
-class ModuleCase:
-    """The module built, then called on the case's inputs: output under case.key, without autograd unless the case
-    has an upstream gradient (then the gradients of the inputs and the parameters are recorded too)."""
-
-    module: Built
-    case: Case
-
-
-def _probe_modules(cases: tuple[ModuleCase, ...], options: Mapping[str, Any], cls: Any, rec: Recorder) -> None:
-    for item in cases:
-        if item.case.secret and not grading():
-            continue
-        built = item.module
-        module = modules.build(rec, built.key, cls, *built.args, seed=built.seed, **options)
-        if module is None:
-            return  # the judge says why from the structure recorded under built.key
-        inputs = {name: value.to(rec.device) for name, value in item.case.inputs().items()}
-        if item.case.upstream is None:
-            with torch.no_grad():
-                rec.call(item.case.key, module, *inputs.values())
-            continue
-        inputs = {name: value.requires_grad_(True) for name, value in inputs.items()}
-        modules.backward(rec, rec.call(item.case.key, module, *inputs.values()), item.case.upstream(), inputs, module)
-
-
-class ModuleCheck(Check):
-    """A check that builds the student's module for each of its cases and records what it computes."""
-
-    def __init__(self, name: str, cases: tuple[ModuleCase, ...], module: str, options: Mapping[str, Any]):
-        super().__init__(name, partial(_probe_modules, cases, dict(options)), module=module)
-        self.module_cases = cases
-
-
-def builds(name: str, cases: tuple[ModuleCase, ...], **options: Any) -> ModuleCheck:
-    """The check `name` of the calling module: the student's module built (options go to modules.build: layers,
-    gains, ...) and run on each case."""
-    return ModuleCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"], options)  # noqa: SLF001
-
-
-# ------------------------------------------------------------------------------------------- modules called by name
 
 
 @dataclass(frozen=True)

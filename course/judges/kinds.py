@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from course.checks import modules
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, CallCheck, Case, LossCheck, ModuleCheck, PropertyCheck, Runs, RunsCheck, drawn
+from course.checks.kinds import Built, CallCheck, Case, LossCheck, PropertyCheck, Runs, RunsCheck, drawn
 from course.judges import judge
 
 Tensors = Mapping[str, torch.Tensor]
@@ -90,54 +90,6 @@ def against(check: CallCheck, oracle: Oracle, *, passed: str,
 
 
 # ------------------------------------------------------------------------------------------- modules
-
-
-@dataclass(frozen=True)
-class ModuleOracle:
-    """What the student's module must compute with the check's weights w (read back from the evidence by
-    `weights`, which also judges the module's structure), as functions of w and the named inputs of a case."""
-
-    what: str  # e.g. "SelfAttentionQKV.forward(x)"
-    weights: Callable[[Evidence, Built], dict[str, torch.Tensor]]
-    compute: Callable[..., torch.Tensor]  # compute(w, **inputs)
-    gradients: Callable[..., dict[str, torch.Tensor | None]]  # gradients(w, upstream, **inputs), course names
-    name: str  # the oracle in words, e.g. "nn.MultiheadAttention"
-    mistakes: Callable[..., list[tuple[Mistake, torch.Tensor]]] = _none  # mistakes(w, **inputs)
-    hint: str = ""  # what a wrong shape suggests
-    otherwise: str = ""
-
-
-def expect_module_case(ev: Evidence, built: Built, case: Case, oracle: ModuleOracle) -> None:
-    """The structure and weights of the module built for case, its output against the oracle with those weights,
-    and, for a case with an upstream gradient, the gradients of the inputs and parameters against autograd."""
-    w = oracle.weights(ev, built)
-    inputs = dict(case.inputs())
-    first = next(iter(inputs.values()))
-    y = output(ev, case.key, what=oracle.what, shape=tuple(first.shape), hint=oracle.hint)
-    expect_close(y, oracle.compute(w, **inputs), what=oracle.what, device=ev.device,
-                 mistakes=oracle.mistakes(w, **inputs), case=case.label, otherwise=oracle.otherwise)
-    if case.upstream is not None:
-        owner = oracle.what.split("(", 1)[0]
-        modules.expect_attached(ev, case.key, oracle.what)
-        modules.expect_gradients(ev, oracle.gradients(w, case.upstream(), **inputs), owner=owner, case=case.label,
-                                 oracle=oracle.name)
-
-
-def against_module(check: ModuleCheck, oracle: ModuleOracle, *, passed: str) -> Callable[[Evidence], None]:
-    """Register the judge of a module check: every drawn case against the oracle with the check's weights."""
-
-    def judged(ev: Evidence) -> None:
-        __tracebackhide__ = True
-        for item in check.module_cases:
-            if item.case in drawn((item.case,)):
-                expect_module_case(ev, item.module, item.case, oracle)
-
-    return declared(check, judged, passed)
-
-
-# ------------------------------------------------------------------------------------------- modules called by name
-
-# appended to a shared file, whose first lines others' work depends on: these imports may move to the top
 
 Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs): what a module computes with the weights w
 
