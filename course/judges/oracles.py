@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 import torch
@@ -191,13 +191,6 @@ def gradients(mha: nn.MultiheadAttention, x: torch.Tensor, upstream: torch.Tenso
     if context is not None:
         found["context"] = context.grad
     return found
-
-
-def as_course(grads: dict[str, torch.Tensor | None],
-              roles: Iterable[str] = ("q", "k", "v")) -> dict[str, torch.Tensor | None]:
-    """The gradients of x, of the context (if any) and of these projections, under the course's parameter names."""
-    return {**{name: grads[name] for name in ("x", "context") if name in grads},
-            **{COURSE_NAMES[role]: grads[role] for role in roles}}
 
 
 def course_projections(w: Mapping[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
