@@ -4,6 +4,7 @@ its sizes alone, or worked by hand, add a case of secret sizes or a secret rando
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -14,18 +15,17 @@ from course.checks import modules, weights
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, given, random_case
-from course.checks.seeds import grading, salted
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, drawn, given, property_check, random_case
+from course.checks.seeds import salted
 
 
-def secret_sizes(seed: int) -> tuple[int, int]:
-    """Under grading, secret table sizes (max_len, k) drawn from the grader's secret: 5 ≤ max_len ≤ 40 and an even
-    4 ≤ k ≤ 32 (at least two sin/cos pairs, so that every typical mistake shows), max_len ≠ k (a transposed table
-    shows)."""
+def _secret_sizes(seed: int) -> dict[str, int]:
+    """Under grading, secret table sizes drawn from the grader's secret: 5 ≤ max_len ≤ 40 and an even 4 ≤ k ≤ 32
+    (at least two sin/cos pairs, so that every typical mistake shows), max_len ≠ k (a transposed table shows)."""
     g = generator(seed)
     max_len = int(torch.randint(5, 41, (), generator=g))
     k = 2 * int(torch.randint(2, 17, (), generator=g))
-    return (max_len + 1 if max_len == k else max_len), k
+    return {"max_len": max_len + 1 if max_len == k else max_len, "k": k}
 
 
 # ---------------------------------------------------------------- sinusoidal_positional_encoding
@@ -35,13 +35,8 @@ def sizes(key: str, max_len: int, k: int, label: str = "") -> Case:
     return Case(key, partial(dict, max_len=max_len, k=k), label or f"max_len={max_len}, k={k}")
 
 
-def _secret_sizes(seed: int) -> dict[str, int]:
-    max_len, k = secret_sizes(seed)
-    return {"max_len": max_len, "k": k}
-
-
 def secret_table(seed: int) -> Case:
-    """Under grading, the table of secret sizes (:func:`secret_sizes`), recorded under table_secret."""
+    """Under grading, the table of secret sizes (:func:`_secret_sizes`), recorded under table_secret."""
     return Case("table_secret", partial(_secret_sizes, seed), "secret sizes", secret=True)
 
 
@@ -74,59 +69,63 @@ def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, max_len: int,
     return module
 
 
-def encoding(module: str, key: str, k: int, max_len: int, x: Callable[[], torch.Tensor], label: str, *,
-             secret: bool = False) -> tuple[str, Case]:
-    """(module, case): PositionalEncoding(k, max_len=max_len) built under the key module, called on x() (output under
-    key); case.inputs() gives k, max_len and x. secret: drawn only under grading."""
-    return module, Case(key, partial(_sized, k, max_len, x), label, secret)
+@dataclass(frozen=True)
+class Encoding:
+    """PositionalEncoding(k, max_len=max_len) built under the key module, then called on case.inputs()["x"] (its
+    output under case.key); case.inputs() gives k, max_len and x. secret: drawn only under grading."""
+
+    module: str
+    case: Case
+    secret: bool = False
+
+    @property
+    def what(self) -> str:
+        """The module's constructor call as a student reads it."""
+        inputs = self.case.inputs()
+        return f"PositionalEncoding({inputs['k']}, max_len={inputs['max_len']})"
 
 
 def _sized(k: int, max_len: int, x: Callable[[], torch.Tensor]) -> dict[str, Any]:
     return {"k": k, "max_len": max_len, "x": x()}
 
 
+def encoding(module: str, key: str, k: int, max_len: int, x: Callable[[], torch.Tensor], label: str, *,
+             secret: bool = False) -> Encoding:
+    """PositionalEncoding(k, max_len=max_len) built under the key module, called on x() (output under key)."""
+    return Encoding(module, Case(key, partial(_sized, k, max_len, x), label), secret)
+
+
 def _secret_sized(seed: int) -> dict[str, Any]:
-    """Under grading: secret sizes (:func:`secret_sizes`) and a random x of shape (2, 5, k)."""
-    sizes = _secret_sizes(seed)
-    return {**sizes, "x": randn(2, 5, sizes["k"], seed=seed + 1)}
+    """Under grading: secret sizes (:func:`_secret_sizes`) and a random x of shape (2, 5, k)."""
+    found = _secret_sizes(seed)
+    return {**found, "x": randn(2, 5, found["k"], seed=seed + 1)}
 
 
-def _probe_encodings(cases: tuple[tuple[str, Case], ...], PositionalEncoding: Callable, rec: Recorder) -> None:
+def _probe_encodings(cases: tuple[Encoding, ...], PositionalEncoding: Callable, rec: Recorder) -> None:
     built: dict[str, nn.Module | None] = {}
-    for module, case in cases:
-        if case.secret and not grading():
-            continue
-        inputs = case.inputs()
-        if module not in built:
-            built[module] = _make_encoding(PositionalEncoding, rec, module, inputs["k"], inputs["max_len"])
-        if built[module] is not None:
+    for item in drawn(cases):
+        inputs = item.case.inputs()
+        if item.module not in built:
+            built[item.module] = _make_encoding(PositionalEncoding, rec, item.module, inputs["k"], inputs["max_len"])
+        if built[item.module] is not None:
             with torch.no_grad():
-                rec.call(case.key, built[module], inputs["x"].to(rec.device))
+                rec.call(item.case.key, built[item.module], inputs["x"].to(rec.device))
 
 
-class EncodingCheck(Check):
-    """A check that builds PositionalEncoding once per module key of its (module, case) pairs (:func:`encoding`)
-    and calls it on each case's x."""
-
-    def __init__(self, name: str, cases: tuple[tuple[str, Case], ...]):
-        super().__init__(name, partial(_probe_encodings, cases), module=__name__)
-        self.cases = cases
-
-
-positional_encoding_buffer = EncodingCheck("positional_encoding_buffer", (
+positional_encoding_buffer = property_check("positional_encoding_buffer", _probe_encodings, (
     encoding("module", "y", 8, 20, partial(randn, 2, 5, 8, seed=2900), "x of shape (2, 5, 8)"),
-    ("secret", Case("y_secret", partial(_secret_sized, 2910), "secret sizes, x of shape (2, 5, k)", secret=True))))
-positional_encoding_adds = EncodingCheck("positional_encoding_adds", (
+    Encoding("secret", Case("y_secret", partial(_secret_sized, 2910), "secret sizes, x of shape (2, 5, k)"), True)))
+positional_encoding_adds = property_check("positional_encoding_adds", _probe_encodings, (
     encoding("module", "y0", 4, 10, partial(torch.zeros, 1, 3, 4),
              "x = zeros of shape (1, 3, 4): the output is the table's first 3 rows"),
     encoding("module", "y1", 4, 10, partial(torch.ones, 2, 5, 4),
              "x = ones of shape (2, 5, 4): the output is 1 + the table's first 5 rows, in both sequences"),
     encoding("module", "y_secret", 4, 10, partial(randn, 3, 7, 4, seed=2920), "x of shape (3, 7, 4), max_len=10",
              secret=True)))
-positional_encoding_too_long = EncodingCheck("positional_encoding_too_long", (
+positional_encoding_too_long = property_check("positional_encoding_too_long", _probe_encodings, (
     encoding("module", "long", 4, 6, partial(torch.zeros, 2, 7, 4), "a sequence of length 7"),  # must raise
     encoding("module", "y", 4, 6, partial(randn, 2, 6, 4, seed=2950), "x of shape (2, 6, 4)")))
-positional_encoding_oracle = EncodingCheck("positional_encoding_oracle", tuple(
+positional_encoding_oracle = property_check("positional_encoding_oracle", _probe_encodings, tuple(
     encoding(f"module{i}", f"y{i}", k, max_len, partial(randn, b, t, k, seed=3000 + i),
              f"x of shape {(b, t, k)}, max_len={max_len}")
     for i, (b, t, k, max_len) in enumerate(((3, 5, 8, 16), (2, 16, 6, 16), (4, 1, 4, 10), (2, 9, 10, 50)))))
@@ -135,9 +134,8 @@ DROPOUT = encoding("dropout", "y", 8, 32, partial(randn, 4, 32, 8, seed=3100), "
 
 
 def _probe_dropout(PositionalEncoding: Callable, rec: Recorder) -> None:
-    key, case = DROPOUT
-    inputs = case.inputs()
-    module = _make_encoding(PositionalEncoding, rec, key, inputs["k"], inputs["max_len"], dropout=0.5)
+    inputs = DROPOUT.case.inputs()
+    module = _make_encoding(PositionalEncoding, rec, DROPOUT.module, inputs["k"], inputs["max_len"], dropout=0.5)
     if module is not None:
         with torch.no_grad():
             rec.call("y_eval", module.eval(), inputs["x"].to(rec.device))
@@ -146,7 +144,6 @@ def _probe_dropout(PositionalEncoding: Callable, rec: Recorder) -> None:
 
 
 positional_encoding_dropout = Check("positional_encoding_dropout", _probe_dropout)
-
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
 

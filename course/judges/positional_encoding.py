@@ -12,21 +12,12 @@ import torch
 
 from course.checks import modules
 from course.checks import positional_encoding as probes
-from course.checks.compare import (
-    NOT_IMPLEMENTED,
-    WRONG_SHAPE,
-    Mistake,
-    close,
-    expect_close,
-    fail,
-    output,
-    tensor,
-    tolerance,
-)
+from course.checks.compare import NOT_IMPLEMENTED, Mistake, close, expect_close, fail, output, tensor, tolerance
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, drawn
+from course.checks.positional_encoding import Encoding
 from course.judges import judge, mistakes
-from course.judges.kinds import ForwardOracle, against_forward, expect_forward_case
+from course.judges.kinds import ForwardOracle, against_forward, each_case, expect_forward_case
 
 TABLE_NAME = "sinusoidal_positional_encoding(max_len, k)"
 MODULE_NAME = "PositionalEncoding"
@@ -93,79 +84,61 @@ def _table_mistakes(max_len: int, k: int) -> list[tuple[Mistake, torch.Tensor]]:
 _TABLE_HINT = "It does not match the formula PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(p / 10000^(2i/k))."
 
 
-def _expect_table(ev: Evidence, case: Case) -> None:
+def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
     """The table recorded for case: a float32 tensor of shape (max_len, k) (positions down the rows) holding the
-    formula's values."""
+    formula's values; anchor: only the formula's values, right or typically wrong (in any shape or dtype)."""
     __tracebackhide__ = True
     max_len, k = case.inputs().values()
     what = f"sinusoidal_positional_encoding({max_len}, {k})"
-    table = output(ev, case.key, what=what, device=False)
-    if tuple(table.shape) == (k, max_len) and k != max_len:
-        fail(f"{what} returned shape {(k, max_len)}: positions should run down the rows, so the table has shape "
-             f"(max_len, k) = {(max_len, k)} and row p is the encoding of position p.",
-             mistake=M["table-transposed"].id)
-    if tuple(table.shape) != (max_len, k):
-        fail(f"{what} returned shape {tuple(table.shape)}, expected (max_len, k) = {(max_len, k)}.",
-             mistake=WRONG_SHAPE)
+    expected, typical = _formula(max_len, k), _table_mistakes(max_len, k)
+    if anchor:
+        table = output(ev, case.key, what=what, device=False)
+        if not any(_close(table, c, "cpu") for c in [expected, expected.T, *(m for _, m in typical)]):
+            fail(f"{TABLE_NAME} raises a ValueError for an odd k, but for an even k it does not compute the "
+                 f"sinusoidal table. {_TABLE_HINT}", expected, table, case=f"max_len={max_len}, k={k}")
+        return
+    table = output(ev, case.key, what=what, device=False, shape=(max_len, k),
+                   shape_hints={(k, max_len): M["table-transposed"]})
     if table.dtype != torch.float32:
-        fail(f"{what} returned {table.dtype}; {M['float64'].explanation}", mistake=M["float64"].id)
-    _expect(table, _formula(max_len, k), what=TABLE_NAME, device="cpu", mistakes=_table_mistakes(max_len, k),
-            otherwise=_TABLE_HINT, case=f"max_len={max_len}, k={k}" if case.secret else case.label)
+        fail(f"{what} returned {table.dtype}; {M['float64'].explanation}", mistake=M["float64"])
+    _expect(table, expected, what=TABLE_NAME, device="cpu", mistakes=typical, otherwise=_TABLE_HINT,
+            case=f"max_len={max_len}, k={k}" if case.secret else case.label)
 
 
-def _anchor_table(ev: Evidence, case: Case) -> None:
-    """The table recorded for case is the sinusoidal table of its sizes, or one of its typical mistakes."""
-    __tracebackhide__ = True
-    max_len, k = case.inputs().values()
-    table = output(ev, case.key, what=f"sinusoidal_positional_encoding({max_len}, {k})", device=False)
-    expected = _formula(max_len, k)
-    candidates = [expected, expected.T, *(m for _, m in _table_mistakes(max_len, k))]
-    if not any(_close(table, candidate, "cpu") for candidate in candidates):
-        fail(f"{TABLE_NAME} raises a ValueError for an odd k, but for an even k it does not compute the sinusoidal "
-             f"table. {_TABLE_HINT}", expected, table, case=f"max_len={max_len}, k={k}")
-
-
-def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mistake, accepted: str,
-                        accepted_mistake: Mistake) -> None:
-    """The call recorded under key raised a ValueError; accepted is the message when it raised nothing."""
+def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mistake, accepted: Mistake) -> None:
+    """The call recorded under key raised a ValueError: else fail naming accepted (it raised nothing) or wrong."""
     __tracebackhide__ = True
     fact = ev.facts.get(key)
     if not isinstance(fact, dict):
         fail(f"The test recorded nothing for {call}: the check did not run to the end.")
     if fact.get("kind") != "raised":
-        fail(accepted, mistake=accepted_mistake.id)
+        shape = fact.get("shape") if fact.get("kind") == "tensor" else None
+        returned = f"shape {tuple(shape)}" if isinstance(shape, list) else "a value"
+        fail(f"{call} should raise a ValueError, but returned {returned}: {accepted.explanation}", mistake=accepted)
     if fact.get("not_implemented"):
         fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
              mistake=NOT_IMPLEMENTED)
     if fact.get("type") != "ValueError":
         fail(f"{call} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:300]}. {wrong.explanation}",
-             mistake=wrong.id)
+             mistake=wrong)
 
 
 # ---------------------------------------------------------------- sinusoidal_positional_encoding: the checks
 
-@judge("table_by_hand")
-def _judge_table_by_hand(ev: Evidence) -> None:
-    """max_len=3, k=4: the frequencies are 1 and 1/100, so the rows are sin/cos of (p, p/100)."""
-    for case in drawn(probes.table_by_hand.cases):
-        _expect_table(ev, case)
+each_case(probes.table_by_hand, _expect_table,
+          passed="max_len=3, k=4: the frequencies are 1 and 1/100, so the rows are sin/cos of (p, p/100).")
 
 
 @judge("table_odd_size")
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
     _expect_value_error(ev, probes.ODD.key, TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", M["odd-k-wrong-error"],
-                        M["odd-k-accepted"].explanation, M["odd-k-accepted"])
-    for case in drawn(probes.table_odd_size.cases):
-        if case is not probes.ODD:
-            _anchor_table(ev, case)
+                        M["odd-k-accepted"])
+    for case in drawn(probes.table_odd_size.cases[1:]):
+        _expect_table(ev, case, anchor=True)
 
 
-@judge("table_oracle")
-def _judge_table_oracle(ev: Evidence) -> None:
-    """Several sizes against the formula computed in float64."""
-    for case in drawn(probes.table_oracle.cases):
-        _expect_table(ev, case)
+each_case(probes.table_oracle, _expect_table, passed="Several sizes against the formula computed in float64.")
 
 
 # ---------------------------------------------------------------- PositionalEncoding
@@ -174,36 +147,27 @@ _MODULE_HINT = ("forward(x) should return dropout(x + table[:t]) with t = x.shap
                 "batch.")
 
 
-def _shape_of(entry: object) -> tuple[int, ...] | None:
-    if isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[1], list) and all(
-            isinstance(n, int) for n in entry[1]):
-        return tuple(entry[1])
-    return None
-
-
 def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> None:
     """No parameters, and a registered buffer holding max_len·k values with positions down the rows."""
     __tracebackhide__ = True
     modules.built(ev, key, what)
-    params = ev.facts.get(f"{key}.params")
-    buffers = ev.facts.get(f"{key}.buffers")
+    params, buffers = ev.facts.get(f"{key}.params"), ev.facts.get(f"{key}.buffers")
     if not isinstance(params, list) or not isinstance(buffers, list):
         fail(f"The test recorded nothing about the buffers of {what}: the check did not run to the end.")
     if params:
         names = [str(p[0])[:40] for p in params if isinstance(p, list) and p]
         fail(f"{what} registers parameters {names[:4]}. {M['table-is-parameter'].explanation}",
-             mistake=M["table-is-parameter"].id)
-    found = [shape for b in buffers if (shape := _shape_of(b)) is not None and math.prod(shape) == max_len * k]
+             mistake=M["table-is-parameter"])
+    found = [tuple(b[1]) for b in buffers if isinstance(b, list) and len(b) >= 2 and isinstance(b[1], list)
+             and all(isinstance(n, int) for n in b[1]) and math.prod(b[1]) == max_len * k]
     if not found:
-        plain = [str(name)[:40] for name in ev.facts.get(f"{key}.plain") or []]
-        hint = (f" The table is a plain tensor attribute ({', '.join(plain)}), which .to(device) does not move."
-                if plain else "")
-        fail(f"{what} has no registered buffer holding the ({max_len}, {k}) table.{hint} "
-             f"{M['table-not-a-buffer'].explanation}",
-             mistake=M["table-not-a-buffer"].id)
+        plain = ", ".join(str(name)[:40] for name in ev.facts.get(f"{key}.plain") or [])
+        fail(f"{what} has no registered buffer holding the ({max_len}, {k}) table."
+             + (f" The table is a plain tensor attribute ({plain}), which .to(device) does not move." if plain else "")
+             + f" {M['table-not-a-buffer'].explanation}", mistake=M["table-not-a-buffer"])
     if max_len > 1 and tuple(n for n in found[0] if n != 1) == (k, max_len) and k != max_len:
         fail(f"{what}'s table buffer has shape {found[0]}: {M['buffer-transposed'].explanation} = {(max_len, k)}.",
-             mistake=M["buffer-transposed"].id)
+             mistake=M["buffer-transposed"])
 
 
 def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch.Tensor]]:
@@ -219,104 +183,77 @@ def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, tor
     return found
 
 
-def _encoded(ev: Evidence, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """The output recorded for case, of x's shape; x, x + table[:t] and max_len."""
+def _expect_encoded(ev: Evidence, case: Case, claim: str = "") -> None:
+    """The module's output on the case's x against x + table[:t], naming the typical mistake it matches; with a
+    claim (a property the check awards), it need only be one of those: the table, right or typically wrong."""
     __tracebackhide__ = True
     inputs = case.inputs()
     x, max_len = inputs["x"], inputs["max_len"]
     y = output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
-    return y, x, x + _formula(max_len, x.shape[-1])[: x.shape[1]], max_len
-
-
-def _expect_encoded(ev: Evidence, case: Case) -> None:
-    __tracebackhide__ = True
-    y, x, expected, max_len = _encoded(ev, case)
-    _expect(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=_encoding_mistakes(x, max_len),
-            otherwise=_MODULE_HINT, case=case.label)
-
-
-def _anchor_encoded(ev: Evidence, case: Case, claim: str) -> None:
-    """The module's output on the case's x is what PositionalEncoding (or one of its typical mistakes) computes."""
-    __tracebackhide__ = True
-    y, x, expected, max_len = _encoded(ev, case)
-    if not any(_close(y, c, ev.device) for c in [expected, *(m for _, m in _encoding_mistakes(x, max_len))]):
+    expected, typical = x + _formula(max_len, x.shape[-1])[: x.shape[1]], _encoding_mistakes(x, max_len)
+    if not claim:
+        _expect(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=typical,
+                otherwise=_MODULE_HINT, case=case.label)
+    elif not any(_close(y, c, ev.device) for c in [expected, *(m for _, m in typical)]):
         fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case.label)
 
 
-def _drawn_encodings(check: probes.EncodingCheck) -> list[tuple[str, Case, str]]:
-    """(module key, case, the module's constructor call) of each drawn case of check."""
-    found = []
-    for module, case in check.cases:
-        if case in drawn((case,)):
-            inputs = case.inputs()
-            found.append((module, case, f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"))
-    return found
+def _expect_encoding(ev: Evidence, item: Encoding, buffer: bool = True, table: bool = False) -> None:
+    """The module built for item (buffer: with no parameters and its table a buffer) and its output on the case;
+    table: the table buffer it recorded against the formula, the output then only anchored."""
+    __tracebackhide__ = True
+    inputs = item.case.inputs()
+    max_len, k = inputs["max_len"], inputs["k"]
+    if not buffer:
+        modules.built(ev, item.module, item.what)
+        return _expect_encoded(ev, item.case)
+    _table_buffer(ev, item.module, max_len, k, item.what)
+    if not table:
+        return _expect_encoded(ev, item.case)
+    found = tensor(ev, f"{item.module}.table")
+    if found is None or found.numel() != max_len * k:
+        fail(f"The test recorded no table buffer of {item.what}: the check did not run to the end.")
+    _expect(found.reshape(max_len, k), _formula(max_len, k), what=f"{item.what}'s table buffer", device="cpu",
+            mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}",
+            otherwise=f"Build it with your function from exercise 1: sinusoidal_positional_encoding({max_len}, {k}).")
+    _expect_encoded(ev, item.case, f"{item.what} holds the right table buffer")
 
 
 # ---------------------------------------------------------------- PositionalEncoding: the checks
 
-@judge("positional_encoding_buffer")
-def _judge_buffer(ev: Evidence) -> None:
-    """No parameters; the table a registered buffer, shape (max_len, k), holding the sinusoidal encoding."""
-    for module, case, what in _drawn_encodings(probes.positional_encoding_buffer):
-        inputs = case.inputs()
-        max_len, k = inputs["max_len"], inputs["k"]
-        _table_buffer(ev, module, max_len, k, what)
-        table = tensor(ev, f"{module}.table")
-        if table is None or table.numel() != max_len * k:
-            fail(f"The test recorded no table buffer of {what}: the check did not run to the end.")
-        _expect(table.reshape(max_len, k), _formula(max_len, k), what=f"{what}'s table buffer", device="cpu",
-                mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}",
-                otherwise=f"Build it with your function from exercise 1: sinusoidal_positional_encoding({max_len}, "
-                          f"{k}).")
-        _anchor_encoded(ev, case, f"{what} holds the right table buffer")
-
-
-@judge("positional_encoding_adds")
-def _judge_adds(ev: Evidence) -> None:
-    """Zeros in give the table out; the same table row is added at one position of every sequence."""
-    for module, case, what in _drawn_encodings(probes.positional_encoding_adds):
-        modules.built(ev, module, what)
-        _expect_encoded(ev, case)
+each_case(probes.positional_encoding_buffer, partial(_expect_encoding, table=True),
+          passed="No parameters; the table a registered buffer, shape (max_len, k), holding the sinusoidal encoding.")
+each_case(probes.positional_encoding_adds, partial(_expect_encoding, buffer=False),
+          passed="Zeros in give the table out; the same table row is added at one position of every sequence.")
+each_case(probes.positional_encoding_oracle, _expect_encoding,
+          passed="Random inputs of several shapes on the device: x + the sinusoidal table, the buffer moved with "
+                 ".to(device).")
 
 
 @judge("positional_encoding_too_long")
 def _judge_too_long(ev: Evidence) -> None:
     """A sequence longer than max_len has no row in the table: a ValueError that says so."""
-    (module, long, what), (_, case, _) = _drawn_encodings(probes.positional_encoding_too_long)
-    modules.built(ev, module, what)
-    fact = ev.facts.get(long.key)
-    shape = fact.get("shape") if isinstance(fact, dict) and fact.get("kind") == "tensor" else None
-    _expect_value_error(ev, long.key, MODULE_NAME, f"{what} on {long.label}", M["no-length-check"],
-                        f"{what} accepted {long.label} and returned "
-                        f"{f'shape {tuple(shape)}' if isinstance(shape, list) else 'a value'}. The table has no row "
-                        f"for position 6: raise a ValueError. {M['no-length-check'].explanation}", M["no-length-check"])
-    _anchor_encoded(ev, case, f"{what} raises a ValueError for {long.label}")
-
-
-@judge("positional_encoding_oracle")
-def _judge_encoding_oracle(ev: Evidence) -> None:
-    """Random inputs of several shapes on the device: x + the sinusoidal table, the buffer moved with .to(device)."""
-    for module, case, what in _drawn_encodings(probes.positional_encoding_oracle):
-        _table_buffer(ev, module, case.inputs()["max_len"], case.inputs()["k"], what)
-        _expect_encoded(ev, case)
+    long, right = probes.positional_encoding_too_long.cases
+    modules.built(ev, long.module, long.what)
+    _expect_value_error(ev, long.case.key, MODULE_NAME, f"{long.what} on {long.case.label}", M["no-length-check"],
+                        M["no-length-check"])
+    _expect_encoded(ev, right.case, f"{long.what} raises a ValueError for {long.case.label}")
 
 
 @judge("positional_encoding_dropout")
 def _judge_dropout(ev: Evidence) -> None:
     """With dropout=0.5, training zeroes about half of x + table and scales the rest by 2; evaluation does not."""
-    module, case = probes.DROPOUT
-    inputs = case.inputs()
+    inputs = probes.DROPOUT.case.inputs()
     x, k, max_len = inputs["x"], inputs["k"], inputs["max_len"]
     what = f"{MODULE_NAME}({k}, max_len={max_len}, dropout=0.5)"
-    modules.built(ev, module, what)
+    modules.built(ev, probes.DROPOUT.module, what)
     expected = x + _formula(max_len, k)[: x.shape[1]]
     y_eval = output(ev, "y_eval", what=f"{MODULE_NAME}.forward(x) in eval mode", shape=tuple(x.shape),
                     hint=_MODULE_HINT)
     if not _close(y_eval, expected, ev.device):
         dropped = float((y_eval == 0).to(torch.float64).mean())
         fail(f"In eval mode {what} should return x + table unchanged: {M['dropout-in-eval'].explanation}", expected,
-             y_eval, mistake=M["dropout-in-eval"].id if dropped > 0.2 else None)
+             y_eval, mistake=M["dropout-in-eval"] if dropped > 0.2 else None)
     y_train = output(ev, "y_train", what=f"{MODULE_NAME}.forward(x) in training mode", shape=tuple(x.shape),
                      hint=_MODULE_HINT)
     zeros = float((y_train == 0).to(torch.float64).mean())
@@ -325,7 +262,7 @@ def _judge_dropout(ev: Evidence) -> None:
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
              f"outputs are zero. {M['dropout-ignored'].explanation}", 2 * expected, y_train,
              case="training mode: each value 0 or 2·(x + table)",
-             mistake=M["dropout-ignored"].id if _close(y_train, expected, ev.device) else None)
+             mistake=M["dropout-ignored"] if _close(y_train, expected, ev.device) else None)
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
@@ -346,19 +283,17 @@ def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     embeddings = [m for m in described if isinstance(m, dict) and "num_embeddings" in m]
     if len(embeddings) != 1:
         fail(f"{what} should hold one nn.Embedding(max_len, k); found {len(embeddings)}.",
-             mistake=M["not-one-embedding"].id)
+             mistake=M["not-one-embedding"])
     emb = embeddings[0]
     sizes = (emb.get("num_embeddings"), emb.get("embedding_dim"))
     if sizes != (max_len, k):
-        swapped = sizes == (k, max_len)
-        fail(f"{what} holds nn.Embedding({sizes[0]}, {sizes[1]}); it should be nn.Embedding(max_len, k) = "
-             f"nn.Embedding({max_len}, {k}): one learned row per position."
-             + (f" {M['embedding-sizes-swapped'].explanation}" if swapped else ""),
-             mistake=M["embedding-sizes-swapped"].id if swapped else M["embedding-size"].id)
+        wrong = M["embedding-sizes-swapped"] if sizes == (k, max_len) else M["embedding-size"]
+        fail(f"{what} holds nn.Embedding({sizes[0]}, {sizes[1]}), not nn.Embedding({max_len}, {k}): "
+             f"{wrong.explanation}", mistake=wrong)
     count = modules.parameter_count(ev, built.key)
     if count != max_len * k:
         fail(f"{what} has {count} parameters; {M['parameter-count'].explanation} (= {max_len * k})",
-             mistake=M["parameter-count"].id)
+             mistake=M["parameter-count"])
     name = f"{emb.get('name')}.weight" if emb.get("name") else "weight"
     loaded = modules.loaded(ev, built.key, built.seed)
     if name not in loaded or tuple(loaded[name].shape) != (max_len, k):
@@ -414,7 +349,7 @@ def _judge_learned_gradients(ev: Evidence) -> None:
     ((name, weight),) = w.items()
     w_grad = tensor(ev, f"grad.{name}", shape=tuple(weight.shape))
     if w_grad is None or not bool(w_grad.any()):
-        fail(f"{LEARNED_NAME}: {M['embedding-cut-off'].explanation}", mistake=M["embedding-cut-off"].id)
+        fail(f"{LEARNED_NAME}: {M['embedding-cut-off'].explanation}", mistake=M["embedding-cut-off"])
     max_len, k = run.module.args
     x = case.inputs()["x"]
     expected = modules.autograd(partial(_learned, max_len=max_len, k=k), w, {"x": x}, case.upstream())
