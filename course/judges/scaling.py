@@ -24,16 +24,10 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.kinds import CallCheck, Case, drawn
+from course.checks.kinds import Case
 from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
 from course.judges import judge, mistakes, oracles
-from course.judges.kinds import (
-    ForwardOracle,
-    against_forward,
-    anchor_forward,
-    expect_causal,
-    forward_output,
-)
+from course.judges.kinds import ForwardOracle, against_forward, anchor_forward, each_case, expect_causal, forward_output
 from course.judges.qkv import expect_structure, projection_count, projections
 
 SDPA_NAME = "scaled_dot_product_attention"
@@ -49,13 +43,12 @@ _SDPA_HINT = ("The inputs may have any number of leading dimensions (..., tq, d)
 _SDPA_RECIPE = ("scores = queries·keysᵀ / √d (d the query/key size), masked positions set to −∞ before a softmax "
                 "over the keys (last dimension), output = weights·values.")
 _MODULE_FORWARD_HINT = ("forward should return the output of scaled_dot_product_attention(to_queries(x), to_keys(x), "
-                 "to_values(x), mask).")
+                        "to_values(x), mask).")
 _MASK_ARGUMENT_HINT = "forward takes the mask as a keyword argument: def forward(self, x, mask=None)."
 _BROADCAST_HINT = ("The mask only has to be broadcastable to (..., tq, tk): use it as it is in masked_fill or "
                    "torch.where, without indexing or reshaping it.")
-_EMPTY_ROW_WEIGHTS_HINT = "A row where nothing is allowed gets all-zero weights; the other rows are the usual softmax."
-_EMPTY_ROW_OUTPUT_HINT = "A query that may attend to nothing gets a zero output."
-_LAST_STEP_HINT = "The weights are right, so look at the last step: output = weights·values."
+_LAST_STEP = "The weights are right, so look at the last step: output = weights·values."
+_EMPTY_ROW_HINT = "A query that may attend to nothing gets all-zero weights and a zero output."
 
 # ---------------------------------------------------------------- the function: oracle and typical mistakes
 
@@ -114,14 +107,10 @@ def _typical(masked: bool) -> tuple[tuple[Mistake, bool], ...]:
     return _SDPA_MISTAKES if masked else _SDPA_MISTAKES[:_UNMASKED]
 
 
-def _sdpa_simulators(masked: bool) -> list[tuple[Mistake, Callable[..., Pair]]]:
-    """(mistake, its computation (queries, keys, values, mask) -> (output, weights)) for the typical mistakes."""
-    return [(m, partial(_simulated, m, zeroed)) for m, zeroed in _typical(masked)]
-
-
 def _sdpa_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, Pair]]:
+    """(mistake, its (output, weights) on the inputs) for the typical mistakes that show on them."""
     with torch.no_grad():
-        return [(m, simulate(**inputs)) for m, simulate in _sdpa_simulators("mask" in inputs)]
+        return [(m, _simulated(m, zeroed, **inputs)) for m, zeroed in _typical("mask" in inputs)]
 
 
 def _sdpa_weight_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
@@ -149,16 +138,16 @@ def _result(ev: Evidence, case: Case) -> Pair:
     inputs = dict(case.inputs())
     q, k, v = inputs["queries"], inputs["keys"], inputs["values"]
     lead, tq, tk, d, dv = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    swapped = "That is the shape of the {}: is the pair returned as (weights, output)?"
     out = output(ev, f"{case.key}.0", what=f"the output of {SDPA_NAME}", shape=(*lead, tq, dv), shape_hints={
-        (*lead, tq, tk): "That is the shape of the weights: is the pair returned as (weights, output)?",
+        (*lead, tq, tk): swapped.format("weights"),
         (*lead, tq, d): "The output has the size of a key, not of a value: are the keys used as values?"})
-    w = output(ev, f"{case.key}.1", what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk), shape_hints={
-        (*lead, tq, dv): "That is the shape of the output: is the pair returned as (weights, output)?"})
+    w = output(ev, f"{case.key}.1", what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk),
+               shape_hints={(*lead, tq, dv): swapped.format("output")})
     return out, w
 
 
-def _expect_sdpa(ev: Evidence, case: Case, weights_hint: str = _SDPA_RECIPE,
-                 output_hint: str = _LAST_STEP_HINT) -> Pair:
+def _expect_sdpa(ev: Evidence, case: Case) -> Pair:
     """The pair recorded for case against the oracle, naming the typical mistake it matches; returns it."""
     __tracebackhide__ = True
     out, w = _result(ev, case)
@@ -171,42 +160,26 @@ def _expect_sdpa(ev: Evidence, case: Case, weights_hint: str = _SDPA_RECIPE,
                 fail(f"The weights of {SDPA_NAME} are not what was asked: {m.explanation}", expected_w, w,
                      case=case.label, mistake=m)
     mask = inputs.get("mask")
-    if mask is not None and not bool(mask.any(dim=-1).all()) and not (bool(torch.isfinite(w).all())
-                                                                      and bool(torch.isfinite(out).all())):
-        fail(f"{SDPA_NAME} returns NaN for a query that may attend to nothing. The softmax of a row of −∞ is 0/0. "
-             "The convention (PyTorch's too) is all-zero weights and a zero output for such a row: after the "
-             "softmax, zero the rows where mask.any(dim=-1, keepdim=True) is False.", expected_w, w, case=case.label,
-             mistake=M["nan-in-empty-rows"])
+    empty = mask is not None and not bool(mask.any(dim=-1).all())
+    if empty and not (bool(torch.isfinite(w).all()) and bool(torch.isfinite(out).all())):
+        fail(f"{SDPA_NAME} is not what was asked: {M['nan-in-empty-rows'].explanation}", expected_w, w,
+             case=case.label, mistake=M["nan-in-empty-rows"])
+    advice = _BROADCAST_HINT if mask is not None and mask.dim() == 1 else _EMPTY_ROW_HINT if empty else ""
     expect_close(w, expected_w, what=f"the weights of {SDPA_NAME}", device=ev.device, mistakes=weight_mistakes,
-                 otherwise=weights_hint, case=case.label)
-    expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", device=ev.device,
-                 mistakes=[(m, o) for m, (o, _) in _sdpa_mistakes(inputs)], otherwise=output_hint, case=case.label)
+                 otherwise=f"{_SDPA_RECIPE} {advice}".strip(), case=case.label)
+    expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", device=ev.device, case=case.label,
+                 mistakes=[(m, o) for m, (o, _) in _sdpa_mistakes(inputs)], otherwise=f"{_LAST_STEP} {advice}".strip())
     return out, w
 
 
-def _against_sdpa(check: CallCheck, *, passed: str, hints: tuple[str, str] | None = None,
-                  hinted: tuple[str, ...] = ()) -> None:
-    """Register the judge of check: every drawn case against the oracle, those keyed in hinted with hints (the
-    advice for wrong weights and for a wrong output)."""
-
-    def judged(ev: Evidence) -> None:
-        __tracebackhide__ = True
-        for case in drawn(check.cases):
-            _expect_sdpa(ev, case, *(hints if case.key in hinted else ()))
-
-    judged.__doc__ = judged.passed = passed
-    judge(check.name)(judged)
-
-
-_against_sdpa(probes.sdpa_by_hand,
-              passed="d = 4: raw scores 4 and 0 become 2 and 0, weights e²/(e²+1) ≈ 0.881 and 1/(e²+1) ≈ 0.119.")
-_against_sdpa(probes.sdpa_masks_by_hand, hints=(_BROADCAST_HINT, _BROADCAST_HINT), hinted=("r_keys", "r_keys_secret"),
-              passed="Masking key 0 leaves all the weight on key 1: weights [0, 1], output = value 1; a mask (tk,) "
-                     "broadcasts.")
-_against_sdpa(probes.sdpa_fully_masked_row, hints=(_EMPTY_ROW_WEIGHTS_HINT, _EMPTY_ROW_OUTPUT_HINT),
-              hinted=("r", "r_secret"),
-              passed="A query that may attend to nothing gets all-zero weights and a zero output — no NaN; other rows "
-                     "are unchanged.")
+each_case(probes.sdpa_by_hand, _expect_sdpa,
+          passed="d = 4: raw scores 4 and 0 become 2 and 0, weights e²/(e²+1) ≈ 0.881 and 1/(e²+1) ≈ 0.119.")
+each_case(probes.sdpa_masks_by_hand, _expect_sdpa,
+          passed="Masking key 0 leaves all the weight on key 1: weights [0, 1], output = value 1; a mask (tk,) "
+                 "broadcasts.")
+each_case(probes.sdpa_fully_masked_row, _expect_sdpa,
+          passed="A query that may attend to nothing gets all-zero weights and a zero output — no NaN; other rows are "
+                 "unchanged.")
 
 
 @judge("sdpa_oracle")
@@ -226,31 +199,22 @@ def _judge_sdpa_oracle(ev: Evidence) -> None:
              "True means allowed: fill the scores where the mask is False with −∞ before the softmax.")
 
 
-def _same_pair(ev: Evidence, pair: Pair, other: Pair) -> bool:
-    return matches_any(pair[0], [other[0]], ev.device) and matches_any(pair[1], [other[1]], ev.device)
-
-
 def _expect_sdpa_gradients(ev: Evidence, case: Case) -> None:
     """Gradients reach queries, keys and values, stay finite even with a query that may attend to nothing, and
     are autograd's through PyTorch's fused attention (or through the typical mistake the output is)."""
     __tracebackhide__ = True
     out, w = _result(ev, case)
-    if not requires_grad(ev, f"{case.key}.0"):
-        fail(f"The output of {SDPA_NAME} is cut off from autograd: avoid .detach(), .data or torch.no_grad() in it.",
-             mistake=modules.DETACHED)
+    modules.expect_attached(ev, f"{case.key}.0", f"The output of {SDPA_NAME}")
     inputs = dict(case.inputs())
-    compute = _sdpa_oracle
-    if not _same_pair(ev, (out, w), _sdpa_oracle(**inputs)):
-        # the computation is a known mistake (judged by the other checks), or not attention at all
-        found = [simulate for (_, simulate), (_, pair) in zip(_sdpa_simulators("mask" in inputs),
-                                                              _sdpa_mistakes(inputs), strict=True)
-                 if _same_pair(ev, (out, w), pair)]
-        if not found:
-            _expect_sdpa(ev, case)  # names the mistake, or says it is not attention
-            fail(f"The result of {SDPA_NAME} is not attention.", case=case.label)
-        compute = found[0]
+    computations = [_sdpa_oracle, *(partial(_simulated, m, zeroed) for m, zeroed in _typical("mask" in inputs))]
+    pairs = [_sdpa_oracle(**inputs), *(pair for _, pair in _sdpa_mistakes(inputs))]
+    found = [compute for compute, pair in zip(computations, pairs, strict=True)
+             if matches_any(out, [pair[0]], ev.device) and matches_any(w, [pair[1]], ev.device)]
+    if not found:  # not attention, nor a typical mistake of it (which the other checks name)
+        _expect_sdpa(ev, case)
+        fail(f"The result of {SDPA_NAME} is not attention.", case=case.label)
     leaves = {name: inputs[name].clone().requires_grad_(True) for name in ("queries", "keys", "values")}
-    simulated_out, simulated_w = compute(**{**inputs, **leaves})
+    simulated_out, simulated_w = found[0](**{**inputs, **leaves})
     loss = (simulated_out * randn(*simulated_out.shape, seed=UPSTREAM_SEEDS[0])).sum()
     if requires_grad(ev, f"{case.key}.1"):
         loss = loss + (simulated_w * randn(*simulated_w.shape, seed=UPSTREAM_SEEDS[1])).sum()
@@ -261,10 +225,7 @@ def _expect_sdpa_gradients(ev: Evidence, case: Case) -> None:
             fail(f"The {name} receive no gradient through {SDPA_NAME}. Are they used, and is nothing detached?",
                  mistake=modules.NO_GRADIENT)
         if not bool(torch.isfinite(got).all()):
-            fail(f"NaN gradients reach the {name} from a query that may attend to nothing. The forward pass can "
-                 "hide a NaN that the backward pass still sees: adding −∞ to the scores (scores + where(mask, 0, "
-                 "−inf)) and repairing the NaN weights afterwards sends NaN back through the addition. Use "
-                 "scores.masked_fill(~mask, float('-inf')), whose gradient is zero at masked positions.",
+            fail(f"The gradient of the {name} is not what was asked: {M['nan-gradients'].explanation}",
                  mistake=M["nan-gradients"])
         expect_close(got, leaf.grad, what=f"The gradient of a loss on {SDPA_NAME} with respect to the {name}",
                      device=ev.device, case=case.label,
@@ -323,14 +284,11 @@ def _both_mistakes(w: dict[str, torch.Tensor], k: int, x: torch.Tensor,
                 for m, zeroed in _typical(mask is not None)]
 
 
-def _forward_hint(x: torch.Tensor, mask: torch.Tensor | None = None) -> str:
-    return _MODULE_FORWARD_HINT + (" " + _MASK_ARGUMENT_HINT if mask is not None else "")
-
-
 MODULE = ForwardOracle(
     MODULE_NAME, "scaled self-attention with the projections to_queries, to_keys and to_values", _scaled_projections,
     _scaled_attention, "nn.MultiheadAttention", simulators=_module_simulators, anchors=_both_mistakes,
-    hint=_forward_hint, keyword_mistake=M["no-mask-argument"],
+    hint=lambda x, mask=None: _MODULE_FORWARD_HINT + ("" if mask is None else " " + _MASK_ARGUMENT_HINT),
+    keyword_mistake=M["no-mask-argument"],
     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _MODULE_FORWARD_HINT)
 
 # ---------------------------------------------------------------- ScaledSelfAttention
