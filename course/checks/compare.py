@@ -184,11 +184,11 @@ def _format(v: torch.Tensor) -> str:
     return "\n".join(_format(row) for row in v)
 
 
-def tolerance(device: torch.device | str) -> dict[str, float]:
-    """rtol and atol for float32 results computed on this device (loose enough for GPU kernels)."""
-    if torch.device(device).type == "cpu":
-        return {"rtol": 1e-4, "atol": 1e-5}
-    return {"rtol": 2e-3, "atol": 2e-4}
+def tolerance(device: torch.device | str, looser: Mapping[str, float] | None = None) -> dict[str, float]:
+    """rtol and atol for float32 results computed on this device (loose enough for GPU kernels); looser: a check's
+    own tolerance, used where it is looser than the device's."""
+    tol = {"rtol": 1e-4, "atol": 1e-5} if torch.device(device).type == "cpu" else {"rtol": 2e-3, "atol": 2e-4}
+    return {name: max(value, (looser or {}).get(name, value)) for name, value in tol.items()}
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> bool:
@@ -294,10 +294,12 @@ def tensor(ev: Evidence, key: str, *, shape: tuple[int, ...] | None = None) -> t
 # ------------------------------------------------------------------------------------------- comparing
 
 def expect_close(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str = "cpu",
-                 mistakes: Iterable[tuple[Mistake, torch.Tensor]] = (), otherwise: str, case: str = "") -> None:
-    """Fail unless actual matches expected; name the first typical mistake that actual matches instead."""
+                 mistakes: Iterable[tuple[Mistake, torch.Tensor]] = (), otherwise: str, case: str = "",
+                 looser: Mapping[str, float] | None = None) -> None:
+    """Fail unless actual matches expected; name the first typical mistake that actual matches instead. looser: a
+    tolerance used where it is looser than the device's (:func:`tolerance`)."""
     __tracebackhide__ = True
-    tol = tolerance(device)
+    tol = tolerance(device, looser)
     if close(actual, expected, **tol):
         return
     if not bool(torch.isfinite(actual.detach()).all()):
@@ -342,12 +344,14 @@ def expect_close_batch(actual: torch.Tensor, expected: torch.Tensor, *, what: st
     fail(f"{what} does not match the reference. {otherwise}", expected[i], actual[i], shown)
 
 
-def matches_any(actual: torch.Tensor, candidates: Iterable[torch.Tensor], device: str = "cpu") -> bool:
-    """True when actual equals one of the candidates (the oracle or a catalogued mistake) within tolerance.
+def matches_any(actual: torch.Tensor, candidates: Iterable[torch.Tensor], device: str = "cpu",
+                looser: Mapping[str, float] | None = None) -> bool:
+    """True when actual equals one of the candidates (the oracle or a catalogued mistake) within tolerance (looser:
+    as :func:`tolerance`).
 
     Property and structure judges use it as an anchor: they award nothing for outputs that no real
     computation of the exercise, right or typically wrong, would give."""
-    tol = tolerance(device)
+    tol = tolerance(device, looser)
     return any(close(actual, candidate, **tol) for candidate in candidates)
 
 
