@@ -4,7 +4,6 @@ the typical mistakes they can name."""
 
 import dataclasses
 import math
-from collections.abc import Iterable
 from functools import partial
 from types import MappingProxyType
 
@@ -12,7 +11,7 @@ import torch
 
 from course.checks import modules
 from course.checks import positional_encoding as probes
-from course.checks.compare import NOT_IMPLEMENTED, Mistake, close, expect_close, fail, output, tensor, tolerance
+from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail, matches_any, output, tensor
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, drawn
 from course.checks.positional_encoding import Encoding
@@ -29,23 +28,6 @@ TABLE_TOLERANCE = MappingProxyType({"rtol": 1e-4, "atol": 2e-4})
 # ---------------------------------------------------------------- typical mistakes
 
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/positional_encoding.txt
-
-
-# ---------------------------------------------------------------- comparing with the table's tolerance
-
-def _close(actual: torch.Tensor, expected: torch.Tensor, device: str) -> bool:
-    """Close within the looser of the table's tolerance and the device's."""
-    tol = tolerance(device)
-    return close(actual, expected, **{name: max(tol[name], TABLE_TOLERANCE[name]) for name in tol})
-
-
-def _expect(actual: torch.Tensor, expected: torch.Tensor, *, what: str, device: str,
-            mistakes: Iterable[tuple[Mistake, torch.Tensor]], otherwise: str, case: str) -> None:
-    """expect_close within the table's tolerance: fail unless actual matches, naming the mistake it matches."""
-    __tracebackhide__ = True
-    if not _close(actual, expected, device):
-        matched = [(mistake, actual) for mistake, candidate in mistakes if _close(actual, candidate, device)]
-        expect_close(actual, expected, what=what, device=device, mistakes=matched, otherwise=otherwise, case=case)
 
 
 # ---------------------------------------------------------------- the table by the formula
@@ -93,7 +75,7 @@ def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
     expected, typical = _formula(max_len, k), _table_mistakes(max_len, k)
     if anchor:
         table = output(ev, case.key, what=what, device=False)
-        if not any(_close(table, c, "cpu") for c in [expected, expected.T, *(m for _, m in typical)]):
+        if not matches_any(table, [expected, expected.T, *(m for _, m in typical)], "cpu", TABLE_TOLERANCE):
             fail(f"{TABLE_NAME} raises a ValueError for an odd k, but for an even k it does not compute the "
                  f"sinusoidal table. {_TABLE_HINT}", expected, table, case=f"max_len={max_len}, k={k}")
         return
@@ -101,8 +83,8 @@ def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
                    shape_hints={(k, max_len): M["table-transposed"]})
     if table.dtype != torch.float32:
         fail(f"{what} returned {table.dtype}; {M['float64'].explanation}", mistake=M["float64"])
-    _expect(table, expected, what=TABLE_NAME, device="cpu", mistakes=typical, otherwise=_TABLE_HINT,
-            case=f"max_len={max_len}, k={k}" if case.secret else case.label)
+    expect_close(table, expected, what=TABLE_NAME, device="cpu", mistakes=typical, otherwise=_TABLE_HINT,
+                 case=f"max_len={max_len}, k={k}" if case.secret else case.label, looser=TABLE_TOLERANCE)
 
 
 def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mistake, accepted: Mistake) -> None:
@@ -192,9 +174,9 @@ def _expect_encoded(ev: Evidence, case: Case, claim: str = "") -> None:
     y = output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
     expected, typical = x + _formula(max_len, x.shape[-1])[: x.shape[1]], _encoding_mistakes(x, max_len)
     if not claim:
-        _expect(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=typical,
-                otherwise=_MODULE_HINT, case=case.label)
-    elif not any(_close(y, c, ev.device) for c in [expected, *(m for _, m in typical)]):
+        expect_close(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=typical,
+                     otherwise=_MODULE_HINT, case=case.label, looser=TABLE_TOLERANCE)
+    elif not matches_any(y, [expected, *(m for _, m in typical)], ev.device, TABLE_TOLERANCE):
         fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case.label)
 
 
@@ -213,9 +195,10 @@ def _expect_encoding(ev: Evidence, item: Encoding, buffer: bool = True, table: b
     found = tensor(ev, f"{item.module}.table")
     if found is None or found.numel() != max_len * k:
         fail(f"The test recorded no table buffer of {item.what}: the check did not run to the end.")
-    _expect(found.reshape(max_len, k), _formula(max_len, k), what=f"{item.what}'s table buffer", device="cpu",
-            mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}",
-            otherwise=f"Build it with your function from exercise 1: sinusoidal_positional_encoding({max_len}, {k}).")
+    expect_close(found.reshape(max_len, k), _formula(max_len, k), what=f"{item.what}'s table buffer", device="cpu",
+                 mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}", looser=TABLE_TOLERANCE,
+                 otherwise=f"Build it with your function from exercise 1: sinusoidal_positional_encoding({max_len}, "
+                           f"{k}).")
     _expect_encoded(ev, item.case, f"{item.what} holds the right table buffer")
 
 
@@ -250,7 +233,7 @@ def _judge_dropout(ev: Evidence) -> None:
     expected = x + _formula(max_len, k)[: x.shape[1]]
     y_eval = output(ev, "y_eval", what=f"{MODULE_NAME}.forward(x) in eval mode", shape=tuple(x.shape),
                     hint=_MODULE_HINT)
-    if not _close(y_eval, expected, ev.device):
+    if not matches_any(y_eval, [expected], ev.device, TABLE_TOLERANCE):
         dropped = float((y_eval == 0).to(torch.float64).mean())
         fail(f"In eval mode {what} should return x + table unchanged: {M['dropout-in-eval'].explanation}", expected,
              y_eval, mistake=M["dropout-in-eval"] if dropped > 0.2 else None)
@@ -258,11 +241,11 @@ def _judge_dropout(ev: Evidence) -> None:
                      hint=_MODULE_HINT)
     zeros = float((y_train == 0).to(torch.float64).mean())
     kept = y_train != 0
-    if not 0.35 < zeros < 0.65 or not _close(y_train[kept], 2 * expected[kept], ev.device):
+    if not 0.35 < zeros < 0.65 or not matches_any(y_train[kept], [2 * expected[kept]], ev.device, TABLE_TOLERANCE):
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
              f"outputs are zero. {M['dropout-ignored'].explanation}", 2 * expected, y_train,
              case="training mode: each value 0 or 2·(x + table)",
-             mistake=M["dropout-ignored"] if _close(y_train, expected, ev.device) else None)
+             mistake=M["dropout-ignored"] if matches_any(y_train, [expected], ev.device, TABLE_TOLERANCE) else None)
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
