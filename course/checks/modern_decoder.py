@@ -17,8 +17,7 @@ from course.checks import modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, property_check
-from course.checks.seeds import grading
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, drawn, property_check
 
 NORM_NAME = "RMSNorm"
 SWIGLU_NAME = "SwiGLU"
@@ -69,47 +68,30 @@ swiglu_hidden = builds_and_runs("swiglu_hidden", (
 
 # ---------------------------------------------------------------- rotary_tables
 
-@dataclass(frozen=True)
-class TableCase:
-    """rotary_tables(t, s[, base=base], device=device) recorded under key; base None: the default."""
-
-    key: str
-    t: int
-    s: int
-    base: float | None = None
-
-    @property
-    def call(self) -> str:
-        base = "" if self.base is None else f", base={self.base:g}"
-        return f"rotary_tables({self.t}, {self.s}{base})"
-
-
-def secret_table(key: str, seed: int) -> TableCase:
-    """Under grading: secret sizes 3 <= t <= 40, an even 4 <= s <= 32, a base between 50 and 20000."""
+def _secret_table_sizes(seed: int) -> dict[str, Any]:
+    """Secret sizes 3 <= t <= 40, an even 4 <= s <= 32 and a base between 50 and 20000."""
     g = generator(seed)
     t = int(torch.randint(3, 41, (), generator=g))
     s = 2 * int(torch.randint(2, 17, (), generator=g))
-    base = float(torch.randint(50, 20001, (), generator=g))
-    return TableCase(key, t + (1 if t == s // 2 else 0), s, base)
+    return {"t": t + (1 if t == s // 2 else 0), "s": s, "base": float(torch.randint(50, 20001, (), generator=g))}
 
 
-def drawn_tables(cases: tuple[TableCase | Callable[[], TableCase], ...]) -> list[TableCase]:
-    """The cases of this run: the secret ones (drawn by a function) only under grading."""
-    return [case() if callable(case) else case for case in cases if grading() or not callable(case)]
+def table_case(key: str, t: int, s: int, base: float | None = None) -> Case:
+    """rotary_tables(t, s[, base=base], device=...) recorded under key; base None: the default."""
+    return Case(key, lambda: {"t": t, "s": s} | ({} if base is None else {"base": base}), f"t={t}, s={s}")
 
 
-def _probe_tables(cases: tuple[TableCase | Callable[[], TableCase], ...], rotary_tables: Callable,
-                  rec: Recorder) -> None:
-    for case in drawn_tables(cases):
-        base = {} if case.base is None else {"base": case.base}
-        rec.call(case.key, rotary_tables, case.t, case.s, **base, device=rec.device)
+def _probe_tables(cases: tuple[Case, ...], rotary_tables: Callable, rec: Recorder) -> None:
+    for case in drawn(cases):
+        inputs = dict(case.inputs())
+        rec.call(case.key, rotary_tables, inputs.pop("t"), inputs.pop("s"), **inputs, device=rec.device)
 
 
-rotary_tables = property_check("rotary_tables", _probe_tables, (
-    TableCase("tables0", 7, 8), TableCase("tables1", 5, 12, 100.0)))
+rotary_tables = property_check("rotary_tables", _probe_tables, (table_case("tables0", 7, 8),
+                                                                table_case("tables1", 5, 12, 100.0)))
 rotary_tables_hidden = property_check("rotary_tables_hidden", _probe_tables, (
-    TableCase("tables0", 64, 16), TableCase("tables1", 1, 2, 500.0), TableCase("tables2", 9, 6, 10.0),
-    partial(secret_table, "tables_secret", 6590)))
+    table_case("tables0", 64, 16), table_case("tables1", 1, 2, 500.0), table_case("tables2", 9, 6, 10.0),
+    Case("tables_secret", partial(_secret_table_sizes, 6590), "secret sizes", secret=True)))
 
 
 # ---------------------------------------------------------------- apply_rotary
@@ -122,10 +104,7 @@ def angle_tables(rows: int, half: int, seed: int) -> tuple[torch.Tensor, torch.T
 
 def _rotary_inputs(shape: tuple[int, ...], rows: int, offset: int | None, seed: int) -> dict[str, Any]:
     cos, sin = angle_tables(rows, shape[-1] // 2, seed + 1)
-    inputs: dict[str, Any] = {"x": randn(*shape, seed=seed), "cos": cos, "sin": sin}
-    if offset is not None:
-        inputs["offset"] = offset
-    return inputs
+    return {"x": randn(*shape, seed=seed), "cos": cos, "sin": sin} | ({} if offset is None else {"offset": offset})
 
 
 def rotary_case(key: str, shape: tuple[int, ...], seed: int, offset: int | None = None, extra: int = 2,
@@ -149,10 +128,9 @@ apply_rotary_hidden = calls("apply_rotary_hidden", (
 
 @dataclass(frozen=True)
 class RelativeCase:
-    """Tables of the angles position · ω_i for random frequencies ω (`rows` positions); keys K (b, h, t, s) rotated
-    from position 0 (under keys) and from position offsets[1] - offsets[0] (under keys_shifted); one query
-    (b, h, 1, s) rotated at each of the two offsets (under q<offset>); and rows start .. start + length - 1 of K
-    rotated with offset=start (under rows)."""
+    """Tables of the angles position · ω_i (rows positions, random ω), keys K (b, h, t, s) and one query (b, h, 1, s):
+    K rotated from 0 (keys) and from offsets[1] - offsets[0] (keys_shifted), the query at each offset (q<offset>),
+    and rows start .. start + length - 1 of K rotated with offset=start (rows)."""
 
     seed: int
     rows: int
@@ -160,10 +138,6 @@ class RelativeCase:
     offsets: tuple[int, int]
     start: int
     length: int
-
-    @property
-    def shift(self) -> int:
-        return self.offsets[1] - self.offsets[0]
 
     def tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         frequencies = torch.rand(self.shape[3] // 2, generator=generator(self.seed)) + 0.05  # (s/2,)
@@ -178,32 +152,29 @@ class RelativeCase:
         return randn(b, h, 1, s, seed=self.seed + 2)
 
 
-RELATIVE_CASE = RelativeCase(6270, 12, (2, 2, 6, 8), (2, 5), 2, 3)
-
-
 def _probe_relative(cases: tuple[RelativeCase, ...], apply_rotary: Callable, rec: Recorder) -> None:
     (case,) = cases
     cos, sin = (t.to(rec.device) for t in case.tables())
     keys, query = case.keys().to(rec.device), case.query().to(rec.device)
     rec.call("keys", apply_rotary, keys, cos, sin)
-    rec.call("keys_shifted", apply_rotary, keys, cos, sin, case.shift)
+    rec.call("keys_shifted", apply_rotary, keys, cos, sin, case.offsets[1] - case.offsets[0])
     for offset in case.offsets:
         rec.call(f"q{offset}", apply_rotary, query, cos, sin, offset)
     rec.call("rows", apply_rotary, keys[..., case.start:case.start + case.length, :], cos, sin, case.start)
 
 
-apply_rotary_offset = property_check("apply_rotary_offset", _probe_relative, (RELATIVE_CASE,))
+apply_rotary_offset = property_check("apply_rotary_offset", _probe_relative,
+                                     (RelativeCase(6270, 12, (2, 2, 6, 8), (2, 5), 2, 3),))
 
 
 # ---------------------------------------------------------------- GroupedQueryAttention
 
 @dataclass(frozen=True)
 class AttentionCase:
-    """GroupedQueryAttention(k, heads, kv_heads) built under <key>.module with the check's weights (seed), called on
-    x (b, t, k) with tables of random angles (t + 3 rows) and a mask (t, t): "causal" or "random" (every query may
-    read itself). Its output pair under <key>.full. prefix > 0: also the first `prefix` positions alone
-    (<key>.first), then the rest with past = the cache that call returned (<key>.second). upstream: the full call
-    with autograd, the gradients of sum(out · randn) kept as grad.x and grad.<parameter>."""
+    """GroupedQueryAttention(k, heads, kv_heads) built under <key>.module (weights: seed), called on x (b, t, k), tables
+    of random angles (t + 3 rows) and a mask (t, t), "causal" or "random" (the diagonal kept): out under <key>.full.
+    prefix: also the first `prefix` positions (<key>.first), then the rest with their cache (<key>.second).
+    upstream: the full call with autograd, gradients of sum(out · randn) kept as grad.x and grad.<parameter>."""
 
     key: str
     k: int
@@ -225,20 +196,20 @@ class AttentionCase:
     def call(self) -> str:
         return f"{ATTENTION_NAME}({self.k}, heads={self.heads}, kv_heads={self.kv_heads})"
 
-    @property
-    def label(self) -> str:
-        return f"{self.call}, x of shape {(self.b, self.t, self.k)}, {self.mask} mask"
-
     def inputs(self) -> dict[str, torch.Tensor]:
         cos, sin = angle_tables(self.t + 3, self.s // 2, self.seed + 2)
-        t = self.t
-        mask = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
-        if self.mask == "random":  # every query may read itself
-            mask = (torch.rand(t, t, generator=generator(self.seed + 3)) < 0.5) | torch.eye(t, dtype=torch.bool)
-        return {"x": randn(self.b, t, self.k, seed=self.seed + 1), "cos": cos, "sin": sin, "mask": mask}
+        mask = torch.ones(self.t, self.t, dtype=torch.bool).tril()  # (t, t)
+        if self.mask == "random":
+            drawn_mask = torch.rand(self.t, self.t, generator=generator(self.seed + 3)) < 0.5  # (t, t)
+            mask = drawn_mask | torch.eye(self.t, dtype=torch.bool)  # every query may read itself
+        return {"x": randn(self.b, self.t, self.k, seed=self.seed + 1), "cos": cos, "sin": sin, "mask": mask}
 
     def upstream_gradient(self) -> torch.Tensor:
         return randn(self.b, self.t, self.k, seed=self.seed + 4)
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and len(value) == 2
 
 
 def _run_attention(rec: Recorder, case: AttentionCase, cls: Callable) -> None:
@@ -250,24 +221,21 @@ def _run_attention(rec: Recorder, case: AttentionCase, cls: Callable) -> None:
     x = x.requires_grad_(case.upstream)
     with torch.set_grad_enabled(case.upstream):
         result = rec.call(f"{case.key}.full", module, x, cos, sin, mask)
-        out = result[0] if isinstance(result, (tuple, list)) and result else None
-        if case.upstream and isinstance(out, torch.Tensor) and out.requires_grad:
-            modules.backward(rec, out, case.upstream_gradient(), {"x": x}, module)
-    if case.prefix:
-        p = case.prefix
-        with torch.no_grad():
-            first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p])
-            if isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[1], (tuple, list)) \
-                    and len(first[1]) == 2:  # (out, (keys, values))
-                rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=tuple(first[1]))
+        if case.upstream and _is_pair(result) and isinstance(result[0], torch.Tensor) and result[0].requires_grad:
+            modules.backward(rec, result[0], case.upstream_gradient(), {"x": x}, module)
+    p = case.prefix
+    with torch.no_grad():
+        first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p]) if p else None
+        if _is_pair(first) and _is_pair(first[1]):  # (out, (keys, values))
+            rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=tuple(first[1]))
 
 
 def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:
-    for case in cases:
+    for case in drawn(cases):
         if case == "indivisible":
             rec.call("indivisible_k", cls, 10, 4, 2)
             rec.call("indivisible_heads", cls, 12, 4, 3)
-        elif not case.secret or grading():
+        else:
             _run_attention(rec, case, cls)
 
 
@@ -287,9 +255,14 @@ gqa_hidden = property_check("gqa_hidden", _probe_attention, (
 # ---------------------------------------------------------------- ModernLanguageModel
 
 @dataclass(frozen=True)
-class ModelCase:
-    """b sequences of t tokens, and ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len)."""
+class ModelRun:
+    """ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len) built under <key>.model (weights: seed), run
+    without autograd on b random sequences of t tokens (seed + 10): logits under <key>.logits. changed: also on those
+    tokens changed from each position on (<key>.changed<j>); chunks: the tokens fed chunk by chunk with the cache
+    (<key>.step<i>); upstream: the run with autograd, gradients of sum(logits · randn) kept as grad.<parameter>;
+    too_long: also max_len + 1 tokens (<key>.too_long), which must raise a ValueError."""
 
+    key: str
     b: int
     t: int
     vocab: int
@@ -298,23 +271,6 @@ class ModelCase:
     kv_heads: int
     depth: int
     max_len: int
-
-    @property
-    def call(self) -> str:
-        return (f"{MODEL_NAME}({self.vocab}, k={self.k}, heads={self.heads}, kv_heads={self.kv_heads}, "
-                f"depth={self.depth}, max_len={self.max_len})")
-
-
-@dataclass(frozen=True)
-class ModelRun:
-    """The model of case built under <key>.model with the check's weights (seed), run without autograd on random
-    tokens (seed + 10), logits under <key>.logits. changed: also on those tokens changed from each position on
-    (<key>.changed<j>); chunks: the same tokens fed chunk by chunk with the cache (<key>.step<i>); upstream: the
-    run with autograd, the gradients of sum(logits · randn) kept as grad.<parameter>; too_long: also max_len + 1
-    tokens (<key>.too_long), which must raise a ValueError."""
-
-    key: str
-    case: ModelCase
     seed: int
     changed: tuple[int, ...] = ()
     chunks: tuple[int, ...] = ()
@@ -322,17 +278,22 @@ class ModelRun:
     too_long: bool = False
     secret: bool = False
 
+    @property
+    def call(self) -> str:
+        return (f"{MODEL_NAME}({self.vocab}, k={self.k}, heads={self.heads}, kv_heads={self.kv_heads}, "
+                f"depth={self.depth}, max_len={self.max_len})")
+
     def tokens(self) -> torch.Tensor:
-        return torch.randint(self.case.vocab, (self.case.b, self.case.t), generator=generator(self.seed + 10))
+        return torch.randint(self.vocab, (self.b, self.t), generator=generator(self.seed + 10))
 
     def upstream_gradient(self) -> torch.Tensor:
-        return randn(self.case.b, self.case.t, self.case.vocab, seed=self.seed + 20)
+        return randn(self.b, self.t, self.vocab, seed=self.seed + 20)
 
 
 MODEL_PARTS = ("token_embedding", "blocks", "norm", "to_logits")
 BLOCK_PARTS = ("norm1", "attention", "norm2", "ff")
 _MODERN_KINDS = (("Embedding", nn.Embedding), ("Linear", nn.Linear), ("ModuleList", nn.ModuleList),
-          ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
+                 ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
 
 
 def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
@@ -360,45 +321,40 @@ def _dot_upstream(upstream: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 def _probe_modern(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec: Recorder) -> None:
-    for run in runs:
-        if run.secret and not grading():
-            continue
-        c = run.case
-        model = modules.build(rec, f"{run.key}.model", ModernLanguageModel, c.vocab, c.k, c.heads, c.kv_heads, c.depth,
-                              c.max_len, seed=run.seed, facts=_model_facts, train=False)
+    for run in drawn(runs):
+        model = modules.build(rec, f"{run.key}.model", ModernLanguageModel, run.vocab, run.k, run.heads, run.kv_heads,
+                              run.depth, run.max_len, seed=run.seed, facts=_model_facts, train=False)
         if model is None:
             continue
         tokens = run.tokens().to(rec.device)
         if run.upstream:
             modules.record_backward(rec, f"{run.key}.logits", model, tokens,
                                     loss=partial(_dot_upstream, run.upstream_gradient()))
-        else:
-            with torch.no_grad():
-                rec.call(f"{run.key}.logits", model, tokens)
         with torch.no_grad():
+            if not run.upstream:
+                rec.call(f"{run.key}.logits", model, tokens)
             for j in run.changed:
-                rec.call(f"{run.key}.changed{j}", model, changed_tokens(tokens.cpu(), j, c.vocab).to(rec.device))
+                rec.call(f"{run.key}.changed{j}", model, changed_tokens(tokens.cpu(), j, run.vocab).to(rec.device))
             cache, start = None, 0
             for i, size in enumerate(run.chunks):
                 result = rec.call(f"{run.key}.step{i}", model, tokens[:, start:start + size], cache=cache,
                                   use_cache=True)
-                if not isinstance(result, (tuple, list)) or len(result) != 2:
+                if not _is_pair(result):
                     break
                 cache, start = result[1], start + size
             if run.too_long:
-                rec.call(f"{run.key}.too_long", model, torch.zeros(1, c.max_len + 1, dtype=torch.long,
-                                                                   device=rec.device))
+                rec.call(f"{run.key}.too_long", model, tokens.new_zeros(1, run.max_len + 1))
 
 
-# head size != k, kv_heads < heads, batch > 1, odd lengths
+# head size != k, kv_heads < heads, batch > 1, odd lengths; ModelRun(key, b, t, vocab, k, heads, kv_heads, depth,
+# max_len, seed)
 modern_lm_structure = property_check("modern_lm_structure", _probe_modern, (
-    ModelRun("a", ModelCase(2, 5, 11, 24, 6, 2, 2, 9), 8000),))
+    ModelRun("a", 2, 5, 11, 24, 6, 2, 2, 9, 8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
-    ModelRun("a", ModelCase(3, 7, 11, 24, 6, 3, 2, 12), 8100), ModelRun("b", ModelCase(2, 5, 13, 16, 4, 2, 1, 5),
-                                                                       8200)))
+    ModelRun("a", 3, 7, 11, 24, 6, 3, 2, 12, 8100), ModelRun("b", 2, 5, 13, 16, 4, 2, 1, 5, 8200)))
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
-    ModelRun("a", ModelCase(2, 8, 11, 24, 6, 2, 2, 10), 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
+    ModelRun("a", 2, 8, 11, 24, 6, 2, 2, 10, 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
 modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern, (
-    ModelRun("a", ModelCase(1, 9, 7, 12, 3, 1, 3, 9), 8400, too_long=True),
-    ModelRun("b", ModelCase(2, 6, 9, 16, 4, 2, 2, 8), 8500, upstream=True),
-    ModelRun("c", ModelCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, chunks=(4, 1, 1), secret=True)))
+    ModelRun("a", 1, 9, 7, 12, 3, 1, 3, 9, 8400, too_long=True),
+    ModelRun("b", 2, 6, 9, 16, 4, 2, 2, 8, 8500, upstream=True),
+    ModelRun("c", 3, 6, 13, 20, 5, 5, 2, 12, 8600, chunks=(4, 1, 1), secret=True)))
