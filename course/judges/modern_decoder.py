@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable, Mapping
 from functools import partial
 from itertools import accumulate, product
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -100,11 +99,9 @@ RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_o
                     simulators=_rms_simulators, hint=lambda **_: _RMS_HINT, otherwise=_RMS_HINT)
 
 against_forward(probes.rms_norm_oracle, RMS,
-                passed="Inputs with a mean far from 0, 100 times larger (the same output), tiny, eps=0.1, and 4-D: "
-                       "nn.RMSNorm with your gain; gradients reach x and gain.")
+                passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too.")
 against_forward(probes.rms_norm_hidden, RMS,
-                passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps of 1e-6, more shapes and "
-                       "gradients.")
+                passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients.")
 
 
 # ---------------------------------------------------------------- rotary_tables
@@ -149,8 +146,7 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
 
 
 each_case(probes.rotary_tables, _expect_tables,
-          passed="cos and sin of position · base^(−2i/s): two float32 tables (t, s // 2), with the default base and "
-                 "another.")
+          passed="cos and sin of position · base^(−2i/s), float32 (t, s // 2), for two bases.")
 each_case(probes.rotary_tables_hidden, _expect_tables,
           passed="More sizes (64 positions, one position, another base), on the notebook's device.")
 
@@ -190,8 +186,7 @@ ROTARY = Oracle("apply_rotary(x, cos, sin, offset)", rotate, "rotation as comple
                 hint=_ROTARY_HINT)
 
 against(probes.apply_rotary_oracle, ROTARY,
-        passed="x of 3 and 4 dimensions, tables of random angles, offsets 0 and 4: the rotation of each pair (x_i, "
-               "x_{i+s/2}) as complex multiplication.")
+        passed="3-D and 4-D x, random angles, offsets 0 and 4: each pair (x_i, x_{i+s/2}) rotated.")
 against(probes.apply_rotary_hidden, ROTARY,
         passed="More shapes (5-D, a single position, 2-D), offsets up to 20 and tables longer than needed.")
 
@@ -229,8 +224,7 @@ def _expect_relative(ev: Evidence, case: RelativeCase) -> None:
 
 
 each_case(probes.apply_rotary_offset, _expect_relative,
-          passed="Lengths are kept; offset=2 rotates rows 2-4 as positions 2-4; q·k depends only on the distance "
-                 "of the positions (the query at 2 or 5, the keys moved by 3 too).")
+          passed="Lengths kept; offset=2 rotates rows 2-4 as positions 2-4; q·k depends on the distance alone.")
 
 
 # ---------------------------------------------------------------- SwiGLU
@@ -271,10 +265,9 @@ SWIGLU = ForwardOracle(probes.SWIGLU_NAME, "SwiGLU", _swiglu_weights, _swiglu, "
                        hint=lambda **_: _SWIGLU_HINT, otherwise=_SWIGLU_HINT)
 
 against_forward(probes.swiglu_oracle, SWIGLU,
-                passed="down(silu(gate(x)) · up(x)) with your weights, F.linear and F.silu, on 3-D and 4-D inputs; "
-                       "gradients reach x and every weight.")
+                passed="down(silu(gate(x)) · up(x)) on 3-D and 4-D inputs; gradients reach x and every weight.")
 against_forward(probes.swiglu_hidden, SWIGLU,
-                passed="More sizes (a hidden size below k, one of 8k/3), on the notebook's device, with gradients.")
+                passed="More sizes (hidden below k, 8k/3), on the notebook's device, with gradients.")
 
 
 # ---------------------------------------------------------------- grouped-query attention
@@ -307,14 +300,6 @@ def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: tor
     return out, ((keys if cache_rotated else raw), values)
 
 
-def _gqa_switches(k: int) -> tuple[tuple[Mistake, Mapping[str, Any]], ...]:
-    """The typical mistakes of one call without a cache, as switches of gqa."""
-    return ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rotated"], {"rotated": "qkv"}),
-            (M["gqa-not-rotated"], {"rotated": "q"}), (M["gqa-not-rotated"], {"rotated": "k"}),
-            (M["gqa-not-rotated"], {"rotated": ""}), (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(k)}),
-            (M["gqa-mask-ignored"], {"use_mask": False}))
-
-
 def _gqa_weights(ev: Evidence, case: AttentionCase) -> dict[str, torch.Tensor]:
     """The four projections, separate nn.Linear without biases of the grouped sizes; the values the probe loaded."""
     __tracebackhide__ = True
@@ -339,12 +324,14 @@ _CACHE_HINT = ("After a call the cache holds the rotated keys and the values of 
 
 
 def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor], key: str, what: str,
-                     label: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                     past: tuple | None = None, structure: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The call forward(x, cos, sin, mask, past) recorded under key against the oracle: out (b, t, k), naming the
-    typical mistake it matches, then the cache (b, kv_heads, positions so far, s); returns the oracle's cache.
-    structure: out need only be the oracle's or a typical mistake's, and the cache only of the right shapes."""
+                     label: str, inputs: tuple[torch.Tensor, ...], past: tuple | None = None,
+                     structure: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The call forward(x, cos, sin, mask, past) (inputs: x, cos, sin, mask) recorded under key against the oracle:
+    out (b, t, k), naming the typical mistake it matches, then the cache (b, kv_heads, positions so far, s); returns
+    the oracle's cache. structure: out need only be the oracle's or a typical mistake's, the cache of the right
+    shapes."""
     __tracebackhide__ = True
+    x = inputs[0]
     _pair(ev, key, what, _GQA_HINT)
     _pair(ev, f"{key}.1", f"The cache {what} returned", _GQA_HINT)
     out = output(ev, f"{key}.0", what=what, shape=(case.b, x.shape[1], case.k), hint=_GQA_HINT)
@@ -352,11 +339,16 @@ def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Te
     repeated = {(case.b, case.heads, *shape[2:]): M["gqa-cache-repeated"]} if case.heads != case.kv_heads else {}
     keys, values = (output(ev, f"{key}.1.{i}", what=f"The cached {name} of {what}", shape=shape, hint=_CACHE_HINT,
                            shape_hints=repeated) for i, name in enumerate(("keys", "values")))
-    args = (case.k, case.heads, case.kv_heads, x, cos, sin, mask, past)
-    extra = () if past is None else ((M["gqa-cache-offset-ignored"], {"offset": False}),)
+    args = (case.k, case.heads, case.kv_heads, *inputs, past)
+    switches = ((M["gqa-cache-offset-ignored"], {"offset": False}),) if past is not None else ()
+    switches += ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rotated"], {"rotated": "qkv"}),
+                 (M["gqa-not-rotated"], {"rotated": "q"}), (M["gqa-not-rotated"], {"rotated": "k"}),
+                 (M["gqa-not-rotated"], {"rotated": ""}),
+                 (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(case.k)}),
+                 (M["gqa-mask-ignored"], {"use_mask": False}))
     with torch.no_grad():
         want, right = gqa(w, *args)
-        wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in (*extra, *_gqa_switches(case.k))]
+        wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in switches]
         cache_mistakes = [[(M["gqa-cache-unrotated"], gqa(w, *args, cache_rotated=False)[1][0])],
                           [(M["gqa-values-rotated"], gqa(w, *args, rotated="qkv")[1][1])]]
     if structure:
@@ -389,79 +381,38 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     w = _gqa_weights(ev, case)
     x, cos, sin, mask = case.inputs().values()
     what, label = f"{case.call}.forward(x, cos, sin, mask)", f"{case.call}, x {tuple(x.shape)}, {case.mask} mask"
-    _expect_gqa_call(ev, case, w, f"{case.key}.full", what, label, x, cos, sin, mask, structure=structure)
+    _expect_gqa_call(ev, case, w, f"{case.key}.full", what, label, (x, cos, sin, mask), structure=structure)
     if case.upstream:
         modules.expect_attached(ev, f"{case.key}.full.0", what)
         grads = modules.autograd(lambda leaves, x: gqa(leaves, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[0],
                                  w, {"x": x}, case.upstream_gradient())
         modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=label,
                                  oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
-    if case.prefix:
-        p, call = case.prefix, case.call
-        past = _expect_gqa_call(ev, case, w, f"{case.key}.first", f"{call}.forward(x[:, :{p}], cos, sin, mask[:{p}, "
-                                f":{p}])", f"{label}, the first {p} positions", x[:, :p], cos, sin, mask[:p, :p])
-        _expect_gqa_call(ev, case, w, f"{case.key}.second", f"{call}.forward(x[:, {p}:], cos, sin, mask[{p}:], "
-                         f"past=(keys, values) of {p} positions)", f"{label}, the rest after a cache of {p}",
-                         x[:, p:], cos, sin, mask[p:], past)
+    p = case.prefix
+    if p:
+        past = _expect_gqa_call(ev, case, w, f"{case.key}.first", f"{case.call}.forward(x[:, :{p}], ...)",
+                                f"{label}, the first {p} positions", (x[:, :p], cos, sin, mask[:p, :p]))
+        _expect_gqa_call(ev, case, w, f"{case.key}.second", f"{case.call}.forward(x[:, {p}:], ..., past=(keys, "
+                         f"values) of those {p})", f"{label}, the rest", (x[:, p:], cos, sin, mask[p:]), past)
 
 
 each_case(probes.gqa_structure, partial(_expect_gqa_case, structure=True),
-          passed="to_queries and unify_heads nn.Linear(k, k), to_keys and to_values nn.Linear(k, kv_heads·s), no "
-                 "biases; out (b, t, k) and a cache (b, kv_heads, t, s); a ValueError for k=10, heads=4 and for "
-                 "heads=4, kv_heads=3.")
+          passed="Four bias-free projections of the grouped sizes, a cache (b, kv_heads, t, s), ValueErrors.")
 each_case(probes.gqa_oracle, _expect_gqa_case,
-          passed="6 query heads on 2 or 3 kv heads, one kv head, and kv_heads = heads (plain multi-head attention), "
-                 "causal and random masks: F.scaled_dot_product_attention(enable_gqa=True) on your rotated "
-                 "projections; gradients reach x and every weight.")
+          passed="2, 3, 1 and `heads` kv heads, causal and random masks: sdpa(enable_gqa=True); gradients too.")
 each_case(probes.gqa_cache, _expect_gqa_case,
-          passed="A prefix, then the rest with past=(keys, values): the same outputs as one call, rotated at offset "
-                 "t_past, and a cache of the rotated keys and the values, kv_heads heads.")
+          passed="A prefix, then the rest with past=(keys, values): the outputs and cache of one call.")
 each_case(probes.gqa_hidden, _expect_gqa_case,
           passed="Multi-query attention (one kv head), kv_heads = heads, more shapes, gradients to every parameter.")
 
 
 # ---------------------------------------------------------------- ModernLanguageModel
 
-def _modern_shapes(run: ModelRun) -> dict[str, tuple[int, ...]]:
-    """Every parameter's shape, in the model's order: the embedding, each block's, the final norm, to_logits."""
-    vocab, k, kv = run.vocab, run.k, run.kv_heads * (run.k // run.heads)
-    hidden = round(8 * k / 3)  # the notebook's swiglu_hidden(k)
-    block = {"norm1.gain": (k,), "attention.to_queries.weight": (k, k), "attention.to_keys.weight": (kv, k),
-             "attention.to_values.weight": (kv, k), "attention.unify_heads.weight": (k, k), "norm2.gain": (k,),
-             "ff.gate.weight": (hidden, k), "ff.up.weight": (hidden, k), "ff.down.weight": (k, hidden)}
-    return {"token_embedding.weight": (vocab, k),
-            **{f"blocks.{i}.{name}": shape for i in range(run.depth) for name, shape in block.items()},
-            "norm.gain": (k,), "to_logits.weight": (vocab, k)}
-
-
-def _expect_tables_buffers(ev: Evidence, key: str, run: ModelRun) -> None:
-    """cos and sin: buffers (max_len, s/2), not saved in the state_dict."""
-    __tracebackhide__ = True
-    found = ev.facts.get(f"{key}.buffers")
-    found = {e[0]: e for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
-    shape = [run.max_len, run.k // run.heads // 2]
-    for name in ("cos", "sin"):
-        where = f"{MODEL_NAME}.{name}"
-        if name not in found:
-            kind = "a parameter" if name in modules.parameter_names(ev, key) else "not a registered buffer"
-            fail(f"{where} is {kind}: {M['modern-tables-not-buffers'].explanation}",
-                 mistake=M["modern-tables-not-buffers"])
-        got = found[name][1]
-        if got != shape:
-            head = got == [run.max_len, run.k // 2] and run.heads > 1
-            fail(f"{where} has shape {tuple(got) if isinstance(got, list) else got} for {run.call}; expected "
-                 f"(max_len, s // 2) = {tuple(shape)}: " + (M["modern-tables-head-size"].explanation if head else
-                                                             "rotary_tables(max_len, k // heads, base)."),
-                 mistake=M["modern-tables-head-size"] if head else None)
-        if found[name][2] is not False:
-            fail(f"{where}: {M['modern-tables-persistent'].explanation}", mistake=M["modern-tables-persistent"])
-
-
 def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The parts the notebook names, registered, of the right sizes; cos and sin non-persistent buffers; the
-    weights the probe loaded."""
+    """The parts the notebook names, registered, of the right sizes; cos and sin buffers (max_len, s/2) left out of
+    the state_dict; the weights the probe loaded."""
     __tracebackhide__ = True
-    key = f"{run.key}.model"
+    key, k, kv, hidden = f"{run.key}.model", run.k, run.kv_heads * (run.k // run.heads), round(8 * run.k / 3)
     modules.built(ev, key, run.call)
     modules.expect_part(ev, key, MODEL_NAME, "token_embedding", "Embedding", "nn.Embedding(vocab_size, k)")
     blocks = modules.expect_part(ev, key, MODEL_NAME, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
@@ -474,8 +425,27 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
             modules.expect_part(ev, f"{key}.blocks.{i}", f"{MODEL_NAME}.blocks[{i}]", name, how.split("(")[0], how)
     modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
-    _expect_tables_buffers(ev, key, run)
-    shapes = _modern_shapes(run)
+    found = ev.facts.get(f"{key}.buffers")
+    found = {e[0]: e for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
+    for name in ("cos", "sin"):
+        where, got = f"{MODEL_NAME}.{name}", found.get(name, [None, None])[1]
+        if name not in found:
+            kind = "a parameter" if name in modules.parameter_names(ev, key) else "not a registered buffer"
+            fail(f"{where} is {kind}: {M['modern-tables-not-buffers'].explanation}",
+                 mistake=M["modern-tables-not-buffers"])
+        if got != [run.max_len, k // run.heads // 2]:
+            head = got == [run.max_len, k // 2] and run.heads > 1
+            fail(f"{where} has shape {tuple(got) if isinstance(got, list) else got} for {run.call}; expected (max_len, "
+                 f"s // 2): " + (M["modern-tables-head-size"].explanation if head else "rotary_tables(max_len, k // "
+                                 "heads, base)."), mistake=M["modern-tables-head-size"] if head else None)
+        if found[name][2] is not False:
+            fail(f"{where}: {M['modern-tables-persistent'].explanation}", mistake=M["modern-tables-persistent"])
+    block = {"norm1.gain": (k,), "attention.to_queries.weight": (k, k), "attention.to_keys.weight": (kv, k),
+             "attention.to_values.weight": (kv, k), "attention.unify_heads.weight": (k, k), "norm2.gain": (k,),
+             "ff.gate.weight": (hidden, k), "ff.up.weight": (hidden, k), "ff.down.weight": (k, hidden)}
+    shapes = {"token_embedding.weight": (run.vocab, k),
+              **{f"blocks.{i}.{name}": shape for i in range(run.depth) for name, shape in block.items()},
+              "norm.gain": (k,), "to_logits.weight": (run.vocab, k)}  # hidden: the notebook's swiglu_hidden(k)
     w = modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
     modules.expect_parameter_count(ev, key, run.call, sum(math.prod(s) for s in shapes.values()),
                                    f"the embedding, {run.depth} blocks, the final norm and to_logits (no biases)",
@@ -611,14 +581,10 @@ def _expect_model_step(ev: Evidence, run: ModelRun, w: Mapping[str, torch.Tensor
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
-          passed="token_embedding, blocks (ModernBlocks of norm1, attention, norm2, ff), norm and to_logits without "
-                 "biases; cos and sin buffers (max_len, s/2) left out of the state_dict; logits (b, t, vocab_size).")
+          passed="The named parts without biases, cos and sin non-persistent buffers, logits (b, t, vocab_size).")
 each_case(probes.modern_lm_oracle, _expect_model,
-          passed="Your weights in a composition of nn.RMSNorm, the rotation, F.scaled_dot_product_attention("
-                 "enable_gqa=True) and F.silu, pre-norm and causal: the same logits.")
+          passed="The logits of PyTorch's pieces composed pre-norm and causal, with your weights.")
 each_case(probes.modern_lm_cache, _expect_model,
-          passed="A prompt of 3 tokens, then 2, 1 and 2 with the cache: the logits of one call, caches of "
-                 "(b, kv_heads, t, s) per block; changing later tokens changes no earlier logit.")
+          passed="3 tokens, then 2, 1 and 2 with the cache: the logits of one call; later tokens change nothing.")
 each_case(probes.modern_lm_hidden, _expect_model,
-          passed="Depth 3 with one kv head, gradients to every parameter, a ValueError past max_len, and more "
-                 "shapes with the cache.")
+          passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len.")
