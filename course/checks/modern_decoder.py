@@ -1,8 +1,6 @@
-"""Probes for assignment 09: RMSNorm, rotary_tables, apply_rotary, SwiGLU, GroupedQueryAttention and
-ModernLanguageModel. Each check records the student's outputs on the cases declared here; its judge
-(course/judges/modern_decoder.py) decides from that record alone. apply_rotary and the attention get tables of random
-angles (cos θ, sin θ), which any rotation must accept, so nothing here computes rotary_tables' answer. Under grading
-every random input and weight comes from the grader's secret seed, and the hidden checks add secret cases.
+"""Probes for assignment 09 (RMSNorm, rotary_tables, apply_rotary, SwiGLU, GroupedQueryAttention,
+ModernLanguageModel), judged by course/judges/modern_decoder.py from the record alone. apply_rotary and the attention
+get tables of random angles, which any rotation must accept, so nothing here computes rotary_tables' answer.
 """
 
 from collections.abc import Callable
@@ -171,10 +169,9 @@ apply_rotary_offset = property_check("apply_rotary_offset", _probe_relative,
 
 @dataclass(frozen=True)
 class AttentionCase:
-    """GroupedQueryAttention(k, heads, kv_heads) built under <key>.module (weights: seed), called on x (b, t, k), tables
-    of random angles (t + 3 rows) and a mask (t, t), "causal" or "random" (the diagonal kept): out under <key>.full.
-    prefix: also the first `prefix` positions (<key>.first), then the rest with their cache (<key>.second).
-    upstream: the full call with autograd, gradients of sum(out · randn) kept as grad.x and grad.<parameter>."""
+    """GroupedQueryAttention(k, heads, kv_heads) (under <key>.module) on x (b, t, k), random angles and a "causal" or
+    "random" mask (t, t): <key>.full; prefix: also x[:, :prefix] (<key>.first), then the rest with its cache
+    (<key>.second); upstream: gradients of sum(out · randn) kept as grad.x and grad.<parameter>."""
 
     key: str
     k: int
@@ -256,11 +253,9 @@ gqa_hidden = property_check("gqa_hidden", _probe_attention, (
 
 @dataclass(frozen=True)
 class ModelRun:
-    """ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len) built under <key>.model (weights: seed), run
-    without autograd on b random sequences of t tokens (seed + 10): logits under <key>.logits. changed: also on those
-    tokens changed from each position on (<key>.changed<j>); chunks: the tokens fed chunk by chunk with the cache
-    (<key>.step<i>); upstream: the run with autograd, gradients of sum(logits · randn) kept as grad.<parameter>;
-    too_long: also max_len + 1 tokens (<key>.too_long), which must raise a ValueError."""
+    """ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len) (under <key>.model) on b random sequences of t
+    tokens: <key>.logits; also those tokens changed from each position in changed (<key>.changed<j>), fed chunk by
+    chunk with the cache (<key>.step<i>), gradients of sum(logits · randn) (upstream), max_len + 1 tokens (too_long)."""
 
     key: str
     b: int

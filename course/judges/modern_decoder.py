@@ -1,8 +1,6 @@
-"""Judges for assignment 09 (probes in course/checks/modern_decoder.py): the oracles, PyTorch's own pieces carrying
-the check's weights (nn.RMSNorm, F.silu, the rotation as complex multiplication, F.scaled_dot_product_attention(
-enable_gqa=True) and their composition into the model), with switches for the typical mistakes; then one declaration
-per check. Properties (the rotation is relative, the cache equals the full call, causality) are anchored to outputs
-the judge recomputes.
+"""Judges for assignment 09 (probes in course/checks/modern_decoder.py): oracles made of PyTorch's pieces with the
+check's weights (nn.RMSNorm, F.silu, complex multiplication, F.scaled_dot_product_attention(enable_gqa=True), their
+composition), switches for the typical mistakes, one declaration per check.
 """
 
 from __future__ import annotations
@@ -472,17 +470,15 @@ def modern_lm(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor
         ff = partial(_swiglu, {n: w[f"{p}ff.{n}"] for n in ("gate.weight", "up.weight", "down.weight")}, k, 0)
         attend = partial(gqa, w, k, run.heads, run.kv_heads, cos=cos, sin=sin, mask=mask,
                          past=None if cache is None else cache[i], prefix=f"{p}attention.")
+        residual = layout != "no-residual"
         if layout == "post":
             out, kv = attend(x)
             x = norm1(x + out)
             x = norm2(x + ff(x))
-        elif layout == "no-residual":
-            out, kv = attend(norm1(x))
-            x = ff(norm2(out))
         else:
             out, kv = attend(norm1(x))
-            x = x + out
-            x = x + ff(norm2(x))
+            x = out + (x if residual else 0)
+            x = ff(norm2(x)) + (x if residual else 0)
         new_cache.append(kv)
     if final_norm:
         x = F.rms_norm(x, (k,), w["norm.gain"], DEFAULT_EPS)
