@@ -130,7 +130,7 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
     for i, name in enumerate(("cos", "sin")):
         got = compare.tensor(ev, f"{case.key}.{i}")
         if got is not None and got.dtype == torch.float64:
-            fail(f"{what} returns its {name} table in float64: {M['rotary-tables-float64'].explanation}",
+            fail(f"{what}, its {name} table: {M['rotary-tables-float64'].explanation}",
                  mistake=M["rotary-tables-float64"])
         found.append(output(ev, f"{case.key}.{i}", what=f"the {name} table of {what}", shape=(t, s // 2),
                             dtype=torch.float32, hint=_TABLES_HINT, shape_hints={
@@ -530,7 +530,7 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
     for j in run.changed:
         changed = _modern_logits(ev, f"{run.key}.changed{j}", run, what)
         expect_causal(ev, logits, changed, j, f"{MODEL_NAME} is not causal", _modern_mistakes(w, run, tokens),
-                      M["modern-reads-future"].explanation, M["modern-reads-future"])
+                      "The " + M["modern-reads-future"].explanation[4:], M["modern-reads-future"])
     expect_close_batch(logits, want, what=what, device=ev.device, mistakes=_modern_mistakes(w, run, tokens),
                        otherwise=_MODERN_HINT, case=label)
     cache, start = None, 0
