@@ -364,3 +364,14 @@ def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
 def randn(*shape: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Standard-normal float32 values drawn on the CPU (the same on every machine), then moved."""
     return torch.randn(*shape, generator=generator(seed)).to(device)
+
+
+def expect_tuple(ev: Evidence, key: str, what: str, message: str, length: int,
+                 mistake: Mistake | str | None = None) -> None:
+    """Fail unless the student's code (what) returned under key a tuple or list of `length` values (recorded under
+    key.0, key.1, ...): in plain words if it raised, else with message, naming mistake."""
+    __tracebackhide__ = True
+    raised(ev, key, what)
+    fact = ev.facts.get(key)
+    if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != length:
+        fail(message, mistake=mistake)

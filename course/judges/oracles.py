@@ -210,3 +210,15 @@ def course_module_attention(w: Mapping[str, torch.Tensor], x: torch.Tensor, cont
     course's mask (True = allowed, broadcastable to (b, tq, tk)); (b, tq, k). It divides the scores by
     √(k / heads) / query_scale (query_scale = :func:`unscaled`: no scaling). Autograd reaches w and the inputs."""
     return attention(x, context, mask, heads, **course_projections(w), query_scale=query_scale)
+
+
+def dense(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
+    """torch's F.linear on x (..., n_in) with the weights in w of the nn.Linear `name` (name.weight, and name.bias
+    where w has one): (..., n_out). Autograd reaches w."""
+    return torch.nn.functional.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
+
+
+def layer_norm(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """torch's F.layer_norm over the last dimension of x with the weights in w of the nn.LayerNorm `name`
+    (name.weight, name.bias). Autograd reaches w."""
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], w[f"{name}.weight"], w[f"{name}.bias"], eps)
