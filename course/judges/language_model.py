@@ -4,6 +4,7 @@ with the probe's generator; generation step by step on the stand-in models; then
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 
 import torch
@@ -18,11 +19,11 @@ from course.checks.compare import (
     Rows,
     expect_close_batch,
     expect_equal,
+    expect_tuple,
     fail,
     generator,
     matches_any,
     output,
-    raised,
     randn,
     recorded,
     tensor,
@@ -39,8 +40,9 @@ from course.checks.language_model import (
     ModelRun,
     SamplingCase,
 )
-from course.judges import judge, mistakes, oracles
-from course.judges.kinds import LossOracle, against_loss, each_case
+from course.judges import mistakes, oracles
+from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
+from course.judges.oracles import dense, layer_norm
 
 # ---------------------------------------------------------------- mistakes
 
@@ -49,69 +51,59 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_mo
 
 # ---------------------------------------------------------------- the model: structure
 
+def _expect_size(part: str, got: tuple, expected: tuple, how: str) -> None:
+    """Fail naming wrong-size unless the sizes recorded for LanguageModel.<part> are expected (how: its code)."""
+    __tracebackhide__ = True
+    if got != expected:
+        fail(f"{MODEL_NAME}.{part} has sizes {got}, expected {expected}: it should be {how}.", mistake=M["wrong-size"])
+
+
 def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     """The run's model has the parts the notebook names, of the right kinds and sizes, registered, and no others
     with parameters; returns the weights the probe loaded into it, by parameter name."""
     __tracebackhide__ = True
-    key, case = run.model, run.case
+    key, case, what = run.model, run.case, MODEL_NAME
     vocab, k, heads, depth, max_len = case.vocab, case.k, case.heads, case.depth, case.max_len
-    what = MODEL_NAME
     modules.built(ev, key, case.call)
     parts = recorded(ev, f"{key}.parts", f"the parts of {MODEL_NAME}")
     described = modules.described(ev, key)
+
+    def sizes(name: str, *fields: str) -> tuple:
+        return tuple(described.get(name, {}).get(field) for field in fields)
+
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
     if isinstance(position, dict) and position.get("kind") not in ("Embedding", "missing"):
-        fail(f"{what}.position_embedding is a {str(position.get('kind'))[:60]}; this model learns its positions: "
-             f"nn.Embedding(max_len, k), one learned vector per position.", mistake=M["positions-not-learned"])
-    for name, rows, how in (("token_embedding", vocab, "nn.Embedding(vocab_size, k)"),
-                            ("position_embedding", max_len, "nn.Embedding(max_len, k)")):
-        modules.expect_part(ev, key, what, name, "Embedding", how)
-        emb = described.get(name, {})
-        if (emb.get("num_embeddings"), emb.get("embedding_dim")) != (rows, k):
-            fail(f"{what}.{name} is nn.Embedding({emb.get('num_embeddings')}, {emb.get('embedding_dim')}); with "
-                 f"{case.call} it should be {how} = nn.Embedding({rows}, {k}).", mistake=M["wrong-size"])
+        fail(f"{what}.position_embedding is a {str(position.get('kind'))[:60]}: "
+             f"{M['positions-not-learned'].explanation}", mistake=M["positions-not-learned"])
+    for name, rows, size in (("token_embedding", vocab, "vocab_size"), ("position_embedding", max_len, "max_len")):
+        modules.expect_part(ev, key, what, name, "Embedding", f"nn.Embedding({size}, k)")
+        _expect_size(name, sizes(name, "num_embeddings", "embedding_dim"), (rows, k), f"nn.Embedding({size}, k)")
     blocks = modules.expect_part(ev, key, what, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
                                  "nn.ModuleList of `depth` blocks")
-    if blocks.get("kind") in ("list", "tuple"):
-        fail(f"{what}.blocks is a Python {blocks.get('kind')}: PyTorch does not look inside it, so the blocks' "
-             "parameters are not the model's — the optimizer never trains them, .to(device) never moves them, and "
-             "state_dict never saves them. Use nn.ModuleList(...).", mistake=M["blocks-not-registered"])
-    count = blocks.get("count")
-    if count != depth:
-        fail(f"{what}.blocks holds {count if isinstance(count, int) else '?'} blocks; with depth={depth} it "
-             f"should hold {depth}.", mistake=M["wrong-depth"])
-    if blocks.get("distinct") != depth:
-        fail(f"{what} uses one block several times: create a new block for every layer, or the layers share "
-             "weights.", mistake=M["shared-block"])
+    for wrong, mistake in ((blocks.get("kind") in ("list", "tuple"), M["blocks-not-registered"]),
+                           (blocks.get("count") != depth, M["wrong-depth"]),
+                           (blocks.get("distinct") != depth, M["shared-block"])):
+        if wrong:
+            fail(f"{what}.blocks is a {str(blocks.get('kind'))[:60]} of {blocks.get('count')} blocks "
+                 f"({blocks.get('distinct')} distinct) for depth={depth}: {mistake.explanation}", mistake=mistake)
     for i in range(depth):
-        owner = f"{what}.blocks[{i}]"
+        owner, p = f"{what}.blocks[{i}]", f"blocks.{i}."
         block = {name: modules.expect_part(ev, f"{key}.blocks.{i}", owner, name, kind, how)
                  for name, kind, how in probes.BLOCK_PARTS}
         if block["norm2"].get("same_as") == "norm1":
-            fail(f"{owner}.norm1 and .norm2 are the same module: each sublayer needs its own LayerNorm(k).",
-                 mistake=M["shared-norm"])
-        size = described.get(f"blocks.{i}.attention.to_queries", {}).get("in_features")
-        if (size, block["attention"].get("heads")) != (k, heads):
-            fail(f"{owner}.attention has k={size}, heads={block['attention'].get('heads')}; it should be "
-                 f"MultiHeadAttention({k}, {heads}).", mistake=M["wrong-size"])
-        first = described.get(f"blocks.{i}.ff.net.0", {})
-        if (first.get("in_features"), first.get("out_features")) != (k, 4 * k):
-            fail(f"{owner}.ff maps {first.get('in_features')} -> {first.get('out_features')} features first; it "
-                 f"should be FeedForward(k, 4 * k) = FeedForward({k}, {4 * k}).", mistake=M["wrong-size"])
+            fail(f"{owner}.norm2 is {owner}.norm1: {M['shared-norm'].explanation}", mistake=M["shared-norm"])
+        _expect_size(f"{p}attention", (*sizes(f"{p}attention.to_queries", "in_features"),
+                                       block["attention"].get("heads")), (k, heads), "MultiHeadAttention(k, heads)")
+        _expect_size(f"{p}ff.net.0", sizes(f"{p}ff.net.0", "in_features", "out_features"), (k, 4 * k),
+                     "FeedForward(k, 4 * k)")
         for name in ("norm1", "norm2"):
-            if described.get(f"blocks.{i}.{name}", {}).get("shape") != [k]:
-                fail(f"{owner}.{name} should be nn.LayerNorm({k}).", mistake=M["wrong-size"])
+            _expect_size(p + name, sizes(p + name, "shape"), ([k],), "nn.LayerNorm(k)")
     modules.expect_part(ev, key, what, "norm", "LayerNorm", "nn.LayerNorm(k), the final norm")
-    if described.get("norm", {}).get("shape") != [k]:
-        fail(f"{what}.norm should be nn.LayerNorm({k}).", mistake=M["wrong-size"])
+    _expect_size("norm", sizes("norm", "shape"), ([k],), "nn.LayerNorm(k)")
     modules.expect_part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, vocab_size)")
-    to_logits = described.get("to_logits", {})
-    if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, vocab):
-        fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should "
-             f"be nn.Linear({k}, {vocab}): one logit per token of the vocabulary.", mistake=M["wrong-size"])
-    per_block = [modules.block_shapes(f"blocks.{i}.", k, 4 * k) for i in range(depth)]
-    shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (max_len, k),
-              **{name: shape for block in per_block for name, shape in block.items()},
+    _expect_size("to_logits", sizes("to_logits", "in_features", "out_features"), (k, vocab), "nn.Linear(k, vocab_size)")
+    per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
+    shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
     modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in shapes.values()),
                                    f"the embeddings, {depth} blocks, the final norm and the output layer",
@@ -121,16 +113,6 @@ def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
 
 # ---------------------------------------------------------------- the model: oracle, and its mistakes written out
 
-def _layer_norm(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
-    """F.layer_norm over the last dimension with the weights of the LayerNorm `name`."""
-    return F.layer_norm(x, x.shape[-1:], w[f"{name}.weight"], w[f"{name}.bias"])
-
-
-def _dense(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
-    """F.linear with the weights of the nn.Linear `name` (and its bias where it has one)."""
-    return F.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
-
-
 def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
     """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
     t, k = tokens.shape[1], case.k
@@ -139,7 +121,7 @@ def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Ten
     for i in range(case.depth):
         params = oracles.course_layer_parameters(w, f"blocks.{i}.", {"attention": "self_attn"}, 2)
         x = functional_call(layer, params, (x,), {"src_mask": ~oracles.causal_mask(t)})  # True = NOT allowed
-    return _dense(w, "to_logits", _layer_norm(w, "norm", x))
+    return dense(w, "to_logits", layer_norm(w, "norm", x))
 
 
 def _cat(old: torch.Tensor, new: torch.Tensor, order: str) -> torch.Tensor:
@@ -164,8 +146,8 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
     new_cache = []
     for i in range(case.depth):
         p = f"blocks.{i}."
-        h = _layer_norm(w, f"{p}norm1", x) if layout in ("pre", "no-residual") else x
-        q, keys, values = (_dense(w, f"{p}attention.to_{name}", h) for name in ("queries", "keys", "values"))
+        h = layer_norm(w, f"{p}norm1", x) if layout in ("pre", "no-residual") else x
+        q, keys, values = (dense(w, f"{p}attention.to_{name}", h) for name in ("queries", "keys", "values"))
         q, keys, values = (y.unflatten(-1, (heads, -1)).transpose(1, 2) for y in (q, keys, values))  # (b, h, t, s)
         kept, new_values, read_mask = (q if stored == "queries" else keys), values, allowed
         if cache is not None:
@@ -179,20 +161,20 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
         # a query allowed nothing gets zeros, as in the course
         weights = torch.softmax(scores.masked_fill(~read_mask, float("-inf")), dim=-1).nan_to_num(0.0)
         out = weights @ values  # (b, h, t, s)
-        a = _dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).reshape(x.shape))  # (b, t, k)
+        a = dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).reshape(x.shape))  # (b, t, k)
 
         def ff(h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return _dense(w, f"{p}ff.net.2", F.relu(_dense(w, f"{p}ff.net.0", h)))
+            return dense(w, f"{p}ff.net.2", F.relu(dense(w, f"{p}ff.net.0", h)))
 
         if layout == "post":
-            x = _layer_norm(w, f"{p}norm1", x + a)
-            x = _layer_norm(w, f"{p}norm2", x + ff(x))
+            x = layer_norm(w, f"{p}norm1", x + a)
+            x = layer_norm(w, f"{p}norm2", x + ff(x))
         elif layout == "no-residual":
-            x = ff(_layer_norm(w, f"{p}norm2", a))
+            x = ff(layer_norm(w, f"{p}norm2", a))
         else:
             x = x + a
-            x = x + ff(_layer_norm(w, f"{p}norm2", x))
-    logits = _dense(w, "to_logits", _layer_norm(w, "norm", x) if final_norm else x)
+            x = x + ff(layer_norm(w, f"{p}norm2", x))
+    logits = dense(w, "to_logits", layer_norm(w, "norm", x) if final_norm else x)
     return (F.softmax(logits, dim=-1) if softmax else logits), new_cache
 
 
@@ -229,16 +211,15 @@ def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
     __tracebackhide__ = True
     b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
     if value_kind(ev, key) == "tuple":
-        fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.",
-             mistake=M["lm-returns-tuple"])
+        fail(f"{what} returned a tuple: {M['lm-returns-tuple'].explanation}", mistake=M["lm-returns-tuple"])
     return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
         (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
         (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
 
 
 def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) -> dict:
-    """Rule 2: the logits are what the model, right or typically wrong, computes with the check's weights; returns
-    the switches of the model they come from ({} for the right one)."""
+    """The logits are what the model, right or typically wrong, computes with the check's weights; returns the
+    switches of the model they come from ({} for the right one)."""
     __tracebackhide__ = True
     with torch.no_grad():
         expected = _lm_oracle(w, case, tokens)
@@ -267,17 +248,9 @@ def _expect_no_future(ev: Evidence, run: ModelRun) -> None:
     w = _lm_weights(ev, run)
     logits = _lm_logits(ev, run.logits, case)
     for j in run.changed:
-        changed = _lm_logits(ev, f"changed{j}", case)
-        if not matches_any(changed[:, :j], [logits[:, :j]], ev.device):
-            named = [m for m, out in _lm_mistakes(w, case, tokens) if matches_any(logits, [out], ev.device)]
-            fail(f"{MODEL_NAME} is not causal: changing the tokens from position {j} on changed the logits at "
-                 f"positions 0-{j - 1}, so in training the model could read the token it must predict. Give every "
-                 "block the causal mask, True where key j <= query i."
-                 + (f" The logits match another mistake: {named[0].explanation}" if named
-                    and named[0] not in (M["lm-no-causal-mask"], M["lm-inverted-causal-mask"]) else ""),
-                 logits[0, :j, 0], changed[0, :j, 0],
-                 case=f"first logit at positions 0-{j - 1} of sequence 0, before and after the change",
-                 mistake=named[0].id if named else M["lm-reads-future"])
+        expect_causal(ev, logits, _lm_logits(ev, f"changed{j}", case), j, f"{MODEL_NAME} is not causal",
+                      _lm_mistakes(w, case, tokens), "In training the model could read the token it must predict: "
+                      "give every block the causal mask, True where key j <= query i.", M["lm-reads-future"])
     _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} is causal")
 
 
@@ -325,50 +298,24 @@ def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
                    positions: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The (keys, values) of every block in a recorded cache, each (b, heads, positions, s)."""
     __tracebackhide__ = True
-    b, k, heads, depth = case.b, case.k, case.heads, case.depth
-    shape = (b, heads, positions, k // heads)
-    fact = ev.facts.get(key)
-    if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != depth:
-        fail(f"The cache {CACHED_NAME}.forward returned is not a list of {depth} (keys, values) pairs, one per "
-             "block.", mistake=M["cache-shape"])
-    for i in range(depth):
-        pair = ev.facts.get(f"{key}.{i}")
-        if value_kind(ev, f"{key}.{i}") != "tuple" or not isinstance(pair, dict) or pair.get("length") != 2:
-            fail(f"Entry {i} of the cache is not a (keys, values) pair.", mistake=M["cache-shape"])
+    shape, explained = (case.b, case.heads, positions, case.k // case.heads), M["cache-shape"].explanation
+    expect_tuple(ev, key, f"{CACHED_NAME}.forward", f"The cache {CACHED_NAME}.forward returned is not a list of "
+                 f"{case.depth} pairs: {explained}", case.depth, M["cache-shape"])
+    for i in range(case.depth):
+        expect_tuple(ev, f"{key}.{i}", f"{CACHED_NAME}.forward", f"Entry {i} of the cache is not a (keys, values) "
+                     f"pair: {explained}", 2, M["cache-shape"])
         for j, name in enumerate(("keys", "values")):
             value = tensor(ev, f"{key}.{i}.{j}")
-            if value is None:
-                fail(f"The {name} of block {i} in the cache are not a tensor.", mistake=M["cache-shape"])
-            if tuple(value.shape) != shape:
-                hint = {(b, positions, k): " That is the layout before the heads are split: cache them as "
-                                           "(b, heads, t, s), the layout attention uses.",
-                        (b, heads, k // heads, positions): " The keys are stored transposed: keep time in dim 2."}
-                grown = "" if value.dim() != 4 or value.shape[2] == positions else \
-                    f" It holds {value.shape[2]} positions: every call must return the keys and values of ALL " \
-                    "positions so far, the cached ones and the new ones."
-                fail(f"The cached {name} of block {i} have shape {tuple(value.shape)} after {positions} positions; "
-                     f"expected (b, heads, t, s) = {shape}.{hint.get(tuple(value.shape), '')}{grown}",
-                     mistake=M["cache-shape"])
-    return [(tensor(ev, f"{key}.{i}.0"), tensor(ev, f"{key}.{i}.1")) for i in range(depth)]
+            if value is None or tuple(value.shape) != shape:
+                got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
+                fail(f"The cached {name} of block {i} {got} after {positions} positions; expected (b, heads, t, s) = "
+                     f"{shape}: {explained}", mistake=M["cache-shape"])
+    return [(tensor(ev, f"{key}.{i}.0"), tensor(ev, f"{key}.{i}.1")) for i in range(case.depth)]
 
 
-def _step_raised(ev: Evidence, key: str, start: int, end: int) -> None:
-    """A cached call raised: name the two usual causes from PyTorch's own error message."""
-    __tracebackhide__ = True
-    fact = ev.facts.get(key)
-    if not isinstance(fact, dict) or fact.get("kind") != "raised" or fact.get("not_implemented"):
-        return
-    message = str(fact.get("message"))[:300]
-    what = (f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True), with a cache of {start} "
-            "positions,")
-    if "Sizes of tensors must match except in dimension" in message:
-        fail(f"{what} raised in torch.cat: {message}\n\nThe cache grows along the wrong axis: keys and values are "
-             "(b, heads, t, s), and the new positions are appended along the time axis, "
-             "torch.cat([past_keys, keys], dim=2).", mistake=M["cache-wrong-axis"])
-    if "must match the size of tensor" in message and start > 0:
-        fail(f"{what} raised: {message}\n\nWith a cache, the scores are (b, heads, t, t_past + t): the mask must "
-             "be (t, t_past + t) too, torch.ones(t, t_past + t).tril(diagonal=t_past), not (t, t).",
-             mistake=M["cache-mask-shape"])
+#: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
+_CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, M["cache-wrong-axis"]),
+                 ("must match the size of tensor", 1, M["cache-mask-shape"]))
 
 
 def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torch.Tensor], list[list]]:
@@ -382,6 +329,24 @@ def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torc
     return logits, caches
 
 
+def _expect_step(ev: Evidence, key: str, case: ModelCase, start: int, end: int) -> tuple[torch.Tensor, list]:
+    """The logits (b, end - start, vocab) and the cache of the call recorded under key, tokens[:, start:end] fed
+    with a cache of start positions; a raise PyTorch's error message explains is named."""
+    __tracebackhide__ = True
+    what = f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
+    fact = ev.facts.get(key)
+    if isinstance(fact, dict) and fact.get("kind") == "raised" and not fact.get("not_implemented"):
+        message = str(fact.get("message"))[:300]
+        for phrase, after, mistake in _CACHE_ERRORS:
+            if phrase in message and start >= after:
+                fail(f"{what}, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
+                     f"{mistake.explanation}", mistake=mistake)
+    expect_tuple(ev, key, what, f"{what}: {M['cache-not-returned'].explanation} The cache holds the keys and values "
+                 f"of all {end} positions so far.", 2, M["cache-not-returned"])
+    return (_lm_logits(ev, f"{key}.0", case, t=end - start, what=f"The logits of {what}"),
+            _cache_tensors(ev, f"{key}.1", case, end))
+
+
 def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
     """The chunks fed with the cache give the logits of one call without it, and a cache of the keys and values of
     every block, (b, heads, t, s), t growing; else the typical cache mistake they match is named."""
@@ -393,47 +358,36 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
     if switches:  # its forward without a cache is wrong: say how, as exercise 1's tests do
         _expect_lm_close(ev, full, w, case, tokens, f"{CACHED_NAME}.forward(tokens) without a cache")
     expected_caches = _lm_run_cached(w, case, tokens, sizes, switches)[1]
+    bounds = probes.chunk_bounds(sizes)
     steps = []
-    for c, (start, end) in enumerate(probes.chunk_bounds(sizes)):
-        key = f"{spec.steps}{c}"
-        what = f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache={'None' if c == 0 else '...'}, use_cache=True)"
-        _step_raised(ev, key, start, end)
-        raised(ev, key, what)
-        fact = ev.facts.get(key)
-        if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != 2:
-            fail(f"{what} should return a pair (logits, cache), the cache holding the keys and values of all "
-                 f"{end} positions so far.", mistake=M["cache-not-returned"])
-        logits = _lm_logits(ev, f"{key}.0", case, t=end - start, what=f"The logits of {what}")
-        cache = _cache_tensors(ev, f"{key}.1", case, end)
-        steps.append((start, end, logits, cache))
-        if c == 0:
-            queries = _lm_run_cached(w, case, tokens, sizes, {**switches, "stored": "queries"})[1][0]
-            if matches_any(cache[0][0], [queries[0][0]], ev.device) and not \
-                    matches_any(cache[0][0], [expected_caches[0][0][0]], ev.device):
-                fail(f"{what} returned a cache that is not what was asked: {M['cache-stores-queries'].explanation}",
-                     expected_caches[0][0][0][0, 0], cache[0][0][0, 0], "keys of block 0, head 0, sequence 0",
-                     M["cache-stores-queries"].id)
+    for c, (start, end) in enumerate(bounds):
+        steps.append(_expect_step(ev, f"{spec.steps}{c}", case, start, end))
+        if c == 0:  # the first cache holds the keys, not the queries
+            keys, right = steps[0][1][0][0], expected_caches[0][0][0]
+            queries = _lm_run_cached(w, case, tokens, sizes, {**switches, "stored": "queries"})[1][0][0][0]
+            if matches_any(keys, [queries], ev.device) and not matches_any(keys, [right], ev.device):
+                fail(f"The cache is not what was asked: {M['cache-stores-queries'].explanation}", right[0, 0],
+                     keys[0, 0], "keys of block 0, head 0, sequence 0", M["cache-stores-queries"])
 
     def same(logits: Sequence[torch.Tensor], caches: Sequence[list]) -> bool:
         """The steps gave these logits and these caches (each a list of (keys, values) per block)."""
-        pairs = [(got, want) for (_, _, out, cache), wanted, expected in zip(steps, logits, caches, strict=True)
+        pairs = [(got, want) for (out, cache), wanted, expected in zip(steps, logits, caches, strict=True)
                  for got, want in ((out, wanted), *zip(sum(cache, ()), sum(expected, ()), strict=True))]
         return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
-    if same([full[:, start:end] for start, end, _, _ in steps], expected_caches):
+    if same([full[:, start:end] for start, end in bounds], expected_caches):
         return
     for mistake, sw in _CACHE_MISTAKES:
         if same(*_lm_run_cached(w, case, tokens, sizes, {**switches, **sw})):
             fail(f"{CACHED_NAME} with a cache is not what was asked: {mistake.explanation}",
-                 full[0, steps[-1][0]:steps[-1][1], 0], steps[-1][2][0, :, 0],
-                 case=f"first logit of the last call (positions {steps[-1][0]}-{steps[-1][1] - 1}, sequence 0): "
-                      "without the cache, and with it", mistake=mistake.id)
-    for start, end, logits, _ in steps:
+                 full[0, bounds[-1][0]:, 0], steps[-1][0][0, :, 0], case=f"first logit of the last call (positions "
+                 f"{bounds[-1][0]}-{bounds[-1][1] - 1}, sequence 0): without the cache, and with it", mistake=mistake)
+    for (start, end), (logits, _) in zip(bounds, steps, strict=True):
         if not matches_any(logits, [full[:, start:end]], ev.device):
-            fail(f"With a cache of {start} positions, the logits of tokens {start}-{end - 1} differ from those of "
-                 "the same positions in one call without a cache. A cached call must give exactly what the full "
-                 "forward gives: positions that continue after the cache, the cached keys and values in front of "
-                 "the new ones, and a causal mask shifted by the cache.", full[0, start:end, 0], logits[0, :, 0],
+            fail(f"With a cache of {start} positions, the logits of tokens {start}-{end - 1} are not those of one "
+                 "call without a cache, as they must be: positions continue after the cache, the cached keys and "
+                 "values go in front of the new ones, and the causal mask is shifted by the cache.",
+                 full[0, start:end, 0], logits[0, :, 0],
                  case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it",
                  mistake=M["cache-differs"])
     fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
@@ -570,6 +524,7 @@ def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor]]:
     return [(mistake, tokens) for mistake, tokens in out if tokens is not None]
 
 
+
 _SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k logits of each row set to -inf; with "
                 "top_p, only the nucleus kept (sorted descending, a token kept when the probability ranked before it "
                 "is below top_p) and renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1). "
@@ -588,19 +543,15 @@ def _sampled_tokens(ev: Evidence, key: str, b: int, what: str, greedy: bool = Fa
     """The (b,) token ids the student's function returned."""
     __tracebackhide__ = True
     if message := _no_distribution(ev, key):
-        if greedy:
-            fail(f"{what} raised {message}. With temperature 0, logits / temperature divides by zero: treat "
-                 "temperature 0 first, as the argmax.", mistake=M["greedy-divides-by-zero"])
-        fail(f"{what} raised {message}. {M['no-distribution'].explanation}", mistake=M["no-distribution"])
+        named = M["greedy-divides-by-zero"] if greedy else M["no-distribution"]
+        fail(f"{what} raised {message}. The likely cause: {named.explanation}", mistake=named)
     out = output(ev, key, what=what, floating=False, hint=_SAMPLE_HINT, device=False)
     if out.dtype != torch.long:
-        fail(f"{what} returned dtype {out.dtype}; token ids are torch.long (argmax and multinomial give them).",
-             mistake=M["generate-not-ids"])
+        fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation} (argmax and multinomial give "
+             "them)", mistake=M["generate-not-ids"])
     if tuple(out.shape) != (b,):
-        extra = {(b, 1): " Squeeze the last dimension: one id per row, (b,)."}.get(tuple(out.shape), "")
-        if out.dim() == 1 and out.shape[0] != b:
-            extra = " One id per COLUMN: the argmax or the top-k is taken over the batch (dim 0), not the vocabulary."
-        fail(f"{what} returned shape {tuple(out.shape)}; expected ({b},), one token id per row.{extra}",
+        column = " One id per COLUMN? Take the argmax or the top-k over the vocabulary." if out.dim() == 1 else ""
+        fail(f"{what} returned shape {tuple(out.shape)}; expected ({b},), one token id per row.{column}",
              mistake=WRONG_SHAPE)
     return out
 
@@ -622,23 +573,24 @@ def _emptied_rows(logits: torch.Tensor, spec: SamplingCase) -> list[str]:
     return found
 
 
-def _expect_draws(ev: Evidence, cases: Sequence[SamplingCase]) -> None:
-    """Each case's tokens are those torch.multinomial draws with the case's generator, or a typical mistake's."""
+def _expect_draws(cases: Sequence[SamplingCase], ev: Evidence, spec: SamplingCase) -> None:
+    """The case's tokens are those torch.multinomial draws with its generator, or a typical mistake's (cases: the
+    check's; copies of one row go to _expect_within_top_k)."""
     __tracebackhide__ = True
+    if spec.copies:
+        _expect_within_top_k(ev, spec)
+        return
+    logits, refused = spec.logits(), _no_distribution(ev, spec.key)
+    for name in _emptied_rows(logits, spec) if refused else ():
+        fail(f"{spec.call} raised {refused}. A row had no token left to draw, as when {M[name].explanation}",
+             mistake=M[name])
+    out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
+    mistakes = _sample_mistakes(spec)
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
-    wrong_dim_first = any(spec.top_k is not None and _no_distribution(ev, spec.key) for spec in cases)
-    for spec in cases:
-        logits, refused = spec.logits(), _no_distribution(ev, spec.key)
-        for name in _emptied_rows(logits, spec) if refused else ():
-            fail(f"{spec.call} raised {refused}. A row had no token left to draw, as when {M[name].explanation}",
-                 mistake=M[name].id)
-        out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
-        mistakes = _sample_mistakes(spec)
-        if wrong_dim_first:
-            mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
-        _expect_tokens(out, _draws(spec), mistakes, what=spec.call,
-                       case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
+    if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
+        mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
+    _expect_tokens(out, _draws(spec), mistakes, what=spec.call, case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
 
 
 def _expect_greedy(ev: Evidence, spec: SamplingCase) -> None:
@@ -653,18 +605,16 @@ def _expect_own_generator(ev: Evidence, spec: SamplingCase) -> None:
     """The case drawn under each of the global seeds: the same tokens, those of its generator, and the global
     generator left alone."""
     __tracebackhide__ = True
-    what = spec.call
+    what, rng = spec.call, M["sampling-global-rng"]
     outs = [_sampled_tokens(ev, f"{spec.key}{i}", spec.b, what) for i in range(len(probes.GLOBAL_SEEDS))]
     if not torch.equal(outs[0], outs[1]):
         fail(f"{what} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
-             f"{M['sampling-global-rng'].explanation}", Rows(outs[0]), Rows(outs[1]),
-             "the same generator seed, two global seeds", M["sampling-global-rng"].id)
+             f"{rng.explanation}", Rows(outs[0]), Rows(outs[1]), "the same generator seed, two global seeds", rng)
     _expect_tokens(outs[0], _draws(spec), _sample_mistakes(spec), what=what, case=f"logits ({spec.b}, {spec.vocab}), "
                    "first 16 rows")
     if ev.facts.get("global_state_changed") != [False, False]:
-        fail(f"{what} draws numbers from PyTorch's global generator (its state changed), though the tokens come "
-             "from the given one. Use only `generator`, so that sampling leaves the rest of a program's randomness "
-             "alone.", mistake=M["sampling-global-rng"].id)
+        fail(f"{what} changed the state of PyTorch's global generator, though its tokens come from the given one: "
+             "use only `generator`, so that sampling leaves the rest of a program's randomness alone.", mistake=rng)
 
 
 def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
@@ -675,16 +625,13 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
     allowed = set(spec.logits()[0].topk(top_k).indices.tolist())
     what = f"sample_next_token on {draws} copies of one row, top_k={top_k}"
     for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
-        out = _sampled_tokens(ev, key, draws, what)
-        drawn = set(out.tolist())
-        if not drawn <= allowed:
-            fail(f"sample_next_token drew tokens {sorted(drawn - allowed)[:8]} outside the top {top_k} "
-                 f"{sorted(allowed)} of a row.", mistake=M["top-k-ignored"].id)
-        if len(drawn) < top_k:
-            fail(f"In {draws} draws from one row with top_k={top_k}, only the tokens {sorted(drawn)} came up: every "
-                 f"one of the top {top_k} must have its chance.", mistake=M["top-k-too-few"])
-    _expect_tokens(_sampled_tokens(ev, spec.key, draws, what), _draws(spec), [],
-                   what=f"sample_next_token on {draws} copies of one row", case=f"top_k={top_k}")
+        drawn = set(_sampled_tokens(ev, key, draws, what).tolist())
+        for wrong, shown, mistake in ((not drawn <= allowed, sorted(drawn - allowed)[:8], M["top-k-ignored"]),
+                                      (len(drawn) < top_k, sorted(drawn), M["top-k-too-few"])):
+            if wrong:
+                fail(f"{what} drew the tokens {shown}; the top {top_k} of the row are {sorted(allowed)}: "
+                     f"{mistake.explanation}", mistake=mistake)
+    _expect_tokens(_sampled_tokens(ev, spec.key, draws, what), _draws(spec), [], what=what, case=f"top_k={top_k}")
 
 
 # ---------------------------------------------------------------- generate
@@ -736,13 +683,14 @@ def _generate_mistakes(spec: Generation, cached: bool) -> list[tuple[Mistake, to
     return out
 
 
-_GENERATE_HINT = ("Start from the prompt; at each step run the model on the whole sequence so far, draw the next token "
-                  "from the logits of the LAST position with sample_next_token(logits[:, -1], temperature, top_k, "
-                  "top_p, generator), and append it.")
-_GENERATE_CACHED_HINT = ("Start from the prompt; the first call feeds the prompt with use_cache=True, each later one "
-                         "only the last token, tokens[:, -1:], with the cache the call before returned; draw each "
-                         "next token from the logits of the LAST position with sample_next_token(logits[:, -1], "
-                         "temperature, top_k, top_p, generator), and append it.")
+
+def _generate_hint(cached: bool) -> str:
+    """What generate (cached: generate_cached) does, step by step."""
+    feed = ("the first call feeds the prompt with use_cache=True, each later one only the last token, tokens[:, -1:], "
+            "with the cache the call before returned" if cached else "at each step run the model on the whole "
+            "sequence so far")
+    return (f"Start from the prompt; {feed}; draw the next token from the logits of the LAST position with "
+            "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
 
 
 def _expect_generation(ev: Evidence, spec: Generation) -> None:
@@ -753,13 +701,11 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
     what = (f"{'generate_cached' if use_cache else 'generate'}(model, prompt {(b, t0)}, max_new_tokens={n}, "
             f"temperature={spec.temperature:g}, top_k={spec.top_k}{nucleus}, generator=generator)")
-    hint = _GENERATE_CACHED_HINT if use_cache else _GENERATE_HINT
-    raised(ev, key, what, hint)
+    hint = _generate_hint(use_cache)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
-        fail(f"{what} returned dtype {out.dtype}; token ids are torch.long.", mistake=M["generate-not-ids"])
-    good = _good_generations(spec, "plain")
-    mistakes = _generate_mistakes(spec, use_cache)
+        fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
+    good, mistakes = _good_generations(spec, "plain"), _generate_mistakes(spec, use_cache)
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
     if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
         fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
@@ -769,17 +715,12 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     calls = ev.facts.get(f"{key}.calls")
     if not isinstance(calls, list) or len(calls) < n:
         fail(f"{what} made {len(calls) if isinstance(calls, list) else 'no'} calls of the model for {n} new tokens.")
-    if use_cache:
-        expected = [[t0, 0, True], *([1, t0 + i, True] for i in range(n - 1))]
-        if calls[:n] != expected:
-            if all(isinstance(c, list) and len(c) == 3 and c[1] == 0 for c in calls):
-                fail(f"{what} gives the right tokens, but never passes a cache to the model: every call runs the "
-                     "whole sequence again. Feed the prompt once with use_cache=True, then only the last token with "
-                     "the cache the model returned.", mistake=M["generate-cache-unused"])
-            fail(f"{what} gives the right tokens, but does not call the model as a cache asks: the calls were "
-                 f"[tokens fed, positions cached, use_cache] = {calls[:6]}..., expected {expected[:6]}...",
-                 mistake=M["generate-cache-unused"])
-    elif any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 or c[2] for c in calls):
+    expected = [[t0, 0, True], *([1, t0 + i, True] for i in range(n - 1))]
+    if use_cache and calls[:n] != expected:
+        fail(f"{what} gives the right tokens, but its calls of the model, [tokens fed, positions cached, use_cache], "
+             f"were {calls[:6]}..., not {expected[:6]}...: {M['generate-cache-unused'].explanation}",
+             mistake=M["generate-cache-unused"])
+    if not use_cache and any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 or c[2] for c in calls):
         fail(f"{what} passed a cache to the model, or asked it for one: "
              f"{M['generate-cache-when-not-asked'].explanation}", mistake=M["generate-cache-when-not-asked"])
 
@@ -787,74 +728,42 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
 # ---------------------------------------------------------------- the checks
 
 each_case(probes.lm_structure, _expect_parts,
-          passed="token_embedding, position_embedding (learned), blocks (an nn.ModuleList of depth blocks, each "
-                 "norm1, attention, norm2, ff), norm and to_logits, all registered; forward gives (b, t, vocab_size) "
-                 "logits.")
+          passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits.")
 each_case(probes.lm_causality, _expect_no_future,
           passed="Changing the tokens from position j on never changes the logits at positions before j.")
 each_case(probes.lm_oracle, _expect_oracle,
-          passed="The test's weights in your model and in a stack of PyTorch's nn.TransformerEncoderLayer "
-                 "(pre-norm, causal): the same logits.")
+          passed="With the test's weights: the logits of PyTorch's nn.TransformerEncoderLayer, pre-norm, causal.")
 each_case(probes.lm_hidden, _expect_oracle,
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
 each_case(probes.lm_gradients, _expect_gradients,
-          passed="A loss on the logits sends to every parameter the gradient autograd gives through PyTorch's "
-                 "layers.")
+          passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
 each_case(probes.lm_cache, _expect_cached,
-          passed="A prompt of 3 tokens, then 2, then one at a time, each with the cache of the call before: the "
-                 "same logits as one call without a cache (and as PyTorch's layers), and a cache of (keys, values) "
-                 "per block, (b, heads, t, s), t growing.")
+          passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
+                 "and a cache of (keys, values) per block, (b, heads, t, s), t growing.")
 each_case(probes.lm_cache_hidden, _expect_cached,
           passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens.")
-
-against_loss(probes.loss_oracle, NEXT_TOKEN_LOSS,
-             passed="Random logits, then large ones: the mean cross-entropy of logits[:, i] against tokens[:, i + 1], "
-                    "and autograd's gradient.")
-against_loss(probes.loss_hidden, NEXT_TOKEN_LOSS,
-             passed="A single sequence of two tokens, and a larger batch and vocabulary, on the notebook's device.")
-
 each_case(probes.sampling_greedy, _expect_greedy,
           passed="Temperature 0 is greedy: the argmax of each row, (b,) token ids, with or without top_k.")
 each_case(probes.sampling_generator, _expect_own_generator,
-          passed="The same generator gives the same tokens whatever the state of PyTorch's global generator, which "
-                 "the function leaves alone.")
-
-
-@judge("sampling_distribution")
-def _judge_sampling_distribution(ev: Evidence) -> None:
-    """Temperatures below and above 1, with and without top_k: the tokens torch.multinomial draws from
-    softmax(logits / temperature), restricted to the top k, with a generator seeded as the test's."""
-    _expect_draws(ev, probes.sampling_distribution.cases)
-
-
-@judge("sampling_top_p")
-def _judge_sampling_top_p(ev: Evidence) -> None:
-    """top_p at temperatures 1, 0.6 and 1.4, once after top_k, and a small p: the tokens torch.multinomial draws from
-    the nucleus of softmax(logits / temperature), renormalized, with a generator seeded as the test's."""
-    _expect_draws(ev, probes.sampling_top_p.cases)
-
-
-@judge("sampling_hidden")
-def _judge_sampling_hidden(ev: Evidence) -> None:
-    """A batch of one, top_k as large as the vocabulary, top_k = 1, a tiny temperature, top_p of 1 and of almost 0,
-    top_p after top_k; and 1,500 draws from one row never leave its top k (on the notebook's device too)."""
-    *numbered, within_top_k = probes.sampling_hidden.cases
-    _expect_draws(ev, numbered)
-    _expect_within_top_k(ev, within_top_k)
-
-
+          passed="The same generator gives the same tokens whatever the global generator's state, left alone.")
+each_case(probes.sampling_distribution, partial(_expect_draws, probes.SAMPLING_CASES),
+          passed="Temperatures below and above 1, with and without top_k: torch.multinomial's tokens.")
+each_case(probes.sampling_top_p, partial(_expect_draws, probes.TOP_P_CASES),
+          passed="top_p at three temperatures, after top_k, and a small p: torch.multinomial's tokens.")
+each_case(probes.sampling_hidden, partial(_expect_draws, probes.SAMPLING_HIDDEN_CASES),
+          passed="Edge cases of top_k, top_p and temperature; 1,500 draws from one row never leave its top k.")
 each_case(probes.generate_greedy, _expect_generation,
-          passed="Temperature 0: the prompt, then the argmax of the last position, step by step, the whole sequence "
-                 "fed at every step.")
+          passed="Temperature 0: the prompt, then the argmax of the last position, the whole sequence fed each step.")
 each_case(probes.generate_sampling, _expect_generation,
-          passed="Temperature 0.8 with top_k 4, and 1.2 with top_p 0.8: every step draws with the given generator "
-                 "and settings.")
+          passed="Temperature 0.8 with top_k 4, and 1.2 with top_p 0.8: each step draws with the given generator.")
 each_case(probes.generate_hidden, _expect_generation,
-          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the tokens of the "
-                 "step-by-step oracle.")
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the step-by-step tokens.")
 each_case(probes.generate_cached, _expect_generation,
-          passed="Greedy, sampled, and with top_k and top_p: exactly the tokens of generate, the prompt fed once "
-                 "and then one token per call with the cache.")
+          passed="Greedy, sampled, top_k and top_p: generate's tokens, the prompt once, then one token with the cache.")
 each_case(probes.generate_cached_hidden, _expect_generation,
-          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the tokens of generate, "
-                 "with the cache.")
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: generate's tokens, cached.")
+
+against_loss(probes.loss_oracle, NEXT_TOKEN_LOSS,
+             passed="Random logits, then large ones: the mean cross-entropy against the next token, and its gradient.")
+against_loss(probes.loss_hidden, NEXT_TOKEN_LOSS,
+             passed="A single sequence of two tokens, and a larger batch and vocabulary, on the notebook's device.")
