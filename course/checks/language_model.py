@@ -30,8 +30,8 @@ _LM_KINDS = (("MultiHeadAttention", MultiHeadAttention), ("FeedForward", FeedFor
              ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
 MODEL_PARTS = ("token_embedding", "position_embedding", "blocks", "norm", "to_logits")
 #: each block's parts: (name, kind, how to create it)
-BLOCK_PARTS = (("norm1", "LayerNorm", "nn.LayerNorm(k)"), ("attention", "MultiHeadAttention",
-                                                            "MultiHeadAttention(k, heads)"),
+BLOCK_PARTS = (("norm1", "LayerNorm", "nn.LayerNorm(k)"),
+               ("attention", "MultiHeadAttention", "MultiHeadAttention(k, heads)"),
                ("norm2", "LayerNorm", "nn.LayerNorm(k)"), ("ff", "FeedForward", "FeedForward(k, 4 * k)"))
 
 
@@ -220,6 +220,7 @@ class SamplingCase:
     top_k: int | None
     top_p: float | None = None
     copies: bool = False
+    global_seeds: tuple[int, ...] = ()  # drawn once under each, keyed <key><i>, instead of under GLOBAL_SEED
 
     @property
     def call(self) -> str:
@@ -257,7 +258,13 @@ def _seeded_call(rec: Recorder, key: str, function: Callable, *args: Any, global
 
 
 def _probe_sampling(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
+    """Each case drawn as it says; with global_seeds, whether each draw changed the global generator too."""
     for case in cases:
+        if case.global_seeds:
+            rec.fact("global_state_changed", [_seeded_call(rec, f"{case.key}{i}", sample_next_token, case.logits(),
+                                                           global_seed=seed, **settings(case))
+                                              for i, seed in enumerate(case.global_seeds)])
+            continue
         _seeded_call(rec, case.key, sample_next_token, case.logits(), **settings(case))
         if case.copies and rec.device.type != "cpu":
             rec.call("on_device", sample_next_token, case.logits().to(rec.device), **settings(case, rec.device, 0))
@@ -279,18 +286,9 @@ sampling_distribution = property_check("sampling_distribution", _probe_sampling,
 sampling_top_p = property_check("sampling_top_p", _probe_sampling, TOP_P_CASES)
 
 #: one case, drawn with the same generator under each global seed (tokens<i>)
-GENERATOR_CASE = SamplingCase("tokens", 4800, 32, 8, 1.0, 4)
 GLOBAL_SEEDS = (11, 22)
-
-
-def _probe_sampling_generator(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
-    (case,) = cases
-    changed = [_seeded_call(rec, f"{case.key}{i}", sample_next_token, case.logits(), global_seed=global_seed,
-                            **settings(case)) for i, global_seed in enumerate(GLOBAL_SEEDS)]
-    rec.fact("global_state_changed", changed)
-
-
-sampling_generator = property_check("sampling_generator", _probe_sampling_generator, (GENERATOR_CASE,))
+GENERATOR_CASE = SamplingCase("tokens", 4800, 32, 8, 1.0, 4, global_seeds=GLOBAL_SEEDS)
+sampling_generator = property_check("sampling_generator", _probe_sampling, (GENERATOR_CASE,))
 
 #: b copies of one row of logits (seed, vocab): the draws must never leave its top k (also on the notebook's device)
 TOP_K_PROPERTY = SamplingCase("many", 4900, 1500, 12, 1.0, 4, copies=True)

@@ -433,10 +433,9 @@ def _column_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor | Non
 
 def _nucleus(probs: torch.Tensor, top_p: float | None, *, through: bool = False,
              descending: bool = True) -> torch.Tensor:
-    """probs (b, V) renormalized over the nucleus of each row: ranked most likely first, a token is kept when the
-    probability of the tokens ranked before it is below top_p. through: kept when the probability up to and including
-    it is (the mistake top-p-includes-itself); descending=False: ranked least likely first (top-p-ascending). A row
-    that keeps nothing comes out NaN. None keeps every token."""
+    """probs (b, V) renormalized over each row's nucleus: ranked most likely first (descending=False: least likely,
+    top-p-ascending), a token is kept while the probability ranked before it (through: up to and including it,
+    top-p-includes-itself) is below top_p. A row keeping nothing comes out NaN; None keeps every token."""
     if top_p is None:
         return probs
     ranked, order = probs.sort(dim=-1, descending=descending, stable=True)  # (b, V)
@@ -448,11 +447,10 @@ def _nucleus(probs: torch.Tensor, top_p: float | None, *, through: bool = False,
 
 def _draw(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator,
           how: str = "full", top_p: float | None = None, renormalize: str = "divide") -> torch.Tensor:
-    """The oracle: torch.multinomial with this generator, over the whole vocabulary (the logits outside the top_k at
-    -inf; with how="ties", every logit equal to the k-th largest is kept too) or over the top_k logits alone, sorted
-    as topk gives them; then over the nucleus of top_p, its probabilities divided by their sum (renormalize="divide")
-    or the softmax taken again with the other logits at -inf ("softmax"); argmax at temperature 0. These differ only
-    where logits tie at the k-th largest, as the stand-in models' exact logits can, or in the last bits of a float."""
+    """The oracle: torch.multinomial with this generator over the logits, those outside the top_k at -inf (how="ties":
+    ties with the k-th largest kept too; "subset": over the top_k logits alone), then over the nucleus of top_p,
+    renormalized by a division ("divide") or a softmax again ("softmax"); argmax at temperature 0. The ways differ
+    only where logits tie at the k-th largest (as the stand-ins' exact logits can) or in a float's last bits."""
     if temperature == 0:
         return logits.argmax(dim=-1)
     indices = None
