@@ -38,14 +38,6 @@ DEFAULT_BASE = 10000.0
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_decoder.txt
 
 
-def _pair(ev: Evidence, key: str, what: str, hint: str, mistake: Mistake | None = None) -> None:
-    """The call recorded under key returned a pair (a tuple or list of two values); hint: what it should return."""
-    __tracebackhide__ = True
-    raised(ev, key, what, hint)
-    if compare.value_kind(ev, key) != "tuple" or ev.facts[key].get("length") != 2:
-        fail(f"{what} should return a pair. {hint}", mistake=mistake)
-
-
 # ---------------------------------------------------------------- RMSNorm
 
 def _rms_oracle(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None
@@ -125,7 +117,8 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
     inputs = dict(case.inputs())
     t, s, base = inputs["t"], inputs["s"], inputs.get("base", DEFAULT_BASE)
     what = f"rotary_tables({t}, {s}" + (f", base={base:g})" if "base" in inputs else ")")
-    _pair(ev, case.key, what, _TABLES_HINT, compare.NOT_A_TENSOR)
+    compare.expect_tuple(ev, case.key, what, f"{what} should return a pair. {_TABLES_HINT}", 2,
+                         compare.NOT_A_TENSOR)
     found = []
     for i, name in enumerate(("cos", "sin")):
         got = compare.tensor(ev, f"{case.key}.{i}")
@@ -330,8 +323,9 @@ def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Te
     shapes."""
     __tracebackhide__ = True
     x = inputs[0]
-    _pair(ev, key, what, _GQA_HINT)
-    _pair(ev, f"{key}.1", f"The cache {what} returned", _GQA_HINT)
+    compare.expect_tuple(ev, key, what, f"{what} should return a pair. {_GQA_HINT}", 2)
+    compare.expect_tuple(ev, f"{key}.1", f"The cache {what} returned",
+                         f"The cache {what} returned should be a pair. {_GQA_HINT}", 2)
     out = output(ev, f"{key}.0", what=what, shape=(case.b, x.shape[1], case.k), hint=_GQA_HINT)
     shape = (case.b, case.kv_heads, x.shape[1] + (0 if past is None else past[0].shape[2]), case.s)
     repeated = {(case.b, case.heads, *shape[2:]): M["gqa-cache-repeated"]} if case.heads != case.kv_heads else {}
@@ -556,7 +550,7 @@ def _expect_model_step(ev: Evidence, run: ModelRun, w: Mapping[str, torch.Tensor
     __tracebackhide__ = True
     tokens = run.tokens()[:, start:end]
     what = f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
-    _pair(ev, key, what, "It should return the pair (logits, cache).")
+    compare.expect_tuple(ev, key, what, f"{what} should return a pair: (logits, cache).", 2)
     step = output(ev, f"{key}.0", what=what, shape=(run.b, end - start, run.vocab), hint=_MODERN_HINT)
     if not matches_any(step, [logits[:, start:end]], ev.device):
         named = next((m for m, out in _modern_mistakes(w, run, tokens, cache) if matches_any(step, [out], ev.device)),
