@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course.checks import modules, weights
-from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
+from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
 from course.checks.kinds import Built, Case, PropertyCheck, Runs, drawn, loss_case, losses, property_check
@@ -286,8 +286,8 @@ def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, src_mask: to
 _CAUSAL_POSITIONS = (4, 2)
 
 
-def _probe_model_oracle(Seq2SeqTransformer, rec: Recorder) -> None:
-    for i, run in enumerate(ORACLE_RUNS):
+def _probe_model_oracle(runs: tuple[ModelRun, ...], Seq2SeqTransformer, rec: Recorder) -> None:
+    for i, run in enumerate(runs):
         model = _make_model(Seq2SeqTransformer, rec, run)
         if model is None:
             return
@@ -312,9 +312,11 @@ def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt
 
 
-def _probe_run(run: ModelRun, extra: str, Seq2SeqTransformer, rec: Recorder) -> None:
-    """The run's model on its batch ("logits"), and with extra: "memory" (encode, recorded first), "changed" (the
-    targets with another real token at each of _CAUSAL_POSITIONS) or "longer" (padding_model_inputs())."""
+def _probe_run(extra: str, runs: tuple[ModelRun], Seq2SeqTransformer, rec: Recorder) -> None:
+    """The model of the run (one) on its batch ("logits"), and with extra: "memory" (encode, recorded first),
+    "changed" (the targets with another real token at each of _CAUSAL_POSITIONS) or "longer"
+    (padding_model_inputs())."""
+    (run,) = runs
     model = _make_model(Seq2SeqTransformer, rec, run)
     if model is None:
         return
@@ -332,9 +334,10 @@ def _probe_run(run: ModelRun, extra: str, Seq2SeqTransformer, rec: Recorder) -> 
         _run_model(rec, "logits_longer", model, longer, tgt, longer_mask)
 
 
-def _probe_model_backward(run: ModelRun, Seq2SeqTransformer, rec: Recorder) -> None:
-    """Record the logits of the run's batch in training mode, and the gradients of sum(logits · upstream) for every
-    parameter."""
+def _probe_model_backward(runs: tuple[ModelRun], Seq2SeqTransformer, rec: Recorder) -> None:
+    """Record the logits of the run's (one) batch in training mode, and the gradients of sum(logits · upstream) for
+    every parameter."""
+    (run,) = runs
     model = _make_model(Seq2SeqTransformer, rec, run)
     if model is None:
         return
@@ -516,18 +519,18 @@ _PREREQUISITES = (("causal_mask", 1, (causal_mask_by_hand,)),
                   ("DecoderBlock", 3, (decoder_block_structure, decoder_block_oracle)))
 
 
-def _model_check(name: str, probe: Callable[[Any, Recorder], None]) -> Check:
+def _model_check(name: str, probe: Callable[..., None], runs: tuple[ModelRun, ...]) -> PropertyCheck:
     """A model check that also says when the cause may be an earlier exercise the model uses."""
-    return Check(name, probe, module=__name__, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
-                 namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
+    return property_check(name, probe, runs, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
+                          namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_run, STRUCTURE_RUN, "memory"))
-seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_run, CAUSALITY_RUN, "changed"))
-seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_model_backward, SMALL_RUN))
-seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle)
-seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_run, PADDING_RUN, "longer"))
-seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_model_backward, GRADIENT_RUN))
+seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_run, "memory"), (STRUCTURE_RUN,))
+seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_run, "changed"), (CAUSALITY_RUN,))
+seq2seq_small_case = _model_check("seq2seq_small_case", _probe_model_backward, (SMALL_RUN,))
+seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle, ORACLE_RUNS)
+seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_run, "longer"), (PADDING_RUN,))
+seq2seq_gradients = _model_check("seq2seq_gradients", _probe_model_backward, (GRADIENT_RUN,))
 
 
 # ---------------------------------------------------------------- the training loop's parts
@@ -550,20 +553,17 @@ class StandInNetwork(nn.Module):
 
 
 @dataclass(frozen=True)
-class OptimizerCase:
-    """One call configure_optimizer(StandInNetwork(*sizes), lr, weight_decay), recorded under key; setting: (sizes
-    (vocab, k, blocks), lr, weight_decay), or a function drawing them (secret: only under grading)."""
+class SettingCase:
+    """One call of a training part on a setting, recorded under key: configure_optimizer's (sizes (vocab, k,
+    blocks) of StandInNetwork, lr, weight_decay) or learning_rate's (steps, peak, warmup); setting: the values, or a
+    function drawing them (secret: only under grading)."""
 
     key: str
-    setting: tuple[tuple[int, int, int], float, float] | Callable[[], tuple[tuple[int, int, int], float, float]]
+    setting: tuple | Callable[[], tuple]
     secret: bool = False
 
-    def settings(self) -> tuple[tuple[int, int, int], float, float]:
-        """(sizes, lr, weight_decay)."""
+    def settings(self) -> tuple:
         return self.setting() if callable(self.setting) else self.setting
-
-    def model(self) -> StandInNetwork:
-        return StandInNetwork(*self.settings()[0])
 
 
 def secret_optimizer_setting(seed: int) -> tuple[tuple[int, int, int], float, float]:
@@ -583,14 +583,14 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _probe_optimizers(cases: tuple[OptimizerCase, ...], configure_optimizer: Callable, rec: Recorder) -> None:
+def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Callable, rec: Recorder) -> None:
     """Record the class of the optimizer each case gets and, for every parameter of the model in the order of
     model.named_parameters(): the number of groups holding it (key.count), and the weight_decay and lr of the
     first of them (key.decay, key.lr; -1 where none); and how many tensors the groups hold that are not parameters
     of the model (key.foreign)."""
     for case in drawn(cases):
-        model = case.model()
-        _, lr, weight_decay = case.settings()
+        sizes, lr, weight_decay = case.settings()
+        model = StandInNetwork(*sizes)
         optimizer = rec.call(case.key, configure_optimizer, model, lr, weight_decay)
         rec.fact(f"{case.key}.class", {"adamw": isinstance(optimizer, torch.optim.AdamW),
                                        "adam": isinstance(optimizer, torch.optim.Adam),
@@ -622,24 +622,11 @@ def _probe_optimizers(cases: tuple[OptimizerCase, ...], configure_optimizer: Cal
 
 #: (vocab, k, blocks), lr (not AdamW's default 1e-3), weight_decay: the case shown in the notebook, then others
 configure_optimizer_groups = property_check("configure_optimizer_groups", _probe_optimizers, (
-    OptimizerCase("optimizer", ((7, 4, 0), 3e-3, 0.1)),
-    OptimizerCase("optimizer_secret", partial(secret_optimizer_setting, 3060), secret=True)))
+    SettingCase("optimizer", ((7, 4, 0), 3e-3, 0.1)),
+    SettingCase("optimizer_secret", partial(secret_optimizer_setting, 3060), secret=True)))
 configure_optimizer_hidden = property_check("configure_optimizer_hidden", _probe_optimizers, (
-    OptimizerCase("optimizer0", ((9, 5, 2), 3e-4, 0.05)), OptimizerCase("optimizer1", ((5, 3, 1), 2e-2, 0.3)),
-    OptimizerCase("optimizer_secret", partial(secret_optimizer_setting, 3070), secret=True)))
-
-
-@dataclass(frozen=True)
-class ScheduleCase:
-    """learning_rate(step, steps, peak, warmup) at every step 0 .. steps - 1, recorded under key as one float64
-    tensor; setting: (steps, peak, warmup), or a function drawing them (secret: only under grading)."""
-
-    key: str
-    setting: tuple[int, float, int] | Callable[[], tuple[int, float, int]]
-    secret: bool = False
-
-    def settings(self) -> tuple[int, float, int]:
-        return self.setting() if callable(self.setting) else self.setting
+    SettingCase("optimizer0", ((9, 5, 2), 3e-4, 0.05)), SettingCase("optimizer1", ((5, 3, 1), 2e-2, 0.3)),
+    SettingCase("optimizer_secret", partial(secret_optimizer_setting, 3070), secret=True)))
 
 
 def secret_schedule(seed: int) -> tuple[int, float, int]:
@@ -651,7 +638,7 @@ def secret_schedule(seed: int) -> tuple[int, float, int]:
     return steps, peak, int(torch.randint(1, steps // 2 + 1, (), generator=g))
 
 
-def _probe_schedules(cases: tuple[ScheduleCase, ...], learning_rate: Callable, rec: Recorder) -> None:
+def _probe_schedules(cases: tuple[SettingCase, ...], learning_rate: Callable, rec: Recorder) -> None:
     """Every step's learning rate as a number (a one-element tensor is read with float()), or what was raised
     (and at which step), or the type of a value that is not a number."""
     for case in drawn(cases):
@@ -674,11 +661,11 @@ def _probe_schedules(cases: tuple[ScheduleCase, ...], learning_rate: Callable, r
 
 
 learning_rate_schedule = property_check("learning_rate_schedule", _probe_schedules, (
-    ScheduleCase("lr", (20, 0.01, 4)), ScheduleCase("lr_secret", partial(secret_schedule, 3080), secret=True)))
+    SettingCase("lr", (20, 0.01, 4)), SettingCase("lr_secret", partial(secret_schedule, 3080), secret=True)))
 #: the notebook's own schedule, a single warm-up step, a warm-up as long as all but one step, and a secret one
 learning_rate_hidden = property_check("learning_rate_hidden", _probe_schedules, (
-    ScheduleCase("lr0", (800, 4e-3, 80)), ScheduleCase("lr1", (7, 1.0, 1)), ScheduleCase("lr2", (9, 0.5, 8)),
-    ScheduleCase("lr_secret", partial(secret_schedule, 3090), secret=True)))
+    SettingCase("lr0", (800, 4e-3, 80)), SettingCase("lr1", (7, 1.0, 1)), SettingCase("lr2", (9, 0.5, 8)),
+    SettingCase("lr_secret", partial(secret_schedule, 3090), secret=True)))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from torch.func import functional_call
 from course.checks import modules
 from course.checks import seq2seq as probes
 from course.checks.compare import (
-    NOT_A_TENSOR,
     WRONG_SHAPE,
     Mistake,
     Rows,
@@ -32,11 +31,23 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Case, PropertyCheck
-from course.checks.modules import PARAMETER_COUNT, WRONG_PART_TYPE
+from course.checks.kinds import Built, PropertyCheck, Runs
+from course.checks.modules import WRONG_PART_TYPE
 from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, DecodeCase, MaskCase, ModelCase, ModelRun
-from course.judges import judge, mistakes, oracles
-from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
+from course.judges import mistakes, oracles
+from course.judges.kinds import (
+    BlockOracle,
+    ForwardOracle,
+    LossOracle,
+    against_loss,
+    anchor_forward,
+    each_case,
+    expect_block_runs,
+    expect_causal,
+    expect_forward_case,
+    forward_output,
+    simulated,
+)
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -52,47 +63,10 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/seq2seq.txt
 
 # ---------------------------------------------------------------- masks
 
-def _mask(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...], device: str,
-          hints: dict[tuple[int, ...], tuple[str, Mistake | str | None]] | None = None) -> torch.Tensor:
-    """The bool tensor the student's mask function returned, of this shape, on this device."""
-    __tracebackhide__ = True
-    raised(ev, key, what)
-    kind = value_kind(ev, key)
-    fact = ev.facts.get(key)
-    if kind == "missing":
-        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
-    if kind != "tensor" or fact.get("type") != "Tensor" or key not in ev.tensors:
-        shown = {"none": "None", "tuple": "a tuple"}.get(kind, str(fact.get("type"))[:60])
-        fail(f"{what} should return a torch.Tensor, but returned {shown}.", mistake=NOT_A_TENSOR)
-    value = ev.tensors[key]
-    if list(value.shape) != list(fact.get("shape", [])):
-        fail(f"The test's record of {what} is inconsistent (its shape).")
-    if value.dtype != torch.bool:
-        if value.is_floating_point() and bool(torch.isinf(value).any()):
-            kind_text, mistake = ("an additive float mask of 0 and -inf (the convention of nn.Transformer's float "
-                                  "masks)"), M["additive-mask"]
-        else:
-            kind_text, mistake = f"a tensor of dtype {value.dtype}", M["float-mask"]
-        fail(f"{what} returned {kind_text}, but a boolean mask is asked, True where attention is allowed: the mask "
-             "was returned as floats (or integers) where a boolean is asked. MultiHeadAttention inverts it with "
-             "~mask, which is wrong for numbers. Build it with a comparison or torch.ones(..., dtype=torch.bool).",
-             mistake=mistake)
-    if tuple(value.shape) != tuple(shape):
-        hint, mistake = (hints or {}).get(tuple(value.shape), ("", WRONG_SHAPE))
-        fail(f"{what} returned shape {tuple(value.shape)}, expected {tuple(shape)}. {hint}".strip(), mistake=mistake)
-    if fact.get("device") != device:
-        fail(f"{what} returned a mask on {fact.get('device')}, but {device} was asked. Create it with device=... "
-             "(or on the device of its input) so the model runs on any device.", mistake=M["mask-wrong-device"])
-    return value
-
-
 def _causal_mistakes(t: int) -> list[tuple[Mistake, torch.Tensor]]:
     good = oracles.causal_mask(t)
     return [(M["causal-inverted"], ~good), (M["causal-no-diagonal"], good & ~torch.eye(t, dtype=torch.bool)),
             (M["causal-transposed"], good.T.contiguous()), (M["causal-all-true"], torch.ones(t, t, dtype=torch.bool))]
-
-
-_CAUSAL_HINT = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
 
 
 def _padding(lengths: torch.Tensor, t: int) -> torch.Tensor:
@@ -106,18 +80,6 @@ def _padding_mistakes(lengths: torch.Tensor, t: int) -> list[tuple[Mistake, torc
             (M["padding-one-too-few"], _padding(lengths - 1, t))]
 
 
-_PADDING_HINT = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
-
-
-def _padding_hints(b: int, t: int) -> dict[tuple[int, ...], tuple[str, Mistake | str | None]]:
-    return {(t, b): ("That is the transposed shape: one row per sequence, one column per position.",
-                     M["padding-transposed"]),
-            (b, t, 1): ("Drop the trailing dimension; MultiHeadAttention gets it as mask.unsqueeze(1) later.",
-                        WRONG_SHAPE),
-            (b, 1, t): ("Return the plain (b, t) mask; the model adds the middle dimension when it attends.",
-                        WRONG_SHAPE)}
-
-
 def _expect_mask(ev: Evidence, case: MaskCase) -> None:
     """The mask recorded for case: bool, of its shape, on the device asked, and equal to its definition."""
     __tracebackhide__ = True
@@ -125,24 +87,33 @@ def _expect_mask(ev: Evidence, case: MaskCase) -> None:
     device = ev.device if case.on_device else "cpu"
     if lengths:
         lengths = torch.tensor(lengths[0])
-        b = len(lengths)
-        mask = _mask(ev, case.key, what=PADDING_NAME, shape=(b, t), device=device, hints=_padding_hints(b, t))
-        expect_equal(mask, _padding(lengths, t), what=PADDING_NAME, mistakes=_padding_mistakes(lengths, t),
-                     otherwise=_PADDING_HINT, case=case.label or f"lengths={lengths.tolist()}, t={t}")
-        return
-    what = f"causal_mask({t}, device={ev.device!r})" if case.on_device else f"causal_mask({t})"
-    mask = _mask(ev, case.key, what=what, shape=(t, t), device=device)
-    expect_equal(mask, oracles.causal_mask(t), what=what, mistakes=_causal_mistakes(t), otherwise=_CAUSAL_HINT,
-                 case=case.label or f"t={t}")
+        what, expected, mistakes = PADDING_NAME, _padding(lengths, t), _padding_mistakes(lengths, t)
+        b, label = len(lengths), case.label or f"lengths={lengths.tolist()}, t={t}"
+        hints = {(t, b): M["padding-transposed"], (b, t, 1): "Return the plain (b, t) mask.",
+                 (b, 1, t): "Return the plain (b, t) mask; the model adds the middle dimension when it attends."}
+        otherwise = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
+    else:
+        what = f"causal_mask({t}, device={ev.device!r})" if case.on_device else f"causal_mask({t})"
+        expected, mistakes, label, hints = oracles.causal_mask(t), _causal_mistakes(t), case.label or f"t={t}", {}
+        otherwise = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
+    mask = output(ev, case.key, what=what, floating=False, device=False)
+    if mask.dtype != torch.bool:
+        mistake = M["additive-mask"] if mask.is_floating_point() and bool(torch.isinf(mask).any()) else M["float-mask"]
+        fail(f"{what} returned a tensor of dtype {mask.dtype}: {mistake.explanation}", mistake=mistake)
+    output(ev, case.key, what=what, shape=tuple(expected.shape), shape_hints=hints, floating=False, device=False)
+    if ev.facts[case.key].get("device") != device:
+        fail(f"{what} returned a mask on {ev.facts[case.key].get('device')}, but {device} was asked: "
+             f"{M['mask-wrong-device'].explanation}", mistake=M["mask-wrong-device"])
+    expect_equal(mask, expected, what=what, mistakes=mistakes, otherwise=otherwise, case=label)
 
 
 each_case(probes.causal_mask_by_hand, _expect_mask,
-               passed="t = 4: the lower triangle, diagonal included, as bools.")
+          passed="t = 4: the lower triangle, diagonal included, as bools.")
 each_case(probes.causal_mask_oracle, _expect_mask,
-               passed="Several lengths, on the device asked and on the CPU by default; True where j <= i.")
+          passed="Several lengths, on the device asked and on the CPU by default; True where j <= i.")
 each_case(probes.padding_mask_by_hand, _expect_mask, passed="lengths [3, 1, 4], t = 5.")
 each_case(probes.padding_mask_oracle, _expect_mask,
-               passed="Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one.")
+          passed="Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one.")
 
 
 # ---------------------------------------------------------------- modules: the judge's side
@@ -217,28 +188,38 @@ _BLOCK_MISTAKES = tuple((m, MappingProxyType(switches)) for m, switches in (
     (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
 
 
-def _block_oracle(w: dict[str, torch.Tensor], heads: int, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """nn.TransformerDecoderLayer with the block's weights on a case's inputs (causal when it has a self_mask)."""
-    memory_mask = inputs.get("memory_mask")
-    return _torch_decoder(w, "", heads, inputs["x"], inputs["memory"], "self_mask" in inputs,
+def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: torch.Tensor, memory: torch.Tensor,
+             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
+             **switches: Any) -> torch.Tensor:
+    """The block with the weights w on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (causal when
+    given a self_mask, memory_mask (b, 1, s)), or with switches the typical mistake _block_variant computes."""
+    if switches:
+        return _block_variant(w, heads, x, memory, self_mask, memory_mask, **switches)
+    return _torch_decoder(w, "", heads, x, memory, self_mask is not None,
                           None if memory_mask is None else memory_mask[:, 0])
-
-
-def _block_mistakes(w: dict[str, torch.Tensor], heads: int,
-                    inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
-    with torch.no_grad():
-        return [(m, _block_variant(w, heads, inputs["x"], inputs["memory"], inputs.get("self_mask"),
-                                   inputs.get("memory_mask"), **switches)) for m, switches in _BLOCK_MISTAKES]
 
 
 # ---------------------------------------------------------------- DecoderBlock
 
 _DECODER_HINT = ("x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
-               "mask=memory_mask)); return norm3(x + ff(x)).")
+                 "mask=memory_mask)); return norm3(x + ff(x)).")
 _MASK_SHAPE_HINT = ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
                     "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...).")
-_MEMORY_GRADIENT_HINT = ("Cross-attention must read memory (cross_attention(x, context=memory, ...)), or the "
-                         "encoder would never learn.")
+#: the block's parts in groups: their kind, how each is made, the mistake of one module used twice
+_BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "MultiHeadAttention(k, heads)",
+                  M["block-shared-attention"]),
+                 (("norm1", "norm2", "norm3"), "LayerNorm", "nn.LayerNorm(k)", M["shared-norm"]),
+                 (("ff",), "FeedForward", "FeedForward(k, ff_mult * k)", None))
+
+
+def _part_size(described: dict, name: str, fact: dict, heads: int) -> Any:
+    """What sizes a part of the block has: (k, heads) of an attention, the shape of a norm, (in, out) of ff's first
+    layer."""
+    if name.endswith("attention"):
+        return described.get(f"{name}.to_queries", {}).get("in_features"), fact.get("heads", heads)
+    if name == "ff":
+        return described.get("ff.net.0", {}).get("in_features"), described.get("ff.net.0", {}).get("out_features")
+    return described.get(name, {}).get("shape")
 
 
 def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
@@ -246,118 +227,41 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     and no others with parameters; then the weights the probe loaded."""
     __tracebackhide__ = True
     key, (k, heads, ff_mult) = built.key, built.args
+    what = f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
     modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
-    attention = [modules.expect_part(ev, key, BLOCK_NAME, n, "MultiHeadAttention", "MultiHeadAttention(k, heads)")
-                 for n in ("self_attention", "cross_attention")]
-    if attention[1].get("same_as") == "self_attention":
-        fail(f"{BLOCK_NAME}.self_attention and .cross_attention are the same module. Reading the target and reading "
-             "the source are different jobs: create two MultiHeadAttention modules.",
-             mistake=M["block-shared-attention"])
     described = modules.described(ev, key)
-    for name, fact in zip(("self_attention", "cross_attention"), attention, strict=False):
-        size, count = described.get(f"{name}.to_queries", {}).get("in_features"), fact.get("heads", heads)
-        if (size, count) != (k, heads):
-            fail(f"{BLOCK_NAME}'s attention has k={size}, heads={count}; with DecoderBlock({k}, {heads}) it should be "
-                 f"MultiHeadAttention({k}, {heads}).", mistake=M["wrong-size"])
-    norms = [modules.expect_part(ev, key, BLOCK_NAME, n, "LayerNorm", "nn.LayerNorm(k)")
-             for n in ("norm1", "norm2", "norm3")]
-    if any(n.get("same_as") for n in norms):
-        fail(f"Two of {BLOCK_NAME}.norm1, norm2, norm3 are the same module: each sublayer needs its own LayerNorm(k).",
-             mistake=M["shared-norm"])
-    for name in ("norm1", "norm2", "norm3"):
-        shape = described.get(name, {}).get("shape")
-        if shape != [k]:
-            fail(f"{BLOCK_NAME}.{name} normalizes shape {shape}; it should be nn.LayerNorm({k}).",
-                 mistake=M["wrong-size"])
-    modules.expect_part(ev, key, BLOCK_NAME, "ff", "FeedForward", "FeedForward(k, ff_mult * k)")
-    first = described.get("ff.net.0", {})
-    if (first.get("in_features"), first.get("out_features")) != (k, ff_mult * k):
-        fail(f"{BLOCK_NAME}.ff maps {first.get('in_features')} -> {first.get('out_features')} features first; with "
-             f"k={k} and ff_mult={ff_mult} it should be FeedForward(k, ff_mult * k) = FeedForward({k}, "
-             f"{ff_mult * k}).", mistake=M["wrong-size"])
-    expected = 2 * (4 * k * k + k) + 3 * 2 * k + 2 * ff_mult * k * k + ff_mult * k + k
-    count = modules.parameter_count(ev, key)
-    if count != expected:
-        fail(f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}) has {count} parameters; two attentions, three norms and "
-             f"the feed-forward make {expected}. Is an extra layer registered?", mistake=PARAMETER_COUNT)
-    return modules.expect_parameters(ev, built.key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})",
-                                     _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT)
+    sizes = {"MultiHeadAttention": (k, heads), "LayerNorm": [k], "FeedForward": (k, ff_mult * k)}
+    for names, kind, how, shared in _BLOCK_GROUPS:
+        facts = {name: modules.expect_part(ev, key, BLOCK_NAME, name, kind, how) for name in names}
+        if shared is not None and any(fact.get("same_as") for fact in facts.values()):
+            fail(f"{BLOCK_NAME}: {shared.explanation}", mistake=shared)
+        for name, fact in facts.items():
+            found = _part_size(described, name, fact, heads)
+            if found != sizes[kind]:
+                fail(f"{BLOCK_NAME}.{name} has the sizes {found}; {what} needs {how} = {sizes[kind]}.",
+                     mistake=M["wrong-size"])
+    modules.expect_parameter_count(ev, key, what, 2 * (4 * k * k + k) + 3 * 2 * k + 2 * ff_mult * k * k
+                                   + ff_mult * k + k, "two attentions, three norms and the feed-forward make",
+                                   "Is an extra layer registered?")
+    return modules.expect_parameters(ev, key, what, _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT)
 
 
-def _block_output(ev: Evidence, case: Case, hints: dict | None = None) -> torch.Tensor:
-    __tracebackhide__ = True
-    inputs = case.inputs()
-    return output(ev, case.key, what=f"{BLOCK_NAME}.forward({', '.join(inputs)})", shape=tuple(inputs["x"].shape),
-                  shape_hints=hints, hint=_MASK_SHAPE_HINT)
-
-
-def _anchor_block(ev: Evidence, y: torch.Tensor, w, heads: int, case: Case, claim: str) -> None:
-    """Rule 2: the output is what the block, right or typically wrong, computes with the check's weights."""
-    __tracebackhide__ = True
-    inputs = dict(case.inputs())
-    with torch.no_grad():
-        expected = _block_oracle(w, heads, inputs)
-    if not matches_any(y, [expected, *(m for _, m in _block_mistakes(w, heads, inputs))], ev.device):
-        fail(f"{claim}, but it is not a decoder block with the check's weights: " + _DECODER_HINT, expected, y,
-             case=case.label)
-
-
-def _expect_block_gradients(ev: Evidence, w: dict[str, torch.Tensor], heads: int, case: Case) -> None:
-    """The output of case is in autograd's graph, and x, memory and every parameter got autograd's gradient
-    through nn.TransformerDecoderLayer (or through the typical mistake the output is)."""
-    __tracebackhide__ = True
-    y = _block_output(ev, case)
-    modules.expect_differentiable(ev, case.key, f"{BLOCK_NAME}.forward")
-    inputs = dict(case.inputs())
-    masks = {name: inputs.pop(name) for name in ("self_mask", "memory_mask")}
-
-    def forward(leaves, x, memory, **switches):
-        if not switches:
-            return _block_oracle(leaves, heads, {"x": x, "memory": memory, **masks})
-        return _block_variant(leaves, heads, x, memory, masks["self_mask"], masks["memory_mask"], **switches)
-
-    because, chosen = None, {}
-    with torch.no_grad():
-        if not matches_any(y, [forward(w, **inputs)], ev.device):
-            because, chosen = next(((m, dict(sw)) for m, sw in _BLOCK_MISTAKES
-                                    if matches_any(y, [forward(w, **inputs, **sw)], ev.device)), (None, {}))
-    expected = modules.autograd(lambda leaves, x, memory: forward(leaves, x, memory, **chosen), w, inputs,
-                                case.upstream())
-    modules.expect_gradients(ev, expected, owner=f"{BLOCK_NAME}.forward", case=case.label, because=because,
-                             oracle="nn.TransformerDecoderLayer with the same weights",
-                             hints={"memory": _MEMORY_GRADIENT_HINT})
+DECODER = ForwardOracle(
+    BLOCK_NAME, "a decoder block", lambda ev, built: _block_weights(ev, built), _decoder,
+    "nn.TransformerDecoderLayer with the same weights",
+    lambda *_, **__: [(m, partial(_decoder, **switches)) for m, switches in _BLOCK_MISTAKES],
+    hint=lambda **_: _MASK_SHAPE_HINT, otherwise=_DECODER_HINT,
+    shape_hints=lambda memory, **_: {tuple(memory.shape): "One output per memory position: are x and memory "
+                                                          "swapped in cross-attention? The queries come from x."})
+DECODER_BLOCK = BlockOracle(lambda ev, built: (None, _block_weights(ev, built)), lambda _: DECODER)
 
 
 def _against_block(check: PropertyCheck, *, passed: str, claim: str = "") -> None:
-    """Register the judge of a DecoderBlock check: for each block built, its structure and weights, then every
-    case against nn.TransformerDecoderLayer with those weights (naming the typical mistake it matches), or only
-    anchored to a decoder block's output (claim: what the check shows); a case with an upstream gradient has its
-    gradients compared with autograd."""
-
-    def judged(ev: Evidence) -> None:
-        __tracebackhide__ = True
-        for run in check.cases:
-            w = _block_weights(ev, run.module)
-            heads = run.module.args[1]
-            for case in run.cases:
-                if case.upstream is not None:
-                    _expect_block_gradients(ev, w, heads, case)
-                    continue
-                y = _block_output(ev, case)
-                if claim:
-                    _anchor_block(ev, y, w, heads, case, claim)
-                    continue
-                inputs = dict(case.inputs())
-                with torch.no_grad():
-                    expected = _block_oracle(w, heads, inputs)
-                expect_close_batch(y, expected, what=f"{BLOCK_NAME}.forward", device=ev.device, case=case.label,
-                                   mistakes=_block_mistakes(w, heads, inputs), otherwise=_DECODER_HINT)
-
-    judged.__doc__ = judged.passed = passed
-    judge(check.name)(judged)
+    """Register the judge of a DecoderBlock check whose cases are Runs (:func:`expect_block_runs`)."""
+    each_case(check, lambda ev, run: expect_block_runs(ev, (run,), DECODER_BLOCK, claim=claim), passed=passed)
 
 
-_against_block(probes.decoder_block_structure, claim=f"{BLOCK_NAME} has the right parts",
+_against_block(probes.decoder_block_structure, claim="has the right parts",
                passed="self_attention and cross_attention (two MultiHeadAttention), norm1-3 (LayerNorm(k)), ff "
                       "(FeedForward).")
 _against_block(probes.decoder_block_oracle, passed="Random weights and inputs against nn.TransformerDecoderLayer "
@@ -368,44 +272,46 @@ _against_block(probes.decoder_block_small_case,
                       "mask; a loss on the output sends autograd's gradient to x, memory and every parameter.")
 
 
-@judge("decoder_block_causality")
-def _judge_block_causality(ev: Evidence) -> None:
-    """(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes earlier
-    ones."""
-    (run,) = probes.decoder_block_causality.cases
-    w, heads = _block_weights(ev, run.module), run.module.args[1]
-    case, changed = run.cases
-    b, s, k = case.inputs()["memory"].shape
-    hints = {(b, s, k): "One output per memory position: are x and memory swapped in cross-attention? The queries "
-                        "come from x."}
-    y = _block_output(ev, case, hints)
-    y_changed = _block_output(ev, changed, hints)
+def _block_outputs(ev: Evidence, run: Runs) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """The weights of run's block and its outputs on the cases without an upstream gradient."""
+    __tracebackhide__ = True
+    w = _block_weights(ev, run.module)
+    return w, [forward_output(ev, case.key, DECODER, dict(case.inputs())) for case in run.cases if not case.upstream]
+
+
+def _expect_block_causal(ev: Evidence, run: Runs) -> None:
+    """With a causal self_mask, changing target positions 3 and on changes no earlier output."""
+    __tracebackhide__ = True
+    (w, (y, y_changed)), case = _block_outputs(ev, run), run.cases[0]
+    inputs = dict(case.inputs())
     expect_causal(ev, y, y_changed, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
-                  _block_mistakes(w, heads, dict(case.inputs())), "The block reads the future: pass self_mask to "
-                  "self-attention (self_attention(x, mask=self_mask)).", M["block-not-causal"])
-    _anchor_block(ev, y, w, heads, case, f"{BLOCK_NAME} is causal")
+                  simulated(DECODER, w, run.module.args, inputs), M["block-self-mask-ignored"].explanation,
+                  M["block-not-causal"])
+    anchor_forward(ev, y, DECODER, w, run.module.args, inputs, f"{BLOCK_NAME} is causal", case.label)
 
 
-@judge("decoder_block_padding_gradients")
-def _judge_block_padding(ev: Evidence) -> None:
-    """Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as autograd
-    through nn.TransformerDecoderLayer gives it."""
-    (run,) = probes.decoder_block_padding_gradients.cases
-    w, heads = _block_weights(ev, run.module), run.module.args[1]
-    case, longer, with_gradient = run.cases
-    y = _block_output(ev, case)
-    y_longer = _block_output(ev, longer)
+def _expect_block_padding(ev: Evidence, run: Runs) -> None:
+    """Extra masked memory positions change nothing; a loss sends autograd's gradient (through
+    nn.TransformerDecoderLayer) to every parameter, x and memory."""
+    __tracebackhide__ = True
+    (w, (y, y_longer)), (case, _, with_gradient) = _block_outputs(ev, run), run.cases
+    inputs = dict(case.inputs())
     if not matches_any(y_longer, [y], ev.device):
-        inputs = dict(case.inputs())
-        memory_not_masked = _block_variant(w, heads, inputs["x"], inputs["memory"], inputs["self_mask"], None,
-                                           cross_mask="none")
+        unmasked = _decoder(w, *run.module.args, **inputs, cross_mask="none")
         fail(f"{BLOCK_NAME} reads padded memory positions: three more padded source positions (masked out by "
              "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], y_longer[:, :, 0],
-             case="first feature, before and after adding padding",
-             mistake=M["block-memory-not-masked"].id if matches_any(y, [memory_not_masked.detach()], ev.device)
-             else M["block-reads-padding"])
-    _anchor_block(ev, y, w, heads, case, f"{BLOCK_NAME} ignores padded memory")
-    _expect_block_gradients(ev, w, heads, with_gradient)
+             case="first feature, before and after adding padding", mistake=M["block-memory-not-masked"]
+             if matches_any(y, [unmasked], ev.device) else M["block-reads-padding"])
+    anchor_forward(ev, y, DECODER, w, run.module.args, inputs, f"{BLOCK_NAME} ignores padded memory", case.label)
+    expect_forward_case(ev, w, run.module, with_gradient, DECODER, tolerate_mistakes=True)
+
+
+each_case(probes.decoder_block_causality, _expect_block_causal,
+          passed="(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes "
+                 "earlier ones.")
+each_case(probes.decoder_block_padding_gradients, _expect_block_padding,
+          passed="Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as "
+                 "autograd through nn.TransformerDecoderLayer gives it.")
 
 
 def _sinusoids(t: int, k: int) -> torch.Tensor:
@@ -457,11 +363,6 @@ def _model_mistake_switches(case: ModelCase, tgt: torch.Tensor) -> list[tuple[Mi
             if m is not M["model-target-source-embedding"] or int(tgt.max()) < case.src_vocab]
 
 
-def _model_mistakes(w, case, src, tgt, lengths) -> list[tuple[Mistake, torch.Tensor]]:
-    with torch.no_grad():
-        return [(m, _model_oracle(w, case, src, tgt, lengths, **sw)) for m, sw in _model_mistake_switches(case, tgt)]
-
-
 _MODEL_HINT = ("encode: x = positions(src_embedding(src)), then every encoder block with mask src_mask[:, None, :]; "
                "decode: y = positions(tgt_embedding(tgt)), every decoder block with self_mask = causal_mask(t) and "
                "memory_mask = src_mask[:, None, :], then to_logits.")
@@ -473,56 +374,44 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     """The structure of the model the run built (its named parts, of the right kinds and sizes), then the weights
     the probe loaded."""
     __tracebackhide__ = True
-    key, case = run.key, run.case
-    src_vocab, tgt_vocab, k, heads, depth, max_len = (case.src_vocab, case.tgt_vocab, case.k, case.heads,
-                                                      case.depth, case.max_len)
-    what = MODEL_NAME
-    modules.built(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
-                           f"max_len={max_len})")
-    modules.expect_part(ev, key, what, "src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
-    tgt_embedding = modules.expect_part(ev, key, what, "tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)")
-    if tgt_embedding.get("same_as") == "src_embedding":
-        fail(f"{what}.src_embedding and .tgt_embedding are the same module: source and target have different "
-             "vocabularies, so each needs its own nn.Embedding.", mistake=M["shared-embedding"])
+    key, c = run.key, run.case
+    modules.built(ev, key, f"{MODEL_NAME}({c.src_vocab}, {c.tgt_vocab}, k={c.k}, heads={c.heads}, depth={c.depth}, "
+                           f"max_len={c.max_len})")
+    expect_part = partial(modules.expect_part, ev, key, MODEL_NAME)
     described = modules.described(ev, key)
-    for name, size in (("src_embedding", src_vocab), ("tgt_embedding", tgt_vocab)):
-        emb = described.get(name, {})
-        if (emb.get("num_embeddings"), emb.get("embedding_dim")) != (size, k):
-            fail(f"{what}.{name} is nn.Embedding({emb.get('num_embeddings')}, {emb.get('embedding_dim')}); it should "
-                 f"be nn.Embedding({size}, {k}) here. Are the source and target vocabulary sizes swapped?",
-                 mistake=M["wrong-size"])
-    modules.expect_part(ev, key, what, "positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
-    encoder = modules.expect_part(ev, key, what, "encoder", "ModuleList",
-                                  "nn.ModuleList of `depth` TransformerBlock(k, heads)")
-    decoder = modules.expect_part(ev, key, what, "decoder", "ModuleList",
-                                  "nn.ModuleList of `depth` DecoderBlock(k, heads)")
-    for name, blocks in (("encoder", encoder), ("decoder", decoder)):
-        items = blocks.get("items")
-        if not isinstance(items, list) or len(items) != depth:
-            fail(f"{what}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with depth={depth} it "
-                 f"should hold {depth}.", mistake=M["wrong-depth"])
-    for item in encoder["items"]:
-        if item != "TransformerBlock":
-            fail(f"{what}.encoder holds a {str(item)[:60]}; it should hold course TransformerBlock(k, heads).",
-                 mistake=WRONG_PART_TYPE)
-    like = decoder.get("decoder_like")
-    if not isinstance(like, list) or not all(v is True for v in like):
-        fail(f"{what}.decoder holds something other than DecoderBlocks; it should hold your DecoderBlock(k, heads).",
+    expect_part("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
+    if expect_part("tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)").get("same_as") == "src_embedding":
+        fail(f"{MODEL_NAME}: {M['shared-embedding'].explanation}", mistake=M["shared-embedding"])
+    for name, size in (("src_embedding", c.src_vocab), ("tgt_embedding", c.tgt_vocab)):
+        found = described.get(name, {}).get("num_embeddings"), described.get(name, {}).get("embedding_dim")
+        if found != (size, c.k):
+            fail(f"{MODEL_NAME}.{name} is nn.Embedding{found}; it should be nn.Embedding({size}, {c.k}) here. Are "
+                 "the source and target vocabulary sizes swapped?", mistake=M["wrong-size"])
+    expect_part("positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
+    blocks = {name: expect_part(name, "ModuleList", f"nn.ModuleList of `depth` {kind}(k, heads)")
+              for name, kind in (("encoder", "TransformerBlock"), ("decoder", "DecoderBlock"))}
+    for name, fact in blocks.items():
+        items = fact.get("items")
+        if not isinstance(items, list) or len(items) != c.depth:
+            fail(f"{MODEL_NAME}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with "
+                 f"depth={c.depth} it should hold {c.depth}.", mistake=M["wrong-depth"])
+    like = blocks["decoder"].get("decoder_like")
+    if any(item != "TransformerBlock" for item in blocks["encoder"]["items"]) \
+            or not isinstance(like, list) or not all(v is True for v in like):
+        fail(f"{MODEL_NAME}.encoder should hold course TransformerBlock(k, heads), and .decoder your "
+             f"DecoderBlock(k, heads); the encoder holds {str(blocks['encoder']['items'])[:80]}.",
              mistake=WRONG_PART_TYPE)
-    if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * depth:
-        fail(f"{what} reuses one block several times: create a new block for every layer, or the layers share "
-             "weights.", mistake=M["shared-block"])
-    modules.expect_part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
-    to_logits = described.get("to_logits", {})
-    if (to_logits.get("in_features"), to_logits.get("out_features")) != (k, tgt_vocab):
-        fail(f"{what}.to_logits maps {to_logits.get('in_features')} -> {to_logits.get('out_features')}; it should be "
-             f"nn.Linear({k}, {tgt_vocab}): one logit per target token.", mistake=M["wrong-size"])
-    shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k)}
-    for i in range(depth):
-        shapes.update(modules.block_shapes(f"encoder.{i}.", k, 4 * k))
-    for i in range(depth):
-        shapes.update(_block_shapes(f"decoder.{i}.", k, 4))
-    shapes.update({"to_logits.weight": (tgt_vocab, k), "to_logits.bias": (tgt_vocab,)})
+    if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * c.depth:
+        fail(f"{MODEL_NAME}: {M['shared-block'].explanation}", mistake=M["shared-block"])
+    expect_part("to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
+    found = described.get("to_logits", {}).get("in_features"), described.get("to_logits", {}).get("out_features")
+    if found != (c.k, c.tgt_vocab):
+        fail(f"{MODEL_NAME}.to_logits maps {found[0]} -> {found[1]}; it should be nn.Linear({c.k}, {c.tgt_vocab}): "
+             "one logit per target token.", mistake=M["wrong-size"])
+    shapes = {"src_embedding.weight": (c.src_vocab, c.k), "tgt_embedding.weight": (c.tgt_vocab, c.k),
+              **{n: s for i in range(c.depth) for n, s in modules.block_shapes(f"encoder.{i}.", c.k, 4 * c.k).items()},
+              **{n: s for i in range(c.depth) for n, s in _block_shapes(f"decoder.{i}.", c.k, 4).items()},
+              "to_logits.weight": (c.tgt_vocab, c.k), "to_logits.bias": (c.tgt_vocab,)}
     return modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
 
 
@@ -536,129 +425,126 @@ def _logits(ev: Evidence, key: str, case: ModelCase) -> torch.Tensor:
                                          "position."})
 
 
-def _anchor_model(ev: Evidence, logits: torch.Tensor, w, case, src, tgt, lengths, claim: str) -> None:
+def _model_run(ev: Evidence, run: ModelRun) -> tuple[dict, torch.Tensor, list[tuple[Mistake, torch.Tensor, dict]]]:
+    """The weights of run's model (its structure judged), the oracle's logits on its batch, and those of the
+    typical mistakes (mistake, logits, switches)."""
     __tracebackhide__ = True
-    with torch.no_grad():
-        expected = _model_oracle(w, case, src, tgt, lengths)
-        candidates = [expected, *(m for _, m in _model_mistakes(w, case, src, tgt, lengths))]
-    if not matches_any(logits, candidates, ev.device):
-        fail(f"{claim}, but it is not an encoder-decoder transformer with the check's weights: " + _MODEL_HINT,
-             expected, logits, case=f"src {tuple(src.shape)}, tgt {tuple(tgt.shape)}")
-
-
-@judge("seq2seq_structure")
-def _judge_model_structure(ev: Evidence) -> None:
-    """The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k)."""
-    run = probes.STRUCTURE_RUN
-    case = run.case
-    b, s, k = case.b, case.s, case.k
     w = _model_weights(ev, run)
     src, tgt, lengths = run.inputs()
-    output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(b, s, k), hint=_MODEL_CALL_HINT)
-    logits = _logits(ev, "logits", case)
-    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} has the right parts and shapes")
+    with torch.no_grad():
+        return w, _model_oracle(w, run.case, src, tgt, lengths), [
+            (m, _model_oracle(w, run.case, src, tgt, lengths, **sw), sw) for m, sw in _model_mistake_switches(
+                run.case, tgt)]
 
 
-@judge("seq2seq_causality")
-def _judge_model_causality(ev: Evidence) -> None:
+def _anchor_model(ev: Evidence, run: ModelRun, logits: torch.Tensor, expected: torch.Tensor, mistakes: list,
+                  claim: str) -> None:
+    """Rule 2: the logits are what an encoder-decoder with the check's weights, right or typically wrong, gives."""
+    __tracebackhide__ = True
+    if not matches_any(logits, [expected, *(out for _, out, _ in mistakes)], ev.device):
+        fail(f"{MODEL_NAME} {claim}, but it is not an encoder-decoder transformer with the check's weights: "
+             + _MODEL_HINT, expected, logits, case=f"src ({run.case.b}, {run.case.s}), tgt ({run.case.b}, "
+                                                   f"{run.case.t})")
+
+
+def _expect_model_structure(ev: Evidence, run: ModelRun) -> None:
+    """The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k)."""
+    __tracebackhide__ = True
+    w, expected, mistakes = _model_run(ev, run)
+    output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(run.case.b, run.case.s, run.case.k),
+           hint=_MODEL_CALL_HINT)
+    _anchor_model(ev, run, _logits(ev, "logits", run.case), expected, mistakes, "has the right parts and shapes")
+
+
+def _expect_model_causal(ev: Evidence, run: ModelRun) -> None:
     """Changing a later target token never changes the logits at earlier positions."""
-    case = probes.CAUSALITY_RUN.case
-    w = _model_weights(ev, probes.CAUSALITY_RUN)
-    src, tgt, lengths = probes.CAUSALITY_RUN.inputs()
-    logits = _logits(ev, "logits", case)
+    __tracebackhide__ = True
+    w, expected, mistakes = _model_run(ev, run)
+    logits = _logits(ev, "logits", run.case)
     for j in probes._CAUSAL_POSITIONS:
-        expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", case), j, f"{MODEL_NAME}.forward on targets",
-                      _model_mistakes(w, case, src, tgt, lengths), "In training the model could read the answer: "
-                      "pass causal_mask(t) as self_mask to every decoder block.", M["model-reads-future"])
-    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} is causal")
+        expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", run.case), j, f"{MODEL_NAME}.forward on targets",
+                      [(m, out) for m, out, _ in mistakes], M["model-not-causal"].explanation,
+                      M["model-reads-future"])
+    _anchor_model(ev, run, logits, expected, mistakes, "is causal")
 
 
-@judge("seq2seq_oracle")
-def _judge_model_oracle(ev: Evidence) -> None:
+def _expect_model_oracle(ev: Evidence, run: ModelRun) -> None:
     """Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the same
     weights; decode(tgt, encode(src, src_mask), src_mask) equals forward."""
-    for i, run in enumerate(probes.ORACLE_RUNS):
-        case = run.case
-        b, s, t, tgt_vocab, k, heads, depth = case.b, case.s, case.t, case.tgt_vocab, case.k, case.heads, case.depth
-        w = _model_weights(ev, run)
-        src, tgt, lengths = run.inputs()
-        logits = _logits(ev, f"logits{i}", case)
-        with torch.no_grad():
-            expected = _model_oracle(w, case, src, tgt, lengths)
-        expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
-                            mistakes=_model_mistakes(w, case, src, tgt, lengths), otherwise=_MODEL_HINT,
-                            case=f"b={b}, s={s}, t={t}, k={k}, heads={heads}, depth={depth}, source lengths "
-                                 f"{lengths.tolist()}")
-        output(ev, f"memory{i}", what=f"{MODEL_NAME}.encode", shape=(b, s, k))
-        decoded = output(ev, f"decoded{i}", what=f"{MODEL_NAME}.decode", shape=(b, t, tgt_vocab))
-        if not matches_any(decoded, [logits], ev.device):
-            fail(f"{MODEL_NAME}.decode(tgt, encode(src, src_mask), src_mask) differs from forward(src, tgt, src_mask). "
-                 "forward must equal decode(tgt, encode(src, src_mask), src_mask): greedy decoding encodes once and "
-                 "decodes step by step.", logits[0, :, 0], decoded[0, :, 0], case="first logit of sequence 0",
-                 mistake=M["decode-inconsistent"])
+    __tracebackhide__ = True
+    i, c = probes.ORACLE_RUNS.index(run), run.case
+    w, expected, mistakes = _model_run(ev, run)
+    logits = _logits(ev, f"logits{i}", c)
+    expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
+                       mistakes=[(m, out) for m, out, _ in mistakes], case=f"b={c.b}, s={c.s}, t={c.t}, k={c.k}, "
+                       f"heads={c.heads}, depth={c.depth}, source lengths {run.inputs()[2].tolist()}")
+    output(ev, f"memory{i}", what=f"{MODEL_NAME}.encode", shape=(c.b, c.s, c.k))
+    decoded = output(ev, f"decoded{i}", what=f"{MODEL_NAME}.decode", shape=(c.b, c.t, c.tgt_vocab))
+    if not matches_any(decoded, [logits], ev.device):
+        fail(f"{MODEL_NAME}: {M['decode-inconsistent'].explanation} Greedy decoding encodes once and decodes step by "
+             "step.", logits[0, :, 0], decoded[0, :, 0], case="first logit of sequence 0",
+             mistake=M["decode-inconsistent"])
 
 
-@judge("seq2seq_padding")
-def _judge_model_padding(ev: Evidence) -> None:
+def _expect_model_padding(ev: Evidence, run: ModelRun) -> None:
     """More padding on the source (filled with arbitrary tokens, masked out) never changes the logits."""
-    case = probes.PADDING_RUN.case
-    w = _model_weights(ev, probes.PADDING_RUN)
-    src, tgt, lengths = probes.PADDING_RUN.inputs()
-    logits = _logits(ev, "logits", case)
-    longer = _logits(ev, "logits_longer", case)
+    __tracebackhide__ = True
+    w, expected, mistakes = _model_run(ev, run)
+    logits, longer = _logits(ev, "logits", run.case), _logits(ev, "logits_longer", run.case)
     if not matches_any(longer, [logits], ev.device):
-        named = [m for m, out in _model_mistakes(w, case, src, tgt, lengths) if matches_any(logits, [out], ev.device)]
+        named = next((m for m, out, _ in mistakes if matches_any(logits, [out], ev.device)), M["model-reads-padding"])
         fail(f"{MODEL_NAME} reads the source padding: four more padded positions (masked out by src_mask) changed "
              "the logits. Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every decoder "
              "block.", logits[0, :, 0], longer[0, :, 0], case="first logit of sequence 0, before and after",
-             mistake=named[0].id if named else M["model-reads-padding"])
-    _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} ignores the source padding")
+             mistake=named)
+    _anchor_model(ev, run, logits, expected, mistakes, "ignores the source padding")
 
 
-def _expect_model_gradients(ev: Evidence, run: ModelRun, case_text: str, *, strict: bool) -> None:
+def _expect_model_gradients(ev: Evidence, run: ModelRun, *, strict: bool) -> None:
     """The run's logits against PyTorch's layers (strict), or only an encoder-decoder's output, right or typically
     wrong (the mistake named by another check); then in autograd's graph, every parameter with autograd's gradient
     through PyTorch's layers (or through the typical mistake the logits are)."""
     __tracebackhide__ = True
-    case = run.case
-    w = _model_weights(ev, run)
+    w, expected, mistakes = _model_run(ev, run)
     src, tgt, lengths = run.inputs()
-    logits = _logits(ev, "logits", case)
-    with torch.no_grad():
-        expected = _model_oracle(w, case, src, tgt, lengths)
+    c, label = run.case, f"src ({run.case.b}, {run.case.s}) with lengths {lengths.tolist()}, tgt ({run.case.b}, " \
+                         f"{run.case.t}), k={run.case.k}, heads={run.case.heads}, depth={run.case.depth}"
+    logits = _logits(ev, "logits", c)
     if strict:
         expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
-                           mistakes=_model_mistakes(w, case, src, tgt, lengths), case=case_text)
+                           mistakes=[(m, out) for m, out, _ in mistakes], case=label)
     else:
         modules.expect_attached(ev, "logits", f"{MODEL_NAME}.forward")
-        _anchor_model(ev, logits, w, case, src, tgt, lengths, f"{MODEL_NAME} passes gradients")
+        _anchor_model(ev, run, logits, expected, mistakes, "passes gradients")
     modules.expect_differentiable(ev, "logits", f"{MODEL_NAME}.forward")
     because, chosen = None, {}
-    with torch.no_grad():
-        if not matches_any(logits, [expected], ev.device):
-            because, chosen = next(((m, sw) for m, sw in _model_mistake_switches(case, tgt) if matches_any(
-                logits, [_model_oracle(w, case, src, tgt, lengths, **sw)], ev.device)), (None, {}))
-    expected = modules.autograd(lambda leaves: _model_oracle(leaves, case, src, tgt, lengths, **chosen), w, {},
-                                randn(case.b, case.t, case.tgt_vocab, seed=run.upstream))
+    if not matches_any(logits, [expected], ev.device):
+        because, chosen = next(((m, sw) for m, out, sw in mistakes if matches_any(logits, [out], ev.device)),
+                               (None, {}))
+    expected = modules.autograd(lambda leaves: _model_oracle(leaves, c, src, tgt, lengths, **chosen), w, {},
+                                randn(c.b, c.t, c.tgt_vocab, seed=run.upstream))
     hints = {name: "Is memory the output of the encoder blocks?" for name in w
              if name.startswith("encoder") or name.startswith("src")}
-    modules.expect_gradients(ev, expected, owner=MODEL_NAME, case=case_text, because=because, hints=hints,
+    modules.expect_gradients(ev, expected, owner=MODEL_NAME, case=label, because=because, hints=hints,
                              oracle="PyTorch's encoder and decoder layers with the same weights")
 
 
-@judge("seq2seq_gradients")
-def _judge_model_gradients(ev: Evidence) -> None:
-    """A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output layer), as
-    autograd through PyTorch's layers gives it."""
-    _expect_model_gradients(ev, probes.GRADIENT_RUN, "the logits of a random batch", strict=False)
-
-
-@judge("seq2seq_small_case")
-def _judge_model_small_case(ev: Evidence) -> None:
-    """A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and decoder layers
-    with the same weights; a loss on the logits sends autograd's gradient to every parameter."""
-    _expect_model_gradients(ev, probes.SMALL_RUN, "src (2, 5) with lengths [5, 3], tgt (2, 4), k=4, heads=2, depth=2",
-                            strict=True)
+each_case(probes.seq2seq_structure, _expect_model_structure,
+          passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k).")
+each_case(probes.seq2seq_causality, _expect_model_causal,
+          passed="Changing a later target token never changes the logits at earlier positions.")
+each_case(probes.seq2seq_oracle, _expect_model_oracle,
+          passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
+                 "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward.")
+each_case(probes.seq2seq_padding, _expect_model_padding,
+          passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
+each_case(probes.seq2seq_gradients, partial(_expect_model_gradients, strict=False),
+          passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
+                 "layer), as autograd through PyTorch's layers gives it.")
+each_case(probes.seq2seq_small_case, partial(_expect_model_gradients, strict=True),
+          passed="A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and "
+                 "decoder layers with the same weights; a loss on the logits sends autograd's gradient to every "
+                 "parameter.")
 
 
 # ---------------------------------------------------------------- the loss
@@ -767,10 +653,10 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
 
 
 each_case(probes.greedy_decode_scripted, _expect_decode,
-               passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, padded with 0 "
-                      "after it.")
+          passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, padded with 0 "
+                 "after it.")
 each_case(probes.greedy_decode_step_by_step, _expect_decode,
-               passed="A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs.")
+          passed="A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs.")
 
 
 # ---------------------------------------------------------------- the training loop's parts
@@ -792,67 +678,44 @@ def _table(rows: list[tuple[str, ...]], align: Callable[[str, int], str] = str.l
 # configure_optimizer
 
 
-def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
+def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
     """The optimizer configured for case: an AdamW whose groups hold every trainable parameter once, with
     weight_decay on those of two or more dimensions and 0 on the others, and the lr given."""
     __tracebackhide__ = True
     sizes, lr, weight_decay = case.settings()
     what = f"configure_optimizer(model, lr={lr:g}, weight_decay={weight_decay:g})"
-    label = (f"a stand-in model: an Embedding, Linear layers, LayerNorms, a 0-d scale{', blocks' if sizes[2] else ''} "
-             "and a frozen matrix")
     fact = ev.facts.get(case.key)
-    if isinstance(fact, dict) and fact.get("kind") == "raised" and "more than one parameter group" in str(
-            fact.get("message")):
-        fail(f"{what} raised ValueError: {str(fact.get('message'))[:200]}. "
-             f"{M['optimizer-parameter-twice'].explanation}", mistake=M["optimizer-parameter-twice"])
+    if isinstance(fact, dict) and "more than one parameter group" in str(fact.get("message")):
+        _not_asked(what, M["optimizer-parameter-twice"], f" It raised: {str(fact.get('message'))[:200]}")
     raised(ev, case.key, what)
-    kind = value_kind(ev, case.key)
-    if kind == "missing":
-        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
     found = ev.facts.get(f"{case.key}.class")
     found = found if isinstance(found, dict) else {}
-    if not found.get("optimizer"):
-        shown = "None" if kind == "none" else str((fact or {}).get("type", "something else"))[:60]
-        fail(f"{what} returned {shown}; it should return the optimizer, a torch.optim.AdamW.")
+    if found.get("adam") and not found.get("adamw"):
+        _not_asked(what, M["optimizer-plain-adam"])
     if not found.get("adamw"):
-        if found.get("adam"):
-            _not_asked(what, M["optimizer-plain-adam"])
-        fail(f"{what} returned a {str(fact.get('type'))[:60]}; torch.optim.AdamW is asked.")
-    model = case.model()
-    params = dict(model.named_parameters())
-    n = len(params)
-    found_tensors = [ev.tensors.get(f"{case.key}.{name}") for name in ("count", "decay", "lr", "foreign")]
-    count, decay, rates, foreign = found_tensors
-    if (any(t is None for t in found_tensors) or tuple(count.shape) != (n,) or count.dtype != torch.int64
-            or tuple(decay.shape) != (n,) or tuple(rates.shape) != (n,) or not decay.is_floating_point()
+        shown = fact.get("type") if isinstance(fact, dict) else "nothing"
+        fail(f"{what} returned {str(shown)[:60]}; it should return a torch.optim.AdamW.")
+    params = dict(probes.StandInNetwork(*sizes).named_parameters())
+    count, decay, rates, foreign = (ev.tensors.get(f"{case.key}.{name}") for name in ("count", "decay", "lr",
+                                                                                     "foreign"))
+    if (any(t is None for t in (count, decay, rates, foreign)) or count.dtype != torch.int64
+            or {tuple(t.shape) for t in (count, decay, rates)} != {(len(params),)} or not decay.is_floating_point()
             or not rates.is_floating_point() or foreign.numel() != 1 or foreign.is_floating_point()):
         fail(f"The test's record of {what} is inconsistent (its parameter groups).")
-    names = list(params)
-    held = {name: int(count[i]) for i, name in enumerate(names)}
-    wd = {name: float(decay[i]) for i, name in enumerate(names)}
+    held, wd = dict(zip(params, count.tolist(), strict=True)), dict(zip(params, decay.tolist(), strict=True))
     trainable = {name: p.dim() for name, p in params.items() if p.requires_grad}
     frozen = [name for name, p in params.items() if not p.requires_grad]
-
-    def given(name: str) -> str:
-        return {0: "in no group", 1: f"{wd[name]:g}"}.get(held[name], f"in {held[name]} groups")
-
-    rows = [("parameter", "dims", "weight_decay", "yours")]
-    rows += [(name, str(dims), f"{weight_decay if dims >= 2 else 0.0:g}", given(name))
-             for name, dims in trainable.items()]
-    rows += [(name, "frozen", "in no group", given(name)) for name in frozen]
-    table = f"\n\nOn a small case ({label}):\n{_table(rows)}"
-
-    def decayed(name: str) -> bool:
-        return held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6)
-
-    def not_decayed(name: str) -> bool:
-        return held[name] == 1 and wd[name] == 0.0
-
-    matrices = [n for n, d in trainable.items() if d >= 2]
-    others = [n for n, d in trainable.items() if d < 2]
-    if all(decayed(n) for n in trainable):
+    yours = {name: {0: "in no group", 1: f"{wd[name]:g}"}.get(held[name], f"in {held[name]} groups") for name in params}
+    rows = [("parameter", "dims", "weight_decay", "yours"),
+            *((name, str(d), f"{weight_decay if d >= 2 else 0.0:g}", yours[name]) for name, d in trainable.items()),
+            *((name, "frozen", "in no group", yours[name]) for name in frozen)]
+    table = (f"\n\nOn a small case (a stand-in model: an Embedding, Linear layers, LayerNorms, a 0-d scale"
+             f"{', blocks' if sizes[2] else ''} and a frozen matrix):\n{_table(rows)}")
+    decayed = {name: held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6) for name in trainable}
+    not_decayed = {name: held[name] == 1 and wd[name] == 0.0 for name in trainable}
+    if all(decayed.values()):
         _not_asked(what, M["optimizer-decay-everything"], table)
-    if all(decayed(n) for n in others) and all(not_decayed(n) for n in matrices):
+    if all(decayed[n] if d < 2 else not_decayed[n] for n, d in trainable.items()):
         _not_asked(what, M["optimizer-decay-swapped"], table)
     if int(foreign.reshape(())) != 0:
         fail(f"{what} holds tensors that are not parameters of the model: build the groups from "
@@ -861,22 +724,21 @@ def _expect_optimizer(ev: Evidence, case: probes.OptimizerCase) -> None:
         _not_asked(what, M["optimizer-frozen-included"], table)
     if any(held[name] == 0 for name in trainable):
         _not_asked(what, M["optimizer-parameter-missing"], table)
-    wrong = [n for n in trainable if not (decayed(n) if trainable[n] >= 2 else not_decayed(n))]
-    if wrong:
-        fail(f"{what} gives {', '.join(wrong[:3])} the wrong weight decay: weight_decay on every parameter of two "
-             f"or more dimensions, 0 on the others, each parameter in exactly one group.{table}")
-    lrs = sorted({float(rates[i]) for i, name in enumerate(names) if name in trainable})
+    if not all(decayed[n] if d >= 2 else not_decayed[n] for n, d in trainable.items()):
+        fail(f"{what} gives parameters the wrong weight decay: weight_decay on every parameter of two or more "
+             f"dimensions, 0 on the others, each parameter in exactly one group.{table}")
+    lrs = sorted({float(rates[i]) for i, name in enumerate(params) if name in trainable})
     if not all(math.isclose(v, lr, rel_tol=1e-6) for v in lrs):
         _not_asked(what, M["optimizer-lr-not-set"], f" The groups have lr {', '.join(f'{v:g}' for v in lrs[:4])}, "
                    f"expected {lr:g}.")
 
 
 each_case(probes.configure_optimizer_groups, _expect_optimizer,
-               passed="An AdamW whose groups hold every trainable parameter once: weight_decay on the weight matrices "
-                      "and the embedding, 0 on the biases, the LayerNorm parameters and a 0-d scale, the frozen "
-                      "matrix left out; the lr given.")
+          passed="An AdamW whose groups hold every trainable parameter once: weight_decay on the weight matrices "
+                 "and the embedding, 0 on the biases, the LayerNorm parameters and a 0-d scale, the frozen "
+                 "matrix left out; the lr given.")
 each_case(probes.configure_optimizer_hidden, _expect_optimizer,
-               passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
+          passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
 
 
 # learning_rate
@@ -914,56 +776,48 @@ def _schedule_mistakes(steps: int, peak: float, warmup: int) -> list[tuple[Mista
             (M["lr-no-warmup"], at(rise="none")), (M["lr-no-warmup"], at(rise="none", offset="none"))]
 
 
-def _shown_steps(steps: int, warmup: int) -> list[int]:
-    """The steps a message shows: the first, one inside the warm-up, the peak, the first of the decay, its middle
-    and the last."""
-    middle = warmup - 1 + (steps - warmup + 1) // 2
-    return sorted({0, warmup // 2, max(0, warmup - 1), min(warmup, steps - 1), middle, steps - 1})
-
-
 def _schedule_close(actual: torch.Tensor, expected: torch.Tensor, peak: float) -> bool:
     return actual.shape == expected.shape and bool(((actual - expected).abs() <= 1e-6 * peak + 1e-5 * expected.abs())
                                                    .all())
 
 
-def _expect_schedule(ev: Evidence, case: probes.ScheduleCase) -> None:
+def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
     """Every step's learning rate of case against the formula, naming the typical mistake it matches, with a small
-    table of expected against actual at the steps that matter."""
+    table of expected against actual at the steps that matter: the first, one inside the warm-up, the peak, the
+    first of the decay, its middle, the last and the first that differs."""
     __tracebackhide__ = True
     steps, peak, warmup = case.settings()
     what = f"learning_rate(step, steps={steps}, peak={peak:g}, warmup={warmup})"
-    fact = ev.facts.get(case.key)
     raised(ev, case.key, f"{what} at step {ev.facts.get(f'{case.key}.step')}")
-    kind = value_kind(ev, case.key)
-    if kind == "missing":
-        fail(f"The test recorded nothing for {what}: the check did not run to the end.")
-    if kind != "tensor" or case.key not in ev.tensors or ev.tensors[case.key].dtype != torch.float64:
-        shown = "None" if kind == "none" else str((fact or {}).get("type", "something else"))[:60]
-        fail(f"{what} returned {shown}; it should return the learning rate, a number (a float).")
-    actual = ev.tensors[case.key]
+    actual = ev.tensors.get(case.key) if value_kind(ev, case.key) == "tensor" else None
+    if actual is None or actual.dtype != torch.float64:
+        fact = ev.facts.get(case.key)
+        fail(f"{what} returned {str(fact.get('type') if isinstance(fact, dict) else 'nothing')[:60]}; it should "
+             "return the learning rate, a number (a float).")
     expected = _schedule(steps, peak, warmup)
     if actual.shape != expected.shape:
         fail(f"The test's record of {what} is inconsistent (its length).")
     if _schedule_close(actual, expected, peak):
         return
     wrong = int(next(i for i in range(steps) if not _schedule_close(actual[i:i + 1], expected[i:i + 1], peak)))
-    shown = sorted({*_shown_steps(steps, warmup), wrong})
-    rows = [("step", "expected", "yours"), *((str(s), f"{float(expected[s]):.6g}", f"{float(actual[s]):.6g}")
-                                            for s in shown)]
-    table = _table(rows, str.rjust)
-    body = f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):\n"
-    for mistake, simulated in _schedule_mistakes(steps, peak, warmup):
-        if _schedule_close(actual, simulated, peak):
-            _not_asked(what, mistake, body + table)
+    shown = sorted({0, warmup // 2, max(0, warmup - 1), min(warmup, steps - 1), warmup - 1 + (steps - warmup + 1) // 2,
+                    steps - 1, wrong})
+    table = _table([("step", "expected", "yours"), *((str(s), f"{float(expected[s]):.6g}", f"{float(actual[s]):.6g}")
+                                                     for s in shown)], str.rjust)
+    body = (f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):"
+            f"\n{table}")
+    for mistake, candidate in _schedule_mistakes(steps, peak, warmup):
+        if _schedule_close(actual, candidate, peak):
+            _not_asked(what, mistake, body)
     fail(f"{what} does not follow the schedule: lr = peak * (step + 1) / warmup for step < warmup, else "
-         "peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2." + body + table)
+         "peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2." + body)
 
 
 each_case(probes.learning_rate_schedule, _expect_schedule,
-               passed="20 steps, 4 of warm-up: peak / 4 at step 0, the peak at step 3, half of it in the middle of "
-                      "the decay, 0 at step 19; and every step in between.")
+          passed="20 steps, 4 of warm-up: peak / 4 at step 0, the peak at step 3, half of it in the middle of "
+                 "the decay, 0 at step 19; and every step in between.")
 each_case(probes.learning_rate_hidden, _expect_schedule,
-               passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
+          passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
 
 # train_step
@@ -1023,84 +877,61 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
     """Two calls of train_step on case: the parameters after each against the oracle's (one SGD step along the
     clipped gradient at lr), naming the typical mistake they match; then the norms returned, before clipping."""
     __tracebackhide__ = True
-    b, n_in, n_out = case.shape()
+    _, n_in, n_out = case.shape()
     what = f"train_step(model, optimizer, loss, lr, max_norm={case.max_norm:g})"
     label = (f"nn.Linear({n_in}, {n_out}) and SGD created at lr {probes.INITIAL_LR:g}, two calls at lr "
              f"{case.lrs[0]:g} then {case.lrs[1]:g}; the weight's first row shown")
-    names = ("weight", "bias")
-    model = case.model()
-    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     for i in range(2):
         raised(ev, f"{case.key}.norm{i}", f"{what} (call {i + 1})")
+    start = {name: p.detach().double() for name, p in case.model().named_parameters()}
 
     def params(stage: str) -> dict[str, torch.Tensor]:
-        out = {}
-        for name in names:
-            value = ev.tensors.get(f"{case.key}.{stage}.{name}")
-            if value is None or tuple(value.shape) != shapes[name] or not value.is_floating_point():
-                fail(f"The test recorded no {name} {stage} {what}: the check did not run to the end.")
-            out[name] = value.double()
-        return out
+        found = {name: ev.tensors.get(f"{case.key}.{stage}.{name}") for name in start}
+        if any(v is None or v.shape != start[n].shape or not v.is_floating_point() for n, v in found.items()):
+            fail(f"The test recorded no parameters {stage} {what}: the check did not run to the end.")
+        return {name: v.double() for name, v in found.items()}
 
     before = params("before")
-    expected, norms = _train_steps(case)
-    start = {name: p.detach().double() for name, p in model.named_parameters()}
-    if not all(torch.allclose(before[n], start[n], atol=1e-6) for n in names):
+    if not all(torch.allclose(before[n], start[n], atol=1e-6) for n in start):
         fail(f"The test's record of {what} is inconsistent (the parameters before the first call).")
+    expected, norms = _train_steps(case)
     for i in range(2):
         actual = params(f"after{i}")
-        first = before if i == 0 else expected[i - 1]
-        if _updates_close(actual, expected[i], first, ev.device):
+        if _updates_close(actual, expected[i], before if i == 0 else expected[i - 1], ev.device):
             continue
-        lrs = ev.facts.get(f"{case.key}.lrs{i}")
-        if i == 0 and (_updates_close(actual, before, before, ev.device)
-                       or all(torch.equal(actual[n], before[n]) for n in names)):
-            fail(f"{what} did not change the parameters: call loss.backward() and optimizer.step().",
-                 expected[0]["weight"][0], actual["weight"][0], label)
-        for mistake, simulated in _step_mistakes(case):
-            if all(_updates_close(params(f"after{j}"), simulated[j], before if j == 0 else simulated[j - 1], ev.device)
+        shown = f" After call {i + 1} the optimizer's groups have lr {ev.facts.get(f'{case.key}.lrs{i}')}."
+        for mistake, steps in _step_mistakes(case):
+            if all(_updates_close(params(f"after{j}"), steps[j], before if j == 0 else steps[j - 1], ev.device)
                    for j in range(i + 1)):
                 first_norm = ev.tensors.get(f"{case.key}.norm0")
                 if (mistake is M["train-step-clips-after-step"] and first_norm is not None
                         and first_norm.numel() == 1 and float(first_norm.reshape(())) == 0.0):
-                    # unclipped steps, and clipping found no gradient to measure
-                    mistake = M["train-step-clips-before-backward"]
-                about_lr = f" After call {i + 1} the optimizer's groups have lr {lrs}." if mistake in (
-                    M["train-step-lr-not-set"], M["train-step-lr-one-group"]) else ""
-                _not_asked(what, mistake, about_lr, expected[i]["weight"][0], actual["weight"][0], label)
+                    mistake = M["train-step-clips-before-backward"]  # clipping found no gradient to measure
+                _not_asked(what, mistake, shown, expected[i]["weight"][0], actual["weight"][0], label)
         fail(f"{what} does not update the parameters as asked (call {i + 1}): set lr in every group, zero the "
              "gradients, loss.backward(), clip the total norm with torch.nn.utils.clip_grad_norm_, then "
-             f"optimizer.step(). After call {i + 1} the optimizer's groups have lr {lrs}.",
-             expected[i]["weight"][0], actual["weight"][0], label)
+             f"optimizer.step().{shown}", expected[i]["weight"][0], actual["weight"][0], label)
     for i in range(2):
         key = f"{case.key}.norm{i}"
-        kind = value_kind(ev, key)
-        if kind != "tensor" or key not in ev.tensors or ev.tensors[key].numel() != 1:
-            shown = "None" if kind == "none" else str(ev.facts.get(f"{key}.type", "something else"))[:60]
-            fail(f"{what} returned {shown} (call {i + 1}); it should return the gradient norm before clipping, what "
-                 "torch.nn.utils.clip_grad_norm_ returns.")
-        got = float(ev.tensors[key].reshape(()))
+        got = ev.tensors.get(key) if value_kind(ev, key) == "tensor" else None
+        if got is None or got.numel() != 1:
+            fail(f"{what} returned {str(ev.facts.get(f'{key}.type', 'something else'))[:60]} (call {i + 1}); it "
+                 "should return the gradient norm before clipping, what torch.nn.utils.clip_grad_norm_ returns.")
+        got = float(got.reshape(()))
         if math.isclose(got, norms[i], rel_tol=1e-3):
             continue
-        shown = torch.tensor(norms[i]), torch.tensor(got)
-        clipped = _train_steps(case, returned="after")[1][i]
-        loss = float(((case.batch(i)[0].double() @ (before if i == 0 else expected[0])["weight"].T
-                       + (before if i == 0 else expected[0])["bias"] - case.batch(i)[1].double()) ** 2).mean())
-        if math.isclose(got, clipped, rel_tol=1e-3):
-            _not_asked(what, M["train-step-norm-after-clipping"], "", *shown,
-                       f"call {i + 1}, max_norm {case.max_norm:g}")
-        if math.isclose(got, loss, rel_tol=1e-3):
-            fail(f"{what} returned the loss (call {i + 1}); return the gradient norm before clipping, what "
-                 "torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
+        shown = torch.tensor(norms[i]), torch.tensor(got), f"call {i + 1}, max_norm {case.max_norm:g}"
+        if math.isclose(got, _train_steps(case, returned="after")[1][i], rel_tol=1e-3):
+            _not_asked(what, M["train-step-norm-after-clipping"], "", *shown)
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
-            _not_asked(what, M["train-step-clips-before-backward"], "", *shown, f"call {i + 1}")
+            _not_asked(what, M["train-step-clips-before-backward"], "", *shown)
         fail(f"{what} returned {got:.6g} (call {i + 1}), not the gradient's total norm before clipping: return "
-             "what torch.nn.utils.clip_grad_norm_ returns.", *shown, f"call {i + 1}")
+             "what torch.nn.utils.clip_grad_norm_ returns.", *shown)
 
 
 each_case(probes.train_step_update, _expect_steps,
-               passed="Two calls on a stand-in (a gradient norm below max_norm): each an SGD step at the lr given, "
-                      "along the gradient of its own loss only; the norm returned.")
+          passed="Two calls on a stand-in (a gradient norm below max_norm): each an SGD step at the lr given, "
+                 "along the gradient of its own loss only; the norm returned.")
 each_case(probes.train_step_clipping, _expect_steps,
-               passed="Two calls with a gradient norm above max_norm: each step along the gradient scaled to "
-                      "max_norm, clipped after backward and before the step; the norm before clipping returned.")
+          passed="Two calls with a gradient norm above max_norm: each step along the gradient scaled to "
+                 "max_norm, clipped after backward and before the step; the norm before clipping returned.")
