@@ -67,7 +67,7 @@ swiglu_hidden = builds_and_runs("swiglu_hidden", (
 # ---------------------------------------------------------------- rotary_tables
 
 def _secret_table_sizes(seed: int) -> dict[str, Any]:
-    """Secret sizes 3 <= t <= 40, an even 4 <= s <= 32 and a base between 50 and 20000."""
+    """Secret sizes 3 <= t <= 40, an even 4 <= s <= 32 (t != s / 2) and a base between 50 and 20000."""
     g = generator(seed)
     t = int(torch.randint(3, 41, (), generator=g))
     s = 2 * int(torch.randint(2, 17, (), generator=g))
@@ -126,9 +126,9 @@ apply_rotary_hidden = calls("apply_rotary_hidden", (
 
 @dataclass(frozen=True)
 class RelativeCase:
-    """Tables of the angles position · ω_i (rows positions, random ω), keys K (b, h, t, s) and one query (b, h, 1, s):
-    K rotated from 0 (keys) and from offsets[1] - offsets[0] (keys_shifted), the query at each offset (q<offset>),
-    and rows start .. start + length - 1 of K rotated with offset=start (rows)."""
+    """Tables of position · ω_i (random ω), keys K (b, h, t, s), a query (b, h, 1, s): K rotated from 0 (keys) and
+    from offsets[1] - offsets[0] (keys_shifted), the query at each offset (q<offset>), K's rows start .. start +
+    length - 1 rotated with offset=start (rows)."""
 
     seed: int
     rows: int
@@ -169,9 +169,8 @@ apply_rotary_offset = property_check("apply_rotary_offset", _probe_relative,
 
 @dataclass(frozen=True)
 class AttentionCase:
-    """GroupedQueryAttention(k, heads, kv_heads) (under <key>.module) on x (b, t, k), random angles and a "causal" or
-    "random" mask (t, t): <key>.full; prefix: also x[:, :prefix] (<key>.first), then the rest with its cache
-    (<key>.second); upstream: gradients of sum(out · randn) kept as grad.x and grad.<parameter>."""
+    """GroupedQueryAttention(k, heads, kv_heads) (<key>.module) on x (b, t, k), random angles, a causal or random mask:
+    <key>.full; prefix: x[:, :prefix] (<key>.first), then the rest with its cache (<key>.second); upstream: grads."""
 
     key: str
     k: int
@@ -253,9 +252,9 @@ gqa_hidden = property_check("gqa_hidden", _probe_attention, (
 
 @dataclass(frozen=True)
 class ModelRun:
-    """ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len) (under <key>.model) on b random sequences of t
-    tokens: <key>.logits; also those tokens changed from each position in changed (<key>.changed<j>), fed chunk by
-    chunk with the cache (<key>.step<i>), gradients of sum(logits · randn) (upstream), max_len + 1 tokens (too_long)."""
+    """ModernLanguageModel(...) (<key>.model) on b random sequences of t tokens (<key>.logits), changed from
+    position j (changed<j>), fed chunk by chunk with the cache (step<i>), with gradients (upstream), max_len + 1
+    tokens long (too_long)."""
 
     key: str
     b: int

@@ -12,8 +12,6 @@ from itertools import accumulate, product
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.func import functional_call
 
 from course.checks import compare, modules
 from course.checks import modern_decoder as probes
@@ -32,6 +30,7 @@ from course.judges.kinds import (
     expect_causal,
     expect_linear_layers,
 )
+from course.judges.oracles import dense
 
 DEFAULT_EPS = 1e-6
 DEFAULT_BASE = 10000.0
@@ -40,17 +39,13 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_deco
 
 # ---------------------------------------------------------------- RMSNorm
 
-def _rms_oracle(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None
-                ) -> torch.Tensor:
-    """nn.RMSNorm(k, eps) with the check's gain copied in."""
-    return functional_call(nn.RMSNorm(k, eps=eps), {"weight": w["gain"]}, (x,))
-
-
-def _rms_variant(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None, *,
-                 how: str, default: float | None = None) -> torch.Tensor:
-    """A typical mistake of RMSNorm: eps outside the root, the mean subtracted, else x / sqrt(m + eps) · gain with the
-    mean square m summed or over the wrong dimensions, without the gain, or with another default eps."""
+def _rms_norm(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None, *,
+              prefix: str = "", how: str = "right", default: float | None = None) -> torch.Tensor:
+    """F.rms_norm with the gain in w (after prefix) and eps (or another default), else a typical mistake (how): eps
+    outside the root, the mean subtracted, the mean square summed or over the wrong dimensions, or no gain."""
     eps = eps if default is None else default
+    if how == "right":
+        return F.rms_norm(x, (k,), w[f"{prefix}gain"], eps)
     if how == "eps-outside":
         return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w["gain"]
     if how == "mean":
@@ -69,8 +64,8 @@ def _rms_simulators(k: int, eps: float | None = None, x: torch.Tensor | None = N
                     ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
     """The typical mistakes; another default eps only where the module was built with the default."""
     defaults = () if eps is not None else (1e-5, 1e-8, 0.0, torch.finfo(torch.float32).eps)
-    return [(m, partial(_rms_variant, how=how)) for m, how in _RMS_MISTAKES] + \
-        [(M["rms-default-eps"], partial(_rms_variant, how="right", default=other)) for other in defaults]
+    return [(m, partial(_rms_norm, how=how)) for m, how in _RMS_MISTAKES] + \
+        [(M["rms-default-eps"], partial(_rms_norm, default=other)) for other in defaults]
 
 
 def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
@@ -85,7 +80,7 @@ def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 
 _RMS_HINT = "forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, over any leading dimensions."
-RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_oracle, "nn.RMSNorm with your gain",
+RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_norm, "F.rms_norm with your gain",
                     simulators=_rms_simulators, hint=lambda **_: _RMS_HINT, otherwise=_RMS_HINT)
 
 against_forward(probes.rms_norm_oracle, RMS,
@@ -144,27 +139,26 @@ each_case(probes.rotary_tables_hidden, _expect_tables,
 
 # ---------------------------------------------------------------- apply_rotary
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
-    """The oracle: (x_i + i·x_{i+s/2}) · (cos + i·sin) for the rows offset .. offset + t − 1 of the tables, as complex
-    multiplication. x (..., t, s) -> (..., t, s)."""
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0, *, pairs: str = "halves",
+           sign: float = 1.0, swap: bool = False) -> torch.Tensor:
+    """The oracle: (x1 + i·x2) · (cos + i·sin), x1 and x2 the halves of x (..., t, s), with the rows offset .. offset
+    + t − 1 of the tables, as complex multiplication; [real, imag] concatenated, (..., t, s). The switches are the
+    typical mistakes: pairs of even and odd features (kept interleaved, or as halves), -sin, the halves swapped."""
     t, half = x.shape[-2], x.shape[-1] // 2
-    z = torch.complex(x[..., :half], x[..., half:]) * torch.complex(cos[offset:offset + t], sin[offset:offset + t])
-    return torch.cat([z.real, z.imag], dim=-1)
+    x1, x2 = (x[..., :half], x[..., half:]) if pairs == "halves" else (x[..., 0::2], x[..., 1::2])
+    z = torch.complex(x1, x2) * torch.complex(cos[offset:offset + t], sign * sin[offset:offset + t])
+    parts = [z.imag, z.real] if swap else [z.real, z.imag]
+    return torch.stack(parts, dim=-1).flatten(-2) if pairs == "interleaved" else torch.cat(parts, dim=-1)
+
+
+_ROTARY_MISTAKES = ((M["rotary-interleaved"], {"pairs": "interleaved"}), (M["rotary-interleaved"], {"pairs": "odd"}),
+                    (M["rotary-backwards"], {"sign": -1.0}), (M["rotary-halves-swapped"], {"swap": True}))
 
 
 def _rotary_mistakes(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0
                      ) -> list[tuple[Mistake, torch.Tensor]]:
-    """The rotation of interleaved pairs (x_2i, x_2i+1) (kept interleaved, or as halves), backwards, with the halves
-    of the output swapped, and (for an offset) from row 0."""
-    t, half = x.shape[-2], x.shape[-1] // 2
-    c, s = cos[offset:offset + t], sin[offset:offset + t]
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    a, b = x1 * c - x2 * s, x1 * s + x2 * c
-    x1, x2 = x[..., :half], x[..., half:]
-    found = [(M["rotary-interleaved"], torch.stack([a, b], dim=-1).flatten(-2)),
-             (M["rotary-interleaved"], torch.cat([a, b], dim=-1)),
-             (M["rotary-backwards"], torch.cat([x1 * c + x2 * s, -x1 * s + x2 * c], dim=-1)),
-             (M["rotary-halves-swapped"], torch.cat([x1 * s + x2 * c, x1 * c - x2 * s], dim=-1))]
+    """The typical mistakes' outputs; for an offset, also the rows from 0."""
+    found = [(m, rotate(x, cos, sin, offset, **switch)) for m, switch in _ROTARY_MISTAKES]
     return found + ([(M["rotary-offset-ignored"], rotate(x, cos, sin, 0))] if offset else [])
 
 
@@ -220,15 +214,15 @@ each_case(probes.apply_rotary_offset, _expect_relative,
 
 # ---------------------------------------------------------------- SwiGLU
 
-def _swiglu(w: Mapping[str, torch.Tensor], k: int, hidden: int, x: torch.Tensor | None = None, *,
+def _swiglu(w: Mapping[str, torch.Tensor], k: int, hidden: int, x: torch.Tensor | None = None, *, prefix: str = "",
             act: Callable[[torch.Tensor], torch.Tensor] = F.silu, swapped: bool = False, gated: str = "both"
             ) -> torch.Tensor:
-    """down(act(gate(x)) * up(x)) with the check's weights (F.linear, F.silu); switches for the typical mistakes."""
-    gate, up = F.linear(x, w["gate.weight"]), F.linear(x, w["up.weight"])
+    """down(act(gate(x)) * up(x)) with the weights in w (after prefix); switches for the typical mistakes."""
+    gate, up = dense(w, f"{prefix}gate", x), dense(w, f"{prefix}up", x)
     if swapped:
         gate, up = up, gate
     inner = act(gate) * up if gated == "both" else act(gate if gated == "gate" else up)
-    return F.linear(inner, w["down.weight"])
+    return dense(w, f"{prefix}down", inner)
 
 
 _SWIGLU_MISTAKES = ((M["swiglu-gate-swapped"], {"swapped": True}), (M["swiglu-relu"], {"act": F.relu}),
@@ -267,14 +261,13 @@ def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: tor
         sin: torch.Tensor, mask: torch.Tensor, past: tuple | None = None, *, prefix: str = "",
         repeat: str = "interleave", rotated: str = "qk", scale: float | None = None, use_mask: bool = True,
         offset: bool = True, cache_rotated: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Grouped-query attention with the check's weights: the judge's rotation on queries and keys, then
-    F.scaled_dot_product_attention(enable_gqa=True); (out (b, t, k), (keys, values) (b, kv_heads, T, s)). The
-    keywords switch on the typical mistakes (rotated: which of q, k, v are; the cache it returns is the one each
-    mistake keeps)."""
+    """Grouped-query attention with the weights in w: rotate's queries and keys, then F.scaled_dot_product_attention
+    (enable_gqa=True); (out (b, t, k), cache (keys, values) (b, kv_heads, T, s)). The keywords switch on the typical
+    mistakes (rotated: which of q, k, v are), each returning the cache it keeps."""
     start = past[0].shape[2] if past is not None and offset else 0
 
     def project(name: str, n: int, rotate_it: bool) -> torch.Tensor:
-        y = F.linear(x, w[f"{prefix}{name}.weight"])  # (b, t, n·s)
+        y = dense(w, prefix + name, x)  # (b, t, n·s)
         y = y.view(*y.shape[:2], n, -1).transpose(1, 2)  # (b, n, t, s)
         return rotate(y, cos, sin, start) if rotate_it else y
 
@@ -287,7 +280,7 @@ def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: tor
     group = 1 if repeat == "interleave" else heads // kv_heads  # .repeat: query head j reads kv head j % kv_heads
     out = F.scaled_dot_product_attention(q, keys.repeat(1, group, 1, 1), values.repeat(1, group, 1, 1),
                                          attn_mask=mask if use_mask else None, scale=scale, enable_gqa=True)
-    out = F.linear(out.transpose(1, 2).flatten(2), w[f"{prefix}unify_heads.weight"])  # (b, t, k)
+    out = dense(w, f"{prefix}unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
     return out, ((keys if cache_rotated else raw), values)
 
 
@@ -314,13 +307,26 @@ _CACHE_HINT = ("After a call the cache holds the rotated keys and the values of 
                "torch.cat([past[0], keys], dim=2) and torch.cat([past[1], values], dim=2).")
 
 
+def _expect_value_error(ev: Evidence, key: str, call: str, mistake: Mistake) -> None:
+    """The call recorded under key raised a ValueError; else fail naming mistake."""
+    __tracebackhide__ = True
+    fact = ev.facts.get(key)
+    if isinstance(fact, dict) and fact.get("not_implemented"):
+        raised(ev, key, call)
+    if not isinstance(fact, dict) or (fact.get("kind"), fact.get("type")) != ("raised", "ValueError"):
+        fail(f"{call} should raise a ValueError: {mistake.explanation}", mistake=mistake)
+
+
+_GQA_MISTAKES = ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rotated"], {"rotated": "qkv"}),
+                 (M["gqa-not-rotated"], {"rotated": "q"}), (M["gqa-not-rotated"], {"rotated": "k"}),
+                 (M["gqa-not-rotated"], {"rotated": ""}), (M["gqa-mask-ignored"], {"use_mask": False}))
+
+
 def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor], key: str, what: str,
                      label: str, inputs: tuple[torch.Tensor, ...], past: tuple | None = None,
                      structure: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The call forward(x, cos, sin, mask, past) (inputs: x, cos, sin, mask) recorded under key against the oracle:
-    out (b, t, k), naming the typical mistake it matches, then the cache (b, kv_heads, positions so far, s); returns
-    the oracle's cache. structure: out need only be the oracle's or a typical mistake's, the cache of the right
-    shapes."""
+    """forward(*inputs, past) recorded under key: out (b, t, k) against the oracle, then the cache (b, kv_heads, T, s);
+    returns the oracle's cache. structure: out may be a typical mistake's, the cache need only have those shapes."""
     __tracebackhide__ = True
     x = inputs[0]
     compare.expect_tuple(ev, key, what, f"{what} should return a pair. {_GQA_HINT}", 2)
@@ -333,11 +339,7 @@ def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Te
                            shape_hints=repeated) for i, name in enumerate(("keys", "values")))
     args = (case.k, case.heads, case.kv_heads, *inputs, past)
     switches = ((M["gqa-cache-offset-ignored"], {"offset": False}),) if past is not None else ()
-    switches += ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rotated"], {"rotated": "qkv"}),
-                 (M["gqa-not-rotated"], {"rotated": "q"}), (M["gqa-not-rotated"], {"rotated": "k"}),
-                 (M["gqa-not-rotated"], {"rotated": ""}),
-                 (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(case.k)}),
-                 (M["gqa-mask-ignored"], {"use_mask": False}))
+    switches += (*_GQA_MISTAKES, (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(case.k)}))
     with torch.no_grad():
         want, right = gqa(w, *args)
         wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in switches]
@@ -356,19 +358,13 @@ def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Te
 
 
 def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = False) -> None:
-    """The module's structure; the full call against the oracle (its gradients too); the first `prefix` positions
-    alone, then the rest with their cache: the outputs and caches of one call. "indivisible": the sizes that do not
-    divide raise a ValueError."""
+    """The structure; the full call (and its gradients); the first `prefix` positions, then the rest with their cache.
+    "indivisible": sizes that do not divide raise a ValueError."""
     __tracebackhide__ = True
     if case == "indivisible":
         for key, sizes in (("indivisible_k", "10, heads=4, kv_heads=2"), ("indivisible_heads", "12, 4, 3")):
-            call = f"{ATTENTION_NAME}({sizes})"
-            fact = compare.recorded(ev, key, call)
-            if isinstance(fact, dict) and fact.get("not_implemented"):
-                raised(ev, key, call)
-            if not isinstance(fact, dict) or fact.get("kind") != "raised" or fact.get("type") != "ValueError":
-                fail(f"{call} should raise a ValueError: {M['gqa-no-divisibility-check'].explanation}",
-                     mistake=M["gqa-no-divisibility-check"])
+            compare.recorded(ev, key, f"{ATTENTION_NAME}({sizes})")
+            _expect_value_error(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
         return
     w = _gqa_weights(ev, case)
     x, cos, sin, mask = case.inputs().values()
@@ -401,8 +397,8 @@ each_case(probes.gqa_hidden, _expect_gqa_case,
 # ---------------------------------------------------------------- ModernLanguageModel
 
 def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The parts the notebook names, registered, of the right sizes; cos and sin buffers (max_len, s/2) left out of
-    the state_dict; the weights the probe loaded."""
+    """The notebook's parts, registered, of the right sizes; cos and sin non-persistent buffers (max_len, s/2); the
+    weights the probe loaded."""
     __tracebackhide__ = True
     key, k, kv, hidden = f"{run.key}.model", run.k, run.kv_heads * (run.k // run.heads), round(8 * run.k / 3)
     modules.built(ev, key, run.call)
@@ -418,9 +414,9 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
     found = ev.facts.get(f"{key}.buffers")
-    found = {e[0]: e for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
+    found = {e[0]: e[1:] for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
     for name in ("cos", "sin"):
-        where, got = f"{MODEL_NAME}.{name}", found.get(name, [None, None])[1]
+        where, (got, persistent) = f"{MODEL_NAME}.{name}", found.get(name, (None, None))
         if name not in found:
             kind = "a parameter" if name in modules.parameter_names(ev, key) else "not a registered buffer"
             fail(f"{where} is {kind}: {M['modern-tables-not-buffers'].explanation}",
@@ -430,7 +426,7 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
             fail(f"{where} has shape {tuple(got) if isinstance(got, list) else got} for {run.call}; expected (max_len, "
                  f"s // 2): " + (M["modern-tables-head-size"].explanation if head else "rotary_tables(max_len, k // "
                                  "heads, base)."), mistake=M["modern-tables-head-size"] if head else None)
-        if found[name][2] is not False:
+        if persistent is not False:
             fail(f"{where}: {M['modern-tables-persistent'].explanation}", mistake=M["modern-tables-persistent"])
     block = {"norm1.gain": (k,), "attention.to_queries.weight": (k, k), "attention.to_keys.weight": (kv, k),
              "attention.to_values.weight": (kv, k), "attention.unify_heads.weight": (k, k), "norm2.gain": (k,),
@@ -448,8 +444,7 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
 def modern_lm(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor, cache: list | None = None, *,
               layout: str = "pre", final_norm: bool = True, causal: bool = True, mask_offset: bool = True
               ) -> tuple[torch.Tensor, list]:
-    """The model composed of the oracles (F.rms_norm, the rotation, sdpa with enable_gqa, F.silu): (logits (b, t,
-    vocab), cache). The keywords switch on the typical mistakes."""
+    """The model composed of the oracles above: (logits (b, t, vocab), cache); the keywords: typical mistakes."""
     t, k = tokens.shape[1], run.k
     past = 0 if cache is None else cache[0][0].shape[2]
     cos, sin = _tables(run.max_len, k // run.heads, DEFAULT_BASE)
@@ -459,9 +454,8 @@ def modern_lm(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor
     new_cache = []
     for i in range(run.depth):
         p = f"blocks.{i}."
-        norm1, norm2 = (partial(F.rms_norm, normalized_shape=(k,), weight=w[f"{p}{n}.gain"], eps=DEFAULT_EPS)
-                        for n in ("norm1", "norm2"))
-        ff = partial(_swiglu, {n: w[f"{p}ff.{n}"] for n in ("gate.weight", "up.weight", "down.weight")}, k, 0)
+        norm1, norm2 = (partial(_rms_norm, w, k, DEFAULT_EPS, prefix=f"{p}{n}.") for n in ("norm1", "norm2"))
+        ff = partial(_swiglu, w, k, 0, prefix=f"{p}ff.")
         attend = partial(gqa, w, k, run.heads, run.kv_heads, cos=cos, sin=sin, mask=mask,
                          past=None if cache is None else cache[i], prefix=f"{p}attention.")
         residual = layout != "no-residual"
@@ -474,9 +468,8 @@ def modern_lm(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor
             x = out + (x if residual else 0)
             x = ff(norm2(x)) + (x if residual else 0)
         new_cache.append(kv)
-    if final_norm:
-        x = F.rms_norm(x, (k,), w["norm.gain"], DEFAULT_EPS)
-    return F.linear(x, w["to_logits.weight"]), new_cache
+    x = _rms_norm(w, k, x=x, prefix="norm.") if final_norm else x
+    return dense(w, "to_logits", x), new_cache
 
 
 _MODERN_MISTAKES = ((M["modern-post-norm"], {"layout": "post", "final_norm": False}),
@@ -499,33 +492,26 @@ def _modern_mistakes(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch
                 for m, sw in ((*_MODERN_MISTAKES, offset) if cache else _MODERN_MISTAKES)]
 
 
-def _modern_logits(ev: Evidence, key: str, run: ModelRun, what: str) -> torch.Tensor:
-    """The logits (b, t, vocab) recorded under key: a tensor, not a tuple."""
-    __tracebackhide__ = True
-    if compare.value_kind(ev, key) == "tuple":
-        fail(f"{what} returned a tuple; without use_cache=True it returns the logits alone.")
-    return output(ev, key, what=what, shape=(run.b, run.t, run.vocab), hint=_MODERN_HINT)
-
-
 def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
-    """Structure; logits against the composed oracle (structure: those of a decoder of its parts, right or typically
-    wrong, are enough); causality; the cache; gradients; the length check."""
+    """Structure; logits against the composed oracle (structure: a typical mistake's will do); causality; the cache;
+    gradients; the length check."""
     __tracebackhide__ = True
     tokens, w = run.tokens(), _modern_weights(ev, run)
     what, label = f"{MODEL_NAME}.forward(tokens)", f"{run.call}, tokens {tuple(tokens.shape)}"
-    logits = _modern_logits(ev, f"{run.key}.logits", run, what)
+    logits_of = partial(output, ev, what=what, shape=(run.b, run.t, run.vocab), hint=_MODERN_HINT)
+    logits = logits_of(f"{run.key}.logits")
     with torch.no_grad():
         want = modern_lm(w, run, tokens)[0]
+    wrong = _modern_mistakes(w, run, tokens)
     if structure:
-        if not matches_any(logits, [want, *(out for _, out in _modern_mistakes(w, run, tokens))], ev.device):
+        if not matches_any(logits, [want, *(out for _, out in wrong)], ev.device):
             fail(f"{MODEL_NAME} has the right parts, but its logits are not those of a decoder of them with the "
                  f"check's weights: {_MODERN_HINT}", want[0], logits[0], case=f"{label}, sequence 0")
         return
     for j in run.changed:
-        changed = _modern_logits(ev, f"{run.key}.changed{j}", run, what)
-        expect_causal(ev, logits, changed, j, f"{MODEL_NAME} is not causal", _modern_mistakes(w, run, tokens),
+        expect_causal(ev, logits, logits_of(f"{run.key}.changed{j}"), j, f"{MODEL_NAME} is not causal", wrong,
                       "The " + M["modern-reads-future"].explanation[4:], M["modern-reads-future"])
-    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=_modern_mistakes(w, run, tokens),
+    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=wrong,
                        otherwise=_MODERN_HINT, case=label)
     cache, start = None, 0
     for i, end in enumerate(accumulate(run.chunks)):
@@ -536,17 +522,15 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
         grads = modules.autograd(lambda leaves: modern_lm(leaves, run, tokens)[0], w, {}, run.upstream_gradient())
         modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label,
                                  oracle="the composition of PyTorch's pieces with your weights")
-    fact = ev.facts.get(f"{run.key}.too_long")
-    refused = isinstance(fact, dict) and (fact.get("kind"), fact.get("type")) == ("raised", "ValueError")
-    if run.too_long and not refused:
-        fail(f"{MODEL_NAME}.forward on {run.max_len + 1} tokens with max_len={run.max_len} should raise a ValueError: "
-             f"{M['modern-no-length-check'].explanation}", mistake=M["modern-no-length-check"])
+    if run.too_long:
+        _expect_value_error(ev, f"{run.key}.too_long", f"{MODEL_NAME}.forward on {run.max_len + 1} tokens with "
+                            f"max_len={run.max_len}", M["modern-no-length-check"])
 
 
 def _expect_model_step(ev: Evidence, run: ModelRun, w: Mapping[str, torch.Tensor], logits: torch.Tensor, key: str,
                        start: int, end: int, cache: list | None) -> list:
-    """The chunk tokens[:, start:end] fed with the cache of the calls before: the logits of one call, and a cache per
-    block of (b, kv_heads, end, s); returns the oracle's cache after it."""
+    """tokens[:, start:end] fed with the cache of the calls before: the logits of one call, and per block a cache
+    (b, kv_heads, end, s); returns the oracle's cache after it."""
     __tracebackhide__ = True
     tokens = run.tokens()[:, start:end]
     what = f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
@@ -557,9 +541,8 @@ def _expect_model_step(ev: Evidence, run: ModelRun, w: Mapping[str, torch.Tensor
                      M["modern-cache-differs"])
         fail(f"{what} does not give the logits of one call on all the tokens: {named.explanation}",
              logits[0, start:end], step[0], case=f"{run.call}, tokens {start}-{end - 1}, sequence 0", mistake=named)
-    entries = ev.facts.get(f"{key}.1")
-    if compare.value_kind(ev, f"{key}.1") != "tuple" or entries.get("length") != run.depth:
-        fail(f"The cache {what} returned is not a list of {run.depth} (keys, values) pairs, one per block.")
+    compare.expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be a list of {run.depth} (keys, "
+                         "values) pairs, one per block.", run.depth)
     want = (run.b, run.kv_heads, end, run.k // run.heads)
     for block, j in product(range(run.depth), range(2)):
         value = compare.tensor(ev, f"{key}.1.{block}.{j}")
