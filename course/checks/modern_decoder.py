@@ -124,45 +124,25 @@ apply_rotary_hidden = calls("apply_rotary_hidden", (
     rotary_case("y3", (2, 3, 6, 10), 6260, offset=3, secret=True)))
 
 
-@dataclass(frozen=True)
-class RelativeCase:
-    """Tables of position · ω_i (random ω), keys K (b, h, t, s), a query (b, h, 1, s): K rotated from 0 (keys) and
-    from offsets[1] - offsets[0] (keys_shifted), the query at each offset (q<offset>), K's rows start .. start +
-    length - 1 rotated with offset=start (rows)."""
-
-    seed: int
-    rows: int
-    shape: tuple[int, int, int, int]  # the keys' (b, h, t, s)
-    offsets: tuple[int, int]
-    start: int
-    length: int
-
-    def tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        frequencies = torch.rand(self.shape[3] // 2, generator=generator(self.seed)) + 0.05  # (s/2,)
-        angles = torch.arange(self.rows, dtype=torch.float32)[:, None] * frequencies  # (rows, s/2)
-        return angles.cos(), angles.sin()
-
-    def keys(self) -> torch.Tensor:
-        return randn(*self.shape, seed=self.seed + 1)
-
-    def query(self) -> torch.Tensor:
-        b, h, _, s = self.shape
-        return randn(b, h, 1, s, seed=self.seed + 2)
+def relative_tables(rows: int, half: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (rows, half) of position · ω_i with random frequencies ω_i: the tables of a rotary encoding."""
+    frequencies = torch.rand(half, generator=generator(seed)) + 0.05  # (s/2,)
+    angles = torch.arange(rows, dtype=torch.float32)[:, None] * frequencies  # (rows, s/2)
+    return angles.cos(), angles.sin()
 
 
-def _probe_relative(cases: tuple[RelativeCase, ...], apply_rotary: Callable, rec: Recorder) -> None:
-    (case,) = cases
-    cos, sin = (t.to(rec.device) for t in case.tables())
-    keys, query = case.keys().to(rec.device), case.query().to(rec.device)
-    rec.call("keys", apply_rotary, keys, cos, sin)
-    rec.call("keys_shifted", apply_rotary, keys, cos, sin, case.offsets[1] - case.offsets[0])
-    for offset in case.offsets:
-        rec.call(f"q{offset}", apply_rotary, query, cos, sin, offset)
-    rec.call("rows", apply_rotary, keys[..., case.start:case.start + case.length, :], cos, sin, case.start)
+def _relative_inputs(x: str, offset: int | None, rows: slice) -> dict[str, Any]:
+    cos, sin = relative_tables(12, 4, 6270)
+    x = randn(2, 2, 6, 8, seed=6271)[..., rows, :] if x == "keys" else randn(2, 2, 1, 8, seed=6272)  # (b, h, t, s)
+    return {"x": x, "cos": cos, "sin": sin} | ({} if offset is None else {"offset": offset})
 
 
-apply_rotary_offset = property_check("apply_rotary_offset", _probe_relative,
-                                     (RelativeCase(6270, 12, (2, 2, 6, 8), (2, 5), 2, 3),))
+# keys K (2, 2, 6, 8) rotated from 0 and from 3; a query (2, 2, 1, 8) at positions 2 and 5; K's rows 2-4 from 2
+apply_rotary_offset = calls("apply_rotary_offset", tuple(
+    Case(key, partial(_relative_inputs, x, offset, rows), key)
+    for key, x, offset, rows in (("keys", "keys", None, slice(None)), ("keys_shifted", "keys", 3, slice(None)),
+                                 ("q2", "query", 2, slice(None)), ("q5", "query", 5, slice(None)),
+                                 ("rows", "keys", 2, slice(2, 5)))))
 
 
 # ---------------------------------------------------------------- GroupedQueryAttention
@@ -208,31 +188,27 @@ def _is_pair(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and len(value) == 2
 
 
-def _run_attention(rec: Recorder, case: AttentionCase, cls: Callable) -> None:
-    module = modules.build(rec, f"{case.key}.module", cls, case.k, case.heads, case.kv_heads, seed=case.seed,
-                           layers=LAYERS)
-    if module is None:
-        return
-    x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
-    x = x.requires_grad_(case.upstream)
-    with torch.set_grad_enabled(case.upstream):
-        result = rec.call(f"{case.key}.full", module, x, cos, sin, mask)
-        if case.upstream and _is_pair(result) and isinstance(result[0], torch.Tensor) and result[0].requires_grad:
-            modules.backward(rec, result[0], case.upstream_gradient(), {"x": x}, module)
-    p = case.prefix
-    with torch.no_grad():
-        first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p]) if p else None
-        if _is_pair(first) and _is_pair(first[1]):  # (out, (keys, values))
-            rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=tuple(first[1]))
-
-
 def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:
     for case in drawn(cases):
         if case == "indivisible":
             rec.call("indivisible_k", cls, 10, 4, 2)
             rec.call("indivisible_heads", cls, 12, 4, 3)
-        else:
-            _run_attention(rec, case, cls)
+            continue
+        module = modules.build(rec, f"{case.key}.module", cls, case.k, case.heads, case.kv_heads, seed=case.seed,
+                               layers=LAYERS)
+        if module is None:
+            continue
+        x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
+        x = x.requires_grad_(case.upstream)
+        with torch.set_grad_enabled(case.upstream):
+            y = rec.call(f"{case.key}.full", module, x, cos, sin, mask)
+            if case.upstream and _is_pair(y) and isinstance(y[0], torch.Tensor) and y[0].requires_grad:
+                modules.backward(rec, y[0], case.upstream_gradient(), {"x": x}, module)
+        p = case.prefix
+        with torch.no_grad():
+            first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p]) if p else None
+            if _is_pair(first) and _is_pair(first[1]):  # (out, (keys, values))
+                rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=tuple(first[1]))
 
 
 # k != heads · kv_heads, head size != k, kv_heads < heads, t_q != t_k in the cache cases, batch > 1, odd lengths

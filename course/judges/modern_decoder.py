@@ -18,7 +18,7 @@ from course.checks import modern_decoder as probes
 from course.checks.compare import Mistake, expect_close, expect_close_batch, fail, matches_any, output, raised
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case
-from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModelRun, RelativeCase
+from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModelRun
 from course.judges import mistakes
 from course.judges.kinds import (
     ForwardOracle,
@@ -26,6 +26,7 @@ from course.judges.kinds import (
     against,
     against_forward,
     block_call,
+    declared,
     each_case,
     expect_causal,
     expect_linear_layers,
@@ -176,28 +177,30 @@ against(probes.apply_rotary_hidden, ROTARY,
         passed="More shapes (5-D, a single position, 2-D), offsets up to 20 and tables longer than needed.")
 
 
-def _expect_relative(ev: Evidence, case: RelativeCase) -> None:
+def _expect_relative(ev: Evidence) -> None:
     """Lengths are kept; offset picks the rows of the tables; q·k after rotation depends only on the distance of the
     positions; and the rotation is the oracle's (or a typical mistake's)."""
     __tracebackhide__ = True
-    cos, sin = case.tables()
-    keys_in, (b, h, t, s), (first, last) = case.keys(), case.shape, case.offsets
-    start, end, shift = case.start, case.start + case.length, last - first
+    given = {case.key: dict(case.inputs()) for case in probes.apply_rotary_offset.cases}
+    keys_in, cos, sin = given["keys"].values()
+    first, last, start = given["q2"]["offset"], given["q5"]["offset"], given["rows"]["offset"]
+    end, shift = start + given["rows"]["x"].shape[-2], last - first
 
-    def rotated(key: str, x: str, shape: tuple[int, ...], offset: int | None = None) -> torch.Tensor:
+    def rotated(key: str, x: str) -> torch.Tensor:
+        offset = given[key].get("offset")
         call = f"apply_rotary({x}, cos, sin{'' if offset is None else f', offset={offset}'})"
-        return output(ev, key, what=call, shape=shape, hint=_ROTARY_HINT)
+        return output(ev, key, what=call, shape=tuple(given[key]["x"].shape), hint=_ROTARY_HINT)
 
-    keys = rotated("keys", "keys", (b, h, t, s))
+    keys = rotated("keys", "keys")
     expect_close(keys.norm(dim=-1), keys_in.norm(dim=-1), what="The lengths of the rotated keys", device=ev.device,
                  otherwise="A rotation keeps them. " + _ROTARY_HINT, case="the length of every key")
-    rows = rotated("rows", f"keys[..., {start}:{end}, :]", (b, h, end - start, s), start)
+    rows = rotated("rows", f"keys[..., {start}:{end}, :]")
     expect_close(rows, keys[..., start:end, :], what=f"Rows {start} .. {end - 1} of the keys rotated with offset="
                  f"{start}", device=ev.device, otherwise="They should be those rows of the keys rotated whole: use "
                  "rows offset .. offset + t − 1 of cos and sin.", case="the keys rotated whole",
                  mistakes=[(M["rotary-offset-ignored"], rotate(keys_in[..., start:end, :], cos, sin, 0))])
-    shifted = rotated("keys_shifted", "keys", (b, h, t, s), shift)
-    queries = {o: rotated(f"q{o}", "query", (b, h, 1, s), o) for o in case.offsets}
+    shifted = rotated("keys_shifted", "keys")
+    queries = {o: rotated(f"q{o}", "query") for o in (first, last)}
     expect_close((queries[last] * shifted).sum(-1), (queries[first] * keys).sum(-1), device=ev.device,
                  what=f"q·k with the query moved from position {first} to {last} and every key by {shift}",
                  otherwise="It should depend only on how far apart the positions are: use rows offset .. offset + t "
@@ -208,8 +211,8 @@ def _expect_relative(ev: Evidence, case: RelativeCase) -> None:
              + _ROTARY_HINT, right, keys, case="the keys")
 
 
-each_case(probes.apply_rotary_offset, _expect_relative,
-          passed="Lengths kept; offset=2 rotates rows 2-4 as positions 2-4; q·k depends on the distance alone.")
+declared(probes.apply_rotary_offset, _expect_relative,
+         passed="Lengths kept; offset=2 rotates rows 2-4 as positions 2-4; q·k depends on the distance alone.")
 
 
 # ---------------------------------------------------------------- SwiGLU
