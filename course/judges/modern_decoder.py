@@ -310,7 +310,7 @@ _CACHE_HINT = ("After a call the cache holds the rotated keys and the values of 
                "torch.cat([past[0], keys], dim=2) and torch.cat([past[1], values], dim=2).")
 
 
-def _expect_value_error(ev: Evidence, key: str, call: str, mistake: Mistake) -> None:
+def _expect_refused(ev: Evidence, key: str, call: str, mistake: Mistake) -> None:
     """The call recorded under key raised a ValueError; else fail naming mistake."""
     __tracebackhide__ = True
     fact = ev.facts.get(key)
@@ -367,7 +367,7 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     if case == "indivisible":
         for key, sizes in (("indivisible_k", "10, heads=4, kv_heads=2"), ("indivisible_heads", "12, 4, 3")):
             compare.recorded(ev, key, f"{ATTENTION_NAME}({sizes})")
-            _expect_value_error(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
+            _expect_refused(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
         return
     w = _gqa_weights(ev, case)
     x, cos, sin, mask = case.inputs().values()
@@ -526,7 +526,7 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
         modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label,
                                  oracle="the composition of PyTorch's pieces with your weights")
     if run.too_long:
-        _expect_value_error(ev, f"{run.key}.too_long", f"{MODEL_NAME}.forward on {run.max_len + 1} tokens with "
+        _expect_refused(ev, f"{run.key}.too_long", f"{MODEL_NAME}.forward on {run.max_len + 1} tokens with "
                             f"max_len={run.max_len}", M["modern-no-length-check"])
 
 
