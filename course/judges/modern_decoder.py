@@ -149,10 +149,13 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 
     x1, x2 = (x[..., :half], x[..., half:]) if pairs == "halves" else (x[..., 0::2], x[..., 1::2])
     z = torch.complex(x1, x2) * torch.complex(cos[offset:offset + t], sign * sin[offset:offset + t])
     parts = [z.imag, z.real] if swap else [z.real, z.imag]
-    return torch.stack(parts, dim=-1).flatten(-2) if pairs == "interleaved" else torch.cat(parts, dim=-1)
+    if pairs == "interleaved":
+        return torch.stack(parts, dim=-1).flatten(-2)  # (..., t, s/2, 2) -> (..., t, s)
+    return torch.cat(parts, dim=-1)  # (..., t, s)
 
 
-_ROTARY_MISTAKES = ((M["rotary-interleaved"], {"pairs": "interleaved"}), (M["rotary-interleaved"], {"pairs": "odd"}),
+_ROTARY_MISTAKES = ((M["rotary-interleaved"], {"pairs": "interleaved"}),
+                    (M["rotary-interleaved"], {"pairs": "even-odd"}),
                     (M["rotary-backwards"], {"sign": -1.0}), (M["rotary-halves-swapped"], {"swap": True}))
 
 
