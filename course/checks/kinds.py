@@ -127,6 +127,7 @@ class Runs:
 
     module: Built
     cases: tuple[Case, ...]
+    setup: Callable[[Any], None] | None = None  # setup(module), without autograd, once built: weights set by hand
 
 
 def call_module(rec: Recorder, key: str, module: Any, inputs: Mapping[str, torch.Tensor]) -> Any:
@@ -146,6 +147,9 @@ def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Cal
         module = modules.build(rec, built.key, cls, *built.args, seed=built.seed, **options)
         if module is None:
             return  # the judge says why from the structure recorded under built.key
+        if item.setup is not None:
+            with torch.no_grad():
+                item.setup(module)
         for case in cases:
             inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
             if case.upstream is None:
