@@ -1,7 +1,7 @@
 """Probes for assignment 05 (judges in course/judges/transformer_block.py): FeedForward, TransformerBlock and
-TransformerClassifier. Most checks are declared (:func:`builds_and_runs`); every module's structure is recorded with
-which of its submodules look like blocks (block_facts), so that the judge can map the roles whatever they are called.
-"""
+TransformerClassifier, all declared (:func:`builds_and_runs`) but the classifier's gradients. Every module's
+structure is recorded with which of its submodules look like blocks (block_facts), so that the judge can map the
+roles whatever they are called."""
 
 from collections.abc import Callable
 from functools import partial
@@ -15,7 +15,7 @@ from course.checks import modules
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, call_module, drawn, given
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, given
 
 BLOCK_PARTS = ("attention", "norm1", "norm2", "ff")
 #: at most this many block-like submodules are recorded
@@ -45,16 +45,6 @@ def block_facts(module: nn.Module) -> dict[str, list[dict]]:
 
 #: how every module of these checks is built: its blocks' facts recorded, in evaluation mode
 OPTIONS = MappingProxyType({"facts": block_facts, "train": False})
-
-
-def _build_with_facts(rec: Recorder, built: Built, cls: Callable) -> nn.Module | None:
-    return modules.build(rec, built.key, cls, *built.args, seed=built.seed, **OPTIONS)
-
-
-def _run_without_grad(rec: Recorder, module: nn.Module, case: Case) -> None:
-    """Record module(x) for the case's input, without gradients."""
-    with torch.no_grad():
-        call_module(rec, case.key, module, {name: value.to(rec.device) for name, value in case.inputs().items()})
 
 
 def _block_inputs(shape: tuple[int, ...], seed: int, mask: str = "", scale: float = 1.0, shift: float = 0.0,
@@ -101,29 +91,17 @@ HAND_SECRET_CASE = Case("y_hand_secret", partial(_block_inputs, (2, 5, 1), 951),
 
 
 def _set_by_hand(ff: nn.Module) -> None:
-    """Load the notebook's example into FeedForward(1, 2): first = [[1], [-1]] (bias 0), second = [[1, 1]] (bias
-    -1). The layers are told apart by their sizes."""
+    """Load the notebook's example into FeedForward(1, 2), its layers told apart by their sizes."""
     hand = hand_values()
-    with torch.no_grad():
-        for layer in (m for m in ff.modules() if isinstance(m, nn.Linear)):
-            role = "f1" if (layer.in_features, layer.out_features) == (1, 2) else "f2"
-            for p, value in ((layer.weight, hand[f"{role}w"]), (layer.bias, hand[f"{role}b"])):
-                if p is not None and p.shape == value.shape:
-                    p.copy_(value)
+    for layer in (m for m in ff.modules() if isinstance(m, nn.Linear)):
+        role = "f1" if (layer.in_features, layer.out_features) == (1, 2) else "f2"
+        for p, value in ((layer.weight, hand[f"{role}w"]), (layer.bias, hand[f"{role}b"])):
+            if p is not None and p.shape == value.shape:
+                p.copy_(value)
 
 
-def _probe_ff_structure(FeedForward: Callable, rec: Recorder) -> None:
-    ff = _build_with_facts(rec, FF_MODULE, FeedForward)
-    if ff is not None:
-        _run_without_grad(rec, ff, FF_CASE)
-    hand = _build_with_facts(rec, FF_HAND, FeedForward)
-    if hand is not None:
-        _set_by_hand(hand)
-        for case in drawn((HAND_CASE, HAND_SECRET_CASE)):
-            _run_without_grad(rec, hand, case)
-
-
-feed_forward_structure = Check("feed_forward_structure", _probe_ff_structure)
+feed_forward_structure = builds_and_runs("feed_forward_structure", (
+    Runs(FF_MODULE, (FF_CASE,)), Runs(FF_HAND, (HAND_CASE, HAND_SECRET_CASE), _set_by_hand)), **OPTIONS)
 
 
 def _changed_at(position: int, shape: tuple[int, ...], seed: int) -> dict[str, torch.Tensor]:
@@ -156,17 +134,14 @@ NORMALISED_CASE = block_case("y", (2, 5, 8), 1301, "x of shape (2, 5, 8), heads=
                              scale=3.0, shift=1.0)
 
 
-def _probe_normalised(TransformerBlock: Callable, rec: Recorder) -> None:
-    block = _build_with_facts(rec, NORMALISED, TransformerBlock)
-    if block is None:
-        return
-    with torch.no_grad():  # a new block's norms: gain 1, bias 0 (the check's values everywhere else)
-        for norm in (m for m in block.modules() if isinstance(m, nn.LayerNorm)):
-            norm.reset_parameters()
-    _run_without_grad(rec, block, NORMALISED_CASE)
+def _reset_norms(block: nn.Module) -> None:
+    """A new block's norms: gain 1, bias 0 (the check's values everywhere else)."""
+    for norm in (m for m in block.modules() if isinstance(m, nn.LayerNorm)):
+        norm.reset_parameters()
 
 
-transformer_block_normalised = Check("transformer_block_normalised", _probe_normalised)
+transformer_block_normalised = builds_and_runs("transformer_block_normalised", (
+    Runs(NORMALISED, (NORMALISED_CASE,), _reset_norms),), **OPTIONS)
 
 transformer_block_small_case = builds_and_runs("transformer_block_small_case", (Runs(Built("module", (4, 2), 1650), (
     block_case("y", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, no mask"),
@@ -234,7 +209,8 @@ def gradient_tokens() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _probe_classifier_gradients(TransformerClassifier: Callable, rec: Recorder) -> None:
-    model = _build_with_facts(rec, CLASSIFIER_GRADIENTS, TransformerClassifier)
+    model = modules.build(rec, CLASSIFIER_GRADIENTS.key, TransformerClassifier, *CLASSIFIER_GRADIENTS.args,
+                          seed=CLASSIFIER_GRADIENTS.seed, **OPTIONS)
     if model is not None:
         tokens, labels = (t.to(rec.device) for t in gradient_tokens())
         modules.record_backward(rec, "y_grad", model, tokens, loss=partial(F.cross_entropy, target=labels))
