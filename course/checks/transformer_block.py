@@ -48,12 +48,14 @@ OPTIONS = MappingProxyType({"facts": block_facts, "train": False})
 
 
 def _block_inputs(shape: tuple[int, ...], seed: int, mask: str = "", scale: float = 1.0, shift: float = 0.0,
-                  order: tuple[int, ...] = ()) -> dict[str, torch.Tensor]:
-    """x (b, t, k) = scale · randn + shift, its positions in order if given; mask "causal": (t, t), True where
-    j <= i; "padding": (b, 1, t), the sequences 6, 4 and 2 positions long."""
+                  order: tuple[int, ...] = (), changed: int | None = None) -> dict[str, torch.Tensor]:
+    """x (b, t, k) = scale · randn + shift, its positions in order if given, 1 added at position changed if given;
+    mask "causal": (t, t), True where j <= i; "padding": (b, 1, t), the sequences 6, 4 and 2 positions long."""
     b, t, _ = shape
     x = scale * randn(*shape, seed=seed) + shift
     x = x[:, list(order)] if order else x
+    if changed is not None:
+        x[:, changed] += 1.0
     if mask == "causal":
         return {"x": x, "mask": torch.ones(t, t, dtype=torch.bool).tril()}  # (t, t)
     if mask == "padding":
@@ -62,7 +64,7 @@ def _block_inputs(shape: tuple[int, ...], seed: int, mask: str = "", scale: floa
 
 
 def block_case(key: str, shape: tuple[int, ...], seed: int, label: str, mask: str = "",
-               upstream: int | None = None, **more: float | tuple[int, ...]) -> Case:
+               upstream: int | None = None, **more: float | int | tuple[int, ...]) -> Case:
     """A case of a block check: x of shape (b, t, k) drawn from seed (see _block_inputs for mask and more); upstream:
     the seed of a random upstream gradient of x's shape."""
     grad = None if upstream is None else partial(randn, *shape, seed=upstream)
@@ -104,13 +106,6 @@ feed_forward_structure = builds_and_runs("feed_forward_structure", (
     Runs(FF_MODULE, (FF_CASE,)), Runs(FF_HAND, (HAND_CASE, HAND_SECRET_CASE), _set_by_hand)), **OPTIONS)
 
 
-def _changed_at(position: int, shape: tuple[int, ...], seed: int) -> dict[str, torch.Tensor]:
-    """A random x with 1 added at one position of every sequence."""
-    x = randn(*shape, seed=seed)
-    x[:, position] += 1.0
-    return {"x": x}
-
-
 # (b, t, k, hidden)
 FF_SHAPES = ((2, 5, 6, 10), (3, 1, 4, 16), (1, 7, 8, 32))
 feed_forward_oracle = builds_and_runs("feed_forward_oracle", (
@@ -118,8 +113,8 @@ feed_forward_oracle = builds_and_runs("feed_forward_oracle", (
            (block_case(f"y{i}", (b, t, k), 1100 + i, f"x of shape {(b, t, k)}, hidden={hidden}"),))
       for i, (b, t, k, hidden) in enumerate(FF_SHAPES)),
     Runs(Built("local", (4, 8), 1200), (block_case("y_local", (2, 5, 4), 1201, "x of shape (2, 5, 4), hidden=8"),
-                                        Case("y_local_changed", partial(_changed_at, 3, (2, 5, 4), 1201),
-                                             "position 3 of x changed")))), **OPTIONS)
+                                        block_case("y_local_changed", (2, 5, 4), 1201, "position 3 of x changed",
+                                                   changed=3)))), **OPTIONS)
 
 
 # ================================================================ TransformerBlock
