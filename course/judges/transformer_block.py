@@ -1,12 +1,13 @@
 """Judges for assignment 05 (probes in course/checks/transformer_block.py): FeedForward, TransformerBlock and
-TransformerClassifier. The roles (attention projections, norms, feed-forward layers, whatever they are called) are
-mapped from the recorded structure facts; the oracles are nn.TransformerEncoderLayer (post-norm, ReLU, no dropout)
-and F.linear / F.relu carrying the recreated weights. The properties and the classifier are written out."""
+TransformerClassifier, their parts' roles mapped from the recorded structure whatever they are called; the oracles
+are nn.TransformerEncoderLayer (post-norm, ReLU) and F.linear / F.relu. The properties and the classifier are
+written out."""
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
+from typing import NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,7 @@ from course.checks import transformer_block as probes
 from course.checks.compare import Mistake, close, expect_close, fail, matches_any, output, tolerance
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Runs, drawn
-from course.checks.modules import MISSING_PART, PARAMETER_COUNT, WRONG_LAYER_SIZE
+from course.checks.modules import MISSING_PART, WRONG_LAYER_SIZE
 from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
@@ -60,6 +61,12 @@ _CLASSIFIER_HINT = ("forward should compute embedding(tokens) -> each block in o
 
 # ================================================================ structure and roles
 
+def _wrong(what: str, mistake: Mistake, found: str = "") -> NoReturn:
+    """Fail naming the mistake: what is wrong (e.g. "TransformerBlock(8, 2)"), its explanation, what was found."""
+    __tracebackhide__ = True
+    fail(f"{what}: {mistake.explanation}{found}", mistake=mistake)
+
+
 def _is_linear(entry: dict | None) -> bool:
     return isinstance(entry, dict) and isinstance(entry.get("in_features"), int) \
         and isinstance(entry.get("out_features"), int)
@@ -72,9 +79,7 @@ def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | 
     __tracebackhide__ = True
     layers = [m for name, m in described.items() if name.startswith(prefix) and _is_linear(m)]
     if len(layers) != 2:
-        fail(f"{what} should hold exactly two nn.Linear layers (k -> hidden, then hidden -> k), registered as "
-             f"attributes or in an nn.Sequential; found {len(layers)}. Layers kept in a plain Python list are not "
-             "registered.", mistake=M["linear-count"])
+        _wrong(what, M["linear-count"], f" Found {len(layers)}: Linear(k, hidden), then Linear(hidden, k).")
     first, second = layers
     in_order = first["in_features"] == k and second["out_features"] == k \
         and first["out_features"] == second["in_features"]
@@ -85,19 +90,15 @@ def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | 
     sizes = (first["in_features"], first["out_features"], second["in_features"], second["out_features"])
     if sizes != (k, h if hidden is None else hidden, h if hidden is None else hidden, k):
         # the first hidden size that tells a typical mistake
-        hint, mistake = next(((hint, mistake) for mistake, hint, seen in (
-            (M["hidden-ignored"], " The hidden size is the `hidden` argument, not a size fixed inside FeedForward.",
-             not in_block and h != hidden),
-            (M["hidden-4x4"], " A hidden size of 16 is 4·4: the hidden size is a multiple of k, ff_mult·k.",
-             in_block and h == 16 and hidden != 16),
-            (M["hidden-equals-k"], " The hidden size equals k: multiply k by ff_mult.", in_block and h == k != hidden),
-            (M["hidden-ignores-ff-mult"], " The hidden size is 4·k whatever ff_mult is: use ff_mult·k.",
-             in_block and h == 4 * k != hidden)) if hidden is not None and seen), ("", WRONG_LAYER_SIZE))
-        shown = f"{k} -> {hidden} -> {k}" if hidden is not None else f"{k} -> hidden -> {k}"
-        fail(f"{what}'s linear layers map {sizes[0]} -> {sizes[1]} -> {sizes[3]}; with k={k} they should map "
-             f"{shown} (Linear(k, hidden), then Linear(hidden, k)).{hint}", mistake=mistake)
+        mistake = next((mistake for mistake, seen in (
+            (M["hidden-ignored"], not in_block and h != hidden), (M["hidden-4x4"], in_block and h == 16 != hidden),
+            (M["hidden-equals-k"], in_block and h == k != hidden),
+            (M["hidden-ignores-ff-mult"], in_block and h == 4 * k != hidden)) if hidden is not None and seen),
+            WRONG_LAYER_SIZE)
+        _wrong(f"{what}'s linear layers map {sizes[0]} -> {sizes[1]} -> {sizes[3]}, not {k} -> {hidden or 'hidden'} "
+               f"-> {k}", mistake)
     if hidden is not None and (first.get("bias") is not True or second.get("bias") is not True):
-        fail(f"{what}'s linear layers should have biases (nn.Linear's default).", mistake=M["ff-no-bias"])
+        _wrong(what, M["ff-no-bias"])
     roles = {"f1w": f"{first['name']}.weight", "f1b": f"{first['name']}.bias" if first.get("bias") else None,
              "f2w": f"{second['name']}.weight", "f2b": f"{second['name']}.bias" if second.get("bias") else None}
     return roles, {"f1w": (h, k), "f1b": (h,), "f2w": (k, h), "f2b": (k,)}
@@ -127,13 +128,12 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
         fail(f"The test recorded nothing about the parts of {what}: the check did not run to the end.")
     for part in probes.BLOCK_PARTS:
         if not isinstance(parts.get(part), str):
-            fail(f"{what} has no module attribute `{part}`. __init__ should create self.attention, self.norm1, "
-                 "self.norm2 and self.ff.", mistake=MISSING_PART)
+            _wrong(f"{what} has no module attribute `{part}`", MISSING_PART,
+                   " The parts are self.attention, self.norm1, self.norm2 and self.ff.")
     described = modules.described(ev, key)
     names: dict[str, str | None] = {}
     shapes: dict[str, tuple[int, ...]] = {}
     attention = described.get(f"{prefix}attention")
-    course_attention = "the course's MultiHeadAttention(k, heads) (from course.multi_head import MultiHeadAttention)"
     if strict is None and isinstance(attention, dict) and attention.get("type") == "MultiheadAttention":
         a = f"{prefix}attention."
         names.update(wqkv=f"{a}in_proj_weight", bqkv=f"{a}in_proj_bias", wo=f"{a}out_proj.weight",
@@ -143,18 +143,16 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
         for layer, role in zip(ATTENTION_LAYERS, ("q", "k", "v", "o"), strict=True):
             entry = described.get(f"{prefix}attention.{layer}")
             if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
-                fail(f"{what}.attention should be {course_attention}; it is a {str(parts['attention'])[:60]} "
-                     f"without a {k} -> {k} nn.Linear `{layer}`.", mistake=M["not-course-attention"])
+                _wrong(f"{what}.attention is a {str(parts['attention'])[:60]} without a {k} -> {k} nn.Linear "
+                       f"`{layer}`", M["not-course-attention"])
             names[f"w{role}"] = f"{prefix}attention.{layer}.weight"
             names[f"b{role}"] = f"{prefix}attention.{layer}.bias" if entry.get("bias") else None
             shapes[f"w{role}"], shapes[f"b{role}"] = (k, k), (k,)
     heads = fact.get("heads")
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1 or k % heads:
-        fail(f"{what}.attention has no valid number of heads (an attribute `heads` dividing k={k}): it should be "
-             f"{course_attention}.", mistake=M["not-course-attention"])
+        _wrong(f"{what}.attention has no attribute `heads` dividing k={k}", M["not-course-attention"])
     if strict is not None and heads != strict[0]:
-        fail(f"{what}.attention has {heads} heads; pass the block's `heads` on: MultiHeadAttention(k, heads).",
-             mistake=M["heads-not-passed"])
+        _wrong(f"{what}.attention has {heads} heads, not {strict[0]}", M["heads-not-passed"])
     eps = 1e-5
     shared = fact.get("shared_norms") is True
     for i in (1, 2):
@@ -162,15 +160,13 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
         if not isinstance(norm, dict) or norm.get("type") != "LayerNorm" or norm.get("shape") != [k] \
                 or norm.get("affine") is not True:
             shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
-            fail(f"{what}.norm{i} should be nn.LayerNorm(k) = nn.LayerNorm({k}), which normalises each position's "
-                 f"{k} features; it is {shown}.", mistake=M["wrong-norm"])
+            _wrong(f"{what}.norm{i} is {shown}, not nn.LayerNorm({k})", M["wrong-norm"])
         if i == 1 and isinstance(norm.get("eps"), float) and 0 < norm["eps"] <= 1e-2:
             eps = norm["eps"]
         names[f"n{i}w"], names[f"n{i}b"] = f"{norm['name']}.weight", f"{norm['name']}.bias"
         shapes[f"n{i}w"], shapes[f"n{i}b"] = (k,), (k,)
     if shared and strict is not None:
-        fail(f"{what}.norm1 and norm2 are the same LayerNorm. Each place needs its own, with its own gain and "
-             "bias: create two nn.LayerNorm(k).", mistake=M["shared-norm"])
+        _wrong(what, M["shared-norm"])
     ff_names, ff_shapes = _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k,
                                     f"{what}.ff", in_block=True)
     return Roles(MappingProxyType(names | ff_names), MappingProxyType(shapes | ff_shapes), heads, eps)
@@ -180,8 +176,7 @@ def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> d
     """name -> the value the probe loaded, for every parameter a role names (recreated here, never read)."""
     __tracebackhide__ = True
     shapes = {name: roles.shapes[role] for role, name in roles.names.items() if name is not None}
-    return modules.expect_parameters(ev, key, owner, shapes, seed,
-                                     hint="Register the layers as attributes of the module (self.name = ...).")
+    return modules.expect_parameters(ev, key, owner, shapes, seed)
 
 
 def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
@@ -275,10 +270,8 @@ def _ff_weights(ev: Evidence, built: Built, recreate: bool = True) -> tuple[Role
     what = block_call(built, FF_NAME)
     modules.built(ev, built.key, what)
     names, shapes = _ff_roles(modules.described(ev, built.key), "", k, hidden, what, in_block=False)
-    count = modules.parameter_count(ev, built.key)
-    if count != 2 * k * hidden + hidden + k:
-        fail(f"{what} has {count} parameters; two linear layers with biases make 2·k·hidden + hidden + k = "
-             f"{2 * k * hidden + hidden + k}.", mistake=PARAMETER_COUNT)
+    modules.expect_parameter_count(ev, built.key, what, 2 * k * hidden + hidden + k,
+                                   "two linear layers with biases make 2·k·hidden + hidden + k", "")
     roles = Roles(MappingProxyType(names), MappingProxyType(shapes))
     return roles, _recreated(ev, built.key, roles, built.seed, what) if recreate else {}
 
@@ -344,11 +337,10 @@ def _encoder_block_weights(ev: Evidence, built: Built, strict: bool,
     roles = _block_roles(ev, built.key, "", k, what, (heads, mult) if strict else None)
     w = _recreated(ev, built.key, roles, built.seed, what)
     hidden = mult * k
-    expected = (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k)
-    count = modules.parameter_count(ev, built.key)
-    if counted and count != expected:
-        fail(f"{what} has {count} parameters; attention (4k² + k), two LayerNorms (4k) and the feed-forward layer "
-             f"(2·k·{hidden} + {hidden} + k) make {expected}. Is an extra layer registered?", mistake=PARAMETER_COUNT)
+    if counted:
+        modules.expect_parameter_count(ev, built.key, what, (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k),
+                                       f"attention (4k² + k), two LayerNorms (4k) and the feed-forward layer "
+                                       f"(2·k·{hidden} + {hidden} + k) make", "Is an extra layer registered?")
     return roles, w
 
 
@@ -397,13 +389,11 @@ def _judge_normalised(ev: Evidence) -> None:
             and torch.allclose(var, torch.ones_like(var), atol=1e-3)):
         found = next((m for m, out in simulated(oracle, fresh, probes.NORMALISED.args, inputs)
                       if matches_any(y, [out], ev.device)), None)
-        fail(f"The outputs of a new {BLOCK_NAME} should be normalised per position (mean 0, variance 1 over the k "
-             "features), because the post-norm block ends with norm2(x + ff(x)). "
-             + (f"Your block is not what was asked: {found.explanation}" if found else
-                "Is the last LayerNorm missing, or the residual added after it (x + norm2(...)), or is this a "
-                "pre-norm block?"),
+        fail(f"A new {BLOCK_NAME}'s outputs should have mean 0 and variance 1 at each position: the post-norm block "
+             "ends with norm2(x + ff(x)). " + (f"Your block is not what was asked: {found.explanation}" if found
+                                               else "Is a residual added after the last norm?"),
              torch.stack([torch.zeros(5), torch.ones(5)]), torch.stack([mean[0], var[0]]),
-             case="row 1: mean of each output position, row 2: its variance", mistake=found.id if found else None)
+             case="row 1: mean of each output position, row 2: its variance", mistake=found)
     anchor_forward(ev, y, oracle, fresh, probes.NORMALISED.args, inputs, f"The outputs of {BLOCK_NAME} are "
                    "normalised", case.label)
 
@@ -417,7 +407,6 @@ against_block(probes.transformer_block_oracle, STRICT,
                      "weights.")
 against_block(probes.transformer_block_mask, STRICT,
               passed="A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention.")
-
 
 
 @judge("transformer_block_gradients")
@@ -444,9 +433,10 @@ class Classifier:
     blocks: tuple[Roles, ...]
 
 
-def _classifier_values(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
+def _classifier_values(ev: Evidence, built: Built,
+                       counted: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
     """The embedding, the blocks (in order) and the output layer of a classifier, found by type (its structure
-    checked), and the values the probe loaded, by parameter name."""
+    checked; counted: and nothing else with parameters), and the values the probe loaded, by parameter name."""
     __tracebackhide__ = True
     key, (vocab, k, _, depth, classes) = built.key, built.args
     what = block_call(built, CLASSIFIER_NAME)
@@ -456,24 +446,17 @@ def _classifier_values(ev: Evidence, built: Built) -> tuple[Classifier, dict[str
         fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
     names = [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
     if len(names) != depth:
-        hint, mistake = {
-            0: (" Blocks kept in a plain Python list are not registered: use nn.ModuleList or nn.Sequential.",
-                M["blocks-not-registered"]),
-            1: (" [TransformerBlock(...)] * depth repeats ONE block; create a new one for each layer.",
-                M["repeated-block"])}.get(len(names), ("", M["block-count"]))
-        fail(f"{what} should hold depth={depth} separate TransformerBlocks; found {len(names)} registered.{hint}",
-             mistake=mistake)
+        _wrong(what, {0: M["blocks-not-registered"], 1: M["repeated-block"]}.get(len(names), M["block-count"]),
+               f" Found {len(names)} registered blocks, depth={depth}.")
     described = modules.described(ev, key).values()
     embeddings = [m for m in described if m.get("type") == "Embedding"]
     if len(embeddings) != 1 or (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim")) != (vocab, k):
         shown = [f"Embedding({m.get('num_embeddings')}, {m.get('embedding_dim')})" for m in embeddings[:4]]
-        fail(f"{what} should have one nn.Embedding(vocab_size, k) = nn.Embedding({vocab}, {k}); found {shown}.",
-             mistake=M["wrong-embedding"])
+        _wrong(what, M["wrong-embedding"], f" Here nn.Embedding({vocab}, {k}); found {shown}.")
     outputs = [m for m in described if _is_linear(m) and not any(m["name"].startswith(n + ".") for n in names)
                and (m["in_features"], m["out_features"]) == (k, classes)]
     if not outputs:
-        fail(f"{what} should end with an nn.Linear(k, num_classes) = nn.Linear({k}, {classes}) outside the blocks; "
-             "none found.", mistake=M["no-output-layer"])
+        _wrong(what, M["no-output-layer"], f" Here nn.Linear({k}, {classes}), outside the blocks.")
     blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
     out = outputs[-1]
     parts = Classifier(f"{embeddings[0]['name']}.weight", f"{out['name']}.weight",
@@ -483,6 +466,11 @@ def _classifier_values(ev: Evidence, built: Built) -> tuple[Classifier, dict[str
     w: dict[str, torch.Tensor] = {}
     for roles in (*blocks, own):
         w.update(_recreated(ev, key, roles, built.seed, what))
+    if counted:
+        per_block = modules.parameter_count(ev, key, names[0] + ".")
+        modules.expect_parameter_count(ev, key, what, vocab * k + depth * per_block + k * classes + classes,
+                                       f"the embedding ({vocab * k}), {depth} blocks ({per_block} each) and the "
+                                       f"output layer ({k * classes + classes}) make", "Is an extra layer registered?")
     return parts, w
 
 
@@ -514,38 +502,32 @@ def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str,
             "log-softmax-on-logits": lambda: F.log_softmax(logits, dim=-1)}.get(kind, lambda: logits)()
 
 
-def _classifier_outputs(parts: Classifier, w: Mapping[str, torch.Tensor],
-                        tokens: torch.Tensor) -> Iterator[tuple[tuple[Mistake | None, str, str, str], torch.Tensor]]:
-    """(mistake or None, block layout, block ff, head) and its output, for every computation a classifier check
-    recognises, the right one first: the student's blocks may be right or typically wrong (a generator)."""
-    heads = ((None, "mean"), *((m, m.id) for m in CLASSIFIER_MISTAKES))
-    for _, layout, ff in _block_specs(None):
-        with torch.no_grad():
-            stacks = _stacks(parts, w, tokens, layout, ff)
-            for m, kind in heads:
-                yield (m, layout, ff, kind), _head(parts, w, stacks, kind)
-
-
-def _judge_classifier_output(ev: Evidence, y: torch.Tensor, parts: Classifier, w: Mapping[str, torch.Tensor],
-                             tokens: torch.Tensor, case: str) -> tuple[Mistake | None, str, str, str]:
-    """The computation y is: the right head on the student's blocks, or a typical mistake (which fails, named)."""
+def _expect_logits(ev: Evidence, built: Built, key: str, tokens: torch.Tensor, case: str, counted: bool = False,
+                   attached: bool = False, shape_hints: Mapping[tuple[int, ...], str] | None = None
+                   ) -> tuple[Classifier, dict[str, torch.Tensor], str, str, torch.Tensor]:
+    """The classifier's structure (_classifier_values), and its logits (b, classes) under key for tokens (b, t): the
+    right head on the student's blocks, right or typically wrong (returned: parts, weights, layout, ff, logits)."""
     __tracebackhide__ = True
+    parts, w = _classifier_values(ev, built, counted)
     what = f"{CLASSIFIER_NAME}.forward(tokens)"
+    y = output(ev, key, what=what, shape=(len(tokens), built.args[4]), hint=_CLASSIFIER_HINT, shape_hints=shape_hints)
+    if attached:
+        modules.expect_attached(ev, key, what)
     right: dict[tuple[str, str], torch.Tensor] = {}
-    mistaken = None
-    for spec, out in _classifier_outputs(parts, w, tokens):
-        if spec[0] is None:
-            right[spec[1:3]] = out
-            if matches_any(y, [out], ev.device):
-                return spec
-        elif mistaken is None and matches_any(y, [out], ev.device):
-            mistaken = spec, out
-    if mistaken is not None:
-        spec, out = mistaken
-        expect_close(y, right[spec[1:3]], what=what, device=ev.device, mistakes=[(spec[0], out)],
-                     otherwise=_CLASSIFIER_HINT, case=case)
-    expect_close(y, right["post", "relu"], what=what, device=ev.device, otherwise=_CLASSIFIER_HINT, case=case)
-    return None, "post", "relu", "mean"  # not reached: y is none of the computations above
+    mistaken: list[tuple[Mistake, torch.Tensor, torch.Tensor]] = []
+    with torch.no_grad():
+        for _, layout, ff in _block_specs(None):
+            stacks = _stacks(parts, w, tokens, layout, ff)
+            right[layout, ff] = _head(parts, w, stacks)
+            if matches_any(y, [right[layout, ff]], ev.device):
+                return parts, w, layout, ff, y
+            for m in CLASSIFIER_MISTAKES:
+                out = _head(parts, w, stacks, m.id)
+                if matches_any(y, [out], ev.device):
+                    mistaken.append((m, right[layout, ff], out))
+    expected, mistakes = (mistaken[0][1], [mistaken[0][::2]]) if mistaken else (right["post", "relu"], [])
+    expect_close(y, expected, what=what, device=ev.device, mistakes=mistakes, otherwise=_CLASSIFIER_HINT, case=case)
+    return parts, w, "post", "relu", y  # not reached: y is none of the computations above
 
 
 @judge("transformer_classifier_structure")
@@ -553,25 +535,11 @@ def _judge_classifier_structure(ev: Evidence) -> None:
     """An embedding, depth separate registered blocks and a linear output layer; logits of shape (b, num_classes)."""
     (run,) = probes.transformer_classifier_structure.runs
     (case,) = run.cases
-    key, (vocab, k, _, depth, classes) = run.module.key, run.module.args
-    parts, w = _classifier_values(ev, run.module)
-    first_block = next(f["name"] for f in ev.facts[f"{key}.blocks"] if isinstance(f, dict) and f.get("name"))
-    block_params = modules.parameter_count(ev, key, first_block + ".")
-    expected = vocab * k + depth * block_params + k * classes + classes
-    count = modules.parameter_count(ev, key)
-    if count != expected:
-        fail(f"{block_call(run.module, CLASSIFIER_NAME)} has {count} parameters; the embedding ({vocab * k}), {depth} "
-             f"blocks ({block_params} each) and the output layer ({k * classes + classes}) make {expected}. Is an "
-             "extra layer registered?", mistake=PARAMETER_COUNT)
-    tokens = case.inputs()["tokens"]
+    tokens, classes = case.inputs()["tokens"], run.module.args[4]
     b, t = tokens.shape
-    y = output(ev, case.key, what=f"{CLASSIFIER_NAME}.forward(tokens) for tokens of shape {(b, t)}",
-               shape=(b, classes), hint=_CLASSIFIER_HINT, shape_hints={
-                   (t, classes): "There is one row per position: the mean runs over the batch (dim=0) instead of "
-                                 "the positions (dim=1).",
-                   (b, t, classes): "There is one row per position: average over the positions (dim=1) before "
-                                    "the output layer."})
-    _judge_classifier_output(ev, y, parts, w, tokens, case.label)
+    _expect_logits(ev, run.module, case.key, tokens, case.label, counted=True, shape_hints={
+        (t, classes): "There is one row per position: the mean runs over the batch (dim=0), not the positions.",
+        (b, t, classes): "There is one row per position: average over the positions (dim=1) before the output layer."})
 
 
 @judge("transformer_classifier_oracle")
@@ -579,12 +547,8 @@ def _judge_classifier_oracle(ev: Evidence) -> None:
     """Random weights and tokens: embedding -> your blocks in order -> mean over positions -> linear (the blocks
     recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock computes them)."""
     for run in probes.transformer_classifier_oracle.runs:
-        parts, w = _classifier_values(ev, run.module)
         (case,) = run.cases
-        tokens = case.inputs()["tokens"]
-        y = output(ev, case.key, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=(len(tokens), run.module.args[4]),
-                   hint=_CLASSIFIER_HINT)
-        _judge_classifier_output(ev, y, parts, w, tokens, case.label)
+        _expect_logits(ev, run.module, case.key, case.inputs()["tokens"], case.label)
 
 
 @judge("transformer_classifier_order_blind")
@@ -592,36 +556,25 @@ def _judge_classifier_order(ev: Evidence) -> None:
     """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits."""
     (run,) = probes.transformer_classifier_order_blind.runs
     plain, permuted = run.cases
-    parts, w = _classifier_values(ev, run.module)
-    tokens = plain.inputs()["tokens"]
-    what = f"{CLASSIFIER_NAME}.forward(tokens)"
-    shape = (len(tokens), run.module.args[4])
-    y = output(ev, plain.key, what=what, shape=shape, hint=_CLASSIFIER_HINT)
-    y_perm = output(ev, permuted.key, what=what, shape=shape, hint=_CLASSIFIER_HINT)
+    *_, y = _expect_logits(ev, run.module, plain.key, plain.inputs()["tokens"], plain.label)
+    y_perm = output(ev, permuted.key, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=tuple(y.shape),
+                    hint=_CLASSIFIER_HINT)
     if not close(y_perm, y, **tolerance(ev.device)):
-        found = [spec[0] for spec, out in _classifier_outputs(parts, w, tokens)
-                 if spec[0] is not None and matches_any(y, [out], ev.device)][:1]
         fail(f"{CLASSIFIER_NAME}.forward on shuffled tokens changes the logits. Equivariant blocks followed by a mean "
-             "over the positions cannot see order, so shuffling the tokens must leave the logits unchanged. "
-             + (f"Your model is not what was asked: {found[0].explanation}" if found else
-                "Is something position-dependent (a first/last token, a flatten) used instead of the mean?"),
-             y, y_perm, case=permuted.label, mistake=found[0].id if found else None)
-    _judge_classifier_output(ev, y, parts, w, tokens, plain.label)
+             "over the positions cannot see order: is something position-dependent used?", y, y_perm,
+             case=permuted.label)
 
 
 @judge("transformer_classifier_gradients")
 def _judge_classifier_gradients(ev: Evidence) -> None:
     """A small batch: the logits are the classifier's, and their cross-entropy sends autograd's gradient to the
     embedding, every block and the output layer."""
-    parts, w = _classifier_values(ev, probes.CLASSIFIER_GRADIENTS)
     tokens, labels = probes.gradient_tokens()
-    what = f"{CLASSIFIER_NAME}.forward(tokens)"
-    y = output(ev, "y_grad", what=what, shape=(3, 3), hint=_CLASSIFIER_HINT)
-    modules.expect_attached(ev, "y_grad", what)
-    _, layout, ff, kind = _judge_classifier_output(ev, y, parts, w, tokens, "tokens arange(9) as (3, 3), depth=2")
+    parts, w, layout, ff, _ = _expect_logits(ev, probes.CLASSIFIER_GRADIENTS, "y_grad", tokens,
+                                             "tokens arange(9) as (3, 3), depth=2", attached=True)
 
     def forward(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
-        return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff), kind)
+        return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff))
 
     hint = (f"If your {BLOCK_NAME} does not pass its own tests yet (exercise 2), fix it first: a block cut off "
             "from autograd stops the gradient before it reaches the blocks and the embedding.")
