@@ -61,9 +61,8 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ModelRun:
-    """The model of case built under key `model` (weights: seed), run without autograd on lm_tokens(case, seed + 10),
-    logits under `logits`, then on those tokens changed from each position j of `changed` on (under changed<j>);
-    upstream: run in training mode instead, recording the gradients of sum(logits · randn(seed=upstream))."""
+    """The case's model (weights: seed) under key `model` run on lm_tokens(case, seed + 10), logits under `logits`,
+    then with the tokens from each j in `changed` on changed (changed<j>); upstream: gradients of sum(logits·randn)."""
 
     model: str
     logits: str
@@ -78,8 +77,7 @@ class ModelRun:
 
 @dataclass(frozen=True)
 class CacheCase:
-    """A run, then its tokens fed in chunks of these sizes under <steps><chunk>: the first (the prompt) without a
-    cache, each later one with the cache the call before returned."""
+    """A run, then its tokens fed in chunks of these sizes (<steps><chunk>), each with the cache the last returned."""
 
     run: ModelRun
     chunks: tuple[int, ...]
@@ -119,8 +117,7 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 # ---------------------------------------------------------------- LanguageModel: the probes
 
 def _lm_facts(model: nn.Module) -> dict:
-    """The model's named parts (parts: blocks with their count and how many are distinct objects), and the parts
-    of each of its blocks (blocks.<i>.parts)."""
+    """The model's named parts (the blocks' count and how many are distinct) and each block's (blocks.<i>.parts)."""
     facts = {"parts": modules.part_facts(model, MODEL_PARTS, _LM_KINDS)}
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
@@ -132,8 +129,7 @@ def _lm_facts(model: nn.Module) -> dict:
 
 
 def _probe_model(cases: tuple[ModelRun | CacheCase, ...], LanguageModel: Callable, rec: Recorder) -> None:
-    """Each run's model built and called as ModelRun says, a CacheCase's tokens then fed chunk by chunk with the
-    cache (a model that cannot be built ends the probe: its structure says why)."""
+    """Each run's model built and called as ModelRun (or CacheCase) says; one that cannot be built ends the probe."""
     for item in cases:
         run, chunks = (item.run, item.chunks) if isinstance(item, CacheCase) else (item, ())
         case, tokens, cache = run.case, run.tokens(), None
@@ -170,8 +166,7 @@ lm_gradients = property_check("lm_gradients", _probe_model,
 
 
 def _cache_check(name: str, cases: tuple[CacheCase, ...]) -> PropertyCheck:
-    """A CachedLanguageModel check that also says when the cause may be the LanguageModel (exercise 1) it inherits,
-    found among its base classes by name (the nearest of each name)."""
+    """A CachedLanguageModel check that also says when the cause may be the LanguageModel it inherits (exercise 1)."""
     return property_check(name, _probe_model, cases, user=CACHED_NAME,
                           prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),),
                           namespace=lambda cls: {c.__name__: c for c in reversed(getattr(cls, "__mro__", ())[1:])})
@@ -239,8 +234,7 @@ def numbered_sampling(cases: Sequence[tuple]) -> tuple[SamplingCase, ...]:
 
 
 def settings(case: "SamplingCase | Generation", device: str = "cpu", seed: int = 1) -> dict[str, Any]:
-    """The keyword arguments of the case's call, its generator seeded case.seed + seed on device: top_p only when the
-    case sets it, so that the tests without it pass before top-p is written."""
+    """The case's keyword arguments, its generator seeded case.seed + seed; top_p only where set (written last)."""
     nucleus = {} if case.top_p is None else {"top_p": case.top_p}
     return {"temperature": case.temperature, "top_k": case.top_k, **nucleus,
             "generator": generator(case.seed + seed, device)}
@@ -248,8 +242,7 @@ def settings(case: "SamplingCase | Generation", device: str = "cpu", seed: int =
 
 def _seeded_call(rec: Recorder, key: str, function: Callable, *args: Any, global_seed: int = GLOBAL_SEED,
                  **keywords: Any) -> bool:
-    """rec.call(key, function, *args, **keywords) with PyTorch's global generator seeded to global_seed, the
-    student's restored afterwards; True when the call drew from it."""
+    """rec.call under PyTorch's global generator seeded to global_seed (then restored); True when the call drew."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(salted(global_seed))
         before = torch.random.get_rng_state()
@@ -286,8 +279,7 @@ sampling_distribution = property_check("sampling_distribution", _probe_sampling,
 sampling_top_p = property_check("sampling_top_p", _probe_sampling, TOP_P_CASES)
 
 #: one case, drawn with the same generator under each global seed (tokens<i>)
-GLOBAL_SEEDS = (11, 22)
-GENERATOR_CASE = SamplingCase("tokens", 4800, 32, 8, 1.0, 4, global_seeds=GLOBAL_SEEDS)
+GENERATOR_CASE = SamplingCase("tokens", 4800, 32, 8, 1.0, 4, global_seeds=(11, 22))
 sampling_generator = property_check("sampling_generator", _probe_sampling, (GENERATOR_CASE,))
 
 #: b copies of one row of logits (seed, vocab): the draws must never leave its top k (also on the notebook's device)
@@ -330,9 +322,8 @@ class StandInLM(nn.Module):
 
 @dataclass(frozen=True)
 class Generation:
-    """generate (use_cache False) or generate_cached (True) on a stand-in model (seed, vocab) from a prompt (b, t0)
-    drawn from seed + 7: new_tokens tokens at this temperature, top_k and top_p, with a generator seeded seed + 1;
-    recorded under key and the model's calls under <key>.calls."""
+    """generate (or generate_cached: use_cache) on stand_in(self): new_tokens tokens after a prompt (b, t0), with a
+    generator seeded seed + 1; recorded under key and the model's calls under <key>.calls."""
 
     key: str
     seed: int
@@ -346,21 +337,17 @@ class Generation:
     use_cache: bool = False
 
 
-def cached_and_not(key: str, spec: Generation) -> tuple[Generation, Generation]:
-    """spec without the cache (under key) and with it (under key + "c")."""
-    return replace(spec, key=key, use_cache=False), replace(spec, key=f"{key}c", use_cache=True)
-
-
 GREEDY_GENERATION = Generation("tokens", 5000, 9, 3, 4, 6, 0.0, None)
 SAMPLED_GENERATIONS = (Generation("tokens0", 5100, 9, 3, 4, 7, 0.8, 4),
                        Generation("tokens1", 5150, 10, 2, 3, 8, 1.2, None, 0.8))
 CACHED_GENERATIONS = (Generation("tokens0", 5200, 9, 3, 4, 6, 0.0, None, use_cache=True),
                       Generation("tokens1", 5300, 11, 2, 3, 8, 1.0, None, use_cache=True),
                       Generation("tokens2", 5350, 10, 2, 2, 7, 0.9, 6, 0.85, use_cache=True))
-HIDDEN_GENERATIONS = (*cached_and_not("tokens0", Generation("", 5400, 7, 1, 1, 5, 1.2, 3)),
-                      *cached_and_not("tokens1", Generation("", 5500, 13, 4, 5, 1, 0.6, 2)),
-                      *cached_and_not("tokens2", Generation("", 5600, 10, 2, 2, 9, 1.0, 1)),
-                      *cached_and_not("tokens3", Generation("", 5700, 12, 3, 3, 6, 0.7, None, 0.6)))
+#: run by generate, then by generate_cached (keys tokens<i>c)
+HIDDEN_GENERATIONS = (Generation("tokens0", 5400, 7, 1, 1, 5, 1.2, 3),
+                      Generation("tokens1", 5500, 13, 4, 5, 1, 0.6, 2),
+                      Generation("tokens2", 5600, 10, 2, 2, 9, 1.0, 1),
+                      Generation("tokens3", 5700, 12, 3, 3, 6, 0.7, None, 0.6))
 
 
 def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
@@ -370,8 +357,7 @@ def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
 
 
 def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) -> None:
-    """generate (or generate_cached) on each case's stand-in, on the CPU, with PyTorch's global generator seeded to
-    GLOBAL_SEED; the settings and the generator are passed by keyword."""
+    """generate (or generate_cached) on each case's stand-in with PyTorch's global generator seeded to GLOBAL_SEED."""
     for spec in cases:
         model, prompt = stand_in(spec)
         _seeded_call(rec, spec.key, generate, model, prompt, spec.new_tokens, **settings(spec))
@@ -387,7 +373,7 @@ def _generate_check(name: str, cases: Sequence[Generation], user: str = "generat
 
 generate_greedy = _generate_check("generate_greedy", (GREEDY_GENERATION,))
 generate_sampling = _generate_check("generate_sampling", SAMPLED_GENERATIONS)
-generate_hidden = _generate_check("generate_hidden", [g for g in HIDDEN_GENERATIONS if not g.use_cache])
+generate_hidden = _generate_check("generate_hidden", HIDDEN_GENERATIONS)
 generate_cached = _generate_check("generate_cached", CACHED_GENERATIONS, "generate_cached")
-generate_cached_hidden = _generate_check("generate_cached_hidden", [g for g in HIDDEN_GENERATIONS if g.use_cache],
-                                         "generate_cached")
+generate_cached_hidden = _generate_check("generate_cached_hidden", [replace(g, key=f"{g.key}c", use_cache=True)
+                                                                    for g in HIDDEN_GENERATIONS], "generate_cached")

@@ -11,35 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from course.checks import compare, modules
 from course.checks import language_model as probes
-from course.checks import modules
-from course.checks.compare import (
-    WRONG_SHAPE,
-    Mistake,
-    Rows,
-    expect_close_batch,
-    expect_equal,
-    expect_tuple,
-    fail,
-    generator,
-    matches_any,
-    output,
-    randn,
-    recorded,
-    tensor,
-    value_kind,
-)
+from course.checks.compare import Mistake, expect_equal, expect_tuple, fail, generator, matches_any, output, tensor
 from course.checks.evidence import Evidence
-from course.checks.language_model import (
-    CACHED_NAME,
-    GLOBAL_SEED,
-    MODEL_NAME,
-    CacheCase,
-    Generation,
-    ModelCase,
-    ModelRun,
-    SamplingCase,
-)
+from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.judges import mistakes, oracles
 from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
 from course.judges.oracles import dense, layer_norm
@@ -51,25 +27,20 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_mo
 
 # ---------------------------------------------------------------- the model: structure
 
-def _expect_size(part: str, got: tuple, expected: tuple, how: str) -> None:
-    """Fail naming wrong-size unless the sizes recorded for LanguageModel.<part> are expected (how: its code)."""
-    __tracebackhide__ = True
-    if got != expected:
-        fail(f"{MODEL_NAME}.{part} has sizes {got}, expected {expected}: it should be {how}.", mistake=M["wrong-size"])
-
-
-def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The run's model has the parts the notebook names, of the right kinds and sizes, registered, and no others
-    with parameters; returns the weights the probe loaded into it, by parameter name."""
+def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
+    """The weights loaded into the run's model, which must have the notebook's parts, their sizes, and no others."""
     __tracebackhide__ = True
     key, case, what = run.model, run.case, MODEL_NAME
     vocab, k, heads, depth, max_len = case.vocab, case.k, case.heads, case.depth, case.max_len
     modules.built(ev, key, case.call)
-    parts = recorded(ev, f"{key}.parts", f"the parts of {MODEL_NAME}")
+    parts = compare.recorded(ev, f"{key}.parts", f"the parts of {MODEL_NAME}")
     described = modules.described(ev, key)
 
-    def sizes(name: str, *fields: str) -> tuple:
-        return tuple(described.get(name, {}).get(field) for field in fields)
+    def expect_size(part: str, fields: tuple[str, ...], expected: tuple, how: str, extra: tuple = ()) -> None:
+        """Fail naming wrong-size unless the sizes recorded for part (then extra) are expected."""
+        got = (*(described.get(part, {}).get(field) for field in fields), *extra)
+        if got != expected:
+            fail(f"{what}.{part} has sizes {got}, expected {expected}: it should be {how}.", mistake=M["wrong-size"])
 
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
     if isinstance(position, dict) and position.get("kind") not in ("Embedding", "missing"):
@@ -77,7 +48,7 @@ def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
              f"{M['positions-not-learned'].explanation}", mistake=M["positions-not-learned"])
     for name, rows, size in (("token_embedding", vocab, "vocab_size"), ("position_embedding", max_len, "max_len")):
         modules.expect_part(ev, key, what, name, "Embedding", f"nn.Embedding({size}, k)")
-        _expect_size(name, sizes(name, "num_embeddings", "embedding_dim"), (rows, k), f"nn.Embedding({size}, k)")
+        expect_size(name, ("num_embeddings", "embedding_dim"), (rows, k), f"nn.Embedding({size}, k)")
     blocks = modules.expect_part(ev, key, what, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
                                  "nn.ModuleList of `depth` blocks")
     for wrong, mistake in ((blocks.get("kind") in ("list", "tuple"), M["blocks-not-registered"]),
@@ -92,16 +63,15 @@ def _lm_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
                  for name, kind, how in probes.BLOCK_PARTS}
         if block["norm2"].get("same_as") == "norm1":
             fail(f"{owner}.norm2 is {owner}.norm1: {M['shared-norm'].explanation}", mistake=M["shared-norm"])
-        _expect_size(f"{p}attention", (*sizes(f"{p}attention.to_queries", "in_features"),
-                                       block["attention"].get("heads")), (k, heads), "MultiHeadAttention(k, heads)")
-        _expect_size(f"{p}ff.net.0", sizes(f"{p}ff.net.0", "in_features", "out_features"), (k, 4 * k),
-                     "FeedForward(k, 4 * k)")
+        expect_size(f"{p}attention.to_queries", ("in_features",), (k, heads), "MultiHeadAttention(k, heads)",
+                    (block["attention"].get("heads"),))
+        expect_size(f"{p}ff.net.0", ("in_features", "out_features"), (k, 4 * k), "FeedForward(k, 4 * k)")
         for name in ("norm1", "norm2"):
-            _expect_size(p + name, sizes(p + name, "shape"), ([k],), "nn.LayerNorm(k)")
+            expect_size(p + name, ("shape",), ([k],), "nn.LayerNorm(k)")
     modules.expect_part(ev, key, what, "norm", "LayerNorm", "nn.LayerNorm(k), the final norm")
-    _expect_size("norm", sizes("norm", "shape"), ([k],), "nn.LayerNorm(k)")
+    expect_size("norm", ("shape",), ([k],), "nn.LayerNorm(k)")
     modules.expect_part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, vocab_size)")
-    _expect_size("to_logits", sizes("to_logits", "in_features", "out_features"), (k, vocab), "nn.Linear(k, vocab_size)")
+    expect_size("to_logits", ("in_features", "out_features"), (k, vocab), "nn.Linear(k, vocab_size)")
     per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
     shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
@@ -210,7 +180,7 @@ def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
     """The logits (b, t, vocab) recorded under key."""
     __tracebackhide__ = True
     b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
-    if value_kind(ev, key) == "tuple":
+    if compare.value_kind(ev, key) == "tuple":
         fail(f"{what} returned a tuple: {M['lm-returns-tuple'].explanation}", mistake=M["lm-returns-tuple"])
     return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
         (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
@@ -218,8 +188,7 @@ def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
 
 
 def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) -> dict:
-    """The logits are what the model, right or typically wrong, computes with the check's weights; returns the
-    switches of the model they come from ({} for the right one)."""
+    """The switches of the model, right ({}) or typically wrong, that computes the logits with the check's weights."""
     __tracebackhide__ = True
     with torch.no_grad():
         expected = _lm_oracle(w, case, tokens)
@@ -233,61 +202,43 @@ def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) 
     return found[0]
 
 
-def _expect_parts(ev: Evidence, run: ModelRun) -> None:
-    """The run's model has the parts asked for, and gives the logits a language model, right or typically wrong,
-    computes with its weights."""
-    __tracebackhide__ = True
-    w = _lm_weights(ev, run)
-    _anchor_lm(ev, _lm_logits(ev, run.logits, run.case), w, run.case, run.tokens(), f"{MODEL_NAME} has the right parts")
-
-
-def _expect_no_future(ev: Evidence, run: ModelRun) -> None:
-    """Changing the tokens from position j on (each j of run.changed) changes no logits before j."""
-    __tracebackhide__ = True
-    case, tokens = run.case, run.tokens()
-    w = _lm_weights(ev, run)
-    logits = _lm_logits(ev, run.logits, case)
-    for j in run.changed:
-        expect_causal(ev, logits, _lm_logits(ev, f"changed{j}", case), j, f"{MODEL_NAME} is not causal",
-                      _lm_mistakes(w, case, tokens), "In training the model could read the token it must predict: "
-                      "give every block the causal mask, True where key j <= query i.", M["lm-reads-future"])
-    _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} is causal")
-
-
-def _expect_oracle(ev: Evidence, run: ModelRun) -> None:
-    """The run's logits against the oracle with its weights."""
-    __tracebackhide__ = True
-    w = _lm_weights(ev, run)
-    _expect_lm_close(ev, _lm_logits(ev, run.logits, run.case), w, run.case, run.tokens(), f"{MODEL_NAME}.forward",
-                     f", max_len={run.case.max_len}")
-
-
 def _expect_lm_close(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str,
                      more: str = "") -> None:
     """The logits against the oracle with the weights w, naming the typical mistake they match."""
     __tracebackhide__ = True
     with torch.no_grad():
-        expect_close_batch(logits, _lm_oracle(w, case, tokens), what=what, device=ev.device,
+        compare.expect_close_batch(logits, _lm_oracle(w, case, tokens), what=what, device=ev.device,
                            mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
                            case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
                                 f"depth={case.depth}{more}")
 
 
-def _expect_gradients(ev: Evidence, run: ModelRun) -> None:
-    """The gradients of sum(logits · upstream) every parameter received, against autograd through the model (right
-    or typically wrong) the logits come from."""
+def _expect_model(ev: Evidence, run: probes.ModelRun, exact: bool = False) -> None:
+    """The run's model has the parts asked for and gives the oracle's logits (exact) or a language model's, right or
+    typically wrong: causal where run.changed, with autograd's gradients where run.upstream."""
     __tracebackhide__ = True
     case, tokens = run.case, run.tokens()
     w = _lm_weights(ev, run)
     logits = _lm_logits(ev, run.logits, case)
-    modules.expect_differentiable(ev, run.logits, f"{MODEL_NAME}.forward")
-    switches = _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} passes gradients")
+    if exact:
+        _expect_lm_close(ev, logits, w, case, tokens, f"{MODEL_NAME}.forward", f", max_len={case.max_len}")
+        return
+    for j in run.changed:
+        expect_causal(ev, logits, _lm_logits(ev, f"changed{j}", case), j, f"{MODEL_NAME} is not causal",
+                      _lm_mistakes(w, case, tokens), "In training the model could read the token it must predict: "
+                      "give every block the causal mask, True where key j <= query i.", M["lm-reads-future"])
+    if run.upstream is not None:
+        modules.expect_differentiable(ev, run.logits, f"{MODEL_NAME}.forward")
+    switches = _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} has the right parts")
+    if run.upstream is None:
+        return
 
     def forward(leaves: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return _lm_step(leaves, case, tokens, **switches)[0] if switches else _lm_oracle(leaves, case, tokens)
 
     because = next((m for m, sw in _LM_MISTAKES if dict(sw) == switches), None)
-    modules.expect_gradients(ev, modules.autograd(forward, w, {}, randn(*logits.shape, seed=run.upstream)),
+    upstream = compare.randn(*logits.shape, seed=run.upstream)
+    modules.expect_gradients(ev, modules.autograd(forward, w, {}, upstream),
                              owner=MODEL_NAME, case=f"the logits of {tuple(tokens.shape)} tokens", because=because,
                              oracle="PyTorch's nn.TransformerEncoderLayer with the same weights")
 
@@ -330,8 +281,7 @@ def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torc
 
 
 def _expect_step(ev: Evidence, key: str, case: ModelCase, start: int, end: int) -> tuple[torch.Tensor, list]:
-    """The logits (b, end - start, vocab) and the cache of the call recorded under key, tokens[:, start:end] fed
-    with a cache of start positions; a raise PyTorch's error message explains is named."""
+    """The logits (b, end - start, vocab) and the cache of tokens[:, start:end] fed after start cached positions."""
     __tracebackhide__ = True
     what = f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
     fact = ev.facts.get(key)
@@ -347,9 +297,8 @@ def _expect_step(ev: Evidence, key: str, case: ModelCase, start: int, end: int) 
             _cache_tensors(ev, f"{key}.1", case, end))
 
 
-def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
-    """The chunks fed with the cache give the logits of one call without it, and a cache of the keys and values of
-    every block, (b, heads, t, s), t growing; else the typical cache mistake they match is named."""
+def _expect_cached(ev: Evidence, spec: probes.CacheCase) -> None:
+    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values."""
     __tracebackhide__ = True
     case, sizes, tokens = spec.model, spec.chunks, spec.run.tokens()
     w = _lm_weights(ev, spec.run)
@@ -398,8 +347,7 @@ def _expect_cached(ev: Evidence, spec: CacheCase) -> None:
 # ---------------------------------------------------------------- next_token_loss
 
 def _next_token_logits(feed: str, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """The logits (b, n, vocab) scored against tokens[:, 1:] ("shifted"), all of tokens ("unshifted") or
-    tokens[:, :-1] ("backwards")."""
+    """The logits (b, n, vocab) scored against tokens[:, 1:], all of tokens or tokens[:, :-1]."""
     return {"shifted": logits[:, :-1], "unshifted": logits, "backwards": logits[:, 1:]}[feed]
 
 
@@ -423,8 +371,7 @@ def _top_k_mask(logits: torch.Tensor, top_k: int | None, largest: bool = True) -
 
 
 def _column_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor | None:
-    """logits (b, V) with all but the top_k of each COLUMN at -inf (the mistake top-k-wrong-dim); None where top_k
-    keeps every token or exceeds the batch."""
+    """logits (b, V) with all but the top_k of each COLUMN at -inf (top-k-wrong-dim); None where it cannot apply."""
     if top_k is None or top_k >= logits.shape[-1] or top_k > logits.shape[0]:
         return None
     kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column
@@ -478,8 +425,7 @@ def _ways(top_p: float | None) -> list[tuple[str, str]]:
 
 
 def _draws(spec: SamplingCase, seed: int | None = None) -> list[torch.Tensor]:
-    """The tokens a right sample_next_token may give on the case, with its generator (or one seeded seed): a draw over
-    the whole vocabulary, or over the top k alone; with top_p, its nucleus renormalized either way."""
+    """The tokens (b,) each right sampler (_ways) draws on the case with its generator (or one seeded seed)."""
     logits, gen_seed = spec.logits(), spec.seed + 1 if seed is None else seed
     return [_draw(logits, spec.temperature, spec.top_k, generator(gen_seed), how, spec.top_p, way)
             for how, way in _ways(spec.top_p)]
@@ -527,11 +473,11 @@ _SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k lo
                 "top_p, only the nucleus kept (sorted descending, a token kept when the probability ranked before it "
                 "is below top_p) and renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1). "
                 "At temperature 0: logits.argmax(-1).")
+_GREEDY_HINT = "At temperature 0 return logits.argmax(dim=-1), the most likely token of each row."
 
 
 def _no_distribution(ev: Evidence, key: str) -> str:
-    """The error of the call recorded under key when torch.multinomial refused its probabilities (e.g. a row with
-    nothing left to draw), else ""."""
+    """The error of the call under key when torch.multinomial refused its probabilities, else ""."""
     fact = ev.facts.get(key)
     message = str(fact.get("message"))[:200] if isinstance(fact, dict) and fact.get("kind") == "raised" else ""
     return message if "probability tensor contains" in message or "invalid multinomial" in message else ""
@@ -550,7 +496,7 @@ def _sampled_tokens(ev: Evidence, key: str, b: int, what: str, greedy: bool = Fa
     if tuple(out.shape) != (b,):
         column = " One id per COLUMN? Take the argmax or the top-k over the vocabulary." if out.dim() == 1 else ""
         fail(f"{what} returned shape {tuple(out.shape)}; expected ({b},), one token id per row.{column}",
-             mistake=WRONG_SHAPE)
+             mistake=compare.WRONG_SHAPE)
     return out
 
 
@@ -571,53 +517,39 @@ def _emptied_rows(logits: torch.Tensor, spec: SamplingCase) -> list[str]:
     return found
 
 
-def _expect_draws(cases: Sequence[SamplingCase], ev: Evidence, spec: SamplingCase) -> None:
-    """The case's tokens are those torch.multinomial draws with its generator, or a typical mistake's (cases: the
-    check's; copies of one row go to _expect_within_top_k)."""
+def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase] = ()) -> None:
+    """The case's tokens are those torch.multinomial draws with its generator (the argmax at temperature 0), or a
+    typical mistake's is named; drawn under each of its global_seeds, the same tokens, the global generator left
+    alone (cases: the check's; copies of one row go to _expect_within_top_k)."""
     __tracebackhide__ = True
     if spec.copies:
         _expect_within_top_k(ev, spec)
         return
-    logits, refused = spec.logits(), _no_distribution(ev, spec.key)
-    for name in _emptied_rows(logits, spec) if refused else ():
+    greedy, rng = spec.temperature == 0, M["sampling-global-rng"]
+    refused = "" if greedy else _no_distribution(ev, spec.key)
+    for name in _emptied_rows(spec.logits(), spec) if refused else ():
         fail(f"{spec.call} raised {refused}. A row had no token left to draw, as when {M[name].explanation}",
              mistake=M[name])
-    out = _sampled_tokens(ev, spec.key, spec.b, spec.call)
-    mistakes = _sample_mistakes(spec)
+    keys = [f"{spec.key}{i}" for i in range(len(spec.global_seeds))] or [spec.key]
+    outs = [_sampled_tokens(ev, key, spec.b, spec.call, greedy) for key in keys]
+    if not torch.equal(outs[0], outs[-1]):
+        fail(f"{spec.call} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
+             f"{rng.explanation}", compare.Rows(outs[0]), compare.Rows(outs[-1]), "two global seeds", rng)
+    mistakes = [] if greedy else _sample_mistakes(spec)
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
     if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
         mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
-    _expect_tokens(out, _draws(spec), mistakes, what=spec.call, case=f"logits ({spec.b}, {spec.vocab}), first 16 rows")
-
-
-def _expect_greedy(ev: Evidence, spec: SamplingCase) -> None:
-    """At temperature 0 the tokens are the argmax of each row."""
-    __tracebackhide__ = True
-    out = _sampled_tokens(ev, spec.key, spec.b, spec.call, greedy=True)
-    _expect_tokens(out, [spec.logits().argmax(dim=-1)], [], what=spec.call, case=f"logits ({spec.b}, {spec.vocab})",
-                   otherwise="At temperature 0 return logits.argmax(dim=-1), the most likely token of each row.")
-
-
-def _expect_own_generator(ev: Evidence, spec: SamplingCase) -> None:
-    """The case drawn under each of the global seeds: the same tokens, those of its generator, and the global
-    generator left alone."""
-    __tracebackhide__ = True
-    what, rng = spec.call, M["sampling-global-rng"]
-    outs = [_sampled_tokens(ev, f"{spec.key}{i}", spec.b, what) for i in range(len(probes.GLOBAL_SEEDS))]
-    if not torch.equal(outs[0], outs[1]):
-        fail(f"{what} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
-             f"{rng.explanation}", Rows(outs[0]), Rows(outs[1]), "the same generator seed, two global seeds", rng)
-    _expect_tokens(outs[0], _draws(spec), _sample_mistakes(spec), what=what, case=f"logits ({spec.b}, {spec.vocab}), "
-                   "first 16 rows")
-    if ev.facts.get("global_state_changed") != [False, False]:
-        fail(f"{what} changed the state of PyTorch's global generator, though its tokens come from the given one: "
-             "use only `generator`, so that sampling leaves the rest of a program's randomness alone.", mistake=rng)
+    _expect_tokens(outs[0], _draws(spec), mistakes, what=spec.call, case=f"logits ({spec.b}, {spec.vocab}), first 16 "
+                   "rows", otherwise=_GREEDY_HINT if greedy else _SAMPLE_HINT)
+    if spec.global_seeds and ev.facts.get("global_state_changed") != [False] * len(keys):
+        fail(f"{spec.call} changed the state of PyTorch's global generator, though its tokens come from the given "
+             "one: use only `generator`, so that sampling leaves the rest of a program's randomness alone.",
+             mistake=rng)
 
 
 def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
-    """spec.b draws from copies of one row never leave its top k, and each of the top k comes up (on the notebook's
-    device too); on the CPU they are the oracle's draws."""
+    """spec.b draws from copies of one row give each of its top k and nothing else; on the CPU the oracle's draws."""
     __tracebackhide__ = True
     draws, top_k = spec.b, spec.top_k
     allowed = set(spec.logits()[0].topk(top_k).indices.tolist())
@@ -692,8 +624,7 @@ def _generate_hint(cached: bool) -> str:
 
 
 def _expect_generation(ev: Evidence, spec: Generation) -> None:
-    """The tokens generate (or generate_cached) gave on the case's stand-in are those of the step-by-step oracle, and
-    it called the model as the cache (or its absence) asks."""
+    """The oracle's tokens on the case's stand-in, the model called as the cache (or its absence) asks."""
     __tracebackhide__ = True
     key, use_cache, b, t0, n = spec.key, spec.use_cache, spec.b, spec.t0, spec.new_tokens
     nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
@@ -707,7 +638,7 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
     if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
         fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
-             "prompt, then the new tokens.", Rows(good[0]), Rows(out), case, WRONG_SHAPE)
+             "prompt, then the new tokens.", compare.Rows(good[0]), compare.Rows(out), case, compare.WRONG_SHAPE)
     expect_equal(out, good, what=what, mistakes=mistakes, otherwise=hint, case=case,
                  differs="does not give the tokens of the step-by-step oracle")
     calls = ev.facts.get(f"{key}.calls")
@@ -725,30 +656,30 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
 
 # ---------------------------------------------------------------- the checks
 
-each_case(probes.lm_structure, _expect_parts,
+each_case(probes.lm_structure, _expect_model,
           passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits.")
-each_case(probes.lm_causality, _expect_no_future,
+each_case(probes.lm_causality, _expect_model,
           passed="Changing the tokens from position j on never changes the logits at positions before j.")
-each_case(probes.lm_oracle, _expect_oracle,
+each_case(probes.lm_oracle, partial(_expect_model, exact=True),
           passed="With the test's weights: the logits of PyTorch's nn.TransformerEncoderLayer, pre-norm, causal.")
-each_case(probes.lm_hidden, _expect_oracle,
+each_case(probes.lm_hidden, partial(_expect_model, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
-each_case(probes.lm_gradients, _expect_gradients,
+each_case(probes.lm_gradients, _expect_model,
           passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
 each_case(probes.lm_cache, _expect_cached,
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
                  "and a cache of (keys, values) per block, (b, heads, t, s), t growing.")
 each_case(probes.lm_cache_hidden, _expect_cached,
           passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens.")
-each_case(probes.sampling_greedy, _expect_greedy,
+each_case(probes.sampling_greedy, _expect_draws,
           passed="Temperature 0 is greedy: the argmax of each row, (b,) token ids, with or without top_k.")
-each_case(probes.sampling_generator, _expect_own_generator,
+each_case(probes.sampling_generator, _expect_draws,
           passed="The same generator gives the same tokens whatever the global generator's state, left alone.")
-each_case(probes.sampling_distribution, partial(_expect_draws, probes.SAMPLING_CASES),
+each_case(probes.sampling_distribution, partial(_expect_draws, cases=probes.SAMPLING_CASES),
           passed="Temperatures below and above 1, with and without top_k: torch.multinomial's tokens.")
-each_case(probes.sampling_top_p, partial(_expect_draws, probes.TOP_P_CASES),
+each_case(probes.sampling_top_p, partial(_expect_draws, cases=probes.TOP_P_CASES),
           passed="top_p at three temperatures, after top_k, and a small p: torch.multinomial's tokens.")
-each_case(probes.sampling_hidden, partial(_expect_draws, probes.SAMPLING_HIDDEN_CASES),
+each_case(probes.sampling_hidden, partial(_expect_draws, cases=probes.SAMPLING_HIDDEN_CASES),
           passed="Edge cases of top_k, top_p and temperature; 1,500 draws from one row never leave its top k.")
 each_case(probes.generate_greedy, _expect_generation,
           passed="Temperature 0: the prompt, then the argmax of the last position, the whole sequence fed each step.")
