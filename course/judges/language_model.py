@@ -468,12 +468,12 @@ def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor]]:
     return [(mistake, tokens) for mistake, tokens in out if tokens is not None]
 
 
-
 _SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k logits of each row set to -inf; with "
                 "top_p, only the nucleus kept (sorted descending, a token kept when the probability ranked before it "
                 "is below top_p) and renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1). "
                 "At temperature 0: logits.argmax(-1).")
 _GREEDY_HINT = "At temperature 0 return logits.argmax(dim=-1), the most likely token of each row."
+_NOT_DRAWN = "does not give the tokens torch.multinomial draws with the given generator"
 
 
 def _no_distribution(ev: Evidence, key: str) -> str:
@@ -498,13 +498,6 @@ def _sampled_tokens(ev: Evidence, key: str, b: int, what: str, greedy: bool = Fa
         fail(f"{what} returned shape {tuple(out.shape)}; expected ({b},), one token id per row.{column}",
              mistake=compare.WRONG_SHAPE)
     return out
-
-
-def _expect_tokens(out: torch.Tensor, good: Sequence[torch.Tensor], mistakes, *, what: str, case: str,
-                   otherwise: str = _SAMPLE_HINT) -> None:
-    __tracebackhide__ = True
-    expect_equal(out, good, what=what, mistakes=mistakes, otherwise=otherwise, case=case,
-                 differs="does not give the tokens torch.multinomial draws with the given generator")
 
 
 def _emptied_rows(logits: torch.Tensor, spec: SamplingCase) -> list[str]:
@@ -540,8 +533,8 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     # another case leaving a row empty tells the two apart
     if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
         mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
-    _expect_tokens(outs[0], _draws(spec), mistakes, what=spec.call, case=f"logits ({spec.b}, {spec.vocab}), first 16 "
-                   "rows", otherwise=_GREEDY_HINT if greedy else _SAMPLE_HINT)
+    expect_equal(outs[0], _draws(spec), what=spec.call, mistakes=mistakes, case=f"logits ({spec.b}, {spec.vocab})",
+                 otherwise=_GREEDY_HINT if greedy else _SAMPLE_HINT, differs=_NOT_DRAWN)
     if spec.global_seeds and ev.facts.get("global_state_changed") != [False] * len(keys):
         fail(f"{spec.call} changed the state of PyTorch's global generator, though its tokens come from the given "
              "one: use only `generator`, so that sampling leaves the rest of a program's randomness alone.",
@@ -561,7 +554,8 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
             if wrong:
                 fail(f"{what} drew the tokens {shown}; the top {top_k} of the row are {sorted(allowed)}: "
                      f"{mistake.explanation}", mistake=mistake)
-    _expect_tokens(_sampled_tokens(ev, spec.key, draws, what), _draws(spec), [], what=what, case=f"top_k={top_k}")
+    expect_equal(_sampled_tokens(ev, spec.key, draws, what), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
+                 case=f"top_k={top_k}", differs=_NOT_DRAWN)
 
 
 # ---------------------------------------------------------------- generate
@@ -591,13 +585,10 @@ def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int 
     return tokens
 
 
-def _good_generations(spec: Generation, pattern: str = "plain") -> list[torch.Tensor]:
-    return [_oracle_generate(spec, pattern=pattern, how=how, renormalize=way) for how, way in _ways(spec.top_p)]
-
-
-def _generate_mistakes(spec: Generation, cached: bool) -> list[tuple[Mistake, torch.Tensor]]:
-    pattern = "cached" if cached else "plain"
-    out = [(M["generate-drops-prompt"], g[:, spec.t0:]) for g in _good_generations(spec, pattern)]
+def _generate_mistakes(spec: Generation, good: list[torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
+    """The tokens of generate's typical mistakes on the case (generate_cached's too where spec.use_cache)."""
+    pattern = "cached" if spec.use_cache else "plain"
+    out = [(M["generate-drops-prompt"], g[:, spec.t0:]) for g in good]  # the stand-in: cached and plain the same
     for how, way in _ways(spec.top_p):  # each mistake with every right sampler (they differ only where logits tie)
         def oracle(how: str = how, way: str = way, **options) -> torch.Tensor:
             return _oracle_generate(spec, how=how, renormalize=way, **{"pattern": pattern, **options})
@@ -606,21 +597,17 @@ def _generate_mistakes(spec: Generation, cached: bool) -> list[tuple[Mistake, to
                 (M["generate-forgets-generator"], oracle(seed=GLOBAL_SEED))]
         if (how, way) == ("full", "divide"):  # without the settings there is no top k or top p
             out.append((M["generate-ignores-settings"], oracle(settings=False)))
-        if cached:
+        if spec.use_cache:
             out += [(M["generate-cache-refeeds"], oracle(pattern="refeed")),
                     (M["generate-cache-not-passed"], oracle(pattern="no-cache")),
                     (M["generate-stale-cache"], oracle(pattern="stale"))]
     return out
 
 
-
-def _generate_hint(cached: bool) -> str:
-    """What generate (cached: generate_cached) does, step by step."""
-    feed = ("the first call feeds the prompt with use_cache=True, each later one only the last token, tokens[:, -1:], "
-            "with the cache the call before returned" if cached else "at each step run the model on the whole "
-            "sequence so far")
-    return (f"Start from the prompt; {feed}; draw the next token from the logits of the LAST position with "
-            "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
+#: how generate (False) and generate_cached (True) feed the model
+_FEED = {False: "at each step run the model on the whole sequence so far",
+         True: "the first call feeds the prompt with use_cache=True, each later one only the last token, "
+               "tokens[:, -1:], with the cache the call before returned"}
 
 
 def _expect_generation(ev: Evidence, spec: Generation) -> None:
@@ -630,11 +617,13 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
     what = (f"{'generate_cached' if use_cache else 'generate'}(model, prompt {(b, t0)}, max_new_tokens={n}, "
             f"temperature={spec.temperature:g}, top_k={spec.top_k}{nucleus}, generator=generator)")
-    hint = _generate_hint(use_cache)
+    hint = (f"Start from the prompt; {_FEED[use_cache]}; draw the next token from the logits of the LAST position "
+            "with sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
-    good, mistakes = _good_generations(spec, "plain"), _generate_mistakes(spec, use_cache)
+    good = [_oracle_generate(spec, how=how, renormalize=way) for how, way in _ways(spec.top_p)]
+    mistakes = _generate_mistakes(spec, good)
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
     if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
         fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
