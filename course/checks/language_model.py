@@ -253,12 +253,11 @@ def _seeded_call(rec: Recorder, key: str, function: Callable, *args: Any, global
 def _probe_sampling(cases: tuple[SamplingCase, ...], sample_next_token, rec: Recorder) -> None:
     """Each case drawn as it says; with global_seeds, whether each draw changed the global generator too."""
     for case in cases:
+        keys = [f"{case.key}{i}" for i in range(len(case.global_seeds))] or [case.key]
+        changed = [_seeded_call(rec, key, sample_next_token, case.logits(), global_seed=seed, **settings(case))
+                   for key, seed in zip(keys, case.global_seeds or (GLOBAL_SEED,), strict=True)]
         if case.global_seeds:
-            rec.fact("global_state_changed", [_seeded_call(rec, f"{case.key}{i}", sample_next_token, case.logits(),
-                                                           global_seed=seed, **settings(case))
-                                              for i, seed in enumerate(case.global_seeds)])
-            continue
-        _seeded_call(rec, case.key, sample_next_token, case.logits(), **settings(case))
+            rec.fact("global_state_changed", changed)
         if case.copies and rec.device.type != "cpu":
             rec.call("on_device", sample_next_token, case.logits().to(rec.device), **settings(case, rec.device, 0))
 

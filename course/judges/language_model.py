@@ -202,15 +202,14 @@ def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) 
     return found[0]
 
 
-def _expect_lm_close(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str,
-                     more: str = "") -> None:
+def _expect_lm_close(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str) -> None:
     """The logits against the oracle with the weights w, naming the typical mistake they match."""
     __tracebackhide__ = True
     with torch.no_grad():
         compare.expect_close_batch(logits, _lm_oracle(w, case, tokens), what=what, device=ev.device,
-                           mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
-                           case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, heads={case.heads}, "
-                                f"depth={case.depth}{more}")
+                                   mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
+                                   case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, "
+                                        f"heads={case.heads}, depth={case.depth}, max_len={case.max_len}")
 
 
 def _expect_model(ev: Evidence, run: probes.ModelRun, exact: bool = False) -> None:
@@ -221,7 +220,7 @@ def _expect_model(ev: Evidence, run: probes.ModelRun, exact: bool = False) -> No
     w = _lm_weights(ev, run)
     logits = _lm_logits(ev, run.logits, case)
     if exact:
-        _expect_lm_close(ev, logits, w, case, tokens, f"{MODEL_NAME}.forward", f", max_len={case.max_len}")
+        _expect_lm_close(ev, logits, w, case, tokens, f"{MODEL_NAME}.forward")
         return
     for j in run.changed:
         expect_causal(ev, logits, _lm_logits(ev, f"changed{j}", case), j, f"{MODEL_NAME} is not causal",
@@ -284,13 +283,11 @@ def _expect_step(ev: Evidence, key: str, case: ModelCase, start: int, end: int) 
     """The logits (b, end - start, vocab) and the cache of tokens[:, start:end] fed after start cached positions."""
     __tracebackhide__ = True
     what = f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
-    fact = ev.facts.get(key)
-    if isinstance(fact, dict) and fact.get("kind") == "raised" and not fact.get("not_implemented"):
-        message = str(fact.get("message"))[:300]
-        for phrase, after, mistake in _CACHE_ERRORS:
-            if phrase in message and start >= after:
-                fail(f"{what}, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
-                     f"{mistake.explanation}", mistake=mistake)
+    message = str(ev.facts[key].get("message"))[:300] if compare.value_kind(ev, key) == "raised" else ""
+    for phrase, after, mistake in _CACHE_ERRORS:
+        if phrase in message and start >= after:
+            fail(f"{what}, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
+                 f"{mistake.explanation}", mistake=mistake)
     expect_tuple(ev, key, what, f"{what}: {M['cache-not-returned'].explanation} The cache holds the keys and values "
                  f"of all {end} positions so far.", 2, M["cache-not-returned"])
     return (_lm_logits(ev, f"{key}.0", case, t=end - start, what=f"The logits of {what}"),
@@ -472,14 +469,12 @@ _SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k lo
                 "top_p, only the nucleus kept (sorted descending, a token kept when the probability ranked before it "
                 "is below top_p) and renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1). "
                 "At temperature 0: logits.argmax(-1).")
-_GREEDY_HINT = "At temperature 0 return logits.argmax(dim=-1), the most likely token of each row."
 _NOT_DRAWN = "does not give the tokens torch.multinomial draws with the given generator"
 
 
 def _no_distribution(ev: Evidence, key: str) -> str:
     """The error of the call under key when torch.multinomial refused its probabilities, else ""."""
-    fact = ev.facts.get(key)
-    message = str(fact.get("message"))[:200] if isinstance(fact, dict) and fact.get("kind") == "raised" else ""
+    message = str(ev.facts[key].get("message"))[:200] if compare.value_kind(ev, key) == "raised" else ""
     return message if "probability tensor contains" in message or "invalid multinomial" in message else ""
 
 
@@ -534,7 +529,7 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
         mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
     expect_equal(outs[0], _draws(spec), what=spec.call, mistakes=mistakes, case=f"logits ({spec.b}, {spec.vocab})",
-                 otherwise=_GREEDY_HINT if greedy else _SAMPLE_HINT, differs=_NOT_DRAWN)
+                 otherwise=_SAMPLE_HINT, differs=_NOT_DRAWN)
     if spec.global_seeds and ev.facts.get("global_state_changed") != [False] * len(keys):
         fail(f"{spec.call} changed the state of PyTorch's global generator, though its tokens come from the given "
              "one: use only `generator`, so that sampling leaves the rest of a program's randomness alone.",
