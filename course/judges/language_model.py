@@ -212,7 +212,7 @@ def _expect_lm_close(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tok
                                         f"heads={case.heads}, depth={case.depth}, max_len={case.max_len}")
 
 
-def _expect_model(ev: Evidence, run: probes.ModelRun, exact: bool = False) -> None:
+def _expect_lm(ev: Evidence, run: probes.ModelRun, exact: bool = False) -> None:
     """The run's model has the parts asked for and gives the oracle's logits (exact) or a language model's, right or
     typically wrong: causal where run.changed, with autograd's gradients where run.upstream."""
     __tracebackhide__ = True
@@ -506,9 +506,8 @@ def _emptied_rows(logits: torch.Tensor, spec: SamplingCase) -> list[str]:
 
 
 def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase] = ()) -> None:
-    """The case's tokens are those torch.multinomial draws with its generator (the argmax at temperature 0), or a
-    typical mistake's is named; drawn under each of its global_seeds, the same tokens, the global generator left
-    alone (cases: the check's; copies of one row go to _expect_within_top_k)."""
+    """The case's tokens are torch.multinomial's with its generator (argmax at temperature 0), whatever the global
+    generator's state, which they leave alone; else the typical mistake is named (cases: the check's)."""
     __tracebackhide__ = True
     if spec.copies:
         _expect_within_top_k(ev, spec)
@@ -557,9 +556,8 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
 
 def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int = -1, seed: int | None = None,
                      settings: bool = True, how: str = "full", renormalize: str = "divide") -> torch.Tensor:
-    """What generate gives with the stand-in: pattern 'plain' (the whole sequence each step), 'cached' (prompt,
-    then the last token with the cache: generate_cached), or one of the cache mistakes; seed replaces the
-    generator's; settings=False draws at temperature 1 with neither top_k nor top_p."""
+    """generate's tokens (b, t0 + n) on the stand-in: pattern 'plain', 'cached' (generate_cached) or a cache mistake;
+    seed replaces the generator's; settings=False draws at temperature 1 with neither top_k nor top_p."""
     model, prompt = probes.stand_in(spec)
     temperature, top_k, top_p = (spec.temperature, spec.top_k, spec.top_p) if settings else (1.0, None, None)
     gen = generator(spec.seed + 1 if seed is None else seed)
@@ -640,15 +638,15 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
 
 # ---------------------------------------------------------------- the checks
 
-each_case(probes.lm_structure, _expect_model,
+each_case(probes.lm_structure, _expect_lm,
           passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits.")
-each_case(probes.lm_causality, _expect_model,
+each_case(probes.lm_causality, _expect_lm,
           passed="Changing the tokens from position j on never changes the logits at positions before j.")
-each_case(probes.lm_oracle, partial(_expect_model, exact=True),
+each_case(probes.lm_oracle, partial(_expect_lm, exact=True),
           passed="With the test's weights: the logits of PyTorch's nn.TransformerEncoderLayer, pre-norm, causal.")
-each_case(probes.lm_hidden, partial(_expect_model, exact=True),
+each_case(probes.lm_hidden, partial(_expect_lm, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
-each_case(probes.lm_gradients, _expect_model,
+each_case(probes.lm_gradients, _expect_lm,
           passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
 each_case(probes.lm_cache, _expect_cached,
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
