@@ -14,38 +14,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course import seq2seq_training
 from course.corpus import CHARACTERS, encode, windows
 from course.seq2seq import configure_optimizer, learning_rate, train_step
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(seq2seq_training.ModelConfig):
     """The size of the notebook's model (LanguageModel keyword arguments besides the vocabulary)."""
 
     k: int = 64
     heads: int = 4
-    depth: int = 2
     max_len: int = 72  # the longest sentence the grammar writes, its newline before it, and room to spare
 
 
 @dataclass(frozen=True)
-class TrainingConfig:
+class TrainingConfig(seq2seq_training.TrainingConfig):
     """The notebook's training settings: batch_size windows of max_len characters per step; 07's recipe (AdamW at
     peak learning rate `lr` with `weight_decay` on the weight matrices, a linear warm-up over the first `warmup`
     fraction of the steps, then a cosine decay to 0, the gradient norm clipped to `max_norm`)."""
 
-    steps: int = 800
     batch_size: int = 24
     lr: float = 8e-3
-    warmup: float = 0.1
-    weight_decay: float = 0.1
-    max_norm: float = 1.0
-    seed: int = 0
-
-    @property
-    def warmup_steps(self) -> int:
-        """The number of warm-up steps: the warmup fraction of the steps."""
-        return round(self.warmup * self.steps)
 
 
 #: The model and training settings of the notebook (and of benchmarks/train_language_model.py).
