@@ -14,7 +14,7 @@ from course.checks import modules
 from course.checks import qkv as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Case, RunsCheck
+from course.checks.kinds import Built, RunsCheck
 from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
@@ -24,6 +24,8 @@ from course.judges.kinds import (
     against_forward,
     anchor_forward,
     block_call,
+    declared,
+    expect_case,
     expect_linear_layers,
     forward_output,
 )
@@ -60,26 +62,16 @@ def _unscaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         w = F.softmax(raw, dim=-1)
     if how is M["weights-transposed"]:
         w = w.transpose(-2, -1)  # only fits the values when tq == tk
-    return w @ v
+    return w @ (k if how is M["keys-as-values"] else v)
 
 
 def _attention_mistakes(queries: torch.Tensor, keys: torch.Tensor,
                         values: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    found = [(m, _unscaled_attention(queries, keys, values, m))
-             for m in (M["softmax-over-queries"], M["no-softmax"], M["scaled"])]
-    if queries.shape[-2] == keys.shape[-2]:
-        found.append((M["weights-transposed"], _unscaled_attention(queries, keys, values, M["weights-transposed"])))
-    if keys.shape[-1] == values.shape[-1]:
-        found.append((M["keys-as-values"], _unscaled_attention(queries, keys, keys)))
-    return found
-
-
-def _attention_oracle(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(queries, keys, values, scale=1.0)
-
-
-def _attention_shape(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> tuple[int, ...]:
-    return queries.shape[0], queries.shape[1], values.shape[-1]  # (b, tq, v)
+    fits = {M["weights-transposed"]: queries.shape[-2] == keys.shape[-2],
+            M["keys-as-values"]: keys.shape[-1] == values.shape[-1]}
+    return [(m, _unscaled_attention(queries, keys, values, m)) for m in (
+        M["softmax-over-queries"], M["no-softmax"], M["scaled"], M["weights-transposed"], M["keys-as-values"])
+        if fits.get(m, True)]
 
 
 def _shape_hints(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> dict[tuple[int, ...], str]:
@@ -94,61 +86,41 @@ def _shape_hints(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     return hints
 
 
-def _hand_answer() -> torch.Tensor:
-    """One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1)."""
-    e = math.e
-    return torch.tensor([[[10.0 * e / (e + 1) + 20.0 / (e + 1)]]])
-
-
-def _looked_up() -> torch.Tensor:
-    """The values of keys 2 and 0, which queries that are long copies of those keys retrieve (almost exactly)."""
-    return probes.lookup_inputs()["values"][:, [2, 0]]  # (1, 2, 3)
-
-
-ATTENTION = Oracle(ATTENTION_NAME, _attention_oracle, "F.scaled_dot_product_attention", shape=_attention_shape,
-                   mistakes=_attention_mistakes, shape_hints=_shape_hints, otherwise=_ATTENTION_HINT,
-                   hint=_SHAPES_HINT)
+ATTENTION = Oracle(
+    ATTENTION_NAME, lambda queries, keys, values: F.scaled_dot_product_attention(queries, keys, values, scale=1.0),
+    "F.scaled_dot_product_attention", shape=lambda queries, keys, values: (*queries.shape[:2], values.shape[-1]),
+    mistakes=_attention_mistakes, shape_hints=_shape_hints, otherwise=_ATTENTION_HINT, hint=_SHAPES_HINT)
 
 # ---------------------------------------------------------------- attention
 
-against(probes.attention_by_hand, ATTENTION, answers={"y": _hand_answer},
+against(probes.attention_by_hand, ATTENTION,
+        answers={"y": lambda: torch.tensor([[[10.0 * math.e / (math.e + 1) + 20.0 / (math.e + 1)]]])},  # (1, 1, 1)
         passed="One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1).")
 against(probes.attention_vs_pytorch, ATTENTION,
         passed="A batch of two (tq != tk, v != k) against PyTorch's fused attention, unscaled; the gradients reach "
                "the queries, keys and values as autograd through it gives them.")
-against(probes.attention_oracle, ATTENTION, answers={"lookup": _looked_up},
+# the values of keys 2 and 0, which queries that are long copies of those keys retrieve (almost exactly)
+against(probes.attention_oracle, ATTENTION, answers={"lookup": lambda: probes.lookup_inputs()["values"][:, [2, 0]]},
         passed="Random queries, keys and values of several shapes against PyTorch's fused attention, unscaled; and "
                "a query that is a long copy of one key retrieves (almost exactly) that key's value.")
-
-
-def _attention_output(ev: Evidence, case: Case) -> torch.Tensor:
-    __tracebackhide__ = True
-    inputs = dict(case.inputs())
-    return output(ev, case.key, what=ATTENTION_NAME, shape=_attention_shape(**inputs),
-                  shape_hints=_shape_hints(**inputs), hint=_SHAPES_HINT)
 
 
 @judge("attention_weighted_average")
 def _judge_average(ev: Evidence) -> None:
     """If every value is the same vector, every output is that vector: the weights sum to 1 over the keys."""
+    __tracebackhide__ = True
     same, different = probes.attention_weighted_average.cases
-    inputs = dict(same.inputs())
-    expect_close(_attention_output(ev, same), inputs["values"][:, :3], what=f"{ATTENTION_NAME} with identical values",
-                 device=ev.device, mistakes=_attention_mistakes(**inputs), case=same.label,
-                 otherwise="Each output must be a weighted average of the values, with weights that sum to 1 over "
-                           "the keys (softmax over the last dimension).")
-    y, inputs = _attention_output(ev, different), dict(different.inputs())
-    expected = _attention_oracle(**inputs)
+    expect_case(ev, same, ATTENTION)
+    inputs = dict(different.inputs())
+    y = output(ev, different.key, what=ATTENTION_NAME, shape=ATTENTION.shape(**inputs),
+               shape_hints=_shape_hints(**inputs), hint=_SHAPES_HINT)
+    expected = ATTENTION.compute(**inputs)
     if not matches_any(y, [expected, *(m for _, m in _attention_mistakes(**inputs))], ev.device):
         fail(f"{ATTENTION_NAME} averages identical values correctly, but it is not attention over these inputs: "
              f"{_ATTENTION_HINT}", expected, y, case=different.label)
 
 
 # ---------------------------------------------------------------- the module: oracle and typical mistakes
-
-def _linear(x: torch.Tensor, w: dict[str, torch.Tensor], role: str) -> torch.Tensor:
-    return F.linear(x, w[f"{role}.weight"], w.get(f"{role}.bias"))
-
 
 #: the module's typical mistakes: which of x, to_queries(x), to_keys(x), to_values(x) plays queries, keys, values
 _ROLE_MISTAKES = ((M["values-not-projected"], ("q", "k", "x")), (M["keys-as-values"], ("q", "k", "k")),
@@ -162,8 +134,8 @@ def _projected(roles: tuple[str, str, str], how: Mistake | None, w: dict[str, to
                x: torch.Tensor) -> torch.Tensor:
     """Unscaled attention (with the mistake how) of the projections of x (b, t, k) that roles name as queries, keys
     and values ("x": x itself). (b, t, k)"""
-    projected = {"x": x, "q": _linear(x, w, "to_queries"), "k": _linear(x, w, "to_keys"),
-                 "v": _linear(x, w, "to_values")}
+    projected = {"x": x, **{r: F.linear(x, w[f"{role}.weight"], w.get(f"{role}.bias"))
+                            for r, role in zip("qkv", ROLES, strict=True)}}
     return _unscaled_attention(*(projected[r] for r in roles), how)
 
 
@@ -254,13 +226,10 @@ against_forward(probes.self_attention_qkv_oracle, MODULE,
                 passed="Random weights and inputs against PyTorch's own multi-head attention (one head) with the "
                        "same weights; and the gradients of a loss on the output, with respect to the input and the "
                        "three weights, against autograd through it.")
-
-
-@judge("self_attention_qkv_structure")
-def _judge_qkv_structure(ev: Evidence) -> None:
-    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    expect_structure(ev, probes.self_attention_qkv_structure, MODULE, f"{MODULE_NAME} has the right layers",
-                     projection_count(probes.STRUCTURE_K))
+declared(probes.self_attention_qkv_structure,
+         partial(expect_structure, check=probes.self_attention_qkv_structure, oracle=MODULE,
+                 claim=f"{MODULE_NAME} has the right layers", count=projection_count(probes.STRUCTURE_K)),
+         "Three separate bias-free k×k projections, registered as parameters: 3k² in all.")
 
 
 @judge("self_attention_qkv_equivariance")
@@ -277,6 +246,6 @@ def _judge_qkv_equivariance(ev: Evidence) -> None:
                            "nothing else.")
     w = _any_projections(ev, run.module)
     if w is None:
-        fail(f"{MODULE_NAME} is permutation equivariant, but it is not {MODULE.kind}: its output matches neither the "
-             f"reference nor a known mistake. {_FORWARD_HINT}", None, y, case=case.label)
+        fail(f"{MODULE_NAME} is permutation equivariant, but it is not {MODULE.kind}: not all three are k×k "
+             "nn.Linear layers.", None, y, case=case.label)
     anchor_forward(ev, y, MODULE, w, run.module.args, inputs, f"{MODULE_NAME} is permutation equivariant", case.label)
