@@ -1,7 +1,6 @@
 """Probes for assignment 02: attention(queries, keys, values) and SelfAttentionQKV, judged in course/judges/qkv.py
 (F.scaled_dot_product_attention with scale 1, nn.MultiheadAttention with one head) from the cases declared here."""
 
-from dataclasses import replace
 from functools import partial
 
 import torch
@@ -82,8 +81,7 @@ attention_oracle = calls("attention_oracle", (
 
 def _gradient_case(seed: int, shape: tuple[int, int, int]) -> Runs:
     """A k = 4 module (weights from seed) on x of shape (seed + 1), with an upstream gradient (seed + 2)."""
-    case = random_case("y_grad", shape, seed + 1, upstream=(shape, seed + 2))
-    return Runs(Built("grad_module", (4,), seed), (replace(case, label=f"k=4, x of shape {shape}"),))
+    return Runs(Built("grad_module", (4,), seed), (random_case("y_grad", shape, seed + 1, upstream=(shape, seed + 2)),))
 
 
 def _permuted(inputs: partial) -> dict[str, torch.Tensor]:
