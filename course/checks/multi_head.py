@@ -97,30 +97,26 @@ def _attention_inputs(b: int, tq: int, k: int, tk: int | None, mask: str | None,
 
 
 def attention_case(key: str, heads: int, b: int, tq: int, k: int, seeds: tuple[int, int, int], *,
-                   tk: int | None = None, mask: str | None = None, label_mask: bool = True,
-                   changed: int | None = None, upstream: int | None = None) -> Case:
+                   tk: int | None = None, mask: str | None = None, changed: int | None = None,
+                   upstream: int | None = None) -> Case:
     """forward(x, context=..., mask=...) on x (b, tq, k) drawn from seeds[0], a context (b, tk, k) from seeds[1]
     unless tk is None (self-attention), a mask (mask_of, seeds[2]) unless mask is None; changed: a position of x
-    shifted by 3; upstream: the seed of an upstream gradient (b, tq, k) of the output. label_mask: name the kind
-    of the mask in the case's label."""
+    shifted by 3; upstream: the seed of an upstream gradient (b, tq, k) of the output."""
     n = tq if tk is None else tk
     label = f"k={k}, {heads} heads, x {(b, tq, k)}" + (", no context" if tk is None else f", context {(b, tk, k)}")
     if mask is not None:
-        label += f", {mask + ' ' if label_mask else ''}mask {tuple(mask_of(mask, b, tq, n, 0).shape)}"
+        label += f", {mask} mask {tuple(mask_of(mask, b, tq, n, 0).shape)}"
     grad = None if upstream is None else partial(randn, b, tq, k, seed=upstream)
     return Case(key, partial(_attention_inputs, b, tq, k, tk, mask, seeds, changed), label, upstream=grad)
 
 
-def structure(wide: bool) -> tuple[Runs, ...]:
-    """A module of the sizes of the structure checks, called once."""
-    k = 6 if wide else 12
-    return (Runs(Built("module", (k, 3), 200), (attention_case("y", 3, 2, 4, k, (201, 0, 0)),)),)
-
-
 # ---------------------------------------------------------------- structure and context
 
-multi_head_structure = builds_and_runs("multi_head_structure", structure(wide=False), **MODULE_OPTIONS)
-wide_structure = builds_and_runs("wide_structure", structure(wide=True), **MODULE_OPTIONS)
+#: a module of 3 heads, called once: k = 12 (narrow), k = 6 (wide)
+multi_head_structure = builds_and_runs("multi_head_structure", (Runs(Built("module", (12, 3), 200), (
+    attention_case("y", 3, 2, 4, 12, (201, 0, 0)),)),), **MODULE_OPTIONS)
+wide_structure = builds_and_runs("wide_structure", (Runs(Built("module", (6, 3), 200), (
+    attention_case("y", 3, 2, 4, 6, (201, 0, 0)),)),), **MODULE_OPTIONS)
 
 
 def _probe_indivisible(cls: type, rec: Recorder) -> None:
@@ -199,7 +195,7 @@ def gradient_runs(k: int, heads: int, seed: int, tq: int, tk: int, mask: str | N
     """Cross-attention of a batch of two with an upstream gradient: the module's weights from seed, x (2, tq, k),
     context (2, tk, k), a random mask (2, tq, tk) or none, and the upstream gradient from seeds, in that order."""
     return (Runs(Built("module", (k, heads), seed), (attention_case(
-        "y", heads, 2, tq, k, seeds[:3], tk=tk, mask=mask, label_mask=False, upstream=seeds[3]),)),)
+        "y", heads, 2, tq, k, seeds[:3], tk=tk, mask=mask, upstream=seeds[3]),)),)
 
 
 multi_head_gradients = builds_and_runs("multi_head_gradients",

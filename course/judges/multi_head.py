@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from course.checks import multi_head as probes
-from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail
+from course.checks.compare import Mistake, expect_close, fail, raised
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
@@ -24,9 +24,9 @@ from course.judges.kinds import (
     against,
     against_forward,
     anchor_forward,
+    declared,
     expect_causal,
     expect_linear_layers,
-    expected_output,
     forward_output,
     simulated,
 )
@@ -75,29 +75,21 @@ def _merge(x: torch.Tensor, how: str = "right") -> torch.Tensor:
     return torch.cat(x.unbind(dim=1), dim=-1)  # (b, t, h·s)
 
 
-def _split_shape_hints(x: torch.Tensor, heads: int) -> dict[tuple[int, ...], str]:
-    b, t, k = x.shape
-    return {(b, t, heads, k // heads): "That is (b, t, heads, s): swap the middle axes with .transpose(1, 2) to get "
-                                       "(b, heads, t, s).",
-            (b, heads, t, k): "The head size is k // heads, not k."}
-
-
-def _merge_shape_hints(x: torch.Tensor) -> dict[tuple[int, ...], str]:
-    b, h, t, s = x.shape
-    return {(b, t, h, s): "Flatten the last two dimensions (heads, s) into one of size heads·s."}
-
-
 SPLIT = Oracle("split_heads(x, heads)", _split, "torch.stack(x.chunk(heads, -1), 1)",
                shape=lambda x, heads: (x.shape[0], heads, x.shape[1], x.shape[2] // heads),
                mistakes=lambda x, heads: [(M["split-without-transpose"], _split(x, heads, "no transpose")),
                                           (M["split-interleaved"], _split(x, heads, "interleaved"))],
-               shape_hints=_split_shape_hints,
+               shape_hints=lambda x, heads: {
+                   (x.shape[0], x.shape[1], heads, x.shape[2] // heads): "That is (b, t, heads, s): swap the middle "
+                   "axes with .transpose(1, 2) to get (b, heads, t, s).",
+                   (x.shape[0], heads, x.shape[1], x.shape[2]): "The head size is k // heads, not k."},
                otherwise="Head i should hold features i·s to (i+1)·s − 1 of every position, positions in order.")
 MERGE = Oracle("merge_heads(x)", _merge, "torch.cat(x.unbind(1), -1)",
                shape=lambda x: (x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
                mistakes=lambda x: [(M["merge-without-transpose"], _merge(x, "no transpose")),
                                    (M["merge-interleaved"], _merge(x, "interleaved"))],
-               shape_hints=_merge_shape_hints,
+               shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1], x.shape[3]): "Flatten the last two "
+                                      "dimensions (heads, s) into one of size heads·s."},
                otherwise="merge_heads must undo split_heads: merge_heads(split_heads(x, h)) == x.")
 
 against(probes.split_heads_by_hand, SPLIT, answers={"y": hand_heads},
@@ -124,12 +116,6 @@ def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, 
     return expect_linear_layers(ev, built.key, f"{owner}({k}, {heads})", owner, layers, _SEPARATE_LAYERS.format(owner),
                                 {**dict.fromkeys(LAYERS[:3], M["projection-bias"]), "unify_heads": M["unify-no-bias"]},
                                 built.seed, GAINS)
-
-
-def _narrow_attention(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor,
-                      context: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """nn.MultiheadAttention with the check's weights."""
-    return oracles.course_module_attention(w, x, context, mask, heads=heads)
 
 
 def _wide_attention(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor,
@@ -163,12 +149,8 @@ def _forward(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor, co
 
 def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, wide: bool) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """The typical mistakes for this case, as computations (_forward with switches): each one alone, then combined.
-
-    The module calls the student's own split_heads and merge_heads, so a mistake there shows up in the module
-    too, and may come together with one in the module's cell (a wrong scale, say). Combinations of one scale, one
-    split, one merge and one other mistake are real computations of the exercise; they keep the property checks'
-    credit and are named, part by part, by the oracle check."""
+    """The typical mistakes for this case as switches of _forward: each alone, then one scale, split, merge and other
+    mistake together (the module calls the student's own split_heads and merge_heads), named part by part."""
     right = math.sqrt(k if wide else k // heads)
     wrong = (((M["scaled-by-projected-size"], math.sqrt(k * heads)),
               (M["scaled-by-head-fraction"], math.sqrt(k / heads))) if wide
@@ -207,14 +189,14 @@ def _head_layout_hint(x: torch.Tensor, context: torch.Tensor | None = None, mask
 
 def _output_shape_hints(x: torch.Tensor, context: torch.Tensor | None = None,
                         mask: torch.Tensor | None = None) -> dict[tuple[int, ...], str]:
-    b, tq, k = x.shape
-    tk = tq if context is None else context.shape[1]
-    return {(b, tk, k): "There is one output per context position: the queries must come from x, keys and values "
-                        "from the context."}
+    """The shape of an output per context position (b, tk, k), and what it suggests."""
+    return {(x.shape[0], (x if context is None else context).shape[1], x.shape[2]): "There is one output per context "
+            "position: the queries must come from x, keys and values from the context."}
 
 
 NARROW = ForwardOracle(
-    NARROW_NAME, "multi-head attention", partial(_multi_head_weights, wide=False), _narrow_attention,
+    NARROW_NAME, "multi-head attention", partial(_multi_head_weights, wide=False),
+    lambda w, k, heads, x, context=None, mask=None: oracles.course_module_attention(w, x, context, mask, heads=heads),
     "nn.MultiheadAttention", simulators=partial(_simulators, wide=False), hint=_head_layout_hint,
     shape_hints=_output_shape_hints,
     otherwise="It differs from nn.MultiheadAttention with your weights. " + _SHAPES_RECIPE)
@@ -228,16 +210,15 @@ WIDE = ForwardOracle(
 
 
 def _expect_no_loop(ev: Evidence) -> None:
+    """At most MAX_MATMULS matrix products in the graph of an 8-head forward pass: the heads computed together."""
     __tracebackhide__ = True
     count = ev.facts.get("matmuls")
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         fail(f"The test recorded nothing about the computation of {NARROW_NAME}.forward: the check did not run to "
              "the end.")
     if count > MAX_MATMULS:
-        fail(f"{NARROW_NAME}.forward with {GRAD_HEADS} heads performs {count} matrix products; computed together, "
-             "the heads need about 6. It looks like a Python loop over the heads: split the projections into a "
-             "(b, heads, t, s) tensor and let one batched attention call handle every head at once.",
-             mistake=M["loop-over-heads"])
+        fail(f"{NARROW_NAME}.forward with {GRAD_HEADS} heads performs {count} matrix products, where the heads "
+             f"computed together need about 6: {M['loop-over-heads'].explanation}", mistake=M["loop-over-heads"])
 
 
 against_forward(probes.multi_head_oracle, NARROW,
@@ -257,79 +238,60 @@ against_forward(probes.wide_vs_pytorch, WIDE,
                        "split into heads of size k; gradients reach x, the context and every parameter.")
 
 
-def _layer_count(wide: bool, k: int, heads: int) -> tuple[int, str, str]:
-    """What expect_structure's count is for the narrow or the wide module: 4k² + k or 4·heads·k² + k values."""
-    return (4 * heads * k * k + k if wide else 4 * k * k + k,
-            f"it should have {'4·heads·k² + k' if wide else '4k² + k'}",
-            "Are extra layers registered, or some kept in a plain Python list or dict (use nn.ModuleList)?")
-
-
-@judge("multi_head_structure")
-def _narrow_structure(ev: Evidence) -> None:
-    """to_queries, to_keys, to_values: nn.Linear(k, k, bias=False); unify_heads: nn.Linear(k, k); 4k² + k
-    parameters."""
-    expect_structure(ev, probes.multi_head_structure, NARROW, f"{NARROW_NAME} has the right layers",
-                     _layer_count(False, *probes.multi_head_structure.runs[0].module.args))
-
-
-@judge("wide_structure")
-def _wide_structure(ev: Evidence) -> None:
-    """Projections nn.Linear(k, k·heads, bias=False); unify_heads nn.Linear(k·heads, k); 4·heads·k² + k
-    parameters."""
-    expect_structure(ev, probes.wide_structure, WIDE, f"{WIDE_NAME} has the right layers",
-                     _layer_count(True, *probes.wide_structure.runs[0].module.args))
+#: each module's structure check, its oracle, its parameter count from (k, heads) and as a formula, its pass line
+_STRUCTURES = ((probes.multi_head_structure, NARROW, lambda k, heads: 4 * k * k + k, "4k² + k",
+                "to_queries, to_keys, to_values: nn.Linear(k, k, bias=False); unify_heads: nn.Linear(k, k); 4k² + k "
+                "parameters."),
+               (probes.wide_structure, WIDE, lambda k, heads: 4 * heads * k * k + k, "4·heads·k² + k",
+                "Projections nn.Linear(k, k·heads, bias=False); unify_heads nn.Linear(k·heads, k); 4·heads·k² + k "
+                "parameters."))
+for check, oracle, count, formula, passed in _STRUCTURES:
+    declared(check, partial(expect_structure, check=check, oracle=oracle, claim=f"{oracle.owner} has the right layers",
+                            count=(count(*check.runs[0].module.args), f"it should have {formula}",
+                                   "Are extra layers registered, or some kept in a plain Python list or dict (use "
+                                   "nn.ModuleList)?")), passed)
 
 
 @judge("multi_head_indivisible")
 def _indivisible(ev: Evidence) -> None:
     """MultiHeadAttention(10, 4) cannot split 10 features into 4 equal heads: construction raises a ValueError."""
-    fact = ev.facts.get("indivisible")
+    __tracebackhide__ = True
+    call, fact = f"{NARROW_NAME}(10, 4)", ev.facts.get("indivisible")
     if not isinstance(fact, dict):
-        fail(f"The test recorded nothing for {NARROW_NAME}(10, 4): the check did not run to the end.")
-    if fact.get("kind") == "raised" and fact.get("not_implemented"):
-        fail(f"{NARROW_NAME} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-             mistake=NOT_IMPLEMENTED)
+        fail(f"The test recorded nothing for {call}: the check did not run to the end.")
+    if fact.get("not_implemented"):
+        raised(ev, "indivisible", NARROW_NAME)
     if fact.get("kind") != "raised":
-        fail(f"{NARROW_NAME}(10, 4) was created without complaint, but 10 features cannot be split into 4 heads of "
-             "equal size. Check in __init__: if k % heads != 0: raise ValueError(...) with a message that says so.",
+        fail(f"{call} was created without complaint: {M['no-divisibility-check'].explanation}",
              mistake=M["no-divisibility-check"])
     if fact.get("type") != "ValueError":
-        fail(f"{NARROW_NAME}(10, 4) raised {str(fact.get('type'))[:60]}: {M['not-a-value-error'].explanation}",
+        fail(f"{call} raised {str(fact.get('type'))[:60]}: {M['not-a-value-error'].explanation}",
              mistake=M["not-a-value-error"])
-    expect_structure(ev, probes.multi_head_structure, NARROW, f"{NARROW_NAME}(10, 4) raises a ValueError")
+    expect_structure(ev, probes.multi_head_structure, NARROW, f"{call} raises a ValueError")
 
 
-def _expect_context(ev: Evidence, check: RunsCheck, oracle: ForwardOracle) -> None:
+def _expect_context(ev: Evidence, *, check: RunsCheck, oracle: ForwardOracle) -> None:
     """forward(x) equals forward(x, context=x), forward(x, context=c) differs, and both are multi-head attention
     (or a typical mistake of it) with the check's weights."""
     __tracebackhide__ = True
     (run,) = check.runs
     w = oracle.weights(ev, run.module)
-    cases = {case.key: (case, case.inputs()) for case in run.cases}
-    y = {key: forward_output(ev, key, oracle, inputs) for key, (_, inputs) in cases.items()}
+    y = {case.key: forward_output(ev, case.key, oracle, case.inputs()) for case in run.cases}
     expect_close(y["y_explicit"], y["y_self"], what=f"{oracle.owner}.forward(x, context=x)", device=ev.device,
                  case="x (2, 3, 8)", otherwise="With context=None the keys and values come from x, so forward(x) and "
                                                "forward(x, context=x) must agree.")
     if torch.allclose(y["y_cross"], y["y_self"], atol=1e-5):
-        fail(f"{oracle.owner}.forward(x, context=c) gives the same result as forward(x): the context is ignored. "
-             "Keys and values come from the context when one is given.", mistake=M["context-ignored"])
-    for key in ("y_self", "y_cross"):
-        case, inputs = cases[key]
-        anchor_forward(ev, y[key], oracle, w, run.module.args, inputs,
+        fail(f"{oracle.owner}.forward(x, context=c) gives the same result as forward(x): "
+             f"{M['context-ignored'].explanation}", mistake=M["context-ignored"])
+    for case in run.cases[::2]:  # forward(x) and forward(x, context=c)
+        anchor_forward(ev, y[case.key], oracle, w, run.module.args, case.inputs(),
                        f"{oracle.owner} takes its keys and values from the context", case.label)
 
 
-@judge("multi_head_context")
-def _narrow_context(ev: Evidence) -> None:
-    """(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context
-    matters."""
-    _expect_context(ev, probes.multi_head_context, NARROW)
-
-
-@judge("wide_context")
-def _wide_context(ev: Evidence) -> None:
-    """The same for the wide module."""
-    _expect_context(ev, probes.wide_context, WIDE)
+for check, oracle in ((probes.multi_head_context, NARROW), (probes.wide_context, WIDE)):
+    declared(check, partial(_expect_context, check=check, oracle=oracle),
+             "(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context "
+             "matters.")
 
 
 @judge("multi_head_causal")
@@ -341,11 +303,7 @@ def _causal_mask(ev: Evidence) -> None:
     for case, changed in zip(run.cases[::2], run.cases[1::2], strict=True):
         inputs = case.inputs()
         y = forward_output(ev, case.key, NARROW, inputs)
-        y_changed = forward_output(ev, changed.key, NARROW, changed.inputs())
-        unmasked = {name: value for name, value in inputs.items() if name != "mask"}
-        leaks = [(m, out) for m, out in simulated(NARROW, w, args, inputs) if m is not M["mask-ignored"]]
-        expect_causal(ev, y, y_changed, probes.CHANGED,
+        expect_causal(ev, y, forward_output(ev, changed.key, NARROW, changed.inputs()), probes.CHANGED,
                       f"{NARROW_NAME}.forward with a causal mask of shape {tuple(inputs['mask'].shape)}",
-                      [*leaks, (M["mask-ignored"], expected_output(NARROW, w, args, unmasked))],
-                      f"The mask is not applied to every head. {_MASK_HINT}")
+                      simulated(NARROW, w, args, inputs), f"The mask is not applied to every head. {_MASK_HINT}")
         anchor_forward(ev, y, NARROW, w, args, inputs, f"{NARROW_NAME} respects the causal mask", case.label)
