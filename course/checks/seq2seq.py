@@ -16,7 +16,18 @@ from course.checks import modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, PropertyCheck, Runs, drawn, loss_case, losses, property_check
+from course.checks.kinds import (
+    Built,
+    Case,
+    PropertyCheck,
+    Runs,
+    RunsCheck,
+    builds_and_runs,
+    drawn,
+    loss_case,
+    losses,
+    property_check,
+)
 from course.multi_head import MultiHeadAttention
 from course.positional_encoding import PositionalEncoding
 from course.transformer_block import FeedForward, TransformerBlock
@@ -112,14 +123,6 @@ def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
     return facts
 
 
-def _build_with_parts(rec: Recorder, built: Built, cls: Callable, parts: tuple[str, ...],
-                      **kwargs: Any) -> nn.Module | None:
-    """cls(*built.args, **kwargs, dropout=0.0) built by modules.build with the named parts' facts, in evaluation
-    mode, the check's weights loaded."""
-    return modules.build(rec, built.key, cls, *built.args, **kwargs, dropout=0.0, seed=built.seed,
-                         facts=lambda m: {"parts": _part_facts(m, parts)}, train=False)
-
-
 # ---------------------------------------------------------------- DecoderBlock
 
 def _decoder_inputs(b: int, t: int, s: int, k: int, seed: int, *, masked: bool = True, change: int | None = None,
@@ -155,41 +158,11 @@ def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstre
     return Case(key, inputs, label, upstream=None if upstream is None else partial(randn, b, t, k, seed=upstream))
 
 
-def _dot(upstream: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """sum(y · upstream): a loss whose gradient with respect to y is upstream."""
-    return (y * upstream).sum()
-
-
-def _run_decoder(rec: Recorder, block: nn.Module, case: Case) -> None:
-    """Record block(x, memory, self_mask=..., memory_mask=...) with the masks the case has; with an upstream
-    gradient, in training mode, and the gradients of sum(output · upstream) for x, memory and every parameter."""
-    inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
-    x, memory = inputs.pop("x"), inputs.pop("memory")
-    if case.upstream is None:
-        with torch.no_grad():
-            rec.call(case.key, block, x, memory, **inputs)
-        return
-    block.train()
-    x, memory = x.requires_grad_(True), memory.requires_grad_(True)
-    upstream = case.upstream().to(rec.device)
-    modules.record_backward(rec, case.key, block, x, memory, **inputs, loss=partial(_dot, upstream),
-                            inputs={"x": x, "memory": memory})
-
-
-def _probe_decoder_runs(runs: tuple[Runs, ...], DecoderBlock: Callable, rec: Recorder) -> None:
-    """Build DecoderBlock(k, heads, ff_mult=...) for each Runs (args (k, heads, ff_mult)) and record its cases."""
-    for run in runs:
-        k, heads, ff_mult = run.module.args
-        block = _build_with_parts(rec, Built(run.module.key, (k, heads), run.module.seed), DecoderBlock, BLOCK_PARTS,
-                                  ff_mult=ff_mult)
-        if block is None:
-            return  # the judge says why from the structure recorded
-        for case in run.cases:
-            _run_decoder(rec, block, case)
-
-
-def _decoder_check(name: str, runs: tuple[Runs, ...]) -> PropertyCheck:
-    return property_check(name, _probe_decoder_runs, runs)
+def _decoder_check(name: str, runs: tuple[Runs, ...]) -> RunsCheck:
+    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, its parts' facts recorded, in evaluation
+    mode; called as block(x, memory=..., self_mask=..., memory_mask=...)."""
+    return builds_and_runs(name, runs, dropout=0.0, train=False,
+                           facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
 
 
 decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
@@ -272,9 +245,10 @@ SMALL_RUN = ModelRun("model", SMALL_MODEL, 2500, 2510, upstream=2520)
 
 
 def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, run: ModelRun) -> nn.Module | None:
-    case = run.case
-    built = Built(run.key, (case.src_vocab, case.tgt_vocab, case.k, case.heads, case.depth, case.max_len), run.seed)
-    return _build_with_parts(rec, built, Seq2SeqTransformer, MODEL_PARTS)
+    c = run.case
+    return modules.build(rec, run.key, Seq2SeqTransformer, c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len,
+                         dropout=0.0, seed=run.seed, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)},
+                         train=False)
 
 
 def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, src_mask: torch.Tensor | None = None) -> Any:
@@ -345,7 +319,7 @@ def _probe_model_backward(runs: tuple[ModelRun], Seq2SeqTransformer, rec: Record
     upstream = randn(run.case.b, run.case.t, run.case.tgt_vocab, seed=run.upstream).to(rec.device)
     model.train()
     modules.record_backward(rec, "logits", model, src.to(rec.device), tgt.to(rec.device),
-                            _source_mask(src).to(rec.device), loss=partial(_dot, upstream))
+                            _source_mask(src).to(rec.device), loss=lambda y: (y * upstream).sum())
 
 
 # ---------------------------------------------------------------- stand-in translators for the loss and decoding
@@ -599,24 +573,19 @@ def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Calla
         if not isinstance(groups, list):
             continue
         index = {id(p): i for i, (_, p) in enumerate(model.named_parameters())}
-        n = len(index)
-        count, decay, rate = torch.zeros(n, dtype=torch.int64), torch.full((n,), -1.0, dtype=torch.float64), \
-            torch.full((n,), -1.0, dtype=torch.float64)
-        foreign = 0
-        for group in groups:
-            settings = (_number(group.get("weight_decay")), _number(group.get("lr"))) if isinstance(group, dict) \
-                else (None, None)
-            for p in group.get("params", []) if isinstance(group, dict) else []:
-                i = index.get(id(p))
+        count, decay, rate, foreign = [0] * len(index), [-1.0] * len(index), [-1.0] * len(index), 0
+        for group in (group for group in groups if isinstance(group, dict)):
+            settings = [-1.0 if v is None else v for v in map(_number, (group.get("weight_decay"), group.get("lr")))]
+            for i in (index.get(id(p)) for p in group.get("params", [])):
                 if i is None:
                     foreign += 1
                     continue
                 if count[i] == 0:
-                    decay[i], rate[i] = (-1.0 if v is None else v for v in settings)
+                    decay[i], rate[i] = settings
                 count[i] += 1
-        rec.tensor(f"{case.key}.count", count)
-        rec.tensor(f"{case.key}.decay", decay)
-        rec.tensor(f"{case.key}.lr", rate)
+        rec.tensor(f"{case.key}.count", torch.tensor(count, dtype=torch.int64))
+        rec.tensor(f"{case.key}.decay", torch.tensor(decay, dtype=torch.float64))
+        rec.tensor(f"{case.key}.lr", torch.tensor(rate, dtype=torch.float64))
         rec.tensor(f"{case.key}.foreign", torch.tensor(foreign))
 
 

@@ -31,7 +31,7 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, PropertyCheck, Runs
+from course.checks.kinds import Built, Runs
 from course.checks.modules import WRONG_PART_TYPE
 from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, DecodeCase, MaskCase, ModelCase, ModelRun
 from course.judges import mistakes, oracles
@@ -39,10 +39,11 @@ from course.judges.kinds import (
     BlockOracle,
     ForwardOracle,
     LossOracle,
+    against_block,
     against_loss,
     anchor_forward,
+    declared,
     each_case,
-    expect_block_runs,
     expect_causal,
     expect_forward_case,
     forward_output,
@@ -59,6 +60,13 @@ DECODE_NAME = "greedy_decode(model, src, src_mask, max_len, bos, eos)"
 # ---------------------------------------------------------------- mistakes
 
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/seq2seq.txt
+
+
+def _not_asked(what: str, mistake: Mistake, more: str = "", *shown: Any) -> NoReturn:
+    """Fail naming mistake: what, its explanation, then more (a table, the groups' lr); shown: expected, actual,
+    case."""
+    __tracebackhide__ = True
+    fail(f"{what} is not what was asked: {mistake.explanation}{more}", *shown, mistake=mistake)
 
 
 # ---------------------------------------------------------------- masks
@@ -256,20 +264,16 @@ DECODER = ForwardOracle(
 DECODER_BLOCK = BlockOracle(lambda ev, built: (None, _block_weights(ev, built)), lambda _: DECODER)
 
 
-def _against_block(check: PropertyCheck, *, passed: str, claim: str = "") -> None:
-    """Register the judge of a DecoderBlock check whose cases are Runs (:func:`expect_block_runs`)."""
-    each_case(check, lambda ev, run: expect_block_runs(ev, (run,), DECODER_BLOCK, claim=claim), passed=passed)
-
-
-_against_block(probes.decoder_block_structure, claim="has the right parts",
-               passed="self_attention and cross_attention (two MultiHeadAttention), norm1-3 (LayerNorm(k)), ff "
-                      "(FeedForward).")
-_against_block(probes.decoder_block_oracle, passed="Random weights and inputs against nn.TransformerDecoderLayer "
-                                                   "(post-norm, ReLU) with the same weights.")
-_against_block(probes.decoder_block_small_case,
-               passed="k=4, 2 heads, a target of 3 and a source of 5 positions (the second with 2 padded): the block "
-                      "against nn.TransformerDecoderLayer with the same weights, with the causal and the padding "
-                      "mask; a loss on the output sends autograd's gradient to x, memory and every parameter.")
+against_block(probes.decoder_block_structure, DECODER_BLOCK, claim="has the right parts",
+              passed="self_attention and cross_attention (two MultiHeadAttention), norm1-3 (LayerNorm(k)), ff "
+                     "(FeedForward).")
+against_block(probes.decoder_block_oracle, DECODER_BLOCK,
+              passed="Random weights and inputs against nn.TransformerDecoderLayer (post-norm, ReLU) with the same "
+                     "weights.")
+against_block(probes.decoder_block_small_case, DECODER_BLOCK,
+              passed="k=4, 2 heads, a target of 3 and a source of 5 positions (the second with 2 padded): the block "
+                     "against nn.TransformerDecoderLayer with the same weights, with the causal and the padding "
+                     "mask; a loss on the output sends autograd's gradient to x, memory and every parameter.")
 
 
 def _block_outputs(ev: Evidence, run: Runs) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
@@ -279,9 +283,10 @@ def _block_outputs(ev: Evidence, run: Runs) -> tuple[dict[str, torch.Tensor], li
     return w, [forward_output(ev, case.key, DECODER, dict(case.inputs())) for case in run.cases if not case.upstream]
 
 
-def _expect_block_causal(ev: Evidence, run: Runs) -> None:
+def _expect_block_causal(ev: Evidence) -> None:
     """With a causal self_mask, changing target positions 3 and on changes no earlier output."""
     __tracebackhide__ = True
+    (run,) = probes.decoder_block_causality.runs
     (w, (y, y_changed)), case = _block_outputs(ev, run), run.cases[0]
     inputs = dict(case.inputs())
     expect_causal(ev, y, y_changed, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
@@ -290,10 +295,11 @@ def _expect_block_causal(ev: Evidence, run: Runs) -> None:
     anchor_forward(ev, y, DECODER, w, run.module.args, inputs, f"{BLOCK_NAME} is causal", case.label)
 
 
-def _expect_block_padding(ev: Evidence, run: Runs) -> None:
+def _expect_block_padding(ev: Evidence) -> None:
     """Extra masked memory positions change nothing; a loss sends autograd's gradient (through
     nn.TransformerDecoderLayer) to every parameter, x and memory."""
     __tracebackhide__ = True
+    (run,) = probes.decoder_block_padding_gradients.runs
     (w, (y, y_longer)), (case, _, with_gradient) = _block_outputs(ev, run), run.cases
     inputs = dict(case.inputs())
     if not matches_any(y_longer, [y], ev.device):
@@ -306,11 +312,11 @@ def _expect_block_padding(ev: Evidence, run: Runs) -> None:
     expect_forward_case(ev, w, run.module, with_gradient, DECODER, tolerate_mistakes=True)
 
 
-each_case(probes.decoder_block_causality, _expect_block_causal,
-          passed="(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes "
+declared(probes.decoder_block_causality, _expect_block_causal,
+         passed="(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes "
                  "earlier ones.")
-each_case(probes.decoder_block_padding_gradients, _expect_block_padding,
-          passed="Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as "
+declared(probes.decoder_block_padding_gradients, _expect_block_padding,
+         passed="Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as "
                  "autograd through nn.TransformerDecoderLayer gives it.")
 
 
@@ -631,23 +637,18 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
     expected = _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID)  # (b, n)
     out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
-        fail(f"{DECODE_NAME} returned dtype {out.dtype}; token ids are torch.long (argmax gives them).",
-             mistake=M["greedy-not-ids"])
-    b, n = expected.shape
-    if out.dim() != 2 or out.shape[0] != b:
-        fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({b}, n) with n <= max_len.",
-             mistake=WRONG_SHAPE)
+        _not_asked(DECODE_NAME, M["greedy-not-ids"], f" It returned dtype {out.dtype}; argmax gives torch.long.")
+    if out.dim() != 2 or out.shape[0] != expected.shape[0]:
+        fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({expected.shape[0]}, n) with "
+             "n <= max_len.", mistake=WRONG_SHAPE)
     width = out.shape[1]
     mistakes = _decode_mistakes(model, src, src_mask, max_len, expected, width)
+    shown = Rows(expected), Rows(out), label
     if width > max_len:
-        if torch.equal(out, mistakes[1][1]):
-            _not_asked(DECODE_NAME, M["greedy-returns-bos"], "", Rows(expected), Rows(out), label)
-        fail(f"{DECODE_NAME} returned {width} tokens per sequence, more than max_len={max_len}. Generate at most "
-             "max_len tokens, and do not return the <bos>.", Rows(expected), Rows(out), label, M["greedy-too-long"])
-    if width < n:
-        fail(f"{DECODE_NAME} stopped after {width} tokens, but a sequence had not written <eos> yet (it needs {n}). "
-             "Stop only when every sequence is finished, or after max_len steps.", Rows(expected), Rows(out), label,
-             M["greedy-stops-early"])
+        mistake = M["greedy-returns-bos"] if torch.equal(out, mistakes[1][1]) else M["greedy-too-long"]
+        _not_asked(DECODE_NAME, mistake, f" (max_len={max_len})", *shown)
+    if width < expected.shape[1]:
+        _not_asked(DECODE_NAME, M["greedy-stops-early"], f" (it stopped after {width} tokens)", *shown)
     expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=mistakes, otherwise=_DECODE_HINT, case=label,
                  differs="does not agree with the step-by-step argmax of the model")
 
@@ -660,13 +661,6 @@ each_case(probes.greedy_decode_step_by_step, _expect_decode,
 
 
 # ---------------------------------------------------------------- the training loop's parts
-
-def _not_asked(what: str, mistake: Mistake, more: str = "", *shown: Any) -> NoReturn:
-    """Fail naming mistake: what, its explanation, then more (a table, the groups' lr); shown: expected, actual,
-    case."""
-    __tracebackhide__ = True
-    fail(f"{what} is not what was asked: {mistake.explanation}{more}", *shown, mistake=mistake)
-
 
 def _table(rows: list[tuple[str, ...]], align: Callable[[str, int], str] = str.ljust) -> str:
     """Lines of a table a message shows, indented so that wrapping keeps them."""
