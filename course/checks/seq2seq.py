@@ -127,11 +127,9 @@ def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
 
 def _decoder_inputs(b: int, t: int, s: int, k: int, seed: int, *, masked: bool = True, change: int | None = None,
                     pad_more: int = 0) -> dict[str, torch.Tensor]:
-    """x (b, t, k) and memory (b, s, k) drawn from seed and seed + 1 and, unless not masked, a causal self_mask
-    (t, t) and the padding mask (b, 1, s) of source lengths s, s - 2, s - 4, ... (at least 1), True where attention
-    is allowed. (The masks are made here, inline, and never by a function the student's code could call: making
-    them is exercise 1 and 2's answer.) change: x's positions from there on redrawn from seed + 10; pad_more: that
-    many more memory positions, drawn from seed + 10 and masked out."""
+    """x (b, t, k), memory (b, s, k) from seed, seed + 1 and, if masked, a causal self_mask (t, t) and the padding
+    mask (b, 1, s) of source lengths s, s - 2, ... (at least 1), made inline (they are exercises 1 and 2's answers).
+    change: x redrawn from there on; pad_more: that many more memory positions, masked out (both from seed + 10)."""
     x = randn(b, t, k, seed=seed)
     memory = randn(b, s, k, seed=seed + 1)
     if change is not None:
@@ -244,34 +242,7 @@ GRADIENT_RUN = ModelRun("model", MODEL_CASES[0], 2000, 2010, upstream=2020)
 SMALL_RUN = ModelRun("model", SMALL_MODEL, 2500, 2510, upstream=2520)
 
 
-def _make_model(Seq2SeqTransformer: Callable, rec: Recorder, run: ModelRun) -> nn.Module | None:
-    c = run.case
-    return modules.build(rec, run.key, Seq2SeqTransformer, c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len,
-                         dropout=0.0, seed=run.seed, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)},
-                         train=False)
-
-
-def _run_model(rec: Recorder, key: str, model: nn.Module, src, tgt, src_mask: torch.Tensor | None = None) -> Any:
-    mask = (_source_mask(src) if src_mask is None else src_mask).to(rec.device)
-    with torch.no_grad():
-        return rec.call(key, model, src.to(rec.device), tgt.to(rec.device), mask)
-
-
 _CAUSAL_POSITIONS = (4, 2)
-
-
-def _probe_model_oracle(runs: tuple[ModelRun, ...], Seq2SeqTransformer, rec: Recorder) -> None:
-    for i, run in enumerate(runs):
-        model = _make_model(Seq2SeqTransformer, rec, run)
-        if model is None:
-            return
-        src, tgt, _ = run.inputs()
-        _run_model(rec, f"logits{i}", model, src, tgt)
-        mask = _source_mask(src).to(rec.device)
-        with torch.no_grad():
-            memory = rec.call(f"memory{i}", model.encode, src.to(rec.device), mask)
-            if isinstance(memory, torch.Tensor):
-                rec.call(f"decoded{i}", model.decode, tgt.to(rec.device), memory, mask)
 
 
 def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -286,40 +257,40 @@ def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt
 
 
-def _probe_run(extra: str, runs: tuple[ModelRun], Seq2SeqTransformer, rec: Recorder) -> None:
-    """The model of the run (one) on its batch ("logits"), and with extra: "memory" (encode, recorded first),
-    "changed" (the targets with another real token at each of _CAUSAL_POSITIONS) or "longer"
-    (padding_model_inputs())."""
-    (run,) = runs
-    model = _make_model(Seq2SeqTransformer, rec, run)
-    if model is None:
-        return
-    src, tgt, _ = run.inputs()
-    if extra == "memory":
+def _probe_model(extra: str, runs: tuple[ModelRun, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
+    """Each run's model (built with the check's weights) on its batch: "logits", numbered when there are several
+    runs; and with extra: "memory" (encode, recorded first), "decoded" (encode, then decode(tgt, memory,
+    src_mask)), "changed" (the targets with another real token at each of _CAUSAL_POSITIONS), "longer"
+    (padding_model_inputs()), or "gradients" (in training mode, with the gradients of sum(logits · upstream))."""
+    for i, run in enumerate(runs):
+        c, n = run.case, i if len(runs) > 1 else ""
+        model = modules.build(rec, run.key, Seq2SeqTransformer, c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth,
+                              c.max_len, dropout=0.0, seed=run.seed, train=False,
+                              facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
+        if model is None:
+            return
+        src, tgt = (v.to(rec.device) for v in run.inputs()[:2])
+        mask = _source_mask(src)
+        if extra == "gradients":
+            upstream = randn(c.b, c.t, c.tgt_vocab, seed=run.upstream).to(rec.device)
+            model.train()
+            modules.record_backward(rec, "logits", model, src, tgt, mask, loss=lambda y, u=upstream: (y * u).sum())
+            continue
         with torch.no_grad():
-            rec.call("memory", model.encode, src.to(rec.device), _source_mask(src).to(rec.device))
-    _run_model(rec, "logits", model, src, tgt)
-    for j in _CAUSAL_POSITIONS if extra == "changed" else ():
-        changed = tgt.clone()
-        changed[:, j] = 3 + (changed[:, j] - 2) % (run.case.tgt_vocab - 3)  # another real token
-        _run_model(rec, f"logits_changed{j}", model, src, changed)
-    if extra == "longer":
-        longer, longer_mask, _ = padding_model_inputs()
-        _run_model(rec, "logits_longer", model, longer, tgt, longer_mask)
-
-
-def _probe_model_backward(runs: tuple[ModelRun], Seq2SeqTransformer, rec: Recorder) -> None:
-    """Record the logits of the run's (one) batch in training mode, and the gradients of sum(logits · upstream) for
-    every parameter."""
-    (run,) = runs
-    model = _make_model(Seq2SeqTransformer, rec, run)
-    if model is None:
-        return
-    src, tgt, _ = run.inputs()
-    upstream = randn(run.case.b, run.case.t, run.case.tgt_vocab, seed=run.upstream).to(rec.device)
-    model.train()
-    modules.record_backward(rec, "logits", model, src.to(rec.device), tgt.to(rec.device),
-                            _source_mask(src).to(rec.device), loss=lambda y: (y * upstream).sum())
+            if extra == "memory":
+                rec.call("memory", model.encode, src, mask)
+            rec.call(f"logits{n}", model, src, tgt, mask)
+            for j in _CAUSAL_POSITIONS if extra == "changed" else ():
+                changed = tgt.clone()
+                changed[:, j] = 3 + (changed[:, j] - 2) % (c.tgt_vocab - 3)  # another real token
+                rec.call(f"logits_changed{j}", model, src, changed, mask)
+            if extra == "longer":
+                longer, longer_mask, _ = padding_model_inputs()
+                rec.call("logits_longer", model, longer.to(rec.device), tgt, longer_mask.to(rec.device))
+            if extra == "decoded":
+                memory = rec.call(f"memory{n}", model.encode, src, mask)
+                if isinstance(memory, torch.Tensor):
+                    rec.call(f"decoded{n}", model.decode, tgt, memory, mask)
 
 
 # ---------------------------------------------------------------- stand-in translators for the loss and decoding
@@ -499,12 +470,12 @@ def _model_check(name: str, probe: Callable[..., None], runs: tuple[ModelRun, ..
                           namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_run, "memory"), (STRUCTURE_RUN,))
-seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_run, "changed"), (CAUSALITY_RUN,))
-seq2seq_small_case = _model_check("seq2seq_small_case", _probe_model_backward, (SMALL_RUN,))
-seq2seq_oracle = _model_check("seq2seq_oracle", _probe_model_oracle, ORACLE_RUNS)
-seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_run, "longer"), (PADDING_RUN,))
-seq2seq_gradients = _model_check("seq2seq_gradients", _probe_model_backward, (GRADIENT_RUN,))
+seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_model, "memory"), (STRUCTURE_RUN,))
+seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_model, "changed"), (CAUSALITY_RUN,))
+seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_model, "gradients"), (SMALL_RUN,))
+seq2seq_oracle = _model_check("seq2seq_oracle", partial(_probe_model, "decoded"), ORACLE_RUNS)
+seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_model, "longer"), (PADDING_RUN,))
+seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_model, "gradients"), (GRADIENT_RUN,))
 
 
 # ---------------------------------------------------------------- the training loop's parts
@@ -558,10 +529,8 @@ def _number(value: Any) -> float | None:
 
 
 def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Callable, rec: Recorder) -> None:
-    """Record the class of the optimizer each case gets and, for every parameter of the model in the order of
-    model.named_parameters(): the number of groups holding it (key.count), and the weight_decay and lr of the
-    first of them (key.decay, key.lr; -1 where none); and how many tensors the groups hold that are not parameters
-    of the model (key.foreign)."""
+    """The optimizer's class and, per parameter in model.named_parameters() order, how many groups hold it
+    (key.count) and the first one's weight_decay and lr (key.decay, key.lr; -1: none); key.foreign: other tensors."""
     for case in drawn(cases):
         sizes, lr, weight_decay = case.settings()
         model = StandInNetwork(*sizes)
@@ -639,12 +608,10 @@ learning_rate_hidden = property_check("learning_rate_hidden", _probe_schedules, 
 
 @dataclass(frozen=True)
 class StepCase:
-    """Two consecutive calls train_step(model, optimizer, loss, lr, max_norm) on a stand-in nn.Linear(n_in, n_out)
-    (its weights from seed) and torch.optim.SGD with one group for its weight and one for its bias, both created at
-    lr INITIAL_LR. Each loss is the mean squared error ((model(x) - y) ** 2).mean() of a batch of b, x drawn from
-    seed + 1 + 10 i and y from seed + 2 + 10 i times y_scale (i = 0, 1), the second computed after the first step.
-    Recorded under key: the parameters before, the returned norms and the parameters and the groups' lr after each
-    call. sizes: (b, n_in, n_out), or a function drawing them (secret: only under grading)."""
+    """Two calls train_step(model, optimizer, loss, lr, max_norm) on nn.Linear(n_in, n_out) (weights from seed) and
+    an SGD with a group for its weight and one for its bias, created at INITIAL_LR; each loss the MSE of a batch
+    (:meth:`batch`). Recorded under key: the parameters before, and the norm returned, the parameters and the groups'
+    lr after each call. sizes: (b, n_in, n_out), or a function drawing them (secret: only under grading)."""
 
     key: str
     sizes: tuple[int, int, int] | Callable[[], tuple[int, int, int]]
@@ -665,7 +632,7 @@ class StepCase:
         return model
 
     def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x (b, n_in), y (b, n_out)) of call i (0 or 1)."""
+        """(x (b, n_in), y (b, n_out)) of call i (0 or 1), from seed + 1 + 10 i and seed + 2 + 10 i, y times y_scale."""
         b, n_in, n_out = self.shape()
         return (randn(b, n_in, seed=self.seed + 1 + 10 * i),
                 self.y_scale * randn(b, n_out, seed=self.seed + 2 + 10 * i))

@@ -155,14 +155,12 @@ def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memo
                    self_mask: torch.Tensor | None, memory_mask: torch.Tensor | None, *, context: str = "memory",
                    cross_mask: str = "memory", use_self_mask: bool = True, layout: str = "post") -> torch.Tensor:
     """A decoder block written out from PyTorch's attention, with switches for the typical mistakes."""
-    k = x.shape[-1]
 
     def norm(i: int, h: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(h, (k,), w[f"norm{i}.weight"], w[f"norm{i}.bias"])
+        return oracles.layer_norm(w, f"norm{i}", h)
 
     def ff(h: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.relu(F.linear(h, w["ff.net.0.weight"], w["ff.net.0.bias"])), w["ff.net.2.weight"],
-                        w["ff.net.2.bias"])
+        return oracles.dense(w, "ff.net.2", F.relu(oracles.dense(w, "ff.net.0", h)))
 
     def sa(h: torch.Tensor) -> torch.Tensor:
         return oracles.attention(h, None, self_mask if use_self_mask else None, heads,
@@ -350,7 +348,7 @@ def _model_oracle(w: dict[str, torch.Tensor], case: ModelCase, src, tgt, lengths
         y = y + _sinusoids(t, k)
     for i in range(depth):
         y = _torch_decoder(w, f"decoder.{i}.", heads, y, memory, causal, pad if memory_mask else None)
-    logits = F.linear(y, w["to_logits.weight"], w["to_logits.bias"])
+    logits = oracles.dense(w, "to_logits", y)
     return F.softmax(logits, dim=-1) if softmax else logits
 
 
@@ -387,12 +385,7 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     described = modules.described(ev, key)
     expect_part("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
     if expect_part("tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)").get("same_as") == "src_embedding":
-        fail(f"{MODEL_NAME}: {M['shared-embedding'].explanation}", mistake=M["shared-embedding"])
-    for name, size in (("src_embedding", c.src_vocab), ("tgt_embedding", c.tgt_vocab)):
-        found = described.get(name, {}).get("num_embeddings"), described.get(name, {}).get("embedding_dim")
-        if found != (size, c.k):
-            fail(f"{MODEL_NAME}.{name} is nn.Embedding{found}; it should be nn.Embedding({size}, {c.k}) here. Are "
-                 "the source and target vocabulary sizes swapped?", mistake=M["wrong-size"])
+        _not_asked(MODEL_NAME, M["shared-embedding"])
     expect_part("positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
     blocks = {name: expect_part(name, "ModuleList", f"nn.ModuleList of `depth` {kind}(k, heads)")
               for name, kind in (("encoder", "TransformerBlock"), ("decoder", "DecoderBlock"))}
@@ -410,10 +403,13 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * c.depth:
         fail(f"{MODEL_NAME}: {M['shared-block'].explanation}", mistake=M["shared-block"])
     expect_part("to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
-    found = described.get("to_logits", {}).get("in_features"), described.get("to_logits", {}).get("out_features")
-    if found != (c.k, c.tgt_vocab):
-        fail(f"{MODEL_NAME}.to_logits maps {found[0]} -> {found[1]}; it should be nn.Linear({c.k}, {c.tgt_vocab}): "
-             "one logit per target token.", mistake=M["wrong-size"])
+    for name, fields, size in (("src_embedding", ("num_embeddings", "embedding_dim"), (c.src_vocab, c.k)),
+                               ("tgt_embedding", ("num_embeddings", "embedding_dim"), (c.tgt_vocab, c.k)),
+                               ("to_logits", ("in_features", "out_features"), (c.k, c.tgt_vocab))):
+        found = tuple(described.get(name, {}).get(field) for field in fields)
+        if found != size:
+            fail(f"{MODEL_NAME}.{name} has the sizes {found}; here it should have {size}: src_embedding is "
+                 "(src_vocab, k), tgt_embedding (tgt_vocab, k), to_logits k -> tgt_vocab.", mistake=M["wrong-size"])
     shapes = {"src_embedding.weight": (c.src_vocab, c.k), "tgt_embedding.weight": (c.tgt_vocab, c.k),
               **{n: s for i in range(c.depth) for n, s in modules.block_shapes(f"encoder.{i}.", c.k, 4 * c.k).items()},
               **{n: s for i in range(c.depth) for n, s in _block_shapes(f"decoder.{i}.", c.k, 4).items()},
