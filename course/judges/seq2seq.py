@@ -31,7 +31,7 @@ from course.checks.compare import (
     value_kind,
 )
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Runs
+from course.checks.kinds import Built, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
 from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, DecodeCase, MaskCase, ModelCase, ModelRun
 from course.judges import mistakes, oracles
@@ -266,48 +266,38 @@ against_block(probes.decoder_block_small_case, DECODER_BLOCK,
                      "mask; a loss on the output sends autograd's gradient to x, memory and every parameter.")
 
 
-def _block_outputs(ev: Evidence, run: Runs) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
-    """The weights of run's block and its outputs on the cases without an upstream gradient."""
+def _expect_block_property(check: RunsCheck, ev: Evidence) -> None:
+    """The block of check's run (one) on its first two cases: with a causal self_mask, changing target positions 3
+    and on changes no earlier output (decoder_block_causality), or extra masked memory positions change nothing;
+    then a case with an upstream gradient, if any, against autograd through nn.TransformerDecoderLayer."""
     __tracebackhide__ = True
-    w = _block_weights(ev, run.module)
-    return w, [forward_output(ev, case.key, DECODER, dict(case.inputs())) for case in run.cases if not case.upstream]
-
-
-def _expect_block_causal(ev: Evidence) -> None:
-    """With a causal self_mask, changing target positions 3 and on changes no earlier output."""
-    __tracebackhide__ = True
-    (run,) = probes.decoder_block_causality.runs
-    (w, (y, y_changed)), case = _block_outputs(ev, run), run.cases[0]
-    inputs = dict(case.inputs())
-    expect_causal(ev, y, y_changed, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
-                  simulated(DECODER, w, run.module.args, inputs), M["block-self-mask-ignored"].explanation,
-                  M["block-not-causal"])
-    anchor_forward(ev, y, DECODER, w, run.module.args, inputs, f"{BLOCK_NAME} is causal", case.label)
-
-
-def _expect_block_padding(ev: Evidence) -> None:
-    """Extra masked memory positions change nothing; a loss sends autograd's gradient (through
-    nn.TransformerDecoderLayer) to every parameter, x and memory."""
-    __tracebackhide__ = True
-    (run,) = probes.decoder_block_padding_gradients.runs
-    (w, (y, y_longer)), (case, _, with_gradient) = _block_outputs(ev, run), run.cases
-    inputs = dict(case.inputs())
-    if not matches_any(y_longer, [y], ev.device):
+    (run,) = check.runs
+    case, causal = run.cases[0], check is probes.decoder_block_causality
+    w, inputs = _block_weights(ev, run.module), dict(case.inputs())
+    y, other = (forward_output(ev, c.key, DECODER, dict(c.inputs())) for c in run.cases[:2])
+    if causal:
+        expect_causal(ev, y, other, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
+                      simulated(DECODER, w, run.module.args, inputs), M["block-self-mask-ignored"].explanation,
+                      M["block-not-causal"])
+    elif not matches_any(other, [y], ev.device):
         unmasked = _decoder(w, *run.module.args, **inputs, cross_mask="none")
         fail(f"{BLOCK_NAME} reads padded memory positions: three more padded source positions (masked out by "
-             "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], y_longer[:, :, 0],
+             "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], other[:, :, 0],
              case="first feature, before and after adding padding", mistake=M["block-memory-not-masked"]
              if matches_any(y, [unmasked], ev.device) else M["block-reads-padding"])
-    anchor_forward(ev, y, DECODER, w, run.module.args, inputs, f"{BLOCK_NAME} ignores padded memory", case.label)
-    expect_forward_case(ev, w, run.module, with_gradient, DECODER, tolerate_mistakes=True)
+    anchor_forward(ev, y, DECODER, w, run.module.args, inputs,
+                   f"{BLOCK_NAME} {'is causal' if causal else 'ignores padded memory'}", case.label)
+    for with_gradient in run.cases[2:]:
+        expect_forward_case(ev, w, run.module, with_gradient, DECODER, tolerate_mistakes=True)
 
 
-declared(probes.decoder_block_causality, _expect_block_causal,
+declared(probes.decoder_block_causality, partial(_expect_block_property, probes.decoder_block_causality),
          passed="(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes "
-                 "earlier ones.")
-declared(probes.decoder_block_padding_gradients, _expect_block_padding,
+                "earlier ones.")
+declared(probes.decoder_block_padding_gradients,
+         partial(_expect_block_property, probes.decoder_block_padding_gradients),
          passed="Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as "
-                 "autograd through nn.TransformerDecoderLayer gives it.")
+                "autograd through nn.TransformerDecoderLayer gives it.")
 
 
 def _sinusoids(t: int, k: int) -> torch.Tensor:
@@ -441,25 +431,32 @@ def _anchor_model(ev: Evidence, run: ModelRun, logits: torch.Tensor, expected: t
                                                    f"{run.case.t})")
 
 
-def _expect_model_structure(ev: Evidence, run: ModelRun) -> None:
-    """The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k)."""
-    __tracebackhide__ = True
-    w, expected, mistakes = _model_run(ev, run)
-    output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(run.case.b, run.case.s, run.case.k),
-           hint=_MODEL_CALL_HINT)
-    _anchor_model(ev, run, _logits(ev, "logits", run.case), expected, mistakes, "has the right parts and shapes")
+#: what a model check with the probe's extra record claims, besides the structure
+_CLAIMS = {"memory": "has the right parts and shapes", "changed": "is causal", "longer": "ignores the source padding"}
 
 
-def _expect_model_causal(ev: Evidence, run: ModelRun) -> None:
-    """Changing a later target token never changes the logits at earlier positions."""
+def _expect_model_property(extra: str, ev: Evidence, run: ModelRun) -> None:
+    """The named parts, then what the probe's extra record shows: encode gives (b, s, k) ("memory"), changing a
+    later target token never changes earlier logits ("changed"), more source padding changes nothing ("longer");
+    the logits are an encoder-decoder's with the check's weights, right or typically wrong."""
     __tracebackhide__ = True
     w, expected, mistakes = _model_run(ev, run)
-    logits = _logits(ev, "logits", run.case)
-    for j in probes._CAUSAL_POSITIONS:
-        expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", run.case), j, f"{MODEL_NAME}.forward on targets",
+    c = run.case
+    if extra == "memory":
+        output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(c.b, c.s, c.k), hint=_MODEL_CALL_HINT)
+    logits = _logits(ev, "logits", c)
+    for j in probes._CAUSAL_POSITIONS if extra == "changed" else ():
+        expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", c), j, f"{MODEL_NAME}.forward on targets",
                       [(m, out) for m, out, _ in mistakes], M["model-not-causal"].explanation,
                       M["model-reads-future"])
-    _anchor_model(ev, run, logits, expected, mistakes, "is causal")
+    longer = _logits(ev, "logits_longer", c) if extra == "longer" else None
+    if longer is not None and not matches_any(longer, [logits], ev.device):
+        named = next((m for m, out, _ in mistakes if matches_any(logits, [out], ev.device)), M["model-reads-padding"])
+        fail(f"{MODEL_NAME} reads the source padding: four more padded positions (masked out by src_mask) changed "
+             "the logits. Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every decoder "
+             "block.", logits[0, :, 0], longer[0, :, 0], case="first logit of sequence 0, before and after",
+             mistake=named)
+    _anchor_model(ev, run, logits, expected, mistakes, _CLAIMS[extra])
 
 
 def _expect_model_oracle(ev: Evidence, run: ModelRun) -> None:
@@ -477,20 +474,6 @@ def _expect_model_oracle(ev: Evidence, run: ModelRun) -> None:
     if not matches_any(decoded, [logits], ev.device):
         _not_asked(MODEL_NAME, M["decode-inconsistent"], " Greedy decoding encodes once, then decodes step by step.",
                    logits[0, :, 0], decoded[0, :, 0], "first logit of sequence 0")
-
-
-def _expect_model_padding(ev: Evidence, run: ModelRun) -> None:
-    """More padding on the source (filled with arbitrary tokens, masked out) never changes the logits."""
-    __tracebackhide__ = True
-    w, expected, mistakes = _model_run(ev, run)
-    logits, longer = _logits(ev, "logits", run.case), _logits(ev, "logits_longer", run.case)
-    if not matches_any(longer, [logits], ev.device):
-        named = next((m for m, out, _ in mistakes if matches_any(logits, [out], ev.device)), M["model-reads-padding"])
-        fail(f"{MODEL_NAME} reads the source padding: four more padded positions (masked out by src_mask) changed "
-             "the logits. Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every decoder "
-             "block.", logits[0, :, 0], longer[0, :, 0], case="first logit of sequence 0, before and after",
-             mistake=named)
-    _anchor_model(ev, run, logits, expected, mistakes, "ignores the source padding")
 
 
 def _expect_model_gradients(ev: Evidence, run: ModelRun, *, strict: bool) -> None:
@@ -522,14 +505,14 @@ def _expect_model_gradients(ev: Evidence, run: ModelRun, *, strict: bool) -> Non
                              oracle="PyTorch's encoder and decoder layers with the same weights")
 
 
-each_case(probes.seq2seq_structure, _expect_model_structure,
+each_case(probes.seq2seq_structure, partial(_expect_model_property, "memory"),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k).")
-each_case(probes.seq2seq_causality, _expect_model_causal,
+each_case(probes.seq2seq_causality, partial(_expect_model_property, "changed"),
           passed="Changing a later target token never changes the logits at earlier positions.")
 each_case(probes.seq2seq_oracle, _expect_model_oracle,
           passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
                  "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward.")
-each_case(probes.seq2seq_padding, _expect_model_padding,
+each_case(probes.seq2seq_padding, partial(_expect_model_property, "longer"),
           passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
 each_case(probes.seq2seq_gradients, partial(_expect_model_gradients, strict=False),
           passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
