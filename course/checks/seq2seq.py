@@ -296,10 +296,8 @@ def _probe_model(extra: str, runs: tuple[ModelRun, ...], Seq2SeqTransformer: Cal
 # ---------------------------------------------------------------- stand-in translators for the loss and decoding
 
 class StandInTranslator(nn.Module):
-    """A small translator with the interface of Seq2SeqTransformer (encode, decode, forward) whose logits a judge
-    recomputes: the mean of the real source embeddings, and a causal running mean of the target embeddings plus
-    learned positions. Every weight comes from weights.fill(seed), so the probe and the judge build the same one.
-    """
+    """A small translator with Seq2SeqTransformer's interface whose logits a judge recomputes: the mean of the real
+    source embeddings and a causal running mean of the target embeddings plus learned positions; weights from seed."""
 
     def __init__(self, src_vocab: int, tgt_vocab: int, k: int, max_len: int, seed: int, eos_bias: float = 0.0):
         super().__init__()
@@ -370,11 +368,9 @@ _AFTER_EOS = 8  # what the scripted model says once a sequence is over: never <e
 
 
 class ScriptedModel(nn.Module):
-    """A stand-in for a trained Seq2SeqTransformer whose greedy output is known exactly.
-
-    Reading <bos> first, it writes one token per real source token, each depending on the source token and on
-    the previous target token (so its own predictions must be fed back), then <eos>; after that it keeps
-    writing token 8. Without <bos> first it never stops. Logits are exact, so every device agrees.
+    """A stand-in for a trained Seq2SeqTransformer whose greedy output is known exactly: after <bos>, one token per
+    real source token, each depending on it and on the previous target token (its predictions must be fed back),
+    then <eos>, then token 8 forever; without <bos> first it never stops. Exact logits: every device agrees.
     """
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -396,17 +392,16 @@ class ScriptedModel(nn.Module):
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
 
-def _scripted(src: tuple[tuple[int, ...], ...], lengths: tuple[int, ...]) -> tuple[nn.Module, torch.Tensor,
-                                                                                   torch.Tensor]:
+def _scripted(src: tuple[tuple[int, ...], ...],
+              lengths: tuple[int, ...]) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     """The scripted model, a source (b, s) and its lengths (b,)."""
     return ScriptedModel(), torch.tensor(src), torch.tensor(lengths)
 
 
 def secret_scripted_source(seed: int, first: tuple[int, int], s: int, b: int,
                            at_most: int | None = None) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """Under grading, a secret source for the scripted model: b sequences of s random tokens (3 to 9), the first
-    of a random length in [first[0], first[1]], the others from 1 to s (at most at_most), padded after; (the
-    scripted model, src, lengths)."""
+    """Under grading, (the scripted model, src (b, s) of tokens 3 to 9, lengths): the first length in [first[0],
+    first[1]], the others from 1 to s (at most at_most), padded after."""
     g = generator(seed)
     lengths = torch.randint(1, s + 1, (b,), generator=g)
     lengths[0] = int(torch.randint(first[0], first[1] + 1, (), generator=g))

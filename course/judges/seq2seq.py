@@ -477,9 +477,8 @@ def _expect_model_oracle(ev: Evidence, run: ModelRun) -> None:
 
 
 def _expect_model_gradients(ev: Evidence, run: ModelRun, *, strict: bool) -> None:
-    """The run's logits against PyTorch's layers (strict), or only an encoder-decoder's output, right or typically
-    wrong (the mistake named by another check); then in autograd's graph, every parameter with autograd's gradient
-    through PyTorch's layers (or through the typical mistake the logits are)."""
+    """The logits against PyTorch's layers (strict), or an encoder-decoder's, right or typically wrong; then every
+    parameter with autograd's gradient through PyTorch's layers (or through the typical mistake the logits are)."""
     __tracebackhide__ = True
     w, expected, mistakes = _model_run(ev, run)
     src, tgt, lengths = run.inputs()
