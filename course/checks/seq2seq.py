@@ -257,7 +257,7 @@ def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt
 
 
-def _probe_model(extra: str, runs: tuple[ModelRun, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
+def _probe_translator(extra: str, runs: tuple[ModelRun, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
     """Each run's model (built with the check's weights) on its batch: "logits", numbered when there are several
     runs; and with extra: "memory" (encode, recorded first), "decoded" (encode, then decode(tgt, memory,
     src_mask)), "changed" (the targets with another real token at each of _CAUSAL_POSITIONS), "longer"
@@ -465,12 +465,12 @@ def _model_check(name: str, probe: Callable[..., None], runs: tuple[ModelRun, ..
                           namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_model, "memory"), (STRUCTURE_RUN,))
-seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_model, "changed"), (CAUSALITY_RUN,))
-seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_model, "gradients"), (SMALL_RUN,))
-seq2seq_oracle = _model_check("seq2seq_oracle", partial(_probe_model, "decoded"), ORACLE_RUNS)
-seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_model, "longer"), (PADDING_RUN,))
-seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_model, "gradients"), (GRADIENT_RUN,))
+seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_translator, "memory"), (STRUCTURE_RUN,))
+seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_translator, "changed"), (CAUSALITY_RUN,))
+seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_translator, "gradients"), (SMALL_RUN,))
+seq2seq_oracle = _model_check("seq2seq_oracle", partial(_probe_translator, "decoded"), ORACLE_RUNS)
+seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_translator, "longer"), (PADDING_RUN,))
+seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_translator, "gradients"), (GRADIENT_RUN,))
 
 
 # ---------------------------------------------------------------- the training loop's parts
