@@ -156,10 +156,11 @@ def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstre
     return Case(key, inputs, label, upstream=None if upstream is None else partial(randn, b, t, k, seed=upstream))
 
 
-def _decoder_check(name: str, runs: tuple[Runs, ...]) -> RunsCheck:
+def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> RunsCheck:
     """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, its parts' facts recorded, in evaluation
-    mode; called as block(x, memory=..., self_mask=..., memory_mask=...)."""
-    return builds_and_runs(name, runs, dropout=0.0, train=False,
+    mode (training mode with train: the checks of gradients); called as block(x, memory=..., self_mask=...,
+    memory_mask=...)."""
+    return builds_and_runs(name, runs, dropout=0.0, train=train,
                            facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
 
 
@@ -176,11 +177,11 @@ decoder_block_oracle = _decoder_check("decoder_block_oracle", (
       enumerate(BLOCK_CASES)),
     Runs(Built("block_unmasked", (8, 2, 4), 1400), (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),))))
 decoder_block_small_case = _decoder_check("decoder_block_small_case", (Runs(Built("block", (4, 2, 4), 1450), (
-    decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),))
+    decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),), train=True)
 decoder_block_padding_gradients = _decoder_check("decoder_block_padding_gradients", (
     Runs(Built("block", (8, 2, 4), 1500), (decoder_case("y", (2, 4, 5, 8), 1510),
                                            decoder_case("y_longer", (2, 4, 5, 8), 1510, pad_more=3),
-                                           decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),))
+                                           decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),), train=True)
 
 
 # ---------------------------------------------------------------- the model
