@@ -81,3 +81,39 @@ def test_a_module_check_builds_with_the_checks_weights_and_records_every_gradien
             return attention(self.to_queries(x), self.to_keys(x), self.to_keys(x))
 
     assert _verdict(probes_02.self_attention_qkv_oracle, KeysAsValues) == "keys-as-values"
+
+
+class _BrokenBackward(torch.autograd.Function):
+    """Identity forward, and a backward pass that raises, as a hand-written autograd.Function with a bug does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("the backward pass of this Function is broken")
+
+
+def test_an_error_in_the_backward_pass_is_recorded_and_named_not_raised_in_the_probe():
+    from course.checks import qkv as probes_02  # noqa: PLC0415 - a declared module check with a gradient case
+    from course.qkv import SelfAttentionQKV  # noqa: PLC0415
+
+    def broken_function(x):
+        return _BrokenBackward.apply(basic_self_attention(x))
+
+    class BrokenModule(SelfAttentionQKV):
+        def forward(self, x):
+            return _BrokenBackward.apply(super().forward(x))
+
+    for check, student in ((probes.basic_self_attention_vs_pytorch, broken_function),
+                           (probes_02.self_attention_qkv_vs_pytorch, BrokenModule)):
+        record = check.record(student)  # the probe finishes: the error is evidence, not a crash of the test cell
+        errors = [fact["type"] for key, fact in record.facts.items() if key.endswith(".backward")]
+        assert errors == ["RuntimeError"], check.name
+        try:
+            check(student)
+        except CheckFailed as failure:
+            assert failure.mistake == "raised" and "the backward pass of this Function is broken" in str(failure)
+        else:
+            raise AssertionError(f"{check.name} passed a module whose backward pass raises")

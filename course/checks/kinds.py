@@ -85,7 +85,7 @@ def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec
         positional = [value for name, value in inputs.items() if name not in keywords]
         y = rec.call(case.key, student, *positional, **{name: inputs[name] for name in keywords if name in inputs})
         if case.upstream is not None:
-            modules.backward(rec, y, case.upstream(), inputs)
+            modules.backward(rec, y, case.upstream(), inputs, key=case.key)
 
 
 class CallCheck(Check):
@@ -160,7 +160,7 @@ def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Cal
             y = call_module(rec, case.key, module, inputs)
             if observe is not None:
                 observe(rec, y)
-            modules.backward(rec, y, case.upstream(), leaves, module)
+            modules.backward(rec, y, case.upstream(), leaves, module, case.key)
 
 
 class RunsCheck(Check):

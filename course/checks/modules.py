@@ -130,13 +130,14 @@ def record_gradients(rec: Recorder, module: nn.Module, prefix: str = "grad.") ->
 
 
 def backward(rec: Recorder, y: Any, upstream: torch.Tensor, inputs: Mapping[str, torch.Tensor],
-             module: nn.Module | None = None) -> bool:
+             module: nn.Module | None = None, key: str | None = None) -> bool:
     """After the student's code gave y: backpropagate sum(y * upstream) and keep the gradients the inputs
     (grad.<name>) and the module's parameters received. Nothing is kept when y is not a tensor of upstream's
-    shape in an autograd graph; the judge then says why from the recorded output. True when the pass ran."""
+    shape in an autograd graph; the judge then says why from the recorded output. True when the pass ran. key: the
+    output's key, under which (key.backward) an error in the backward pass is recorded; without one it is raised."""
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(upstream.shape):
         return False
-    return _backpropagate(rec, None, y, lambda out: (out * upstream.to(out.device)).sum(), inputs, module)
+    return _backpropagate(rec, key, y, lambda out: (out * upstream.to(out.device)).sum(), inputs, module)
 
 
 def record_backward(rec: Recorder, key: str, module: Callable, *args: Any, loss: Callable[[torch.Tensor], torch.Tensor],

@@ -68,7 +68,7 @@ def expect_case(ev: Evidence, case: Case, oracle: Oracle, expected: torch.Tensor
     expect_close(y, want, what=oracle.what, device=ev.device, mistakes=oracle.mistakes(**inputs), case=case.label,
                  otherwise=oracle.otherwise)
     if case.upstream is not None:
-        modules.expect_attached(ev, case.key, oracle.what)
+        modules.expect_differentiable(ev, case.key, oracle.what)
         grads = modules.autograd(lambda _, **given: oracle.compute(**given), {}, inputs, case.upstream())
         modules.expect_gradients(ev, grads, owner=oracle.what, case=case.label, oracle=oracle.name,
                                  hints=oracle.gradient_hints or None)
@@ -210,7 +210,7 @@ def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, orac
     what = forward_what(oracle, inputs)
     y = forward_output(ev, case.key, oracle, inputs)
     if case.upstream is not None:
-        modules.expect_attached(ev, case.key, what)
+        modules.expect_differentiable(ev, case.key, what)
     want = expected_output(oracle, w, args, inputs)
     tolerant = case.upstream is not None and tolerate_mistakes
     found = []
