@@ -127,9 +127,8 @@ def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
 
 def _decoder_inputs(b: int, t: int, s: int, k: int, seed: int, *, masked: bool = True, change: int | None = None,
                     pad_more: int = 0) -> dict[str, torch.Tensor]:
-    """x (b, t, k), memory (b, s, k) from seed, seed + 1 and, if masked, a causal self_mask (t, t) and the padding
-    mask (b, 1, s) of source lengths s, s - 2, ... (at least 1), made inline (they are exercises 1 and 2's answers).
-    change: x redrawn from there on; pad_more: that many more memory positions, masked out (both from seed + 10)."""
+    """x (b, t, k), memory (b, s, k) and, if masked, a causal self_mask (t, t) and a padding memory_mask (b, 1, s);
+    change: x redrawn from there on; pad_more: that many more memory positions, masked out."""
     x = randn(b, t, k, seed=seed)
     memory = randn(b, s, k, seed=seed + 1)
     if change is not None:
@@ -146,8 +145,7 @@ def _decoder_inputs(b: int, t: int, s: int, k: int, seed: int, *, masked: bool =
 
 def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstream: int | None = None,
                  **more: Any) -> Case:
-    """A case of a DecoderBlock check: size (b, t, s, k), its inputs _decoder_inputs(*size, seed, **more);
-    upstream: the seed of a random upstream gradient (b, t, k)."""
+    """A case of a DecoderBlock check of size (b, t, s, k); upstream: the seed of an upstream gradient (b, t, k)."""
     b, t, s, k = size
     inputs = partial(_decoder_inputs, *size, seed, **more)
     masks = inputs().get("memory_mask")
@@ -157,9 +155,8 @@ def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstre
 
 
 def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> RunsCheck:
-    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, its parts' facts recorded, in evaluation
-    mode (training mode with train: the checks of gradients); called as block(x, memory=..., self_mask=...,
-    memory_mask=...)."""
+    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in evaluation mode (training mode with
+    train: the checks of gradients), its parts' facts recorded."""
     return builds_and_runs(name, runs, dropout=0.0, train=train,
                            facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
 

@@ -63,8 +63,7 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/seq2seq.txt
 
 
 def _not_asked(what: str, mistake: Mistake, more: str = "", *shown: Any) -> NoReturn:
-    """Fail naming mistake: what, its explanation, then more (a table, the groups' lr); shown: expected, actual,
-    case."""
+    """Fail naming mistake: what, its explanation, then more; shown: expected, actual, case."""
     __tracebackhide__ = True
     fail(f"{what} is not what was asked: {mistake.explanation}{more}", *shown, mistake=mistake)
 
@@ -116,31 +115,27 @@ each_case(probes.padding_mask_oracle, _expect_mask,
           passed="Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one.")
 
 
-# ---------------------------------------------------------------- modules: the judge's side
+# ---------------------------------------------------------------- PyTorch's layers with the check's weights
 
 def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
     return {**modules.attention_shapes(f"{p}self_attention.", k), **modules.attention_shapes(f"{p}cross_attention.", k),
             **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
-# ---------------------------------------------------------------- PyTorch's layers with the check's weights
-
-def _torch_decoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor,
-                   causal: bool = True, pad: torch.Tensor | None = None) -> torch.Tensor:
-    """nn.TransformerDecoderLayer (post-norm, ReLU) carrying the block's weights; pad (b, s): True at real tokens."""
-    layer = oracles.decoder_layer(x.shape[-1], heads, w[f"{p}ff.net.0.weight"].shape[0])
+def _torch_layer(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor | None = None,
+                 causal: bool = True, pad: torch.Tensor | None = None) -> torch.Tensor:
+    """nn.TransformerEncoderLayer (no memory) or nn.TransformerDecoderLayer (post-norm, ReLU) carrying the weights of
+    the course's block named p (causal: with a causal self-attention mask); pad (b, s): True at real tokens."""
+    k, hidden, ignored = x.shape[-1], w[f"{p}ff.net.0.weight"].shape[0], None if pad is None else ~pad
+    if memory is None:
+        return functional_call(oracles.encoder_layer(k, heads, hidden),
+                               oracles.course_layer_parameters(w, p, {"attention": "self_attn"}, 2), (x,),
+                               {"src_key_padding_mask": ignored})
     params = oracles.course_layer_parameters(w, p, {"self_attention": "self_attn",
                                                     "cross_attention": "multihead_attn"}, 3)
-    kwargs = {"tgt_mask": ~oracles.causal_mask(x.shape[1]) if causal else None,
-              "memory_key_padding_mask": None if pad is None else ~pad}
-    return functional_call(layer, params, (x, memory), kwargs)
-
-
-def _torch_encoder(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor,
-                   pad: torch.Tensor | None) -> torch.Tensor:
-    layer = oracles.encoder_layer(x.shape[-1], heads, w[f"{p}ff.net.0.weight"].shape[0])
-    return functional_call(layer, oracles.course_layer_parameters(w, p, {"attention": "self_attn"}, 2), (x,),
-                           {"src_key_padding_mask": None if pad is None else ~pad})
+    return functional_call(oracles.decoder_layer(k, heads, hidden), params, (x, memory),
+                           {"tgt_mask": ~oracles.causal_mask(x.shape[1]) if causal else None,
+                            "memory_key_padding_mask": ignored})
 
 
 def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memory: torch.Tensor,
@@ -193,8 +188,8 @@ def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: to
     given a self_mask, memory_mask (b, 1, s)), or with switches the typical mistake _block_variant computes."""
     if switches:
         return _block_variant(w, heads, x, memory, self_mask, memory_mask, **switches)
-    return _torch_decoder(w, "", heads, x, memory, self_mask is not None,
-                          None if memory_mask is None else memory_mask[:, 0])
+    return _torch_layer(w, "", heads, x, memory, self_mask is not None,
+                        None if memory_mask is None else memory_mask[:, 0])
 
 
 # ---------------------------------------------------------------- DecoderBlock
@@ -210,42 +205,29 @@ _BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "
                  (("ff",), "FeedForward", "FeedForward(k, ff_mult * k)", None))
 
 
-def _part_size(described: dict, name: str, fact: dict, heads: int) -> Any:
-    """What sizes a part of the block has: (k, heads) of an attention, the shape of a norm, (in, out) of ff's first
-    layer."""
-    if name.endswith("attention"):
-        return described.get(f"{name}.to_queries", {}).get("in_features"), fact.get("heads", heads)
-    if name == "ff":
-        return described.get("ff.net.0", {}).get("in_features"), described.get("ff.net.0", {}).get("out_features")
-    return described.get(name, {}).get("shape")
-
-
 def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
-    """The block built (args (k, heads, ff_mult)): the attributes the notebook names, of the right kinds and sizes,
-    and no others with parameters; then the weights the probe loaded."""
+    """The block built (args (k, heads, ff_mult)): the attributes the notebook names, of the right kinds, each its
+    own module, the attentions with `heads` heads; then the weights the probe loaded, of the right shapes, and no
+    other parameters."""
     __tracebackhide__ = True
     key, (k, heads, ff_mult) = built.key, built.args
     what = f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
     modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
-    described = modules.described(ev, key)
-    sizes = {"MultiHeadAttention": (k, heads), "LayerNorm": [k], "FeedForward": (k, ff_mult * k)}
     for names, kind, how, shared in _BLOCK_GROUPS:
-        facts = {name: modules.expect_part(ev, key, BLOCK_NAME, name, kind, how) for name in names}
-        if shared is not None and any(fact.get("same_as") for fact in facts.values()):
+        facts = [modules.expect_part(ev, key, BLOCK_NAME, name, kind, how) for name in names]
+        if shared is not None and any(fact.get("same_as") for fact in facts):
             _not_asked(BLOCK_NAME, shared)
-        for name, fact in facts.items():
-            found = _part_size(described, name, fact, heads)
-            if found != sizes[kind]:
-                fail(f"{BLOCK_NAME}.{name} has the sizes {found}; {what} needs {how} = {sizes[kind]}.",
-                     mistake=M["wrong-size"])
-    modules.expect_parameter_count(ev, key, what, 2 * (4 * k * k + k) + 3 * 2 * k + 2 * ff_mult * k * k
-                                   + ff_mult * k + k, "two attentions, three norms and the feed-forward make",
+        if any(fact.get("heads", heads) != heads for fact in facts):
+            _not_asked(what, M["wrong-size"], f" Its attentions need {heads} heads: {how}.")
+    w = modules.expect_parameters(ev, key, what, _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT)
+    modules.expect_parameter_count(ev, key, what, sum(v.numel() for v in w.values()),
+                                   "two attentions, three norms and the feed-forward make",
                                    "Is an extra layer registered?")
-    return modules.expect_parameters(ev, key, what, _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT)
+    return w
 
 
 DECODER = ForwardOracle(
-    BLOCK_NAME, "a decoder block", lambda ev, built: _block_weights(ev, built), _decoder,
+    BLOCK_NAME, "a decoder block", _block_weights, _decoder,
     "nn.TransformerDecoderLayer with the same weights",
     lambda *_, **__: [(m, partial(_decoder, **switches)) for m, switches in _BLOCK_MISTAKES],
     hint=lambda **_: _MASK_SHAPE_HINT, otherwise=_DECODER_HINT,
@@ -322,76 +304,70 @@ def _model_oracle(w: dict[str, torch.Tensor], case: ModelCase, src, tgt, lengths
         x = x + _sinusoids(s, k)
     if use_encoder:
         for i in range(depth):
-            x = _torch_encoder(w, f"encoder.{i}.", heads, x, pad if encoder_mask else None)
+            x = _torch_layer(w, f"encoder.{i}.", heads, x, pad=pad if encoder_mask else None)
     memory = x
     table = w["tgt_embedding.weight"] if tgt_embedding == "tgt" else w["src_embedding.weight"]
     y = F.embedding(tgt, table) * scale
     if tgt_positions:
         y = y + _sinusoids(t, k)
     for i in range(depth):
-        y = _torch_decoder(w, f"decoder.{i}.", heads, y, memory, causal, pad if memory_mask else None)
+        y = _torch_layer(w, f"decoder.{i}.", heads, y, memory, causal, pad if memory_mask else None)
     logits = oracles.dense(w, "to_logits", y)
     return F.softmax(logits, dim=-1) if softmax else logits
 
 
-_MODEL_MISTAKES = tuple((m, MappingProxyType(switches)) for m, switches in (
+_MODEL_MISTAKES = (
     (M["model-softmax"], {"softmax": True}), (M["model-not-causal"], {"causal": False}),
     (M["model-memory-not-masked"], {"memory_mask": False}), (M["model-encoder-not-masked"], {"encoder_mask": False}),
     (M["model-padding-not-masked"], {"encoder_mask": False, "memory_mask": False}),
     (M["model-no-target-positions"], {"tgt_positions": False}),
     (M["model-no-source-positions"], {"src_positions": False}),
     (M["model-memory-is-embeddings"], {"use_encoder": False}), (M["model-scaled-embeddings"], {"scaled": True}),
-    (M["model-target-source-embedding"], {"tgt_embedding": "src"})))
-
-
-def _model_mistake_switches(case: ModelCase, tgt: torch.Tensor) -> list[tuple[Mistake, dict]]:
-    return [(m, dict(sw)) for m, sw in _MODEL_MISTAKES
-            if m is not M["model-target-source-embedding"] or int(tgt.max()) < case.src_vocab]
-
-
+    (M["model-target-source-embedding"], {"tgt_embedding": "src"}))
 _MODEL_HINT = ("encode: x = positions(src_embedding(src)), then every encoder block with mask src_mask[:, None, :]; "
                "decode: y = positions(tgt_embedding(tgt)), every decoder block with self_mask = causal_mask(t) and "
                "memory_mask = src_mask[:, None, :], then to_logits.")
 _MODEL_CALL_HINT = ("If the error is about sizes inside attention: a (b, s) padding mask must reach "
                     "MultiHeadAttention as (b, 1, s) — src_mask.unsqueeze(1) — so that it broadcasts over the queries.")
+#: the model's parts: name, kind, how it is made
+_MODEL_PARTS = (("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)"),
+                ("tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)"),
+                ("positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)"),
+                ("encoder", "ModuleList", "nn.ModuleList of `depth` TransformerBlock(k, heads)"),
+                ("decoder", "ModuleList", "nn.ModuleList of `depth` DecoderBlock(k, heads)"),
+                ("to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)"))
 
 
 def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The structure of the model the run built (its named parts, of the right kinds and sizes), then the weights
-    the probe loaded."""
+    """The structure of the model the run built (its named parts, of the right kinds, numbers and sizes, none
+    shared), then the weights the probe loaded."""
     __tracebackhide__ = True
     key, c = run.key, run.case
     modules.built(ev, key, f"{MODEL_NAME}({c.src_vocab}, {c.tgt_vocab}, k={c.k}, heads={c.heads}, depth={c.depth}, "
                            f"max_len={c.max_len})")
-    expect_part = partial(modules.expect_part, ev, key, MODEL_NAME)
-    described = modules.described(ev, key)
-    expect_part("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)")
-    if expect_part("tgt_embedding", "Embedding", "nn.Embedding(tgt_vocab_size, k)").get("same_as") == "src_embedding":
+    parts = {name: modules.expect_part(ev, key, MODEL_NAME, name, kind, how) for name, kind, how in _MODEL_PARTS}
+    if parts["tgt_embedding"].get("same_as") == "src_embedding":
         _not_asked(MODEL_NAME, M["shared-embedding"])
-    expect_part("positions", "PositionalEncoding", "PositionalEncoding(k, max_len, dropout)")
-    blocks = {name: expect_part(name, "ModuleList", f"nn.ModuleList of `depth` {kind}(k, heads)")
-              for name, kind in (("encoder", "TransformerBlock"), ("decoder", "DecoderBlock"))}
-    for name, fact in blocks.items():
-        items = fact.get("items")
+    for name in ("encoder", "decoder"):
+        items = parts[name].get("items")
         if not isinstance(items, list) or len(items) != c.depth:
             fail(f"{MODEL_NAME}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with "
                  f"depth={c.depth} it should hold {c.depth}.", mistake=M["wrong-depth"])
-    like = blocks["decoder"].get("decoder_like")
-    if any(item != "TransformerBlock" for item in blocks["encoder"]["items"]) \
+    like = parts["decoder"].get("decoder_like")
+    if any(item != "TransformerBlock" for item in parts["encoder"]["items"]) \
             or not isinstance(like, list) or not all(v is True for v in like):
         fail(f"{MODEL_NAME}.encoder should hold course TransformerBlock(k, heads), and .decoder your "
-             f"DecoderBlock(k, heads); the encoder holds {str(blocks['encoder']['items'])[:80]}.",
+             f"DecoderBlock(k, heads); the encoder holds {str(parts['encoder']['items'])[:80]}.",
              mistake=WRONG_PART_TYPE)
     if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * c.depth:
         _not_asked(MODEL_NAME, M["shared-block"])
-    expect_part("to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)")
+    described = modules.described(ev, key)
     for name, fields, size in (("src_embedding", ("num_embeddings", "embedding_dim"), (c.src_vocab, c.k)),
                                ("tgt_embedding", ("num_embeddings", "embedding_dim"), (c.tgt_vocab, c.k)),
                                ("to_logits", ("in_features", "out_features"), (c.k, c.tgt_vocab))):
         found = tuple(described.get(name, {}).get(field) for field in fields)
         if found != size:
-            fail(f"{MODEL_NAME}.{name} has the sizes {found}; here it should have {size}: src_embedding is "
-                 "(src_vocab, k), tgt_embedding (tgt_vocab, k), to_logits k -> tgt_vocab.", mistake=M["wrong-size"])
+            _not_asked(MODEL_NAME, M["wrong-size"], f" {name} has the sizes {found}; here it should have {size}.")
     shapes = {"src_embedding.weight": (c.src_vocab, c.k), "tgt_embedding.weight": (c.tgt_vocab, c.k),
               **{n: s for i in range(c.depth) for n, s in modules.block_shapes(f"encoder.{i}.", c.k, 4 * c.k).items()},
               **{n: s for i in range(c.depth) for n, s in _block_shapes(f"decoder.{i}.", c.k, 4).items()},
@@ -409,114 +385,85 @@ def _logits(ev: Evidence, key: str, case: ModelCase) -> torch.Tensor:
                                          "position."})
 
 
-def _model_run(ev: Evidence, run: ModelRun) -> tuple[dict, torch.Tensor, list[tuple[Mistake, torch.Tensor, dict]]]:
-    """The weights of run's model (its structure judged), the oracle's logits on its batch, and those of the
-    typical mistakes (mistake, logits, switches)."""
+#: what a model check claims besides the structure, by the probe's extra record
+_CLAIMS = {"memory": "has the right parts and shapes", "changed": "is causal", "longer": "ignores the source padding",
+           "gradients": "passes gradients"}
+
+
+def _expect_translator(extra: str, ev: Evidence, run: ModelRun) -> None:
+    """The model's structure, then its logits on run's batch: against PyTorch's encoder and decoder layers with the
+    check's weights, naming the typical mistake they match ("decoded" and the small case), or else only an
+    encoder-decoder's, right or typically wrong; and what the probe's extra record shows: encode gives (b, s, k)
+    ("memory"), changing a later target token never changes earlier logits ("changed"), more source padding
+    changes nothing ("longer"), decode(tgt, encode(src, src_mask), src_mask) equals forward ("decoded"), every
+    parameter's gradient is autograd's through those layers or the typical mistake the logits are ("gradients")."""
     __tracebackhide__ = True
+    c, strict = run.case, extra == "decoded" or run == probes.SMALL_RUN
+    n = probes.ORACLE_RUNS.index(run) if extra == "decoded" else ""
     w = _model_weights(ev, run)
     src, tgt, lengths = run.inputs()
+    switches = [(m, sw) for m, sw in _MODEL_MISTAKES
+                if m is not M["model-target-source-embedding"] or int(tgt.max()) < c.src_vocab]
     with torch.no_grad():
-        return w, _model_oracle(w, run.case, src, tgt, lengths), [
-            (m, _model_oracle(w, run.case, src, tgt, lengths, **sw), sw) for m, sw in _model_mistake_switches(
-                run.case, tgt)]
-
-
-def _anchor_model(ev: Evidence, run: ModelRun, logits: torch.Tensor, expected: torch.Tensor, mistakes: list,
-                  claim: str) -> None:
-    """Rule 2: the logits are what an encoder-decoder with the check's weights, right or typically wrong, gives."""
-    __tracebackhide__ = True
-    if not matches_any(logits, [expected, *(out for _, out, _ in mistakes)], ev.device):
-        fail(f"{MODEL_NAME} {claim}, but it is not an encoder-decoder transformer with the check's weights: "
-             + _MODEL_HINT, expected, logits, case=f"src ({run.case.b}, {run.case.s}), tgt ({run.case.b}, "
-                                                   f"{run.case.t})")
-
-
-#: what a model check with the probe's extra record claims, besides the structure
-_CLAIMS = {"memory": "has the right parts and shapes", "changed": "is causal", "longer": "ignores the source padding"}
-
-
-def _expect_model_property(extra: str, ev: Evidence, run: ModelRun) -> None:
-    """The named parts, then what the probe's extra record shows: encode gives (b, s, k) ("memory"), changing a
-    later target token never changes earlier logits ("changed"), more source padding changes nothing ("longer");
-    the logits are an encoder-decoder's with the check's weights, right or typically wrong."""
-    __tracebackhide__ = True
-    w, expected, mistakes = _model_run(ev, run)
-    c = run.case
+        expected = _model_oracle(w, c, src, tgt, lengths)
+        mistakes = [(m, _model_oracle(w, c, src, tgt, lengths, **sw)) for m, sw in switches]
+    label = (f"src ({c.b}, {c.s}) with lengths {lengths.tolist()}, tgt ({c.b}, {c.t}), k={c.k}, heads={c.heads}, "
+             f"depth={c.depth}")
     if extra == "memory":
         output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(c.b, c.s, c.k), hint=_MODEL_CALL_HINT)
-    logits = _logits(ev, "logits", c)
+    logits = _logits(ev, f"logits{n}", c)
+    if strict:
+        expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
+                           mistakes=mistakes, case=label)
+    elif extra == "gradients":
+        modules.expect_attached(ev, "logits", f"{MODEL_NAME}.forward")
     for j in probes._CAUSAL_POSITIONS if extra == "changed" else ():
         expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", c), j, f"{MODEL_NAME}.forward on targets",
-                      [(m, out) for m, out, _ in mistakes], M["model-not-causal"].explanation,
-                      M["model-reads-future"])
+                      mistakes, M["model-not-causal"].explanation, M["model-reads-future"])
     longer = _logits(ev, "logits_longer", c) if extra == "longer" else None
     if longer is not None and not matches_any(longer, [logits], ev.device):
-        named = next((m for m, out, _ in mistakes if matches_any(logits, [out], ev.device)), M["model-reads-padding"])
+        named = next((m for m, out in mistakes if matches_any(logits, [out], ev.device)), M["model-reads-padding"])
         fail(f"{MODEL_NAME} reads the source padding: four more padded positions (masked out by src_mask) changed "
              "the logits. Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every decoder "
              "block.", logits[0, :, 0], longer[0, :, 0], case="first logit of sequence 0, before and after",
              mistake=named)
-    _anchor_model(ev, run, logits, expected, mistakes, _CLAIMS[extra])
-
-
-def _expect_model_oracle(ev: Evidence, run: ModelRun) -> None:
-    """Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the same
-    weights; decode(tgt, encode(src, src_mask), src_mask) equals forward."""
-    __tracebackhide__ = True
-    i, c = probes.ORACLE_RUNS.index(run), run.case
-    w, expected, mistakes = _model_run(ev, run)
-    logits = _logits(ev, f"logits{i}", c)
-    expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
-                       mistakes=[(m, out) for m, out, _ in mistakes], case=f"b={c.b}, s={c.s}, t={c.t}, k={c.k}, "
-                       f"heads={c.heads}, depth={c.depth}, source lengths {run.inputs()[2].tolist()}")
-    output(ev, f"memory{i}", what=f"{MODEL_NAME}.encode", shape=(c.b, c.s, c.k))
-    decoded = output(ev, f"decoded{i}", what=f"{MODEL_NAME}.decode", shape=(c.b, c.t, c.tgt_vocab))
-    if not matches_any(decoded, [logits], ev.device):
-        _not_asked(MODEL_NAME, M["decode-inconsistent"], " Greedy decoding encodes once, then decodes step by step.",
-                   logits[0, :, 0], decoded[0, :, 0], "first logit of sequence 0")
-
-
-def _expect_model_gradients(ev: Evidence, run: ModelRun, *, strict: bool) -> None:
-    """The logits against PyTorch's layers (strict), or an encoder-decoder's, right or typically wrong; then every
-    parameter with autograd's gradient through PyTorch's layers (or through the typical mistake the logits are)."""
-    __tracebackhide__ = True
-    w, expected, mistakes = _model_run(ev, run)
-    src, tgt, lengths = run.inputs()
-    c, label = run.case, f"src ({run.case.b}, {run.case.s}) with lengths {lengths.tolist()}, tgt ({run.case.b}, " \
-                         f"{run.case.t}), k={run.case.k}, heads={run.case.heads}, depth={run.case.depth}"
-    logits = _logits(ev, "logits", c)
-    if strict:
-        expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
-                           mistakes=[(m, out) for m, out, _ in mistakes], case=label)
-    else:
-        modules.expect_attached(ev, "logits", f"{MODEL_NAME}.forward")
-        _anchor_model(ev, run, logits, expected, mistakes, "passes gradients")
+    if not strict and not matches_any(logits, [expected, *(out for _, out in mistakes)], ev.device):
+        fail(f"{MODEL_NAME} {_CLAIMS[extra]}, but it is not an encoder-decoder transformer with the check's weights: "
+             + _MODEL_HINT, expected, logits, case=label)
+    if extra == "decoded":
+        output(ev, f"memory{n}", what=f"{MODEL_NAME}.encode", shape=(c.b, c.s, c.k))
+        decoded = output(ev, f"decoded{n}", what=f"{MODEL_NAME}.decode", shape=(c.b, c.t, c.tgt_vocab))
+        if not matches_any(decoded, [logits], ev.device):
+            _not_asked(MODEL_NAME, M["decode-inconsistent"], " Greedy decoding encodes once, then decodes step by "
+                       "step.", logits[0, :, 0], decoded[0, :, 0], "first logit of sequence 0")
+    if extra != "gradients":
+        return
     modules.expect_differentiable(ev, "logits", f"{MODEL_NAME}.forward")
     because, chosen = None, {}
     if not matches_any(logits, [expected], ev.device):
-        because, chosen = next(((m, sw) for m, out, sw in mistakes if matches_any(logits, [out], ev.device)),
-                               (None, {}))
-    expected = modules.autograd(lambda leaves: _model_oracle(leaves, c, src, tgt, lengths, **chosen), w, {},
-                                randn(c.b, c.t, c.tgt_vocab, seed=run.upstream))
-    hints = {name: "Is memory the output of the encoder blocks?" for name in w
-             if name.startswith("encoder") or name.startswith("src")}
-    modules.expect_gradients(ev, expected, owner=MODEL_NAME, case=label, because=because, hints=hints,
+        because, chosen = next(((m, sw) for (m, out), (_, sw) in zip(mistakes, switches, strict=True)
+                                if matches_any(logits, [out], ev.device)), (None, {}))
+    grads = modules.autograd(lambda leaves: _model_oracle(leaves, c, src, tgt, lengths, **chosen), w, {},
+                             randn(c.b, c.t, c.tgt_vocab, seed=run.upstream))
+    modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label, because=because,
+                             hints={name: "Is memory the output of the encoder blocks?" for name in w
+                                    if name.startswith(("encoder", "src"))},
                              oracle="PyTorch's encoder and decoder layers with the same weights")
 
 
-each_case(probes.seq2seq_structure, partial(_expect_model_property, "memory"),
+each_case(probes.seq2seq_structure, partial(_expect_translator, "memory"),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k).")
-each_case(probes.seq2seq_causality, partial(_expect_model_property, "changed"),
+each_case(probes.seq2seq_causality, partial(_expect_translator, "changed"),
           passed="Changing a later target token never changes the logits at earlier positions.")
-each_case(probes.seq2seq_oracle, _expect_model_oracle,
+each_case(probes.seq2seq_oracle, partial(_expect_translator, "decoded"),
           passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
                  "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward.")
-each_case(probes.seq2seq_padding, partial(_expect_model_property, "longer"),
+each_case(probes.seq2seq_padding, partial(_expect_translator, "longer"),
           passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
-each_case(probes.seq2seq_gradients, partial(_expect_model_gradients, strict=False),
+each_case(probes.seq2seq_gradients, partial(_expect_translator, "gradients"),
           passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
                  "layer), as autograd through PyTorch's layers gives it.")
-each_case(probes.seq2seq_small_case, partial(_expect_model_gradients, strict=True),
+each_case(probes.seq2seq_small_case, partial(_expect_translator, "gradients"),
           passed="A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and "
                  "decoder layers with the same weights; a loss on the logits sends autograd's gradient to every "
                  "parameter.")
