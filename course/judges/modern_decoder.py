@@ -1,5 +1,5 @@
 """Judges for assignment 09 (probes in course/checks/modern_decoder.py): oracles made of PyTorch's pieces with the
-check's weights (nn.RMSNorm, F.silu, complex multiplication, F.scaled_dot_product_attention(enable_gqa=True), their
+check's weights (F.rms_norm, F.silu, complex multiplication, F.scaled_dot_product_attention(enable_gqa=True), their
 composition), switches for the typical mistakes, one declaration per check.
 """
 
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from course.checks import compare, modules
 from course.checks import modern_decoder as probes
-from course.checks.compare import Mistake, expect_close, expect_close_batch, fail, matches_any, output, raised
+from course.checks.compare import Mistake, expect_close, expect_close_batch, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModelRun
@@ -36,6 +36,18 @@ from course.judges.oracles import dense
 DEFAULT_EPS = 1e-6
 DEFAULT_BASE = 10000.0
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_decoder.txt
+
+
+def _bias_free(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[str, tuple[int, int, str]], seed: int,
+               bias: Mistake) -> dict[str, torch.Tensor]:
+    """The module built under key (what) holds separate nn.Linear layers without biases, name: (n_in, n_out, how to
+    create it), and nothing else; returns the weights the probe loaded into them."""
+    __tracebackhide__ = True
+    w = expect_linear_layers(ev, key, what, owner, {name: (i, o, False, how) for name, (i, o, how) in layers.items()},
+                             f"{', '.join(layers)}: each needs its own nn.Linear.", dict.fromkeys(layers, bias), seed)
+    modules.expect_parameter_count(ev, key, what, sum(i * o for i, o, _ in layers.values()), "its layers' weights",
+                                   "Are extra layers or biases registered?")
+    return w
 
 
 # ---------------------------------------------------------------- RMSNorm
@@ -112,24 +124,19 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
     __tracebackhide__ = True
     inputs = dict(case.inputs())
     t, s, base = inputs["t"], inputs["s"], inputs.get("base", DEFAULT_BASE)
-    what = f"rotary_tables({t}, {s}" + (f", base={base:g})" if "base" in inputs else ")")
-    compare.expect_tuple(ev, case.key, what, f"{what} should return a pair. {_TABLES_HINT}", 2,
-                         compare.NOT_A_TENSOR)
-    found = []
-    for i, name in enumerate(("cos", "sin")):
+    what = f"rotary_tables({t}, {s}, base={base:g})"
+    compare.expect_tuple(ev, case.key, what, f"{what} should return a pair. {_TABLES_HINT}", 2, compare.NOT_A_TENSOR)
+    for i in range(2):
         got = compare.tensor(ev, f"{case.key}.{i}")
         if got is not None and got.dtype == torch.float64:
-            fail(f"{what}, its {name} table: {M['rotary-tables-float64'].explanation}",
-                 mistake=M["rotary-tables-float64"])
-        found.append(output(ev, f"{case.key}.{i}", what=f"the {name} table of {what}", shape=(t, s // 2),
-                            dtype=torch.float32, hint=_TABLES_HINT, shape_hints={
-                                (t, s): M["rotary-tables-full-width"],
-                                (s // 2, t): "That is the table transposed: one row per position."}))
+            fail(f"{what}: {M['rotary-tables-float64'].explanation}", mistake=M["rotary-tables-float64"])
+    found = [output(ev, f"{case.key}.{i}", what=f"The {name} table of {what}", shape=(t, s // 2), dtype=torch.float32,
+                    hint=_TABLES_HINT, shape_hints={(t, s): M["rotary-tables-full-width"]})
+             for i, name in enumerate(("cos", "sin"))]
     right = _tables(t, s, base)
     wrong = [(m, _tables(t, s, **({"base": base} | switch))) for m, switch in _TABLES_MISTAKES]
     expect_close(torch.stack(found), right, what=f"{what}, (cos, sin) stacked,", device=ev.device,
-                 mistakes=[*wrong, (M["rotary-tables-swapped"], right.flip(0))], otherwise=_TABLES_HINT,
-                 case=f"t={t}, s={s}, base={base:g}")
+                 mistakes=[*wrong, (M["rotary-tables-swapped"], right.flip(0))], otherwise=_TABLES_HINT)
 
 
 each_case(probes.rotary_tables, _expect_tables,
@@ -185,29 +192,21 @@ def _expect_relative(ev: Evidence) -> None:
     positions; and the rotation is the oracle's (or a typical mistake's)."""
     __tracebackhide__ = True
     given = {case.key: dict(case.inputs()) for case in probes.apply_rotary_offset.cases}
+    got = {key: output(ev, key, what=f"apply_rotary(x of shape {tuple(x['x'].shape)}, cos, sin, offset="
+                       f"{x.get('offset', 0)})", shape=tuple(x["x"].shape), hint=_ROTARY_HINT)
+           for key, x in given.items()}
     keys_in, cos, sin = given["keys"].values()
     first, last, start = given["q2"]["offset"], given["q5"]["offset"], given["rows"]["offset"]
-    end, shift = start + given["rows"]["x"].shape[-2], last - first
-
-    def rotated(key: str, x: str) -> torch.Tensor:
-        offset = given[key].get("offset")
-        call = f"apply_rotary({x}, cos, sin{'' if offset is None else f', offset={offset}'})"
-        return output(ev, key, what=call, shape=tuple(given[key]["x"].shape), hint=_ROTARY_HINT)
-
-    keys = rotated("keys", "keys")
-    expect_close(keys.norm(dim=-1), keys_in.norm(dim=-1), what="The lengths of the rotated keys", device=ev.device,
-                 otherwise="A rotation keeps them. " + _ROTARY_HINT, case="the length of every key")
-    rows = rotated("rows", f"keys[..., {start}:{end}, :]")
-    expect_close(rows, keys[..., start:end, :], what=f"Rows {start} .. {end - 1} of the keys rotated with offset="
-                 f"{start}", device=ev.device, otherwise="They should be those rows of the keys rotated whole: use "
-                 "rows offset .. offset + t − 1 of cos and sin.", case="the keys rotated whole",
-                 mistakes=[(M["rotary-offset-ignored"], rotate(keys_in[..., start:end, :], cos, sin, 0))])
-    shifted = rotated("keys_shifted", "keys")
-    queries = {o: rotated(f"q{o}", "query") for o in (first, last)}
-    expect_close((queries[last] * shifted).sum(-1), (queries[first] * keys).sum(-1), device=ev.device,
-                 what=f"q·k with the query moved from position {first} to {last} and every key by {shift}",
-                 otherwise="It should depend only on how far apart the positions are: use rows offset .. offset + t "
-                           "− 1 of cos and sin.", case="the query's dot products with the keys")
+    end, keys = start + given["rows"]["x"].shape[-2], got["keys"]
+    ignored = [(M["rotary-offset-ignored"], rotate(keys_in[..., start:end, :], cos, sin, 0))]
+    for found, want, what, wrong in (
+            (keys.norm(dim=-1), keys_in.norm(dim=-1), "The lengths of the rotated keys", []),
+            (got["rows"], keys[..., start:end, :], f"Rows {start} .. {end - 1} of the keys rotated with offset={start}",
+             ignored),
+            ((got[f"q{last}"] * got["keys_shifted"]).sum(-1), (got[f"q{first}"] * keys).sum(-1),
+             f"q·k with the query moved from position {first} to {last} and every key by {last - first}", [])):
+        expect_close(found, want, what=what, device=ev.device, mistakes=wrong, otherwise="A rotation keeps lengths, "
+                     "and with rows offset .. offset + t − 1 of cos and sin, q·k depends only on the distance.")
     right = rotate(keys_in, cos, sin)
     if not matches_any(keys, [right, *(out for _, out in _rotary_mistakes(keys_in, cos, sin))], ev.device):
         fail("apply_rotary keeps lengths and is relative, but it is not a rotation of pairs by the tables' angles: "
@@ -238,16 +237,11 @@ _SWIGLU_MISTAKES = ((M["swiglu-gate-swapped"], {"swapped": True}), (M["swiglu-re
 
 def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """gate and up nn.Linear(k, hidden, bias=False), down nn.Linear(hidden, k, bias=False), nothing else."""
-    __tracebackhide__ = True
     k, hidden = built.args
-    what = block_call(built, probes.SWIGLU_NAME)
-    into = (k, hidden, False, "nn.Linear(k, hidden, bias=False)")
-    layers = {"gate": into, "up": into, "down": (hidden, k, False, "nn.Linear(hidden, k, bias=False)")}
-    w = expect_linear_layers(ev, built.key, what, probes.SWIGLU_NAME, layers, "gate, up and down each need their "
-                             "own nn.Linear.", dict.fromkeys(layers, M["swiglu-bias"]), built.seed)
-    modules.expect_parameter_count(ev, built.key, what, 3 * k * hidden, "three k × hidden matrices, 3·k·hidden",
-                                   "SwiGLU holds gate, up and down, without biases.")
-    return w
+    into = (k, hidden, "nn.Linear(k, hidden, bias=False)")
+    layers = {"gate": into, "up": into, "down": (hidden, k, "nn.Linear(hidden, k, bias=False)")}
+    return _bias_free(ev, built.key, block_call(built, probes.SWIGLU_NAME), probes.SWIGLU_NAME, layers, built.seed,
+                      M["swiglu-bias"])
 
 
 _SWIGLU_HINT = "forward should compute self.down(F.silu(self.gate(x)) * self.up(x))."
@@ -290,27 +284,9 @@ def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: tor
     return out, ((keys if cache_rotated else raw), values)
 
 
-def _gqa_weights(ev: Evidence, case: AttentionCase) -> dict[str, torch.Tensor]:
-    """The four projections, separate nn.Linear without biases of the grouped sizes; the values the probe loaded."""
-    __tracebackhide__ = True
-    k, g, s = case.k, case.kv_heads, case.s
-    square = (k, k, False, "nn.Linear(k, k, bias=False)")
-    grouped = (k, g * s, False, "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
-    layers = {"to_queries": square, "to_keys": grouped, "to_values": grouped, "unify_heads": square}
-    key = f"{case.key}.module"
-    w = expect_linear_layers(ev, key, case.call, ATTENTION_NAME, layers, "queries, keys, values and unify_heads each "
-                             "need their own nn.Linear.", dict.fromkeys(layers, M["gqa-bias"]), case.seed)
-    modules.expect_parameter_count(ev, key, case.call, 2 * k * k + 2 * k * g * s, "2k² + 2·k·kv_heads·s",
-                                   "Are extra layers registered?")
-    return w
-
-
-_GQA_HINT = ("forward(x, cos, sin, mask, past=None): project, split into heads (queries: heads, keys and values: "
-             "kv_heads), rotate queries and keys with apply_rotary at offset t_past, append them to the cache, "
-             "repeat_interleave the keys and values to `heads` heads, F.scaled_dot_product_attention with "
-             "attn_mask=mask, merge, unify_heads; return (out, (keys, values)).")
-_CACHE_HINT = ("After a call the cache holds the rotated keys and the values of all positions so far, kv_heads heads: "
-               "torch.cat([past[0], keys], dim=2) and torch.cat([past[1], values], dim=2).")
+_GQA_HINT = ("forward(x, cos, sin, mask, past=None): project (queries: heads heads, keys and values: kv_heads), rotate "
+             "queries and keys at offset t_past, append them to the cache, repeat_interleave them to `heads` heads, "
+             "F.scaled_dot_product_attention(attn_mask=mask), merge, unify_heads; return (out, (keys, values)).")
 
 
 def _expect_refused(ev: Evidence, key: str, call: str, mistake: Mistake) -> None:
@@ -318,7 +294,7 @@ def _expect_refused(ev: Evidence, key: str, call: str, mistake: Mistake) -> None
     __tracebackhide__ = True
     fact = ev.facts.get(key)
     if isinstance(fact, dict) and fact.get("not_implemented"):
-        raised(ev, key, call)
+        compare.raised(ev, key, call)
     if not isinstance(fact, dict) or (fact.get("kind"), fact.get("type")) != ("raised", "ValueError"):
         fail(f"{call} should raise a ValueError: {mistake.explanation}", mistake=mistake)
 
@@ -329,37 +305,35 @@ _GQA_MISTAKES = ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rot
 
 
 def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor], key: str, what: str,
-                     label: str, inputs: tuple[torch.Tensor, ...], past: tuple | None = None,
-                     structure: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """forward(*inputs, past) recorded under key: out (b, t, k) against the oracle, then the cache (b, kv_heads, T, s);
-    returns the oracle's cache. structure: out may be a typical mistake's, the cache need only have those shapes."""
+                     inputs: tuple[torch.Tensor, ...], past: tuple | None, structure: bool) -> tuple:
+    """forward(*inputs, past) recorded under key: out (b, t, k) against the oracle (structure: or a typical mistake's),
+    then the cache (keys, values) (b, kv_heads, t_past + t, s) against the oracle's, which it returns."""
     __tracebackhide__ = True
-    x = inputs[0]
-    compare.expect_tuple(ev, key, what, f"{what} should return a pair. {_GQA_HINT}", 2)
-    compare.expect_tuple(ev, f"{key}.1", f"The cache {what} returned",
-                         f"The cache {what} returned should be a pair. {_GQA_HINT}", 2)
-    out = output(ev, f"{key}.0", what=what, shape=(case.b, x.shape[1], case.k), hint=_GQA_HINT)
-    shape = (case.b, case.kv_heads, x.shape[1] + (0 if past is None else past[0].shape[2]), case.s)
-    repeated = {(case.b, case.heads, *shape[2:]): M["gqa-cache-repeated"]} if case.heads != case.kv_heads else {}
-    keys, values = (output(ev, f"{key}.1.{i}", what=f"The cached {name} of {what}", shape=shape, hint=_CACHE_HINT,
-                           shape_hints=repeated) for i, name in enumerate(("keys", "values")))
-    args = (case.k, case.heads, case.kv_heads, *inputs, past)
+    (b, t, k), label = inputs[0].shape, f"x {tuple(inputs[0].shape)}, {case.mask} mask"
+    compare.expect_tuple(ev, key, what, f"{what} should return (out, (keys, values)). {_GQA_HINT}", 2)
+    compare.expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be (keys, values). {_GQA_HINT}", 2)
+    out = output(ev, f"{key}.0", what=what, shape=(b, t, k), hint=_GQA_HINT)
+    shape = (b, case.kv_heads, t + (0 if past is None else past[0].shape[2]), k // case.heads)
+    repeated = {(b, case.heads, *shape[2:]): M["gqa-cache-repeated"]} if case.heads != case.kv_heads else {}
+    cache = [output(ev, f"{key}.1.{i}", what=f"The cached {name} of {what}", shape=shape, hint=_GQA_HINT,
+                    shape_hints=repeated) for i, name in enumerate(("keys", "values"))]
+    args = (k, case.heads, case.kv_heads, *inputs, past)
     switches = ((M["gqa-cache-offset-ignored"], {"offset": False}),) if past is not None else ()
-    switches += (*_GQA_MISTAKES, (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(case.k)}))
+    switches += (*_GQA_MISTAKES, (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(k)}))
     with torch.no_grad():
         want, right = gqa(w, *args)
         wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in switches]
-        cache_mistakes = [[(M["gqa-cache-unrotated"], gqa(w, *args, cache_rotated=False)[1][0])],
-                          [(M["gqa-values-rotated"], gqa(w, *args, rotated="qkv")[1][1])]]
+        cache_wrong = [[(M["gqa-cache-unrotated"], gqa(w, *args, cache_rotated=False)[1][0])],
+                       [(M["gqa-values-rotated"], gqa(w, *args, rotated="qkv")[1][1])]]
     if structure:
         if not matches_any(out, [want, *(found for _, found in wrong)], ev.device):
             fail(f"{ATTENTION_NAME} has the right layers and shapes, but its output is not grouped-query attention "
                  f"with its weights, right or typically wrong. {_GQA_HINT}", want[0], out[0], case=label)
         return right
     expect_close_batch(out, want, what=what, device=ev.device, mistakes=wrong, case=label, otherwise=_GQA_HINT)
-    for got, expected, name, named in zip((keys, values), right, ("key", "value"), cache_mistakes, strict=True):
+    for got, expected, name, named in zip(cache, right, ("key", "value"), cache_wrong, strict=True):
         expect_close(got, expected, what=f"The {name} cache of {what}", device=ev.device, case=label,
-                     mistakes=named if past is None else [], otherwise=_CACHE_HINT)
+                     mistakes=named if past is None else [], otherwise=_GQA_HINT)
     return right
 
 
@@ -372,22 +346,24 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
             compare.recorded(ev, key, f"{ATTENTION_NAME}({sizes})")
             _expect_refused(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
         return
-    w = _gqa_weights(ev, case)
+    k, grouped = case.k, case.kv_heads * (case.k // case.heads)
+    into = (k, k, "nn.Linear(k, k, bias=False)")
+    kv = (k, grouped, "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
+    w = _bias_free(ev, f"{case.key}.module", case.call, ATTENTION_NAME,
+                   {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, M["gqa-bias"])
     x, cos, sin, mask = case.inputs().values()
-    what, label = f"{case.call}.forward(x, cos, sin, mask)", f"{case.call}, x {tuple(x.shape)}, {case.mask} mask"
-    _expect_gqa_call(ev, case, w, f"{case.key}.full", what, label, (x, cos, sin, mask), structure=structure)
+    past, p = None, case.prefix
+    for name, rows in (("full", slice(None)), ("first", slice(p)), ("second", slice(p, None)))[:3 if p else 1]:
+        what = f"{case.call}.forward(x[:, {rows.start or ''}:{rows.stop or ''}], cos, sin, mask" + \
+            (", past=the cache of the first call)" if name == "second" else ")")
+        past = _expect_gqa_call(ev, case, w, f"{case.key}.{name}", what, (x[:, rows], cos, sin, mask[rows, :rows.stop]),
+                                past if name == "second" else None, structure)
     if case.upstream:
-        modules.expect_attached(ev, f"{case.key}.full.0", what)
-        grads = modules.autograd(lambda leaves, x: gqa(leaves, case.k, case.heads, case.kv_heads, x, cos, sin, mask)[0],
+        modules.expect_attached(ev, f"{case.key}.full.0", f"{case.call}.forward")
+        grads = modules.autograd(lambda leaves, x: gqa(leaves, k, case.heads, case.kv_heads, x, cos, sin, mask)[0],
                                  w, {"x": x}, case.upstream_gradient())
-        modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=label,
+        modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=f"{case.call}, x {tuple(x.shape)}",
                                  oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
-    p = case.prefix
-    if p:
-        past = _expect_gqa_call(ev, case, w, f"{case.key}.first", f"{case.call}.forward(x[:, :{p}], ...)",
-                                f"{label}, the first {p} positions", (x[:, :p], cos, sin, mask[:p, :p]))
-        _expect_gqa_call(ev, case, w, f"{case.key}.second", f"{case.call}.forward(x[:, {p}:], ..., past=(keys, "
-                         f"values) of those {p})", f"{label}, the rest", (x[:, p:], cos, sin, mask[p:]), past)
 
 
 each_case(probes.gqa_structure, partial(_expect_gqa_case, structure=True),
