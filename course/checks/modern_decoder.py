@@ -94,9 +94,13 @@ rotary_tables_hidden = property_check("rotary_tables_hidden", _probe_tables, (
 
 # ---------------------------------------------------------------- apply_rotary
 
-def angle_tables(rows: int, half: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (rows, half) of random angles in (-π, π): any rotation must accept any angles."""
-    angles = (torch.rand(rows, half, generator=generator(seed)) * 2 - 1) * torch.pi
+def angle_tables(rows: int, half: int, seed: int, relative: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (rows, half) of random angles in (-π, π), which any rotation must accept; relative: of position ·
+    ω_i with random frequencies ω_i, the tables of a rotary encoding."""
+    if relative:
+        angles = torch.arange(rows)[:, None] * (torch.rand(half, generator=generator(seed)) + 0.05)  # (rows, half)
+    else:
+        angles = (torch.rand(rows, half, generator=generator(seed)) * 2 - 1) * torch.pi  # (rows, half)
     return angles.cos(), angles.sin()
 
 
@@ -124,15 +128,8 @@ apply_rotary_hidden = calls("apply_rotary_hidden", (
     rotary_case("y3", (2, 3, 6, 10), 6260, offset=3, secret=True)))
 
 
-def relative_tables(rows: int, half: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (rows, half) of position · ω_i with random frequencies ω_i: the tables of a rotary encoding."""
-    frequencies = torch.rand(half, generator=generator(seed)) + 0.05  # (s/2,)
-    angles = torch.arange(rows, dtype=torch.float32)[:, None] * frequencies  # (rows, s/2)
-    return angles.cos(), angles.sin()
-
-
 def _relative_inputs(x: str, offset: int | None, rows: slice) -> dict[str, Any]:
-    cos, sin = relative_tables(12, 4, 6270)
+    cos, sin = angle_tables(12, 4, 6270, relative=True)
     x = randn(2, 2, 6, 8, seed=6271)[..., rows, :] if x == "keys" else randn(2, 2, 1, 8, seed=6272)  # (b, h, t, s)
     return {"x": x, "cos": cos, "sin": sin} | ({} if offset is None else {"offset": offset})
 
@@ -165,15 +162,11 @@ class AttentionCase:
     secret: bool = False
 
     @property
-    def s(self) -> int:
-        return self.k // self.heads
-
-    @property
     def call(self) -> str:
         return f"{ATTENTION_NAME}({self.k}, heads={self.heads}, kv_heads={self.kv_heads})"
 
     def inputs(self) -> dict[str, torch.Tensor]:
-        cos, sin = angle_tables(self.t + 3, self.s // 2, self.seed + 2)
+        cos, sin = angle_tables(self.t + 3, self.k // self.heads // 2, self.seed + 2)
         mask = torch.ones(self.t, self.t, dtype=torch.bool).tril()  # (t, t)
         if self.mask == "random":
             drawn_mask = torch.rand(self.t, self.t, generator=generator(self.seed + 3)) < 0.5  # (t, t)
@@ -199,16 +192,15 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
-        x = x.requires_grad_(case.upstream)
         with torch.set_grad_enabled(case.upstream):
-            y = rec.call(f"{case.key}.full", module, x, cos, sin, mask)
-            if case.upstream and _is_pair(y) and isinstance(y[0], torch.Tensor) and y[0].requires_grad:
+            y = rec.call(f"{case.key}.full", module, x.requires_grad_(case.upstream), cos, sin, mask)
+            if case.upstream and _is_pair(y):
                 modules.backward(rec, y[0], case.upstream_gradient(), {"x": x}, module)
         p = case.prefix
         with torch.no_grad():
-            first = rec.call(f"{case.key}.first", module, x[:, :p].detach(), cos, sin, mask[:p, :p]) if p else None
+            first = rec.call(f"{case.key}.first", module, x[:, :p], cos, sin, mask[:p, :p]) if p else None
             if _is_pair(first) and _is_pair(first[1]):  # (out, (keys, values))
-                rec.call(f"{case.key}.second", module, x[:, p:].detach(), cos, sin, mask[p:], past=tuple(first[1]))
+                rec.call(f"{case.key}.second", module, x[:, p:], cos, sin, mask[p:], past=tuple(first[1]))
 
 
 # k != heads · kv_heads, head size != k, kv_heads < heads, t_q != t_k in the cache cases, batch > 1, odd lengths

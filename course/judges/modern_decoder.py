@@ -126,10 +126,8 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
     t, s, base = inputs["t"], inputs["s"], inputs.get("base", DEFAULT_BASE)
     what = f"rotary_tables({t}, {s}, base={base:g})"
     compare.expect_tuple(ev, case.key, what, f"{what} should return a pair. {_TABLES_HINT}", 2, compare.NOT_A_TENSOR)
-    for i in range(2):
-        got = compare.tensor(ev, f"{case.key}.{i}")
-        if got is not None and got.dtype == torch.float64:
-            fail(f"{what}: {M['rotary-tables-float64'].explanation}", mistake=M["rotary-tables-float64"])
+    if any(getattr(compare.tensor(ev, f"{case.key}.{i}"), "dtype", None) == torch.float64 for i in range(2)):
+        fail(f"{what}: {M['rotary-tables-float64'].explanation}", mistake=M["rotary-tables-float64"])
     found = [output(ev, f"{case.key}.{i}", what=f"The {name} table of {what}", shape=(t, s // 2), dtype=torch.float32,
                     hint=_TABLES_HINT, shape_hints={(t, s): M["rotary-tables-full-width"]})
              for i, name in enumerate(("cos", "sin"))]
@@ -173,9 +171,8 @@ def _rotary_mistakes(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offs
     return found + ([(M["rotary-offset-ignored"], rotate(x, cos, sin, 0))] if offset else [])
 
 
-_ROTARY_HINT = ("cos and sin are (rows, s/2), one angle per pair (x_i, x_{i+s/2}): take rows offset .. offset + t − 1 "
-                "(shape (t, s/2)), split x into halves x1 = x[..., :s//2], x2 = x[..., s//2:], and return "
-                "torch.cat([x1·cos − x2·sin, x1·sin + x2·cos], dim=-1).")
+_ROTARY_HINT = ("Take rows offset .. offset + t − 1 of cos and sin (one angle per pair (x_i, x_{i+s/2})) and return "
+                "torch.cat([x1·cos − x2·sin, x1·sin + x2·cos], dim=-1), x1 = x[..., :s//2], x2 = x[..., s//2:].")
 
 ROTARY = Oracle("apply_rotary(x, cos, sin, offset)", rotate, "rotation as complex multiplication",
                 shape=lambda x, **_: tuple(x.shape), mistakes=_rotary_mistakes, otherwise=_ROTARY_HINT,
@@ -284,9 +281,8 @@ def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: tor
     return out, ((keys if cache_rotated else raw), values)
 
 
-_GQA_HINT = ("forward(x, cos, sin, mask, past=None): project (queries: heads heads, keys and values: kv_heads), rotate "
-             "queries and keys at offset t_past, append them to the cache, repeat_interleave them to `heads` heads, "
-             "F.scaled_dot_product_attention(attn_mask=mask), merge, unify_heads; return (out, (keys, values)).")
+_GQA_HINT = ("forward(x, cos, sin, mask, past=None): rotate queries and keys at offset t_past, cache (keys, values) "
+             "of kv_heads heads, repeat_interleave them to `heads`, sdpa(attn_mask=mask), unify_heads; return both.")
 
 
 def _expect_refused(ev: Evidence, key: str, call: str, mistake: Mistake) -> None:
@@ -304,64 +300,52 @@ _GQA_MISTAKES = ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rot
                  (M["gqa-not-rotated"], {"rotated": ""}), (M["gqa-mask-ignored"], {"use_mask": False}))
 
 
-def _expect_gqa_call(ev: Evidence, case: AttentionCase, w: Mapping[str, torch.Tensor], key: str, what: str,
-                     inputs: tuple[torch.Tensor, ...], past: tuple | None, structure: bool) -> tuple:
-    """forward(*inputs, past) recorded under key: out (b, t, k) against the oracle (structure: or a typical mistake's),
-    then the cache (keys, values) (b, kv_heads, t_past + t, s) against the oracle's, which it returns."""
-    __tracebackhide__ = True
-    (b, t, k), label = inputs[0].shape, f"x {tuple(inputs[0].shape)}, {case.mask} mask"
-    compare.expect_tuple(ev, key, what, f"{what} should return (out, (keys, values)). {_GQA_HINT}", 2)
-    compare.expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be (keys, values). {_GQA_HINT}", 2)
-    out = output(ev, f"{key}.0", what=what, shape=(b, t, k), hint=_GQA_HINT)
-    shape = (b, case.kv_heads, t + (0 if past is None else past[0].shape[2]), k // case.heads)
-    repeated = {(b, case.heads, *shape[2:]): M["gqa-cache-repeated"]} if case.heads != case.kv_heads else {}
-    cache = [output(ev, f"{key}.1.{i}", what=f"The cached {name} of {what}", shape=shape, hint=_GQA_HINT,
-                    shape_hints=repeated) for i, name in enumerate(("keys", "values"))]
-    args = (k, case.heads, case.kv_heads, *inputs, past)
-    switches = ((M["gqa-cache-offset-ignored"], {"offset": False}),) if past is not None else ()
-    switches += (*_GQA_MISTAKES, (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(k)}))
-    with torch.no_grad():
-        want, right = gqa(w, *args)
-        wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in switches]
-        cache_wrong = [[(M["gqa-cache-unrotated"], gqa(w, *args, cache_rotated=False)[1][0])],
-                       [(M["gqa-values-rotated"], gqa(w, *args, rotated="qkv")[1][1])]]
-    if structure:
-        if not matches_any(out, [want, *(found for _, found in wrong)], ev.device):
-            fail(f"{ATTENTION_NAME} has the right layers and shapes, but its output is not grouped-query attention "
-                 f"with its weights, right or typically wrong. {_GQA_HINT}", want[0], out[0], case=label)
-        return right
-    expect_close_batch(out, want, what=what, device=ev.device, mistakes=wrong, case=label, otherwise=_GQA_HINT)
-    for got, expected, name, named in zip(cache, right, ("key", "value"), cache_wrong, strict=True):
-        expect_close(got, expected, what=f"The {name} cache of {what}", device=ev.device, case=label,
-                     mistakes=named if past is None else [], otherwise=_GQA_HINT)
-    return right
-
-
 def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = False) -> None:
-    """The structure; the full call (and its gradients); the first `prefix` positions, then the rest with their cache.
-    "indivisible": sizes that do not divide raise a ValueError."""
+    """The structure; each call (x; with a prefix, x[:, :prefix], then the rest with its cache): out (b, t, k) against
+    the oracle (structure: or a typical mistake's), the cache (keys, values) (b, kv_heads, t_past + t, s) against the
+    oracle's; the gradients. "indivisible": sizes that do not divide raise a ValueError."""
     __tracebackhide__ = True
     if case == "indivisible":
         for key, sizes in (("indivisible_k", "10, heads=4, kv_heads=2"), ("indivisible_heads", "12, 4, 3")):
             compare.recorded(ev, key, f"{ATTENTION_NAME}({sizes})")
             _expect_refused(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
         return
-    k, grouped = case.k, case.kv_heads * (case.k // case.heads)
-    into = (k, k, "nn.Linear(k, k, bias=False)")
-    kv = (k, grouped, "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
+    k, heads, g = case.k, case.heads, case.kv_heads
+    into, kv = (k, k, "nn.Linear(k, k, bias=False)"), (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False)")
     w = _bias_free(ev, f"{case.key}.module", case.call, ATTENTION_NAME,
                    {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, M["gqa-bias"])
     x, cos, sin, mask = case.inputs().values()
-    past, p = None, case.prefix
+    right, p = None, case.prefix
     for name, rows in (("full", slice(None)), ("first", slice(p)), ("second", slice(p, None)))[:3 if p else 1]:
+        past = right if name == "second" else None
+        args = (k, heads, g, x[:, rows], cos, sin, mask[rows, :rows.stop], past)
+        key, label = f"{case.key}.{name}", f"x {tuple(args[3].shape)}, {case.mask} mask"
         what = f"{case.call}.forward(x[:, {rows.start or ''}:{rows.stop or ''}], cos, sin, mask" + \
-            (", past=the cache of the first call)" if name == "second" else ")")
-        past = _expect_gqa_call(ev, case, w, f"{case.key}.{name}", what, (x[:, rows], cos, sin, mask[rows, :rows.stop]),
-                                past if name == "second" else None, structure)
+            (", past=the cache of the first call)" if past is not None else ")")
+        compare.expect_tuple(ev, key, what, f"{what} should return (out, (keys, values)). {_GQA_HINT}", 2)
+        compare.expect_tuple(ev, f"{key}.1", what, f"Its cache should be (keys, values). {_GQA_HINT}", 2)
+        out = output(ev, f"{key}.0", what=what, shape=tuple(args[3].shape), hint=_GQA_HINT)
+        shape = (x.shape[0], g, out.shape[1] + (0 if past is None else past[0].shape[2]), k // heads)
+        repeated = {(x.shape[0], heads, *shape[2:]): M["gqa-cache-repeated"]} if heads != g else {}
+        cache = [output(ev, f"{key}.1.{i}", what=f"The cached {part} of {what}", shape=shape, hint=_GQA_HINT,
+                        shape_hints=repeated) for i, part in enumerate(("keys", "values"))]
+        switches = ((M["gqa-cache-offset-ignored"], {"offset": False}),) if past is not None else ()
+        switches += (*_GQA_MISTAKES, (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(k)}))
+        with torch.no_grad():
+            want, right = gqa(w, *args)
+            wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in switches]
+            cache_wrong = [[(M["gqa-cache-unrotated"], gqa(w, *args, cache_rotated=False)[1][0])],
+                           [(M["gqa-values-rotated"], gqa(w, *args, rotated="qkv")[1][1])]]
+        if structure and matches_any(out, [want, *(found for _, found in wrong)], ev.device):
+            continue  # the structure's check: a typical mistake's output will do, another check names it
+        expect_close_batch(out, want, what=what, device=ev.device, mistakes=wrong, case=label, otherwise=_GQA_HINT)
+        for got, expected, part, named in zip(cache, right, ("key", "value"), cache_wrong, strict=True):
+            expect_close(got, expected, what=f"The {part} cache of {what}", device=ev.device, case=label,
+                         mistakes=named if past is None else [], otherwise=_GQA_HINT)
     if case.upstream:
         modules.expect_attached(ev, f"{case.key}.full.0", f"{case.call}.forward")
-        grads = modules.autograd(lambda leaves, x: gqa(leaves, k, case.heads, case.kv_heads, x, cos, sin, mask)[0],
-                                 w, {"x": x}, case.upstream_gradient())
+        grads = modules.autograd(lambda leaves, x: gqa(leaves, k, heads, g, x, cos, sin, mask)[0], w, {"x": x},
+                                 case.upstream_gradient())
         modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=f"{case.call}, x {tuple(x.shape)}",
                                  oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
 
