@@ -311,17 +311,18 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
             _expect_refused(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
         return
     k, heads, g = case.k, case.heads, case.kv_heads
-    into, kv = (k, k, "nn.Linear(k, k, bias=False)"), (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False)")
+    into = (k, k, "nn.Linear(k, k, bias=False)")
+    kv = (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
     w = _bias_free(ev, f"{case.key}.module", case.call, ATTENTION_NAME,
                    {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, M["gqa-bias"])
     x, cos, sin, mask = case.inputs().values()
     right, p = None, case.prefix
-    for name, rows in (("full", slice(None)), ("first", slice(p)), ("second", slice(p, None)))[:3 if p else 1]:
+    calls = (("full", slice(None), "x"), ("first", slice(p), f"x[:, :{p}]"), ("second", slice(p, None), f"x[:, {p}:]"))
+    for name, rows, shown in calls[:3 if p else 1]:
         past = right if name == "second" else None
         args = (k, heads, g, x[:, rows], cos, sin, mask[rows, :rows.stop], past)
         key, label = f"{case.key}.{name}", f"x {tuple(args[3].shape)}, {case.mask} mask"
-        what = f"{case.call}.forward(x[:, {rows.start or ''}:{rows.stop or ''}], cos, sin, mask" + \
-            (", past=the cache of the first call)" if past is not None else ")")
+        what = f"{case.call}.forward({shown}, cos, sin, mask{f', past=(the cache of x[:, :{p}])' if past else ''})"
         compare.expect_tuple(ev, key, what, f"{what} should return (out, (keys, values)). {_GQA_HINT}", 2)
         compare.expect_tuple(ev, f"{key}.1", what, f"Its cache should be (keys, values). {_GQA_HINT}", 2)
         out = output(ev, f"{key}.0", what=what, shape=tuple(args[3].shape), hint=_GQA_HINT)
