@@ -4,6 +4,7 @@ sampling and generation on the CPU, where a seeded generator draws the same numb
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import accumulate
 from typing import Any
 
@@ -116,44 +117,59 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 
 # ---------------------------------------------------------------- LanguageModel: the probes
 
-def _lm_facts(model: nn.Module) -> dict:
+def model_facts(model: nn.Module, parts: Sequence[str], block_parts: Sequence[str], kinds: Sequence) -> dict:
     """The model's named parts (the blocks' count and how many are distinct) and each block's (blocks.<i>.parts)."""
-    facts = {"parts": modules.part_facts(model, MODEL_PARTS, _LM_KINDS)}
+    facts = {"parts": modules.part_facts(model, parts, kinds)}
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
         items = list(blocks)[:16]
         facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
-        facts.update({f"blocks.{i}.parts": modules.part_facts(b, [name for name, _, _ in BLOCK_PARTS], _LM_KINDS)
-                      for i, b in enumerate(items)})
+        facts.update({f"blocks.{i}.parts": modules.part_facts(b, block_parts, kinds) for i, b in enumerate(items)})
     return facts
+
+
+def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
+    """tokens (b, t) with every token from position j on changed."""
+    changed = tokens.clone()
+    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
+    return changed
+
+
+def record_calls(rec: Recorder, model: nn.Module, tokens: torch.Tensor, vocab: int, logits: str | None,
+                 changed: Sequence[int] = (), chunks: Sequence[int] = (), prefix: str = "",
+                 steps: str = "step") -> None:
+    """Without autograd, the model on tokens (b, t) (under logits, unless None), on them changed from each j on
+    (<prefix>changed<j>), then on them chunk by chunk with the cache the call before returned (<steps><c>)."""
+    with torch.no_grad():
+        if logits is not None:
+            rec.call(logits, model, tokens.to(rec.device))
+        for j in changed:
+            rec.call(f"{prefix}changed{j}", model, changed_tokens(tokens.cpu(), j, vocab).to(rec.device))
+        cache = None
+        for c, (start, end) in enumerate(chunk_bounds(chunks)):
+            result = rec.call(f"{steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache, use_cache=True)
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                break
+            cache = result[1]
 
 
 def _probe_model(cases: tuple[ModelRun | CacheCase, ...], LanguageModel: Callable, rec: Recorder) -> None:
     """Each run's model built and called as ModelRun (or CacheCase) says; one that cannot be built ends the probe."""
     for item in cases:
-        run, chunks = (item.run, item.chunks) if isinstance(item, CacheCase) else (item, ())
-        case, tokens, cache = run.case, run.tokens(), None
+        run, chunks, steps = (item.run, item.chunks, item.steps) if isinstance(item, CacheCase) else (item, (), "")
+        case, tokens = run.case, run.tokens()
         model = modules.build(rec, run.model, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
-                              seed=run.seed, facts=_lm_facts, train=False)
+                              seed=run.seed, facts=partial(model_facts, parts=MODEL_PARTS, kinds=_LM_KINDS,
+                                                           block_parts=[name for name, _, _ in BLOCK_PARTS]),
+                              train=False)
         if model is None:
             return
-        if run.upstream is not None:
-            model.train()
-            modules.record_backward(rec, run.logits, model, tokens.to(rec.device),  # a loss reaching every logit
-                                    loss=lambda y, s=run.upstream: (y * randn(*y.shape, seed=s, device=y.device)).sum())
+        if run.upstream is None:
+            record_calls(rec, model, tokens, case.vocab, run.logits, run.changed, chunks, steps=steps)
             continue
-        with torch.no_grad():
-            rec.call(run.logits, model, tokens.to(rec.device))
-            for j in run.changed:  # every token from position j on changed
-                changed = tokens.clone()
-                changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % case.vocab
-                rec.call(f"changed{j}", model, changed.to(rec.device))
-            for c, (start, end) in enumerate(chunk_bounds(chunks)):
-                result = rec.call(f"{item.steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache,
-                                  use_cache=True)
-                if not isinstance(result, (tuple, list)) or len(result) != 2:
-                    break
-                cache = result[1]
+        model.train()
+        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),  # a loss reaching every logit
+                                loss=lambda y, s=run.upstream: (y * randn(*y.shape, seed=s, device=y.device)).sum())
 
 
 lm_structure = property_check("lm_structure", _probe_model, (ModelRun("model", "logits", STRUCTURE_CASE, 3000),))

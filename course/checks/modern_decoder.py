@@ -16,6 +16,7 @@ from course.checks.check import when_graded  # noqa: F401 - hidden-test cells ca
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, drawn, property_check
+from course.checks.language_model import model_facts, record_calls
 
 NORM_NAME = "RMSNorm"
 SWIGLU_NAME = "SwiGLU"
@@ -258,24 +259,9 @@ _MODERN_KINDS = (("Embedding", nn.Embedding), ("Linear", nn.Linear), ("ModuleLis
                  ("Sequential", nn.Sequential), ("list", list), ("tuple", tuple))
 
 
-def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
-    """tokens (b, t) with every token from position j on changed."""
-    changed = tokens.clone()
-    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
-    return changed
-
-
 def _model_facts(model: nn.Module) -> dict:
     """Its named parts, its blocks' parts (by type name), and its buffers (name, shape, persistent)."""
-    facts: dict[str, Any] = {"parts": modules.part_facts(model, MODEL_PARTS, _MODERN_KINDS),
-                             "buffers": weights.buffers(model)}
-    blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
-        items = list(blocks)[:16]
-        facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
-        facts.update({f"blocks.{i}.parts": modules.part_facts(b, BLOCK_PARTS, _MODERN_KINDS)
-                      for i, b in enumerate(items)})
-    return facts
+    return {**model_facts(model, MODEL_PARTS, BLOCK_PARTS, _MODERN_KINDS), "buffers": weights.buffers(model)}
 
 
 def _dot_upstream(upstream: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -288,24 +274,15 @@ def _probe_modern(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec
                               run.depth, run.max_len, seed=run.seed, facts=_model_facts, train=False)
         if model is None:
             continue
-        tokens = run.tokens().to(rec.device)
+        tokens = run.tokens()
         if run.upstream:
-            modules.record_backward(rec, f"{run.key}.logits", model, tokens,
+            modules.record_backward(rec, f"{run.key}.logits", model, tokens.to(rec.device),
                                     loss=partial(_dot_upstream, run.upstream_gradient()))
-        with torch.no_grad():
-            if not run.upstream:
-                rec.call(f"{run.key}.logits", model, tokens)
-            for j in run.changed:
-                rec.call(f"{run.key}.changed{j}", model, changed_tokens(tokens.cpu(), j, run.vocab).to(rec.device))
-            cache, start = None, 0
-            for i, size in enumerate(run.chunks):
-                result = rec.call(f"{run.key}.step{i}", model, tokens[:, start:start + size], cache=cache,
-                                  use_cache=True)
-                if not _is_pair(result):
-                    break
-                cache, start = result[1], start + size
-            if run.too_long:
-                rec.call(f"{run.key}.too_long", model, tokens.new_zeros(1, run.max_len + 1))
+        record_calls(rec, model, tokens, run.vocab, None if run.upstream else f"{run.key}.logits", run.changed,
+                     run.chunks, f"{run.key}.", f"{run.key}.step")
+        if run.too_long:
+            with torch.no_grad():
+                rec.call(f"{run.key}.too_long", model, tokens.new_zeros(1, run.max_len + 1).to(rec.device))
 
 
 # head size != k, kv_heads < heads, batch > 1, odd lengths; ModelRun(key, b, t, vocab, k, heads, kv_heads, depth,

@@ -3,9 +3,8 @@ nn.TransformerEncoderLayer, its mistakes and KV cache written out with switches;
 with the probe's generator; generation step by step on the stand-in models; then one declaration per check."""
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
@@ -27,11 +26,27 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_mo
 
 # ---------------------------------------------------------------- the model: structure
 
+def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
+                  mistakes: Sequence[Mistake | None] = (None, None, None)) -> list[dict]:
+    """The model's blocks (its record under key): an nn.ModuleList of depth separate blocks (mistakes: a plain list,
+    another count, one block shared), each with the parts (name, kind, how to create it); returns their facts."""
+    __tracebackhide__ = True
+    blocks = modules.expect_part(ev, key, owner, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
+                                 "nn.ModuleList of `depth` blocks")
+    wrong = (blocks.get("kind") in ("list", "tuple"), blocks.get("count") != depth, blocks.get("distinct") != depth)
+    for mistake in (m for m, bad in zip(mistakes, wrong, strict=True) if bad):
+        fail(f"{owner}.blocks is a {str(blocks.get('kind'))[:60]} of {blocks.get('count')} blocks "
+             f"({blocks.get('distinct')} distinct) for depth={depth}: " + (mistake.explanation if mistake else
+             f"it should be an nn.ModuleList of {depth} separate blocks."), mistake=mistake)
+    return [{name: modules.expect_part(ev, f"{key}.blocks.{i}", f"{owner}.blocks[{i}]", name, kind, how)
+             for name, kind, how in parts} for i in range(depth)]
+
+
 def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     """The weights loaded into the run's model, which must have the notebook's parts, their sizes, and no others."""
     __tracebackhide__ = True
-    key, case, what = run.model, run.case, MODEL_NAME
-    vocab, k, heads, depth, max_len = case.vocab, case.k, case.heads, case.depth, case.max_len
+    key, case = run.model, run.case
+    vocab, k, depth = case.vocab, case.k, case.depth
     modules.built(ev, key, case.call)
     parts = compare.recorded(ev, f"{key}.parts", f"the parts of {MODEL_NAME}")
     described = modules.described(ev, key)
@@ -40,40 +55,33 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
         """Fail naming wrong-size unless the sizes recorded for part (then extra) are expected."""
         got = (*(described.get(part, {}).get(field) for field in fields), *extra)
         if got != expected:
-            fail(f"{what}.{part} has sizes {got}, expected {expected}: it should be {how}.", mistake=M["wrong-size"])
+            fail(f"{MODEL_NAME}.{part} has sizes {got}, expected {expected}: it should be {how}.",
+                 mistake=M["wrong-size"])
 
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
     if isinstance(position, dict) and position.get("kind") not in ("Embedding", "missing"):
-        fail(f"{what}.position_embedding is a {str(position.get('kind'))[:60]}: "
+        fail(f"{MODEL_NAME}.position_embedding is a {str(position.get('kind'))[:60]}: "
              f"{M['positions-not-learned'].explanation}", mistake=M["positions-not-learned"])
-    for name, rows, size in (("token_embedding", vocab, "vocab_size"), ("position_embedding", max_len, "max_len")):
-        modules.expect_part(ev, key, what, name, "Embedding", f"nn.Embedding({size}, k)")
+    for name, rows, size in (("token_embedding", vocab, "vocab_size"), ("position_embedding", case.max_len, "max_len")):
+        modules.expect_part(ev, key, MODEL_NAME, name, "Embedding", f"nn.Embedding({size}, k)")
         expect_size(name, ("num_embeddings", "embedding_dim"), (rows, k), f"nn.Embedding({size}, k)")
-    blocks = modules.expect_part(ev, key, what, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
-                                 "nn.ModuleList of `depth` blocks")
-    for wrong, mistake in ((blocks.get("kind") in ("list", "tuple"), M["blocks-not-registered"]),
-                           (blocks.get("count") != depth, M["wrong-depth"]),
-                           (blocks.get("distinct") != depth, M["shared-block"])):
-        if wrong:
-            fail(f"{what}.blocks is a {str(blocks.get('kind'))[:60]} of {blocks.get('count')} blocks "
-                 f"({blocks.get('distinct')} distinct) for depth={depth}: {mistake.explanation}", mistake=mistake)
-    for i in range(depth):
-        owner, p = f"{what}.blocks[{i}]", f"blocks.{i}."
-        block = {name: modules.expect_part(ev, f"{key}.blocks.{i}", owner, name, kind, how)
-                 for name, kind, how in probes.BLOCK_PARTS}
+    blocks = expect_blocks(ev, key, MODEL_NAME, depth, probes.BLOCK_PARTS,
+                           (M["blocks-not-registered"], M["wrong-depth"], M["shared-block"]))
+    for i, block in enumerate(blocks):
         if block["norm2"].get("same_as") == "norm1":
-            fail(f"{owner}.norm2 is {owner}.norm1: {M['shared-norm'].explanation}", mistake=M["shared-norm"])
-        expect_size(f"{p}attention.to_queries", ("in_features",), (k, heads), "MultiHeadAttention(k, heads)",
-                    (block["attention"].get("heads"),))
-        expect_size(f"{p}ff.net.0", ("in_features", "out_features"), (k, 4 * k), "FeedForward(k, 4 * k)")
+            fail(f"{MODEL_NAME}.blocks[{i}].norm2 is its norm1: {M['shared-norm'].explanation}",
+                 mistake=M["shared-norm"])
+        expect_size(f"blocks.{i}.attention.to_queries", ("in_features",), (k, case.heads),
+                    "MultiHeadAttention(k, heads)", (block["attention"].get("heads"),))
+        expect_size(f"blocks.{i}.ff.net.0", ("in_features", "out_features"), (k, 4 * k), "FeedForward(k, 4 * k)")
         for name in ("norm1", "norm2"):
-            expect_size(p + name, ("shape",), ([k],), "nn.LayerNorm(k)")
-    modules.expect_part(ev, key, what, "norm", "LayerNorm", "nn.LayerNorm(k), the final norm")
+            expect_size(f"blocks.{i}.{name}", ("shape",), ([k],), "nn.LayerNorm(k)")
+    modules.expect_part(ev, key, MODEL_NAME, "norm", "LayerNorm", "nn.LayerNorm(k), the final norm")
     expect_size("norm", ("shape",), ([k],), "nn.LayerNorm(k)")
-    modules.expect_part(ev, key, what, "to_logits", "Linear", "nn.Linear(k, vocab_size)")
+    modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size)")
     expect_size("to_logits", ("in_features", "out_features"), (k, vocab), "nn.Linear(k, vocab_size)")
     per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
-    shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (max_len, k), **per_block,
+    shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
     modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in shapes.values()),
                                    f"the embeddings, {depth} blocks, the final norm and the output layer",
@@ -149,21 +157,17 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
 
 
 #: model mistakes that change the logits of an uncached forward
-_LM_MISTAKES = ((M["lm-no-causal-mask"], MappingProxyType({"mask": "none"})),
-                (M["lm-inverted-causal-mask"], MappingProxyType({"mask": "inverted"})),
-                (M["lm-post-norm"], MappingProxyType({"layout": "post", "final_norm": False})),
-                (M["lm-post-norm"], MappingProxyType({"layout": "post"})),
-                (M["lm-no-final-norm"], MappingProxyType({"final_norm": False})),
-                (M["lm-no-positions"], MappingProxyType({"positions": "none"})),
-                (M["lm-softmax"], MappingProxyType({"softmax": True})),
-                (M["lm-no-residual"], MappingProxyType({"layout": "no-residual"})),
-                (M["lm-scaled-embeddings"], MappingProxyType({"scaled": True})))
+_LM_MISTAKES = ((M["lm-no-causal-mask"], {"mask": "none"}), (M["lm-inverted-causal-mask"], {"mask": "inverted"}),
+                (M["lm-post-norm"], {"layout": "post", "final_norm": False}), (M["lm-post-norm"], {"layout": "post"}),
+                (M["lm-no-final-norm"], {"final_norm": False}), (M["lm-no-positions"], {"positions": "none"}),
+                (M["lm-softmax"], {"softmax": True}), (M["lm-no-residual"], {"layout": "no-residual"}),
+                (M["lm-scaled-embeddings"], {"scaled": True}))
 #: cache mistakes: they change only calls that are given a cache (or what the cache holds)
-_CACHE_MISTAKES = ((M["cache-positions-restart"], MappingProxyType({"positions": "restart"})),
-                   (M["cache-stores-queries"], MappingProxyType({"stored": "queries"})),
-                   (M["cache-mask-not-offset"], MappingProxyType({"offset": False})),
-                   (M["cache-not-read"], MappingProxyType({"read_cache": False})),
-                   (M["cache-prepended"], MappingProxyType({"order": "prepend"})))
+_CACHE_MISTAKES = ((M["cache-positions-restart"], {"positions": "restart"}), (M["cache-stores-queries"],
+                   {"stored": "queries"}), (M["cache-mask-not-offset"], {"offset": False}),
+                   (M["cache-not-read"], {"read_cache": False}), (M["cache-prepended"], {"order": "prepend"}))
+_LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each block: x = x + attention(norm1(x)) "
+            "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
 
 
 def _lm_mistakes(w, case, tokens) -> list[tuple[Mistake, torch.Tensor]]:
@@ -171,12 +175,7 @@ def _lm_mistakes(w, case, tokens) -> list[tuple[Mistake, torch.Tensor]]:
         return [(m, _lm_step(w, case, tokens, **sw)[0]) for m, sw in _LM_MISTAKES]
 
 
-_LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each block: x = x + attention(norm1(x)) "
-            "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
-
-
-def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
-               what: str = f"{MODEL_NAME}.forward(tokens)") -> torch.Tensor:
+def _lm_logits(ev: Evidence, key: str, case: ModelCase, what: str, t: int | None = None) -> torch.Tensor:
     """The logits (b, t, vocab) recorded under key."""
     __tracebackhide__ = True
     b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
@@ -187,80 +186,70 @@ def _lm_logits(ev: Evidence, key: str, case: ModelCase, t: int | None = None,
         (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
 
 
-def _anchor_lm(ev: Evidence, logits: torch.Tensor, w, case, tokens, claim: str) -> dict:
-    """The switches of the model, right ({}) or typically wrong, that computes the logits with the check's weights."""
+def _expect_lm(ev: Evidence, run: probes.ModelRun, exact: bool = False,
+               owner: str = MODEL_NAME) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The run's model has the parts asked for and gives the oracle's logits (exact; CachedLanguageModel: named when
+    typically wrong) or a language model's, right or typically wrong: causal where run.changed, with autograd's
+    gradients where run.upstream; returns the weights and the logits."""
     __tracebackhide__ = True
+    case, tokens, what = run.case, run.tokens(), f"{owner}.forward(tokens)"
+    w = _lm_weights(ev, run)
+    logits = _lm_logits(ev, run.logits, case, what)
     with torch.no_grad():
-        expected = _lm_oracle(w, case, tokens)
-    if matches_any(logits, [expected], ev.device):
-        return {}
-    found = [dict(sw) for (_, sw), (_, out) in zip(_LM_MISTAKES, _lm_mistakes(w, case, tokens), strict=True)
-             if matches_any(logits, [out], ev.device)]
-    if not found:
-        fail(f"{claim}, but it is not a language model with the check's weights: " + _LM_HINT, expected[0], logits[0],
-             case=f"tokens {tuple(tokens.shape)}, sequence 0")
-    return found[0]
-
-
-def _expect_lm_close(ev: Evidence, logits: torch.Tensor, w, case: ModelCase, tokens: torch.Tensor, what: str) -> None:
-    """The logits against the oracle with the weights w, naming the typical mistake they match."""
-    __tracebackhide__ = True
-    with torch.no_grad():
-        compare.expect_close_batch(logits, _lm_oracle(w, case, tokens), what=what, device=ev.device,
-                                   mistakes=_lm_mistakes(w, case, tokens), otherwise=_LM_HINT,
+        expected, wrong = _lm_oracle(w, case, tokens), _lm_mistakes(w, case, tokens)
+    found = [sw for (_, sw), (_, out) in zip(_LM_MISTAKES, wrong, strict=True) if matches_any(logits, [out], ev.device)]
+    if exact or (owner == CACHED_NAME and found and not matches_any(logits, [expected], ev.device)):
+        compare.expect_close_batch(logits, expected, what=what, device=ev.device, mistakes=wrong, otherwise=_LM_HINT,
                                    case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, "
                                         f"heads={case.heads}, depth={case.depth}, max_len={case.max_len}")
-
-
-def _expect_lm(ev: Evidence, run: probes.ModelRun, exact: bool = False) -> None:
-    """The run's model has the parts asked for and gives the oracle's logits (exact) or a language model's, right or
-    typically wrong: causal where run.changed, with autograd's gradients where run.upstream."""
-    __tracebackhide__ = True
-    case, tokens = run.case, run.tokens()
-    w = _lm_weights(ev, run)
-    logits = _lm_logits(ev, run.logits, case)
-    if exact:
-        _expect_lm_close(ev, logits, w, case, tokens, f"{MODEL_NAME}.forward")
-        return
+        return w, logits
     for j in run.changed:
-        expect_causal(ev, logits, _lm_logits(ev, f"changed{j}", case), j, f"{MODEL_NAME} is not causal",
-                      _lm_mistakes(w, case, tokens), "In training the model could read the token it must predict: "
-                      "give every block the causal mask, True where key j <= query i.", M["lm-reads-future"])
+        expect_causal(ev, logits, _lm_logits(ev, f"changed{j}", case, what), j, f"{owner} is not causal", wrong,
+                      "In training the model could read the token it must predict: give every block the causal "
+                      "mask, True where key j <= query i.", M["lm-reads-future"])
     if run.upstream is not None:
-        modules.expect_differentiable(ev, run.logits, f"{MODEL_NAME}.forward")
-    switches = _anchor_lm(ev, logits, w, case, tokens, f"{MODEL_NAME} has the right parts")
-    if run.upstream is None:
-        return
+        modules.expect_differentiable(ev, run.logits, what)
+    if not matches_any(logits, [expected], ev.device) and not found:
+        fail(f"{owner} has the right parts, but it is not a language model with the check's weights: " + _LM_HINT,
+             expected[0], logits[0], case=f"tokens {tuple(tokens.shape)}, sequence 0")
+    switches = {} if matches_any(logits, [expected], ev.device) else found[0]
+    if run.upstream is not None:
+        upstream = compare.randn(*logits.shape, seed=run.upstream)
+        def forward(leaves: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            return _lm_step(leaves, case, tokens, **switches)[0] if switches else _lm_oracle(leaves, case, tokens)
 
-    def forward(leaves: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return _lm_step(leaves, case, tokens, **switches)[0] if switches else _lm_oracle(leaves, case, tokens)
-
-    because = next((m for m, sw in _LM_MISTAKES if dict(sw) == switches), None)
-    upstream = compare.randn(*logits.shape, seed=run.upstream)
-    modules.expect_gradients(ev, modules.autograd(forward, w, {}, upstream),
-                             owner=MODEL_NAME, case=f"the logits of {tuple(tokens.shape)} tokens", because=because,
-                             oracle="PyTorch's nn.TransformerEncoderLayer with the same weights")
+        grads = modules.autograd(forward, w, {}, upstream)
+        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=f"the logits of {tuple(tokens.shape)} tokens",
+                                 because=next((m for m, sw in _LM_MISTAKES if sw == switches), None),
+                                 oracle="PyTorch's nn.TransformerEncoderLayer with the same weights")
+    return w, logits
 
 
 # ---------------------------------------------------------------- the model: the KV cache
 
-def _cache_tensors(ev: Evidence, key: str, case: ModelCase,
-                   positions: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The (keys, values) of every block in a recorded cache, each (b, heads, positions, s)."""
+def expect_step(ev: Evidence, key: str, owner: str, start: int, end: int, logits: Callable[[str, str], torch.Tensor],
+                shape: tuple[int, ...], depth: int, not_returned: Mistake | None = None,
+                bad_cache: Mistake | None = None) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """What owner.forward returned under key for tokens[:, start:end] after a cache of start positions: the pair
+    (logits, read by logits(key, what), cache), the cache a list of depth (keys, values) pairs, each of shape
+    (b, heads, end, s); not_returned and bad_cache name a failure there."""
     __tracebackhide__ = True
-    shape, explained = (case.b, case.heads, positions, case.k // case.heads), M["cache-shape"].explanation
-    expect_tuple(ev, key, f"{CACHED_NAME}.forward", f"The cache {CACHED_NAME}.forward returned is not a list of "
-                 f"{case.depth} pairs: {explained}", case.depth, M["cache-shape"])
-    for i in range(case.depth):
-        expect_tuple(ev, f"{key}.{i}", f"{CACHED_NAME}.forward", f"Entry {i} of the cache is not a (keys, values) "
-                     f"pair: {explained}", 2, M["cache-shape"])
+    what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
+    expect_tuple(ev, key, what, f"{what} should return a pair, (logits, cache)"
+                 + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
+    out, explained = logits(key=f"{key}.0", what=what), f": {bad_cache.explanation}" if bad_cache else "."
+    expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be a list of {depth} (keys, values) pairs, "
+                 f"one per block{explained}", depth, bad_cache)
+    for i in range(depth):
+        expect_tuple(ev, f"{key}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}", 2,
+                     bad_cache)
         for j, name in enumerate(("keys", "values")):
-            value = tensor(ev, f"{key}.{i}.{j}")
+            value = tensor(ev, f"{key}.1.{i}.{j}")
             if value is None or tuple(value.shape) != shape:
                 got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
-                fail(f"The cached {name} of block {i} {got} after {positions} positions; expected (b, heads, t, s) = "
-                     f"{shape}: {explained}", mistake=M["cache-shape"])
-    return [(tensor(ev, f"{key}.{i}.0"), tensor(ev, f"{key}.{i}.1")) for i in range(case.depth)]
+                fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
+                     mistake=bad_cache)
+    return out, [(tensor(ev, f"{key}.1.{i}.0"), tensor(ev, f"{key}.1.{i}.1")) for i in range(depth)]
 
 
 #: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
@@ -279,41 +268,27 @@ def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torc
     return logits, caches
 
 
-def _expect_step(ev: Evidence, key: str, case: ModelCase, start: int, end: int) -> tuple[torch.Tensor, list]:
-    """The logits (b, end - start, vocab) and the cache of tokens[:, start:end] fed after start cached positions."""
-    __tracebackhide__ = True
-    what = f"{CACHED_NAME}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
-    message = str(ev.facts[key].get("message"))[:300] if compare.value_kind(ev, key) == "raised" else ""
-    for phrase, after, mistake in _CACHE_ERRORS:
-        if phrase in message and start >= after:
-            fail(f"{what}, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
-                 f"{mistake.explanation}", mistake=mistake)
-    expect_tuple(ev, key, what, f"{what}: {M['cache-not-returned'].explanation} The cache holds the keys and values "
-                 f"of all {end} positions so far.", 2, M["cache-not-returned"])
-    return (_lm_logits(ev, f"{key}.0", case, t=end - start, what=f"The logits of {what}"),
-            _cache_tensors(ev, f"{key}.1", case, end))
-
-
 def _expect_cached(ev: Evidence, spec: probes.CacheCase) -> None:
     """The chunks fed with the cache give the logits of one call without it, and each block's keys and values."""
     __tracebackhide__ = True
     case, sizes, tokens = spec.model, spec.chunks, spec.run.tokens()
-    w = _lm_weights(ev, spec.run)
-    full = _lm_logits(ev, spec.run.logits, case, what=f"{CACHED_NAME}.forward(tokens)")
-    switches = _anchor_lm(ev, full, w, case, tokens, f"{CACHED_NAME} runs without a cache")
-    if switches:  # its forward without a cache is wrong: say how, as exercise 1's tests do
-        _expect_lm_close(ev, full, w, case, tokens, f"{CACHED_NAME}.forward(tokens) without a cache")
-    expected_caches = _lm_run_cached(w, case, tokens, sizes, switches)[1]
+    w, full = _expect_lm(ev, spec.run, owner=CACHED_NAME)
     bounds = probes.chunk_bounds(sizes)
     steps = []
     for c, (start, end) in enumerate(bounds):
-        steps.append(_expect_step(ev, f"{spec.steps}{c}", case, start, end))
-        if c == 0:  # the first cache holds the keys, not the queries
-            keys, right = steps[0][1][0][0], expected_caches[0][0][0]
-            queries = _lm_run_cached(w, case, tokens, sizes, {**switches, "stored": "queries"})[1][0][0][0]
-            if matches_any(keys, [queries], ev.device) and not matches_any(keys, [right], ev.device):
-                fail(f"The cache is not what was asked: {M['cache-stores-queries'].explanation}", right[0, 0],
-                     keys[0, 0], "keys of block 0, head 0, sequence 0", M["cache-stores-queries"])
+        key = f"{spec.steps}{c}"
+        message = str(ev.facts[key].get("message"))[:300] if compare.value_kind(ev, key) == "raised" else ""
+        for mistake in (m for phrase, after, m in _CACHE_ERRORS if phrase in message and start >= after):
+            fail(f"{CACHED_NAME}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
+                 f"{mistake.explanation}", mistake=mistake)
+        steps.append(expect_step(ev, key, CACHED_NAME, start, end, partial(_lm_logits, ev, case=case, t=end - start),
+                                 (case.b, case.heads, end, case.k // case.heads), case.depth,
+                                 M["cache-not-returned"], M["cache-shape"]))
+    first, right = steps[0][1][0][0], _lm_run_cached(w, case, tokens, sizes, {})[1][0][0][0]
+    queries = _lm_run_cached(w, case, tokens, sizes, {"stored": "queries"})[1][0][0][0]
+    if matches_any(first, [queries], ev.device) and not matches_any(first, [right], ev.device):
+        fail(f"The cache is not what was asked: {M['cache-stores-queries'].explanation}", right[0, 0], first[0, 0],
+             "keys of block 0, head 0, sequence 0", M["cache-stores-queries"])
 
     def same(logits: Sequence[torch.Tensor], caches: Sequence[list]) -> bool:
         """The steps gave these logits and these caches (each a list of (keys, values) per block)."""
@@ -321,24 +296,22 @@ def _expect_cached(ev: Evidence, spec: probes.CacheCase) -> None:
                  for got, want in ((out, wanted), *zip(sum(cache, ()), sum(expected, ()), strict=True))]
         return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
-    if same([full[:, start:end] for start, end in bounds], expected_caches):
+    if same([full[:, start:end] for start, end in bounds], _lm_run_cached(w, case, tokens, sizes, {})[1]):
         return
-    for mistake, sw in _CACHE_MISTAKES:
-        if same(*_lm_run_cached(w, case, tokens, sizes, {**switches, **sw})):
-            fail(f"{CACHED_NAME} with a cache is not what was asked: {mistake.explanation}",
-                 full[0, bounds[-1][0]:, 0], steps[-1][0][0, :, 0], case=f"first logit of the last call (positions "
-                 f"{bounds[-1][0]}-{bounds[-1][1] - 1}, sequence 0): without the cache, and with it", mistake=mistake)
-    for (start, end), (logits, _) in zip(bounds, steps, strict=True):
-        if not matches_any(logits, [full[:, start:end]], ev.device):
-            fail(f"With a cache of {start} positions, the logits of tokens {start}-{end - 1} are not those of one "
-                 "call without a cache, as they must be: positions continue after the cache, the cached keys and "
-                 "values go in front of the new ones, and the causal mask is shifted by the cache.",
-                 full[0, start:end, 0], logits[0, :, 0],
-                 case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it",
-                 mistake=M["cache-differs"])
-    fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
-         "computes (each block's to_keys and to_values of norm1(x), heads split), in time order.",
-         mistake=M["cache-differs"])
+    named = next((m for m, sw in _CACHE_MISTAKES if same(*_lm_run_cached(w, case, tokens, sizes, sw))), None)
+    bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
+                if not matches_any(out, [full[:, s:e]], ev.device)), None)
+    if named is None and bad is None:
+        fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
+             "computes (each block's to_keys and to_values of norm1(x), heads split), in time order.",
+             mistake=M["cache-differs"])
+    start, end, logits = bad or (*bounds[-1], steps[-1][0])
+    fail(f"{CACHED_NAME} with a cache is not what was asked: " + (named.explanation if named else "with a cache of "
+         f"{start} positions the logits of tokens {start}-{end - 1} are not those of one call without a cache. "
+         "Positions continue after the cache, the cached keys and values go in front of the new ones, and the "
+         "causal mask is shifted by the cache."), full[0, start:end, 0], logits[0, :, 0],
+         mistake=named or M["cache-differs"],
+         case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
 
 
 # ---------------------------------------------------------------- next_token_loss
@@ -478,16 +451,22 @@ def _no_distribution(ev: Evidence, key: str) -> str:
     return message if "probability tensor contains" in message or "invalid multinomial" in message else ""
 
 
+def _token_ids(ev: Evidence, key: str, what: str, hint: str) -> torch.Tensor:
+    """The token ids (int64, as argmax and multinomial give them) the student's function returned under key."""
+    __tracebackhide__ = True
+    out = output(ev, key, what=what, floating=False, hint=hint, device=False)
+    if out.dtype != torch.long:
+        fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
+    return out
+
+
 def _sampled_tokens(ev: Evidence, key: str, b: int, what: str, greedy: bool = False) -> torch.Tensor:
     """The (b,) token ids the student's function returned."""
     __tracebackhide__ = True
     if message := _no_distribution(ev, key):
         named = M["greedy-divides-by-zero"] if greedy else M["no-distribution"]
         fail(f"{what} raised {message}. The likely cause: {named.explanation}", mistake=named)
-    out = output(ev, key, what=what, floating=False, hint=_SAMPLE_HINT, device=False)
-    if out.dtype != torch.long:
-        fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation} (argmax and multinomial give "
-             "them)", mistake=M["generate-not-ids"])
+    out = _token_ids(ev, key, what, _SAMPLE_HINT)
     if tuple(out.shape) != (b,):
         column = " One id per COLUMN? Take the argmax or the top-k over the vocabulary." if out.dim() == 1 else ""
         fail(f"{what} returned shape {tuple(out.shape)}; expected ({b},), one token id per row.{column}",
@@ -530,26 +509,22 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     expect_equal(outs[0], _draws(spec), what=spec.call, mistakes=mistakes, case=f"logits ({spec.b}, {spec.vocab})",
                  otherwise=_SAMPLE_HINT, differs=_NOT_DRAWN)
     if spec.global_seeds and ev.facts.get("global_state_changed") != [False] * len(keys):
-        fail(f"{spec.call} changed the state of PyTorch's global generator, though its tokens come from the given "
-             "one: use only `generator`, so that sampling leaves the rest of a program's randomness alone.",
-             mistake=rng)
+        fail(f"{spec.call} changed the state of PyTorch's global generator: {rng.explanation}", mistake=rng)
 
 
 def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
     """spec.b draws from copies of one row give each of its top k and nothing else; on the CPU the oracle's draws."""
     __tracebackhide__ = True
-    draws, top_k = spec.b, spec.top_k
-    allowed = set(spec.logits()[0].topk(top_k).indices.tolist())
-    what = f"sample_next_token on {draws} copies of one row, top_k={top_k}"
+    allowed, what = set(spec.logits()[0].topk(spec.top_k).indices.tolist()), spec.call.replace("logits", "one row")
     for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
-        drawn = set(_sampled_tokens(ev, key, draws, what).tolist())
-        for wrong, shown, mistake in ((not drawn <= allowed, sorted(drawn - allowed)[:8], M["top-k-ignored"]),
-                                      (len(drawn) < top_k, sorted(drawn), M["top-k-too-few"])):
-            if wrong:
-                fail(f"{what} drew the tokens {shown}; the top {top_k} of the row are {sorted(allowed)}: "
-                     f"{mistake.explanation}", mistake=mistake)
-    expect_equal(_sampled_tokens(ev, spec.key, draws, what), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
-                 case=f"top_k={top_k}", differs=_NOT_DRAWN)
+        drawn = set(_sampled_tokens(ev, key, spec.b, what).tolist())
+        wrong = [m for m, bad in ((M["top-k-ignored"], not drawn <= allowed),
+                                  (M["top-k-too-few"], len(drawn) < spec.top_k)) if bad]
+        if wrong:
+            fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top {spec.top_k} "
+                 f"are {sorted(allowed)}: {wrong[0].explanation}", mistake=wrong[0])
+    expect_equal(_sampled_tokens(ev, spec.key, spec.b, what), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
+                 case=f"top_k={spec.top_k}", differs=_NOT_DRAWN)
 
 
 # ---------------------------------------------------------------- generate
@@ -612,9 +587,7 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
             f"temperature={spec.temperature:g}, top_k={spec.top_k}{nucleus}, generator=generator)")
     hint = (f"Start from the prompt; {_FEED[use_cache]}; draw the next token from the logits of the LAST position "
             "with sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
-    out = output(ev, key, what=what, floating=False, hint=hint, device=False)
-    if out.dtype != torch.long:
-        fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
+    out = _token_ids(ev, key, what, hint)
     good = [_oracle_generate(spec, how=how, renormalize=way) for how, way in _ways(spec.top_p)]
     mistakes = _generate_mistakes(spec, good)
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
@@ -627,13 +600,11 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     if not isinstance(calls, list) or len(calls) < n:
         fail(f"{what} made {len(calls) if isinstance(calls, list) else 'no'} calls of the model for {n} new tokens.")
     expected = [[t0, 0, True], *([1, t0 + i, True] for i in range(n - 1))]
-    if use_cache and calls[:n] != expected:
+    mistake = M["generate-cache-unused"] if use_cache else M["generate-cache-when-not-asked"]
+    if (calls[:n] != expected if use_cache else any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 or c[2]
+                                                    for c in calls)):
         fail(f"{what} gives the right tokens, but its calls of the model, [tokens fed, positions cached, use_cache], "
-             f"were {calls[:6]}..., not {expected[:6]}...: {M['generate-cache-unused'].explanation}",
-             mistake=M["generate-cache-unused"])
-    if not use_cache and any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 or c[2] for c in calls):
-        fail(f"{what} passed a cache to the model, or asked it for one: "
-             f"{M['generate-cache-when-not-asked'].explanation}", mistake=M["generate-cache-when-not-asked"])
+             f"were {calls[:6]}...: {mistake.explanation}", mistake=mistake)
 
 
 # ---------------------------------------------------------------- the checks

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from functools import partial
-from itertools import accumulate, product
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,7 @@ from course.judges.kinds import (
     expect_causal,
     expect_linear_layers,
 )
+from course.judges.language_model import expect_blocks, expect_step
 from course.judges.oracles import dense
 
 DEFAULT_EPS = 1e-6
@@ -370,14 +371,9 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     key, k, kv, hidden = f"{run.key}.model", run.k, run.kv_heads * (run.k // run.heads), round(8 * run.k / 3)
     modules.built(ev, key, run.call)
     modules.expect_part(ev, key, MODEL_NAME, "token_embedding", "Embedding", "nn.Embedding(vocab_size, k)")
-    blocks = modules.expect_part(ev, key, MODEL_NAME, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
-                                 "nn.ModuleList of `depth` ModernBlocks")
-    if blocks.get("kind") in ("list", "tuple") or (blocks.get("count"), blocks.get("distinct")) != (run.depth,) * 2:
-        fail(f"{MODEL_NAME}.blocks should be an nn.ModuleList of {run.depth} separate ModernBlocks.")
-    for i in range(run.depth):
-        for name, how in zip(probes.BLOCK_PARTS, ("RMSNorm(k)", "GroupedQueryAttention(k, heads, kv_heads)",
-                                                  "RMSNorm(k)", "SwiGLU(k, swiglu_hidden(k))"), strict=True):
-            modules.expect_part(ev, f"{key}.blocks.{i}", f"{MODEL_NAME}.blocks[{i}]", name, how.split("(")[0], how)
+    hows = ("RMSNorm(k)", "GroupedQueryAttention(k, heads, kv_heads)", "RMSNorm(k)", "SwiGLU(k, swiglu_hidden(k))")
+    expect_blocks(ev, key, MODEL_NAME, run.depth, [(name, how.split("(")[0], how)
+                                                   for name, how in zip(probes.BLOCK_PARTS, hows, strict=True)])
     modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
     found = ev.facts.get(f"{key}.buffers")
@@ -500,22 +496,15 @@ def _expect_model_step(ev: Evidence, run: ModelRun, w: Mapping[str, torch.Tensor
     (b, kv_heads, end, s); returns the oracle's cache after it."""
     __tracebackhide__ = True
     tokens = run.tokens()[:, start:end]
-    what = f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
-    compare.expect_tuple(ev, key, what, f"{what} should return a pair: (logits, cache).", 2)
-    step = output(ev, f"{key}.0", what=what, shape=(run.b, end - start, run.vocab), hint=_MODERN_HINT)
+    step, _ = expect_step(ev, key, MODEL_NAME, start, end, partial(output, ev, shape=(run.b, end - start, run.vocab),
+                                                                   hint=_MODERN_HINT),
+                          (run.b, run.kv_heads, end, run.k // run.heads), run.depth)
     if not matches_any(step, [logits[:, start:end]], ev.device):
         named = next((m for m, out in _modern_mistakes(w, run, tokens, cache) if matches_any(step, [out], ev.device)),
                      M["modern-cache-differs"])
-        fail(f"{what} does not give the logits of one call on all the tokens: {named.explanation}",
-             logits[0, start:end], step[0], case=f"{run.call}, tokens {start}-{end - 1}, sequence 0", mistake=named)
-    compare.expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be a list of {run.depth} (keys, "
-                         "values) pairs, one per block.", run.depth)
-    want = (run.b, run.kv_heads, end, run.k // run.heads)
-    for block, j in product(range(run.depth), range(2)):
-        value = compare.tensor(ev, f"{key}.1.{block}.{j}")
-        if value is None or tuple(value.shape) != want:
-            fail(f"The cached {('keys', 'values')[j]} of block {block} after {end} positions have shape "
-                 f"{None if value is None else tuple(value.shape)}; expected (b, kv_heads, t, s) = {want}.")
+        fail(f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True) does not give the logits of "
+             f"one call on all the tokens: {named.explanation}", logits[0, start:end], step[0],
+             case=f"{run.call}, tokens {start}-{end - 1}, sequence 0", mistake=named)
     with torch.no_grad():
         return modern_lm(w, run, tokens, cache)[1]
 
