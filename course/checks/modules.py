@@ -250,13 +250,16 @@ def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None 
 
 def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tuple[int, ...]], seed: int,
                       gains: Mapping[str, float] | None = None,
-                      hint: str = "Register the layers as attributes of the module (self.name = nn.Linear(...))."
-                      ) -> dict[str, torch.Tensor]:
+                      hint: str = "Register the layers as attributes of the module (self.name = nn.Linear(...)).",
+                      resized: Mistake | None = None) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded, for every parameter in shapes; fails when one was not registered (hint:
-    how to register it)."""
+    how to register it), or, given `resized`, names that mistake when one is registered with another shape."""
     __tracebackhide__ = True
     found = loaded(ev, key, seed, gains)
     for name, shape in shapes.items():
+        if resized is not None and name in found and tuple(found[name].shape) != tuple(shape):
+            fail(f"{what}: {name} has the shape {tuple(found[name].shape)}; it should be {tuple(shape)}.",
+                 mistake=resized)
         if name not in found or tuple(found[name].shape) != tuple(shape):
             fail(f"{what} has no registered parameter {name} of shape {tuple(shape)}. {hint}",
                  mistake=MISSING_PARAMETER)

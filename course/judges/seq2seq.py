@@ -219,7 +219,8 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
             _not_asked(BLOCK_NAME, shared)
         if any(fact.get("heads", heads) != heads for fact in facts):
             _not_asked(what, M["wrong-size"], f" Its attentions need {heads} heads: {how}.")
-    w = modules.expect_parameters(ev, key, what, _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT)
+    w = modules.expect_parameters(ev, key, what, _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT,
+                                  resized=M["wrong-size"])
     modules.expect_parameter_count(ev, key, what, sum(v.numel() for v in w.values()),
                                    "two attentions, three norms and the feed-forward make",
                                    "Is an extra layer registered?")
@@ -361,18 +362,12 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
              mistake=WRONG_PART_TYPE)
     if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * c.depth:
         _not_asked(MODEL_NAME, M["shared-block"])
-    described = modules.described(ev, key)
-    for name, fields, size in (("src_embedding", ("num_embeddings", "embedding_dim"), (c.src_vocab, c.k)),
-                               ("tgt_embedding", ("num_embeddings", "embedding_dim"), (c.tgt_vocab, c.k)),
-                               ("to_logits", ("in_features", "out_features"), (c.k, c.tgt_vocab))):
-        found = tuple(described.get(name, {}).get(field) for field in fields)
-        if found != size:
-            _not_asked(MODEL_NAME, M["wrong-size"], f" {name} has the sizes {found}; here it should have {size}.")
     shapes = {"src_embedding.weight": (c.src_vocab, c.k), "tgt_embedding.weight": (c.tgt_vocab, c.k),
               **{n: s for i in range(c.depth) for n, s in modules.block_shapes(f"encoder.{i}.", c.k, 4 * c.k).items()},
               **{n: s for i in range(c.depth) for n, s in _block_shapes(f"decoder.{i}.", c.k, 4).items()},
               "to_logits.weight": (c.tgt_vocab, c.k), "to_logits.bias": (c.tgt_vocab,)}
-    return modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
+    return modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT,
+                                     resized=M["wrong-size"])
 
 
 def _logits(ev: Evidence, key: str, case: ModelCase) -> torch.Tensor:
