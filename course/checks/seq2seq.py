@@ -513,12 +513,12 @@ def secret_optimizer_setting(seed: int) -> tuple[tuple[int, int, int], float, fl
     return sizes, round(lr, 6), round(weight_decay, 3)
 
 
-def _number(value: Any) -> float | None:
-    """A setting of a parameter group as a number (PyTorch allows a tensor lr), else None."""
+def _number(value: Any, default: float | None = None) -> float | None:
+    """A setting of a parameter group as a number (PyTorch allows a tensor lr), else default."""
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError):
-        return None
+        return default
 
 
 def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Callable, rec: Recorder) -> None:
@@ -528,27 +528,19 @@ def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Calla
         sizes, lr, weight_decay = case.settings()
         model = StandInNetwork(*sizes)
         optimizer = rec.call(case.key, configure_optimizer, model, lr, weight_decay)
-        rec.fact(f"{case.key}.class", {"adamw": isinstance(optimizer, torch.optim.AdamW),
-                                       "adam": isinstance(optimizer, torch.optim.Adam),
-                                       "optimizer": isinstance(optimizer, torch.optim.Optimizer)})
+        rec.fact(f"{case.key}.class", "AdamW" if isinstance(optimizer, torch.optim.AdamW)
+                 else "Adam" if isinstance(optimizer, torch.optim.Adam) else None)
         groups = getattr(optimizer, "param_groups", None) if isinstance(optimizer, torch.optim.Optimizer) else None
         if not isinstance(groups, list):
             continue
-        index = {id(p): i for i, (_, p) in enumerate(model.named_parameters())}
-        count, decay, rate, foreign = [0] * len(index), [-1.0] * len(index), [-1.0] * len(index), 0
-        for group in (group for group in groups if isinstance(group, dict)):
-            settings = [-1.0 if v is None else v for v in map(_number, (group.get("weight_decay"), group.get("lr")))]
-            for i in (index.get(id(p)) for p in group.get("params", [])):
-                if i is None:
-                    foreign += 1
-                    continue
-                if count[i] == 0:
-                    decay[i], rate[i] = settings
-                count[i] += 1
-        rec.tensor(f"{case.key}.count", torch.tensor(count, dtype=torch.int64))
-        rec.tensor(f"{case.key}.decay", torch.tensor(decay, dtype=torch.float64))
-        rec.tensor(f"{case.key}.lr", torch.tensor(rate, dtype=torch.float64))
-        rec.tensor(f"{case.key}.foreign", torch.tensor(foreign))
+        groups, params = [group for group in groups if isinstance(group, dict)], list(model.parameters())
+        held = [q for group in groups for q in group.get("params", [])]
+        first = [next((g for g in groups if any(q is p for q in g.get("params", []))), {}) for p in params]
+        rec.tensor(f"{case.key}.count", torch.tensor([sum(q is p for q in held) for p in params], dtype=torch.int64))
+        for key, setting in (("decay", "weight_decay"), ("lr", "lr")):
+            rec.tensor(f"{case.key}.{key}", torch.tensor([_number(g.get(setting), -1.0) for g in first],
+                                                         dtype=torch.float64))
+        rec.tensor(f"{case.key}.foreign", torch.tensor(sum(not any(q is p for p in params) for q in held)))
 
 
 #: (vocab, k, blocks), lr (not AdamW's default 1e-3), weight_decay: the case shown in the notebook, then others
@@ -570,21 +562,16 @@ def secret_schedule(seed: int) -> tuple[int, float, int]:
 
 
 def _probe_schedules(cases: tuple[SettingCase, ...], learning_rate: Callable, rec: Recorder) -> None:
-    """Every step's learning rate as a number (a one-element tensor is read with float()), or what was raised
-    (and at which step), or the type of a value that is not a number."""
+    """Every step's learning rate as a float64 tensor (a one-element tensor is read with float()), or the first value
+    that is not a number or what was raised (at step key.step)."""
     for case in drawn(cases):
         steps, peak, warmup = case.settings()
         values = []
         for step in range(steps):
-            try:
-                value = learning_rate(step, steps, peak, warmup)
-            except Exception as error:  # noqa: BLE001 - whatever the student's code raises is evidence
-                rec.raised(case.key, error)
-                rec.fact(f"{case.key}.step", step)
-                break
+            value = rec.call(case.key, learning_rate, step, steps, peak, warmup)
             number = _number(value) if not isinstance(value, (str, bytes)) else None
             if number is None:
-                rec.value(case.key, value)
+                rec.fact(f"{case.key}.step", step)
                 break
             values.append(number)
         else:
@@ -599,26 +586,19 @@ learning_rate_hidden = property_check("learning_rate_hidden", _probe_schedules, 
     SettingCase("lr_secret", partial(secret_schedule, 3090), secret=True)))
 
 
-@dataclass(frozen=True)
-class StepCase:
+@dataclass(frozen=True, kw_only=True)
+class StepCase(SettingCase):
     """Two calls train_step(model, optimizer, loss, lr, max_norm) on nn.Linear(n_in, n_out) (weights from seed) and
     an SGD with a group for its weight and one for its bias, created at INITIAL_LR; each loss the MSE of a batch
-    (:meth:`batch`). Recorded under key: the parameters before, and the norm returned, the parameters and the groups'
-    lr after each call. sizes: (b, n_in, n_out), or a function drawing them (secret: only under grading)."""
+    (:meth:`batch`); setting: (b, n_in, n_out)."""
 
-    key: str
-    sizes: tuple[int, int, int] | Callable[[], tuple[int, int, int]]
     seed: int
     lrs: tuple[float, float]
     max_norm: float
     y_scale: float
-    secret: bool = False
-
-    def shape(self) -> tuple[int, int, int]:
-        return self.sizes() if callable(self.sizes) else self.sizes
 
     def model(self) -> nn.Linear:
-        _, n_in, n_out = self.shape()
+        _, n_in, n_out = self.settings()
         with torch.random.fork_rng(devices=[]):
             model = nn.Linear(n_in, n_out)
         weights.fill(model, self.seed)
@@ -626,7 +606,7 @@ class StepCase:
 
     def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(x (b, n_in), y (b, n_out)) of call i (0 or 1), from seed + 1 + 10 i and seed + 2 + 10 i, y times y_scale."""
-        b, n_in, n_out = self.shape()
+        b, n_in, n_out = self.settings()
         return (randn(b, n_in, seed=self.seed + 1 + 10 * i),
                 self.y_scale * randn(b, n_out, seed=self.seed + 2 + 10 * i))
 
@@ -641,20 +621,9 @@ def secret_step_sizes(seed: int) -> tuple[int, int, int]:
     return tuple(int(torch.randint(low, high, (), generator=g)) for low, high in ((2, 7), (2, 7), (1, 5)))
 
 
-def _record_number(rec: Recorder, key: str, fn: Callable, *args: Any) -> None:
-    """fn(*args), a number or a tensor, recorded under key (a Python number as a float64 tensor, so its value is
-    kept; its type under key.type)."""
-    try:
-        value = fn(*args)
-    except Exception as error:  # noqa: BLE001 - whatever the student's code raises is evidence
-        rec.raised(key, error)
-        return
-    rec.fact(f"{key}.type", type(value).__name__)
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    rec.value(key, torch.tensor(float(value), dtype=torch.float64) if is_number else value)
-
-
 def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorder) -> None:
+    """The parameters before the calls; after each, the norm returned (a Python number as a float64 tensor, so that
+    its value is kept), the parameters and the groups' lr."""
     for case in drawn(cases):
         model = case.model().to(rec.device)
         optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=INITIAL_LR)
@@ -663,7 +632,9 @@ def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorde
         for i, lr in enumerate(case.lrs):
             x, y = (v.to(rec.device) for v in case.batch(i))
             loss = ((model(x) - y) ** 2).mean()  # the loss the step trains on: an input, as a batch's loss is
-            _record_number(rec, f"{case.key}.norm{i}", train_step, model, optimizer, loss, lr, case.max_norm)
+            norm = rec.call(f"{case.key}.norm{i}", train_step, model, optimizer, loss, lr, case.max_norm)
+            if isinstance(norm, (int, float)) and not isinstance(norm, bool):
+                rec.value(f"{case.key}.norm{i}", torch.tensor(float(norm), dtype=torch.float64))
             for name, p in model.named_parameters():
                 rec.tensor(f"{case.key}.after{i}.{name}", p)
             rec.fact(f"{case.key}.lrs{i}", [_number(group.get("lr")) for group in optimizer.param_groups])
@@ -672,9 +643,9 @@ def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorde
 def _step_cases(key: str, sizes: tuple[int, int, int], seed: int, max_norm: float,
                 y_scale: float) -> tuple[StepCase, StepCase]:
     """The case shown (lr 0.1, then 0.05) and, under grading, a secret companion of other sizes and seeds."""
-    return (StepCase(key, sizes, seed, (0.1, 0.05), max_norm, y_scale),
-            StepCase(f"{key}_secret", partial(secret_step_sizes, seed + 50), seed + 60, (0.2, 0.07), max_norm,
-                     y_scale, secret=True))
+    return (StepCase(key, sizes, seed=seed, lrs=(0.1, 0.05), max_norm=max_norm, y_scale=y_scale),
+            StepCase(f"{key}_secret", partial(secret_step_sizes, seed + 50), True, seed=seed + 60, lrs=(0.2, 0.07),
+                     max_norm=max_norm, y_scale=y_scale))
 
 
 #: gradient norms of a few units: max_norm 100 never clips them, 0.5 always does (y 10 times larger)

@@ -491,47 +491,26 @@ against_loss(probes.loss_gradients, TEACHER_FORCING,
 against_loss(probes.loss_hidden, TEACHER_FORCING, passed="Other batches, with padding ids 0 and 5.")
 
 
-def _step_by_step(model: nn.Module, src, src_mask, max_len: int, bos: int, eos: int, *, position: int = -1,
-                  pad_after_eos: bool = True, stop: bool = True) -> torch.Tensor:
-    """The oracle: run the whole model on the prefix, append the argmax at `position`, stop at eos."""
-    b = src.shape[0]
-    tokens = torch.full((b, 1), bos, dtype=torch.long)
-    finished = torch.zeros(b, dtype=torch.bool)
-    rows = []
+def _step_by_step(model: nn.Module, src, src_mask, max_len: int, bos: int = BOS_ID, eos: int = EOS_ID, *,
+                  position: int = -1, pad_after_eos: bool = True, stop: bool = True) -> torch.Tensor:
+    """The tokens (b, n) of greedy decoding: run the whole model on the prefix, append the argmax at position, <pad>
+    after <eos>, stop when every sequence has its <eos> (the oracle); a typical mistake with other switches."""
+    tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long)  # (b, 1)
+    finished = torch.zeros(src.shape[0], dtype=torch.bool)
     with torch.no_grad():
         for _ in range(max_len):
             nxt = model(src, tokens, src_mask)[:, position].argmax(dim=-1)  # (b,)
-            if pad_after_eos:
-                nxt = torch.where(finished, torch.full_like(nxt, PAD_ID), nxt)
-            rows.append(nxt)
+            nxt = nxt.masked_fill(finished & pad_after_eos, PAD_ID)
             tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
             finished = finished | (nxt == eos)
             if stop and bool(finished.all()):
                 break
-    return torch.stack(rows, dim=1)  # (b, n)
+    return tokens[:, 1:]  # (b, n)
 
 
 def _fit(tokens: torch.Tensor, width: int) -> torch.Tensor:
-    if tokens.shape[1] >= width:
-        return tokens[:, :width]
-    fill = torch.full((tokens.shape[0], width - tokens.shape[1]), PAD_ID, dtype=tokens.dtype)
-    return torch.cat([tokens, fill], dim=1)
-
-
-def _decode_mistakes(model, src, src_mask, max_len, expected, width) -> list[tuple[Mistake, torch.Tensor]]:
-    """What typical wrong decoders return, cut or padded to the student's width."""
-    b = src.shape[0]
-    target = _fit(expected, width)
-    out = [
-        (M["greedy-never-stops"], _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, pad_after_eos=False,
-                                           stop=False)),
-        (M["greedy-returns-bos"], torch.cat([torch.full((b, 1), BOS_ID, dtype=torch.long), expected], dim=1)),
-        (M["greedy-eos-padded"], torch.where(target == PAD_ID, torch.full((), EOS_ID), target)),
-        (M["greedy-eos-overwritten"], torch.where(target == EOS_ID, torch.full((), PAD_ID), target)),
-        (M["greedy-forgets-bos"], _step_by_step(model, src, src_mask, max_len, PAD_ID, EOS_ID)),
-        (M["greedy-first-position"], _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID, position=0)),
-    ]
-    return [(m, _fit(v, width)) for m, v in out]
+    """tokens (b, n) cut or padded with <pad> to (b, width)."""
+    return F.pad(tokens, (0, max(0, width - tokens.shape[1])), value=PAD_ID)[:, :width]
 
 
 _DECODE_HINT = ("Start every sequence with <bos>; at each step run the model on what you have, take the argmax of "
@@ -544,24 +523,29 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
     __tracebackhide__ = True
     model, src, lengths = case.source()
     max_len, label = case.max_len, case.label.format(lengths=lengths.tolist(), max_len=case.max_len)
-    src_mask = _padding(lengths, src.shape[1])
-    expected = _step_by_step(model, src, src_mask, max_len, BOS_ID, EOS_ID)  # (b, n)
+    decoded = partial(_step_by_step, model, src, _padding(lengths, src.shape[1]), max_len)
+    expected = decoded()  # (b, n)
     out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
         _not_asked(DECODE_NAME, M["greedy-not-ids"], f" It returned dtype {out.dtype}; argmax gives torch.long.")
     if out.dim() != 2 or out.shape[0] != expected.shape[0]:
         fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({expected.shape[0]}, n) with "
              "n <= max_len.", mistake=WRONG_SHAPE)
-    width = out.shape[1]
-    mistakes = _decode_mistakes(model, src, src_mask, max_len, expected, width)
-    shown = Rows(expected), Rows(out), label
+    width, shown = out.shape[1], (Rows(expected), Rows(out), label)
+    with_bos = _fit(torch.cat([torch.full_like(expected[:, :1], BOS_ID), expected], dim=1), width)
     if width > max_len:
-        mistake = M["greedy-returns-bos"] if torch.equal(out, mistakes[1][1]) else M["greedy-too-long"]
+        mistake = M["greedy-returns-bos"] if torch.equal(out, with_bos) else M["greedy-too-long"]
         _not_asked(DECODE_NAME, mistake, f" (max_len={max_len})", *shown)
     if width < expected.shape[1]:
         _not_asked(DECODE_NAME, M["greedy-stops-early"], f" (it stopped after {width} tokens)", *shown)
-    expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=mistakes, otherwise=_DECODE_HINT, case=label,
-                 differs="does not agree with the step-by-step argmax of the model")
+    target = _fit(expected, width)
+    mistakes = ((M["greedy-never-stops"], decoded(pad_after_eos=False, stop=False)),
+                (M["greedy-returns-bos"], with_bos),
+                (M["greedy-eos-padded"], target.masked_fill(target == PAD_ID, EOS_ID)),
+                (M["greedy-eos-overwritten"], target.masked_fill(target == EOS_ID, PAD_ID)),
+                (M["greedy-forgets-bos"], decoded(PAD_ID)), (M["greedy-first-position"], decoded(position=0)))
+    expect_equal(out, target, what=DECODE_NAME, mistakes=[(m, _fit(v, width)) for m, v in mistakes], case=label,
+                 otherwise=_DECODE_HINT, differs="does not agree with the step-by-step argmax of the model")
 
 
 each_case(probes.greedy_decode_scripted, _expect_decode,
@@ -580,7 +564,10 @@ def _table(rows: list[tuple[str, ...]], align: Callable[[str, int], str] = str.l
                      for row in rows)
 
 
-# configure_optimizer
+def _kind(ev: Evidence, key: str) -> str:
+    """The type of what the student's code returned under key, for a message."""
+    fact = ev.facts.get(key)
+    return str(fact.get("type") if isinstance(fact, dict) else "nothing")[:60]
 
 
 def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
@@ -593,13 +580,10 @@ def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
     if isinstance(fact, dict) and "more than one parameter group" in str(fact.get("message")):
         _not_asked(what, M["optimizer-parameter-twice"], f" It raised: {str(fact.get('message'))[:200]}")
     raised(ev, case.key, what)
-    found = ev.facts.get(f"{case.key}.class")
-    found = found if isinstance(found, dict) else {}
-    if found.get("adam") and not found.get("adamw"):
+    if ev.facts.get(f"{case.key}.class") == "Adam":
         _not_asked(what, M["optimizer-plain-adam"])
-    if not found.get("adamw"):
-        shown = fact.get("type") if isinstance(fact, dict) else "nothing"
-        fail(f"{what} returned {str(shown)[:60]}; it should return a torch.optim.AdamW.")
+    if ev.facts.get(f"{case.key}.class") != "AdamW":
+        fail(f"{what} returned {_kind(ev, case.key)}; it should return a torch.optim.AdamW.")
     params = dict(probes.StandInNetwork(*sizes).named_parameters())
     count, decay, rates, foreign = (ev.tensors.get(f"{case.key}.{name}") for name in ("count", "decay", "lr",
                                                                                      "foreign"))
@@ -608,31 +592,30 @@ def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
             or not rates.is_floating_point() or foreign.numel() != 1 or foreign.is_floating_point()):
         fail(f"The test's record of {what} is inconsistent (its parameter groups).")
     held, wd = dict(zip(params, count.tolist(), strict=True)), dict(zip(params, decay.tolist(), strict=True))
-    trainable = {name: p.dim() for name, p in params.items() if p.requires_grad}
-    frozen = [name for name, p in params.items() if not p.requires_grad]
+    dims = {name: p.dim() for name, p in params.items() if p.requires_grad}  # the trainable parameters
+    frozen = [name for name in params if name not in dims]
     yours = {name: {0: "in no group", 1: f"{wd[name]:g}"}.get(held[name], f"in {held[name]} groups") for name in params}
-    rows = [("parameter", "dims", "weight_decay", "yours"),
-            *((name, str(d), f"{weight_decay if d >= 2 else 0.0:g}", yours[name]) for name, d in trainable.items()),
-            *((name, "frozen", "in no group", yours[name]) for name in frozen)]
-    table = (f"\n\nOn a small case (a stand-in model: an Embedding, Linear layers, LayerNorms, a 0-d scale"
-             f"{', blocks' if sizes[2] else ''} and a frozen matrix):\n{_table(rows)}")
-    decayed = {name: held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6) for name in trainable}
-    not_decayed = {name: held[name] == 1 and wd[name] == 0.0 for name in trainable}
+    table = _table([("parameter", "dims", "weight_decay", "yours"),
+                    *((name, str(d), f"{weight_decay if d >= 2 else 0.0:g}", yours[name]) for name, d in dims.items()),
+                    *((name, "frozen", "in no group", yours[name]) for name in frozen)])
+    table = f"\n\nOn a small case (a stand-in model):\n{table}"
+    decayed = {name: held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6) for name in dims}
+    plain = {name: held[name] == 1 and wd[name] == 0.0 for name in dims}
     if all(decayed.values()):
         _not_asked(what, M["optimizer-decay-everything"], table)
-    if all(decayed[n] if d < 2 else not_decayed[n] for n, d in trainable.items()):
+    if all(decayed[n] if d < 2 else plain[n] for n, d in dims.items()):
         _not_asked(what, M["optimizer-decay-swapped"], table)
     if int(foreign.reshape(())) != 0:
         fail(f"{what} holds tensors that are not parameters of the model: build the groups from "
              f"model.parameters().{table}")
     if any(held[name] for name in frozen):
         _not_asked(what, M["optimizer-frozen-included"], table)
-    if any(held[name] == 0 for name in trainable):
+    if any(held[name] == 0 for name in dims):
         _not_asked(what, M["optimizer-parameter-missing"], table)
-    if not all(decayed[n] if d >= 2 else not_decayed[n] for n, d in trainable.items()):
+    if not all(decayed[n] if d >= 2 else plain[n] for n, d in dims.items()):
         fail(f"{what} gives parameters the wrong weight decay: weight_decay on every parameter of two or more "
              f"dimensions, 0 on the others, each parameter in exactly one group.{table}")
-    lrs = sorted({float(rates[i]) for i, name in enumerate(params) if name in trainable})
+    lrs = sorted({float(rates[i]) for i, name in enumerate(params) if name in dims})
     if not all(math.isclose(v, lr, rel_tol=1e-6) for v in lrs):
         _not_asked(what, M["optimizer-lr-not-set"], f" The groups have lr {', '.join(f'{v:g}' for v in lrs[:4])}, "
                    f"expected {lr:g}.")
@@ -646,76 +629,59 @@ each_case(probes.configure_optimizer_hidden, _expect_optimizer,
           passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
 
 
-# learning_rate
-
-def _schedule(steps: int, peak: float, warmup: int, *, first: int = 1, rise: str = "step", offset: str = "warmup",
-              shape: str = "cosine") -> torch.Tensor:
-    """The learning rate of every step (float64): the oracle with the defaults, a typical mistake otherwise.
-    first: the warm-up's numerator is step + first (0: off by one); rise: "step" (a linear warm-up while
-    step < warmup), "step<=" (while step <= warmup) or "none" (the decay from step 0); offset: the decay's progress
-    (step + 1 - warmup) / (steps - warmup) ("warmup"), (step + 1) / steps ("none"), (step + 1) / (steps - warmup)
-    ("denominator"), (step - warmup) / (steps - warmup) ("late") or (step - warmup) / (steps - 1 - warmup)
-    ("stretched"); shape: "cosine", "upward" (1 - cos) or "linear"."""
+def _schedule(steps: int, peak: float, warmup: int, *, first: int = 1, until: int | None = None, ahead: int = 1,
+              start: int | None = None, span: int | None = None, shape: str = "cosine") -> torch.Tensor:
+    """Every step's learning rate (steps,) float64: the oracle with the defaults, a typical mistake otherwise: a
+    warm-up peak * (step + first) / warmup while step < until, then a decay of progress (step + ahead - start) /
+    (steps - span) shaped "cosine", "upward" (1 - cos) or "linear"; until, start and span default to warmup."""
+    until, start, span = (warmup if v is None else v for v in (until, start, span))
     out = []
     for step in range(steps):
-        warming = {"step": step < warmup, "step<=": step <= warmup, "none": False}[rise]
-        if warming:
-            out.append(peak * (step + first) / warmup)
-            continue
-        progress = {"warmup": (step + 1 - warmup) / max(1, steps - warmup), "none": (step + 1) / steps,
-                    "denominator": (step + 1) / max(1, steps - warmup),
-                    "late": (step - warmup) / max(1, steps - warmup),
-                    "stretched": (step - warmup) / max(1, steps - 1 - warmup)}[offset]
-        out.append({"cosine": peak * 0.5 * (1 + math.cos(math.pi * progress)),
-                    "upward": peak * 0.5 * (1 - math.cos(math.pi * progress)),
-                    "linear": peak * (1 - progress)}[shape])
+        progress = (step + ahead - start) / max(1, steps - span)
+        cos = math.cos(math.pi * progress)
+        decay = {"cosine": 0.5 * (1 + cos), "upward": 0.5 * (1 - cos), "linear": 1 - progress}[shape]
+        out.append(peak * (step + first) / warmup if step < until else peak * decay)
     return torch.tensor(out, dtype=torch.float64)
 
 
-def _schedule_mistakes(steps: int, peak: float, warmup: int) -> list[tuple[Mistake, torch.Tensor]]:
-    at = partial(_schedule, steps, peak, warmup)
-    return [(M["lr-warmup-off-by-one"], at(first=0)), (M["lr-warmup-off-by-one"], at(rise="step<=")),
-            (M["lr-decay-not-offset"], at(offset="none")), (M["lr-decay-not-offset"], at(offset="denominator")),
-            (M["lr-decay-off-by-one"], at(offset="late")), (M["lr-decay-off-by-one"], at(offset="stretched")),
-            (M["lr-decays-upward"], at(shape="upward")), (M["lr-linear-decay"], at(shape="linear")),
-            (M["lr-no-warmup"], at(rise="none")), (M["lr-no-warmup"], at(rise="none", offset="none"))]
-
-
-def _schedule_close(actual: torch.Tensor, expected: torch.Tensor, peak: float) -> bool:
-    return actual.shape == expected.shape and bool(((actual - expected).abs() <= 1e-6 * peak + 1e-5 * expected.abs())
-                                                   .all())
+def _off(actual: torch.Tensor, expected: torch.Tensor, peak: float) -> torch.Tensor:
+    """The steps (bool, (steps,)) at which a schedule is not expected's."""
+    return ~((actual - expected).abs() <= 1e-6 * peak + 1e-5 * expected.abs())
 
 
 def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
-    """Every step's learning rate of case against the formula, naming the typical mistake it matches, with a small
-    table of expected against actual at the steps that matter: the first, one inside the warm-up, the peak, the
-    first of the decay, its middle, the last and the first that differs."""
+    """Every step's learning rate of case against the formula, naming the typical mistake it matches, with a table
+    of expected against actual at the steps that matter: the first, the warm-up's middle and last, the decay's first,
+    middle and last, and the first that differs."""
     __tracebackhide__ = True
     steps, peak, warmup = case.settings()
     what = f"learning_rate(step, steps={steps}, peak={peak:g}, warmup={warmup})"
     raised(ev, case.key, f"{what} at step {ev.facts.get(f'{case.key}.step')}")
     actual = ev.tensors.get(case.key) if value_kind(ev, case.key) == "tensor" else None
     if actual is None or actual.dtype != torch.float64:
-        fact = ev.facts.get(case.key)
-        fail(f"{what} returned {str(fact.get('type') if isinstance(fact, dict) else 'nothing')[:60]}; it should "
-             "return the learning rate, a number (a float).")
+        fail(f"{what} returned {_kind(ev, case.key)}; it should return the learning rate, a number (a float).")
     expected = _schedule(steps, peak, warmup)
     if actual.shape != expected.shape:
         fail(f"The test's record of {what} is inconsistent (its length).")
-    if _schedule_close(actual, expected, peak):
+    if not _off(actual, expected, peak).any():
         return
-    wrong = int(next(i for i in range(steps) if not _schedule_close(actual[i:i + 1], expected[i:i + 1], peak)))
+    wrong = int(_off(actual, expected, peak).nonzero()[0])
     shown = sorted({0, warmup // 2, max(0, warmup - 1), min(warmup, steps - 1), warmup - 1 + (steps - warmup + 1) // 2,
                     steps - 1, wrong})
     table = _table([("step", "expected", "yours"), *((str(s), f"{float(expected[s]):.6g}", f"{float(actual[s]):.6g}")
                                                      for s in shown)], str.rjust)
-    body = (f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):"
-            f"\n{table}")
-    for mistake, candidate in _schedule_mistakes(steps, peak, warmup):
-        if _schedule_close(actual, candidate, peak):
-            _not_asked(what, mistake, body)
+    body = f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):"
+    at = partial(_schedule, steps, peak, warmup)
+    for mistake, candidate in (
+            (M["lr-warmup-off-by-one"], at(first=0)), (M["lr-warmup-off-by-one"], at(until=warmup + 1)),
+            (M["lr-decay-not-offset"], at(start=0, span=0)), (M["lr-decay-not-offset"], at(start=0)),
+            (M["lr-decay-off-by-one"], at(ahead=0)), (M["lr-decay-off-by-one"], at(ahead=0, span=warmup + 1)),
+            (M["lr-decays-upward"], at(shape="upward")), (M["lr-linear-decay"], at(shape="linear")),
+            (M["lr-no-warmup"], at(until=0)), (M["lr-no-warmup"], at(until=0, start=0, span=0))):
+        if not _off(actual, candidate, peak).any():
+            _not_asked(what, mistake, f"{body}\n{table}")
     fail(f"{what} does not follow the schedule: lr = peak * (step + 1) / warmup for step < warmup, else "
-         "peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2." + body)
+         f"peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2.{body}\n{table}")
 
 
 each_case(probes.learning_rate_schedule, _expect_schedule,
@@ -725,56 +691,48 @@ each_case(probes.learning_rate_hidden, _expect_schedule,
           passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
 
-# train_step
-
 def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm", lr_set: str = "all",
-                 returned: str = "before") -> tuple[list[dict[str, torch.Tensor]], list[float | None]]:
-    """What two calls of a train_step do on the case, exactly (float64): the oracle with the defaults, a typical
-    mistake otherwise: zero (the gradients zeroed first), clip ("norm": the total norm, between backward and step;
-    "after-step": after the step; "before-backward": before backward, after zero_grad; "values": each entry
-    clamped), lr_set ("all" groups, "first" group only, "none"), returned ("before" or "after" clipping). Returns
-    the parameters after each call and the norms returned."""
-    model = case.model()
-    w = {name: p.detach().double() for name, p in model.named_parameters()}
-    grad = {name: torch.zeros_like(v) for name, v in w.items()}
-    lrs = {name: probes.INITIAL_LR for name in w}
+                 returned: str = "before") -> tuple[list[dict[str, torch.Tensor]], list[float]]:
+    """The parameters after each of the two calls of train_step on case and the norms returned, by PyTorch's SGD in
+    float64: the oracle with the defaults, a typical mistake otherwise: zero (the gradients zeroed first), clip
+    ("norm": the total norm, "values": each entry clamped, "none"), lr_set ("all" groups, "first" only, "none"),
+    returned ("before" or "after" clipping)."""
+    model = case.model().double()
+    optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=probes.INITIAL_LR)
     after, norms = [], []
     for i, lr in enumerate(case.lrs):
+        for group in optimizer.param_groups[:{"all": 2, "first": 1, "none": 0}[lr_set]]:
+            group["lr"] = lr
+        if zero:
+            optimizer.zero_grad()
         x, y = (v.double() for v in case.batch(i))
-        if lr_set != "none":
-            lrs = {name: lr if lr_set == "all" or name == "weight" else lrs[name] for name in w}
-        leaves = {name: value.detach().clone().requires_grad_(True) for name, value in w.items()}
-        loss = ((x @ leaves["weight"].T + leaves["bias"] - y) ** 2).mean()  # the gradient of the MSE, float64
-        g = dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values())), strict=True))
-        grad = {name: g[name] + (0 if zero else grad[name]) for name in w}
-        total = math.sqrt(sum(float((v ** 2).sum()) for v in grad.values()))
-        if clip == "norm":
-            grad = {name: v * min(1.0, case.max_norm / (total + 1e-6)) for name, v in grad.items()}
-        elif clip == "values":
-            grad = {name: v.clamp(-case.max_norm, case.max_norm) for name, v in grad.items()}
-        w = {name: w[name] - lrs[name] * grad[name] for name in w}
-        after.append(w)
-        norms.append({"before": total, "after": min(total, case.max_norm)}[returned] if clip != "before-backward"
-                     else 0.0)
+        ((model(x) - y) ** 2).mean().backward()
+        total = float(nn.utils.clip_grad_norm_(model.parameters(), case.max_norm if clip == "norm" else math.inf))
+        if clip == "values":
+            nn.utils.clip_grad_value_(model.parameters(), case.max_norm)
+        optimizer.step()
+        after.append({name: p.detach().clone() for name, p in model.named_parameters()})
+        norms.append(total if returned == "before" else min(total, case.max_norm))
     return after, norms
 
 
-def _step_mistakes(case: probes.StepCase) -> list[tuple[Mistake, list[dict[str, torch.Tensor]]]]:
-    return [(m, _train_steps(case, **changes)[0]) for m, changes in (
-        (M["train-step-lr-not-set"], {"lr_set": "none"}), (M["train-step-lr-one-group"], {"lr_set": "first"}),
-        (M["train-step-no-zero-grad"], {"zero": False}),
-        (M["train-step-clips-values"], {"clip": "values"}), (M["train-step-clips-after-step"], {"clip": "after-step"}),
-        (M["train-step-no-zero-grad"], {"zero": False, "lr_set": "none"}))]
+_STEP_MISTAKES = ((M["train-step-lr-not-set"], {"lr_set": "none"}), (M["train-step-lr-one-group"], {"lr_set": "first"}),
+                  (M["train-step-no-zero-grad"], {"zero": False}), (M["train-step-clips-values"], {"clip": "values"}),
+                  (M["train-step-clips-after-step"], {"clip": "none"}),  # the step used the unclipped gradient
+                  (M["train-step-no-zero-grad"], {"zero": False, "lr_set": "none"}))
 
 
-def _updates_close(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
-                   before: dict[str, torch.Tensor], device: str) -> bool:
-    """The updates (after - before) agree, relative to the size of the expected update."""
+def _moved_as(actual: list[dict[str, torch.Tensor]], expected: list[dict[str, torch.Tensor]],
+              before: dict[str, torch.Tensor], device: str, calls: int) -> bool:
+    """The updates of the first calls (each call's parameters minus the previous ones) agree, relative to the size
+    of the expected update."""
     rtol = 1e-3 if device == "cpu" else 1e-2
-    for name, want in expected.items():
-        move, done = want - before[name], actual[name] - before[name]
-        if done.shape != move.shape or not bool(((done - move).abs() <= rtol * (move.abs().max() + 1e-9)).all()):
-            return False
+    for i in range(calls):
+        for name, want in expected[i].items():
+            start = before[name] if i == 0 else expected[i - 1][name]
+            move, done = want - start, actual[i][name] - start
+            if done.shape != move.shape or not bool(((done - move).abs() <= rtol * (move.abs().max() + 1e-9)).all()):
+                return False
     return True
 
 
@@ -782,51 +740,47 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
     """Two calls of train_step on case: the parameters after each against the oracle's (one SGD step along the
     clipped gradient at lr), naming the typical mistake they match; then the norms returned, before clipping."""
     __tracebackhide__ = True
-    _, n_in, n_out = case.shape()
+    _, n_in, n_out = case.settings()
     what = f"train_step(model, optimizer, loss, lr, max_norm={case.max_norm:g})"
     label = (f"nn.Linear({n_in}, {n_out}) and SGD created at lr {probes.INITIAL_LR:g}, two calls at lr "
              f"{case.lrs[0]:g} then {case.lrs[1]:g}; the weight's first row shown")
     for i in range(2):
         raised(ev, f"{case.key}.norm{i}", f"{what} (call {i + 1})")
     start = {name: p.detach().double() for name, p in case.model().named_parameters()}
-
-    def params(stage: str) -> dict[str, torch.Tensor]:
-        found = {name: ev.tensors.get(f"{case.key}.{stage}.{name}") for name in start}
-        if any(v is None or v.shape != start[n].shape or not v.is_floating_point() for n, v in found.items()):
-            fail(f"The test recorded no parameters {stage} {what}: the check did not run to the end.")
-        return {name: v.double() for name, v in found.items()}
-
-    before = params("before")
+    found = [{name: ev.tensors.get(f"{case.key}.{stage}.{name}") for name in start}
+             for stage in ("before", "after0", "after1")]
+    if any(v is None or v.shape != start[n].shape or not v.is_floating_point() for f in found for n, v in f.items()):
+        fail(f"The test recorded no parameters of {what}: the check did not run to the end.")
+    before, *actual = ({name: v.double() for name, v in f.items()} for f in found)
     if not all(torch.allclose(before[n], start[n], atol=1e-6) for n in start):
         fail(f"The test's record of {what} is inconsistent (the parameters before the first call).")
     expected, norms = _train_steps(case)
-    for i in range(2):
-        actual = params(f"after{i}")
-        if _updates_close(actual, expected[i], before if i == 0 else expected[i - 1], ev.device):
-            continue
-        shown = f" After call {i + 1} the optimizer's groups have lr {ev.facts.get(f'{case.key}.lrs{i}')}."
-        for mistake, steps in _step_mistakes(case):
-            if all(_updates_close(params(f"after{j}"), steps[j], before if j == 0 else steps[j - 1], ev.device)
-                   for j in range(i + 1)):
+    wrong = next((i for i in range(2) if not _moved_as(actual, expected, before, ev.device, i + 1)), None)
+    if wrong is not None:
+        shown = expected[wrong]["weight"][0], actual[wrong]["weight"][0], label
+        lrs = f" After call {wrong + 1} the optimizer's groups have lr {ev.facts.get(f'{case.key}.lrs{wrong}')}."
+        for mistake, changes in _STEP_MISTAKES:
+            if _moved_as(actual, _train_steps(case, **changes)[0], before, ev.device, wrong + 1):
                 first_norm = ev.tensors.get(f"{case.key}.norm0")
                 if (mistake is M["train-step-clips-after-step"] and first_norm is not None
                         and first_norm.numel() == 1 and float(first_norm.reshape(())) == 0.0):
                     mistake = M["train-step-clips-before-backward"]  # clipping found no gradient to measure
-                _not_asked(what, mistake, shown, expected[i]["weight"][0], actual["weight"][0], label)
-        fail(f"{what} does not update the parameters as asked (call {i + 1}): set lr in every group, zero the "
+                _not_asked(what, mistake, lrs, *shown)
+        fail(f"{what} does not update the parameters as asked (call {wrong + 1}): set lr in every group, zero the "
              "gradients, loss.backward(), clip the total norm with torch.nn.utils.clip_grad_norm_, then "
-             f"optimizer.step().{shown}", expected[i]["weight"][0], actual["weight"][0], label)
+             f"optimizer.step().{lrs}", *shown)
+    clipped = _train_steps(case, returned="after")[1]
     for i in range(2):
         key = f"{case.key}.norm{i}"
         got = ev.tensors.get(key) if value_kind(ev, key) == "tensor" else None
         if got is None or got.numel() != 1:
-            fail(f"{what} returned {str(ev.facts.get(f'{key}.type', 'something else'))[:60]} (call {i + 1}); it "
-                 "should return the gradient norm before clipping, what torch.nn.utils.clip_grad_norm_ returns.")
+            fail(f"{what} returned {_kind(ev, key)} (call {i + 1}); it should return the gradient norm before "
+                 "clipping, what torch.nn.utils.clip_grad_norm_ returns.")
         got = float(got.reshape(()))
         if math.isclose(got, norms[i], rel_tol=1e-3):
             continue
         shown = torch.tensor(norms[i]), torch.tensor(got), f"call {i + 1}, max_norm {case.max_norm:g}"
-        if math.isclose(got, _train_steps(case, returned="after")[1][i], rel_tol=1e-3):
+        if math.isclose(got, clipped[i], rel_tol=1e-3):
             _not_asked(what, M["train-step-norm-after-clipping"], "", *shown)
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
             _not_asked(what, M["train-step-clips-before-backward"], "", *shown)
