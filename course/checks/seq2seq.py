@@ -368,8 +368,7 @@ _AFTER_EOS = 8  # what the scripted model says once a sequence is over: never <e
 class ScriptedModel(nn.Module):
     """A stand-in for a trained Seq2SeqTransformer whose greedy output is known exactly: after <bos>, one token per
     real source token, each depending on it and on the previous target token (its predictions must be fed back),
-    then <eos>, then token 8 forever; without <bos> first it never stops. Exact logits: every device agrees.
-    """
+    then <eos>, then token 8 forever; without <bos> first it never stops. Exact logits: every device agrees."""
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return torch.stack([src.float(), src_mask.float()], dim=-1)  # (b, s, 2)
@@ -381,9 +380,8 @@ class ScriptedModel(nn.Module):
         position = torch.arange(t, device=tgt.device).expand(b, t)  # (b, t)
         src_token = src.gather(1, position.clamp(max=src.shape[1] - 1))  # (b, t)
         token = 3 + (src_token + tgt) % 5  # (b, t) values 3..7
-        token = torch.where(position == lengths.unsqueeze(1), torch.full_like(token, EOS_ID), token)
-        token = torch.where(position > lengths.unsqueeze(1), torch.full_like(token, _AFTER_EOS), token)
-        token = torch.where((tgt[:, :1] == BOS_ID).expand(b, t), token, torch.full_like(token, _AFTER_EOS))
+        token = token.masked_fill(position == lengths.unsqueeze(1), EOS_ID)
+        token = token.masked_fill((position > lengths.unsqueeze(1)) | (tgt[:, :1] != BOS_ID), _AFTER_EOS)
         return 10.0 * F.one_hot(token, _SCRIPT_VOCAB).float()  # (b, t, vocab)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -474,9 +472,8 @@ seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_translator,
 # ---------------------------------------------------------------- the training loop's parts
 
 class StandInNetwork(nn.Module):
-    """A stand-in whose parameters an optimizer is configured for: an embedding, a linear layer with a bias, a
-    LayerNorm, a linear layer without one, a 0-dimensional learned scale and a frozen matrix (requires_grad=False:
-    in no group); with blocks, also an nn.ModuleList of that many (Linear, LayerNorm) pairs. It is never run."""
+    """A stand-in, never run, whose parameters an optimizer is configured for: of every kind of dimension, one frozen
+    (requires_grad=False: in no group); with blocks, also an nn.ModuleList of (Linear, LayerNorm) pairs."""
 
     def __init__(self, vocab: int, k: int, blocks: int = 0):
         super().__init__()
@@ -492,9 +489,8 @@ class StandInNetwork(nn.Module):
 
 @dataclass(frozen=True)
 class SettingCase:
-    """One call of a training part on a setting, recorded under key: configure_optimizer's (sizes (vocab, k,
-    blocks) of StandInNetwork, lr, weight_decay) or learning_rate's (steps, peak, warmup); setting: the values, or a
-    function drawing them (secret: only under grading)."""
+    """A training part's setting, recorded under key: configure_optimizer's ((vocab, k, blocks), lr, weight_decay)
+    or learning_rate's (steps, peak, warmup); the values, or a function drawing them (secret: only under grading)."""
 
     key: str
     setting: tuple | Callable[[], tuple]
@@ -553,8 +549,7 @@ configure_optimizer_hidden = property_check("configure_optimizer_hidden", _probe
 
 
 def secret_schedule(seed: int) -> tuple[int, float, int]:
-    """Under grading, a secret (steps, peak, warmup): 10 to 60 steps, a peak from 1e-4 to 1e-2, 1 to steps // 2
-    warm-up steps."""
+    """Under grading, a secret (steps, peak, warmup): 10 to 60 steps, a peak in [1e-4, 1e-2], warmup <= steps // 2."""
     g = generator(seed)
     steps = int(torch.randint(10, 61, (), generator=g))
     peak = round(float(10 ** torch.empty(()).uniform_(-4, -2, generator=g)), 6)
@@ -588,9 +583,8 @@ learning_rate_hidden = property_check("learning_rate_hidden", _probe_schedules, 
 
 @dataclass(frozen=True, kw_only=True)
 class StepCase(SettingCase):
-    """Two calls train_step(model, optimizer, loss, lr, max_norm) on nn.Linear(n_in, n_out) (weights from seed) and
-    an SGD with a group for its weight and one for its bias, created at INITIAL_LR; each loss the MSE of a batch
-    (:meth:`batch`); setting: (b, n_in, n_out)."""
+    """Two calls train_step(model, optimizer, loss, lr, max_norm) on nn.Linear(n_in, n_out) and an SGD at INITIAL_LR
+    with a group for its weight and one for its bias; each loss the MSE of a batch; setting: (b, n_in, n_out)."""
 
     seed: int
     lrs: tuple[float, float]

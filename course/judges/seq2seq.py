@@ -651,8 +651,7 @@ def _off(actual: torch.Tensor, expected: torch.Tensor, peak: float) -> torch.Ten
 
 def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
     """Every step's learning rate of case against the formula, naming the typical mistake it matches, with a table
-    of expected against actual at the steps that matter: the first, the warm-up's middle and last, the decay's first,
-    middle and last, and the first that differs."""
+    of expected against actual at the steps that matter (the warm-up's, the decay's, the first that differs)."""
     __tracebackhide__ = True
     steps, peak, warmup = case.settings()
     what = f"learning_rate(step, steps={steps}, peak={peak:g}, warmup={warmup})"
@@ -693,10 +692,9 @@ each_case(probes.learning_rate_hidden, _expect_schedule,
 
 def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm", lr_set: str = "all",
                  returned: str = "before") -> tuple[list[dict[str, torch.Tensor]], list[float]]:
-    """The parameters after each of the two calls of train_step on case and the norms returned, by PyTorch's SGD in
-    float64: the oracle with the defaults, a typical mistake otherwise: zero (the gradients zeroed first), clip
-    ("norm": the total norm, "values": each entry clamped, "none"), lr_set ("all" groups, "first" only, "none"),
-    returned ("before" or "after" clipping)."""
+    """The parameters after each of two calls of train_step on case and the norms returned, by PyTorch's SGD in
+    float64: the oracle with the defaults, else a mistake: zero (zero_grad first), clip ("norm", "values" or "none"),
+    lr_set (in "all" groups, the "first" or "none"), returned ("before" or "after" clipping)."""
     model = case.model().double()
     optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=probes.INITIAL_LR)
     after, norms = [], []
