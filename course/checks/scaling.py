@@ -11,7 +11,7 @@ import torch
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, property_check
 
 ROLES = ("to_queries", "to_keys", "to_values")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
@@ -147,8 +147,10 @@ sdpa_fully_masked_row = calls("sdpa_fully_masked_row", (
 sdpa_oracle = calls("sdpa_oracle", ORACLE_CASES, keywords=("mask",))
 
 
-def _probe_gradients(case: Case, fn: Callable, rec: Recorder) -> None:
-    """Record fn(q, k, v, mask=mask) and the gradients a loss on its output and weights leaves on q, k and v."""
+def _probe_gradients(cases: tuple[Case], fn: Callable, rec: Recorder) -> None:
+    """Record fn(q, k, v, mask=mask) on the case and the gradients a loss on its output and weights leaves on q, k
+    and v."""
+    (case,) = cases
     inputs = {name: value.to(rec.device) for name, value in case.inputs().items()}
     q, k, v = (inputs[name].requires_grad_(True) for name in ("queries", "keys", "values"))
     result = rec.call(case.key, fn, q, k, v, mask=inputs["mask"])
@@ -165,8 +167,8 @@ def _probe_gradients(case: Case, fn: Callable, rec: Recorder) -> None:
         rec.tensor(f"grad.{name}", t.grad)
 
 
-sdpa_gradients = Check("sdpa_gradients", partial(_probe_gradients, GRADIENT_CASE), module=__name__)
-sdpa_vs_pytorch = Check("sdpa_vs_pytorch", partial(_probe_gradients, SMALL_CASE), module=__name__)
+sdpa_gradients = property_check("sdpa_gradients", _probe_gradients, (GRADIENT_CASE,))
+sdpa_vs_pytorch = property_check("sdpa_vs_pytorch", _probe_gradients, (SMALL_CASE,))
 
 
 # ---------------------------------------------------------------- ScaledSelfAttention
