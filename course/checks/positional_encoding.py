@@ -2,9 +2,7 @@
 judged in course/judges/positional_encoding.py from the cases declared here; the checks of a table that depends on
 its sizes alone, or worked by hand, add a case of secret sizes or a secret random input under grading."""
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -69,52 +67,38 @@ def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, max_len: int,
     return module
 
 
-@dataclass(frozen=True)
-class Encoding:
-    """PositionalEncoding(k, max_len=max_len) built under the key module, then called on case.inputs()["x"] (its
-    output under case.key); case.inputs() gives k, max_len and x. secret: drawn only under grading."""
-
-    module: str
-    case: Case
-    secret: bool = False
-
-    @property
-    def what(self) -> str:
-        """The module's constructor call as a student reads it."""
-        inputs = self.case.inputs()
-        return f"PositionalEncoding({inputs['k']}, max_len={inputs['max_len']})"
-
-
-def _sized(k: int, max_len: int, x: Callable[[], torch.Tensor]) -> dict[str, Any]:
-    return {"k": k, "max_len": max_len, "x": x()}
+def _sized(module: str, k: int, max_len: int, x: Callable[[], torch.Tensor]) -> dict[str, Any]:
+    return {"module": module, "k": k, "max_len": max_len, "x": x()}
 
 
 def encoding(module: str, key: str, k: int, max_len: int, x: Callable[[], torch.Tensor], label: str, *,
-             secret: bool = False) -> Encoding:
-    """PositionalEncoding(k, max_len=max_len) built under the key module, called on x() (output under key)."""
-    return Encoding(module, Case(key, partial(_sized, k, max_len, x), label), secret)
+             secret: bool = False) -> Case:
+    """PositionalEncoding(k, max_len=max_len) built under the key module (inputs()["module"]), called on x() (its
+    output under key)."""
+    return Case(key, partial(_sized, module, k, max_len, x), label, secret)
 
 
 def _secret_sized(seed: int) -> dict[str, Any]:
-    """Under grading: secret sizes (:func:`_secret_sizes`) and a random x of shape (2, 5, k)."""
+    """Under grading: secret sizes (:func:`_secret_sizes`) and a random x of shape (2, 5, k), module "secret"."""
     found = _secret_sizes(seed)
-    return {**found, "x": randn(2, 5, found["k"], seed=seed + 1)}
+    return {"module": "secret", **found, "x": randn(2, 5, found["k"], seed=seed + 1)}
 
 
-def _probe_encodings(cases: tuple[Encoding, ...], PositionalEncoding: Callable, rec: Recorder) -> None:
+def _probe_encodings(cases: tuple[Case, ...], PositionalEncoding: Callable, rec: Recorder) -> None:
     built: dict[str, nn.Module | None] = {}
-    for item in drawn(cases):
-        inputs = item.case.inputs()
-        if item.module not in built:
-            built[item.module] = _make_encoding(PositionalEncoding, rec, item.module, inputs["k"], inputs["max_len"])
-        if built[item.module] is not None:
+    for case in drawn(cases):
+        inputs = case.inputs()
+        name = inputs["module"]
+        if name not in built:
+            built[name] = _make_encoding(PositionalEncoding, rec, name, inputs["k"], inputs["max_len"])
+        if built[name] is not None:
             with torch.no_grad():
-                rec.call(item.case.key, built[item.module], inputs["x"].to(rec.device))
+                rec.call(case.key, built[name], inputs["x"].to(rec.device))
 
 
 positional_encoding_buffer = property_check("positional_encoding_buffer", _probe_encodings, (
     encoding("module", "y", 8, 20, partial(randn, 2, 5, 8, seed=2900), "x of shape (2, 5, 8)"),
-    Encoding("secret", Case("y_secret", partial(_secret_sized, 2910), "secret sizes, x of shape (2, 5, k)"), True)))
+    Case("y_secret", partial(_secret_sized, 2910), "secret sizes, x of shape (2, 5, k)", secret=True)))
 positional_encoding_adds = property_check("positional_encoding_adds", _probe_encodings, (
     encoding("module", "y0", 4, 10, partial(torch.zeros, 1, 3, 4),
              "x = zeros of shape (1, 3, 4): the output is the table's first 3 rows"),
@@ -134,8 +118,8 @@ DROPOUT = encoding("dropout", "y", 8, 32, partial(randn, 4, 32, 8, seed=3100), "
 
 
 def _probe_dropout(PositionalEncoding: Callable, rec: Recorder) -> None:
-    inputs = DROPOUT.case.inputs()
-    module = _make_encoding(PositionalEncoding, rec, DROPOUT.module, inputs["k"], inputs["max_len"], dropout=0.5)
+    inputs = DROPOUT.inputs()
+    module = _make_encoding(PositionalEncoding, rec, inputs["module"], inputs["k"], inputs["max_len"], dropout=0.5)
     if module is not None:
         with torch.no_grad():
             rec.call("y_eval", module.eval(), inputs["x"].to(rec.device))
@@ -152,15 +136,8 @@ ONES = given("y", partial(torch.ones, 2, 4, 6), "x = ones of shape (2, 4, 6): th
 learned_structure = builds_and_runs("learned_structure", (Runs(Built("module", (10, 6), 3300), (ONES,)),))
 
 
-def learned(built: Built, key: str, shape: tuple[int, int, int], seed: int, upstream_seed: int | None = None) -> Runs:
-    """LearnedPositionalEmbedding built as `built` (args: max_len, k), called on a random x of shape (seed); with
-    upstream_seed, also backpropagated."""
-    case = random_case(key, shape, seed, upstream=(shape, upstream_seed) if upstream_seed is not None else None)
-    return Runs(built, (dataclasses.replace(case, label=f"{case.label}, max_len={built.args[0]}"),))
-
-
 learned_oracle = builds_and_runs("learned_oracle", tuple(
-    learned(Built(f"module{i}", (max_len, k), 3200 + i), f"y{i}", (b, t, k), 3210 + i)
+    Runs(Built(f"module{i}", (max_len, k), 3200 + i), (random_case(f"y{i}", (b, t, k), 3210 + i),))
     for i, (b, t, max_len, k) in enumerate(((3, 5, 8, 4), (2, 8, 8, 6), (4, 1, 20, 3)))))
 learned_gradients = builds_and_runs("learned_gradients", (
-    learned(Built("grad_module", (8, 4), 3230), "y_grad", (2, 5, 4), 3220, upstream_seed=3221),))
+    Runs(Built("grad_module", (8, 4), 3230), (random_case("y_grad", (2, 5, 4), 3220, upstream=((2, 5, 4), 3221)),)),))

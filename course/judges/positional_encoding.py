@@ -4,6 +4,7 @@ the typical mistakes they can name."""
 
 import dataclasses
 import math
+from collections.abc import Callable
 from functools import partial
 from types import MappingProxyType
 
@@ -11,10 +12,9 @@ import torch
 
 from course.checks import modules
 from course.checks import positional_encoding as probes
-from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail, matches_any, output, tensor
+from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail, matches_any, output, recorded, tensor
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, drawn
-from course.checks.positional_encoding import Encoding
 from course.judges import judge, mistakes
 from course.judges.kinds import ForwardOracle, against_forward, each_case, expect_forward_case
 
@@ -32,17 +32,17 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/positional_
 
 # ---------------------------------------------------------------- the table by the formula
 
-def _formula(max_len: int, k: int, first: int = 0, pair_exponent: float = 2.0, column_index: bool = False,
-             swap: bool = False, concatenate: bool = False) -> torch.Tensor:
-    """The table by the formula in float64, or one of its typical distortions (for naming mistakes)."""
-    p = torch.arange(first, first + max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
-    i = torch.arange(k // 2, dtype=torch.float64)  # (k/2,) pair index
-    exponent = (4 * i if column_index else pair_exponent * i) / k  # column_index: 2j/k with j = 2i
+def _formula(max_len: int, k: int, how: Mistake | None = None) -> torch.Tensor:
+    """The table (max_len, k) by the formula in float64, or as the typical mistake `how` computes it."""
+    p = torch.arange(max_len, dtype=torch.float64).unsqueeze(1) + (how is M["positions-from-1"])  # (max_len, 1)
+    p = p * 0 if how is M["every-row-position-0"] else p
+    i = torch.arange(k // 2, dtype=torch.float64)  # (k/2,) pair index; the column index of the sine is j = 2i
+    exponent = {M["exponent-i-over-k"]: i, M["exponent-column-index"]: 4 * i}.get(how, 2 * i) / k
     angles = p / torch.pow(torch.tensor(10000.0, dtype=torch.float64), exponent)  # (max_len, k/2)
     sin, cos = torch.sin(angles), torch.cos(angles)
-    if swap:
+    if how is M["sin-cos-swapped"]:
         sin, cos = cos, sin
-    if concatenate:
+    if how is M["concatenated"]:
         return torch.cat([sin, cos], dim=1)  # (max_len, k)
     return torch.stack([sin, cos], dim=2).reshape(max_len, k)  # (max_len, k): sin, cos interleaved
 
@@ -53,14 +53,8 @@ def reference_table(max_len: int, k: int) -> torch.Tensor:
 
 
 def _table_mistakes(max_len: int, k: int) -> list[tuple[Mistake, torch.Tensor]]:
-    return [
-        (M["sin-cos-swapped"], _formula(max_len, k, swap=True)),
-        (M["exponent-i-over-k"], _formula(max_len, k, pair_exponent=1.0)),
-        (M["exponent-column-index"], _formula(max_len, k, column_index=True)),
-        (M["concatenated"], _formula(max_len, k, concatenate=True)),
-        (M["positions-from-1"], _formula(max_len, k, first=1)),
-        (M["every-row-position-0"], _formula(1, k).expand(max_len, k)),
-    ]
+    return [(m, _formula(max_len, k, m)) for m in (M["sin-cos-swapped"], M["exponent-i-over-k"],
+            M["exponent-column-index"], M["concatenated"], M["positions-from-1"], M["every-row-position-0"])]
 
 
 _TABLE_HINT = "It does not match the formula PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(p / 10000^(2i/k))."
@@ -71,34 +65,30 @@ def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
     formula's values; anchor: only the formula's values, right or typically wrong (in any shape or dtype)."""
     __tracebackhide__ = True
     max_len, k = case.inputs().values()
-    what = f"sinusoidal_positional_encoding({max_len}, {k})"
+    what, label = f"sinusoidal_positional_encoding({max_len}, {k})", f"max_len={max_len}, k={k}"
     expected, typical = _formula(max_len, k), _table_mistakes(max_len, k)
     if anchor:
         table = output(ev, case.key, what=what, device=False)
         if not matches_any(table, [expected, expected.T, *(m for _, m in typical)], "cpu", TABLE_TOLERANCE):
             fail(f"{TABLE_NAME} raises a ValueError for an odd k, but for an even k it does not compute the "
-                 f"sinusoidal table. {_TABLE_HINT}", expected, table, case=f"max_len={max_len}, k={k}")
+                 f"sinusoidal table. {_TABLE_HINT}", expected, table, case=label)
         return
     table = output(ev, case.key, what=what, device=False, shape=(max_len, k),
                    shape_hints={(k, max_len): M["table-transposed"]})
     if table.dtype != torch.float32:
         fail(f"{what} returned {table.dtype}; {M['float64'].explanation}", mistake=M["float64"])
     expect_close(table, expected, what=TABLE_NAME, device="cpu", mistakes=typical, otherwise=_TABLE_HINT,
-                 case=f"max_len={max_len}, k={k}" if case.secret else case.label, looser=TABLE_TOLERANCE)
+                 case=label if case.secret else case.label, looser=TABLE_TOLERANCE)
 
 
-def _expect_value_error(ev: Evidence, key: str, what: str, call: str, wrong: Mistake, accepted: Mistake) -> None:
+def _expect_value_error(ev: Evidence, key: str, call: str, wrong: Mistake, accepted: Mistake) -> None:
     """The call recorded under key raised a ValueError: else fail naming accepted (it raised nothing) or wrong."""
     __tracebackhide__ = True
-    fact = ev.facts.get(key)
-    if not isinstance(fact, dict):
-        fail(f"The test recorded nothing for {call}: the check did not run to the end.")
-    if fact.get("kind") != "raised":
-        shape = fact.get("shape") if fact.get("kind") == "tensor" else None
-        returned = f"shape {tuple(shape)}" if isinstance(shape, list) else "a value"
-        fail(f"{call} should raise a ValueError, but returned {returned}: {accepted.explanation}", mistake=accepted)
+    fact = recorded(ev, key, call)
+    if not isinstance(fact, dict) or fact.get("kind") != "raised":
+        fail(f"{call} should raise a ValueError, but it returned: {accepted.explanation}", mistake=accepted)
     if fact.get("not_implemented"):
-        fail(f"{what} is not implemented yet: replace `raise NotImplementedError()` with your code.",
+        fail(f"{call} is not implemented yet: replace `raise NotImplementedError()` with your code.",
              mistake=NOT_IMPLEMENTED)
     if fact.get("type") != "ValueError":
         fail(f"{call} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:300]}. {wrong.explanation}",
@@ -114,7 +104,7 @@ each_case(probes.table_by_hand, _expect_table,
 @judge("table_odd_size")
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
-    _expect_value_error(ev, probes.ODD.key, TABLE_NAME, "sinusoidal_positional_encoding(10, 5)", M["odd-k-wrong-error"],
+    _expect_value_error(ev, probes.ODD.key, "sinusoidal_positional_encoding(10, 5)", M["odd-k-wrong-error"],
                         M["odd-k-accepted"])
     for case in drawn(probes.table_odd_size.cases[1:]):
         _expect_table(ev, case, anchor=True)
@@ -137,9 +127,7 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
     if not isinstance(params, list) or not isinstance(buffers, list):
         fail(f"The test recorded nothing about the buffers of {what}: the check did not run to the end.")
     if params:
-        names = [str(p[0])[:40] for p in params if isinstance(p, list) and p]
-        fail(f"{what} registers parameters {names[:4]}. {M['table-is-parameter'].explanation}",
-             mistake=M["table-is-parameter"])
+        fail(f"{what} registers parameters. {M['table-is-parameter'].explanation}", mistake=M["table-is-parameter"])
     found = [tuple(b[1]) for b in buffers if isinstance(b, list) and len(b) >= 2 and isinstance(b[1], list)
              and all(isinstance(n, int) for n in b[1]) and math.prod(b[1]) == max_len * k]
     if not found:
@@ -148,7 +136,7 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
              + (f" The table is a plain tensor attribute ({plain}), which .to(device) does not move." if plain else "")
              + f" {M['table-not-a-buffer'].explanation}", mistake=M["table-not-a-buffer"])
     if max_len > 1 and tuple(n for n in found[0] if n != 1) == (k, max_len) and k != max_len:
-        fail(f"{what}'s table buffer has shape {found[0]}: {M['buffer-transposed'].explanation} = {(max_len, k)}.",
+        fail(f"{what}'s table buffer has shape {found[0]}: {M['buffer-transposed'].explanation}",
              mistake=M["buffer-transposed"])
 
 
@@ -180,26 +168,29 @@ def _expect_encoded(ev: Evidence, case: Case, claim: str = "") -> None:
         fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case.label)
 
 
-def _expect_encoding(ev: Evidence, item: Encoding, buffer: bool = True, table: bool = False) -> None:
-    """The module built for item (buffer: with no parameters and its table a buffer) and its output on the case;
+def _made(inputs: dict) -> str:
+    """The constructor call of the module a case's probe built, as a student reads it."""
+    return f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
+
+
+def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool = False) -> None:
+    """The module built for case (buffer: with no parameters and its table a buffer) and its output on the case;
     table: the table buffer it recorded against the formula, the output then only anchored."""
     __tracebackhide__ = True
-    inputs = item.case.inputs()
-    max_len, k = inputs["max_len"], inputs["k"]
-    if not buffer:
-        modules.built(ev, item.module, item.what)
-        return _expect_encoded(ev, item.case)
-    _table_buffer(ev, item.module, max_len, k, item.what)
-    if not table:
-        return _expect_encoded(ev, item.case)
-    found = tensor(ev, f"{item.module}.table")
-    if found is None or found.numel() != max_len * k:
-        fail(f"The test recorded no table buffer of {item.what}: the check did not run to the end.")
-    expect_close(found.reshape(max_len, k), _formula(max_len, k), what=f"{item.what}'s table buffer", device="cpu",
-                 mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}", looser=TABLE_TOLERANCE,
-                 otherwise=f"Build it with your function from exercise 1: sinusoidal_positional_encoding({max_len}, "
-                           f"{k}).")
-    _expect_encoded(ev, item.case, f"{item.what} holds the right table buffer")
+    inputs = case.inputs()
+    key, max_len, k, what = inputs["module"], inputs["max_len"], inputs["k"], _made(inputs)
+    if buffer:
+        _table_buffer(ev, key, max_len, k, what)
+    else:
+        modules.built(ev, key, what)
+    if table:
+        found = tensor(ev, f"{key}.table")
+        if found is None or found.numel() != max_len * k:
+            fail(f"The test recorded no table buffer of {what}: the check did not run to the end.")
+        expect_close(found.reshape(max_len, k), _formula(max_len, k), what=f"{what}'s table buffer",
+                     device="cpu", mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}",
+                     looser=TABLE_TOLERANCE, otherwise=f"Build it with sinusoidal_positional_encoding({max_len}, {k}).")
+    _expect_encoded(ev, case, f"{what} holds the right table buffer" if table else "")
 
 
 # ---------------------------------------------------------------- PositionalEncoding: the checks
@@ -217,34 +208,30 @@ each_case(probes.positional_encoding_oracle, _expect_encoding,
 def _judge_too_long(ev: Evidence) -> None:
     """A sequence longer than max_len has no row in the table: a ValueError that says so."""
     long, right = probes.positional_encoding_too_long.cases
-    modules.built(ev, long.module, long.what)
-    _expect_value_error(ev, long.case.key, MODULE_NAME, f"{long.what} on {long.case.label}", M["no-length-check"],
-                        M["no-length-check"])
-    _expect_encoded(ev, right.case, f"{long.what} raises a ValueError for {long.case.label}")
+    what = _made(long.inputs())
+    modules.built(ev, long.inputs()["module"], what)
+    _expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"], M["no-length-check"])
+    _expect_encoded(ev, right, f"{what} raises a ValueError for {long.label}")
 
 
 @judge("positional_encoding_dropout")
 def _judge_dropout(ev: Evidence) -> None:
     """With dropout=0.5, training zeroes about half of x + table and scales the rest by 2; evaluation does not."""
-    inputs = probes.DROPOUT.case.inputs()
+    inputs = probes.DROPOUT.inputs()
     x, k, max_len = inputs["x"], inputs["k"], inputs["max_len"]
     what = f"{MODULE_NAME}({k}, max_len={max_len}, dropout=0.5)"
-    modules.built(ev, probes.DROPOUT.module, what)
+    modules.built(ev, inputs["module"], what)
     expected = x + _formula(max_len, k)[: x.shape[1]]
-    y_eval = output(ev, "y_eval", what=f"{MODULE_NAME}.forward(x) in eval mode", shape=tuple(x.shape),
-                    hint=_MODULE_HINT)
+    y_eval = output(ev, "y_eval", what=f"{what} in eval mode", shape=tuple(x.shape), hint=_MODULE_HINT)
     if not matches_any(y_eval, [expected], ev.device, TABLE_TOLERANCE):
-        dropped = float((y_eval == 0).to(torch.float64).mean())
+        dropped = float((y_eval == 0).to(torch.float64).mean()) > 0.2
         fail(f"In eval mode {what} should return x + table unchanged: {M['dropout-in-eval'].explanation}", expected,
-             y_eval, mistake=M["dropout-in-eval"] if dropped > 0.2 else None)
-    y_train = output(ev, "y_train", what=f"{MODULE_NAME}.forward(x) in training mode", shape=tuple(x.shape),
-                     hint=_MODULE_HINT)
-    zeros = float((y_train == 0).to(torch.float64).mean())
-    kept = y_train != 0
+             y_eval, mistake=M["dropout-in-eval"] if dropped else None)
+    y_train = output(ev, "y_train", what=f"{what} in training mode", shape=tuple(x.shape), hint=_MODULE_HINT)
+    zeros, kept = float((y_train == 0).to(torch.float64).mean()), y_train != 0
     if not 0.35 < zeros < 0.65 or not matches_any(y_train[kept], [2 * expected[kept]], ev.device, TABLE_TOLERANCE):
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
              f"outputs are zero. {M['dropout-ignored'].explanation}", 2 * expected, y_train,
-             case="training mode: each value 0 or 2·(x + table)",
              mistake=M["dropout-ignored"] if matches_any(y_train, [expected], ev.device, TABLE_TOLERANCE) else None)
 
 
@@ -265,49 +252,41 @@ def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
         fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
     embeddings = [m for m in described if isinstance(m, dict) and "num_embeddings" in m]
     if len(embeddings) != 1:
-        fail(f"{what} should hold one nn.Embedding(max_len, k); found {len(embeddings)}.",
+        fail(f"{what} holds {len(embeddings)} nn.Embedding layers: {M['not-one-embedding'].explanation}",
              mistake=M["not-one-embedding"])
-    emb = embeddings[0]
-    sizes = (emb.get("num_embeddings"), emb.get("embedding_dim"))
+    sizes = (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim"))
     if sizes != (max_len, k):
         wrong = M["embedding-sizes-swapped"] if sizes == (k, max_len) else M["embedding-size"]
-        fail(f"{what} holds nn.Embedding({sizes[0]}, {sizes[1]}), not nn.Embedding({max_len}, {k}): "
-             f"{wrong.explanation}", mistake=wrong)
-    count = modules.parameter_count(ev, built.key)
-    if count != max_len * k:
-        fail(f"{what} has {count} parameters; {M['parameter-count'].explanation} (= {max_len * k})",
-             mistake=M["parameter-count"])
-    name = f"{emb.get('name')}.weight" if emb.get("name") else "weight"
-    loaded = modules.loaded(ev, built.key, built.seed)
-    if name not in loaded or tuple(loaded[name].shape) != (max_len, k):
-        fail(f"{what}'s embedding has no registered weight {name} of shape {(max_len, k)}.")
-    return {name: loaded[name]}
+        fail(f"{what} holds nn.Embedding{sizes}: {wrong.explanation}", mistake=wrong)
+    if modules.parameter_count(ev, built.key) != max_len * k:
+        fail(f"{what} has {modules.parameter_count(ev, built.key)} parameter values; "
+             f"{M['parameter-count'].explanation} (= {max_len * k})", mistake=M["parameter-count"])
+    name = f"{embeddings[0].get('name')}.weight" if embeddings[0].get("name") else "weight"
+    return modules.expect_parameters(ev, built.key, what, {name: (max_len, k)}, built.seed)
+
+
+#: the typical mistakes of LearnedPositionalEmbedding: what each gives from the embedding weight (max_len, k) and x
+#: (b, t, k), and whether it shows on sizes (b, t, max_len)
+_LEARNED_MISTAKES = (
+    (M["embedding-returned"], lambda weight, x: weight[: x.shape[1]].expand(x.shape), lambda b, t, n: True),
+    (M["embedding-first-row-everywhere"], lambda weight, x: x + weight[0], lambda b, t, n: True),
+    (M["embedding-positions-from-1"], lambda weight, x: x + weight[1: x.shape[1] + 1], lambda b, t, n: t < n),
+    (M["embedding-batch-indexed"], lambda weight, x: x + weight[: x.shape[0], None],  # (b, 1, k): position i
+     lambda b, t, n: b <= n),
+    (M["embedding-input-rescaled"], lambda weight, x: x * math.sqrt(x.shape[-1]) + weight[: x.shape[1]],
+     lambda b, t, n: True),
+)
 
 
 def _learned(w: dict[str, torch.Tensor], max_len: int, k: int, x: torch.Tensor,
-             how: Mistake | None = None) -> torch.Tensor:
-    """x (b, t, k) + the embedding (max_len, k) of positions 0 … t − 1, or one typical mistake in it."""
+             how: Callable | None = None) -> torch.Tensor:
+    """x (b, t, k) + the embedding (max_len, k) of positions 0 … t − 1, or how(weight, x), a typical mistake."""
     (weight,) = w.values()
-    b, t, _ = x.shape
-    if how is M["embedding-returned"]:
-        return weight[:t].expand(b, t, k)
-    if how is M["embedding-first-row-everywhere"]:
-        return x + weight[0]
-    if how is M["embedding-positions-from-1"]:
-        return x + weight[1: t + 1]
-    if how is M["embedding-batch-indexed"]:
-        return x + weight[:b, None]  # (b, 1, k): position i for sequence i
-    if how is M["embedding-input-rescaled"]:
-        return x * math.sqrt(k) + weight[:t]
-    return x + weight[:t]
+    return x + weight[: x.shape[1]] if how is None else how(weight, x)
 
 
 def _learned_simulators(max_len: int, k: int, x: torch.Tensor) -> list[tuple[Mistake, partial]]:
-    b, t, _ = x.shape
-    found = [M["embedding-returned"], M["embedding-first-row-everywhere"],
-             *([M["embedding-positions-from-1"]] if t + 1 <= max_len else []),
-             *([M["embedding-batch-indexed"]] if b <= max_len else []), M["embedding-input-rescaled"]]
-    return [(mistake, partial(_learned, how=mistake)) for mistake in found]
+    return [(m, partial(_learned, how=how)) for m, how, shows in _LEARNED_MISTAKES if shows(*x.shape[:2], max_len)]
 
 
 LEARNED = ForwardOracle(LEARNED_NAME, "the learned positional embedding", _embedding_weight, _learned,
@@ -333,10 +312,4 @@ def _judge_learned_gradients(ev: Evidence) -> None:
     w_grad = tensor(ev, f"grad.{name}", shape=tuple(weight.shape))
     if w_grad is None or not bool(w_grad.any()):
         fail(f"{LEARNED_NAME}: {M['embedding-cut-off'].explanation}", mistake=M["embedding-cut-off"])
-    max_len, k = run.module.args
-    x = case.inputs()["x"]
-    expected = modules.autograd(partial(_learned, max_len=max_len, k=k), w, {"x": x}, case.upstream())
-    modules.expect_gradients(ev, expected, owner=f"{LEARNED_NAME}.forward", case=case.label,
-                             oracle=f"x + weight[:t], which reaches exactly the rows of positions 0 … "
-                                    f"{x.shape[1] - 1}",
-                             hints={"x": "The input x should pass through unchanged (gradient 1): return x + …."})
+    expect_forward_case(ev, w, run.module, case, LEARNED)
