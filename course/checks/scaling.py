@@ -21,30 +21,56 @@ Inputs = dict[str, torch.Tensor]
 
 # ---------------------------------------------------------------- scaled_dot_product_attention: the inputs
 
-def described(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None,
-              kind: str = "") -> str:
+def described(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> str:
     """How a message names a case: the shapes of its inputs and of its mask."""
-    what = "no mask" if mask is None else f"mask of shape {tuple(mask.shape)}" + (f" ({kind})" if kind else "")
+    what = "no mask" if mask is None else f"mask of shape {tuple(mask.shape)}"
     return (f"queries {'×'.join(map(str, queries.shape))}, keys {'×'.join(map(str, keys.shape))}, values "
             f"{'×'.join(map(str, values.shape))}, {what}")
 
 
-def sdpa_case(key: str, inputs: Callable[[], Inputs], label: str = "", *, kind: str = "",
-              secret: bool = False) -> Case:
+def sdpa_case(key: str, inputs: Callable[[], Inputs], label: str = "", *, secret: bool = False) -> Case:
     """A call of scaled_dot_product_attention on inputs() (queries, keys, values and perhaps a mask), named label
     or else by its shapes (described)."""
-    return Case(key, inputs, label or described(**inputs(), kind=kind), secret)
+    return Case(key, inputs, label or described(**inputs()), secret)
 
 
-def random_mask(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+def random_mask(shape: tuple[int, ...], seed: int, forbidden: tuple[tuple[int, ...], ...] = ()) -> torch.Tensor:
+    """A random mask (True = allowed) in which every query may attend to some key, then False at the indices
+    forbidden (a query's whole row, or one entry)."""
     mask = torch.rand(*shape, generator=generator(seed)) < 0.6
     tq, tk = shape[-2], shape[-1]
     mask[..., torch.arange(tq), torch.arange(tq) % tk] = True  # every query may attend to at least one key
+    for index in forbidden:
+        mask[index] = False
+    return mask
+
+
+def _empty_rows(shape: tuple[int, int, int], seed: int) -> torch.Tensor:
+    """A random mask (b, tq, tk) in which one query of each batch element, drawn from seed + 1, may attend to
+    nothing."""
+    rows = torch.randint(0, shape[1], (shape[0],), generator=generator(seed + 1))
+    return random_mask(shape, seed, tuple((i, int(row)) for i, row in enumerate(rows)))
+
+
+def _some_keys(tk: int, seed: int) -> torch.Tensor:
+    """A mask (tk,) over the keys that allows a random number of them, at random, and forbids the others."""
+    g = generator(seed)
+    order = torch.randperm(tk, generator=g)
+    mask = torch.zeros(tk, dtype=torch.bool)
+    mask[order[: int(torch.randint(1, tk, (1,), generator=g))]] = True
     return mask
 
 
 def _qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> Inputs:
     return {"queries": q, "keys": k, "values": v} | ({} if mask is None else {"mask": mask})
+
+
+def _random(lead: tuple[int, ...], tq: int, tk: int, d: int, dv: int, seeds: tuple[int, int, int],
+            mask: Callable[[], torch.Tensor] | None = None) -> Inputs:
+    """Queries (*lead, tq, d) spread ×2 (so every wrong scale shows), keys (*lead, tk, d) and values (*lead, tk, dv)
+    drawn from seeds, and mask() if given."""
+    q, k = randn(*lead, tq, d, seed=seeds[0]) * 2.0, randn(*lead, tk, d, seed=seeds[1])
+    return _qkv(q, k, randn(*lead, tk, dv, seed=seeds[2]), None if mask is None else mask())
 
 
 def _by_hand(mask: tuple | None = None) -> Inputs:
@@ -62,71 +88,22 @@ def _empty_row() -> Inputs:
     return inputs
 
 
-def _secret(mask: str | None = None) -> Inputs:
-    """Under grading, the random inputs the checks worked by hand add (seeds salted with the grader's secret): a
-    batch of two, tq=3 queries, tk=4 keys, d=5, dv=3, so every wrong scale shows; mask: "queries" a (tq, tk) mask,
-    every query allowed some key and some key forbidden; "keys" a (tk,) mask over the keys that allows some and
-    forbids others; "empty rows" a (2, 3, 4) mask in which one query of each batch element may attend to nothing."""
-    q, k, v = randn(2, 3, 5, seed=370) * 2.0, randn(2, 4, 5, seed=371), randn(2, 4, 3, seed=372)
-    found = None
-    if mask == "queries":
-        found = random_mask((3, 4), 373)
-        found[0, 1] = False  # query 0 may always see key 0 (random_mask), never key 1
-    elif mask == "keys":
-        g = generator(374)
-        order = torch.randperm(4, generator=g)
-        allowed = int(torch.randint(1, 4, (1,), generator=g))
-        found = torch.zeros(4, dtype=torch.bool)
-        found[order[:allowed]] = True
-    elif mask == "empty rows":
-        found = random_mask((2, 3, 4), 375)
-        row = torch.randint(0, 3, (2,), generator=generator(376))
-        found[0, int(row[0])] = False
-        found[1, int(row[1])] = False
-    return _qkv(q, k, v, found)
-
-
-# (leading dimensions, tq, tk, d, dv, kind of mask): tq != tk, dv != d, 0-2 leading dimensions
-ORACLE_SPECS = (((3,), 4, 6, 5, 2, None), ((2, 3), 5, 7, 8, 3, "random"), ((2,), 6, 6, 4, 6, "causal"),
-                ((), 3, 5, 6, 4, "keys"), ((2, 3), 4, 5, 4, 3, "padding"), ((2,), 5, 4, 3, 2, "empty rows"))
-
-
-def _oracle_inputs(i: int) -> Inputs:
-    lead, tq, tk, d, dv, kind = ORACLE_SPECS[i]
-    q = randn(*lead, tq, d, seed=300 + i) * 2.0  # spread scores so every mistake shows
-    k = randn(*lead, tk, d, seed=310 + i)
-    v = randn(*lead, tk, dv, seed=320 + i)
-    if kind is None:
-        mask = None
-    elif kind == "random":
-        mask = random_mask((tq, tk), 330 + i)
-    elif kind == "causal":
-        mask = torch.ones(tq, tk, dtype=torch.bool).tril()
-    elif kind == "keys":
-        mask = torch.tensor([True, False, True, True, False])
-    elif kind == "padding":
-        lengths = torch.tensor([5, 3])  # the second sequence has two padding keys
-        mask = (torch.arange(tk) < lengths[:, None])[:, None, None, :]  # (2, 1, 1, tk)
-    else:
-        mask = random_mask((*lead, tq, tk), 330 + i)
-        mask[0, 1] = False  # query 1 of the first batch element may attend to nothing
-        mask[1, 3] = False
-    return _qkv(q, k, v, mask)
-
-
-def _small() -> Inputs:
-    """A batch of two: tq=3 queries, tk=4 keys, d=4, dv=2, a mask (2, 3, 4) in which query 2 of the second
-    element may attend to nothing."""
-    mask = random_mask((2, 3, 4), 363)
-    mask[1, 2] = False
-    return _qkv(randn(2, 3, 4, seed=360) * 2.0, randn(2, 4, 4, seed=361), randn(2, 4, 2, seed=362), mask)
-
-
-ORACLE_CASES = tuple(sdpa_case(f"r{i}", partial(_oracle_inputs, i), kind=spec[-1] or "")
+#: under grading, the random inputs the checks worked by hand add (seeds salted with the grader's secret): a batch
+#: of two, tq=3 queries, tk=4 keys, d=5, dv=3, so every wrong scale shows
+_secret = partial(_random, (2,), 3, 4, 5, 3, (370, 371, 372))
+#: (leading dimensions, tq, tk, d, dv, the mask): tq != tk, dv != d, 0-2 leading dimensions
+ORACLE_SPECS = (((3,), 4, 6, 5, 2, None), ((2, 3), 5, 7, 8, 3, partial(random_mask, (5, 7), 331)),
+                ((2,), 6, 6, 4, 6, partial(torch.tril, torch.ones(6, 6, dtype=torch.bool))),  # causal
+                ((), 3, 5, 6, 4, partial(torch.tensor, [True, False, True, True, False])),  # over the keys
+                ((2, 3), 4, 5, 4, 3, partial(torch.lt, torch.arange(5), torch.tensor([5, 3])[:, None, None, None])),
+                ((2,), 5, 4, 3, 2, partial(random_mask, (2, 5, 4), 335, ((0, 1), (1, 3)))))  # two empty rows
+ORACLE_CASES = tuple(sdpa_case(f"r{i}", partial(_random, *spec[:5], (300 + i, 310 + i, 320 + i), spec[5]))
                      for i, spec in enumerate(ORACLE_SPECS))
 #: the case with queries that may attend to nothing
 GRADIENT_CASE = Case("r", ORACLE_CASES[-1].inputs, ORACLE_CASES[-1].label)
-SMALL_CASE = sdpa_case("r", _small, "queries 2×3×4, keys 2×4×4, values 2×4×2, a mask (2, 3, 4) with an empty row")
+SMALL_CASE = sdpa_case("r", partial(_random, (2,), 3, 4, 4, 2, (360, 361, 362),
+                                    partial(random_mask, (2, 3, 4), 363, ((1, 2),))),
+                       "queries 2×3×4, keys 2×4×4, values 2×4×2, a mask (2, 3, 4) with an empty row")
 #: the seeds of the upstream gradients of the output and of the weights in a gradient check
 UPSTREAM_SEEDS = (390, 391)
 
@@ -139,11 +116,11 @@ sdpa_by_hand = calls("sdpa_by_hand", (
 sdpa_masks_by_hand = calls("sdpa_masks_by_hand", (
     sdpa_case("r", partial(_by_hand, ((False, True),)), "the same case, mask [[False, True]] (True = allowed)"),
     sdpa_case("r_keys", partial(_by_hand, (False, True)), "mask [False, True]"),
-    sdpa_case("r_secret", partial(_secret, "queries"), secret=True),
-    sdpa_case("r_keys_secret", partial(_secret, "keys"), secret=True)), keywords=("mask",))
+    sdpa_case("r_secret", partial(_secret, partial(random_mask, (3, 4), 373, ((0, 1),))), secret=True),
+    sdpa_case("r_keys_secret", partial(_secret, partial(_some_keys, 4, 374)), secret=True)), keywords=("mask",))
 sdpa_fully_masked_row = calls("sdpa_fully_masked_row", (
     sdpa_case("r", _empty_row, "query 2 may attend to nothing"),
-    sdpa_case("r_secret", partial(_secret, "empty rows"), kind="empty rows", secret=True)), keywords=("mask",))
+    sdpa_case("r_secret", partial(_secret, partial(_empty_rows, (2, 3, 4), 375)), secret=True)), keywords=("mask",))
 sdpa_oracle = calls("sdpa_oracle", ORACLE_CASES, keywords=("mask",))
 
 
