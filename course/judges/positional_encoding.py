@@ -153,32 +153,19 @@ def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, tor
     return found
 
 
-def _expect_encoded(ev: Evidence, case: Case, claim: str = "") -> None:
-    """The module's output on the case's x against x + table[:t], naming the typical mistake it matches; with a
-    claim (a property the check awards), it need only be one of those: the table, right or typically wrong."""
-    __tracebackhide__ = True
-    inputs = case.inputs()
-    x, max_len = inputs["x"], inputs["max_len"]
-    y = output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
-    expected, typical = x + _formula(max_len, x.shape[-1])[: x.shape[1]], _encoding_mistakes(x, max_len)
-    if not claim:
-        expect_close(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=typical,
-                     otherwise=_MODULE_HINT, case=case.label, looser=TABLE_TOLERANCE)
-    elif not matches_any(y, [expected, *(m for _, m in typical)], ev.device, TABLE_TOLERANCE):
-        fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case.label)
-
-
 def _made(inputs: dict) -> str:
     """The constructor call of the module a case's probe built, as a student reads it."""
     return f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
 
 
-def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool = False) -> None:
-    """The module built for case (buffer: with no parameters and its table a buffer) and its output on the case;
-    table: the table buffer it recorded against the formula, the output then only anchored."""
+def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool = False, claim: str = "") -> None:
+    """The module built for case (buffer: with no parameters and its table a buffer; table: that buffer against the
+    formula) and its output on the case's x against x + table[:t], naming the typical mistake it matches; with a
+    claim (a property the check awards: the table buffer, an error), it need only be one of those: right or
+    typically wrong."""
     __tracebackhide__ = True
     inputs = case.inputs()
-    key, max_len, k, what = inputs["module"], inputs["max_len"], inputs["k"], _made(inputs)
+    key, x, max_len, k, what = inputs["module"], inputs["x"], inputs["max_len"], inputs["k"], _made(inputs)
     if buffer:
         _table_buffer(ev, key, max_len, k, what)
     else:
@@ -190,7 +177,14 @@ def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool 
         expect_close(found.reshape(max_len, k), _formula(max_len, k), what=f"{what}'s table buffer",
                      device="cpu", mistakes=_table_mistakes(max_len, k), case=f"max_len={max_len}, k={k}",
                      looser=TABLE_TOLERANCE, otherwise=f"Build it with sinusoidal_positional_encoding({max_len}, {k}).")
-    _expect_encoded(ev, case, f"{what} holds the right table buffer" if table else "")
+        claim = f"{what} holds the right table buffer"
+    y = output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
+    expected, typical = x + _formula(max_len, k)[: x.shape[1]], _encoding_mistakes(x, max_len)
+    if not claim:
+        expect_close(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=typical,
+                     otherwise=_MODULE_HINT, case=case.label, looser=TABLE_TOLERANCE)
+    elif not matches_any(y, [expected, *(m for _, m in typical)], ev.device, TABLE_TOLERANCE):
+        fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case.label)
 
 
 # ---------------------------------------------------------------- PositionalEncoding: the checks
@@ -211,7 +205,7 @@ def _judge_too_long(ev: Evidence) -> None:
     what = _made(long.inputs())
     modules.built(ev, long.inputs()["module"], what)
     _expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"], M["no-length-check"])
-    _expect_encoded(ev, right, f"{what} raises a ValueError for {long.label}")
+    _expect_encoding(ev, right, buffer=False, claim=f"{what} raises a ValueError for {long.label}")
 
 
 @judge("positional_encoding_dropout")
@@ -224,9 +218,8 @@ def _judge_dropout(ev: Evidence) -> None:
     expected = x + _formula(max_len, k)[: x.shape[1]]
     y_eval = output(ev, "y_eval", what=f"{what} in eval mode", shape=tuple(x.shape), hint=_MODULE_HINT)
     if not matches_any(y_eval, [expected], ev.device, TABLE_TOLERANCE):
-        dropped = float((y_eval == 0).to(torch.float64).mean()) > 0.2
         fail(f"In eval mode {what} should return x + table unchanged: {M['dropout-in-eval'].explanation}", expected,
-             y_eval, mistake=M["dropout-in-eval"] if dropped else None)
+             y_eval, mistake=M["dropout-in-eval"] if float((y_eval == 0).double().mean()) > 0.2 else None)
     y_train = output(ev, "y_train", what=f"{what} in training mode", shape=tuple(x.shape), hint=_MODULE_HINT)
     zeros, kept = float((y_train == 0).to(torch.float64).mean()), y_train != 0
     if not 0.35 < zeros < 0.65 or not matches_any(y_train[kept], [2 * expected[kept]], ev.device, TABLE_TOLERANCE):
@@ -247,10 +240,7 @@ def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     max_len, k = built.args
     what = f"{LEARNED_NAME}({max_len}, {k})"
     modules.built(ev, built.key, what)
-    described = ev.facts.get(f"{built.key}.modules")
-    if not isinstance(described, list) or not isinstance(ev.facts.get(f"{built.key}.params"), list):
-        fail(f"The test recorded nothing about the layers of {what}: the check did not run to the end.")
-    embeddings = [m for m in described if isinstance(m, dict) and "num_embeddings" in m]
+    embeddings = [m for m in modules.described(ev, built.key).values() if "num_embeddings" in m]
     if len(embeddings) != 1:
         fail(f"{what} holds {len(embeddings)} nn.Embedding layers: {M['not-one-embedding'].explanation}",
              mistake=M["not-one-embedding"])
@@ -266,15 +256,13 @@ def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 
 #: the typical mistakes of LearnedPositionalEmbedding: what each gives from the embedding weight (max_len, k) and x
-#: (b, t, k), and whether it shows on sizes (b, t, max_len)
+#: (b, t, k)
 _LEARNED_MISTAKES = (
-    (M["embedding-returned"], lambda weight, x: weight[: x.shape[1]].expand(x.shape), lambda b, t, n: True),
-    (M["embedding-first-row-everywhere"], lambda weight, x: x + weight[0], lambda b, t, n: True),
-    (M["embedding-positions-from-1"], lambda weight, x: x + weight[1: x.shape[1] + 1], lambda b, t, n: t < n),
-    (M["embedding-batch-indexed"], lambda weight, x: x + weight[: x.shape[0], None],  # (b, 1, k): position i
-     lambda b, t, n: b <= n),
-    (M["embedding-input-rescaled"], lambda weight, x: x * math.sqrt(x.shape[-1]) + weight[: x.shape[1]],
-     lambda b, t, n: True),
+    (M["embedding-returned"], lambda weight, x: weight[: x.shape[1]].expand(x.shape)),
+    (M["embedding-first-row-everywhere"], lambda weight, x: x + weight[0]),
+    (M["embedding-positions-from-1"], lambda weight, x: x + weight[1: x.shape[1] + 1]),
+    (M["embedding-batch-indexed"], lambda weight, x: x + weight[: x.shape[0], None]),  # (b, 1, k): position i
+    (M["embedding-input-rescaled"], lambda weight, x: x * math.sqrt(x.shape[-1]) + weight[: x.shape[1]]),
 )
 
 
@@ -286,7 +274,9 @@ def _learned(w: dict[str, torch.Tensor], max_len: int, k: int, x: torch.Tensor,
 
 
 def _learned_simulators(max_len: int, k: int, x: torch.Tensor) -> list[tuple[Mistake, partial]]:
-    return [(m, partial(_learned, how=how)) for m, how, shows in _LEARNED_MISTAKES if shows(*x.shape[:2], max_len)]
+    b, t, _ = x.shape
+    unfit = {M["embedding-positions-from-1"]: t >= max_len, M["embedding-batch-indexed"]: b > max_len}  # too few rows
+    return [(m, partial(_learned, how=how)) for m, how in _LEARNED_MISTAKES if not unfit.get(m)]
 
 
 LEARNED = ForwardOracle(LEARNED_NAME, "the learned positional embedding", _embedding_weight, _learned,
