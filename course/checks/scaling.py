@@ -64,7 +64,7 @@ def _qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor |
     return {"queries": q, "keys": k, "values": v} | ({} if mask is None else {"mask": mask})
 
 
-def _random(lead: tuple[int, ...], tq: int, tk: int, d: int, dv: int, seeds: tuple[int, int, int],
+def _sdpa_inputs(lead: tuple[int, ...], tq: int, tk: int, d: int, dv: int, seeds: tuple[int, int, int],
             mask: Callable[[], torch.Tensor] | None = None) -> Inputs:
     """Queries (*lead, tq, d) spread ×2 (so every wrong scale shows), keys (*lead, tk, d) and values (*lead, tk, dv)
     drawn from seeds, and mask() if given."""
@@ -89,18 +89,18 @@ def _empty_row() -> Inputs:
 
 #: under grading, the random inputs the checks worked by hand add (seeds salted with the grader's secret): a batch
 #: of two, tq=3 queries, tk=4 keys, d=5, dv=3, so every wrong scale shows
-_secret = partial(_random, (2,), 3, 4, 5, 3, (370, 371, 372))
+_secret = partial(_sdpa_inputs, (2,), 3, 4, 5, 3, (370, 371, 372))
 #: (leading dimensions, tq, tk, d, dv, the mask): tq != tk, dv != d, 0-2 leading dimensions
 ORACLE_SPECS = (((3,), 4, 6, 5, 2, None), ((2, 3), 5, 7, 8, 3, partial(random_mask, (5, 7), 331)),
                 ((2,), 6, 6, 4, 6, partial(torch.tril, torch.ones(6, 6, dtype=torch.bool))),  # causal
                 ((), 3, 5, 6, 4, partial(torch.tensor, [True, False, True, True, False])),  # over the keys
                 ((2, 3), 4, 5, 4, 3, partial(torch.lt, torch.arange(5), torch.tensor([5, 3])[:, None, None, None])),
                 ((2,), 5, 4, 3, 2, partial(random_mask, (2, 5, 4), 335, ((0, 1), (1, 3)))))  # two empty rows
-ORACLE_CASES = tuple(sdpa_case(f"r{i}", partial(_random, *spec[:5], (300 + i, 310 + i, 320 + i), spec[5]))
+ORACLE_CASES = tuple(sdpa_case(f"r{i}", partial(_sdpa_inputs, *spec[:5], (300 + i, 310 + i, 320 + i), spec[5]))
                      for i, spec in enumerate(ORACLE_SPECS))
 #: the case with queries that may attend to nothing
 GRADIENT_CASE = Case("r", ORACLE_CASES[-1].inputs, ORACLE_CASES[-1].label)
-SMALL_CASE = sdpa_case("r", partial(_random, (2,), 3, 4, 4, 2, (360, 361, 362),
+SMALL_CASE = sdpa_case("r", partial(_sdpa_inputs, (2,), 3, 4, 4, 2, (360, 361, 362),
                                     partial(random_mask, (2, 3, 4), 363, ((1, 2),))),
                        "queries 2×3×4, keys 2×4×4, values 2×4×2, a mask (2, 3, 4) with an empty row")
 #: the seeds of the upstream gradients of the output and of the weights in a gradient check

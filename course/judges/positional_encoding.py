@@ -144,18 +144,11 @@ def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, tor
     """What typical mistakes of PositionalEncoding (or a typically wrong table inside it) give on x."""
     b, t, k = x.shape
     table = _formula(max_len, k)
-    found = [(M["first-row-everywhere"], x + table[0])]
-    if b <= max_len:
-        found.append((M["batch-indexed"], x + table[:b, None]))
-    found += [(M["input-rescaled"], x * math.sqrt(k) + table[:t]), (M["table-returned"], table[:t].expand(b, t, k))]
-    found += [(Mistake(m.id, f"the table it adds is not the sinusoidal encoding: {m.explanation}"), x + bad[:t])
-              for m, bad in _table_mistakes(max_len, k)]
-    return found
-
-
-def _made(inputs: dict) -> str:
-    """The constructor call of the module a case's probe built, as a student reads it."""
-    return f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
+    return [(M["first-row-everywhere"], x + table[0]),
+            *([(M["batch-indexed"], x + table[:b, None])] if b <= max_len else []),  # (b, 1, k): row i in sequence i
+            (M["input-rescaled"], x * math.sqrt(k) + table[:t]), (M["table-returned"], table[:t].expand(b, t, k)),
+            *((Mistake(m.id, f"the table it adds is not the sinusoidal encoding: {m.explanation}"), x + bad[:t])
+              for m, bad in _table_mistakes(max_len, k))]
 
 
 def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool = False, claim: str = "") -> None:
@@ -165,7 +158,8 @@ def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool 
     typically wrong."""
     __tracebackhide__ = True
     inputs = case.inputs()
-    key, x, max_len, k, what = inputs["module"], inputs["x"], inputs["max_len"], inputs["k"], _made(inputs)
+    key, x, max_len, k = inputs["module"], inputs["x"], inputs["max_len"], inputs["k"]
+    what = f"{MODULE_NAME}({k}, max_len={max_len})"
     if buffer:
         _table_buffer(ev, key, max_len, k, what)
     else:
@@ -202,8 +196,9 @@ each_case(probes.positional_encoding_oracle, _expect_encoding,
 def _judge_too_long(ev: Evidence) -> None:
     """A sequence longer than max_len has no row in the table: a ValueError that says so."""
     long, right = probes.positional_encoding_too_long.cases
-    what = _made(long.inputs())
-    modules.built(ev, long.inputs()["module"], what)
+    inputs = long.inputs()
+    what = f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
+    modules.built(ev, inputs["module"], what)
     _expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"], M["no-length-check"])
     _expect_encoding(ev, right, buffer=False, claim=f"{what} raises a ValueError for {long.label}")
 
