@@ -23,8 +23,9 @@ Inputs = dict[str, torch.Tensor]
 
 def described(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> str:
     """How a message names a case: the shapes of its inputs and of its mask."""
-    return ", ".join(f"{name} {'×'.join(map(str, t.shape))}" for name, t in
-                     (("queries", queries), ("keys", keys), ("values", values), ("mask", mask)) if t is not None)
+    shapes = ", ".join(f"{name} {'×'.join(map(str, t.shape))}" for name, t in
+                       (("queries", queries), ("keys", keys), ("values", values), ("mask", mask)) if t is not None)
+    return shapes if mask is not None else f"{shapes}, no mask"
 
 
 def sdpa_case(key: str, inputs: Callable[[], Inputs], label: str = "", *, secret: bool = False) -> Case:
