@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
 import torch
 from torch import nn
@@ -62,11 +61,6 @@ def multihead_attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, he
         for name, value in values.items():
             mha.get_parameter(name).copy_(value)
     return mha
-
-
-#: the keys of :func:`projection_gradients` -> the names of the course's modules' parameters
-COURSE_NAMES = MappingProxyType({"q": "to_queries.weight", "k": "to_keys.weight", "v": "to_values.weight",
-                                 "o": "unify_heads.weight", "o_bias": "unify_heads.bias"})
 
 
 def torch_mask(mask: torch.Tensor | None, b: int, tq: int, tk: int, heads: int) -> torch.Tensor | None:
