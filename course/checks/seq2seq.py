@@ -43,8 +43,7 @@ def secret_causal_length(seed: int) -> tuple[int]:
 
 
 def secret_padding_case(seed: int) -> tuple[tuple[int, ...], int]:
-    """Under grading, the secret (lengths, t) a padding-mask check adds: 2 to 5 sequences, t from 3 to 9, each
-    length from 1 to t, at least one of them shorter than t."""
+    """Under grading, a padding check's secret (lengths, t): 2 to 5 lengths from 1 to t (3 to 9), one < t."""
     g = generator(seed)
     b = int(torch.randint(2, 6, (), generator=g))
     t = int(torch.randint(3, 10, (), generator=g))
@@ -55,9 +54,8 @@ def secret_padding_case(seed: int) -> tuple[tuple[int, ...], int]:
 
 @dataclass(frozen=True)
 class MaskCase:
-    """One call of a mask function, recorded under key: causal_mask(t) for sizes (t,), padding_mask(lengths, t)
-    for sizes (lengths, t); on_device: asked on the notebook's device (device=..., or the lengths there), else on
-    the CPU by default; secret: drawn only under grading, its sizes from a salted seed."""
+    """causal_mask(t) for sizes (t,), padding_mask(lengths, t) for sizes (lengths, t), recorded under key; on_device:
+    asked on the notebook's device (device=..., or the lengths there), else on the CPU by default."""
 
     key: str
     size: tuple | Callable[[], tuple]
@@ -72,13 +70,11 @@ class MaskCase:
 def _probe_masks(cases: tuple[MaskCase, ...], mask_function: Callable, rec: Recorder) -> None:
     for case in drawn(cases):
         *lengths, t = case.sizes()
+        device = {"device": rec.device} if case.on_device else {}
         if lengths:
-            device = rec.device if case.on_device else "cpu"
-            rec.call(case.key, mask_function, torch.tensor(lengths[0], device=device), t)
-        elif case.on_device:
-            rec.call(case.key, mask_function, t, device=rec.device)
+            rec.call(case.key, mask_function, torch.tensor(lengths[0], device=device.get("device", "cpu")), t)
         else:
-            rec.call(case.key, mask_function, t)
+            rec.call(case.key, mask_function, t, **device)
 
 
 causal_mask_by_hand = property_check("causal_mask_by_hand", _probe_masks, (
@@ -109,8 +105,7 @@ _DECODER_ATTRIBUTES = ("self_attention", "cross_attention", "ff", "norm3")
 
 
 def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
-    """modules.part_facts, with the items of each nn.ModuleList and whether they look like decoder blocks, and the
-    number of distinct blocks of a model."""
+    """modules.part_facts, with each nn.ModuleList's items (which look like decoder blocks) and distinct blocks."""
     facts = modules.part_facts(module, names, _KINDS)
     for name in names:
         part = getattr(module, name, None)
@@ -155,8 +150,7 @@ def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstre
 
 
 def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> RunsCheck:
-    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in evaluation mode (training mode with
-    train: the checks of gradients), its parts' facts recorded."""
+    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train."""
     return builds_and_runs(name, runs, dropout=0.0, train=train,
                            facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
 
@@ -211,8 +205,7 @@ def _source_mask(src: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ModelRun:
-    """Seq2SeqTransformer built with the sizes of case (its structure under key, the check's weights from seed)
-    and run on the batch drawn from batch; upstream: the seed of a random upstream gradient of the logits."""
+    """Seq2SeqTransformer of case's sizes (under key, weights from seed) on the batch drawn from seed batch."""
 
     key: str
     case: ModelCase
@@ -221,8 +214,7 @@ class ModelRun:
     upstream: int | None = None
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(src (b, s), tgt (b, t), source lengths (b,)): real tokens (ids >= 3), tgt from <bos>, the sources of
-        lengths s, s - 2, s - 4, ... (at least 1) padded after."""
+        """(src (b, s), tgt (b, t) from <bos>, source lengths (b,) s, s - 2, ... at least 1): padded after."""
         b, s, t = self.case.b, self.case.s, self.case.t
         g = generator(self.batch)
         src = torch.randint(3, self.case.src_vocab, (b, s), generator=g)
@@ -232,20 +224,14 @@ class ModelRun:
         return src.masked_fill(torch.arange(s) >= lengths.unsqueeze(1), PAD_ID), tgt, lengths
 
 
-STRUCTURE_RUN = ModelRun("model", MODEL_CASES[0], 1600, 1610)
-CAUSALITY_RUN = ModelRun("model", MODEL_CASES[0], 1700, 1710)
 ORACLE_RUNS = tuple(ModelRun(f"model{i}", case, 1800 + 100 * i, 1850 + i) for i, case in enumerate(MODEL_CASES))
 PADDING_RUN = ModelRun("model", MODEL_CASES[0], 1900, 1910)
-GRADIENT_RUN = ModelRun("model", MODEL_CASES[0], 2000, 2010, upstream=2020)
 SMALL_RUN = ModelRun("model", SMALL_MODEL, 2500, 2510, upstream=2520)
-
-
-_CAUSAL_POSITIONS = (4, 2)
+_CAUSAL_POSITIONS = (4, 2)  # the target positions changed in the causality check
 
 
 def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PADDING_RUN's sources with four more padded positions, every padded one holding an arbitrary real token
-    (masked out): (longer (b, s + 4), its mask, tgt)."""
+    """(longer (b, s + 4), its mask, tgt): PADDING_RUN's sources, four more padded positions, arbitrary tokens there."""
     src, tgt, _ = PADDING_RUN.inputs()
     b, s, src_vocab = PADDING_RUN.case.b, PADDING_RUN.case.s, PADDING_RUN.case.src_vocab
     extra = torch.randint(3, src_vocab, (b, 4), generator=generator(1920))
@@ -455,18 +441,20 @@ _PREREQUISITES = (("causal_mask", 1, (causal_mask_by_hand,)),
                   ("DecoderBlock", 3, (decoder_block_structure, decoder_block_oracle)))
 
 
-def _model_check(name: str, probe: Callable[..., None], runs: tuple[ModelRun, ...]) -> PropertyCheck:
-    """A model check that also says when the cause may be an earlier exercise the model uses."""
-    return property_check(name, probe, runs, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
+def _model_check(name: str, extra: str, *runs: ModelRun) -> PropertyCheck:
+    """A model check (_probe_translator with extra) that also names an earlier exercise the model uses as a cause."""
+    return property_check(name, partial(_probe_translator, extra), runs, prerequisites=_PREREQUISITES,
+                          user="Seq2SeqTransformer",
                           namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", partial(_probe_translator, "memory"), (STRUCTURE_RUN,))
-seq2seq_causality = _model_check("seq2seq_causality", partial(_probe_translator, "changed"), (CAUSALITY_RUN,))
-seq2seq_small_case = _model_check("seq2seq_small_case", partial(_probe_translator, "gradients"), (SMALL_RUN,))
-seq2seq_oracle = _model_check("seq2seq_oracle", partial(_probe_translator, "decoded"), ORACLE_RUNS)
-seq2seq_padding = _model_check("seq2seq_padding", partial(_probe_translator, "longer"), (PADDING_RUN,))
-seq2seq_gradients = _model_check("seq2seq_gradients", partial(_probe_translator, "gradients"), (GRADIENT_RUN,))
+seq2seq_structure = _model_check("seq2seq_structure", "memory", ModelRun("model", MODEL_CASES[0], 1600, 1610))
+seq2seq_causality = _model_check("seq2seq_causality", "changed", ModelRun("model", MODEL_CASES[0], 1700, 1710))
+seq2seq_small_case = _model_check("seq2seq_small_case", "gradients", SMALL_RUN)
+seq2seq_oracle = _model_check("seq2seq_oracle", "decoded", *ORACLE_RUNS)
+seq2seq_padding = _model_check("seq2seq_padding", "longer", PADDING_RUN)
+seq2seq_gradients = _model_check("seq2seq_gradients", "gradients",
+                                 ModelRun("model", MODEL_CASES[0], 2000, 2010, upstream=2020))
 
 
 # ---------------------------------------------------------------- the training loop's parts

@@ -7,7 +7,6 @@ against a step-by-step argmax, each with the simulators of its typical mistakes.
 import math
 from collections.abc import Callable
 from functools import partial
-from types import MappingProxyType
 from typing import Any, NoReturn
 
 import torch
@@ -124,8 +123,7 @@ def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
 
 def _torch_layer(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor | None = None,
                  causal: bool = True, pad: torch.Tensor | None = None) -> torch.Tensor:
-    """nn.TransformerEncoderLayer (no memory) or nn.TransformerDecoderLayer (post-norm, ReLU) carrying the weights of
-    the course's block named p (causal: with a causal self-attention mask); pad (b, s): True at real tokens."""
+    """nn.TransformerEncoderLayer (no memory) or nn.TransformerDecoderLayer with the weights of the block named p."""
     k, hidden, ignored = x.shape[-1], w[f"{p}ff.net.0.weight"].shape[0], None if pad is None else ~pad
     if memory is None:
         return functional_call(oracles.encoder_layer(k, heads, hidden),
@@ -138,10 +136,17 @@ def _torch_layer(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor
                             "memory_key_padding_mask": ignored})
 
 
-def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memory: torch.Tensor,
-                   self_mask: torch.Tensor | None, memory_mask: torch.Tensor | None, *, context: str = "memory",
-                   cross_mask: str = "memory", use_self_mask: bool = True, layout: str = "post") -> torch.Tensor:
-    """A decoder block written out from PyTorch's attention, with switches for the typical mistakes."""
+def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: torch.Tensor, memory: torch.Tensor,
+             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
+             **switches: Any) -> torch.Tensor:
+    """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer, or with switches a typical mistake
+    written out from PyTorch's attention (context, cross_mask: what cross-attention reads; use_self_mask; layout)."""
+    if not switches:
+        return _torch_layer(w, "", heads, x, memory, self_mask is not None,
+                            None if memory_mask is None else memory_mask[:, 0])
+    cross_mask = {"memory": memory_mask, "self": self_mask, "none": None}[switches.get("cross_mask", "memory")]
+    context = memory if switches.get("context", "memory") == "memory" else None
+    layout = switches.get("layout", "post")
 
     def norm(i: int, h: torch.Tensor) -> torch.Tensor:
         return oracles.layer_norm(w, f"norm{i}", h)
@@ -150,13 +155,11 @@ def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memo
         return oracles.dense(w, "ff.net.2", F.relu(oracles.dense(w, "ff.net.0", h)))
 
     def sa(h: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(h, None, self_mask if use_self_mask else None, heads,
+        return oracles.attention(h, None, self_mask if switches.get("use_self_mask", True) else None, heads,
                                  **oracles.course_attention(w, "self_attention."))
 
     def ca(h: torch.Tensor) -> torch.Tensor:
-        mask = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
-        return oracles.attention(h, memory if context == "memory" else None, mask, heads,
-                                 **oracles.course_attention(w, "cross_attention."))
+        return oracles.attention(h, context, cross_mask, heads, **oracles.course_attention(w, "cross_attention."))
 
     if layout == "pre":
         h = x + sa(norm(1, x))
@@ -173,7 +176,7 @@ def _block_variant(w: dict[str, torch.Tensor], heads: int, x: torch.Tensor, memo
     return norm(3, h + ff(h))
 
 
-_BLOCK_MISTAKES = tuple((m, MappingProxyType(switches)) for m, switches in (
+_BLOCK_MISTAKES = tuple((m, partial(_decoder, **switches)) for m, switches in (
     (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "self"}),
     (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "none"}),
     (M["block-memory-not-masked"], {"cross_mask": "none"}), (M["block-self-mask-ignored"], {"use_self_mask": False}),
@@ -181,23 +184,21 @@ _BLOCK_MISTAKES = tuple((m, MappingProxyType(switches)) for m, switches in (
     (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
 
 
-def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: torch.Tensor, memory: torch.Tensor,
-             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
-             **switches: Any) -> torch.Tensor:
-    """The block with the weights w on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (causal when
-    given a self_mask, memory_mask (b, 1, s)), or with switches the typical mistake _block_variant computes."""
-    if switches:
-        return _block_variant(w, heads, x, memory, self_mask, memory_mask, **switches)
-    return _torch_layer(w, "", heads, x, memory, self_mask is not None,
-                        None if memory_mask is None else memory_mask[:, 0])
+def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor, what: str,
+                            leaks: list[tuple[Mistake, torch.Tensor]], advice: str, mistake: Mistake) -> None:
+    """Outputs (b, t, ...) y, and longer on the same inputs with more padding, masked out: equal. Else fail naming
+    the first typical mistake in leaks (mistake, its output on the plain inputs) that y is, or advice and mistake."""
+    __tracebackhide__ = True
+    if matches_any(longer, [y], ev.device):
+        return
+    named = next((m for m, leak in leaks if matches_any(y, [leak], ev.device)), None)
+    fail(f"{what} reads padded positions: more padded positions (masked out) changed its output. "
+         + (f"It is not what was asked: {named.explanation}" if named else advice), y[0, :, 0], longer[0, :, 0],
+         case="first feature of sequence 0, before and after adding padding", mistake=named or mistake)
 
 
 # ---------------------------------------------------------------- DecoderBlock
 
-_DECODER_HINT = ("x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
-                 "mask=memory_mask)); return norm3(x + ff(x)).")
-_MASK_SHAPE_HINT = ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
-                    "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...).")
 #: the block's parts in groups: their kind, how each is made, the mistake of one module used twice
 _BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "MultiHeadAttention(k, heads)",
                   M["block-shared-attention"]),
@@ -206,9 +207,7 @@ _BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "
 
 
 def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
-    """The block built (args (k, heads, ff_mult)): the attributes the notebook names, of the right kinds, each its
-    own module, the attentions with `heads` heads; then the weights the probe loaded, of the right shapes, and no
-    other parameters."""
+    """The block built (args (k, heads, ff_mult)) has the parts of _BLOCK_GROUPS; returns the weights loaded."""
     __tracebackhide__ = True
     key, (k, heads, ff_mult) = built.key, built.args
     what = f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
@@ -229,9 +228,11 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 DECODER = ForwardOracle(
     BLOCK_NAME, "a decoder block", _block_weights, _decoder,
-    "nn.TransformerDecoderLayer with the same weights",
-    lambda *_, **__: [(m, partial(_decoder, **switches)) for m, switches in _BLOCK_MISTAKES],
-    hint=lambda **_: _MASK_SHAPE_HINT, otherwise=_DECODER_HINT,
+    "nn.TransformerDecoderLayer with the same weights", lambda *_, **__: list(_BLOCK_MISTAKES),
+    hint=lambda **_: ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
+                      "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...)."),
+    otherwise="x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
+              "mask=memory_mask)); return norm3(x + ff(x)).",
     shape_hints=lambda memory, **_: {tuple(memory.shape): "One output per memory position: are x and memory "
                                                           "swapped in cross-attention? The queries come from x."})
 DECODER_BLOCK = BlockOracle(lambda ev, built: (None, _block_weights(ev, built)), lambda _: DECODER)
@@ -250,25 +251,23 @@ against_block(probes.decoder_block_small_case, DECODER_BLOCK,
 
 
 def _expect_block_property(check: RunsCheck, ev: Evidence) -> None:
-    """The block of check's run (one) on its first two cases: with a causal self_mask, changing target positions 3
-    and on changes no earlier output (decoder_block_causality), or extra masked memory positions change nothing;
-    then a case with an upstream gradient, if any, against autograd through nn.TransformerDecoderLayer."""
+    """The block on its run's first two cases is causal (decoder_block_causality) or ignores masked memory, and
+    right or typically wrong; then the cases with an upstream gradient against autograd through the oracle."""
     __tracebackhide__ = True
     (run,) = check.runs
-    case, causal = run.cases[0], check is probes.decoder_block_causality
+    case, args = run.cases[0], run.module.args
     w, inputs = _block_weights(ev, run.module), dict(case.inputs())
     y, other = (forward_output(ev, c.key, DECODER, dict(c.inputs())) for c in run.cases[:2])
+    causal = check is probes.decoder_block_causality
     if causal:
         expect_causal(ev, y, other, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
-                      simulated(DECODER, w, run.module.args, inputs), M["block-self-mask-ignored"].explanation,
+                      simulated(DECODER, w, args, inputs), M["block-self-mask-ignored"].explanation,
                       M["block-not-causal"])
-    elif not matches_any(other, [y], ev.device):
-        unmasked = _decoder(w, *run.module.args, **inputs, cross_mask="none")
-        fail(f"{BLOCK_NAME} reads padded memory positions: three more padded source positions (masked out by "
-             "memory_mask) changed its output. Pass memory_mask to cross-attention.", y[:, :, 0], other[:, :, 0],
-             case="first feature, before and after adding padding", mistake=M["block-memory-not-masked"]
-             if matches_any(y, [unmasked], ev.device) else M["block-reads-padding"])
-    anchor_forward(ev, y, DECODER, w, run.module.args, inputs,
+    else:
+        unmasked = _decoder(w, *args, **inputs, cross_mask="none")
+        _expect_padding_ignored(ev, y, other, BLOCK_NAME, [(M["block-memory-not-masked"], unmasked)],
+                                "Pass memory_mask to cross-attention.", M["block-reads-padding"])
+    anchor_forward(ev, y, DECODER, w, args, inputs,
                    f"{BLOCK_NAME} {'is causal' if causal else 'ignores padded memory'}", case.label)
     for with_gradient in run.cases[2:]:
         expect_forward_case(ev, w, run.module, with_gradient, DECODER, tolerate_mistakes=True)
@@ -282,6 +281,9 @@ declared(probes.decoder_block_padding_gradients,
          passed="Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as "
                 "autograd through nn.TransformerDecoderLayer gives it.")
 
+
+
+# ---------------------------------------------------------------- Seq2SeqTransformer
 
 def _sinusoids(t: int, k: int) -> torch.Tensor:
     """The sinusoidal table of assignment 06, computed here independently: (t, k)."""
@@ -340,8 +342,7 @@ _MODEL_PARTS = (("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)"
 
 
 def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The structure of the model the run built (its named parts, of the right kinds, numbers and sizes, none
-    shared), then the weights the probe loaded."""
+    """The model the run built has its named parts, of the right kinds and sizes, none shared; returns its weights."""
     __tracebackhide__ = True
     key, c = run.key, run.case
     modules.built(ev, key, f"{MODEL_NAME}({c.src_vocab}, {c.tgt_vocab}, k={c.k}, heads={c.heads}, depth={c.depth}, "
@@ -370,28 +371,19 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
                                      resized=M["wrong-size"])
 
 
-def _logits(ev: Evidence, key: str, case: ModelCase) -> torch.Tensor:
+def _logits(ev: Evidence, key: str, case: ModelCase, what: str = "forward(src, tgt, src_mask)") -> torch.Tensor:
+    """The model's logits (b, t, tgt_vocab) recorded under key."""
     __tracebackhide__ = True
     b, s, t, tgt_vocab, k = case.b, case.s, case.t, case.tgt_vocab, case.k
-    return output(ev, key, what=f"{MODEL_NAME}.forward(src, tgt, src_mask)", shape=(b, t, tgt_vocab),
-                  hint=_MODEL_CALL_HINT, shape_hints={
-                      (b, t, k): "Those are the decoder's states: map them to logits with to_logits.",
-                      (b, s, tgt_vocab): "One output per source position: the decoder must produce one per target "
-                                         "position."})
-
-
-#: what a model check claims besides the structure, by the probe's extra record
-_CLAIMS = {"memory": "has the right parts and shapes", "changed": "is causal", "longer": "ignores the source padding",
-           "gradients": "passes gradients"}
+    return output(ev, key, what=f"{MODEL_NAME}.{what}", shape=(b, t, tgt_vocab), hint=_MODEL_CALL_HINT, shape_hints={
+        (b, t, k): "Those are the decoder's states: map them to logits with to_logits.",
+        (b, s, tgt_vocab): "One output per source position: the decoder must produce one per target position."})
 
 
 def _expect_translator(extra: str, ev: Evidence, run: ModelRun) -> None:
-    """The model's structure, then its logits on run's batch: against PyTorch's encoder and decoder layers with the
-    check's weights, naming the typical mistake they match ("decoded" and the small case), or else only an
-    encoder-decoder's, right or typically wrong; and what the probe's extra record shows: encode gives (b, s, k)
-    ("memory"), changing a later target token never changes earlier logits ("changed"), more source padding
-    changes nothing ("longer"), decode(tgt, encode(src, src_mask), src_mask) equals forward ("decoded"), every
-    parameter's gradient is autograd's through those layers or the typical mistake the logits are ("gradients")."""
+    """The model's structure, then its logits on run's batch against PyTorch's encoder and decoder layers with the
+    check's weights, naming the typical mistake they match ("decoded" and the small case), else only an
+    encoder-decoder's, right or typically wrong; then what the probe's extra record shows (_probe_translator)."""
     __tracebackhide__ = True
     c, strict = run.case, extra == "decoded" or run == probes.SMALL_RUN
     n = probes.ORACLE_RUNS.index(run) if extra == "decoded" else ""
@@ -415,35 +407,30 @@ def _expect_translator(extra: str, ev: Evidence, run: ModelRun) -> None:
     for j in probes._CAUSAL_POSITIONS if extra == "changed" else ():
         expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", c), j, f"{MODEL_NAME}.forward on targets",
                       mistakes, M["model-not-causal"].explanation, M["model-reads-future"])
-    longer = _logits(ev, "logits_longer", c) if extra == "longer" else None
-    if longer is not None and not matches_any(longer, [logits], ev.device):
-        named = next((m for m, out in mistakes if matches_any(logits, [out], ev.device)), M["model-reads-padding"])
-        fail(f"{MODEL_NAME} reads the source padding: four more padded positions (masked out by src_mask) changed "
-             "the logits. Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every decoder "
-             "block.", logits[0, :, 0], longer[0, :, 0], case="first logit of sequence 0, before and after",
-             mistake=named)
+    if extra == "longer":
+        _expect_padding_ignored(ev, logits, _logits(ev, "logits_longer", c), MODEL_NAME, mistakes,
+                                "Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every "
+                                "decoder block.", M["model-reads-padding"])
     if not strict and not matches_any(logits, [expected, *(out for _, out in mistakes)], ev.device):
-        fail(f"{MODEL_NAME} {_CLAIMS[extra]}, but it is not an encoder-decoder transformer with the check's weights: "
-             + _MODEL_HINT, expected, logits, case=label)
+        fail(f"{MODEL_NAME}'s logits match neither an encoder-decoder transformer with the check's weights nor a known "
+             f"mistake: {_MODEL_HINT}", expected, logits, case=label)
     if extra == "decoded":
         output(ev, f"memory{n}", what=f"{MODEL_NAME}.encode", shape=(c.b, c.s, c.k))
-        decoded = output(ev, f"decoded{n}", what=f"{MODEL_NAME}.decode", shape=(c.b, c.t, c.tgt_vocab))
+        decoded = _logits(ev, f"decoded{n}", c, "decode")
         if not matches_any(decoded, [logits], ev.device):
             _not_asked(MODEL_NAME, M["decode-inconsistent"], " Greedy decoding encodes once, then decodes step by "
                        "step.", logits[0, :, 0], decoded[0, :, 0], "first logit of sequence 0")
-    if extra != "gradients":
-        return
-    modules.expect_differentiable(ev, "logits", f"{MODEL_NAME}.forward")
-    because, chosen = None, {}
-    if not matches_any(logits, [expected], ev.device):
-        because, chosen = next(((m, sw) for (m, out), (_, sw) in zip(mistakes, switches, strict=True)
+    if extra == "gradients":
+        modules.expect_differentiable(ev, "logits", f"{MODEL_NAME}.forward")
+        because, chosen = next(((m, sw) for (m, out), (_, sw) in zip([(None, expected), *mistakes],
+                                                                     [(None, {}), *switches], strict=True)
                                 if matches_any(logits, [out], ev.device)), (None, {}))
-    grads = modules.autograd(lambda leaves: _model_oracle(leaves, c, src, tgt, lengths, **chosen), w, {},
-                             randn(c.b, c.t, c.tgt_vocab, seed=run.upstream))
-    modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label, because=because,
-                             hints={name: "Is memory the output of the encoder blocks?" for name in w
-                                    if name.startswith(("encoder", "src"))},
-                             oracle="PyTorch's encoder and decoder layers with the same weights")
+        grads = modules.autograd(lambda leaves: _model_oracle(leaves, c, src, tgt, lengths, **chosen), w, {},
+                                 randn(c.b, c.t, c.tgt_vocab, seed=run.upstream))
+        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label, because=because,
+                                 hints={name: "Is memory the output of the encoder blocks?" for name in w
+                                        if name.startswith(("encoder", "src"))},
+                                 oracle="PyTorch's encoder and decoder layers with the same weights")
 
 
 each_case(probes.seq2seq_structure, partial(_expect_translator, "memory"),
