@@ -105,13 +105,14 @@ _DECODER_ATTRIBUTES = ("self_attention", "cross_attention", "ff", "norm3")
 
 
 def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
-    """modules.part_facts, with each nn.ModuleList's items (which look like decoder blocks) and distinct blocks."""
+    """modules.part_facts, with each nn.ModuleList's items (DecoderBlock: a decoder block's attributes) and the
+    number of distinct blocks."""
     facts = modules.part_facts(module, names, _KINDS)
     for name in names:
         part = getattr(module, name, None)
         if isinstance(part, nn.ModuleList):
-            facts[name]["items"] = [modules.kind(item, _KINDS) for item in part]
-            facts[name]["decoder_like"] = [all(hasattr(item, n) for n in _DECODER_ATTRIBUTES) for item in part]
+            facts[name]["items"] = ["DecoderBlock" if all(hasattr(item, n) for n in _DECODER_ATTRIBUTES)
+                                    else modules.kind(item, _KINDS) for item in part]
     blocks = [*getattr(module, "encoder", ()), *getattr(module, "decoder", ())] if "encoder" in names else []
     if blocks:
         facts["distinct_blocks"] = len({id(b) for b in blocks})
@@ -225,27 +226,16 @@ class ModelRun:
 
 
 ORACLE_RUNS = tuple(ModelRun(f"model{i}", case, 1800 + 100 * i, 1850 + i) for i, case in enumerate(MODEL_CASES))
-PADDING_RUN = ModelRun("model", MODEL_CASES[0], 1900, 1910)
 SMALL_RUN = ModelRun("model", SMALL_MODEL, 2500, 2510, upstream=2520)
 _CAUSAL_POSITIONS = (4, 2)  # the target positions changed in the causality check
-
-
-def padding_model_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(longer (b, s + 4), its mask, tgt): PADDING_RUN's sources, four more padded positions, arbitrary tokens there."""
-    src, tgt, _ = PADDING_RUN.inputs()
-    b, s, src_vocab = PADDING_RUN.case.b, PADDING_RUN.case.s, PADDING_RUN.case.src_vocab
-    extra = torch.randint(3, src_vocab, (b, 4), generator=generator(1920))
-    longer = torch.cat([src, extra], dim=1)  # (b, s + 4): garbage in the padded positions, masked out
-    real = _source_mask(src)
-    longer[:, :s] = longer[:, :s].masked_fill(~real, 5)
-    return longer, torch.cat([real, torch.zeros(b, 4, dtype=torch.bool)], dim=1), tgt
 
 
 def _probe_translator(extra: str, runs: tuple[ModelRun, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
     """Each run's model (built with the check's weights) on its batch: "logits", numbered when there are several
     runs; and with extra: "memory" (encode, recorded first), "decoded" (encode, then decode(tgt, memory,
-    src_mask)), "changed" (the targets with another real token at each of _CAUSAL_POSITIONS), "longer"
-    (padding_model_inputs()), or "gradients" (in training mode, with the gradients of sum(logits · upstream))."""
+    src_mask)), "changed" (the targets with another real token at each of _CAUSAL_POSITIONS), "longer" (four more
+    padded source positions, arbitrary real tokens in every padded one), or "gradients" (in training mode, with the
+    gradients of sum(logits · upstream))."""
     for i, run in enumerate(runs):
         c, n = run.case, i if len(runs) > 1 else ""
         model = modules.build(rec, run.key, Seq2SeqTransformer, c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth,
@@ -269,8 +259,10 @@ def _probe_translator(extra: str, runs: tuple[ModelRun, ...], Seq2SeqTransformer
                 changed[:, j] = 3 + (changed[:, j] - 2) % (c.tgt_vocab - 3)  # another real token
                 rec.call(f"logits_changed{j}", model, src, changed, mask)
             if extra == "longer":
-                longer, longer_mask, _ = padding_model_inputs()
-                rec.call("logits_longer", model, longer.to(rec.device), tgt, longer_mask.to(rec.device))
+                more = torch.randint(3, c.src_vocab, (c.b, 4), generator=generator(run.batch + 10)).to(rec.device)
+                longer = torch.cat([src.masked_fill(~mask, 5), more], dim=1)  # (b, s + 4)
+                padded = torch.zeros(c.b, 4, dtype=torch.bool, device=rec.device)
+                rec.call("logits_longer", model, longer, tgt, torch.cat([mask, padded], dim=1))
             if extra == "decoded":
                 memory = rec.call(f"memory{n}", model.encode, src, mask)
                 if isinstance(memory, torch.Tensor):
@@ -452,7 +444,7 @@ seq2seq_structure = _model_check("seq2seq_structure", "memory", ModelRun("model"
 seq2seq_causality = _model_check("seq2seq_causality", "changed", ModelRun("model", MODEL_CASES[0], 1700, 1710))
 seq2seq_small_case = _model_check("seq2seq_small_case", "gradients", SMALL_RUN)
 seq2seq_oracle = _model_check("seq2seq_oracle", "decoded", *ORACLE_RUNS)
-seq2seq_padding = _model_check("seq2seq_padding", "longer", PADDING_RUN)
+seq2seq_padding = _model_check("seq2seq_padding", "longer", ModelRun("model", MODEL_CASES[0], 1900, 1910))
 seq2seq_gradients = _model_check("seq2seq_gradients", "gradients",
                                  ModelRun("model", MODEL_CASES[0], 2000, 2010, upstream=2020))
 

@@ -355,9 +355,8 @@ def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
         if not isinstance(items, list) or len(items) != c.depth:
             fail(f"{MODEL_NAME}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with "
                  f"depth={c.depth} it should hold {c.depth}.", mistake=M["wrong-depth"])
-    like = parts["decoder"].get("decoder_like")
-    if any(item != "TransformerBlock" for item in parts["encoder"]["items"]) \
-            or not isinstance(like, list) or not all(v is True for v in like):
+    if (parts["encoder"]["items"], parts["decoder"]["items"]) != (["TransformerBlock"] * c.depth,
+                                                                  ["DecoderBlock"] * c.depth):
         fail(f"{MODEL_NAME}.encoder should hold course TransformerBlock(k, heads), and .decoder your "
              f"DecoderBlock(k, heads); the encoder holds {str(parts['encoder']['items'])[:80]}.",
              mistake=WRONG_PART_TYPE)
