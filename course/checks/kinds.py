@@ -19,9 +19,10 @@ keys, seeds and shapes by construction, and nothing here computes an answer.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -244,3 +245,71 @@ def property_check(name: str, probe: Callable[..., None], cases: tuple[Any, ...]
     """The check `name` of the calling module: probe(cases, student, rec), written out, on the cases declared here;
     options go to Check (e.g. prerequisites, namespace, user)."""
     return PropertyCheck(name, probe, tuple(cases), sys._getframe(1).f_globals["__name__"], options)  # noqa: SLF001
+
+
+# ------------------------------------------------------------------------------------------- language models
+
+
+def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(start, end) of each chunk of these sizes."""
+    ends = list(accumulate(sizes))
+    return list(zip([0, *ends][:-1], ends, strict=True))
+
+
+def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
+    """tokens (b, t) with every token from position j on changed."""
+    changed = tokens.clone()
+    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
+    return changed
+
+
+def record_calls(rec: Recorder, model: Any, tokens: torch.Tensor, vocab: int, logits: str | None,
+                 changed: Sequence[int] = (), chunks: Sequence[int] = (), prefix: str = "",
+                 steps: str = "step") -> None:
+    """Without autograd, the model on tokens (b, t) (under logits, unless None), on them changed from each j on
+    (<prefix>changed<j>), then on them chunk by chunk with the cache the call before returned (<steps><c>)."""
+    with torch.no_grad():
+        if logits is not None:
+            rec.call(logits, model, tokens.to(rec.device))
+        for j in changed:
+            rec.call(f"{prefix}changed{j}", model, changed_tokens(tokens.cpu(), j, vocab).to(rec.device))
+        cache = None
+        for c, (start, end) in enumerate(chunk_bounds(chunks)):
+            result = rec.call(f"{steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache, use_cache=True)
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                break
+            cache = result[1]
+
+
+def model_facts(model: Any, parts: Sequence[str], block_parts: Sequence[str], kinds: Sequence) -> dict:
+    """The model's named parts (the blocks' count and how many are distinct) and each block's (blocks.<i>.parts)."""
+    facts = {"parts": modules.part_facts(model, parts, kinds)}
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, (torch.nn.ModuleList, torch.nn.Sequential, list, tuple)):
+        items = list(blocks)[:16]
+        facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
+        facts.update({f"blocks.{i}.parts": modules.part_facts(b, block_parts, kinds) for i, b in enumerate(items)})
+    return facts
+
+
+def _dot(upstream: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (y * upstream.to(y.device)).sum()
+
+
+def probe_model(rec: Recorder, run: Any, cls: Callable, *args: Any, facts: Callable[[Any], Mapping[str, Any]],
+                chunks: Sequence[int] = (), steps: str = "step", train: bool = False) -> Any:
+    """A language model's run: cls(*args) built under run.model with the weights of run.seed (evaluation mode), then
+    with run.upstream the gradients of sum(logits · run.upstream_gradient()) on run.tokens() (in training mode where
+    train), else its calls recorded (:func:`record_calls`: run.logits, run.changed under run.prefix, chunks under
+    steps); returns the model, None when it could not be built."""
+    model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False)
+    if model is None:
+        return None
+    tokens = run.tokens()
+    if run.upstream:
+        model.train(train)
+        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
+                                loss=partial(_dot, run.upstream_gradient()))
+    record_calls(rec, model, tokens, run.case.vocab, None if run.upstream else run.logits, run.changed, chunks,
+                 run.prefix, steps)
+    return model

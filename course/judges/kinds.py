@@ -14,17 +14,38 @@ through the oracle. Cases worked by hand in the notebook compare with the hand-w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from course.checks import modules
-from course.checks.compare import Mistake, expect_close, fail, matches_any, output
+from course.checks.compare import (
+    Mistake,
+    expect_close,
+    expect_close_batch,
+    expect_tuple,
+    fail,
+    matches_any,
+    output,
+    tensor,
+    value_kind,
+)
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, CallCheck, Case, LossCheck, PropertyCheck, Runs, RunsCheck, drawn
+from course.checks.kinds import (
+    Built,
+    CallCheck,
+    Case,
+    LossCheck,
+    PropertyCheck,
+    Runs,
+    RunsCheck,
+    chunk_bounds,
+    drawn,
+)
 from course.judges import judge
 
 Tensors = Mapping[str, torch.Tensor]
@@ -495,3 +516,185 @@ def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
             expect(ev, case)
 
     return declared(check, judged, passed)
+
+
+# ------------------------------------------------------------------------------------------- language models
+
+Switches = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelOracle:
+    """A language model: tokens (b, t) -> logits (b, t, vocab); called with use_cache=True, (logits, cache), the
+    cache a (keys, values) pair per block that the next call, given it, continues from. weights(ev, run) judges the
+    structure of a run's model and returns the weights the probe loaded; compute(w, case, tokens, cache=None,
+    **switches) -> (logits, cache) is the model written out, the switches turning a typical mistake on. A run
+    (course/checks/kinds.py's probe_model) has case (b, t, vocab, k, heads, depth and call, its constructor call),
+    the keys model, logits and prefix, tokens(), changed, upstream and upstream_gradient()."""
+
+    owner: str  # the student's class, e.g. "LanguageModel"
+    weights: Callable[[Evidence, Any], dict[str, torch.Tensor]]
+    compute: Callable[..., tuple[torch.Tensor, list]]
+    name: str  # the oracle in words, for gradient messages
+    hint: str  # how the logits are computed
+    causal: str  # the advice when changing later tokens changes earlier logits
+    reads_future: Mistake | None = None  # the mistake named then
+    mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change the logits of a call without a cache
+    cache_mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change only calls given a cache
+    reference: Callable[..., torch.Tensor] | None = None  # reference(w, case, tokens): logits by PyTorch's layers
+    returns_tuple: Mistake | None = None  # named when a call without use_cache returns a tuple
+
+
+def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
+                  mistakes: Sequence[Mistake | None] = (None, None, None)) -> list[dict]:
+    """The model's blocks (its record under key): an nn.ModuleList of depth separate blocks (mistakes: a plain list,
+    another count, one block shared), each with the parts (name, kind, how to create it); returns their facts."""
+    __tracebackhide__ = True
+    blocks = modules.expect_part(ev, key, owner, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
+                                 "nn.ModuleList of `depth` blocks")
+    wrong = (blocks.get("kind") in ("list", "tuple"), blocks.get("count") != depth, blocks.get("distinct") != depth)
+    for mistake in (m for m, bad in zip(mistakes, wrong, strict=True) if bad):
+        fail(f"{owner}.blocks is a {str(blocks.get('kind'))[:60]} of {blocks.get('count')} blocks "
+             f"({blocks.get('distinct')} distinct) for depth={depth}: " + (mistake.explanation if mistake else
+             f"it should be an nn.ModuleList of {depth} separate blocks."), mistake=mistake)
+    return [{name: modules.expect_part(ev, f"{key}.blocks.{i}", f"{owner}.blocks[{i}]", name, kind, how)
+             for name, kind, how in parts} for i in range(depth)]
+
+
+def model_logits(ev: Evidence, oracle: ModelOracle, key: str, case: Any, what: str,
+                 t: int | None = None) -> torch.Tensor:
+    """The logits (b, t, vocab) recorded under key (t: the case's)."""
+    __tracebackhide__ = True
+    b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
+    if oracle.returns_tuple is not None and value_kind(ev, key) == "tuple":
+        fail(f"{what} returned a tuple: {oracle.returns_tuple.explanation}", mistake=oracle.returns_tuple)
+    return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
+        (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
+        (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
+
+
+def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, case: Any, tokens: torch.Tensor,
+              chunks: tuple[int, ...], switches: Switches) -> tuple[list[torch.Tensor], list[list]]:
+    """The logits of each chunk of tokens (b, t) fed to compute with the cache of the call before, and the cache
+    after it, without autograd."""
+    with torch.no_grad():
+        cache, logits, caches = None, [], []
+        for start, end in chunk_bounds(chunks):
+            out, cache = compute(w, case, tokens[:, start:end], cache, **switches)
+            logits.append(out)
+            caches.append(cache)
+    return logits, caches
+
+
+def expect_model(ev: Evidence, run: Any, oracle: ModelOracle, *, exact: bool = False,
+                 owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The run's model has its parts (oracle.weights) and gives the logits of a language model with the check's
+    weights, right or typically wrong (exact: the oracle's, the typical mistake named); causal where run.changed;
+    where run.upstream, in autograd's graph with autograd's gradients through what it computes. owner: the class
+    the call is named by (a subclass). Returns the weights and the logits."""
+    __tracebackhide__ = True
+    case, tokens, owner = run.case, run.tokens(), owner or oracle.owner
+    what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
+    w = oracle.weights(ev, run)
+    logits = model_logits(ev, oracle, run.logits, case, what)
+    with torch.no_grad():
+        expected = (oracle.reference or (lambda *given: oracle.compute(*given)[0]))(w, case, tokens)
+        wrong = [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes]
+    right = matches_any(logits, [expected], ev.device)
+    found = [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
+             if not right and matches_any(logits, [out], ev.device)]
+    for j in run.changed:
+        expect_causal(ev, logits, model_logits(ev, oracle, f"{run.prefix}changed{j}", case, what), j,
+                      f"{owner} is not causal", wrong, oracle.causal, oracle.reads_future)
+    if not right and not found:
+        fail(f"{owner} has the right parts, but it is not a language model with the check's weights: {oracle.hint}",
+             expected[0], logits[0], case=f"{label}, sequence 0")
+    if exact:
+        expect_close_batch(logits, expected, what=what, device=ev.device, mistakes=wrong, otherwise=oracle.hint,
+                           case=label)
+    if run.upstream:
+        modules.expect_differentiable(ev, run.logits, what)
+        because, switches = found[0] if found else (None, {})
+        forward = oracle.reference if oracle.reference and not switches else None
+
+        def logits_of(leaves: Tensors) -> torch.Tensor:
+            return forward(leaves, case, tokens) if forward else oracle.compute(leaves, case, tokens, **switches)[0]
+
+        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=oracle.owner,
+                                 case=label, because=because, oracle=oracle.name)
+    return w, logits
+
+
+def expect_step(ev: Evidence, key: str, owner: str, start: int, end: int, logits: Callable[..., torch.Tensor],
+                shape: tuple[int, ...], depth: int, not_returned: Mistake | None = None,
+                bad_cache: Mistake | None = None) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """What owner.forward returned under key for tokens[:, start:end] after a cache of start positions: the pair
+    (logits, read by logits(key=, what=), cache), the cache a list of depth (keys, values) pairs, each of shape
+    (b, heads, end, s); not_returned and bad_cache name a failure there."""
+    __tracebackhide__ = True
+    what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
+    expect_tuple(ev, key, what, f"{what} should return a pair, (logits, cache)"
+                 + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
+    out, explained = logits(key=f"{key}.0", what=what), f": {bad_cache.explanation}" if bad_cache else "."
+    expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be a list of {depth} (keys, values) pairs, "
+                 f"one per block{explained}", depth, bad_cache)
+    for i in range(depth):
+        expect_tuple(ev, f"{key}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}", 2,
+                     bad_cache)
+        for j, name in enumerate(("keys", "values")):
+            value = tensor(ev, f"{key}.1.{i}.{j}")
+            if value is None or tuple(value.shape) != shape:
+                got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
+                fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
+                     mistake=bad_cache)
+    return out, [(tensor(ev, f"{key}.1.{i}.0"), tensor(ev, f"{key}.1.{i}.1")) for i in range(depth)]
+
+
+def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, full: torch.Tensor,
+                       chunks: tuple[int, ...], key: str, heads: int, differs: Mistake, *, owner: str = "",
+                       errors: tuple[tuple[str, int, Mistake], ...] = (), not_returned: Mistake | None = None,
+                       bad_cache: Mistake | None = None, caches: bool = True) -> None:
+    """The run's tokens fed in chunks of these sizes (<key><c>), each with the cache the call before returned: the
+    logits of one call without it (full), and per block the keys and values (b, heads, t, s) the oracle caches
+    (caches=False: only their shapes); else the cache mistake that gives them all (or a raised error's: errors, (a
+    phrase of its message, the least cache, mistake)) is named, or differs."""
+    __tracebackhide__ = True
+    case, tokens, bounds, owner = run.case, run.tokens(), chunk_bounds(chunks), owner or oracle.owner
+    steps = []
+    for c, (start, end) in enumerate(bounds):
+        message = str(ev.facts[f"{key}{c}"].get("message"))[:300] if value_kind(ev, f"{key}{c}") == "raised" else ""
+        for mistake in (m for phrase, after, m in errors if phrase in message and start >= after):
+            fail(f"{owner}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
+                 f"{mistake.explanation}", mistake=mistake)
+        steps.append(expect_step(ev, f"{key}{c}", owner, start, end, partial(model_logits, ev, oracle, case=case,
+                                                                             t=end - start),
+                                 (case.b, heads, end, case.k // case.heads), case.depth, not_returned, bad_cache))
+    right_logits, right = run_steps(oracle.compute, w, case, tokens, chunks, {})
+    simulated = [(m, run_steps(oracle.compute, w, case, tokens, chunks, sw)) for m, sw in oracle.cache_mistakes]
+
+    def same(logits: list[torch.Tensor], kept: list[list], upto: int) -> bool:
+        """The first upto steps gave these logits and these caches (each a list of (keys, values) per block)."""
+        pairs = [(got, want) for (out, cache), wanted, expected in zip(steps[:upto], logits[:upto], kept[:upto],
+                                                                           strict=True)
+                 for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True) if caches
+                                                    else ()))]
+        return all(matches_any(got, [want], ev.device) for got, want in pairs)
+
+    for m, run_of in simulated:  # a cache that is already wrong after the first call
+        if same(*run_of, 1) and not same(right_logits, right, 1):
+            fail(f"The cache is not what was asked: {m.explanation}", right[0][0][0][0, 0], steps[0][1][0][0][0, 0],
+                 "keys of block 0, head 0, sequence 0", m)
+    if same([full[:, start:end] for start, end in bounds], right, len(bounds)):
+        return
+    named = next((m for m, run_of in simulated if same(*run_of, len(bounds))), None)
+    bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
+                if not matches_any(out, [full[:, s:e]], ev.device)), None)
+    if named is None and bad is None:
+        fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
+             "computes (each block's keys and values, heads split), in time order.", mistake=differs)
+    start, end, logits = bad or (*bounds[-1], steps[-1][0])
+    fail(f"{owner} with a cache is not what was asked: " + (named.explanation if named else "with a cache of "
+         f"{start} positions the logits of tokens {start}-{end - 1} are not those of one call without a cache. "
+         "Positions continue after the cache, the cached keys and values go in front of the new ones, and the "
+         "causal mask is shifted by the cache."), full[0, start:end, 0], logits[0, :, 0], mistake=named or differs,
+         case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
