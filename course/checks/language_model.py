@@ -5,17 +5,15 @@ sampling and generation on the CPU, where a seeded generator draws the same numb
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import accumulate
 from typing import Any
 
 import torch
 from torch import nn
 
-from course.checks import modules
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Case, PropertyCheck, loss_case, losses, property_check
+from course.checks.kinds import Case, PropertyCheck, loss_case, losses, model_facts, probe_model, property_check
 from course.checks.seeds import salted
 from course.multi_head import MultiHeadAttention
 from course.transformer_block import FeedForward
@@ -72,8 +70,13 @@ class ModelRun:
     changed: tuple[int, ...] = ()
     upstream: int | None = None
 
+    prefix = ""  # of the keys of the changed tokens' calls
+
     def tokens(self) -> torch.Tensor:
         return lm_tokens(self.case, self.seed + 10)
+
+    def upstream_gradient(self) -> torch.Tensor:
+        return randn(self.case.b, self.case.t, self.case.vocab, seed=self.upstream)
 
 
 @dataclass(frozen=True)
@@ -91,12 +94,6 @@ class CacheCase:
     @property
     def seed(self) -> int:
         return self.run.seed
-
-
-def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
-    """(start, end) of each chunk."""
-    ends = list(accumulate(sizes))
-    return list(zip([0, *ends][:-1], ends, strict=True))
 
 
 # head size != k, batch > 1, odd lengths, one case with t == max_len
@@ -117,59 +114,17 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 
 # ---------------------------------------------------------------- LanguageModel: the probes
 
-def model_facts(model: nn.Module, parts: Sequence[str], block_parts: Sequence[str], kinds: Sequence) -> dict:
-    """The model's named parts (the blocks' count and how many are distinct) and each block's (blocks.<i>.parts)."""
-    facts = {"parts": modules.part_facts(model, parts, kinds)}
-    blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)):
-        items = list(blocks)[:16]
-        facts["parts"]["blocks"].update(count=len(blocks), distinct=len({id(b) for b in items}))
-        facts.update({f"blocks.{i}.parts": modules.part_facts(b, block_parts, kinds) for i, b in enumerate(items)})
-    return facts
-
-
-def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
-    """tokens (b, t) with every token from position j on changed."""
-    changed = tokens.clone()
-    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
-    return changed
-
-
-def record_calls(rec: Recorder, model: nn.Module, tokens: torch.Tensor, vocab: int, logits: str | None,
-                 changed: Sequence[int] = (), chunks: Sequence[int] = (), prefix: str = "",
-                 steps: str = "step") -> None:
-    """Without autograd, the model on tokens (b, t) (under logits, unless None), on them changed from each j on
-    (<prefix>changed<j>), then on them chunk by chunk with the cache the call before returned (<steps><c>)."""
-    with torch.no_grad():
-        if logits is not None:
-            rec.call(logits, model, tokens.to(rec.device))
-        for j in changed:
-            rec.call(f"{prefix}changed{j}", model, changed_tokens(tokens.cpu(), j, vocab).to(rec.device))
-        cache = None
-        for c, (start, end) in enumerate(chunk_bounds(chunks)):
-            result = rec.call(f"{steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache, use_cache=True)
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                break
-            cache = result[1]
+_FACTS = partial(model_facts, parts=MODEL_PARTS, block_parts=[name for name, _, _ in BLOCK_PARTS], kinds=_LM_KINDS)
 
 
 def _probe_model(cases: tuple[ModelRun | CacheCase, ...], LanguageModel: Callable, rec: Recorder) -> None:
     """Each run's model built and called as ModelRun (or CacheCase) says; one that cannot be built ends the probe."""
     for item in cases:
         run, chunks, steps = (item.run, item.chunks, item.steps) if isinstance(item, CacheCase) else (item, (), "")
-        case, tokens = run.case, run.tokens()
-        model = modules.build(rec, run.model, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
-                              seed=run.seed, facts=partial(model_facts, parts=MODEL_PARTS, kinds=_LM_KINDS,
-                                                           block_parts=[name for name, _, _ in BLOCK_PARTS]),
-                              train=False)
-        if model is None:
+        case = run.case
+        if probe_model(rec, run, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
+                       facts=_FACTS, chunks=chunks, steps=steps, train=True) is None:
             return
-        if run.upstream is None:
-            record_calls(rec, model, tokens, case.vocab, run.logits, run.changed, chunks, steps=steps)
-            continue
-        model.train()
-        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),  # a loss reaching every logit
-                                loss=lambda y, s=run.upstream: (y * randn(*y.shape, seed=s, device=y.device)).sum())
 
 
 lm_structure = property_check("lm_structure", _probe_model, (ModelRun("model", "logits", STRUCTURE_CASE, 3000),))

@@ -15,8 +15,17 @@ from course.checks import modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, drawn, property_check
-from course.checks.language_model import model_facts, record_calls
+from course.checks.kinds import (
+    Built,
+    Case,
+    Runs,
+    builds_and_runs,
+    calls,
+    drawn,
+    model_facts,
+    probe_model,
+    property_check,
+)
 
 NORM_NAME = "RMSNorm"
 SWIGLU_NAME = "SwiGLU"
@@ -252,6 +261,23 @@ class ModelRun:
     def upstream_gradient(self) -> torch.Tensor:
         return randn(self.b, self.t, self.vocab, seed=self.seed + 20)
 
+    @property
+    def case(self) -> "ModelRun":
+        """Its sizes (b, t, vocab, k, heads, depth), where the model kind reads them."""
+        return self
+
+    @property
+    def model(self) -> str:
+        return f"{self.key}.model"
+
+    @property
+    def logits(self) -> str:
+        return f"{self.key}.logits"
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.key}."
+
 
 MODEL_PARTS = ("token_embedding", "blocks", "norm", "to_logits")
 BLOCK_PARTS = ("norm1", "attention", "norm2", "ff")
@@ -264,25 +290,13 @@ def _model_facts(model: nn.Module) -> dict:
     return {**model_facts(model, MODEL_PARTS, BLOCK_PARTS, _MODERN_KINDS), "buffers": weights.buffers(model)}
 
 
-def _dot_upstream(upstream: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    return (logits * upstream.to(logits.device)).sum()
-
-
 def _probe_modern(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec: Recorder) -> None:
     for run in drawn(runs):
-        model = modules.build(rec, f"{run.key}.model", ModernLanguageModel, run.vocab, run.k, run.heads, run.kv_heads,
-                              run.depth, run.max_len, seed=run.seed, facts=_model_facts, train=False)
-        if model is None:
-            continue
-        tokens = run.tokens()
-        if run.upstream:
-            modules.record_backward(rec, f"{run.key}.logits", model, tokens.to(rec.device),
-                                    loss=partial(_dot_upstream, run.upstream_gradient()))
-        record_calls(rec, model, tokens, run.vocab, None if run.upstream else f"{run.key}.logits", run.changed,
-                     run.chunks, f"{run.key}.", f"{run.key}.step")
-        if run.too_long:
+        model = probe_model(rec, run, ModernLanguageModel, run.vocab, run.k, run.heads, run.kv_heads, run.depth,
+                            run.max_len, facts=_model_facts, chunks=run.chunks, steps=f"{run.key}.step")
+        if model is not None and run.too_long:
             with torch.no_grad():
-                rec.call(f"{run.key}.too_long", model, tokens.new_zeros(1, run.max_len + 1).to(rec.device))
+                rec.call(f"{run.key}.too_long", model, run.tokens().new_zeros(1, run.max_len + 1).to(rec.device))
 
 
 # head size != k, kv_heads < heads, batch > 1, odd lengths; ModelRun(key, b, t, vocab, k, heads, kv_heads, depth,

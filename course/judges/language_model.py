@@ -3,7 +3,7 @@ nn.TransformerEncoderLayer, its mistakes and KV cache written out with switches;
 with the probe's generator; generation step by step on the stand-in models; then one declaration per check."""
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import torch
@@ -12,11 +12,20 @@ from torch.func import functional_call
 
 from course.checks import compare, modules
 from course.checks import language_model as probes
-from course.checks.compare import Mistake, expect_equal, expect_tuple, fail, generator, matches_any, output, tensor
+from course.checks.compare import Mistake, expect_equal, fail, generator, output
 from course.checks.evidence import Evidence
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.judges import mistakes, oracles
-from course.judges.kinds import LossOracle, against_loss, each_case, expect_causal
+from course.judges.kinds import (
+    LossOracle,
+    ModelOracle,
+    against_loss,
+    each_case,
+    expect_blocks,
+    expect_model,
+    expect_model_steps,
+    run_steps,
+)
 from course.judges.oracles import dense, layer_norm
 
 # ---------------------------------------------------------------- mistakes
@@ -26,22 +35,6 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_mo
 
 # ---------------------------------------------------------------- the model: structure
 
-def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
-                  mistakes: Sequence[Mistake | None] = (None, None, None)) -> list[dict]:
-    """The model's blocks (its record under key): an nn.ModuleList of depth separate blocks (mistakes: a plain list,
-    another count, one block shared), each with the parts (name, kind, how to create it); returns their facts."""
-    __tracebackhide__ = True
-    blocks = modules.expect_part(ev, key, owner, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
-                                 "nn.ModuleList of `depth` blocks")
-    wrong = (blocks.get("kind") in ("list", "tuple"), blocks.get("count") != depth, blocks.get("distinct") != depth)
-    for mistake in (m for m, bad in zip(mistakes, wrong, strict=True) if bad):
-        fail(f"{owner}.blocks is a {str(blocks.get('kind'))[:60]} of {blocks.get('count')} blocks "
-             f"({blocks.get('distinct')} distinct) for depth={depth}: " + (mistake.explanation if mistake else
-             f"it should be an nn.ModuleList of {depth} separate blocks."), mistake=mistake)
-    return [{name: modules.expect_part(ev, f"{key}.blocks.{i}", f"{owner}.blocks[{i}]", name, kind, how)
-             for name, kind, how in parts} for i in range(depth)]
-
-
 def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     """The weights loaded into the run's model, which must have the notebook's parts, their sizes, and no others."""
     __tracebackhide__ = True
@@ -49,44 +42,32 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     vocab, k, depth = case.vocab, case.k, case.depth
     modules.built(ev, key, case.call)
     parts = compare.recorded(ev, f"{key}.parts", f"the parts of {MODEL_NAME}")
-    described = modules.described(ev, key)
-
-    def expect_size(part: str, fields: tuple[str, ...], expected: tuple, how: str, extra: tuple = ()) -> None:
-        """Fail naming wrong-size unless the sizes recorded for part (then extra) are expected."""
-        got = (*(described.get(part, {}).get(field) for field in fields), *extra)
-        if got != expected:
-            fail(f"{MODEL_NAME}.{part} has sizes {got}, expected {expected}: it should be {how}.",
-                 mistake=M["wrong-size"])
-
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
     if isinstance(position, dict) and position.get("kind") not in ("Embedding", "missing"):
         fail(f"{MODEL_NAME}.position_embedding is a {str(position.get('kind'))[:60]}: "
              f"{M['positions-not-learned'].explanation}", mistake=M["positions-not-learned"])
-    for name, rows, size in (("token_embedding", vocab, "vocab_size"), ("position_embedding", case.max_len, "max_len")):
+    for name, size in (("token_embedding", "vocab_size"), ("position_embedding", "max_len")):
         modules.expect_part(ev, key, MODEL_NAME, name, "Embedding", f"nn.Embedding({size}, k)")
-        expect_size(name, ("num_embeddings", "embedding_dim"), (rows, k), f"nn.Embedding({size}, k)")
     blocks = expect_blocks(ev, key, MODEL_NAME, depth, probes.BLOCK_PARTS,
                            (M["blocks-not-registered"], M["wrong-depth"], M["shared-block"]))
     for i, block in enumerate(blocks):
         if block["norm2"].get("same_as") == "norm1":
             fail(f"{MODEL_NAME}.blocks[{i}].norm2 is its norm1: {M['shared-norm'].explanation}",
                  mistake=M["shared-norm"])
-        expect_size(f"blocks.{i}.attention.to_queries", ("in_features",), (k, case.heads),
-                    "MultiHeadAttention(k, heads)", (block["attention"].get("heads"),))
-        expect_size(f"blocks.{i}.ff.net.0", ("in_features", "out_features"), (k, 4 * k), "FeedForward(k, 4 * k)")
-        for name in ("norm1", "norm2"):
-            expect_size(f"blocks.{i}.{name}", ("shape",), ([k],), "nn.LayerNorm(k)")
+        if block["attention"].get("heads") != case.heads:
+            fail(f"{MODEL_NAME}.blocks[{i}].attention has {str(block['attention'].get('heads'))[:20]} heads: it "
+                 f"should be MultiHeadAttention(k, heads), heads={case.heads}.", mistake=M["wrong-size"])
     modules.expect_part(ev, key, MODEL_NAME, "norm", "LayerNorm", "nn.LayerNorm(k), the final norm")
-    expect_size("norm", ("shape",), ([k],), "nn.LayerNorm(k)")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size)")
-    expect_size("to_logits", ("in_features", "out_features"), (k, vocab), "nn.Linear(k, vocab_size)")
     per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
     shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
+    w = modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT,
+                                  resized=M["wrong-size"])
     modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in shapes.values()),
                                    f"the embeddings, {depth} blocks, the final norm and the output layer",
                                    "Is an extra layer registered?")
-    return modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
+    return w
 
 
 # ---------------------------------------------------------------- the model: oracle, and its mistakes written out
@@ -170,148 +151,24 @@ _LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each b
             "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
 
 
-def _lm_mistakes(w, case, tokens) -> list[tuple[Mistake, torch.Tensor]]:
-    with torch.no_grad():
-        return [(m, _lm_step(w, case, tokens, **sw)[0]) for m, sw in _LM_MISTAKES]
-
-
-def _lm_logits(ev: Evidence, key: str, case: ModelCase, what: str, t: int | None = None) -> torch.Tensor:
-    """The logits (b, t, vocab) recorded under key."""
-    __tracebackhide__ = True
-    b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
-    if compare.value_kind(ev, key) == "tuple":
-        fail(f"{what} returned a tuple: {M['lm-returns-tuple'].explanation}", mistake=M["lm-returns-tuple"])
-    return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
-        (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
-        (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
-
-
-def _expect_lm(ev: Evidence, run: probes.ModelRun, exact: bool = False,
-               owner: str = MODEL_NAME) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The run's model has the parts asked for and gives the oracle's logits (exact; CachedLanguageModel: named when
-    typically wrong) or a language model's, right or typically wrong: causal where run.changed, with autograd's
-    gradients where run.upstream; returns the weights and the logits."""
-    __tracebackhide__ = True
-    case, tokens, what = run.case, run.tokens(), f"{owner}.forward(tokens)"
-    w = _lm_weights(ev, run)
-    logits = _lm_logits(ev, run.logits, case, what)
-    with torch.no_grad():
-        expected, wrong = _lm_oracle(w, case, tokens), _lm_mistakes(w, case, tokens)
-    found = [sw for (_, sw), (_, out) in zip(_LM_MISTAKES, wrong, strict=True) if matches_any(logits, [out], ev.device)]
-    if exact or (owner == CACHED_NAME and found and not matches_any(logits, [expected], ev.device)):
-        compare.expect_close_batch(logits, expected, what=what, device=ev.device, mistakes=wrong, otherwise=_LM_HINT,
-                                   case=f"b={case.b}, t={case.t}, vocab_size={case.vocab}, k={case.k}, "
-                                        f"heads={case.heads}, depth={case.depth}, max_len={case.max_len}")
-        return w, logits
-    for j in run.changed:
-        expect_causal(ev, logits, _lm_logits(ev, f"changed{j}", case, what), j, f"{owner} is not causal", wrong,
-                      "In training the model could read the token it must predict: give every block the causal "
-                      "mask, True where key j <= query i.", M["lm-reads-future"])
-    if run.upstream is not None:
-        modules.expect_differentiable(ev, run.logits, what)
-    if not matches_any(logits, [expected], ev.device) and not found:
-        fail(f"{owner} has the right parts, but it is not a language model with the check's weights: " + _LM_HINT,
-             expected[0], logits[0], case=f"tokens {tuple(tokens.shape)}, sequence 0")
-    switches = {} if matches_any(logits, [expected], ev.device) else found[0]
-    if run.upstream is not None:
-        upstream = compare.randn(*logits.shape, seed=run.upstream)
-        def forward(leaves: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            return _lm_step(leaves, case, tokens, **switches)[0] if switches else _lm_oracle(leaves, case, tokens)
-
-        grads = modules.autograd(forward, w, {}, upstream)
-        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=f"the logits of {tuple(tokens.shape)} tokens",
-                                 because=next((m for m, sw in _LM_MISTAKES if sw == switches), None),
-                                 oracle="PyTorch's nn.TransformerEncoderLayer with the same weights")
-    return w, logits
-
-
-# ---------------------------------------------------------------- the model: the KV cache
-
-def expect_step(ev: Evidence, key: str, owner: str, start: int, end: int, logits: Callable[[str, str], torch.Tensor],
-                shape: tuple[int, ...], depth: int, not_returned: Mistake | None = None,
-                bad_cache: Mistake | None = None) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """What owner.forward returned under key for tokens[:, start:end] after a cache of start positions: the pair
-    (logits, read by logits(key, what), cache), the cache a list of depth (keys, values) pairs, each of shape
-    (b, heads, end, s); not_returned and bad_cache name a failure there."""
-    __tracebackhide__ = True
-    what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
-    expect_tuple(ev, key, what, f"{what} should return a pair, (logits, cache)"
-                 + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
-    out, explained = logits(key=f"{key}.0", what=what), f": {bad_cache.explanation}" if bad_cache else "."
-    expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be a list of {depth} (keys, values) pairs, "
-                 f"one per block{explained}", depth, bad_cache)
-    for i in range(depth):
-        expect_tuple(ev, f"{key}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}", 2,
-                     bad_cache)
-        for j, name in enumerate(("keys", "values")):
-            value = tensor(ev, f"{key}.1.{i}.{j}")
-            if value is None or tuple(value.shape) != shape:
-                got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
-                fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
-                     mistake=bad_cache)
-    return out, [(tensor(ev, f"{key}.1.{i}.0"), tensor(ev, f"{key}.1.{i}.1")) for i in range(depth)]
-
+LM = ModelOracle(MODEL_NAME, _lm_weights, _lm_step, "PyTorch's nn.TransformerEncoderLayer with the same weights",
+                 _LM_HINT, "In training the model could read the token it must predict: give every block the causal "
+                 "mask, True where key j <= query i.", M["lm-reads-future"], _LM_MISTAKES, _CACHE_MISTAKES, _lm_oracle,
+                 M["lm-returns-tuple"])
+_lm_run_cached = partial(run_steps, _lm_step)
 
 #: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
 _CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, M["cache-wrong-axis"]),
                  ("must match the size of tensor", 1, M["cache-mask-shape"]))
 
 
-def _lm_run_cached(w, case, tokens, sizes, switches: Mapping) -> tuple[list[torch.Tensor], list[list]]:
-    """Every chunk's logits and the cache after it, for a model with these switches."""
-    with torch.no_grad():
-        cache, logits, caches = None, [], []
-        for start, end in probes.chunk_bounds(sizes):
-            out, cache = _lm_step(w, case, tokens[:, start:end], cache, **switches)
-            logits.append(out)
-            caches.append(cache)
-    return logits, caches
-
-
 def _expect_cached(ev: Evidence, spec: probes.CacheCase) -> None:
     """The chunks fed with the cache give the logits of one call without it, and each block's keys and values."""
     __tracebackhide__ = True
-    case, sizes, tokens = spec.model, spec.chunks, spec.run.tokens()
-    w, full = _expect_lm(ev, spec.run, owner=CACHED_NAME)
-    bounds = probes.chunk_bounds(sizes)
-    steps = []
-    for c, (start, end) in enumerate(bounds):
-        key = f"{spec.steps}{c}"
-        message = str(ev.facts[key].get("message"))[:300] if compare.value_kind(ev, key) == "raised" else ""
-        for mistake in (m for phrase, after, m in _CACHE_ERRORS if phrase in message and start >= after):
-            fail(f"{CACHED_NAME}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
-                 f"{mistake.explanation}", mistake=mistake)
-        steps.append(expect_step(ev, key, CACHED_NAME, start, end, partial(_lm_logits, ev, case=case, t=end - start),
-                                 (case.b, case.heads, end, case.k // case.heads), case.depth,
-                                 M["cache-not-returned"], M["cache-shape"]))
-    first, right = steps[0][1][0][0], _lm_run_cached(w, case, tokens, sizes, {})[1][0][0][0]
-    queries = _lm_run_cached(w, case, tokens, sizes, {"stored": "queries"})[1][0][0][0]
-    if matches_any(first, [queries], ev.device) and not matches_any(first, [right], ev.device):
-        fail(f"The cache is not what was asked: {M['cache-stores-queries'].explanation}", right[0, 0], first[0, 0],
-             "keys of block 0, head 0, sequence 0", M["cache-stores-queries"])
-
-    def same(logits: Sequence[torch.Tensor], caches: Sequence[list]) -> bool:
-        """The steps gave these logits and these caches (each a list of (keys, values) per block)."""
-        pairs = [(got, want) for (out, cache), wanted, expected in zip(steps, logits, caches, strict=True)
-                 for got, want in ((out, wanted), *zip(sum(cache, ()), sum(expected, ()), strict=True))]
-        return all(matches_any(got, [want], ev.device) for got, want in pairs)
-
-    if same([full[:, start:end] for start, end in bounds], _lm_run_cached(w, case, tokens, sizes, {})[1]):
-        return
-    named = next((m for m, sw in _CACHE_MISTAKES if same(*_lm_run_cached(w, case, tokens, sizes, sw))), None)
-    bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
-                if not matches_any(out, [full[:, s:e]], ev.device)), None)
-    if named is None and bad is None:
-        fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
-             "computes (each block's to_keys and to_values of norm1(x), heads split), in time order.",
-             mistake=M["cache-differs"])
-    start, end, logits = bad or (*bounds[-1], steps[-1][0])
-    fail(f"{CACHED_NAME} with a cache is not what was asked: " + (named.explanation if named else "with a cache of "
-         f"{start} positions the logits of tokens {start}-{end - 1} are not those of one call without a cache. "
-         "Positions continue after the cache, the cached keys and values go in front of the new ones, and the "
-         "causal mask is shifted by the cache."), full[0, start:end, 0], logits[0, :, 0],
-         mistake=named or M["cache-differs"],
-         case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
+    w, full = expect_model(ev, spec.run, LM, exact=True, owner=CACHED_NAME)
+    expect_model_steps(ev, spec.run, LM, w, full, spec.chunks, spec.steps, spec.model.heads, M["cache-differs"],
+                       owner=CACHED_NAME, errors=_CACHE_ERRORS, not_returned=M["cache-not-returned"],
+                       bad_cache=M["cache-shape"])
 
 
 # ---------------------------------------------------------------- next_token_loss
@@ -609,15 +466,15 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
 
 # ---------------------------------------------------------------- the checks
 
-each_case(probes.lm_structure, _expect_lm,
+each_case(probes.lm_structure, partial(expect_model, oracle=LM),
           passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits.")
-each_case(probes.lm_causality, _expect_lm,
+each_case(probes.lm_causality, partial(expect_model, oracle=LM),
           passed="Changing the tokens from position j on never changes the logits at positions before j.")
-each_case(probes.lm_oracle, partial(_expect_lm, exact=True),
+each_case(probes.lm_oracle, partial(expect_model, oracle=LM, exact=True),
           passed="With the test's weights: the logits of PyTorch's nn.TransformerEncoderLayer, pre-norm, causal.")
-each_case(probes.lm_hidden, partial(_expect_lm, exact=True),
+each_case(probes.lm_hidden, partial(expect_model, oracle=LM, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
-each_case(probes.lm_gradients, _expect_lm,
+each_case(probes.lm_gradients, partial(expect_model, oracle=LM),
           passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
 each_case(probes.lm_cache, _expect_cached,
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from functools import partial
-from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -22,16 +21,18 @@ from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCa
 from course.judges import mistakes
 from course.judges.kinds import (
     ForwardOracle,
+    ModelOracle,
     Oracle,
     against,
     against_forward,
     block_call,
     declared,
     each_case,
-    expect_causal,
+    expect_blocks,
     expect_linear_layers,
+    expect_model,
+    expect_model_steps,
 )
-from course.judges.language_model import expect_blocks, expect_step
 from course.judges.oracles import dense
 
 DEFAULT_EPS = 1e-6
@@ -446,67 +447,22 @@ _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm
                 "tril(diagonal=t_past).")
 
 
-def _modern_mistakes(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor, cache: list | None = None
-                     ) -> list[tuple[Mistake, torch.Tensor]]:
-    """The logits of the typical mistakes (with a cache, also the mask not shifted by it)."""
-    offset = (M["modern-cache-mask-not-offset"], {"mask_offset": False})
-    with torch.no_grad():
-        return [(m, modern_lm(w, run, tokens, cache, **sw)[0])
-                for m, sw in ((*_MODERN_MISTAKES, offset) if cache else _MODERN_MISTAKES)]
+MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of PyTorch's pieces with your weights",
+                     _MODERN_HINT, "The " + M["modern-reads-future"].explanation[4:], M["modern-reads-future"],
+                     _MODERN_MISTAKES, ((M["modern-cache-mask-not-offset"], {"mask_offset": False}),))
 
 
 def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
     """Structure; logits against the composed oracle (structure: a typical mistake's will do); causality; the cache;
     gradients; the length check."""
     __tracebackhide__ = True
-    tokens, w = run.tokens(), _modern_weights(ev, run)
-    what, label = f"{MODEL_NAME}.forward(tokens)", f"{run.call}, tokens {tuple(tokens.shape)}"
-    logits_of = partial(output, ev, what=what, shape=(run.b, run.t, run.vocab), hint=_MODERN_HINT)
-    logits = logits_of(f"{run.key}.logits")
-    with torch.no_grad():
-        want = modern_lm(w, run, tokens)[0]
-    wrong = _modern_mistakes(w, run, tokens)
-    if structure:
-        if not matches_any(logits, [want, *(out for _, out in wrong)], ev.device):
-            fail(f"{MODEL_NAME} has the right parts, but its logits are not those of a decoder of them with the "
-                 f"check's weights: {_MODERN_HINT}", want[0], logits[0], case=f"{label}, sequence 0")
-        return
-    for j in run.changed:
-        expect_causal(ev, logits, logits_of(f"{run.key}.changed{j}"), j, f"{MODEL_NAME} is not causal", wrong,
-                      "The " + M["modern-reads-future"].explanation[4:], M["modern-reads-future"])
-    expect_close_batch(logits, want, what=what, device=ev.device, mistakes=wrong,
-                       otherwise=_MODERN_HINT, case=label)
-    cache, start = None, 0
-    for i, end in enumerate(accumulate(run.chunks)):
-        cache = _expect_model_step(ev, run, w, logits, f"{run.key}.step{i}", start, end, cache)
-        start = end
-    if run.upstream:
-        modules.expect_differentiable(ev, f"{run.key}.logits", what)
-        grads = modules.autograd(lambda leaves: modern_lm(leaves, run, tokens)[0], w, {}, run.upstream_gradient())
-        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label,
-                                 oracle="the composition of PyTorch's pieces with your weights")
+    w, logits = expect_model(ev, run, MODERN, exact=not structure)
+    if run.chunks:
+        expect_model_steps(ev, run, MODERN, w, logits, run.chunks, f"{run.key}.step", run.kv_heads,
+                           M["modern-cache-differs"], caches=False)
     if run.too_long:
         _expect_refused(ev, f"{run.key}.too_long", f"{MODEL_NAME}.forward on {run.max_len + 1} tokens with "
                             f"max_len={run.max_len}", M["modern-no-length-check"])
-
-
-def _expect_model_step(ev: Evidence, run: ModelRun, w: Mapping[str, torch.Tensor], logits: torch.Tensor, key: str,
-                       start: int, end: int, cache: list | None) -> list:
-    """tokens[:, start:end] fed with the cache of the calls before: the logits of one call, and per block a cache
-    (b, kv_heads, end, s); returns the oracle's cache after it."""
-    __tracebackhide__ = True
-    tokens = run.tokens()[:, start:end]
-    step, _ = expect_step(ev, key, MODEL_NAME, start, end, partial(output, ev, shape=(run.b, end - start, run.vocab),
-                                                                   hint=_MODERN_HINT),
-                          (run.b, run.kv_heads, end, run.k // run.heads), run.depth)
-    if not matches_any(step, [logits[:, start:end]], ev.device):
-        named = next((m for m, out in _modern_mistakes(w, run, tokens, cache) if matches_any(step, [out], ev.device)),
-                     M["modern-cache-differs"])
-        fail(f"{MODEL_NAME}.forward(tokens[:, {start}:{end}], cache=..., use_cache=True) does not give the logits of "
-             f"one call on all the tokens: {named.explanation}", logits[0, start:end], step[0],
-             case=f"{run.call}, tokens {start}-{end - 1}, sequence 0", mistake=named)
-    with torch.no_grad():
-        return modern_lm(w, run, tokens, cache)[1]
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
