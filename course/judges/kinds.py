@@ -669,7 +669,7 @@ def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, 
         steps.append(expect_step(ev, f"{key}{c}", owner, start, end, partial(model_logits, ev, oracle, case=case,
                                                                              t=end - start),
                                  (case.b, heads, end, case.k // case.heads), case.depth, not_returned, bad_cache))
-    right_logits, right = run_steps(oracle.compute, w, case, tokens, chunks, {})
+    right = run_steps(oracle.compute, w, case, tokens, chunks, {})[1]
     simulated = [(m, run_steps(oracle.compute, w, case, tokens, chunks, sw)) for m, sw in oracle.cache_mistakes]
 
     def same(logits: list[torch.Tensor], kept: list[list], upto: int) -> bool:
@@ -680,10 +680,6 @@ def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, 
                                                     else ()))]
         return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
-    for m, run_of in simulated:  # a cache that is already wrong after the first call
-        if same(*run_of, 1) and not same(right_logits, right, 1):
-            fail(f"The cache is not what was asked: {m.explanation}", right[0][0][0][0, 0], steps[0][1][0][0][0, 0],
-                 "keys of block 0, head 0, sequence 0", m)
     if same([full[:, start:end] for start, end in bounds], right, len(bounds)):
         return
     named = next((m for m, run_of in simulated if same(*run_of, len(bounds))), None)
