@@ -369,7 +369,7 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     """The notebook's parts, registered, of the right sizes; cos and sin non-persistent buffers (max_len, s/2); the
     weights the probe loaded."""
     __tracebackhide__ = True
-    key, k, kv, hidden = f"{run.key}.model", run.k, run.kv_heads * (run.k // run.heads), round(8 * run.k / 3)
+    key, k, kv, hidden = run.model, run.k, run.kv_heads * (run.k // run.heads), round(8 * run.k / 3)
     modules.built(ev, key, run.call)
     modules.expect_part(ev, key, MODEL_NAME, "token_embedding", "Embedding", "nn.Embedding(vocab_size, k)")
     hows = ("RMSNorm(k)", "GroupedQueryAttention(k, heads, kv_heads)", "RMSNorm(k)", "SwiGLU(k, swiglu_hidden(k))")
