@@ -11,16 +11,7 @@ import torch
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import (
-    Built,
-    Case,
-    Runs,
-    builds_and_runs,
-    calls,
-    given,
-    random_case,
-    shapes,
-)
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, given, random_case, shapes
 
 LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
@@ -39,8 +30,7 @@ def hand_x() -> torch.Tensor:
 
 
 def hand_heads() -> torch.Tensor:
-    """The notebook's two heads of hand_x(), as it writes them out: head 0 = [[0, 1], [4, 5], [8, 9]], head 1 =
-    [[2, 3], [6, 7], [10, 11]]. (1, 2, 3, 2)"""
+    """The notebook's heads of hand_x(): [[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [10, 11]]. (1, 2, 3, 2)"""
     return torch.tensor([[[[0.0, 1.0], [4.0, 5.0], [8.0, 9.0]], [[2.0, 3.0], [6.0, 7.0], [10.0, 11.0]]]])
 
 
@@ -66,21 +56,19 @@ merge_heads_oracle = calls("merge_heads_oracle", shapes("y", MERGE_CASES, seed=1
 # ---------------------------------------------------------------- the modules: their inputs
 
 
-def mask_of(kind: str | None, b: int, tq: int, tk: int, seed: int) -> torch.Tensor | None:
-    """A mask of this kind (True = allowed): None, "causal" (tq, tk), "batched causal" (b, tq, tk), "random"
-    (b, tq, tk) drawn from seed, in which every query may attend to some key, or "padding" (b, 1, tk) hiding all
-    but 3 keys of sequence 1."""
+def mask_of(kind: str, b: int, tq: int, tk: int, seed: int) -> torch.Tensor:
+    """A mask (True = allowed): "causal" (tq, tk), "batched causal" (b, tq, tk), "random" (b, tq, tk) drawn from
+    seed, every query attending to some key, or "padding" (b, 1, tk) hiding all but 3 keys of sequence 1."""
+    causal = torch.ones(tq, tk, dtype=torch.bool).tril()  # (tq, tk)
     if kind == "causal":
-        return torch.ones(tq, tk, dtype=torch.bool).tril()  # (tq, tk)
+        return causal
     if kind == "batched causal":
-        return torch.ones(tq, tk, dtype=torch.bool).tril().expand(b, tq, tk).clone()  # (b, tq, tk)
+        return causal.expand(b, tq, tk).clone()  # (b, tq, tk)
     if kind == "random":
         mask = torch.rand(b, tq, tk, generator=generator(seed)) < 0.5  # (b, tq, tk)
         mask[:, torch.arange(tq), torch.arange(tq) % tk] = True  # nobody is left with nothing to attend to
         return mask
-    if kind == "padding":
-        return (torch.arange(tk) < torch.tensor([tk, 3])[:, None])[:, None, :]  # (b, 1, tk)
-    return None
+    return (torch.arange(tk) < torch.tensor([tk, 3])[:, None])[:, None, :]  # (b, 1, tk): padding
 
 
 def _attention_inputs(b: int, tq: int, k: int, tk: int | None, mask: str | None, seeds: tuple[int, int, int],
@@ -99,13 +87,10 @@ def _attention_inputs(b: int, tq: int, k: int, tk: int | None, mask: str | None,
 def attention_case(key: str, heads: int, b: int, tq: int, k: int, seeds: tuple[int, int, int], *,
                    tk: int | None = None, mask: str | None = None, changed: int | None = None,
                    upstream: int | None = None) -> Case:
-    """forward(x, context=..., mask=...) on x (b, tq, k) drawn from seeds[0], a context (b, tk, k) from seeds[1]
-    unless tk is None (self-attention), a mask (mask_of, seeds[2]) unless mask is None; changed: a position of x
-    shifted by 3; upstream: the seed of an upstream gradient (b, tq, k) of the output."""
-    n = tq if tk is None else tk
-    label = f"k={k}, {heads} heads, x {(b, tq, k)}" + (", no context" if tk is None else f", context {(b, tk, k)}")
-    if mask is not None:
-        label += f", {mask} mask {tuple(mask_of(mask, b, tq, n, 0).shape)}"
+    """forward on x (b, tq, k), a context (b, tk, k) unless tk is None, a mask (mask_of) unless mask is None, from
+    seeds; changed: a position of x shifted by 3; upstream: the seed of an upstream gradient (b, tq, k)."""
+    label = (f"k={k}, {heads} heads, x {(b, tq, k)}" + (", no context" if tk is None else f", context {(b, tk, k)}")
+             + ("" if mask is None else f", {mask} mask {tuple(mask_of(mask, b, tq, tk or tq, 0).shape)}"))
     grad = None if upstream is None else partial(randn, b, tq, k, seed=upstream)
     return Case(key, partial(_attention_inputs, b, tq, k, tk, mask, seeds, changed), label, upstream=grad)
 
@@ -136,8 +121,7 @@ wide_context = builds_and_runs("wide_context", CONTEXT_RUNS, **MODULE_OPTIONS)
 # ---------------------------------------------------------------- a causal mask
 
 CHANGED = 4
-#: x, then x with position CHANGED changed, under a causal mask (t, t) and one per sequence (b, t, t): y0,
-#: y_changed0, y1, y_changed1
+#: x (y<i>), then x with position CHANGED changed (y_changed<i>), under a causal mask (t, t), then (b, t, t)
 CAUSAL_CASES = tuple(attention_case(f"{name}{i}", 4, 2, 6, 8, (421, 0, 0), mask=mask, changed=changed)
                      for i, mask in enumerate(("causal", "batched causal"))
                      for name, changed in (("y", None), ("y_changed", CHANGED)))
@@ -168,17 +152,14 @@ wide_oracle = builds_and_runs("wide_oracle", oracle_runs(WIDE_CASES), **MODULE_O
 
 def count_matmuls(y: torch.Tensor) -> int:
     """Matrix products in the autograd graph of y: a loop over heads repeats them once per head."""
-    seen, stack, count = set(), [y.grad_fn], 0
+    seen, stack = set(), [y.grad_fn]
     while stack:
         node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        name = type(node).__name__.lower()
-        if "mm" in name or "matmul" in name or "scaleddotproduct" in name or "attention" in name:
-            count += 1
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return count
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    words = ("mm", "matmul", "scaleddotproduct", "attention")
+    return sum(any(word in type(node).__name__.lower() for word in words) for node in seen)
 
 
 def record_matmuls(rec: Recorder, y: object) -> None:
@@ -192,8 +173,7 @@ GRAD_K, GRAD_HEADS = 16, 8
 
 def gradient_runs(k: int, heads: int, seed: int, tq: int, tk: int, mask: str | None,
                   seeds: tuple[int, int, int, int]) -> tuple[Runs, ...]:
-    """Cross-attention of a batch of two with an upstream gradient: the module's weights from seed, x (2, tq, k),
-    context (2, tk, k), a random mask (2, tq, tk) or none, and the upstream gradient from seeds, in that order."""
+    """One module (seed) on x (2, tq, k), context (2, tk, k), a mask or none, an upstream: from seeds."""
     return (Runs(Built("module", (k, heads), seed), (attention_case(
         "y", heads, 2, tq, k, seeds[:3], tk=tk, mask=mask, upstream=seeds[3]),)),)
 

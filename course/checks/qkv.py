@@ -14,6 +14,7 @@ ROLES = ("to_queries", "to_keys", "to_values")
 # (b, tq, tk, k, v): batch > 1, tq != tk, v != k, so swapped axes and roles change the shape
 ATTENTION_SHAPES = ((3, 4, 6, 5, 2), (2, 7, 3, 4, 6), (1, 1, 5, 3, 3), (4, 5, 5, 2, 7))
 MODULE_SHAPES = ((3, 5, 4), (2, 7, 6), (1, 1, 3))  # (b, t, k)
+AVERAGE = (2, 3, 6, 4, 5)  # (b, tq, tk, k, v) of the weighted-average cases
 SMALL = (2, 3, 4, 4, 2)  # (b, tq, tk, k, v) of the small case against PyTorch
 SECRET = (2, 3, 5, 4, 3)  # (b, tq, tk, k, v) of the secret case added to the case worked by hand under grading
 STRUCTURE_K = 6
@@ -22,44 +23,37 @@ PERMUTATION = (5, 2, 0, 4, 1, 3)
 
 # ---------------------------------------------------------------- attention: the cases
 
-def _named(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"queries": queries, "keys": keys, "values": values}
-
-
 def hand_inputs() -> dict[str, torch.Tensor]:
     """The notebook's example: one query, two keys, the values 10 and 20."""
-    q = torch.tensor([[[1.0, 0.0]]])  # (1, 1, 2)
-    k = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # (1, 2, 2)
-    v = torch.tensor([[[10.0], [20.0]]])  # (1, 2, 1)
-    return _named(q, k, v)
+    return {"queries": torch.tensor([[[1.0, 0.0]]]),  # (1, 1, 2)
+            "keys": torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]),  # (1, 2, 2)
+            "values": torch.tensor([[[10.0], [20.0]]])}  # (1, 2, 1)
 
 
 def _random_qkv(shape: tuple[int, ...], seeds: tuple[int, int, int]) -> dict[str, torch.Tensor]:
     b, tq, tk, k, v = shape
-    return _named(randn(b, tq, k, seed=seeds[0]), randn(b, tk, k, seed=seeds[1]), randn(b, tk, v, seed=seeds[2]))
+    return {"queries": randn(b, tq, k, seed=seeds[0]), "keys": randn(b, tk, k, seed=seeds[1]),
+            "values": randn(b, tk, v, seed=seeds[2])}
 
 
 def qkv_case(key: str, shape: tuple[int, ...], seeds: tuple[int, int, int], *, secret: bool = False,
              upstream_seed: int | None = None) -> Case:
-    """Random queries (b, tq, k), keys (b, tk, k), values (b, tk, v) from three seeds; with upstream_seed, an
-    upstream gradient of the output (b, tq, v) too."""
+    """Random queries (b, tq, k), keys (b, tk, k), values (b, tk, v) from seeds; an upstream (b, tq, v) too."""
     b, tq, tk, k, v = shape
     upstream = partial(randn, b, tq, v, seed=upstream_seed) if upstream_seed is not None else None
     return Case(key, partial(_random_qkv, shape, seeds), f"b={b}, tq={tq}, tk={tk}, k={k}, v={v}", secret, upstream)
 
 
-def _average_inputs(identical: bool) -> dict[str, torch.Tensor]:
-    """queries (2, 3, 4), keys (2, 6, 4), and six values (2, 6, 5): identical ones, or six different ones."""
-    values = randn(2, 1, 5, seed=532).expand(2, 6, 5).contiguous() if identical else randn(2, 6, 5, seed=533)
-    return _named(randn(2, 3, 4, seed=530), randn(2, 6, 4, seed=531), values)
+def _identical_values() -> dict[str, torch.Tensor]:
+    """The queries (2, 3, 4) and keys (2, 6, 4) of the AVERAGE case over six identical values (2, 6, 5)."""
+    return {**_random_qkv(AVERAGE, (530, 531, 532)), "values": randn(2, 1, 5, seed=532).expand(2, 6, 5).contiguous()}
 
 
 def lookup_inputs() -> dict[str, torch.Tensor]:
     """Orthonormal keys, and queries that are long copies of keys 2 and 0."""
     keys = torch.eye(4).unsqueeze(0)  # (1, 4, 4): orthonormal keys
-    values = randn(1, 4, 3, seed=540)
     queries = 30.0 * keys[:, [2, 0]]  # (1, 2, 4): look up keys 2 and 0
-    return _named(queries, keys, values)
+    return {"queries": queries, "keys": keys, "values": randn(1, 4, 3, seed=540)}
 
 
 # ---------------------------------------------------------------- attention: the checks
@@ -69,8 +63,7 @@ attention_by_hand = calls("attention_by_hand", (
     qkv_case("y_secret", SECRET, (570, 571, 572), secret=True)))
 #: the same queries and keys over identical values (y), then over different ones (y_anchor)
 attention_weighted_average = calls("attention_weighted_average", (
-    Case("y", partial(_average_inputs, True), "all values equal"),
-    Case("y_anchor", partial(_average_inputs, False), "queries (2, 3, 4), keys (2, 6, 4), values (2, 6, 5)")))
+    Case("y", _identical_values, "all values equal"), qkv_case("y_anchor", AVERAGE, (530, 531, 533))))
 attention_vs_pytorch = calls("attention_vs_pytorch", (qkv_case("y", SMALL, (560, 561, 562), upstream_seed=563),))
 attention_oracle = calls("attention_oracle", (
     *(qkv_case(f"y{i}", shape, (500 + i, 510 + i, 520 + i)) for i, shape in enumerate(ATTENTION_SHAPES)),

@@ -1,7 +1,6 @@
 """Judges for assignment 04 (probes in course/checks/multi_head.py): torch.stack/torch.cat for the head layout,
-nn.MultiheadAttention for the narrow module, F.scaled_dot_product_attention on the projections for the wide one, and
-the typical mistakes they can name; only the structure, the context, the causal mask and the loop over the heads are
-written out."""
+nn.MultiheadAttention (narrow) and F.scaled_dot_product_attention on the projections (wide), the typical mistakes
+they can name; only the structure, the context, the causal mask and the loop over the heads are written out."""
 
 import math
 from collections.abc import Callable
@@ -17,20 +16,9 @@ from course.checks.compare import Mistake, expect_close, fail, raised
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
-from course.judges import judge, mistakes, oracles
-from course.judges.kinds import (
-    ForwardOracle,
-    Oracle,
-    against,
-    against_forward,
-    anchor_forward,
-    declared,
-    expect_causal,
-    expect_linear_layers,
-    forward_output,
-    simulated,
-)
-from course.judges.qkv import expect_structure
+from course.judges import judge, kinds, mistakes, oracles
+from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared, simulated
+from course.judges.qkv import anchored, expect_structure, mistake_combinations
 
 NARROW_NAME = "MultiHeadAttention"
 WIDE_NAME = "WideMultiHeadAttention"
@@ -43,11 +31,8 @@ MAX_MATMULS = 12
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/multi_head.txt
 
 
-_MASK_HINT = ("The mask is broadcastable to (b, tq, tk), and the scores are (b, heads, tq, tk): put a heads axis "
-              "in it, e.g. torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1), or mask.unsqueeze(1) when it has 3 "
-              "dimensions. A (tq, tk) mask broadcasts as it is.")
-_SEPARATE_LAYERS = ("Two of {}'s layers are the same object. Queries, keys, values and unify_heads each need their own "
-           "nn.Linear.")
+_MASK_HINT = ("The mask broadcasts to (b, tq, tk), the scores are (b, heads, tq, tk): give it a heads axis, e.g. "
+              "torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1).")
 _SHAPES_RECIPE = ("Follow the shapes: project (b, t, k), split_heads to (b, heads, t, s), attention, merge_heads to "
                  "(b, t, k), unify_heads.")
 
@@ -55,8 +40,7 @@ _SHAPES_RECIPE = ("Follow the shapes: project (b, t, k), split_heads to (b, head
 # ---------------------------------------------------------------- split_heads and merge_heads
 
 def _split(x: torch.Tensor, heads: int, how: str = "right") -> torch.Tensor:
-    """Head i takes the i-th contiguous block of features, or how a typical mistake lays them out ("no transpose",
-    "interleaved"). (b, t, k) -> (b, h, t, s)."""
+    """Head i holds the i-th block of features, or a mistake's layout how. (b, t, k) -> (b, h, t, s)"""
     b, t, k = x.shape
     if how == "no transpose":
         return x.reshape(b, heads, t, k // heads)  # (b, h, t, s) without the transpose
@@ -105,17 +89,17 @@ against(probes.merge_heads_oracle, MERGE,
 
 
 def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, torch.Tensor]:
-    """The four layers are separate nn.Linear of the right sizes, with a bias only on unify_heads; and the values
-    the probe loaded into the five parameters (recreated here)."""
+    """The four separate nn.Linear (a bias only on unify_heads) and the weights the probe loaded."""
     __tracebackhide__ = True
     k, heads = built.args
     owner = WIDE_NAME if wide else NARROW_NAME
     width, spec = (k * heads, "k * heads") if wide else (k, "k")
     projection = (k, width, False, f"nn.Linear(k, {spec}, bias=False)")
     layers = {**dict.fromkeys(LAYERS[:3], projection), "unify_heads": (width, k, True, f"nn.Linear({spec}, k)")}
-    return expect_linear_layers(ev, built.key, f"{owner}({k}, {heads})", owner, layers, _SEPARATE_LAYERS.format(owner),
-                                {**dict.fromkeys(LAYERS[:3], M["projection-bias"]), "unify_heads": M["unify-no-bias"]},
-                                built.seed, GAINS)
+    return kinds.expect_linear_layers(ev, built.key, f"{owner}({k}, {heads})", owner, layers,
+                                      f"Two of {owner}'s layers are the same object: each needs its own nn.Linear.",
+                                      {**dict.fromkeys(LAYERS[:3], M["projection-bias"]),
+                                       "unify_heads": M["unify-no-bias"]}, built.seed, GAINS)
 
 
 def _wide_attention(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor,
@@ -133,8 +117,7 @@ def _forward(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor, co
              mask: torch.Tensor | None = None, *, scale: float, split: str = "right", merge: str = "right",
              use_context: bool = True, use_mask: bool = True, softmax_dim: int = -1,
              unify: bool = True) -> torch.Tensor:
-    """Multi-head attention written out with plain torch ops on x (b, tq, k), context (b, tk, k), with switches for
-    the typical mistakes; (b, tq, k)."""
+    """Multi-head attention with switches for the typical mistakes. x (b, tq, k), context (b, tk, k)."""
     source = x if context is None or not use_context else context
     q = _split(F.linear(x, w["to_queries.weight"]), heads, split)  # (b, h, tq, s)
     keys = _split(F.linear(source, w["to_keys.weight"]), heads, split)  # (b, h, tk, s)
@@ -149,36 +132,26 @@ def _forward(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor, co
 
 def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, wide: bool) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """The typical mistakes for this case as switches of _forward: each alone, then one scale, split, merge and other
-    mistake together (the module calls the student's own split_heads and merge_heads), named part by part."""
-    right = math.sqrt(k if wide else k // heads)
+    """The typical mistakes as switches of _forward, alone then together (named part by part)."""
     wrong = (((M["scaled-by-projected-size"], math.sqrt(k * heads)),
               (M["scaled-by-head-fraction"], math.sqrt(k / heads))) if wide
              else ((M["scaled-by-model-size"], math.sqrt(k)), (M["scaled-by-k-times-heads"], math.sqrt(k * heads))))
-    scales = ((None, right), *wrong, (M["unscaled"], 1.0))
+    scales = [((), {"scale": math.sqrt(k if wide else k // heads)}),
+              *(((m,), {"scale": scale}) for m, scale in (*wrong, (M["unscaled"], 1.0)))]
     splits = ((None, "right"), (M["heads-split-without-transpose"], "no transpose"),
               (M["heads-split-interleaved"], "interleaved"))
     merges = ((None, "right"), (M["heads-merged-without-transpose"], "no transpose"),
               (M["heads-merged-interleaved"], "interleaved"))
     both = {"no transpose": M["heads-reshaped-without-transpose"], "interleaved": M["heads-interleaved"]}
-    others: list[tuple[Mistake | None, dict[str, Any]]] = [
-        (None, {}), (M["softmax-over-queries"], {"softmax_dim": -2}), (M["unify-skipped"], {"unify": False})]
+    layouts = [((both[split],) if m_split and m_merge and split == merge else tuple(m for m in (m_split, m_merge) if m),
+                {"split": split, "merge": merge}) for (m_split, split), (m_merge, merge) in product(splits, merges)]
+    others: list[tuple[tuple[Mistake, ...], dict[str, Any]]] = [
+        ((), {}), ((M["softmax-over-queries"],), {"softmax_dim": -2}), ((M["unify-skipped"],), {"unify": False})]
     if context is not None and (mask is None or context.shape[1] == x.shape[1]):
-        others.append((M["context-ignored"], {"use_context": False}))
+        others.append(((M["context-ignored"],), {"use_context": False}))
     if mask is not None:
-        others.append((M["mask-ignored"], {"use_mask": False}))
-    single, several = [], []
-    for (m_scale, scale), (m_split, split), (m_merge, merge), (m_other, other) in product(scales, splits, merges,
-                                                                                         others):
-        layout = [both[split]] if m_split and m_merge and split == merge else [m for m in (m_split, m_merge) if m]
-        parts = [m for m in (m_scale, *layout, m_other) if m is not None]
-        simulate = partial(_forward, scale=scale, split=split, merge=merge, **other)
-        if len(parts) == 1:
-            single.append((parts[0], simulate))
-        elif parts:
-            several.append((Mistake(M["several-mistakes"].id, "several things at once. " + " ".join(
-                f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), simulate))
-    return single + several
+        others.append(((M["mask-ignored"],), {"use_mask": False}))
+    return mistake_combinations((scales, layouts, others), _forward)
 
 
 def _head_layout_hint(x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> str:
@@ -189,9 +162,8 @@ def _head_layout_hint(x: torch.Tensor, context: torch.Tensor | None = None, mask
 
 def _output_shape_hints(x: torch.Tensor, context: torch.Tensor | None = None,
                         mask: torch.Tensor | None = None) -> dict[tuple[int, ...], str]:
-    """The shape of an output per context position (b, tk, k), and what it suggests."""
-    return {(x.shape[0], (x if context is None else context).shape[1], x.shape[2]): "There is one output per context "
-            "position: the queries must come from x, keys and values from the context."}
+    tk = (x if context is None else context).shape[1]
+    return {(x.shape[0], tk, x.shape[2]): "There is one output per context position: the queries come from x."}
 
 
 NARROW = ForwardOracle(
@@ -214,42 +186,33 @@ def _expect_no_loop(ev: Evidence) -> None:
     __tracebackhide__ = True
     count = ev.facts.get("matmuls")
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        fail(f"The test recorded nothing about the computation of {NARROW_NAME}.forward: the check did not run to "
-             "the end.")
+        fail(f"The test recorded nothing about {NARROW_NAME}.forward's graph: the check did not run to the end.")
     if count > MAX_MATMULS:
         fail(f"{NARROW_NAME}.forward with {GRAD_HEADS} heads performs {count} matrix products, where the heads "
              f"computed together need about 6: {M['loop-over-heads'].explanation}", mistake=M["loop-over-heads"])
 
 
 against_forward(probes.multi_head_oracle, NARROW,
-                passed="Self- and cross-attention, 1-4 heads, masks (tq, tk), (b, tq, tk), (b, 1, tk) against "
-                       "nn.MultiheadAttention.")
+                passed="Self- and cross-attention, 1-4 heads, masks of three shapes against nn.MultiheadAttention.")
 against_forward(probes.wide_oracle, WIDE,
                 passed="The same cases against F.scaled_dot_product_attention on the projections, heads of size k.")
 against_forward(probes.multi_head_gradients, NARROW, tolerate_mistakes=True, then=_expect_no_loop,
-                passed="Gradients reach every parameter, x and the context, as autograd through "
-                       "nn.MultiheadAttention gives them; the heads are computed together, not in a Python loop.")
+                passed="Gradients reach every parameter, x and the context as through nn.MultiheadAttention; no loop.")
 against_forward(probes.multi_head_vs_pytorch, NARROW, then=_expect_no_loop,
-                passed="A small masked cross-attention case against nn.MultiheadAttention with the check's weights "
-                       "loaded into your module; gradients reach x, the context and every parameter; no Python loop "
-                       "over the heads.")
+                passed="A small masked cross-attention case and its gradients against nn.MultiheadAttention; no loop.")
 against_forward(probes.wide_vs_pytorch, WIDE,
-                passed="A small masked cross-attention case against PyTorch's fused attention on your projections, "
-                       "split into heads of size k; gradients reach x, the context and every parameter.")
+                passed="A small masked cross-attention case and its gradients against PyTorch's fused attention.")
 
 
 #: each module's structure check, its oracle, its parameter count from (k, heads) and as a formula, its pass line
 _STRUCTURES = ((probes.multi_head_structure, NARROW, lambda k, heads: 4 * k * k + k, "4k² + k",
-                "to_queries, to_keys, to_values: nn.Linear(k, k, bias=False); unify_heads: nn.Linear(k, k); 4k² + k "
-                "parameters."),
+                "Three bias-free k×k projections and unify_heads nn.Linear(k, k): 4k² + k parameters."),
                (probes.wide_structure, WIDE, lambda k, heads: 4 * heads * k * k + k, "4·heads·k² + k",
-                "Projections nn.Linear(k, k·heads, bias=False); unify_heads nn.Linear(k·heads, k); 4·heads·k² + k "
-                "parameters."))
+                "Projections nn.Linear(k, k·heads, bias=False), unify_heads nn.Linear(k·heads, k): 4·heads·k² + k."))
 for check, oracle, count, formula, passed in _STRUCTURES:
     declared(check, partial(expect_structure, check=check, oracle=oracle, claim=f"{oracle.owner} has the right layers",
                             count=(count(*check.runs[0].module.args), f"it should have {formula}",
-                                   "Are extra layers registered, or some kept in a plain Python list or dict (use "
-                                   "nn.ModuleList)?")), passed)
+                                   "Extra layers, or some kept in a plain list (use nn.ModuleList)?")), passed)
 
 
 @judge("multi_head_indivisible")
@@ -271,21 +234,17 @@ def _indivisible(ev: Evidence) -> None:
 
 
 def _expect_context(ev: Evidence, *, check: RunsCheck, oracle: ForwardOracle) -> None:
-    """forward(x) equals forward(x, context=x), forward(x, context=c) differs, and both are multi-head attention
-    (or a typical mistake of it) with the check's weights."""
+    """forward(x) == forward(x, context=x) != forward(x, context=c), all anchored to the oracle."""
     __tracebackhide__ = True
     (run,) = check.runs
-    w = oracle.weights(ev, run.module)
-    y = {case.key: forward_output(ev, case.key, oracle, case.inputs()) for case in run.cases}
+    y = anchored(ev, run, oracle, f"{oracle.owner} takes its keys and values from the context",
+                 oracle.weights(ev, run.module))
     expect_close(y["y_explicit"], y["y_self"], what=f"{oracle.owner}.forward(x, context=x)", device=ev.device,
                  case="x (2, 3, 8)", otherwise="With context=None the keys and values come from x, so forward(x) and "
                                                "forward(x, context=x) must agree.")
     if torch.allclose(y["y_cross"], y["y_self"], atol=1e-5):
         fail(f"{oracle.owner}.forward(x, context=c) gives the same result as forward(x): "
              f"{M['context-ignored'].explanation}", mistake=M["context-ignored"])
-    for case in run.cases[::2]:  # forward(x) and forward(x, context=c)
-        anchor_forward(ev, y[case.key], oracle, w, run.module.args, case.inputs(),
-                       f"{oracle.owner} takes its keys and values from the context", case.label)
 
 
 for check, oracle in ((probes.multi_head_context, NARROW), (probes.wide_context, WIDE)):
@@ -298,12 +257,10 @@ for check, oracle in ((probes.multi_head_context, NARROW), (probes.wide_context,
 def _causal_mask(ev: Evidence) -> None:
     """With a causal mask, (t, t) or one per batch element (b, t, t), changing input 4 changes no earlier output."""
     (run,) = probes.multi_head_causal.runs
-    args = run.module.args
     w = NARROW.weights(ev, run.module)
+    y = anchored(ev, run, NARROW, f"{NARROW_NAME} runs with a causal mask", w)
     for case, changed in zip(run.cases[::2], run.cases[1::2], strict=True):
         inputs = case.inputs()
-        y = forward_output(ev, case.key, NARROW, inputs)
-        expect_causal(ev, y, forward_output(ev, changed.key, NARROW, changed.inputs()), probes.CHANGED,
-                      f"{NARROW_NAME}.forward with a causal mask of shape {tuple(inputs['mask'].shape)}",
-                      simulated(NARROW, w, args, inputs), f"The mask is not applied to every head. {_MASK_HINT}")
-        anchor_forward(ev, y, NARROW, w, args, inputs, f"{NARROW_NAME} respects the causal mask", case.label)
+        kinds.expect_causal(ev, y[case.key], y[changed.key], probes.CHANGED,
+                            f"{NARROW_NAME}.forward with a causal mask of shape {tuple(inputs['mask'].shape)}",
+                            simulated(NARROW, w, run.module.args, inputs), f"Mask every head. {_MASK_HINT}")
