@@ -151,7 +151,7 @@ def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | Non
         others.append(((M["context-ignored"],), {"use_context": False}))
     if mask is not None:
         others.append(((M["mask-ignored"],), {"use_mask": False}))
-    return mistake_combinations((scales, layouts, others), _forward)
+    return mistake_combinations((scales, layouts, others), _forward, M["several-mistakes"])
 
 
 def _head_layout_hint(x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> str:

@@ -113,18 +113,19 @@ def _projected(w: dict[str, torch.Tensor], k: int, x: torch.Tensor, *, roles: tu
 
 
 def mistake_combinations(axes: Sequence[Sequence[tuple[tuple[Mistake, ...], Mapping[str, Any]]]],
-                         simulate: Callable[..., torch.Tensor]) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """simulate switched by one choice (mistakes made, switches) per axis: single mistakes, then several."""
-    single, several = [], []
+                         simulate: Callable[..., torch.Tensor],
+                         several: Mistake = M["several-mistakes"]) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
+    """simulate switched by one choice (mistakes made, switches) per axis: single mistakes, then under several."""
+    single, combined = [], []
     for choice in product(*axes):
         parts = [m for made, _ in choice for m in made]
         run = partial(simulate, **{name: value for _, switches in choice for name, value in switches.items()})
         if len(parts) == 1:
             single.append((parts[0], run))
         elif parts:
-            several.append((Mistake(M["several-mistakes"].id, "several things at once. " + " ".join(
+            combined.append((Mistake(several.id, "several things at once. " + " ".join(
                 f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), run))
-    return single + several
+    return single + combined
 
 
 def _qkv_simulators(k: int, x: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
