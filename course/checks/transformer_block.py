@@ -73,16 +73,14 @@ def block_case(key: str, shape: tuple[int, ...], seed: int, label: str, mask: st
 
 # ================================================================ FeedForward
 
-#: the notebook's example, loaded into FeedForward(1, 2) by role
-HAND_WEIGHTS = MappingProxyType({"f1w": ((1.0,), (-1.0,)), "f1b": (0.0, 0.0), "f2w": ((1.0, 1.0),), "f2b": (-1.0,)})
 FF_MODULE = Built("module", (6, 10), 900)
 FF_HAND = Built("hand", (1, 2), 950)
 FF_CASE = block_case("y", (2, 4, 6), 901, "x of shape (2, 4, 6), hidden=10")
 
 
 def hand_values() -> dict[str, torch.Tensor]:
-    """HAND_WEIGHTS as tensors, by role."""
-    return {role: torch.tensor(value) for role, value in HAND_WEIGHTS.items()}
+    """The notebook's example, loaded into FeedForward(1, 2), by role: FF(x) = |x| - 1."""
+    return {"f1w": torch.tensor([[1.0], [-1.0]]), "f1b": torch.zeros(2), "f2w": torch.ones(1, 2), "f2b": -torch.ones(1)}
 
 
 HAND_CASE = given("y_hand", partial(torch.tensor, [[[-2.0], [0.5], [3.0]]]),  # (1, 3, 1)
@@ -199,16 +197,22 @@ transformer_classifier_order_blind = builds_and_runs("transformer_classifier_ord
 CLASSIFIER_GRADIENTS = Built("module", ORDER_SHAPE, 2300)
 
 
-def gradient_tokens() -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.arange(9).view(3, 3), torch.tensor([0, 1, 2])  # every token used once; the labels
+def gradient_tokens() -> dict[str, torch.Tensor]:
+    """Every token used once, (3, 3), and the labels (3,)."""
+    return {"tokens": torch.arange(9).view(3, 3), "labels": torch.tensor([0, 1, 2])}
+
+
+GRADIENT_CASE = Case("y_grad", gradient_tokens, "tokens arange(9) as (3, 3), labels 0, 1, 2")
 
 
 def _probe_classifier_gradients(TransformerClassifier: Callable, rec: Recorder) -> None:
-    model = modules.build(rec, CLASSIFIER_GRADIENTS.key, TransformerClassifier, *CLASSIFIER_GRADIENTS.args,
-                          seed=CLASSIFIER_GRADIENTS.seed, **OPTIONS)
+    """The cross-entropy of the logits on GRADIENT_CASE backpropagated."""
+    built = CLASSIFIER_GRADIENTS
+    model = modules.build(rec, built.key, TransformerClassifier, *built.args, seed=built.seed, **OPTIONS)
     if model is not None:
-        tokens, labels = (t.to(rec.device) for t in gradient_tokens())
-        modules.record_backward(rec, "y_grad", model, tokens, loss=partial(F.cross_entropy, target=labels))
+        inputs = {name: t.to(rec.device) for name, t in GRADIENT_CASE.inputs().items()}
+        modules.record_backward(rec, GRADIENT_CASE.key, model, inputs["tokens"],
+                                loss=partial(F.cross_entropy, target=inputs["labels"]))
 
 
 transformer_classifier_gradients = Check("transformer_classifier_gradients", _probe_classifier_gradients)

@@ -1,9 +1,8 @@
 """Judges for assignment 05 (probes in course/checks/transformer_block.py): FeedForward, TransformerBlock and
 TransformerClassifier, their parts' roles mapped from the recorded structure whatever they are called; the oracles
-are nn.TransformerEncoderLayer (post-norm, ReLU) and F.linear / F.relu. The properties and the classifier are
-written out."""
+are nn.TransformerEncoderLayer (post-norm, ReLU) and F.linear / F.relu."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
@@ -14,9 +13,9 @@ import torch.nn.functional as F
 
 from course.checks import modules
 from course.checks import transformer_block as probes
-from course.checks.compare import Mistake, close, expect_close, fail, matches_any, output, tolerance
+from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Runs, drawn
+from course.checks.kinds import Built, Case, RunsCheck, drawn
 from course.checks.modules import MISSING_PART, WRONG_LAYER_SIZE
 from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
@@ -25,7 +24,7 @@ from course.judges.kinds import (
     against_block,
     anchor_forward,
     block_call,
-    expect_block_runs,
+    declared,
     forward_output,
     simulated,
 )
@@ -72,45 +71,42 @@ def _is_linear(entry: dict | None) -> bool:
         and isinstance(entry.get("out_features"), int)
 
 
+Named = dict[str, tuple[str | None, tuple[int, ...]]]  # role -> (the parameter playing it or None, its shape)
+
+
 def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | None, what: str,
-              in_block: bool) -> tuple[dict[str, str | None], dict[str, tuple[int, ...]]]:
-    """The two nn.Linear layers of a feed-forward module (names under prefix, found by type): roles f1 (k ->
-    hidden) and f2 (hidden -> k). hidden None: any hidden size, biases optional (a tolerant judge)."""
+              in_block: bool) -> Named:
+    """Roles f1 (k -> hidden), f2 (hidden -> k): the two nn.Linear under prefix; hidden None: any, biases optional."""
     __tracebackhide__ = True
     layers = [m for name, m in described.items() if name.startswith(prefix) and _is_linear(m)]
     if len(layers) != 2:
         _wrong(what, M["linear-count"], f" Found {len(layers)}: Linear(k, hidden), then Linear(hidden, k).")
     first, second = layers
-    in_order = first["in_features"] == k and second["out_features"] == k \
-        and first["out_features"] == second["in_features"]
-    if not in_order and second["in_features"] == k and first["out_features"] == k \
-            and second["out_features"] == first["in_features"]:
+    if (first["in_features"], second["out_features"]) != (k, k) and (second["in_features"], first["out_features"]) \
+            == (k, k) and second["out_features"] == first["in_features"]:
         first, second = second, first  # registered in the other order; the sizes tell them apart
     h = first["out_features"]
-    sizes = (first["in_features"], first["out_features"], second["in_features"], second["out_features"])
-    if sizes != (k, h if hidden is None else hidden, h if hidden is None else hidden, k):
+    sizes = (first["in_features"], h, second["in_features"], second["out_features"])
+    if sizes != (k, hidden or h, hidden or h, k):
         # the first hidden size that tells a typical mistake
-        mistake = next((mistake for mistake, seen in (
-            (M["hidden-ignored"], not in_block and h != hidden), (M["hidden-4x4"], in_block and h == 16 != hidden),
-            (M["hidden-equals-k"], in_block and h == k != hidden),
-            (M["hidden-ignores-ff-mult"], in_block and h == 4 * k != hidden)) if hidden is not None and seen),
-            WRONG_LAYER_SIZE)
-        _wrong(f"{what}'s linear layers map {sizes[0]} -> {sizes[1]} -> {sizes[3]}, not {k} -> {hidden or 'hidden'} "
-               f"-> {k}", mistake)
+        mistake = next((m for m, seen in ((M["hidden-ignored"], not in_block), (M["hidden-4x4"], in_block and h == 16),
+                                          (M["hidden-equals-k"], in_block and h == k),
+                                          (M["hidden-ignores-ff-mult"], in_block and h == 4 * k))
+                        if seen and hidden not in (None, h)), WRONG_LAYER_SIZE)
+        _wrong(f"{what}'s linear layers map {sizes[0]} -> {h} -> {sizes[3]}, not {k} -> {hidden or 'hidden'} -> {k}",
+               mistake)
     if hidden is not None and (first.get("bias") is not True or second.get("bias") is not True):
         _wrong(what, M["ff-no-bias"])
-    roles = {"f1w": f"{first['name']}.weight", "f1b": f"{first['name']}.bias" if first.get("bias") else None,
-             "f2w": f"{second['name']}.weight", "f2b": f"{second['name']}.bias" if second.get("bias") else None}
-    return roles, {"f1w": (h, k), "f1b": (h,), "f2w": (k, h), "f2b": (k,)}
+    return {"f1w": (f"{first['name']}.weight", (h, k)), "f2w": (f"{second['name']}.weight", (k, h)),
+            "f1b": (f"{first['name']}.bias" if first.get("bias") else None, (h,)),
+            "f2b": (f"{second['name']}.bias" if second.get("bias") else None, (k,))}
 
 
 @dataclass(frozen=True)
 class Roles:
-    """role -> the recorded parameter playing it (None: no such parameter) and the shape it must have; the number of
-    heads and the LayerNorm eps."""
+    """role -> (the recorded parameter playing it or None, its shape); the number of heads and the LayerNorm eps."""
 
-    names: Mapping[str, str | None]
-    shapes: Mapping[str, tuple[int, ...]]
+    named: Mapping[str, tuple[str | None, tuple[int, ...]]]
     heads: int = 1
     eps: float = 1e-5
 
@@ -131,29 +127,24 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
             _wrong(f"{what} has no module attribute `{part}`", MISSING_PART,
                    " The parts are self.attention, self.norm1, self.norm2 and self.ff.")
     described = modules.described(ev, key)
-    names: dict[str, str | None] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
-    attention = described.get(f"{prefix}attention")
-    if strict is None and isinstance(attention, dict) and attention.get("type") == "MultiheadAttention":
-        a = f"{prefix}attention."
-        names.update(wqkv=f"{a}in_proj_weight", bqkv=f"{a}in_proj_bias", wo=f"{a}out_proj.weight",
-                     bo=f"{a}out_proj.bias")
-        shapes.update(wqkv=(3 * k, k), bqkv=(3 * k,), wo=(k, k), bo=(k,))
+    a = f"{prefix}attention."
+    if strict is None and (described.get(a[:-1]) or {}).get("type") == "MultiheadAttention":
+        named: Named = {"wqkv": (f"{a}in_proj_weight", (3 * k, k)), "bqkv": (f"{a}in_proj_bias", (3 * k,)),
+                        "wo": (f"{a}out_proj.weight", (k, k)), "bo": (f"{a}out_proj.bias", (k,))}
     else:
-        for layer, role in zip(ATTENTION_LAYERS, ("q", "k", "v", "o"), strict=True):
-            entry = described.get(f"{prefix}attention.{layer}")
+        named = {}
+        for layer, role in zip(ATTENTION_LAYERS, "qkvo", strict=True):
+            entry = described.get(a + layer)
             if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
                 _wrong(f"{what}.attention is a {str(parts['attention'])[:60]} without a {k} -> {k} nn.Linear "
                        f"`{layer}`", M["not-course-attention"])
-            names[f"w{role}"] = f"{prefix}attention.{layer}.weight"
-            names[f"b{role}"] = f"{prefix}attention.{layer}.bias" if entry.get("bias") else None
-            shapes[f"w{role}"], shapes[f"b{role}"] = (k, k), (k,)
+            named[f"w{role}"] = (f"{a}{layer}.weight", (k, k))
+            named[f"b{role}"] = (f"{a}{layer}.bias" if entry.get("bias") else None, (k,))
     heads = fact.get("heads")
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1 or k % heads:
         _wrong(f"{what}.attention has no attribute `heads` dividing k={k}", M["not-course-attention"])
     if strict is not None and heads != strict[0]:
         _wrong(f"{what}.attention has {heads} heads, not {strict[0]}", M["heads-not-passed"])
-    eps = 1e-5
     shared = fact.get("shared_norms") is True
     for i in (1, 2):
         norm = described.get(f"{prefix}norm{1 if shared else i}")
@@ -161,27 +152,24 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
                 or norm.get("affine") is not True:
             shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
             _wrong(f"{what}.norm{i} is {shown}, not nn.LayerNorm({k})", M["wrong-norm"])
-        if i == 1 and isinstance(norm.get("eps"), float) and 0 < norm["eps"] <= 1e-2:
-            eps = norm["eps"]
-        names[f"n{i}w"], names[f"n{i}b"] = f"{norm['name']}.weight", f"{norm['name']}.bias"
-        shapes[f"n{i}w"], shapes[f"n{i}b"] = (k,), (k,)
+        named[f"n{i}w"], named[f"n{i}b"] = (f"{norm['name']}.weight", (k,)), (f"{norm['name']}.bias", (k,))
     if shared and strict is not None:
         _wrong(what, M["shared-norm"])
-    ff_names, ff_shapes = _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k,
-                                    f"{what}.ff", in_block=True)
-    return Roles(MappingProxyType(names | ff_names), MappingProxyType(shapes | ff_shapes), heads, eps)
+    eps = described[f"{prefix}norm1"].get("eps")
+    named |= _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k, f"{what}.ff", True)
+    return Roles(MappingProxyType(named), heads, eps if isinstance(eps, float) and 0 < eps <= 1e-2 else 1e-5)
 
 
-def _recreated(ev: Evidence, key: str, roles: Roles, seed: int, owner: str) -> dict[str, torch.Tensor]:
+def _recreated(ev: Evidence, built: Built, what: str, *roles: Roles) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded, for every parameter a role names (recreated here, never read)."""
     __tracebackhide__ = True
-    shapes = {name: roles.shapes[role] for role, name in roles.names.items() if name is not None}
-    return modules.expect_parameters(ev, key, owner, shapes, seed)
+    shapes = {name: shape for r in roles for name, shape in r.named.values() if name is not None}
+    return modules.expect_parameters(ev, built.key, what, shapes, built.seed)
 
 
 def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
     """role -> tensor (w by parameter name); nn.MultiheadAttention's packed projections split into q, k and v."""
-    v = {role: (w[name] if name is not None else None) for role, name in roles.names.items()}
+    v = {role: (w[name] if name is not None else None) for role, (name, _) in roles.named.items()}
     if "wqkv" in v:
         v["wq"], v["wk"], v["wv"] = v.pop("wqkv").chunk(3)
         bqkv = v.pop("bqkv")
@@ -246,34 +234,18 @@ def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, s
                              "tests (exercise 1) first."), "post", kind) for m, kind in FF_MISTAKES]
 
 
-def _expect_moved(ev: Evidence, run: Runs, block: BlockOracle, kept: list[int] | slice, moved: list[int] | slice,
-                  what: str, otherwise: str, claim: str) -> None:
-    """A property of run's module (its structure judged by block) on its two cases (b, t, k): the second's
-    outputs[:, kept] are the first's outputs[:, moved]; and the first's is a real computation (anchor_forward)."""
-    __tracebackhide__ = True
-    roles, w = block.structure(ev, run.module)
-    oracle = block.oracle(roles)
-    plain, other = run.cases
-    y = forward_output(ev, plain.key, oracle, plain.inputs())
-    y_other = forward_output(ev, other.key, oracle, other.inputs())
-    expect_close(y_other[:, kept], y[:, moved], what=what, device=ev.device, case=other.label, otherwise=otherwise)
-    anchor_forward(ev, y, oracle, w, run.module.args, dict(plain.inputs()), claim, plain.label)
-
-
 # ================================================================ FeedForward
 
 def _ff_weights(ev: Evidence, built: Built, recreate: bool = True) -> tuple[Roles, dict[str, torch.Tensor]]:
-    """The feed-forward layer's roles (two linear layers k -> hidden -> k with biases, nothing else with
-    parameters) and the values the probe loaded, by parameter name (none unless recreate)."""
+    """FeedForward's roles (k -> hidden -> k, biases, nothing else) and the weights loaded (none unless recreate)."""
     __tracebackhide__ = True
     k, hidden = built.args
     what = block_call(built, FF_NAME)
     modules.built(ev, built.key, what)
-    names, shapes = _ff_roles(modules.described(ev, built.key), "", k, hidden, what, in_block=False)
+    roles = Roles(MappingProxyType(_ff_roles(modules.described(ev, built.key), "", k, hidden, what, False)))
     modules.expect_parameter_count(ev, built.key, what, 2 * k * hidden + hidden + k,
                                    "two linear layers with biases make 2·k·hidden + hidden + k", "")
-    roles = Roles(MappingProxyType(names), MappingProxyType(shapes))
-    return roles, _recreated(ev, built.key, roles, built.seed, what) if recreate else {}
+    return roles, _recreated(ev, built, what, roles) if recreate else {}
 
 
 def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor) -> torch.Tensor:
@@ -312,30 +284,23 @@ def _judge_ff_structure(ev: Evidence) -> None:
                    probes.FF_CASE.label)
 
 
-@judge("feed_forward_oracle")
-def _judge_ff_oracle(ev: Evidence) -> None:
-    """Random weights and inputs of several shapes against F.linear(F.relu(F.linear(x, W1, b1)), W2, b2); and
-    each position is transformed alone: changing one position changes that output only."""
-    *runs, local = probes.feed_forward_oracle.runs
-    expect_block_runs(ev, tuple(runs), FF)
-    _expect_moved(ev, local, FF, [0, 1, 2, 4], [0, 1, 2, 4], f"{FF_NAME}.forward at the positions that did not change",
-                  "Changing position 3 of the input changed other positions' outputs. The feed-forward layer acts on "
-                  "the last dimension only; nothing should mix positions.", f"{FF_NAME} transforms each position alone")
+against_block(probes.feed_forward_oracle, FF,
+              passed="Random weights and inputs of several shapes against F.linear(F.relu(F.linear(x, W1, b1)), W2, "
+                     "b2); and each position is transformed alone: changing one position changes that output only.")
 
 
 # ================================================================ TransformerBlock
 
 def _encoder_block_weights(ev: Evidence, built: Built, strict: bool,
                            counted: bool = False) -> tuple[Roles, dict[str, torch.Tensor]]:
-    """The block's roles (its structure checked, strictly or tolerantly; counted: and nothing else with parameters)
-    and the values the probe loaded, by parameter name."""
+    """The block's roles (strictly or tolerantly; counted: nothing else has parameters) and the weights loaded."""
     __tracebackhide__ = True
     k, heads, *ff_mult = built.args
     what = block_call(built, BLOCK_NAME)
     modules.built(ev, built.key, what)
     mult = ff_mult[0] if ff_mult else 4
     roles = _block_roles(ev, built.key, "", k, what, (heads, mult) if strict else None)
-    w = _recreated(ev, built.key, roles, built.seed, what)
+    w = _recreated(ev, built, what, roles)
     hidden = mult * k
     if counted:
         modules.expect_parameter_count(ev, built.key, what, (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k),
@@ -379,8 +344,8 @@ against_block(probes.transformer_block_structure, COUNTED, claim="has the right 
 def _judge_normalised(ev: Evidence) -> None:
     """A post-norm block ends with a fresh LayerNorm: each output position has mean 0 and variance 1."""
     roles, w = TOLERANT.structure(ev, probes.NORMALISED)
-    fresh = {**w, **{roles.names[role]: torch.ones(8) for role in ("n1w", "n2w")},
-             **{roles.names[role]: torch.zeros(8) for role in ("n1b", "n2b")}}
+    # the norms as the probe reset them: gain 1, bias 0
+    fresh = w | {roles.named[f"n{i}{p}"][0]: torch.full((8,), float(p == "w")) for i in (1, 2) for p in "wb"}
     oracle, case = _encoder_block_oracle(roles), probes.NORMALISED_CASE
     inputs = dict(case.inputs())
     y = forward_output(ev, case.key, oracle, inputs)
@@ -409,34 +374,31 @@ against_block(probes.transformer_block_mask, STRICT,
               passed="A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention.")
 
 
-@judge("transformer_block_gradients")
-def _judge_block_gradients(ev: Evidence) -> None:
-    """A loss on the output sends autograd's gradient to every parameter and to the input; and without positions,
-    permuting the input positions permutes the outputs the same way."""
-    gradients, perm = probes.transformer_block_gradients.runs
-    expect_block_runs(ev, (gradients,), TOLERANT)
-    _expect_moved(ev, perm, TOLERANT, slice(None), list(probes.PERMUTATION), f"{BLOCK_NAME}.forward on permuted "
-                  "positions", "Every part of the block is permutation equivariant, so the block must be too. Does "
-                  "something mix positions outside the attention (a norm or a mean over dim=1)?",
-                  f"{BLOCK_NAME} is permutation equivariant")
+def _permutes_outputs(ev: Evidence) -> None:
+    """Without positions, permuting the input positions permutes the outputs the same way."""
+    __tracebackhide__ = True
+    plain, permuted = probes.transformer_block_gradients.runs[1].cases
+    expect_close(ev.tensors[permuted.key], ev.tensors[plain.key][:, list(probes.PERMUTATION)], device=ev.device,
+                 what=f"{BLOCK_NAME}.forward on permuted positions", case=permuted.label,
+                 otherwise="Every part of the block is permutation equivariant, so the block must be too. Does "
+                           "something mix positions outside the attention (a norm or a mean over dim=1)?")
+
+
+against_block(probes.transformer_block_gradients, TOLERANT, claim="is permutation equivariant",
+              then=_permutes_outputs,
+              passed="A loss on the output sends autograd's gradient to every parameter and to the input; and without "
+                     "positions, permuting the input positions permutes the outputs the same way.")
 
 
 # ================================================================ TransformerClassifier
 
-@dataclass(frozen=True)
-class Classifier:
-    """The parts of a classifier: its embedding and output layer (parameter names) and its blocks' roles."""
-
-    embedding: str
-    out_weight: str
-    out_bias: str | None
-    blocks: tuple[Roles, ...]
+#: the roles of a classifier's own parameters (e: the embedding; ow, ob: the output layer), and its blocks' roles
+Classifier = tuple[Roles, tuple[Roles, ...]]
 
 
 def _classifier_values(ev: Evidence, built: Built,
                        counted: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
-    """The embedding, the blocks (in order) and the output layer of a classifier, found by type (its structure
-    checked; counted: and nothing else with parameters), and the values the probe loaded, by parameter name."""
+    """The classifier's roles: embedding, blocks in order, output layer (counted: nothing else); the weights loaded."""
     __tracebackhide__ = True
     key, (vocab, k, _, depth, classes) = built.key, built.args
     what = block_call(built, CLASSIFIER_NAME)
@@ -458,129 +420,106 @@ def _classifier_values(ev: Evidence, built: Built,
     if not outputs:
         _wrong(what, M["no-output-layer"], f" Here nn.Linear({k}, {classes}), outside the blocks.")
     blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
-    out = outputs[-1]
-    parts = Classifier(f"{embeddings[0]['name']}.weight", f"{out['name']}.weight",
-                       f"{out['name']}.bias" if out.get("bias") else None, blocks)
-    own = Roles(MappingProxyType({"e": parts.embedding, "ow": parts.out_weight, "ob": parts.out_bias}),
-                MappingProxyType({"e": (vocab, k), "ow": (classes, k), "ob": (classes,)}))
-    w: dict[str, torch.Tensor] = {}
-    for roles in (*blocks, own):
-        w.update(_recreated(ev, key, roles, built.seed, what))
+    out = outputs[-1]["name"]
+    own = Roles(MappingProxyType({"e": (f"{embeddings[0]['name']}.weight", (vocab, k)),
+                                  "ow": (f"{out}.weight", (classes, k)),
+                                  "ob": (f"{out}.bias" if outputs[-1].get("bias") else None, (classes,))}))
+    w = _recreated(ev, built, what, *blocks, own)
     if counted:
         per_block = modules.parameter_count(ev, key, names[0] + ".")
         modules.expect_parameter_count(ev, key, what, vocab * k + depth * per_block + k * classes + classes,
                                        f"the embedding ({vocab * k}), {depth} blocks ({per_block} each) and the "
                                        f"output layer ({k * classes + classes}) make", "Is an extra layer registered?")
-    return parts, w
+    return (own, blocks), w
 
 
-def _stacks(parts: Classifier, w: Mapping[str, torch.Tensor], tokens: torch.Tensor, layout: str,
-            ff: str) -> dict[str, torch.Tensor]:
-    """What the heads are computed from, the blocks computed as (layout, ff) (see _block_forward): the embeddings,
-    the blocks applied in order, the first block alone and the last block on the embeddings."""
-    x = F.embedding(tokens, w[parts.embedding])  # (b, t, k)
-
-    def block(roles: Roles, h: torch.Tensor) -> torch.Tensor:
-        return _block_forward(_values(roles, w), h, None, roles.heads, roles.eps, layout, ff)
-
-    outs = [block(parts.blocks[0], x)]
-    for roles in parts.blocks[1:]:
-        outs.append(block(roles, outs[-1]))
-    last = outs[0] if len(outs) == 1 else block(parts.blocks[-1], x)
-    return {"embedded": x, "chained": outs[-1], "first": outs[0], "last": last}
-
-
-def _head(parts: Classifier, w: Mapping[str, torch.Tensor], stacks: Mapping[str, torch.Tensor],
-          kind: str = "mean") -> torch.Tensor:
-    """The logits from the blocks' outputs: kind "mean" is the right head, any other a CLASSIFIER_MISTAKES id."""
-    h = stacks[{"blocks-skipped": "embedded", "first-block-only": "first", "blocks-not-chained": "last"}
-               .get(kind, "chained")]
+def _classifier_logits(parts: Classifier, layout: str, ff: str, head: str, w: Mapping[str, torch.Tensor],
+                       *_: int, tokens: torch.Tensor) -> torch.Tensor:
+    """The logits (b, classes) for tokens (b, t), the blocks computed as (layout, ff) (see _block_forward): head
+    "mean" is the right head, any other a CLASSIFIER_MISTAKES id."""
+    own, blocks = parts
+    v = _values(own, w)
+    x = h = F.embedding(tokens, v["e"])  # (b, t, k)
+    for roles in {"blocks-skipped": (), "first-block-only": blocks[:1]}.get(head, blocks):
+        h = _block_forward(_values(roles, w), x if head == "blocks-not-chained" else h, None, roles.heads, roles.eps,
+                           layout, ff)
     pooled = {"sum-pooling": lambda: h.sum(dim=1), "first-token": lambda: h[:, 0], "last-token": lambda: h[:, -1],
-              "max-pooling": lambda: h.amax(dim=1)}.get(kind, lambda: h.mean(dim=1))()  # (b, k)
-    logits = F.linear(pooled, w[parts.out_weight], None if parts.out_bias is None else w[parts.out_bias])
+              "max-pooling": lambda: h.amax(dim=1)}.get(head, lambda: h.mean(dim=1))()  # (b, k)
+    logits = F.linear(pooled, v["ow"], v["ob"])  # (b, classes)
     return {"softmax-on-logits": lambda: F.softmax(logits, dim=-1),
-            "log-softmax-on-logits": lambda: F.log_softmax(logits, dim=-1)}.get(kind, lambda: logits)()
+            "log-softmax-on-logits": lambda: F.log_softmax(logits, dim=-1)}.get(head, lambda: logits)()
 
 
-def _expect_logits(ev: Evidence, built: Built, key: str, tokens: torch.Tensor, case: str, counted: bool = False,
-                   attached: bool = False, shape_hints: Mapping[tuple[int, ...], str] | None = None
-                   ) -> tuple[Classifier, dict[str, torch.Tensor], str, str, torch.Tensor]:
-    """The classifier's structure (_classifier_values), and its logits (b, classes) under key for tokens (b, t): the
+def _expect_logits(ev: Evidence, built: Built, case: Case, counted: bool = False,
+                   attached: bool = False) -> tuple[Classifier, dict[str, torch.Tensor], str, str, torch.Tensor]:
+    """The classifier's structure (_classifier_values), and its logits (b, classes) for case's tokens (b, t): the
     right head on the student's blocks, right or typically wrong (returned: parts, weights, layout, ff, logits)."""
     __tracebackhide__ = True
     parts, w = _classifier_values(ev, built, counted)
-    what = f"{CLASSIFIER_NAME}.forward(tokens)"
-    y = output(ev, key, what=what, shape=(len(tokens), built.args[4]), hint=_CLASSIFIER_HINT, shape_hints=shape_hints)
-    if attached:
-        modules.expect_attached(ev, key, what)
-    right: dict[tuple[str, str], torch.Tensor] = {}
-    mistaken: list[tuple[Mistake, torch.Tensor, torch.Tensor]] = []
-    with torch.no_grad():
-        for _, layout, ff in _block_specs(None):
-            stacks = _stacks(parts, w, tokens, layout, ff)
-            right[layout, ff] = _head(parts, w, stacks)
-            if matches_any(y, [right[layout, ff]], ev.device):
-                return parts, w, layout, ff, y
-            for m in CLASSIFIER_MISTAKES:
-                out = _head(parts, w, stacks, m.id)
-                if matches_any(y, [out], ev.device):
-                    mistaken.append((m, right[layout, ff], out))
-    expected, mistakes = (mistaken[0][1], [mistaken[0][::2]]) if mistaken else (right["post", "relu"], [])
-    expect_close(y, expected, what=what, device=ev.device, mistakes=mistakes, otherwise=_CLASSIFIER_HINT, case=case)
-    return parts, w, "post", "relu", y  # not reached: y is none of the computations above
-
-
-@judge("transformer_classifier_structure")
-def _judge_classifier_structure(ev: Evidence) -> None:
-    """An embedding, depth separate registered blocks and a linear output layer; logits of shape (b, num_classes)."""
-    (run,) = probes.transformer_classifier_structure.runs
-    (case,) = run.cases
-    tokens, classes = case.inputs()["tokens"], run.module.args[4]
-    b, t = tokens.shape
-    _expect_logits(ev, run.module, case.key, tokens, case.label, counted=True, shape_hints={
+    tokens, what, classes = case.inputs()["tokens"], f"{CLASSIFIER_NAME}.forward(tokens)", built.args[4]
+    (b, t), heads = tokens.shape, ("mean", *(m.id for m in CLASSIFIER_MISTAKES))
+    y = output(ev, case.key, what=what, shape=(b, classes), hint=_CLASSIFIER_HINT, shape_hints={
         (t, classes): "There is one row per position: the mean runs over the batch (dim=0), not the positions.",
         (b, t, classes): "There is one row per position: average over the positions (dim=1) before the output layer."})
+    if attached:
+        modules.expect_attached(ev, case.key, what)
+    with torch.no_grad():
+        outs = {(layout, ff): [_classifier_logits(parts, layout, ff, head, w, tokens=tokens) for head in heads]
+                for _, layout, ff in _block_specs(None)}
+    # the blocks as the student's compute them: those the right head matches, else those a wrong head matches
+    right = [spec for spec, (mean, *_) in outs.items() if matches_any(y, [mean], ev.device)]
+    wrong = [spec for spec, (_, *mistaken) in outs.items() if matches_any(y, mistaken, ev.device)]
+    layout, ff = (right or wrong or [("post", "relu")])[0]
+    expect_close(y, outs[layout, ff][0], what=what, device=ev.device, otherwise=_CLASSIFIER_HINT, case=case.label,
+                 mistakes=list(zip(CLASSIFIER_MISTAKES, outs[layout, ff][1:], strict=True)))
+    return parts, w, layout, ff, y
 
 
-@judge("transformer_classifier_oracle")
-def _judge_classifier_oracle(ev: Evidence) -> None:
-    """Random weights and tokens: embedding -> your blocks in order -> mean over positions -> linear (the blocks
-    recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock computes them)."""
-    for run in probes.transformer_classifier_oracle.runs:
-        (case,) = run.cases
-        _expect_logits(ev, run.module, case.key, case.inputs()["tokens"], case.label)
+def against_classifier(check: RunsCheck, *, passed: str, counted: bool = False) -> Callable[[Evidence], None]:
+    """Register the judge of a classifier check: each module's first case against the right head on its blocks
+    (counted: and nothing else with parameters); the logits of its other cases (positions permuted) must be the
+    first's. passed: the line a student reads when the test passes."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        for run in check.runs:
+            plain, *permuted = run.cases
+            *_, y = _expect_logits(ev, run.module, plain, counted)
+            for case in permuted:
+                y_perm = output(ev, case.key, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=tuple(y.shape),
+                                hint=_CLASSIFIER_HINT)
+                expect_close(y_perm, y, what=f"{CLASSIFIER_NAME}.forward on shuffled tokens", device=ev.device,
+                             case=case.label, otherwise="Equivariant blocks followed by a mean over the positions "
+                             "cannot see order: is something position-dependent used?")
+
+    return declared(check, judged, passed)
 
 
-@judge("transformer_classifier_order_blind")
-def _judge_classifier_order(ev: Evidence) -> None:
-    """Without positions the whole classifier is permutation invariant: shuffled tokens give the same logits."""
-    (run,) = probes.transformer_classifier_order_blind.runs
-    plain, permuted = run.cases
-    *_, y = _expect_logits(ev, run.module, plain.key, plain.inputs()["tokens"], plain.label)
-    y_perm = output(ev, permuted.key, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=tuple(y.shape),
-                    hint=_CLASSIFIER_HINT)
-    if not close(y_perm, y, **tolerance(ev.device)):
-        fail(f"{CLASSIFIER_NAME}.forward on shuffled tokens changes the logits. Equivariant blocks followed by a mean "
-             "over the positions cannot see order: is something position-dependent used?", y, y_perm,
-             case=permuted.label)
+against_classifier(probes.transformer_classifier_structure, counted=True,
+                   passed="An embedding, depth separate registered blocks and a linear output layer; logits of shape "
+                          "(b, num_classes).")
+against_classifier(probes.transformer_classifier_oracle,
+                   passed="Random weights and tokens: embedding -> your blocks in order -> mean over positions -> "
+                          "linear (the blocks recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock "
+                          "computes them).")
+against_classifier(probes.transformer_classifier_order_blind,
+                   passed="Without positions the whole classifier is permutation invariant: shuffled tokens give the "
+                          "same logits.")
 
 
 @judge("transformer_classifier_gradients")
 def _judge_classifier_gradients(ev: Evidence) -> None:
     """A small batch: the logits are the classifier's, and their cross-entropy sends autograd's gradient to the
     embedding, every block and the output layer."""
-    tokens, labels = probes.gradient_tokens()
-    parts, w, layout, ff, _ = _expect_logits(ev, probes.CLASSIFIER_GRADIENTS, "y_grad", tokens,
-                                             "tokens arange(9) as (3, 3), depth=2", attached=True)
-
-    def forward(leaves: dict[str, torch.Tensor]) -> torch.Tensor:
-        return _head(parts, leaves, _stacks(parts, leaves, tokens, layout, ff))
-
+    tokens, labels = probes.gradient_tokens().values()
+    parts, w, layout, ff, _ = _expect_logits(ev, probes.CLASSIFIER_GRADIENTS, probes.GRADIENT_CASE, attached=True)
+    own = parts[0].named
     hint = (f"If your {BLOCK_NAME} does not pass its own tests yet (exercise 2), fix it first: a block cut off "
             "from autograd stops the gradient before it reaches the blocks and the embedding.")
+    forward = partial(_classifier_logits, parts, layout, ff, "mean", tokens=tokens)
     modules.expect_gradients(ev, modules.autograd(forward, w, {}, partial(F.cross_entropy, target=labels)),
-                             owner=CLASSIFIER_NAME, case="tokens arange(9) as (3, 3), labels 0, 1, 2",
+                             owner=CLASSIFIER_NAME, case=probes.GRADIENT_CASE.label,
                              oracle="embedding, nn.TransformerEncoderLayer blocks, mean and linear layer with the "
                                     "same weights",
                              present=modules.parameter_names(ev, probes.CLASSIFIER_GRADIENTS.key),
-                             hints={name: hint for name in w if name != parts.out_weight and name != parts.out_bias})
+                             hints={name: hint for name in w if name not in (own["ow"][0], own["ob"][0])})
