@@ -197,19 +197,10 @@ def _top_k_mask(logits: torch.Tensor, top_k: int | None, largest: bool = True) -
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def _column_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor | None:
-    """logits (b, V) with all but the top_k of each COLUMN at -inf (top-k-wrong-dim); None where it cannot apply."""
-    if top_k is None or top_k >= logits.shape[-1] or top_k > logits.shape[0]:
-        return None
-    kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
 def _nucleus(probs: torch.Tensor, top_p: float | None, *, through: bool = False,
              descending: bool = True) -> torch.Tensor:
-    """probs (b, V) renormalized over each row's nucleus: ranked most likely first (descending=False: least likely,
-    top-p-ascending), a token is kept while the probability ranked before it (through: up to and including it,
-    top-p-includes-itself) is below top_p. A row keeping nothing comes out NaN; None keeps every token."""
+    """probs (b, V) renormalized over each row's nucleus: a token ranked (descending) is kept while the probability
+    ranked before it (through: up to and including it) is below top_p. A row keeping nothing comes out NaN."""
     if top_p is None:
         return probs
     ranked, order = probs.sort(dim=-1, descending=descending, stable=True)  # (b, V)
@@ -221,10 +212,9 @@ def _nucleus(probs: torch.Tensor, top_p: float | None, *, through: bool = False,
 
 def _draw(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator,
           how: str = "full", top_p: float | None = None, renormalize: str = "divide") -> torch.Tensor:
-    """The oracle: torch.multinomial with this generator over the logits, those outside the top_k at -inf (how="ties":
-    ties with the k-th largest kept too; "subset": over the top_k logits alone), then over the nucleus of top_p,
-    renormalized by a division ("divide") or a softmax again ("softmax"); argmax at temperature 0. The ways differ
-    only where logits tie at the k-th largest (as the stand-ins' exact logits can) or in a float's last bits."""
+    """The oracle: torch.multinomial with this generator over softmax(logits / T) outside the top_k at -inf (how:
+    "ties" keeps ties with the k-th largest, "subset" draws over the top_k logits alone), then over the nucleus of
+    top_p renormalized by a division or a softmax again; argmax at T = 0. The ways differ only where logits tie."""
     if temperature == 0:
         return logits.argmax(dim=-1)
     indices = None
@@ -265,8 +255,8 @@ def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
     return torch.multinomial(probs, 1, generator=generator(seed)).squeeze(-1)
 
 
-def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor]]:
-    """The tokens of the typical mistakes on the case, with its generator (those multinomial refuses left out)."""
+def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor | None]]:
+    """The tokens of the typical mistakes on the case with its generator; None where multinomial refuses them."""
     logits, temperature, top_k, top_p, seed = spec.logits(), spec.temperature, spec.top_k, spec.top_p, spec.seed + 1
     masked = _top_k_mask(logits, top_k)
 
@@ -288,11 +278,12 @@ def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor]]:
     if top_k is not None and top_k < logits.shape[-1]:
         out += [(M["top-k-ignored"], _draw(logits, temperature, None, generator(seed), top_p=top_p)),
                 (M["top-k-smallest"], draw(_top_k_mask(logits, top_k, largest=False) / temperature))]
-        if (column := _column_top_k(logits, top_k)) is not None:
-            out.append((M["top-k-wrong-dim"], draw(column / temperature)))
+        if top_k <= logits.shape[0]:  # top-k over the batch: all but the top_k of each COLUMN at -inf
+            kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column
+            out.append((M["top-k-wrong-dim"], draw(logits.masked_fill(logits < kth, float("-inf")) / temperature)))
         # last, so that it changes no diagnosis above: the k-th largest masked too (logits <= kth), k - 1 kept
         out.append((M["top-k-too-few"], draw(_top_k_mask(logits, top_k - 1) / temperature)))
-    return [(mistake, tokens) for mistake, tokens in out if tokens is not None]
+    return out
 
 
 _SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k logits of each row set to -inf; with "
@@ -308,37 +299,22 @@ def _no_distribution(ev: Evidence, key: str) -> str:
     return message if "probability tensor contains" in message or "invalid multinomial" in message else ""
 
 
-def _token_ids(ev: Evidence, key: str, what: str, hint: str) -> torch.Tensor:
-    """The token ids (int64, as argmax and multinomial give them) the student's function returned under key."""
+def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows: int | None = None,
+               greedy: bool = False) -> torch.Tensor:
+    """The token ids (int64, as argmax and multinomial give them) the student's function returned under key; rows:
+    a sampler's, one per row of the logits (b,), its refused probabilities named."""
     __tracebackhide__ = True
+    if rows is not None and (message := _no_distribution(ev, key)):
+        named = M["greedy-divides-by-zero"] if greedy else M["no-distribution"]
+        fail(f"{what} raised {message}. The likely cause: {named.explanation}", mistake=named)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
-    return out
-
-
-def _sampled_tokens(ev: Evidence, key: str, b: int, what: str, greedy: bool = False) -> torch.Tensor:
-    """The (b,) token ids the student's function returned."""
-    __tracebackhide__ = True
-    if message := _no_distribution(ev, key):
-        named = M["greedy-divides-by-zero"] if greedy else M["no-distribution"]
-        fail(f"{what} raised {message}. The likely cause: {named.explanation}", mistake=named)
-    out = _token_ids(ev, key, what, _SAMPLE_HINT)
-    if tuple(out.shape) != (b,):
+    if rows is not None and tuple(out.shape) != (rows,):
         column = " One id per COLUMN? Take the argmax or the top-k over the vocabulary." if out.dim() == 1 else ""
-        fail(f"{what} returned shape {tuple(out.shape)}; expected ({b},), one token id per row.{column}",
+        fail(f"{what} returned shape {tuple(out.shape)}; expected ({rows},), one token id per row.{column}",
              mistake=compare.WRONG_SHAPE)
     return out
-
-
-def _emptied_rows(logits: torch.Tensor, spec: SamplingCase) -> list[str]:
-    """The mistakes (top-k-wrong-dim, top-p-includes-itself) that leave a row of the case with no token to draw."""
-    column = _column_top_k(logits, spec.top_k)
-    found = ["top-k-wrong-dim"] if column is not None and bool(column.isneginf().all(dim=-1).any()) else []
-    if spec.top_p is not None and spec.temperature != 0:
-        probs = F.softmax(_top_k_mask(logits, spec.top_k) / spec.temperature, dim=-1)
-        found += ["top-p-includes-itself"] if bool(torch.isnan(_nucleus(probs, spec.top_p, through=True)).any()) else []
-    return found
 
 
 def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase] = ()) -> None:
@@ -349,16 +325,18 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
         _expect_within_top_k(ev, spec)
         return
     greedy, rng = spec.temperature == 0, M["sampling-global-rng"]
+    drawn = [] if greedy else _sample_mistakes(spec)
     refused = "" if greedy else _no_distribution(ev, spec.key)
-    for name in _emptied_rows(spec.logits(), spec) if refused else ():
-        fail(f"{spec.call} raised {refused}. A row had no token left to draw, as when {M[name].explanation}",
-             mistake=M[name])
+    for emptied in (M["top-k-wrong-dim"], M["top-p-includes-itself"]) if refused else ():  # a row with no token
+        if any(mistake is emptied and tokens is None for mistake, tokens in drawn):
+            fail(f"{spec.call} raised {refused}. A row had no token left to draw: {emptied.explanation}",
+                 mistake=emptied)
     keys = [f"{spec.key}{i}" for i in range(len(spec.global_seeds))] or [spec.key]
-    outs = [_sampled_tokens(ev, key, spec.b, spec.call, greedy) for key in keys]
+    outs = [_token_ids(ev, key, spec.call, rows=spec.b, greedy=greedy) for key in keys]
     if not torch.equal(outs[0], outs[-1]):
         fail(f"{spec.call} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
              f"{rng.explanation}", compare.Rows(outs[0]), compare.Rows(outs[-1]), "two global seeds", rng)
-    mistakes = [] if greedy else _sample_mistakes(spec)
+    mistakes = [(mistake, tokens) for mistake, tokens in drawn if tokens is not None]
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
     if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
@@ -374,60 +352,53 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
     __tracebackhide__ = True
     allowed, what = set(spec.logits()[0].topk(spec.top_k).indices.tolist()), spec.call.replace("logits", "one row")
     for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
-        drawn = set(_sampled_tokens(ev, key, spec.b, what).tolist())
-        wrong = [m for m, bad in ((M["top-k-ignored"], not drawn <= allowed),
-                                  (M["top-k-too-few"], len(drawn) < spec.top_k)) if bad]
-        if wrong:
-            fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top {spec.top_k} "
-                 f"are {sorted(allowed)}: {wrong[0].explanation}", mistake=wrong[0])
-    expect_equal(_sampled_tokens(ev, spec.key, spec.b, what), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
+        drawn = set(_token_ids(ev, key, what, rows=spec.b).tolist())
+        for mistake, wrong in ((M["top-k-ignored"], not drawn <= allowed),
+                               (M["top-k-too-few"], len(drawn) < spec.top_k)):
+            if wrong:
+                fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top "
+                     f"{spec.top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
+    expect_equal(_token_ids(ev, spec.key, what, rows=spec.b), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
                  case=f"top_k={spec.top_k}", differs=_NOT_DRAWN)
 
 
 # ---------------------------------------------------------------- generate
 
-def _oracle_generate(spec: Generation, *, pattern: str = "plain", position: int = -1, seed: int | None = None,
-                     settings: bool = True, how: str = "full", renormalize: str = "divide") -> torch.Tensor:
-    """generate's tokens (b, t0 + n) on the stand-in: pattern 'plain', 'cached' (generate_cached) or a cache mistake;
-    seed replaces the generator's; settings=False draws at temperature 1 with neither top_k nor top_p."""
-    model, prompt = probes.stand_in(spec)
+def _oracle_generate(spec: Generation, *, pattern: str = "", position: int = -1, seed: int | None = None,
+                     settings: bool = True) -> list[torch.Tensor]:
+    """generate's tokens (b, t0 + n) on the stand-in with each right sampler (_ways): pattern 'plain', 'cached'
+    (generate_cached; "": the case's) or a cache mistake; seed replaces the generator's; settings=False draws once,
+    at temperature 1 with neither top_k nor top_p."""
     temperature, top_k, top_p = (spec.temperature, spec.top_k, spec.top_p) if settings else (1.0, None, None)
-    gen = generator(spec.seed + 1 if seed is None else seed)
-    tokens, cache, first = prompt, None, None
-    with torch.no_grad():
-        for _ in range(spec.new_tokens):
-            if pattern == "plain":
-                logits = model(tokens)
-            elif cache is None:
-                logits, cache = model(tokens, use_cache=True)
-                first = cache
-            else:  # the last token (refeed: all of them) with the cache, none (no-cache) or the first one (stale)
-                past = {"cached": cache, "refeed": cache, "no-cache": None, "stale": first}[pattern]
-                logits, grown = model(tokens if pattern == "refeed" else tokens[:, -1:], cache=past, use_cache=True)
-                cache = grown if pattern in ("cached", "refeed") else cache
-            nxt = _draw(logits[:, position], temperature, top_k, gen, how, top_p, renormalize)
-            tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
-    return tokens
-
-
-def _generate_mistakes(spec: Generation, good: list[torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
-    """The tokens of generate's typical mistakes on the case (generate_cached's too where spec.use_cache)."""
-    pattern = "cached" if spec.use_cache else "plain"
-    out = [(M["generate-drops-prompt"], g[:, spec.t0:]) for g in good]  # the stand-in: cached and plain the same
-    for how, way in _ways(spec.top_p):  # each mistake with every right sampler (they differ only where logits tie)
-        def oracle(how: str = how, way: str = way, **options) -> torch.Tensor:
-            return _oracle_generate(spec, how=how, renormalize=way, **{"pattern": pattern, **options})
-
-        out += [(M["generate-first-position"], oracle(position=0)),
-                (M["generate-forgets-generator"], oracle(seed=GLOBAL_SEED))]
-        if (how, way) == ("full", "divide"):  # without the settings there is no top k or top p
-            out.append((M["generate-ignores-settings"], oracle(settings=False)))
-        if spec.use_cache:
-            out += [(M["generate-cache-refeeds"], oracle(pattern="refeed")),
-                    (M["generate-cache-not-passed"], oracle(pattern="no-cache")),
-                    (M["generate-stale-cache"], oracle(pattern="stale"))]
+    pattern = pattern or ("cached" if spec.use_cache else "plain")
+    out = []
+    for how, renormalize in _ways(top_p) if settings else [("full", "divide")]:
+        model, tokens = probes.stand_in(spec)
+        gen, cache, first = generator(spec.seed + 1 if seed is None else seed), None, None
+        with torch.no_grad():
+            for _ in range(spec.new_tokens):
+                if pattern == "plain":
+                    logits = model(tokens)
+                elif cache is None:
+                    logits, cache = model(tokens, use_cache=True)
+                    first = cache
+                else:  # the last token (refeed: all of them) with the cache, none (no-cache) or the first (stale)
+                    past = {"cached": cache, "refeed": cache, "no-cache": None, "stale": first}[pattern]
+                    logits, grown = model(tokens if pattern == "refeed" else tokens[:, -1:], cache=past, use_cache=True)
+                    cache = grown if pattern in ("cached", "refeed") else cache
+                nxt = _draw(logits[:, position], temperature, top_k, gen, how, top_p, renormalize)
+                tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
+        out.append(tokens)
     return out
 
+
+#: generate's typical mistakes as options of _oracle_generate; the last three only in generate_cached
+_GENERATE_MISTAKES = ((M["generate-first-position"], {"position": 0}),
+                      (M["generate-forgets-generator"], {"seed": GLOBAL_SEED}),
+                      (M["generate-ignores-settings"], {"settings": False}),
+                      (M["generate-cache-refeeds"], {"pattern": "refeed"}),
+                      (M["generate-cache-not-passed"], {"pattern": "no-cache"}),
+                      (M["generate-stale-cache"], {"pattern": "stale"}))
 
 #: how generate (False) and generate_cached (True) feed the model
 _FEED = {False: "at each step run the model on the whole sequence so far",
@@ -445,8 +416,10 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     hint = (f"Start from the prompt; {_FEED[use_cache]}; draw the next token from the logits of the LAST position "
             "with sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
     out = _token_ids(ev, key, what, hint)
-    good = [_oracle_generate(spec, how=how, renormalize=way) for how, way in _ways(spec.top_p)]
-    mistakes = _generate_mistakes(spec, good)
+    good = _oracle_generate(spec, pattern="plain")
+    mistakes = [(M["generate-drops-prompt"], g[:, t0:]) for g in good]  # the stand-in: cached and plain the same
+    mistakes += [(mistake, tokens) for mistake, options in _GENERATE_MISTAKES[: 6 if use_cache else 3]
+                 for tokens in _oracle_generate(spec, **options)]
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
     if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
         fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
