@@ -286,10 +286,9 @@ def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor | N
     return out
 
 
-_SAMPLE_HINT = ("probs = softmax(logits / temperature) with all but the top_k logits of each row set to -inf; with "
-                "top_p, only the nucleus kept (sorted descending, a token kept when the probability ranked before it "
-                "is below top_p) and renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1). "
-                "At temperature 0: logits.argmax(-1).")
+_SAMPLE_HINT = ("probs = softmax(logits / temperature), all but the top_k logits of each row at -inf; with top_p only "
+                "the nucleus (sorted descending, a token kept while the probability ranked before it is below top_p), "
+                "renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1); at T = 0, argmax.")
 _NOT_DRAWN = "does not give the tokens torch.multinomial draws with the given generator"
 
 
@@ -300,13 +299,12 @@ def _no_distribution(ev: Evidence, key: str) -> str:
 
 
 def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows: int | None = None,
-               greedy: bool = False) -> torch.Tensor:
-    """The token ids (int64, as argmax and multinomial give them) the student's function returned under key; rows:
-    a sampler's, one per row of the logits (b,), its refused probabilities named."""
+               refused: Mistake = M["no-distribution"]) -> torch.Tensor:
+    """The token ids (int64, as argmax and multinomial give them) returned under key; rows: a sampler's, one per row
+    of the logits (b,), probabilities multinomial refused named as `refused`."""
     __tracebackhide__ = True
     if rows is not None and (message := _no_distribution(ev, key)):
-        named = M["greedy-divides-by-zero"] if greedy else M["no-distribution"]
-        fail(f"{what} raised {message}. The likely cause: {named.explanation}", mistake=named)
+        fail(f"{what} raised {message}. The likely cause: {refused.explanation}", mistake=refused)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
@@ -326,13 +324,12 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
         return
     greedy, rng = spec.temperature == 0, M["sampling-global-rng"]
     drawn = [] if greedy else _sample_mistakes(spec)
-    refused = "" if greedy else _no_distribution(ev, spec.key)
-    for emptied in (M["top-k-wrong-dim"], M["top-p-includes-itself"]) if refused else ():  # a row with no token
-        if any(mistake is emptied and tokens is None for mistake, tokens in drawn):
-            fail(f"{spec.call} raised {refused}. A row had no token left to draw: {emptied.explanation}",
-                 mistake=emptied)
+    # where the call raised, a mistake that leaves a row with no token to draw is named (top-k over the batch first)
+    emptied = [m for m in (M["top-k-wrong-dim"], M["top-p-includes-itself"])
+               if not spec.global_seeds and any(mistake is m and tokens is None for mistake, tokens in drawn)]
+    refused = [*emptied, M["greedy-divides-by-zero"] if greedy else M["no-distribution"]][0]
     keys = [f"{spec.key}{i}" for i in range(len(spec.global_seeds))] or [spec.key]
-    outs = [_token_ids(ev, key, spec.call, rows=spec.b, greedy=greedy) for key in keys]
+    outs = [_token_ids(ev, key, spec.call, rows=spec.b, refused=refused) for key in keys]
     if not torch.equal(outs[0], outs[-1]):
         fail(f"{spec.call} gave other tokens for the same generator after PyTorch's global generator was reseeded: "
              f"{rng.explanation}", compare.Rows(outs[0]), compare.Rows(outs[-1]), "two global seeds", rng)
@@ -366,9 +363,8 @@ def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
 
 def _oracle_generate(spec: Generation, *, pattern: str = "", position: int = -1, seed: int | None = None,
                      settings: bool = True) -> list[torch.Tensor]:
-    """generate's tokens (b, t0 + n) on the stand-in with each right sampler (_ways): pattern 'plain', 'cached'
-    (generate_cached; "": the case's) or a cache mistake; seed replaces the generator's; settings=False draws once,
-    at temperature 1 with neither top_k nor top_p."""
+    """generate's tokens (b, t0 + n) on the stand-in with each right sampler (_ways), the model fed as pattern says
+    ("": the case's); seed replaces the generator's; settings=False draws once at T = 1 without top_k or top_p."""
     temperature, top_k, top_p = (spec.temperature, spec.top_k, spec.top_p) if settings else (1.0, None, None)
     pattern = pattern or ("cached" if spec.use_cache else "plain")
     out = []
