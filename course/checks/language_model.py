@@ -269,11 +269,10 @@ class StandInLM(nn.Module):
         super().__init__()
         g = generator(seed)
         self.max_len = max_len
-        self.table = nn.Parameter(torch.randint(-3, 4, (vocab_size, vocab_size), generator=g).float(),
-                                  requires_grad=False)
-        self.positions = nn.Parameter(torch.randint(-2, 3, (max_len, vocab_size), generator=g).float() / 2,
-                                      requires_grad=False)
-        self.tiebreak = nn.Parameter(torch.arange(vocab_size, dtype=torch.float32) / 997, requires_grad=False)
+        fixed = partial(nn.Parameter, requires_grad=False)
+        self.table = fixed(torch.randint(-3, 4, (vocab_size, vocab_size), generator=g).float())
+        self.positions = fixed(torch.randint(-2, 3, (max_len, vocab_size), generator=g).float() / 2)
+        self.tiebreak = fixed(torch.arange(vocab_size, dtype=torch.float32) / 997)
         self.calls: list[list] = []
 
     def forward(self, tokens: torch.Tensor, cache: list | None = None, use_cache: bool = False):

@@ -317,10 +317,20 @@ def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows
 
 def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase] = ()) -> None:
     """The case's tokens are torch.multinomial's with its generator (argmax at temperature 0), whatever the global
-    generator's state, which they leave alone; else the typical mistake is named (cases: the check's)."""
+    generator's state, which they leave alone; else the typical mistake is named (cases: the check's). Copies of
+    one row: every draw within its top k, also on the notebook's device."""
     __tracebackhide__ = True
     if spec.copies:
-        _expect_within_top_k(ev, spec)
+        allowed, what = set(spec.logits()[0].topk(spec.top_k).indices.tolist()), spec.call.replace("logits", "one row")
+        for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
+            drawn = set(_token_ids(ev, key, what, rows=spec.b).tolist())
+            for mistake, wrong in ((M["top-k-ignored"], not drawn <= allowed),
+                                   (M["top-k-too-few"], len(drawn) < spec.top_k)):
+                if wrong:
+                    fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top "
+                         f"{spec.top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
+        expect_equal(_token_ids(ev, spec.key, what, rows=spec.b), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
+                     case=f"top_k={spec.top_k}", differs=_NOT_DRAWN)
         return
     greedy, rng = spec.temperature == 0, M["sampling-global-rng"]
     drawn = [] if greedy else _sample_mistakes(spec)
@@ -342,21 +352,6 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
                  otherwise=_SAMPLE_HINT, differs=_NOT_DRAWN)
     if spec.global_seeds and ev.facts.get("global_state_changed") != [False] * len(keys):
         fail(f"{spec.call} changed the state of PyTorch's global generator: {rng.explanation}", mistake=rng)
-
-
-def _expect_within_top_k(ev: Evidence, spec: SamplingCase) -> None:
-    """spec.b draws from copies of one row give each of its top k and nothing else; on the CPU the oracle's draws."""
-    __tracebackhide__ = True
-    allowed, what = set(spec.logits()[0].topk(spec.top_k).indices.tolist()), spec.call.replace("logits", "one row")
-    for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
-        drawn = set(_token_ids(ev, key, what, rows=spec.b).tolist())
-        for mistake, wrong in ((M["top-k-ignored"], not drawn <= allowed),
-                               (M["top-k-too-few"], len(drawn) < spec.top_k)):
-            if wrong:
-                fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top "
-                     f"{spec.top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
-    expect_equal(_token_ids(ev, spec.key, what, rows=spec.b), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
-                 case=f"top_k={spec.top_k}", differs=_NOT_DRAWN)
 
 
 # ---------------------------------------------------------------- generate
@@ -396,11 +391,6 @@ _GENERATE_MISTAKES = ((M["generate-first-position"], {"position": 0}),
                       (M["generate-cache-not-passed"], {"pattern": "no-cache"}),
                       (M["generate-stale-cache"], {"pattern": "stale"}))
 
-#: how generate (False) and generate_cached (True) feed the model
-_FEED = {False: "at each step run the model on the whole sequence so far",
-         True: "the first call feeds the prompt with use_cache=True, each later one only the last token, "
-               "tokens[:, -1:], with the cache the call before returned"}
-
 
 def _expect_generation(ev: Evidence, spec: Generation) -> None:
     """The oracle's tokens on the case's stand-in, the model called as the cache (or its absence) asks."""
@@ -409,8 +399,10 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
     nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
     what = (f"{'generate_cached' if use_cache else 'generate'}(model, prompt {(b, t0)}, max_new_tokens={n}, "
             f"temperature={spec.temperature:g}, top_k={spec.top_k}{nucleus}, generator=generator)")
-    hint = (f"Start from the prompt; {_FEED[use_cache]}; draw the next token from the logits of the LAST position "
-            "with sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
+    feed = ("the first call feeds the prompt with use_cache=True, each later one only tokens[:, -1:] with the cache "
+            "the call before returned" if use_cache else "at each step run the model on the whole sequence so far")
+    hint = (f"Start from the prompt; {feed}; draw the next token from the logits of the LAST position with "
+            "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
     out = _token_ids(ev, key, what, hint)
     good = _oracle_generate(spec, pattern="plain")
     mistakes = [(M["generate-drops-prompt"], g[:, t0:]) for g in good]  # the stand-in: cached and plain the same
