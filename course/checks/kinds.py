@@ -266,8 +266,7 @@ def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
 def record_calls(rec: Recorder, model: Any, tokens: torch.Tensor, vocab: int, logits: str | None,
                  changed: Sequence[int] = (), chunks: Sequence[int] = (), prefix: str = "",
                  steps: str = "step") -> None:
-    """Without autograd, the model on tokens (b, t) (under logits, unless None), on them changed from each j on
-    (<prefix>changed<j>), then on them chunk by chunk with the cache the call before returned (<steps><c>)."""
+    """Without autograd, the model on tokens (b, t), on them changed from each j on, then chunk by chunk, cached."""
     with torch.no_grad():
         if logits is not None:
             rec.call(logits, model, tokens.to(rec.device))
@@ -292,24 +291,19 @@ def model_facts(model: Any, parts: Sequence[str], block_parts: Sequence[str], ki
     return facts
 
 
-def _dot(upstream: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return (y * upstream.to(y.device)).sum()
-
-
 def probe_model(rec: Recorder, run: Any, cls: Callable, *args: Any, facts: Callable[[Any], Mapping[str, Any]],
                 chunks: Sequence[int] = (), steps: str = "step", train: bool = False) -> Any:
-    """A language model's run: cls(*args) built under run.model with the weights of run.seed (evaluation mode), then
-    with run.upstream the gradients of sum(logits · run.upstream_gradient()) on run.tokens() (in training mode where
-    train), else its calls recorded (:func:`record_calls`: run.logits, run.changed under run.prefix, chunks under
-    steps); returns the model, None when it could not be built."""
+    """cls(*args) built with run.seed's weights; its gradients where run.upstream (train: in training mode), else its
+    calls (:func:`record_calls`); the model, or None when it could not be built."""
     model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False)
     if model is None:
         return None
     tokens = run.tokens()
     if run.upstream:
         model.train(train)
+        upstream = run.upstream_gradient()
         modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
-                                loss=partial(_dot, run.upstream_gradient()))
-    record_calls(rec, model, tokens, run.case.vocab, None if run.upstream else run.logits, run.changed, chunks,
-                 run.prefix, steps)
+                                loss=lambda y: (y * upstream.to(y.device)).sum())
+    record_calls(rec, model, tokens, getattr(run, "case", run).vocab, None if run.upstream else run.logits,
+                 run.changed, chunks, f"{run.model}.", steps)
     return model

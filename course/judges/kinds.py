@@ -525,12 +525,9 @@ Switches = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class ModelOracle:
-    """A language model: tokens (b, t) -> logits (b, t, vocab); called with use_cache=True, (logits, cache), the
-    cache a (keys, values) pair per block that the next call, given it, continues from. weights(ev, run) judges the
-    structure of a run's model and returns the weights the probe loaded; compute(w, case, tokens, cache=None,
-    **switches) -> (logits, cache) is the model written out, the switches turning a typical mistake on. A run
-    (course/checks/kinds.py's probe_model) has case (b, t, vocab, k, heads, depth and call, its constructor call),
-    the keys model, logits and prefix, tokens(), changed, upstream and upstream_gradient()."""
+    """A language model, tokens (b, t) -> logits (b, t, vocab) (use_cache=True: (logits, a (keys, values) pair per
+    block)): weights(ev, run) judges its structure and returns its weights; compute(w, case, tokens, cache=None,
+    **switches) -> (logits, cache) writes it out, the switches turning a typical mistake on."""
 
     owner: str  # the student's class, e.g. "LanguageModel"
     weights: Callable[[Evidence, Any], dict[str, torch.Tensor]]
@@ -547,8 +544,8 @@ class ModelOracle:
 
 def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
                   mistakes: Sequence[Mistake | None] = (None, None, None)) -> list[dict]:
-    """The model's blocks (its record under key): an nn.ModuleList of depth separate blocks (mistakes: a plain list,
-    another count, one block shared), each with the parts (name, kind, how to create it); returns their facts."""
+    """The facts of the model's depth separate blocks in an nn.ModuleList (mistakes: a plain list, another count, one
+    block shared), each with the parts (name, kind, how to create it)."""
     __tracebackhide__ = True
     blocks = modules.expect_part(ev, key, owner, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
                                  "nn.ModuleList of `depth` blocks")
@@ -575,8 +572,7 @@ def model_logits(ev: Evidence, oracle: ModelOracle, key: str, case: Any, what: s
 
 def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, case: Any, tokens: torch.Tensor,
               chunks: tuple[int, ...], switches: Switches) -> tuple[list[torch.Tensor], list[list]]:
-    """The logits of each chunk of tokens (b, t) fed to compute with the cache of the call before, and the cache
-    after it, without autograd."""
+    """The logits of each chunk of tokens (b, t) fed to compute with the cache before it, and the cache after it."""
     with torch.no_grad():
         cache, logits, caches = None, [], []
         for start, end in chunk_bounds(chunks):
@@ -588,12 +584,10 @@ def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, cas
 
 def expect_model(ev: Evidence, run: Any, oracle: ModelOracle, *, exact: bool = False,
                  owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The run's model has its parts (oracle.weights) and gives the logits of a language model with the check's
-    weights, right or typically wrong (exact: the oracle's, the typical mistake named); causal where run.changed;
-    where run.upstream, in autograd's graph with autograd's gradients through what it computes. owner: the class
-    the call is named by (a subclass). Returns the weights and the logits."""
+    """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
+    causal where run.changed, autograd's gradients where run.upstream; owner: a subclass. Returns (weights, logits)."""
     __tracebackhide__ = True
-    case, tokens, owner = run.case, run.tokens(), owner or oracle.owner
+    case, tokens, owner = getattr(run, "case", run), run.tokens(), owner or oracle.owner
     what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
     w = oracle.weights(ev, run)
     logits = model_logits(ev, oracle, run.logits, case, what)
@@ -604,7 +598,7 @@ def expect_model(ev: Evidence, run: Any, oracle: ModelOracle, *, exact: bool = F
     found = [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
              if not right and matches_any(logits, [out], ev.device)]
     for j in run.changed:
-        expect_causal(ev, logits, model_logits(ev, oracle, f"{run.prefix}changed{j}", case, what), j,
+        expect_causal(ev, logits, model_logits(ev, oracle, f"{run.model}.changed{j}", case, what), j,
                       f"{owner} is not causal", wrong, oracle.causal, oracle.reads_future)
     if not right and not found:
         fail(f"{owner} has the right parts, but it is not a language model with the check's weights: {oracle.hint}",
@@ -628,9 +622,8 @@ def expect_model(ev: Evidence, run: Any, oracle: ModelOracle, *, exact: bool = F
 def expect_step(ev: Evidence, key: str, owner: str, start: int, end: int, logits: Callable[..., torch.Tensor],
                 shape: tuple[int, ...], depth: int, not_returned: Mistake | None = None,
                 bad_cache: Mistake | None = None) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """What owner.forward returned under key for tokens[:, start:end] after a cache of start positions: the pair
-    (logits, read by logits(key=, what=), cache), the cache a list of depth (keys, values) pairs, each of shape
-    (b, heads, end, s); not_returned and bad_cache name a failure there."""
+    """The pair (logits, read by logits(key=, what=), cache) owner.forward returned for tokens[:, start:end], the
+    cache depth (keys, values) pairs of this shape; not_returned and bad_cache name a failure there."""
     __tracebackhide__ = True
     what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
     expect_tuple(ev, key, what, f"{what} should return a pair, (logits, cache)"
@@ -654,12 +647,11 @@ def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, 
                        chunks: tuple[int, ...], key: str, heads: int, differs: Mistake, *, owner: str = "",
                        errors: tuple[tuple[str, int, Mistake], ...] = (), not_returned: Mistake | None = None,
                        bad_cache: Mistake | None = None, caches: bool = True) -> None:
-    """The run's tokens fed in chunks of these sizes (<key><c>), each with the cache the call before returned: the
-    logits of one call without it (full), and per block the keys and values (b, heads, t, s) the oracle caches
-    (caches=False: only their shapes); else the cache mistake that gives them all (or a raised error's: errors, (a
-    phrase of its message, the least cache, mistake)) is named, or differs."""
+    """The run's tokens fed in chunks (<key><c>) with the cache give the logits of one call (full) and the oracle's
+    keys and values (caches=False: their shapes); else the cache mistake (errors: (phrase, least cache, mistake) of
+    a raised error) that gives them all is named, or differs."""
     __tracebackhide__ = True
-    case, tokens, bounds, owner = run.case, run.tokens(), chunk_bounds(chunks), owner or oracle.owner
+    case, tokens, bounds, owner = getattr(run, "case", run), run.tokens(), chunk_bounds(chunks), owner or oracle.owner
     steps = []
     for c, (start, end) in enumerate(bounds):
         message = str(ev.facts[f"{key}{c}"].get("message"))[:300] if value_kind(ev, f"{key}{c}") == "raised" else ""
@@ -694,3 +686,14 @@ def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, 
          "Positions continue after the cache, the cached keys and values go in front of the new ones, and the "
          "causal mask is shifted by the cache."), full[0, start:end, 0], logits[0, :, 0], mistake=named or differs,
          case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
+
+
+def block_layout(x: torch.Tensor, attend: Callable, ff: Callable, norm1: Callable, norm2: Callable,
+                 layout: str = "pre") -> torch.Tensor:
+    """A block on x (b, t, k): "pre"-norm, "post"-norm (the norms after the residual sums) or "no-residual"."""
+    if layout == "post":
+        x = norm1(x + attend(x))
+        return norm2(x + ff(x))
+    residual = layout != "no-residual"
+    x = attend(norm1(x)) + (x if residual else 0)
+    return ff(norm2(x)) + (x if residual else 0)
