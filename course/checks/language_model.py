@@ -61,7 +61,7 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
 @dataclass(frozen=True)
 class ModelRun:
     """The case's model (weights: seed) under key `model` run on lm_tokens(case, seed + 10), logits under `logits`,
-    then with the tokens from each j in `changed` on changed (changed<j>); upstream: gradients of sum(logits·randn)."""
+    then with the tokens from each j in `changed` on changed (<model>.changed<j>); upstream: gradients."""
 
     model: str
     logits: str
@@ -69,8 +69,6 @@ class ModelRun:
     seed: int
     changed: tuple[int, ...] = ()
     upstream: int | None = None
-
-    prefix = ""  # of the keys of the changed tokens' calls
 
     def tokens(self) -> torch.Tensor:
         return lm_tokens(self.case, self.seed + 10)

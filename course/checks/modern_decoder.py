@@ -230,9 +230,8 @@ gqa_hidden = property_check("gqa_hidden", _probe_attention, (
 
 @dataclass(frozen=True)
 class ModelRun:
-    """ModernLanguageModel(...) (<key>.model) on b random sequences of t tokens (<key>.logits), changed from
-    position j (changed<j>), fed chunk by chunk with the cache (step<i>), with gradients (upstream), max_len + 1
-    tokens long (too_long)."""
+    """ModernLanguageModel(...) (<key>.model) on b random sequences of t tokens (<key>.logits), changed from j on,
+    fed chunk by chunk with the cache (<key>.step<i>), with gradients (upstream), max_len + 1 tokens long (too_long)."""
 
     key: str
     b: int
@@ -262,21 +261,12 @@ class ModelRun:
         return randn(self.b, self.t, self.vocab, seed=self.seed + 20)
 
     @property
-    def case(self) -> "ModelRun":
-        """Its sizes (b, t, vocab, k, heads, depth), where the model kind reads them."""
-        return self
-
-    @property
     def model(self) -> str:
         return f"{self.key}.model"
 
     @property
     def logits(self) -> str:
         return f"{self.key}.logits"
-
-    @property
-    def prefix(self) -> str:
-        return f"{self.key}."
 
 
 MODEL_PARTS = ("token_embedding", "blocks", "norm", "to_logits")

@@ -20,6 +20,7 @@ from course.judges.kinds import (
     LossOracle,
     ModelOracle,
     against_loss,
+    block_layout,
     each_case,
     expect_blocks,
     expect_model,
@@ -102,11 +103,14 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
         x = x + w["position_embedding.weight"][start : start + t]
     allowed = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past if offset else 0)
     allowed = {"none": torch.ones_like(allowed), "inverted": ~allowed}.get(mask, allowed)
-    new_cache = []
-    for i in range(case.depth):
-        p = f"blocks.{i}."
-        h = layer_norm(w, f"{p}norm1", x) if layout in ("pre", "no-residual") else x
-        q, keys, values = (dense(w, f"{p}attention.to_{name}", h) for name in ("queries", "keys", "values"))
+
+    def ff(h: torch.Tensor, p: str) -> torch.Tensor:
+        return dense(w, f"{p}ff.net.2", F.relu(dense(w, f"{p}ff.net.0", h)))
+
+    def attend(h: torch.Tensor, i: int) -> torch.Tensor:
+        """Block i's attention on h (b, t, k), what it caches appended to new_cache."""
+        p = f"blocks.{i}.attention."
+        q, keys, values = (dense(w, f"{p}to_{name}", h) for name in ("queries", "keys", "values"))
         q, keys, values = (y.unflatten(-1, (heads, -1)).transpose(1, 2) for y in (q, keys, values))  # (b, h, t, s)
         kept, new_values, read_mask = (q if stored == "queries" else keys), values, allowed
         if cache is not None:
@@ -119,20 +123,13 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
         scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, h, t, T)
         # a query allowed nothing gets zeros, as in the course
         weights = torch.softmax(scores.masked_fill(~read_mask, float("-inf")), dim=-1).nan_to_num(0.0)
-        out = weights @ values  # (b, h, t, s)
-        a = dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).reshape(x.shape))  # (b, t, k)
+        return dense(w, f"{p}unify_heads", (weights @ values).transpose(1, 2).reshape(h.shape))  # (b, t, k)
 
-        def ff(h: torch.Tensor, p: str = p) -> torch.Tensor:
-            return dense(w, f"{p}ff.net.2", F.relu(dense(w, f"{p}ff.net.0", h)))
-
-        if layout == "post":
-            x = layer_norm(w, f"{p}norm1", x + a)
-            x = layer_norm(w, f"{p}norm2", x + ff(x))
-        elif layout == "no-residual":
-            x = ff(layer_norm(w, f"{p}norm2", a))
-        else:
-            x = x + a
-            x = x + ff(layer_norm(w, f"{p}norm2", x))
+    new_cache = []
+    for i in range(case.depth):
+        p = f"blocks.{i}."
+        norm1, norm2 = (partial(layer_norm, w, f"{p}{n}") for n in ("norm1", "norm2"))
+        x = block_layout(x, partial(attend, i=i), partial(ff, p=p), norm1, norm2, layout)
     logits = dense(w, "to_logits", layer_norm(w, "norm", x) if final_norm else x)
     return (F.softmax(logits, dim=-1) if softmax else logits), new_cache
 

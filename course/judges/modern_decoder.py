@@ -26,6 +26,7 @@ from course.judges.kinds import (
     against,
     against_forward,
     block_call,
+    block_layout,
     declared,
     each_case,
     expect_blocks,
@@ -416,22 +417,18 @@ def modern_lm(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor
     mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
     x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
     new_cache = []
+
+    def attend(h: torch.Tensor, i: int) -> torch.Tensor:
+        """Block i's attention on h (b, t, k), its keys and values appended to new_cache."""
+        out, kv = gqa(w, k, run.heads, run.kv_heads, h, cos, sin, mask, None if cache is None else cache[i],
+                      prefix=f"blocks.{i}.attention.")
+        new_cache.append(kv)
+        return out
+
     for i in range(run.depth):
         p = f"blocks.{i}."
         norm1, norm2 = (partial(_rms_norm, w, k, DEFAULT_EPS, prefix=f"{p}{n}.") for n in ("norm1", "norm2"))
-        ff = partial(_swiglu, w, k, 0, prefix=f"{p}ff.")
-        attend = partial(gqa, w, k, run.heads, run.kv_heads, cos=cos, sin=sin, mask=mask,
-                         past=None if cache is None else cache[i], prefix=f"{p}attention.")
-        residual = layout != "no-residual"
-        if layout == "post":
-            out, kv = attend(x)
-            x = norm1(x + out)
-            x = norm2(x + ff(x))
-        else:
-            out, kv = attend(norm1(x))
-            x = out + (x if residual else 0)
-            x = ff(norm2(x)) + (x if residual else 0)
-        new_cache.append(kv)
+        x = block_layout(x, partial(attend, i=i), partial(_swiglu, w, k, 0, prefix=f"{p}ff."), norm1, norm2, layout)
     x = _rms_norm(w, k, x=x, prefix="norm.") if final_norm else x
     return dense(w, "to_logits", x), new_cache
 
