@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import torch
@@ -619,30 +618,6 @@ def expect_model(ev: Evidence, run: Any, oracle: ModelOracle, *, exact: bool = F
     return w, logits
 
 
-def expect_step(ev: Evidence, key: str, owner: str, start: int, end: int, logits: Callable[..., torch.Tensor],
-                shape: tuple[int, ...], depth: int, not_returned: Mistake | None = None,
-                bad_cache: Mistake | None = None) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """The pair (logits, read by logits(key=, what=), cache) owner.forward returned for tokens[:, start:end], the
-    cache depth (keys, values) pairs of this shape; not_returned and bad_cache name a failure there."""
-    __tracebackhide__ = True
-    what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
-    expect_tuple(ev, key, what, f"{what} should return a pair, (logits, cache)"
-                 + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
-    out, explained = logits(key=f"{key}.0", what=what), f": {bad_cache.explanation}" if bad_cache else "."
-    expect_tuple(ev, f"{key}.1", what, f"The cache {what} returned should be a list of {depth} (keys, values) pairs, "
-                 f"one per block{explained}", depth, bad_cache)
-    for i in range(depth):
-        expect_tuple(ev, f"{key}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}", 2,
-                     bad_cache)
-        for j, name in enumerate(("keys", "values")):
-            value = tensor(ev, f"{key}.1.{i}.{j}")
-            if value is None or tuple(value.shape) != shape:
-                got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
-                fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
-                     mistake=bad_cache)
-    return out, [(tensor(ev, f"{key}.1.{i}.0"), tensor(ev, f"{key}.1.{i}.1")) for i in range(depth)]
-
-
 def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, full: torch.Tensor,
                        chunks: tuple[int, ...], key: str, heads: int, differs: Mistake, *, owner: str = "",
                        errors: tuple[tuple[str, int, Mistake], ...] = (), not_returned: Mistake | None = None,
@@ -652,29 +627,41 @@ def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, 
     a raised error) that gives them all is named, or differs."""
     __tracebackhide__ = True
     case, tokens, bounds, owner = getattr(run, "case", run), run.tokens(), chunk_bounds(chunks), owner or oracle.owner
-    steps = []
-    for c, (start, end) in enumerate(bounds):
-        message = str(ev.facts[f"{key}{c}"].get("message"))[:300] if value_kind(ev, f"{key}{c}") == "raised" else ""
+    steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
+    for step, (start, end) in ((f"{key}{c}", bound) for c, bound in enumerate(bounds)):
+        message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
         for mistake in (m for phrase, after, m in errors if phrase in message and start >= after):
             fail(f"{owner}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
                  f"{mistake.explanation}", mistake=mistake)
-        steps.append(expect_step(ev, f"{key}{c}", owner, start, end, partial(model_logits, ev, oracle, case=case,
-                                                                             t=end - start),
-                                 (case.b, heads, end, case.k // case.heads), case.depth, not_returned, bad_cache))
-    right = run_steps(oracle.compute, w, case, tokens, chunks, {})[1]
-    simulated = [(m, run_steps(oracle.compute, w, case, tokens, chunks, sw)) for m, sw in oracle.cache_mistakes]
+        what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
+        expect_tuple(ev, step, what, f"{what} should return a pair, (logits, cache)"
+                     + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
+        out = model_logits(ev, oracle, f"{step}.0", case, what, end - start)
+        expect_tuple(ev, f"{step}.1", what, f"The cache {what} returned should be a list of {case.depth} (keys, "
+                     f"values) pairs, one per block{explained}", case.depth, bad_cache)
+        for i in range(case.depth):
+            expect_tuple(ev, f"{step}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}",
+                         2, bad_cache)
+            for j, name in enumerate(("keys", "values")):
+                value, shape = tensor(ev, f"{step}.1.{i}.{j}"), (case.b, heads, end, case.k // case.heads)
+                if value is None or tuple(value.shape) != shape:
+                    got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
+                    fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
+                         mistake=bad_cache)
+        steps.append((out, [(tensor(ev, f"{step}.1.{i}.0"), tensor(ev, f"{step}.1.{i}.1"))
+                            for i in range(case.depth)]))
 
-    def same(logits: list[torch.Tensor], kept: list[list], upto: int) -> bool:
-        """The first upto steps gave these logits and these caches (each a list of (keys, values) per block)."""
-        pairs = [(got, want) for (out, cache), wanted, expected in zip(steps[:upto], logits[:upto], kept[:upto],
-                                                                           strict=True)
+    def same(logits: list[torch.Tensor], kept: list[list]) -> bool:
+        """The steps gave these logits and (unless not caches) these caches, a list of (keys, values) per block."""
+        pairs = [(got, want) for (out, cache), wanted, expected in zip(steps, logits, kept, strict=True)
                  for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True) if caches
                                                     else ()))]
         return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
-    if same([full[:, start:end] for start, end in bounds], right, len(bounds)):
+    if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks, {})[1]):
         return
-    named = next((m for m, run_of in simulated if same(*run_of, len(bounds))), None)
+    named = next((m for m, switches in oracle.cache_mistakes
+                  if same(*run_steps(oracle.compute, w, case, tokens, chunks, switches))), None)
     bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
                 if not matches_any(out, [full[:, s:e]], ev.device)), None)
     if named is None and bad is None:
