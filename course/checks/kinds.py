@@ -256,30 +256,6 @@ def chunk_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return list(zip([0, *ends][:-1], ends, strict=True))
 
 
-def changed_tokens(tokens: torch.Tensor, j: int, vocab: int) -> torch.Tensor:
-    """tokens (b, t) with every token from position j on changed."""
-    changed = tokens.clone()
-    changed[:, j:] = (changed[:, j:] + 1 + torch.arange(changed.shape[1] - j)) % vocab
-    return changed
-
-
-def record_calls(rec: Recorder, model: Any, tokens: torch.Tensor, vocab: int, logits: str | None,
-                 changed: Sequence[int] = (), chunks: Sequence[int] = (), prefix: str = "",
-                 steps: str = "step") -> None:
-    """Without autograd, the model on tokens (b, t), on them changed from each j on, then chunk by chunk, cached."""
-    with torch.no_grad():
-        if logits is not None:
-            rec.call(logits, model, tokens.to(rec.device))
-        for j in changed:
-            rec.call(f"{prefix}changed{j}", model, changed_tokens(tokens.cpu(), j, vocab).to(rec.device))
-        cache = None
-        for c, (start, end) in enumerate(chunk_bounds(chunks)):
-            result = rec.call(f"{steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache, use_cache=True)
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                break
-            cache = result[1]
-
-
 def model_facts(model: Any, parts: Sequence[str], block_parts: Sequence[str], kinds: Sequence) -> dict:
     """The model's named parts (the blocks' count and how many are distinct) and each block's (blocks.<i>.parts)."""
     facts = {"parts": modules.part_facts(model, parts, kinds)}
@@ -294,7 +270,8 @@ def model_facts(model: Any, parts: Sequence[str], block_parts: Sequence[str], ki
 def probe_model(rec: Recorder, run: Any, cls: Callable, *args: Any, facts: Callable[[Any], Mapping[str, Any]],
                 chunks: Sequence[int] = (), steps: str = "step", train: bool = False) -> Any:
     """cls(*args) built with run.seed's weights; its gradients where run.upstream (train: in training mode), else its
-    calls (:func:`record_calls`); the model, or None when it could not be built."""
+    logits; then, without autograd, on the tokens changed from each j in run.changed on (<model>.changed<j>) and
+    chunk by chunk with the cache the call before returned (<steps><c>). The model, or None if it was not built."""
     model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False)
     if model is None:
         return None
@@ -304,6 +281,17 @@ def probe_model(rec: Recorder, run: Any, cls: Callable, *args: Any, facts: Calla
         upstream = run.upstream_gradient()
         modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
                                 loss=lambda y: (y * upstream.to(y.device)).sum())
-    record_calls(rec, model, tokens, getattr(run, "case", run).vocab, None if run.upstream else run.logits,
-                 run.changed, chunks, f"{run.model}.", steps)
+    with torch.no_grad():
+        if not run.upstream:
+            rec.call(run.logits, model, tokens.to(rec.device))
+        for j in run.changed:
+            changed = tokens.clone()
+            changed[:, j:] = (changed[:, j:] + 1 + torch.arange(tokens.shape[1] - j)) % getattr(run, "case", run).vocab
+            rec.call(f"{run.model}.changed{j}", model, changed.to(rec.device))
+        cache = None
+        for c, (start, end) in enumerate(chunk_bounds(chunks)):
+            result = rec.call(f"{steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache, use_cache=True)
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                break
+            cache = result[1]
     return model
