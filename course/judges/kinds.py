@@ -524,9 +524,8 @@ Switches = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class ModelOracle:
-    """A language model, tokens (b, t) -> logits (b, t, vocab) (use_cache=True: (logits, a (keys, values) pair per
-    block)): weights(ev, run) judges its structure and returns its weights; compute(w, case, tokens, cache=None,
-    **switches) -> (logits, cache) writes it out, the switches turning a typical mistake on."""
+    """A language model, tokens (b, t) -> logits (b, t, vocab) ((logits, cache) with use_cache=True): weights(ev, run)
+    judges its structure, compute(w, case, tokens, cache=None, **switches) writes it out (switches: a mistake)."""
 
     owner: str  # the student's class, e.g. "LanguageModel"
     weights: Callable[[Evidence, Any], dict[str, torch.Tensor]]
@@ -622,9 +621,8 @@ def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, 
                        chunks: tuple[int, ...], key: str, heads: int, differs: Mistake, *, owner: str = "",
                        errors: tuple[tuple[str, int, Mistake], ...] = (), not_returned: Mistake | None = None,
                        bad_cache: Mistake | None = None, caches: bool = True) -> None:
-    """The run's tokens fed in chunks (<key><c>) with the cache give the logits of one call (full) and the oracle's
-    keys and values (caches=False: their shapes); else the cache mistake (errors: (phrase, least cache, mistake) of
-    a raised error) that gives them all is named, or differs."""
+    """Chunks of the run's tokens fed with the cache (<key><c>) give the logits of one call (full) and the oracle's
+    cache (caches=False: its shapes), else the cache mistake (or a raised error's, by errors) is named, or differs."""
     __tracebackhide__ = True
     case, tokens, bounds, owner = getattr(run, "case", run), run.tokens(), chunk_bounds(chunks), owner or oracle.owner
     steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
