@@ -93,8 +93,7 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
              mask: str = "causal", positions: str = "continue", layout: str = "pre", final_norm: bool = True,
              softmax: bool = False, scaled: bool = False, stored: str = "keys", order: str = "append",
              offset: bool = True, read_cache: bool = True) -> tuple[torch.Tensor, list]:
-    """One call of a language model written out with PyTorch's functions: (logits, cache). The keywords switch the
-    typical mistakes on; with none it is the model the notebook asks for."""
+    """One call of the notebook's language model written out: (logits, cache); the keywords: typical mistakes."""
     t, heads = tokens.shape[1], case.heads
     past = 0 if cache is None else cache[0][0].shape[2]
     start = past if positions == "continue" else 0

@@ -450,8 +450,7 @@ MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of
 
 
 def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
-    """Structure; logits against the composed oracle (structure: a typical mistake's will do); causality; the cache;
-    gradients; the length check."""
+    """The model kind's checks (structure: a typical mistake's logits will do), then the length check."""
     __tracebackhide__ = True
     w, logits = expect_model(ev, run, MODERN, exact=not structure)
     if run.chunks:
