@@ -139,14 +139,15 @@ def fail(message: str, expected: Any = None, actual: Any = None, case: str = "",
 
 class Rows:
     """Integer rows (masks as 0/1, token ids) shown as a small table where fail() shows expected and actual: the
-    first `columns` entries of each row (a 1-d tensor is one row)."""
+    first `columns` entries of each row (a 1-d tensor is one row), then "..." where a row is longer."""
 
     def __init__(self, values: torch.Tensor, columns: int = 16):
         v = values.detach().to("cpu").long()
-        self.rows = [row[:columns] for row in (v.unsqueeze(0) if v.dim() == 1 else v).tolist()]
+        self.rows = [row[:columns] + ["..."] * (len(row) > columns)
+                     for row in (v.unsqueeze(0) if v.dim() == 1 else v).tolist()]
 
     def __repr__(self) -> str:
-        return "\n    ".join(" ".join(f"{x:3d}" for x in row) for row in self.rows)
+        return "\n    ".join(" ".join(f"{x:>3}" for x in row) for row in self.rows)
 
 
 def _first_difference(expected: Any, actual: Any) -> tuple[int, ...]:

@@ -164,7 +164,7 @@ def _recreated(ev: Evidence, built: Built, what: str, *roles: Roles) -> dict[str
     """name -> the value the probe loaded, for every parameter a role names (recreated here, never read)."""
     __tracebackhide__ = True
     shapes = {name: shape for r in roles for name, shape in r.named.values() if name is not None}
-    return modules.expect_parameters(ev, built.key, what, shapes, built.seed)
+    return modules.expect_parameters(ev, built.key, what, shapes, built.seed, hint=modules.PARTS_HINT)
 
 
 def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
