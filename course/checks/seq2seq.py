@@ -37,9 +37,10 @@ BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
 # ---------------------------------------------------------------- masks
 
-def secret_causal_length(seed: int) -> tuple[int]:
-    """Under grading, the secret length (t,) a causal-mask check adds: 8 to 20, longer than every fixed case."""
-    return (int(torch.randint(8, 21, (), generator=generator(seed))),)
+def secret_ints(seed: int, *ranges: tuple[int, int]) -> tuple[int, ...]:
+    """Under grading, secret sizes: one integer of each range [low, high), drawn in order from seed."""
+    g = generator(seed)
+    return tuple(int(torch.randint(low, high, (), generator=g)) for low, high in ranges)
 
 
 def secret_padding_case(seed: int) -> tuple[tuple[int, ...], int]:
@@ -53,23 +54,24 @@ def secret_padding_case(seed: int) -> tuple[tuple[int, ...], int]:
 
 
 @dataclass(frozen=True)
-class MaskCase:
-    """causal_mask(t) for sizes (t,), padding_mask(lengths, t) for sizes (lengths, t), recorded under key; on_device:
-    asked on the notebook's device (device=..., or the lengths there), else on the CPU by default."""
+class SettingCase:
+    """A call recorded under key with these sizes or settings, or a function drawing them (secret: only under
+    grading); label: how a failure names it (default: its sizes); on_device: asked on the notebook's device."""
 
     key: str
-    size: tuple | Callable[[], tuple]
-    label: str = ""  # how a failure names the case; default: its sizes
-    on_device: bool = False
+    setting: tuple | Callable[[], tuple]
     secret: bool = False
+    label: str = ""
+    on_device: bool = False
 
-    def sizes(self) -> tuple:
-        return self.size() if callable(self.size) else self.size
+    def settings(self) -> tuple:
+        return self.setting() if callable(self.setting) else self.setting
 
 
-def _probe_masks(cases: tuple[MaskCase, ...], mask_function: Callable, rec: Recorder) -> None:
+def _probe_masks(cases: tuple[SettingCase, ...], mask_function: Callable, rec: Recorder) -> None:
+    """causal_mask(t) for settings (t,), padding_mask(lengths, t) for (lengths, t); on the CPU unless on_device."""
     for case in drawn(cases):
-        *lengths, t = case.sizes()
+        *lengths, t = case.settings()
         device = {"device": rec.device} if case.on_device else {}
         if lengths:
             rec.call(case.key, mask_function, torch.tensor(lengths[0], device=device.get("device", "cpu")), t)
@@ -78,18 +80,18 @@ def _probe_masks(cases: tuple[MaskCase, ...], mask_function: Callable, rec: Reco
 
 
 causal_mask_by_hand = property_check("causal_mask_by_hand", _probe_masks, (
-    MaskCase("mask", (4,), "t=4, shown as 0/1"), MaskCase("mask_secret", partial(secret_causal_length, 3000),
-                                                         secret=True)))
+    SettingCase("mask", (4,), label="t=4, shown as 0/1"),
+    SettingCase("mask_secret", partial(secret_ints, 3000, (8, 21)), True)))
 causal_mask_oracle = property_check("causal_mask_oracle", _probe_masks, (
-    *(MaskCase(f"mask{t}", (t,), on_device=True) for t in (3, 7, 1)), MaskCase("mask_default", (2,)),
-    MaskCase("mask_secret", partial(secret_causal_length, 3010), on_device=True, secret=True)))
+    *(SettingCase(f"mask{t}", (t,), on_device=True) for t in (3, 7, 1)), SettingCase("mask_default", (2,)),
+    SettingCase("mask_secret", partial(secret_ints, 3010, (8, 21)), True, on_device=True)))
 padding_mask_by_hand = property_check("padding_mask_by_hand", _probe_masks, (
-    MaskCase("mask", ((3, 1, 4), 5), "lengths=[3, 1, 4], t=5, shown as 0/1"),
-    MaskCase("mask_secret", partial(secret_padding_case, 3020), secret=True)))
+    SettingCase("mask", ((3, 1, 4), 5), label="lengths=[3, 1, 4], t=5, shown as 0/1"),
+    SettingCase("mask_secret", partial(secret_padding_case, 3020), True)))
 padding_mask_oracle = property_check("padding_mask_oracle", _probe_masks, (
-    *(MaskCase(f"mask{i}", size, on_device=True)
+    *(SettingCase(f"mask{i}", size, on_device=True)
       for i, size in enumerate((((2, 7, 5, 1), 7), ((4, 4), 9), ((6,), 6), ((1, 3, 2, 5, 4), 5)))),
-    MaskCase("mask_secret", partial(secret_padding_case, 3030), on_device=True, secret=True)))
+    SettingCase("mask_secret", partial(secret_padding_case, 3030), True, on_device=True)))
 
 
 # ---------------------------------------------------------------- modules: the probe's side
@@ -321,15 +323,11 @@ def _loss_batch(seed: int, pad: int) -> dict[str, Any]:
     return {"model": model, "src": src, "src_mask": _source_mask(src), "tgt": tgt, "pad": pad}
 
 
-#: under grading, every loss case (seed, pad) has a secret companion (seed + SECRET_LOSS_OFFSET, pad)
-SECRET_LOSS_OFFSET = 50
-
-
 def _loss_cases(key: str, seed: int, pad: int, *, gradients: bool = False) -> tuple[Case, Case]:
-    """The batch (seed, pad) under key and, under grading, its secret companion under key_secret."""
+    """The batch (seed, pad) under key and, under grading, its secret companion (seed + 50, pad) under key_secret."""
     label = f"3 targets of lengths 7, 4, 5 padded with {pad}"
     return (loss_case(key, partial(_loss_batch, seed, pad), label, gradients=gradients),
-            loss_case(f"{key}_secret", partial(_loss_batch, seed + SECRET_LOSS_OFFSET, pad), label, secret=True))
+            loss_case(f"{key}_secret", partial(_loss_batch, seed + 50, pad), label, secret=True))
 
 
 loss_oracle = losses("loss_oracle", _loss_cases("loss0", 2100, 0))
@@ -393,38 +391,29 @@ def _random_translator() -> tuple[StandInTranslator, torch.Tensor, torch.Tensor]
     return model, src.masked_fill(torch.arange(7) >= lengths.unsqueeze(1), PAD_ID), lengths
 
 
-@dataclass(frozen=True)
-class DecodeCase:
-    """One call greedy_decode(model, src, src_mask, max_len, BOS_ID, EOS_ID) recorded under key, source() giving
-    (model, src (b, s), source lengths (b,)); secret: drawn only under grading."""
-
-    key: str
-    source: Callable[[], tuple[nn.Module, torch.Tensor, torch.Tensor]]
-    max_len: int
-    label: str  # how a failure names the case, formatted with {lengths} and {max_len}
-    secret: bool = False
-
-
-def _probe_decodes(cases: tuple[DecodeCase, ...], greedy_decode: Callable, rec: Recorder) -> None:
+def _probe_decodes(cases: tuple[SettingCase, ...], greedy_decode: Callable, rec: Recorder) -> None:
+    """greedy_decode(model, src, src_mask, max_len, BOS_ID, EOS_ID) for settings (source, max_len), source() giving
+    (model, src (b, s), source lengths (b,)); the label is formatted with {lengths} and {max_len}."""
     for case in drawn(cases):
-        model, src, _ = case.source()
+        source, max_len = case.settings()
+        model, src, _ = source()
         with torch.no_grad():
             rec.call(case.key, greedy_decode, model.to(rec.device), src.to(rec.device),
-                     _source_mask(src).to(rec.device), case.max_len, BOS_ID, EOS_ID)
+                     _source_mask(src).to(rec.device), max_len, BOS_ID, EOS_ID)
 
 
 greedy_decode_scripted = property_check("greedy_decode_scripted", _probe_decodes, (
-    DecodeCase("tokens", partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9,
-               "a stand-in model; the three sequences end after 3, 1 and 5 tokens"),
-    DecodeCase("tokens_secret", partial(secret_scripted_source, 3040, (1, 5), 5, 3), 9,
-               "a stand-in model; source lengths {lengths}", secret=True)))
+    SettingCase("tokens", (partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9),
+                label="a stand-in model; the three sequences end after 3, 1 and 5 tokens"),
+    SettingCase("tokens_secret", (partial(secret_scripted_source, 3040, (1, 5), 5, 3), 9), True,
+                label="a stand-in model; source lengths {lengths}")))
 #: a first translation longer than max_len (cut); under grading, the others of lengths 1 to 3
 greedy_decode_step_by_step = property_check("greedy_decode_step_by_step", _probe_decodes, (
-    DecodeCase("short", partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1)), 4,
-               "a stand-in model, max_len=4 shorter than the first translation"),
-    DecodeCase("random", _random_translator, 10, "a stand-in translator with random weights"),
-    DecodeCase("short_secret", partial(secret_scripted_source, 3050, (4, 6), 6, 2, at_most=3), 4,
-               "a stand-in model, source lengths {lengths}, max_len={max_len}", secret=True)))
+    SettingCase("short", (partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1)), 4),
+                label="a stand-in model, max_len=4 shorter than the first translation"),
+    SettingCase("random", (_random_translator, 10), label="a stand-in translator with random weights"),
+    SettingCase("short_secret", (partial(secret_scripted_source, 3050, (4, 6), 6, 2, at_most=3), 4), True,
+                label="a stand-in model, source lengths {lengths}, max_len={max_len}")))
 
 
 # ---------------------------------------------------------------- the model's checks (they name their prerequisites)
@@ -465,19 +454,6 @@ class StandInNetwork(nn.Module):
             self.frozen = nn.Parameter(torch.zeros(k, k), requires_grad=False)
             self.scale = nn.Parameter(torch.ones(()))
             self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(k, k), nn.LayerNorm(k)) for _ in range(blocks))
-
-
-@dataclass(frozen=True)
-class SettingCase:
-    """A training part's setting, recorded under key: configure_optimizer's ((vocab, k, blocks), lr, weight_decay)
-    or learning_rate's (steps, peak, warmup); the values, or a function drawing them (secret: only under grading)."""
-
-    key: str
-    setting: tuple | Callable[[], tuple]
-    secret: bool = False
-
-    def settings(self) -> tuple:
-        return self.setting() if callable(self.setting) else self.setting
 
 
 def secret_optimizer_setting(seed: int) -> tuple[tuple[int, int, int], float, float]:
@@ -589,20 +565,11 @@ class StepCase(SettingCase):
 INITIAL_LR = 0.5
 
 
-def secret_step_sizes(seed: int) -> tuple[int, int, int]:
-    """Under grading, the secret (b, n_in, n_out) of a training step case: 2 to 6, 2 to 6, 1 to 4."""
-    g = generator(seed)
-    return tuple(int(torch.randint(low, high, (), generator=g)) for low, high in ((2, 7), (2, 7), (1, 5)))
-
-
 def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorder) -> None:
-    """The parameters before the calls; after each, the norm returned (a Python number as a float64 tensor, so that
-    its value is kept), the parameters and the groups' lr."""
+    """After each call, the norm returned (a Python number as a float64 tensor), the parameters and the groups' lr."""
     for case in drawn(cases):
         model = case.model().to(rec.device)
         optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=INITIAL_LR)
-        for name, p in model.named_parameters():
-            rec.tensor(f"{case.key}.before.{name}", p)
         for i, lr in enumerate(case.lrs):
             x, y = (v.to(rec.device) for v in case.batch(i))
             loss = ((model(x) - y) ** 2).mean()  # the loss the step trains on: an input, as a batch's loss is
@@ -618,8 +585,8 @@ def _step_cases(key: str, sizes: tuple[int, int, int], seed: int, max_norm: floa
                 y_scale: float) -> tuple[StepCase, StepCase]:
     """The case shown (lr 0.1, then 0.05) and, under grading, a secret companion of other sizes and seeds."""
     return (StepCase(key, sizes, seed=seed, lrs=(0.1, 0.05), max_norm=max_norm, y_scale=y_scale),
-            StepCase(f"{key}_secret", partial(secret_step_sizes, seed + 50), True, seed=seed + 60, lrs=(0.2, 0.07),
-                     max_norm=max_norm, y_scale=y_scale))
+            StepCase(f"{key}_secret", partial(secret_ints, seed + 50, (2, 7), (2, 7), (1, 5)), True, seed=seed + 60,
+                     lrs=(0.2, 0.07), max_norm=max_norm, y_scale=y_scale))
 
 
 #: gradient norms of a few units: max_norm 100 never clips them, 0.5 always does (y 10 times larger)

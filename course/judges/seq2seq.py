@@ -27,12 +27,12 @@ from course.checks.compare import (
     output,
     raised,
     randn,
-    value_kind,
+    tensor,
 )
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
-from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, DecodeCase, MaskCase, ModelCase, ModelRun
+from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, ModelCase, ModelRun
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
@@ -74,10 +74,10 @@ def _padding(lengths: torch.Tensor, t: int) -> torch.Tensor:
     return torch.arange(t).unsqueeze(0) < lengths.cpu().unsqueeze(1)
 
 
-def _expect_mask(ev: Evidence, case: MaskCase) -> None:
+def _expect_mask(ev: Evidence, case: probes.SettingCase) -> None:
     """The mask recorded for case: bool, of its shape, on the device asked, and equal to its definition."""
     __tracebackhide__ = True
-    *lengths, t = case.sizes()
+    *lengths, t = case.settings()
     device = ev.device if case.on_device else "cpu"
     if lengths:
         lengths = torch.tensor(lengths[0])
@@ -85,15 +85,13 @@ def _expect_mask(ev: Evidence, case: MaskCase) -> None:
         mistakes = [(M["padding-inverted"], ~expected), (M["padding-one-too-many"], _padding(lengths + 1, t)),
                     (M["padding-one-too-few"], _padding(lengths - 1, t))]
         b, label = len(lengths), case.label or f"lengths={lengths.tolist()}, t={t}"
-        hints = {(t, b): M["padding-transposed"], (b, t, 1): "Return the plain (b, t) mask.",
-                 (b, 1, t): "Return the plain (b, t) mask; the model adds the middle dimension when it attends."}
+        hints = {(t, b): M["padding-transposed"], **dict.fromkeys(((b, t, 1), (b, 1, t)), "Return a plain (b, t).")}
         otherwise = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
     else:
         what = f"causal_mask({t}, device={ev.device!r})" if case.on_device else f"causal_mask({t})"
         expected, label, hints = oracles.causal_mask(t), case.label or f"t={t}", {}
         mistakes = [(M["causal-inverted"], ~expected), (M["causal-no-diagonal"], expected.tril(-1)),
-                    (M["causal-transposed"], expected.T.contiguous()),
-                    (M["causal-all-true"], torch.ones_like(expected))]
+                    (M["causal-transposed"], expected.T.contiguous()), (M["causal-all-true"], expected | True)]
         otherwise = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
     mask = output(ev, case.key, what=what, floating=False, device=False)
     if mask.dtype != torch.bool:
@@ -105,13 +103,10 @@ def _expect_mask(ev: Evidence, case: MaskCase) -> None:
     expect_equal(mask, expected, what=what, mistakes=mistakes, otherwise=otherwise, case=label)
 
 
-each_case(probes.causal_mask_by_hand, _expect_mask,
-          passed="t = 4: the lower triangle, diagonal included, as bools.")
-each_case(probes.causal_mask_oracle, _expect_mask,
-          passed="Several lengths, on the device asked and on the CPU by default; True where j <= i.")
+each_case(probes.causal_mask_by_hand, _expect_mask, passed="t = 4: the lower triangle, diagonal included, as bools.")
+each_case(probes.causal_mask_oracle, _expect_mask, passed="Several lengths and devices: True where j <= i.")
 each_case(probes.padding_mask_by_hand, _expect_mask, passed="lengths [3, 1, 4], t = 5.")
-each_case(probes.padding_mask_oracle, _expect_mask,
-          passed="Several batches on the device: lengths from 1 to t, t larger than every length, a batch of one.")
+each_case(probes.padding_mask_oracle, _expect_mask, passed="Several batches: lengths 1 to t, a batch of one.")
 
 
 # ---------------------------------------------------------------- PyTorch's layers with the check's weights
@@ -469,11 +464,9 @@ TEACHER_FORCING = LossOracle(
     name="F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)")
 
 against_loss(probes.loss_oracle, TEACHER_FORCING,
-             passed="Targets of different lengths: the mean cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1], "
-                    "padding ignored.")
+             passed="Targets of different lengths: cross-entropy of tgt[:, 1:] given tgt[:, :-1], padding ignored.")
 against_loss(probes.loss_gradients, TEACHER_FORCING,
-             passed="A padding id other than 0 (here 4), and a loss that trains the model: its gradients are "
-                    "autograd's through F.cross_entropy.")
+             passed="A padding id of 4, and the gradients autograd gives through F.cross_entropy.")
 against_loss(probes.loss_hidden, TEACHER_FORCING, passed="Other batches, with padding ids 0 and 5.")
 
 
@@ -504,19 +497,19 @@ _DECODE_HINT = ("Start every sequence with <bos>; at each step run the model on 
                 "all sequences are finished or after max_len steps. Return the tokens without the <bos>.")
 
 
-def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
+def _expect_decode(ev: Evidence, case: probes.SettingCase) -> None:
     """The tokens recorded for case against the step-by-step argmax of its model, naming the typical mistake."""
     __tracebackhide__ = True
-    model, src, lengths = case.source()
-    max_len, label = case.max_len, case.label.format(lengths=lengths.tolist(), max_len=case.max_len)
+    source, max_len = case.settings()
+    model, src, lengths = source()
+    label = case.label.format(lengths=lengths.tolist(), max_len=max_len)
     decoded = partial(_step_by_step, model, src, _padding(lengths, src.shape[1]), max_len)
     expected = decoded()  # (b, n)
     out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
         _not_asked(DECODE_NAME, M["greedy-not-ids"], f" It returned dtype {out.dtype}; argmax gives torch.long.")
     if out.dim() != 2 or out.shape[0] != expected.shape[0]:
-        fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}; expected (b, n) = ({expected.shape[0]}, n) with "
-             "n <= max_len.", mistake=WRONG_SHAPE)
+        fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}, not ({len(src)}, n <= max_len).", mistake=WRONG_SHAPE)
     width, shown = out.shape[1], (Rows(expected), Rows(out), label)
     with_bos = _fit(torch.cat([torch.full_like(expected[:, :1], BOS_ID), expected], dim=1), width)
     if width > max_len:
@@ -535,8 +528,7 @@ def _expect_decode(ev: Evidence, case: DecodeCase) -> None:
 
 
 each_case(probes.greedy_decode_scripted, _expect_decode,
-          passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, padded with 0 "
-                 "after it.")
+          passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, then 0s.")
 each_case(probes.greedy_decode_step_by_step, _expect_decode,
           passed="A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs.")
 
@@ -550,15 +542,16 @@ def _table(rows: list[tuple[str, ...]], align: Callable[[str, int], str] = str.l
                      for row in rows)
 
 
-def _kind(ev: Evidence, key: str) -> str:
-    """The type of what the student's code returned under key, for a message."""
+def _returned(ev: Evidence, key: str, what: str, asked: str) -> NoReturn:
+    """Fail: what returned the type recorded under key, not what was asked."""
+    __tracebackhide__ = True
     fact = ev.facts.get(key)
-    return str(fact.get("type") if isinstance(fact, dict) else "nothing")[:60]
+    fail(f"{what} returned {str(fact.get('type') if isinstance(fact, dict) else 'nothing')[:60]}; it should return "
+         f"{asked}.")
 
 
 def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
-    """The optimizer configured for case: an AdamW whose groups hold every trainable parameter once, with
-    weight_decay on those of two or more dimensions and 0 on the others, and the lr given."""
+    """An AdamW whose groups hold every trainable parameter once: weight_decay if p.dim() >= 2, else 0; the lr given."""
     __tracebackhide__ = True
     sizes, lr, weight_decay = case.settings()
     what = f"configure_optimizer(model, lr={lr:g}, weight_decay={weight_decay:g})"
@@ -569,48 +562,41 @@ def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
     if ev.facts.get(f"{case.key}.class") == "Adam":
         _not_asked(what, M["optimizer-plain-adam"])
     if ev.facts.get(f"{case.key}.class") != "AdamW":
-        fail(f"{what} returned {_kind(ev, case.key)}; it should return a torch.optim.AdamW.")
+        _returned(ev, case.key, what, "a torch.optim.AdamW")
     params = dict(probes.StandInNetwork(*sizes).named_parameters())
-    count, decay, rates, foreign = (ev.tensors.get(f"{case.key}.{name}") for name in ("count", "decay", "lr",
-                                                                                     "foreign"))
+    count, decay, rates = (tensor(ev, f"{case.key}.{name}", shape=(len(params),)) for name in ("count", "decay", "lr"))
+    foreign = tensor(ev, f"{case.key}.foreign", shape=())
     if (any(t is None for t in (count, decay, rates, foreign)) or count.dtype != torch.int64
-            or {tuple(t.shape) for t in (count, decay, rates)} != {(len(params),)} or not decay.is_floating_point()
-            or not rates.is_floating_point() or foreign.numel() != 1 or foreign.is_floating_point()):
+            or not decay.is_floating_point() or not rates.is_floating_point() or foreign.is_floating_point()):
         fail(f"The test's record of {what} is inconsistent (its parameter groups).")
     held, wd = dict(zip(params, count.tolist(), strict=True)), dict(zip(params, decay.tolist(), strict=True))
     dims = {name: p.dim() for name, p in params.items() if p.requires_grad}  # the trainable parameters
-    frozen = [name for name in params if name not in dims]
     yours = {name: {0: "in no group", 1: f"{wd[name]:g}"}.get(held[name], f"in {held[name]} groups") for name in params}
-    table = _table([("parameter", "dims", "weight_decay", "yours"),
-                    *((name, str(d), f"{weight_decay if d >= 2 else 0.0:g}", yours[name]) for name, d in dims.items()),
-                    *((name, "frozen", "in no group", yours[name]) for name in frozen)])
-    table = f"\n\nOn a small case (a stand-in model):\n{table}"
+    table = "\n\nOn a small case (a stand-in model):\n" + _table([
+        ("parameter", "dims", "weight_decay", "yours"),
+        *((name, str(d), f"{weight_decay if d >= 2 else 0.0:g}", yours[name]) for name, d in dims.items()),
+        *((name, "frozen", "in no group", yours[name]) for name in params if name not in dims)])
     decayed = {name: held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6) for name in dims}
     plain = {name: held[name] == 1 and wd[name] == 0.0 for name in dims}
     if all(decayed.values()):
         _not_asked(what, M["optimizer-decay-everything"], table)
     if all(decayed[n] if d < 2 else plain[n] for n, d in dims.items()):
         _not_asked(what, M["optimizer-decay-swapped"], table)
-    if int(foreign.reshape(())) != 0:
-        fail(f"{what} holds tensors that are not parameters of the model: build the groups from "
-             f"model.parameters().{table}")
-    if any(held[name] for name in frozen):
+    if int(foreign) != 0:
+        fail(f"{what} holds tensors that are not parameters of the model: use model.parameters().{table}")
+    if any(held[name] for name in params if name not in dims):
         _not_asked(what, M["optimizer-frozen-included"], table)
     if any(held[name] == 0 for name in dims):
         _not_asked(what, M["optimizer-parameter-missing"], table)
     if not all(decayed[n] if d >= 2 else plain[n] for n, d in dims.items()):
-        fail(f"{what} gives parameters the wrong weight decay: weight_decay on every parameter of two or more "
-             f"dimensions, 0 on the others, each parameter in exactly one group.{table}")
+        fail(f"{what} gives parameters the wrong weight decay: weight_decay if p.dim() >= 2, else 0.{table}")
     lrs = sorted({float(rates[i]) for i, name in enumerate(params) if name in dims})
     if not all(math.isclose(v, lr, rel_tol=1e-6) for v in lrs):
-        _not_asked(what, M["optimizer-lr-not-set"], f" The groups have lr {', '.join(f'{v:g}' for v in lrs[:4])}, "
-                   f"expected {lr:g}.")
+        _not_asked(what, M["optimizer-lr-not-set"], f" The groups have lr {', '.join(f'{v:g}' for v in lrs[:4])}.")
 
 
 each_case(probes.configure_optimizer_groups, _expect_optimizer,
-          passed="An AdamW whose groups hold every trainable parameter once: weight_decay on the weight matrices "
-                 "and the embedding, 0 on the biases, the LayerNorm parameters and a 0-d scale, the frozen "
-                 "matrix left out; the lr given.")
+          passed="An AdamW: weight_decay on the matrices and the embedding, 0 on the rest, the frozen one left out.")
 each_case(probes.configure_optimizer_hidden, _expect_optimizer,
           passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
 
@@ -636,18 +622,17 @@ def _off(actual: torch.Tensor, expected: torch.Tensor, peak: float) -> torch.Ten
 
 
 def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
-    """Every step's learning rate of case against the formula, naming the typical mistake it matches, with a table
-    of expected against actual at the steps that matter (the warm-up's, the decay's, the first that differs)."""
+    """Every step's learning rate against the formula, naming the typical mistake it matches, with a table of the
+    steps that matter (the warm-up's, the decay's, the first that differs)."""
     __tracebackhide__ = True
     steps, peak, warmup = case.settings()
     what = f"learning_rate(step, steps={steps}, peak={peak:g}, warmup={warmup})"
     raised(ev, case.key, f"{what} at step {ev.facts.get(f'{case.key}.step')}")
-    actual = ev.tensors.get(case.key) if value_kind(ev, case.key) == "tensor" else None
+    actual = tensor(ev, case.key, shape=(steps,))
     if actual is None or actual.dtype != torch.float64:
-        fail(f"{what} returned {_kind(ev, case.key)}; it should return the learning rate, a number (a float).")
-    expected = _schedule(steps, peak, warmup)
-    if actual.shape != expected.shape:
-        fail(f"The test's record of {what} is inconsistent (its length).")
+        _returned(ev, case.key, what, "the learning rate, a number (a float)")
+    at = partial(_schedule, steps, peak, warmup)
+    expected = at()
     if not _off(actual, expected, peak).any():
         return
     wrong = int(_off(actual, expected, peak).nonzero()[0])
@@ -655,23 +640,22 @@ def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
                     steps - 1, wrong})
     table = _table([("step", "expected", "yours"), *((str(s), f"{float(expected[s]):.6g}", f"{float(actual[s]):.6g}")
                                                      for s in shown)], str.rjust)
-    body = f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):"
-    at = partial(_schedule, steps, peak, warmup)
-    for mistake, candidate in (
-            (M["lr-warmup-off-by-one"], at(first=0)), (M["lr-warmup-off-by-one"], at(until=warmup + 1)),
-            (M["lr-decay-not-offset"], at(start=0, span=0)), (M["lr-decay-not-offset"], at(start=0)),
-            (M["lr-decay-off-by-one"], at(ahead=0)), (M["lr-decay-off-by-one"], at(ahead=0, span=warmup + 1)),
-            (M["lr-decays-upward"], at(shape="upward")), (M["lr-linear-decay"], at(shape="linear")),
-            (M["lr-no-warmup"], at(until=0)), (M["lr-no-warmup"], at(until=0, start=0, span=0))):
-        if not _off(actual, candidate, peak).any():
-            _not_asked(what, mistake, f"{body}\n{table}")
+    more = f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):\n"
+    mistake = next((m for m, v in (
+        (M["lr-warmup-off-by-one"], at(first=0)), (M["lr-warmup-off-by-one"], at(until=warmup + 1)),
+        (M["lr-decay-not-offset"], at(start=0, span=0)), (M["lr-decay-not-offset"], at(start=0)),
+        (M["lr-decay-off-by-one"], at(ahead=0)), (M["lr-decay-off-by-one"], at(ahead=0, span=warmup + 1)),
+        (M["lr-decays-upward"], at(shape="upward")), (M["lr-linear-decay"], at(shape="linear")),
+        (M["lr-no-warmup"], at(until=0)), (M["lr-no-warmup"], at(until=0, start=0, span=0)))
+        if not _off(actual, v, peak).any()), None)
+    if mistake is not None:
+        _not_asked(what, mistake, more + table)
     fail(f"{what} does not follow the schedule: lr = peak * (step + 1) / warmup for step < warmup, else "
-         f"peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2.{body}\n{table}")
+         f"peak * (1 + cos(pi * (step + 1 - warmup) / (steps - warmup))) / 2.{more}{table}")
 
 
 each_case(probes.learning_rate_schedule, _expect_schedule,
-          passed="20 steps, 4 of warm-up: peak / 4 at step 0, the peak at step 3, half of it in the middle of "
-                 "the decay, 0 at step 19; and every step in between.")
+          passed="20 steps, 4 of warm-up: every step's learning rate, from peak / 4 at step 0 to 0 at step 19.")
 each_case(probes.learning_rate_hidden, _expect_schedule,
           passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
@@ -715,51 +699,46 @@ def _moved_as(actual: list[dict[str, torch.Tensor]], expected: list[dict[str, to
         for name, want in expected[i].items():
             start = before[name] if i == 0 else expected[i - 1][name]
             move, done = want - start, actual[i][name] - start
-            if done.shape != move.shape or not bool(((done - move).abs() <= rtol * (move.abs().max() + 1e-9)).all()):
+            if not bool(((done - move).abs() <= rtol * (move.abs().max() + 1e-9)).all()):
                 return False
     return True
 
 
 def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
-    """Two calls of train_step on case: the parameters after each against the oracle's (one SGD step along the
-    clipped gradient at lr), naming the typical mistake they match; then the norms returned, before clipping."""
+    """Two calls of train_step: the parameters after each against one SGD step along the clipped gradient at lr,
+    naming the typical mistake they match; then the norms returned, before clipping."""
     __tracebackhide__ = True
     _, n_in, n_out = case.settings()
     what = f"train_step(model, optimizer, loss, lr, max_norm={case.max_norm:g})"
-    label = (f"nn.Linear({n_in}, {n_out}) and SGD created at lr {probes.INITIAL_LR:g}, two calls at lr "
-             f"{case.lrs[0]:g} then {case.lrs[1]:g}; the weight's first row shown")
     for i in range(2):
         raised(ev, f"{case.key}.norm{i}", f"{what} (call {i + 1})")
-    start = {name: p.detach().double() for name, p in case.model().named_parameters()}
-    found = [{name: ev.tensors.get(f"{case.key}.{stage}.{name}") for name in start}
-             for stage in ("before", "after0", "after1")]
-    if any(v is None or v.shape != start[n].shape or not v.is_floating_point() for f in found for n, v in f.items()):
+    before = {name: p.detach().double() for name, p in case.model().named_parameters()}
+    actual = [{name: tensor(ev, f"{case.key}.after{i}.{name}", shape=tuple(p.shape)) for name, p in before.items()}
+              for i in range(2)]
+    if any(v is None or not v.is_floating_point() for after in actual for v in after.values()):
         fail(f"The test recorded no parameters of {what}: the check did not run to the end.")
-    before, *actual = ({name: v.double() for name, v in f.items()} for f in found)
-    if not all(torch.allclose(before[n], start[n], atol=1e-6) for n in start):
-        fail(f"The test's record of {what} is inconsistent (the parameters before the first call).")
+    actual = [{name: v.double() for name, v in after.items()} for after in actual]
     expected, norms = _train_steps(case)
     wrong = next((i for i in range(2) if not _moved_as(actual, expected, before, ev.device, i + 1)), None)
     if wrong is not None:
-        shown = expected[wrong]["weight"][0], actual[wrong]["weight"][0], label
+        shown = (expected[wrong]["weight"][0], actual[wrong]["weight"][0], f"nn.Linear({n_in}, {n_out}), SGD created "
+                 f"at lr {probes.INITIAL_LR:g}, called at lr {case.lrs[0]:g} then {case.lrs[1]:g}; weight[0] shown")
         lrs = f" After call {wrong + 1} the optimizer's groups have lr {ev.facts.get(f'{case.key}.lrs{wrong}')}."
-        for mistake, changes in _STEP_MISTAKES:
-            if _moved_as(actual, _train_steps(case, **changes)[0], before, ev.device, wrong + 1):
-                first_norm = ev.tensors.get(f"{case.key}.norm0")
-                if (mistake is M["train-step-clips-after-step"] and first_norm is not None
-                        and first_norm.numel() == 1 and float(first_norm.reshape(())) == 0.0):
-                    mistake = M["train-step-clips-before-backward"]  # clipping found no gradient to measure
-                _not_asked(what, mistake, lrs, *shown)
+        mistake = next((m for m, changes in _STEP_MISTAKES
+                        if _moved_as(actual, _train_steps(case, **changes)[0], before, ev.device, wrong + 1)), None)
+        first = tensor(ev, f"{case.key}.norm0")
+        if mistake is M["train-step-clips-after-step"] and first is not None and first.numel() == 1 \
+                and float(first.reshape(())) == 0.0:
+            mistake = M["train-step-clips-before-backward"]  # clipping found no gradient to measure
+        if mistake is not None:
+            _not_asked(what, mistake, lrs, *shown)
         fail(f"{what} does not update the parameters as asked (call {wrong + 1}): set lr in every group, zero the "
-             "gradients, loss.backward(), clip the total norm with torch.nn.utils.clip_grad_norm_, then "
-             f"optimizer.step().{lrs}", *shown)
+             f"gradients, loss.backward(), clip_grad_norm_, then optimizer.step().{lrs}", *shown)
     clipped = _train_steps(case, returned="after")[1]
     for i in range(2):
-        key = f"{case.key}.norm{i}"
-        got = ev.tensors.get(key) if value_kind(ev, key) == "tensor" else None
+        got = tensor(ev, f"{case.key}.norm{i}")
         if got is None or got.numel() != 1:
-            fail(f"{what} returned {_kind(ev, key)} (call {i + 1}); it should return the gradient norm before "
-                 "clipping, what torch.nn.utils.clip_grad_norm_ returns.")
+            _returned(ev, f"{case.key}.norm{i}", f"{what} (call {i + 1})", "the gradient norm before clipping")
         got = float(got.reshape(()))
         if math.isclose(got, norms[i], rel_tol=1e-3):
             continue
@@ -768,13 +747,11 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
             _not_asked(what, M["train-step-norm-after-clipping"], "", *shown)
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
             _not_asked(what, M["train-step-clips-before-backward"], "", *shown)
-        fail(f"{what} returned {got:.6g} (call {i + 1}), not the gradient's total norm before clipping: return "
-             "what torch.nn.utils.clip_grad_norm_ returns.", *shown)
+        fail(f"{what} returned {got:.6g} (call {i + 1}), not the total norm before clipping that "
+             "torch.nn.utils.clip_grad_norm_ returns.", *shown)
 
 
 each_case(probes.train_step_update, _expect_steps,
-          passed="Two calls on a stand-in (a gradient norm below max_norm): each an SGD step at the lr given, "
-                 "along the gradient of its own loss only; the norm returned.")
+          passed="Two calls below max_norm: each an SGD step at the lr given along its own loss's gradient.")
 each_case(probes.train_step_clipping, _expect_steps,
-          passed="Two calls with a gradient norm above max_norm: each step along the gradient scaled to "
-                 "max_norm, clipped after backward and before the step; the norm before clipping returned.")
+          passed="Two calls above max_norm: each step along the gradient clipped after backward; the norm returned.")
