@@ -206,69 +206,65 @@ def _source_mask(src: torch.Tensor) -> torch.Tensor:
     return src != PAD_ID
 
 
-@dataclass(frozen=True)
-class ModelRun:
-    """Seq2SeqTransformer of case's sizes (under key, weights from seed) on the batch drawn from seed batch."""
-
-    key: str
-    case: ModelCase
-    seed: int
-    batch: int
-    upstream: int | None = None
-
-    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(src (b, s), tgt (b, t) from <bos>, source lengths (b,) s, s - 2, ... at least 1): padded after."""
-        b, s, t = self.case.b, self.case.s, self.case.t
-        g = generator(self.batch)
-        src = torch.randint(3, self.case.src_vocab, (b, s), generator=g)
-        tgt = torch.randint(3, self.case.tgt_vocab, (b, t), generator=g)
-        tgt[:, 0] = BOS_ID
-        lengths = torch.tensor([s - (2 * i) % s for i in range(b)]).clamp(min=1)
-        return src.masked_fill(torch.arange(s) >= lengths.unsqueeze(1), PAD_ID), tgt, lengths
-
-
-ORACLE_RUNS = tuple(ModelRun(f"model{i}", case, 1800 + 100 * i, 1850 + i) for i, case in enumerate(MODEL_CASES))
-SMALL_RUN = ModelRun("model", SMALL_MODEL, 2500, 2510, upstream=2520)
-_CAUSAL_POSITIONS = (4, 2)  # the target positions changed in the causality check
+def _model_inputs(c: ModelCase, batch: int, change: int = -1, more: int = 0) -> dict[str, torch.Tensor]:
+    """src (b, s) padded after lengths s, s - 2, ... (at least 1), tgt (b, t) from <bos>, src_mask (b, s), drawn from
+    seed batch; change (unless -1): another real target token there; more: that many more masked source positions,
+    every padded one holding an arbitrary real token."""
+    g = generator(batch)
+    src = torch.randint(3, c.src_vocab, (c.b, c.s), generator=g)
+    tgt = torch.randint(3, c.tgt_vocab, (c.b, c.t), generator=g)
+    tgt[:, 0] = BOS_ID
+    lengths = torch.tensor([c.s - (2 * i) % c.s for i in range(c.b)]).clamp(min=1)  # (b,)
+    src = src.masked_fill(torch.arange(c.s) >= lengths.unsqueeze(1), PAD_ID)
+    mask = _source_mask(src)
+    if change >= 0:
+        tgt[:, change] = 3 + (tgt[:, change] - 2) % (c.tgt_vocab - 3)
+    if more:
+        extra = torch.randint(3, c.src_vocab, (c.b, more), generator=generator(batch + 10))
+        src = torch.cat([src.masked_fill(~mask, 5), extra], dim=1)  # (b, s + more)
+        mask = torch.cat([mask, torch.zeros(c.b, more, dtype=torch.bool)], dim=1)  # (b, s + more)
+    return {"src": src, "tgt": tgt, "src_mask": mask}
 
 
-def _probe_translator(extra: str, runs: tuple[ModelRun, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
-    """Each run's model (built with the check's weights) on its batch: "logits", numbered when there are several
-    runs; and with extra: "memory" (encode, recorded first), "decoded" (encode, then decode(tgt, memory,
-    src_mask)), "changed" (the targets with another real token at each of _CAUSAL_POSITIONS), "longer" (four more
-    padded source positions, arbitrary real tokens in every padded one), or "gradients" (in training mode, with the
-    gradients of sum(logits · upstream))."""
-    for i, run in enumerate(runs):
-        c, n = run.case, i if len(runs) > 1 else ""
-        model = modules.build(rec, run.key, Seq2SeqTransformer, c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth,
-                              c.max_len, dropout=0.0, seed=run.seed, train=False,
-                              facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
+def model_runs(seed: int, *calls: str, key: str = "model", c: ModelCase = MODEL_CASES[0], batch: int | None = None,
+               upstream: bool = False) -> Runs:
+    """Seq2SeqTransformer of c's sizes (under key, weights from seed) called on the batch drawn from seed batch
+    (default seed + 10), once per key of calls: "memory…" encode, "decoded…" decode on that memory, "…changed<j>"
+    another target token at j, "…longer" four more padded source positions, else forward; upstream: the logits'
+    gradient drawn from seed + 20."""
+    batch = seed + 10 if batch is None else batch
+    grad = partial(randn, c.b, c.t, c.tgt_vocab, seed=seed + 20) if upstream else None
+    lengths = [max(1, c.s - (2 * i) % c.s) for i in range(c.b)]
+    label = f"src ({c.b}, {c.s}) with lengths {lengths}, tgt ({c.b}, {c.t}), k={c.k}, heads={c.heads}, depth={c.depth}"
+    cases = tuple(Case(call, partial(_model_inputs, c, batch, int(call.partition("changed")[2] or -1),
+                                     4 * call.endswith("longer")), label, upstream=grad) for call in calls)
+    return Runs(Built(key, (c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len), seed), cases)
+
+
+def _probe_translator(runs: tuple[Runs, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
+    """Each run's model (built with the check's weights) on its cases (model_runs), without autograd; a case with an
+    upstream in training mode, recording the gradients of sum(logits · upstream)."""
+    for run in runs:
+        built = run.module
+        model = modules.build(rec, built.key, Seq2SeqTransformer, *built.args, dropout=0.0, seed=built.seed,
+                              train=False, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
         if model is None:
             return
-        src, tgt = (v.to(rec.device) for v in run.inputs()[:2])
-        mask = _source_mask(src)
-        if extra == "gradients":
-            upstream = randn(c.b, c.t, c.tgt_vocab, seed=run.upstream).to(rec.device)
-            model.train()
-            modules.record_backward(rec, "logits", model, src, tgt, mask, loss=lambda y, u=upstream: (y * u).sum())
-            continue
-        with torch.no_grad():
-            if extra == "memory":
-                rec.call("memory", model.encode, src, mask)
-            rec.call(f"logits{n}", model, src, tgt, mask)
-            for j in _CAUSAL_POSITIONS if extra == "changed" else ():
-                changed = tgt.clone()
-                changed[:, j] = 3 + (changed[:, j] - 2) % (c.tgt_vocab - 3)  # another real token
-                rec.call(f"logits_changed{j}", model, src, changed, mask)
-            if extra == "longer":
-                more = torch.randint(3, c.src_vocab, (c.b, 4), generator=generator(run.batch + 10)).to(rec.device)
-                longer = torch.cat([src.masked_fill(~mask, 5), more], dim=1)  # (b, s + 4)
-                padded = torch.zeros(c.b, 4, dtype=torch.bool, device=rec.device)
-                rec.call("logits_longer", model, longer, tgt, torch.cat([mask, padded], dim=1))
-            if extra == "decoded":
-                memory = rec.call(f"memory{n}", model.encode, src, mask)
-                if isinstance(memory, torch.Tensor):
-                    rec.call(f"decoded{n}", model.decode, tgt, memory, mask)
+        memory = None
+        for case in run.cases:
+            src, tgt, mask = (v.to(rec.device) for v in case.inputs().values())
+            if case.upstream is not None:
+                model.train()
+                upstream = case.upstream().to(rec.device)
+                modules.record_backward(rec, case.key, model, src, tgt, mask, loss=lambda y, u=upstream: (y * u).sum())
+                continue
+            with torch.no_grad():
+                if case.key.startswith("memory"):
+                    memory = rec.call(case.key, model.encode, src, mask)
+                elif not case.key.startswith("decoded"):
+                    rec.call(case.key, model, src, tgt, mask)
+                elif isinstance(memory, torch.Tensor):
+                    rec.call(case.key, model.decode, tgt, memory, mask)
 
 
 # ---------------------------------------------------------------- stand-in translators for the loss and decoding
@@ -422,20 +418,20 @@ _PREREQUISITES = (("causal_mask", 1, (causal_mask_by_hand,)),
                   ("DecoderBlock", 3, (decoder_block_structure, decoder_block_oracle)))
 
 
-def _model_check(name: str, extra: str, *runs: ModelRun) -> PropertyCheck:
-    """A model check (_probe_translator with extra) that also names an earlier exercise the model uses as a cause."""
-    return property_check(name, partial(_probe_translator, extra), runs, prerequisites=_PREREQUISITES,
-                          user="Seq2SeqTransformer",
+def _model_check(name: str, *runs: Runs) -> PropertyCheck:
+    """A model check (_probe_translator on model_runs) that also names an earlier exercise the model uses as a cause."""
+    return property_check(name, _probe_translator, runs, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
                           namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", "memory", ModelRun("model", MODEL_CASES[0], 1600, 1610))
-seq2seq_causality = _model_check("seq2seq_causality", "changed", ModelRun("model", MODEL_CASES[0], 1700, 1710))
-seq2seq_small_case = _model_check("seq2seq_small_case", "gradients", SMALL_RUN)
-seq2seq_oracle = _model_check("seq2seq_oracle", "decoded", *ORACLE_RUNS)
-seq2seq_padding = _model_check("seq2seq_padding", "longer", ModelRun("model", MODEL_CASES[0], 1900, 1910))
-seq2seq_gradients = _model_check("seq2seq_gradients", "gradients",
-                                 ModelRun("model", MODEL_CASES[0], 2000, 2010, upstream=2020))
+seq2seq_structure = _model_check("seq2seq_structure", model_runs(1600, "memory", "logits"))
+seq2seq_causality = _model_check("seq2seq_causality", model_runs(1700, "logits", "logits_changed4", "logits_changed2"))
+seq2seq_small_case = _model_check("seq2seq_small_case", model_runs(2500, "logits", c=SMALL_MODEL, upstream=True))
+seq2seq_oracle = _model_check("seq2seq_oracle", *(model_runs(1800 + 100 * i, f"logits{i}", f"memory{i}", f"decoded{i}",
+                                                             key=f"model{i}", c=c, batch=1850 + i)
+                                                  for i, c in enumerate(MODEL_CASES)))
+seq2seq_padding = _model_check("seq2seq_padding", model_runs(1900, "logits", "logits_longer"))
+seq2seq_gradients = _model_check("seq2seq_gradients", model_runs(2000, "logits", upstream=True))
 
 
 # ---------------------------------------------------------------- the training loop's parts

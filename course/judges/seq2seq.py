@@ -26,13 +26,12 @@ from course.checks.compare import (
     matches_any,
     output,
     raised,
-    randn,
     tensor,
 )
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, RunsCheck
+from course.checks.kinds import Built, Runs, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
-from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID, ModelCase, ModelRun
+from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
@@ -48,6 +47,7 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
+from course.judges.positional_encoding import reference_table
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -280,36 +280,26 @@ declared(probes.decoder_block_padding_gradients,
 
 # ---------------------------------------------------------------- Seq2SeqTransformer
 
-def _sinusoids(t: int, k: int) -> torch.Tensor:
-    """The sinusoidal table of assignment 06, computed here independently: (t, k)."""
-    position = torch.arange(t, dtype=torch.float64).unsqueeze(1)  # (t, 1)
-    rate = 10000.0 ** (-torch.arange(0, k, 2, dtype=torch.float64) / k)  # (k/2,)
-    table = torch.zeros(t, k, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(position * rate)
-    table[:, 1::2] = torch.cos(position * rate)
-    return table.to(torch.float32)
-
-
-def _model_oracle(w: dict[str, torch.Tensor], case: ModelCase, src, tgt, lengths, *, src_positions=True,
+def _model_oracle(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k: int, heads: int, depth: int,
+                  max_len: int, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor, *, src_positions=True,
                   tgt_positions=True, encoder_mask=True, memory_mask=True, causal=True, use_encoder=True,
                   tgt_embedding="tgt", scaled=False, softmax=False) -> torch.Tensor:
-    """PyTorch's encoder and decoder layers with the check's weights; the keywords switch typical mistakes on."""
-    s, t, k, heads, depth = src.shape[1], tgt.shape[1], case.k, case.heads, case.depth
+    """Logits (b, t, tgt_vocab) by PyTorch's encoder and decoder layers with the check's weights (args: the
+    constructor's); the keywords switch typical mistakes on."""
     scale = math.sqrt(k) if scaled else 1.0
-    pad = _padding(lengths, s)
     x = F.embedding(src, w["src_embedding.weight"]) * scale
     if src_positions:
-        x = x + _sinusoids(s, k)
+        x = x + reference_table(src.shape[1], k)
     if use_encoder:
         for i in range(depth):
-            x = _torch_layer(w, f"encoder.{i}.", heads, x, pad=pad if encoder_mask else None)
+            x = _torch_layer(w, f"encoder.{i}.", heads, x, pad=src_mask if encoder_mask else None)
     memory = x
     table = w["tgt_embedding.weight"] if tgt_embedding == "tgt" else w["src_embedding.weight"]
     y = F.embedding(tgt, table) * scale
     if tgt_positions:
-        y = y + _sinusoids(t, k)
+        y = y + reference_table(tgt.shape[1], k)
     for i in range(depth):
-        y = _torch_layer(w, f"decoder.{i}.", heads, y, memory, causal, pad if memory_mask else None)
+        y = _torch_layer(w, f"decoder.{i}.", heads, y, memory, causal, src_mask if memory_mask else None)
     logits = oracles.dense(w, "to_logits", y)
     return F.softmax(logits, dim=-1) if softmax else logits
 
@@ -336,110 +326,106 @@ _MODEL_PARTS = (("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)"
                 ("to_logits", "Linear", "nn.Linear(k, tgt_vocab_size)"))
 
 
-def _model_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
-    """The model the run built has its named parts, of the right kinds and sizes, none shared; returns its weights."""
+def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
+    """The model built has its named parts, of the right kinds and sizes, none shared; returns its weights."""
     __tracebackhide__ = True
-    key, c = run.key, run.case
-    modules.built(ev, key, f"{MODEL_NAME}({c.src_vocab}, {c.tgt_vocab}, k={c.k}, heads={c.heads}, depth={c.depth}, "
-                           f"max_len={c.max_len})")
+    key, (src_vocab, tgt_vocab, k, heads, depth, max_len) = built.key, built.args
+    modules.built(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
+                           f"max_len={max_len})")
     parts = {name: modules.expect_part(ev, key, MODEL_NAME, name, kind, how) for name, kind, how in _MODEL_PARTS}
     if parts["tgt_embedding"].get("same_as") == "src_embedding":
         _not_asked(MODEL_NAME, M["shared-embedding"])
     for name in ("encoder", "decoder"):
         items = parts[name].get("items")
-        if not isinstance(items, list) or len(items) != c.depth:
+        if not isinstance(items, list) or len(items) != depth:
             fail(f"{MODEL_NAME}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with "
-                 f"depth={c.depth} it should hold {c.depth}.", mistake=M["wrong-depth"])
-    if (parts["encoder"]["items"], parts["decoder"]["items"]) != (["TransformerBlock"] * c.depth,
-                                                                  ["DecoderBlock"] * c.depth):
+                 f"depth={depth} it should hold {depth}.", mistake=M["wrong-depth"])
+    if (parts["encoder"]["items"], parts["decoder"]["items"]) != (["TransformerBlock"] * depth,
+                                                                  ["DecoderBlock"] * depth):
         fail(f"{MODEL_NAME}.encoder should hold course TransformerBlock(k, heads), and .decoder your "
              f"DecoderBlock(k, heads); the encoder holds {str(parts['encoder']['items'])[:80]}.",
              mistake=WRONG_PART_TYPE)
-    if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * c.depth:
+    if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * depth:
         _not_asked(MODEL_NAME, M["shared-block"])
-    shapes = {"src_embedding.weight": (c.src_vocab, c.k), "tgt_embedding.weight": (c.tgt_vocab, c.k),
-              **{n: s for i in range(c.depth) for n, s in modules.block_shapes(f"encoder.{i}.", c.k, 4 * c.k).items()},
-              **{n: s for i in range(c.depth) for n, s in _block_shapes(f"decoder.{i}.", c.k, 4).items()},
-              "to_logits.weight": (c.tgt_vocab, c.k), "to_logits.bias": (c.tgt_vocab,)}
-    return modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT,
+    shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k),
+              **{n: s for i in range(depth) for n, s in modules.block_shapes(f"encoder.{i}.", k, 4 * k).items()},
+              **{n: s for i in range(depth) for n, s in _block_shapes(f"decoder.{i}.", k, 4).items()},
+              "to_logits.weight": (tgt_vocab, k), "to_logits.bias": (tgt_vocab,)}
+    return modules.expect_parameters(ev, key, MODEL_NAME, shapes, built.seed, hint=modules.PARTS_HINT,
                                      resized=M["wrong-size"])
 
 
-def _logits(ev: Evidence, key: str, case: ModelCase, what: str = "forward(src, tgt, src_mask)") -> torch.Tensor:
-    """The model's logits (b, t, tgt_vocab) recorded under key."""
+def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
+    """The run's model (probes.model_runs): its structure; the logits of its first forward case against PyTorch's
+    encoder and decoder layers with the check's weights, naming the typical mistake they match (strict), else only an
+    encoder-decoder's, right or typically wrong, after what the other cases show (encode's shape, decode equal to
+    forward, causality, padding ignored); then autograd's gradients where that case has an upstream."""
     __tracebackhide__ = True
-    b, s, t, tgt_vocab, k = case.b, case.s, case.t, case.tgt_vocab, case.k
-    return output(ev, key, what=f"{MODEL_NAME}.{what}", shape=(b, t, tgt_vocab), hint=_MODEL_CALL_HINT, shape_hints={
-        (b, t, k): "Those are the decoder's states: map them to logits with to_logits.",
-        (b, s, tgt_vocab): "One output per source position: the decoder must produce one per target position."})
-
-
-def _expect_translator(extra: str, ev: Evidence, run: ModelRun) -> None:
-    """The model's structure, then its logits on run's batch against PyTorch's encoder and decoder layers with the
-    check's weights, naming the typical mistake they match ("decoded" and the small case), else only an
-    encoder-decoder's, right or typically wrong; then what the probe's extra record shows (_probe_translator)."""
-    __tracebackhide__ = True
-    c, strict = run.case, extra == "decoded" or run == probes.SMALL_RUN
-    n = probes.ORACLE_RUNS.index(run) if extra == "decoded" else ""
-    w = _model_weights(ev, run)
-    src, tgt, lengths = run.inputs()
-    switches = [(m, sw) for m, sw in _MODEL_MISTAKES
-                if m is not M["model-target-source-embedding"] or int(tgt.max()) < c.src_vocab]
-    with torch.no_grad():
-        expected = _model_oracle(w, c, src, tgt, lengths)
-        mistakes = [(m, _model_oracle(w, c, src, tgt, lengths, **sw)) for m, sw in switches]
-    label = (f"src ({c.b}, {c.s}) with lengths {lengths.tolist()}, tgt ({c.b}, {c.t}), k={c.k}, heads={c.heads}, "
-             f"depth={c.depth}")
-    if extra == "memory":
-        output(ev, "memory", what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(c.b, c.s, c.k), hint=_MODEL_CALL_HINT)
-    logits = _logits(ev, f"logits{n}", c)
-    if strict:
-        expect_close_batch(logits, expected, what=f"{MODEL_NAME}.forward", device=ev.device, otherwise=_MODEL_HINT,
-                           mistakes=mistakes, case=label)
-    elif extra == "gradients":
-        modules.expect_attached(ev, "logits", f"{MODEL_NAME}.forward")
-    for j in probes._CAUSAL_POSITIONS if extra == "changed" else ():
-        expect_causal(ev, logits, _logits(ev, f"logits_changed{j}", c), j, f"{MODEL_NAME}.forward on targets",
-                      mistakes, M["model-not-causal"].explanation, M["model-reads-future"])
-    if extra == "longer":
-        _expect_padding_ignored(ev, logits, _logits(ev, "logits_longer", c), MODEL_NAME, mistakes,
-                                "Pass src_mask shaped (b, 1, s) to every encoder block AND as memory_mask to every "
-                                "decoder block.", M["model-reads-padding"])
+    args, first = run.module.args, None
+    w = _model_weights(ev, run.module)
+    for case in run.cases:
+        inputs = dict(case.inputs())
+        (b, s), t = inputs["src"].shape, inputs["tgt"].shape[1]
+        if case.key.startswith("memory"):
+            output(ev, case.key, what=f"{MODEL_NAME}.encode(src, src_mask)", shape=(b, s, args[2]),
+                   hint=_MODEL_CALL_HINT)
+            continue
+        what = f"{MODEL_NAME}.{'decode' if case.key.startswith('decoded') else 'forward(src, tgt, src_mask)'}"
+        y = output(ev, case.key, what=what, shape=(b, t, args[1]), hint=_MODEL_CALL_HINT, shape_hints={
+            (b, t, args[2]): "Those are the decoder's states: map them to logits with to_logits.",
+            (b, s, args[1]): "One output per source position: the decoder must produce one per target position."})
+        if first is None:
+            first, logits = case, y
+            switches = [(m, sw) for m, sw in _MODEL_MISTAKES
+                        if m is not M["model-target-source-embedding"] or int(inputs["tgt"].max()) < args[0]]
+            with torch.no_grad():
+                expected = _model_oracle(w, *args, **inputs)
+                mistakes = [(m, _model_oracle(w, *args, **inputs, **sw)) for m, sw in switches]
+            if strict:
+                expect_close_batch(y, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
+                                   otherwise=_MODEL_HINT, mistakes=mistakes, case=case.label)
+            elif case.upstream is not None:
+                modules.expect_attached(ev, case.key, f"{MODEL_NAME}.forward")
+        elif case.key.startswith("decoded") and not matches_any(y, [logits], ev.device):
+            _not_asked(MODEL_NAME, M["decode-inconsistent"], " Greedy decoding encodes once, then decodes step "
+                       "by step.", logits[0, :, 0], y[0, :, 0], "first logit of sequence 0")
+        elif case.key.endswith("longer"):
+            _expect_padding_ignored(ev, logits, y, MODEL_NAME, mistakes, "Pass src_mask shaped (b, 1, s) to every "
+                                    "encoder block AND as memory_mask to every decoder block.",
+                                    M["model-reads-padding"])
+        elif "changed" in case.key:
+            j = int((inputs["tgt"] != first.inputs()["tgt"]).any(dim=0).nonzero()[0])  # the target changed there
+            expect_causal(ev, logits, y, j, f"{MODEL_NAME}.forward on targets", mistakes,
+                          M["model-not-causal"].explanation, M["model-reads-future"])
     if not strict and not matches_any(logits, [expected, *(out for _, out in mistakes)], ev.device):
-        fail(f"{MODEL_NAME}'s logits match neither an encoder-decoder transformer with the check's weights nor a known "
-             f"mistake: {_MODEL_HINT}", expected, logits, case=label)
-    if extra == "decoded":
-        output(ev, f"memory{n}", what=f"{MODEL_NAME}.encode", shape=(c.b, c.s, c.k))
-        decoded = _logits(ev, f"decoded{n}", c, "decode")
-        if not matches_any(decoded, [logits], ev.device):
-            _not_asked(MODEL_NAME, M["decode-inconsistent"], " Greedy decoding encodes once, then decodes step by "
-                       "step.", logits[0, :, 0], decoded[0, :, 0], "first logit of sequence 0")
-    if extra == "gradients":
-        modules.expect_differentiable(ev, "logits", f"{MODEL_NAME}.forward")
+        fail(f"{MODEL_NAME}'s logits match neither an encoder-decoder transformer with the check's weights nor a "
+             f"known mistake: {_MODEL_HINT}", expected, logits, case=first.label)
+    if first.upstream is not None:
+        modules.expect_differentiable(ev, first.key, f"{MODEL_NAME}.forward")
         because, chosen = next(((m, sw) for (m, out), (_, sw) in zip([(None, expected), *mistakes],
                                                                      [(None, {}), *switches], strict=True)
                                 if matches_any(logits, [out], ev.device)), (None, {}))
-        grads = modules.autograd(lambda leaves: _model_oracle(leaves, c, src, tgt, lengths, **chosen), w, {},
-                                 randn(c.b, c.t, c.tgt_vocab, seed=run.upstream))
-        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=label, because=because,
+        grads = modules.autograd(lambda leaves: _model_oracle(leaves, *args, **first.inputs(), **chosen), w, {},
+                                 first.upstream())
+        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=first.label, because=because,
                                  hints={name: "Is memory the output of the encoder blocks?" for name in w
                                         if name.startswith(("encoder", "src"))},
                                  oracle="PyTorch's encoder and decoder layers with the same weights")
 
 
-each_case(probes.seq2seq_structure, partial(_expect_translator, "memory"),
+each_case(probes.seq2seq_structure, partial(_expect_translator, False),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k).")
-each_case(probes.seq2seq_causality, partial(_expect_translator, "changed"),
+each_case(probes.seq2seq_causality, partial(_expect_translator, False),
           passed="Changing a later target token never changes the logits at earlier positions.")
-each_case(probes.seq2seq_oracle, partial(_expect_translator, "decoded"),
+each_case(probes.seq2seq_oracle, partial(_expect_translator, True),
           passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
                  "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward.")
-each_case(probes.seq2seq_padding, partial(_expect_translator, "longer"),
+each_case(probes.seq2seq_padding, partial(_expect_translator, False),
           passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
-each_case(probes.seq2seq_gradients, partial(_expect_translator, "gradients"),
+each_case(probes.seq2seq_gradients, partial(_expect_translator, False),
           passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
                  "layer), as autograd through PyTorch's layers gives it.")
-each_case(probes.seq2seq_small_case, partial(_expect_translator, "gradients"),
+each_case(probes.seq2seq_small_case, partial(_expect_translator, True),
           passed="A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and "
                  "decoder layers with the same weights; a loss on the logits sends autograd's gradient to every "
                  "parameter.")
