@@ -106,7 +106,7 @@ def test_the_hand_written_model_is_pytorchs_layers_and_the_reference(case):
 
 def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
     """Each catalogued switch gives other logits (or another cache) on the visible cache case than the right model."""
-    case, seed, sizes = lm.CACHE_CASE.model, lm.CACHE_CASE.seed, lm.CACHE_CASE.chunks
+    case, seed, sizes = lm.CACHE_CASE.case, lm.CACHE_CASE.seed, lm.CACHE_CASE.chunks
     _, w = _weights(case, seed)
     tokens = lm.lm_tokens(case, seed + 10)
     right_logits, right_caches = judges._lm_run_cached(w, case, tokens, sizes, {})

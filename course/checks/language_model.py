@@ -61,7 +61,8 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
 @dataclass(frozen=True)
 class ModelRun:
     """The case's model (weights: seed) under key `model` run on lm_tokens(case, seed + 10), logits under `logits`,
-    then with the tokens from each j in `changed` on changed (<model>.changed<j>); upstream: gradients."""
+    then with the tokens from each j in `changed` on changed (<model>.changed<j>); upstream: gradients; chunks: the
+    tokens fed in chunks of these sizes (<steps><chunk>), each with the cache the last returned."""
 
     model: str
     logits: str
@@ -69,6 +70,8 @@ class ModelRun:
     seed: int
     changed: tuple[int, ...] = ()
     upstream: int | None = None
+    chunks: tuple[int, ...] = ()
+    steps: str = "step"
 
     def tokens(self) -> torch.Tensor:
         return lm_tokens(self.case, self.seed + 10)
@@ -77,32 +80,15 @@ class ModelRun:
         return randn(self.case.b, self.case.t, self.case.vocab, seed=self.upstream)
 
 
-@dataclass(frozen=True)
-class CacheCase:
-    """A run, then its tokens fed in chunks of these sizes (<steps><chunk>), each with the cache the last returned."""
-
-    run: ModelRun
-    chunks: tuple[int, ...]
-    steps: str
-
-    @property
-    def model(self) -> ModelCase:
-        return self.run.case
-
-    @property
-    def seed(self) -> int:
-        return self.run.seed
-
-
 # head size != k, batch > 1, odd lengths, one case with t == max_len
 STRUCTURE_CASE = ModelCase(2, 6, 11, 16, 2, 2, 10)
 ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1, 5))
 HIDDEN_CASES = (ModelCase(1, 9, 7, 8, 4, 3, 9), ModelCase(4, 4, 17, 20, 5, 2, 30))
 CAUSALITY_CASE = ModelCase(3, 7, 11, 16, 2, 2, 9)
 GRADIENT_CASE = ModelCase(2, 6, 9, 12, 3, 2, 8)
-CACHE_CASE = CacheCase(ModelRun("model", "full", ModelCase(2, 8, 11, 16, 2, 2, 10), 3300), (3, 2, 1, 1, 1), "step")
-HIDDEN_CACHE_CASE = CacheCase(ModelRun("cache.model", "cache.full", ModelCase(3, 9, 13, 12, 3, 3, 12), 3400),
-                              (2, 1, 3, 1, 2), "cache.step")
+CACHE_CASE = ModelRun("model", "full", ModelCase(2, 8, 11, 16, 2, 2, 10), 3300, chunks=(3, 2, 1, 1, 1))
+HIDDEN_CACHE_CASE = ModelRun("cache.model", "cache.full", ModelCase(3, 9, 13, 12, 3, 3, 12), 3400,
+                             chunks=(2, 1, 3, 1, 2), steps="cache.step")
 
 
 def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]:
@@ -115,13 +101,12 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 _FACTS = partial(model_facts, parts=MODEL_PARTS, block_parts=[name for name, _, _ in BLOCK_PARTS], kinds=_LM_KINDS)
 
 
-def _probe_model(cases: tuple[ModelRun | CacheCase, ...], LanguageModel: Callable, rec: Recorder) -> None:
-    """Each run's model built and called as ModelRun (or CacheCase) says; one that cannot be built ends the probe."""
-    for item in cases:
-        run, chunks, steps = (item.run, item.chunks, item.steps) if isinstance(item, CacheCase) else (item, (), "")
+def _probe_model(runs: tuple[ModelRun, ...], LanguageModel: Callable, rec: Recorder) -> None:
+    """Each run's model built and called as ModelRun says; one that cannot be built ends the probe."""
+    for run in runs:
         case = run.case
         if probe_model(rec, run, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
-                       facts=_FACTS, chunks=chunks, steps=steps, train=True) is None:
+                       facts=_FACTS, chunks=run.chunks, steps=run.steps, train=True) is None:
             return
 
 
@@ -134,7 +119,7 @@ lm_gradients = property_check("lm_gradients", _probe_model,
                               (ModelRun("model", "logits", GRADIENT_CASE, 3600, upstream=3620),))
 
 
-def _cache_check(name: str, cases: tuple[CacheCase, ...]) -> PropertyCheck:
+def _cache_check(name: str, cases: tuple[ModelRun, ...]) -> PropertyCheck:
     """A CachedLanguageModel check that also says when the cause may be the LanguageModel it inherits (exercise 1)."""
     return property_check(name, _probe_model, cases, user=CACHED_NAME,
                           prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),),

@@ -158,11 +158,11 @@ _CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, M["cache
                  ("must match the size of tensor", 1, M["cache-mask-shape"]))
 
 
-def _expect_cached(ev: Evidence, spec: probes.CacheCase) -> None:
+def _expect_cached(ev: Evidence, run: probes.ModelRun) -> None:
     """The chunks fed with the cache give the logits of one call without it, and each block's keys and values."""
     __tracebackhide__ = True
-    w, full = expect_model(ev, spec.run, LM, exact=True, owner=CACHED_NAME)
-    expect_model_steps(ev, spec.run, LM, w, full, spec.chunks, spec.steps, spec.model.heads, M["cache-differs"],
+    w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
+    expect_model_steps(ev, run, LM, w, full, run.chunks, run.steps, run.case.heads, M["cache-differs"],
                        owner=CACHED_NAME, errors=_CACHE_ERRORS, not_returned=M["cache-not-returned"],
                        bad_cache=M["cache-shape"])
 

@@ -43,8 +43,7 @@ M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_deco
 
 def _bias_free(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[str, tuple[int, int, str]], seed: int,
                bias: Mistake) -> dict[str, torch.Tensor]:
-    """The module built under key (what) holds separate nn.Linear layers without biases, name: (n_in, n_out, how to
-    create it), and nothing else; returns the weights the probe loaded into them."""
+    """The weights of the separate bias-free nn.Linear layers, name: (n_in, n_out, how), the module under key holds."""
     __tracebackhide__ = True
     w = expect_linear_layers(ev, key, what, owner, {name: (i, o, False, how) for name, (i, o, how) in layers.items()},
                              f"{', '.join(layers)}: each needs its own nn.Linear.", dict.fromkeys(layers, bias), seed)
@@ -150,9 +149,8 @@ each_case(probes.rotary_tables_hidden, _expect_tables,
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0, *, pairs: str = "halves",
            sign: float = 1.0, swap: bool = False) -> torch.Tensor:
-    """The oracle: (x1 + i·x2) · (cos + i·sin), x1 and x2 the halves of x (..., t, s), with the rows offset .. offset
-    + t − 1 of the tables, as complex multiplication; [real, imag] concatenated, (..., t, s). The switches are the
-    typical mistakes: pairs of even and odd features (kept interleaved, or as halves), -sin, the halves swapped."""
+    """The oracle: (x1 + i·x2) · (cos + i·sin) on the halves of x (..., t, s), table rows offset .. offset + t − 1;
+    [real, imag] concatenated (..., t, s). Switches: even/odd pairs (kept interleaved or as halves), -sin, swapped."""
     t, half = x.shape[-2], x.shape[-1] // 2
     x1, x2 = (x[..., :half], x[..., half:]) if pairs == "halves" else (x[..., 0::2], x[..., 1::2])
     z = torch.complex(x1, x2) * torch.complex(cos[offset:offset + t], sign * sin[offset:offset + t])
@@ -261,9 +259,8 @@ def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: tor
         sin: torch.Tensor, mask: torch.Tensor, past: tuple | None = None, *, prefix: str = "",
         repeat: str = "interleave", rotated: str = "qk", scale: float | None = None, use_mask: bool = True,
         offset: bool = True, cache_rotated: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Grouped-query attention with the weights in w: rotate's queries and keys, then F.scaled_dot_product_attention
-    (enable_gqa=True); (out (b, t, k), cache (keys, values) (b, kv_heads, T, s)). The keywords switch on the typical
-    mistakes (rotated: which of q, k, v are), each returning the cache it keeps."""
+    """Rotated queries and keys, then F.scaled_dot_product_attention(enable_gqa=True): (out (b, t, k), (keys, values)
+    (b, kv_heads, T, s)); the keywords switch on the typical mistakes (rotated: which of q, k, v are)."""
     start = past[0].shape[2] if past is not None and offset else 0
 
     def project(name: str, n: int, rotate_it: bool) -> torch.Tensor:
@@ -381,18 +378,15 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     found = ev.facts.get(f"{key}.buffers")
     found = {e[0]: e[1:] for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
     for name in ("cos", "sin"):
-        where, (got, persistent) = f"{MODEL_NAME}.{name}", found.get(name, (None, None))
-        if name not in found:
-            kind = "a parameter" if name in modules.parameter_names(ev, key) else "not a registered buffer"
-            fail(f"{where} is {kind}: {M['modern-tables-not-buffers'].explanation}",
-                 mistake=M["modern-tables-not-buffers"])
-        if got != [run.max_len, k // run.heads // 2]:
-            head = got == [run.max_len, k // 2] and run.heads > 1
-            fail(f"{where} has shape {tuple(got) if isinstance(got, list) else got} for {run.call}; expected (max_len, "
-                 f"s // 2): " + (M["modern-tables-head-size"].explanation if head else "rotary_tables(max_len, k // "
-                                 "heads, base)."), mistake=M["modern-tables-head-size"] if head else None)
-        if persistent is not False:
-            fail(f"{where}: {M['modern-tables-persistent'].explanation}", mistake=M["modern-tables-persistent"])
+        got, persistent = found.get(name, (None, None))
+        head = M["modern-tables-head-size"] if got == [run.max_len, k // 2] and run.heads > 1 else None
+        for wrong, mistake in ((name not in found, M["modern-tables-not-buffers"]),
+                               (got != [run.max_len, k // run.heads // 2], head),
+                               (persistent is not False, M["modern-tables-persistent"])):
+            if wrong:
+                seen = f"a buffer of shape {got}, persistent={persistent}" if name in found else "not a buffer"
+                fail(f"{MODEL_NAME}.{name} is {seen} for {run.call}: "
+                     + (mistake.explanation if mistake else "expected (max_len, k // heads // 2)."), mistake=mistake)
     block = {"norm1.gain": (k,), "attention.to_queries.weight": (k, k), "attention.to_keys.weight": (kv, k),
              "attention.to_values.weight": (kv, k), "attention.unify_heads.weight": (k, k), "norm2.gain": (k,),
              "ff.gate.weight": (hidden, k), "ff.up.weight": (hidden, k), "ff.down.weight": (k, hidden)}
