@@ -64,10 +64,10 @@ class ModelRun:
     then with the tokens from each j in `changed` on changed (<model>.changed<j>); upstream: gradients; chunks: the
     tokens fed in chunks of these sizes (<steps><chunk>), each with the cache the last returned."""
 
-    model: str
-    logits: str
     case: ModelCase
     seed: int
+    model: str = "model"
+    logits: str = "logits"
     changed: tuple[int, ...] = ()
     upstream: int | None = None
     chunks: tuple[int, ...] = ()
@@ -86,14 +86,14 @@ ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1,
 HIDDEN_CASES = (ModelCase(1, 9, 7, 8, 4, 3, 9), ModelCase(4, 4, 17, 20, 5, 2, 30))
 CAUSALITY_CASE = ModelCase(3, 7, 11, 16, 2, 2, 9)
 GRADIENT_CASE = ModelCase(2, 6, 9, 12, 3, 2, 8)
-CACHE_CASE = ModelRun("model", "full", ModelCase(2, 8, 11, 16, 2, 2, 10), 3300, chunks=(3, 2, 1, 1, 1))
-HIDDEN_CACHE_CASE = ModelRun("cache.model", "cache.full", ModelCase(3, 9, 13, 12, 3, 3, 12), 3400,
+CACHE_CASE = ModelRun(ModelCase(2, 8, 11, 16, 2, 2, 10), 3300, logits="full", chunks=(3, 2, 1, 1, 1))
+HIDDEN_CACHE_CASE = ModelRun(ModelCase(3, 9, 13, 12, 3, 3, 12), 3400, "cache.model", "cache.full",
                              chunks=(2, 1, 3, 1, 2), steps="cache.step")
 
 
 def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]:
     """The i-th case built under model<i> with the weights of seed + 100 i, its logits under logits<i>."""
-    return tuple(ModelRun(f"model{i}", f"logits{i}", case, seed + 100 * i) for i, case in enumerate(cases))
+    return tuple(ModelRun(case, seed + 100 * i, f"model{i}", f"logits{i}") for i, case in enumerate(cases))
 
 
 # ---------------------------------------------------------------- LanguageModel: the probes
@@ -110,13 +110,11 @@ def _probe_model(runs: tuple[ModelRun, ...], LanguageModel: Callable, rec: Recor
             return
 
 
-lm_structure = property_check("lm_structure", _probe_model, (ModelRun("model", "logits", STRUCTURE_CASE, 3000),))
-lm_causality = property_check("lm_causality", _probe_model,
-                              (ModelRun("model", "logits", CAUSALITY_CASE, 3100, changed=(5, 2)),))
+lm_structure = property_check("lm_structure", _probe_model, (ModelRun(STRUCTURE_CASE, 3000),))
+lm_causality = property_check("lm_causality", _probe_model, (ModelRun(CAUSALITY_CASE, 3100, changed=(5, 2)),))
 lm_oracle = property_check("lm_oracle", _probe_model, numbered_runs(ORACLE_CASES, 3200))
 lm_hidden = property_check("lm_hidden", _probe_model, numbered_runs(HIDDEN_CASES, 3500))
-lm_gradients = property_check("lm_gradients", _probe_model,
-                              (ModelRun("model", "logits", GRADIENT_CASE, 3600, upstream=3620),))
+lm_gradients = property_check("lm_gradients", _probe_model, (ModelRun(GRADIENT_CASE, 3600, upstream=3620),))
 
 
 def _cache_check(name: str, cases: tuple[ModelRun, ...]) -> PropertyCheck:

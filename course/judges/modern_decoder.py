@@ -18,7 +18,7 @@ from course.checks.compare import Mistake, expect_close, expect_close_batch, fai
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModelRun
-from course.judges import mistakes
+from course.judges import judge, mistakes
 from course.judges.kinds import (
     ForwardOracle,
     ModelOracle,
@@ -27,7 +27,6 @@ from course.judges.kinds import (
     against_forward,
     block_call,
     block_layout,
-    declared,
     each_case,
     expect_blocks,
     expect_linear_layers,
@@ -185,9 +184,9 @@ against(probes.apply_rotary_hidden, ROTARY,
         passed="More shapes (5-D, a single position, 2-D), offsets up to 20 and tables longer than needed.")
 
 
+@judge(probes.apply_rotary_offset.name)
 def _expect_relative(ev: Evidence) -> None:
-    """Lengths are kept; offset picks the rows of the tables; q·k after rotation depends only on the distance of the
-    positions; and the rotation is the oracle's (or a typical mistake's)."""
+    """Lengths kept; offset=2 rotates rows 2-4 as positions 2-4; q·k depends on the distance alone."""
     __tracebackhide__ = True
     given = {case.key: dict(case.inputs()) for case in probes.apply_rotary_offset.cases}
     got = {key: output(ev, key, what=f"apply_rotary(x of shape {tuple(x['x'].shape)}, cos, sin, offset="
@@ -209,10 +208,6 @@ def _expect_relative(ev: Evidence) -> None:
     if not matches_any(keys, [right, *(out for _, out in _rotary_mistakes(keys_in, cos, sin))], ev.device):
         fail("apply_rotary keeps lengths and is relative, but it is not a rotation of pairs by the tables' angles: "
              + _ROTARY_HINT, right, keys, case="the keys")
-
-
-declared(probes.apply_rotary_offset, _expect_relative,
-         passed="Lengths kept; offset=2 rotates rows 2-4 as positions 2-4; q·k depends on the distance alone.")
 
 
 # ---------------------------------------------------------------- SwiGLU
