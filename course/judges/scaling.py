@@ -15,7 +15,7 @@ from course.checks.compare import Mistake, expect_close, expect_tuple, fail, mat
 from course.checks.evidence import Evidence
 from course.checks.kinds import Case
 from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
-from course.judges import judge, mistakes, oracles
+from course.judges import judge, kinds, mistakes, oracles
 from course.judges.kinds import ForwardOracle, against_forward, anchor_forward, each_case, expect_causal, forward_output
 from course.judges.qkv import expect_structure, projection_count, projections
 
@@ -87,7 +87,7 @@ _SDPA_MISTAKES = ((M["unscaled"], True), (M["divided-by-d"], True), (M["scaled-b
 
 def _typical(masked: bool) -> tuple[tuple[Mistake, bool], ...]:
     """The typical mistakes that show on a call with a mask (all of them) or without one (the first five)."""
-    return _SDPA_MISTAKES if masked else _SDPA_MISTAKES[:5]
+    return _SDPA_MISTAKES[: None if masked else 5]
 
 
 def _sdpa_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, Pair]]:
@@ -146,19 +146,16 @@ def _expect_sdpa(ev: Evidence, case: Case) -> Pair:
     return out, w
 
 
-each_case(probes.sdpa_by_hand, _expect_sdpa,
-          passed="d = 4: raw scores 4 and 0 become 2 and 0, weights e²/(e²+1) ≈ 0.881 and 1/(e²+1) ≈ 0.119.")
-each_case(probes.sdpa_masks_by_hand, _expect_sdpa,
-          passed="Masking key 0 leaves all the weight on key 1: weights [0, 1], output = value 1; a mask (tk,) "
-                 "broadcasts.")
-each_case(probes.sdpa_fully_masked_row, _expect_sdpa,
-          passed="A query that may attend to nothing gets all-zero weights and a zero output — no NaN; other rows are "
-                 "unchanged.")
-
-
-each_case(probes.sdpa_oracle, _expect_sdpa,
-          passed="Random shapes (0-2 leading dimensions, tq != tk, dv != d) and masks against "
-                 "F.scaled_dot_product_attention, queries that may attend to nothing zeroed.")
+for sdpa_check, passed in (
+        (probes.sdpa_by_hand, "d = 4: raw scores 4 and 0 become 2 and 0, weights e²/(e²+1) ≈ 0.881 and 1/(e²+1) ≈ "
+                              "0.119."),
+        (probes.sdpa_masks_by_hand, "Masking key 0 leaves all the weight on key 1: weights [0, 1], output = value 1; "
+                                    "a mask (tk,) broadcasts."),
+        (probes.sdpa_fully_masked_row, "A query that may attend to nothing gets all-zero weights and a zero output — "
+                                       "no NaN; other rows are unchanged."),
+        (probes.sdpa_oracle, "Random shapes (0-2 leading dimensions, tq != tk, dv != d) and masks against "
+                             "F.scaled_dot_product_attention, queries that may attend to nothing zeroed.")):
+    each_case(sdpa_check, _expect_sdpa, passed=passed)
 
 
 def _expect_sdpa_gradients(ev: Evidence, case: Case, strict: bool = False) -> None:
@@ -240,11 +237,10 @@ against_forward(probes.scaled_self_attention_oracle, MODULE,
                        "weights.")
 
 
-@judge("scaled_self_attention_structure")
-def _judge_scaled_structure(ev: Evidence) -> None:
-    """Three separate bias-free k×k projections, registered as parameters: 3k² in all."""
-    expect_structure(ev, probes.scaled_self_attention_structure, MODULE, f"{MODULE_NAME} has the right layers",
-                     projection_count(probes.STRUCTURE_K))
+kinds.declared(probes.scaled_self_attention_structure, partial(
+    expect_structure, check=probes.scaled_self_attention_structure, oracle=MODULE,
+    claim=f"{MODULE_NAME} has the right layers", count=projection_count(probes.STRUCTURE_K)),
+    passed="Three separate bias-free k×k projections, registered as parameters: 3k² in all.")
 
 
 @judge("scaled_self_attention_causal")
