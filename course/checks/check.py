@@ -10,9 +10,8 @@ verdict at once (also under ``nbgrader validate``). Under grading (``NBGRADER_EX
 only probes and writes the evidence to ``.evidence/NAME/``; the grader judges it in its own process
 (``autograder.judging``), and the test cell's score and message are the judge's.
 
-The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``. A check made by
-:func:`with_prerequisites` also says, when it fails, which earlier exercise of the notebook that the tested code
-uses does not pass its own tests yet.
+The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``. A check with prerequisites also
+says, when it fails, which earlier exercise that the tested code uses does not pass its own tests yet.
 """
 
 from __future__ import annotations
@@ -37,10 +36,8 @@ def when_graded(what: str) -> None:
 
 
 class AwaitingJudge(Exception):
-    """Raised by a test cell under grading: its evidence is written and only the grader's judge decides.
-
-    If no judge replaced this cell's result (nbgrader run without the course's configuration), the cell
-    scores 0 rather than passing unjudged."""
+    """Raised by a test cell under grading: its evidence is written and only the grader's judge decides (a cell no
+    judge replaced, under nbgrader without the course's configuration, scores 0 rather than passing unjudged)."""
 
 
 def recording() -> bool:
@@ -54,7 +51,9 @@ class Check:
     The probe lives here, in course/checks/<assignment>.py, which the student's kernel imports. The judge lives in
     course/judges/<assignment>.py (registered with ``course.judges.judge(name)``), which the grading sandbox hides:
     nothing the kernel can import under grading holds an oracle or a reference computation. ``check.judge`` finds
-    the judge when it is first asked for, so merely probing never imports the judges."""
+    the judge when it is first asked for, so merely probing never imports the judges. With prerequisites, the probe
+    also records their checks on the parts of those names in namespace(student) (the notebook's globals), and a
+    failure notes which of them fail their own tests (user: what the tested code is called in that note)."""
 
     def __init__(self, name: str, probe: Callable[[Any, Recorder], None], *, module: str | None = None,
                  prerequisites: Iterable[Prerequisite] = (), namespace: Callable[[Any], Any] | None = None,
@@ -66,10 +65,6 @@ class Check:
         self._user = user
         self._probe = probe
         self._judge: Callable[[Evidence], None] | None = None
-
-    @property
-    def grade_id(self) -> str:
-        return GRADE_ID_PREFIX + self.name
 
     @property
     def judge(self) -> Callable[[Evidence], None]:
@@ -100,14 +95,10 @@ class Check:
     def probe(self, student: Any, rec: Recorder) -> None:
         """Run the student's code and record what it gives (and, with prerequisites, what those give)."""
         self._probe(student, rec)
-        if self.prerequisites and self._namespace is not None:
-            found = self._namespace(student)
-            if isinstance(found, dict):
-                for part_name, _, checks in self.prerequisites:
-                    part = found.get(part_name)
-                    if callable(part):
-                        for check in checks:
-                            _sub_record(rec, f"pre.{check.name}", check, part)
+        found = self._namespace(student) if self.prerequisites and self._namespace is not None else None
+        for part_name, _, checks in self.prerequisites if isinstance(found, dict) else ():
+            for check in checks if callable(found.get(part_name)) else ():
+                _sub_record(rec, f"pre.{check.name}", check, found[part_name])
 
     def record(self, student: Any, device: torch.device | str = "cpu") -> Evidence:
         """Run the probe on the student's code and return what it recorded."""
@@ -136,17 +127,6 @@ def checks_of(module: Any) -> dict[str, Check]:
 
 #: (the name an earlier exercise defines in the notebook, its exercise number, the checks that test it)
 Prerequisite = tuple[str, int, tuple["Check", ...]]
-
-
-def with_prerequisites(name: str, probe: Callable[[Any, Recorder], None], *, prerequisites: Iterable[Prerequisite],
-                       namespace: Callable[[Any], Any], user: str) -> Check:
-    """A check that, when it fails, also says which earlier exercise the student's code is built from fails its
-    own tests, so a student fixes that first.
-
-    namespace(student) gives the notebook's globals (a function's __globals__); the probe also records each
-    prerequisite's checks on the part of that name found there (under pre.<check>), and the judge judges those
-    records only to add the note. user: what the tested code is called in the note."""
-    return Check(name, probe, prerequisites=prerequisites, namespace=namespace, user=user)
 
 
 def _noting_prerequisites(judge: Callable[[Evidence], None], prerequisites: tuple[Prerequisite, ...],

@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from types import FrameType, MappingProxyType
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 import torch
@@ -29,21 +29,25 @@ WIDTH = 83
 @dataclass(frozen=True)
 class Mistake:
     """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
-    explanation a student reads.
-
-    Declare every mistake in a table (a judges module's course/judges/mistakes/<name>.txt, read by
-    course.judges.mistakes()) or as a module-level constant: it then declares itself (see declared()), so importing the
-    judges lists every id they can name (tests/test_mistake_coverage.py holds the catalogue to that list). A module
-    declares an id once (again only with the same explanation); another assignment's module may explain the same id
-    in its own words. A Mistake made inside a function (the message of one failure, several mistakes named at once)
-    reuses a declared id and is not added."""
+    explanation a student reads. Declared in course/judges/mistakes/<name>.txt or as a module-level constant (one
+    explanation per module), so importing the judges lists every id they can name (see declared()); one made inside
+    a function reuses a declared id."""
 
     id: str
     explanation: str
 
     def __post_init__(self) -> None:
         # the module whose table declare() reads, or the code that wrote Mistake(...) past the dataclass's __init__
-        _declare(self, _declaring.get() or sys._getframe(2))
+        where = _declaring.get() or sys._getframe(2)
+        if not isinstance(where, str) and where.f_code.co_name != "<module>":
+            if self.id not in _DECLARED:
+                raise ValueError(f"the mistake {self.id!r} is made in {where.f_code.co_name}() but declared nowhere: "
+                                 "declare it as a module-level Mistake constant or in course/judges/mistakes/")
+            return
+        module = where if isinstance(where, str) else where.f_globals.get("__name__", "?")
+        known = _DECLARED.setdefault(self.id, {}).setdefault(module, self)
+        if known.explanation != self.explanation:
+            raise ValueError(f"{module} declares the mistake {self.id!r} twice, with different explanations")
 
 
 #: every declared mistake: id -> {the module that declared it: the Mistake} (read it with declared())
@@ -64,21 +68,6 @@ def declare(module: str, table: Iterable[tuple[str, str]]) -> Mapping[str, Mista
         return MappingProxyType({id: Mistake(id, explanation) for id, explanation in table})
     finally:
         _declaring.reset(token)
-
-
-def _declare(mistake: Mistake, where: FrameType | str) -> None:
-    if isinstance(where, str):
-        module = where
-    elif where.f_code.co_name != "<module>":
-        if mistake.id not in _DECLARED:
-            raise ValueError(f"the mistake {mistake.id!r} is made in {where.f_code.co_name}() but declared nowhere: "
-                             "declare it as a module-level Mistake constant or in course/judges/mistakes/")
-        return
-    else:
-        module = where.f_globals.get("__name__", "?")
-    known = _DECLARED.setdefault(mistake.id, {}).setdefault(module, mistake)
-    if known.explanation != mistake.explanation:
-        raise ValueError(f"{module} declares the mistake {mistake.id!r} twice, with different explanations")
 
 
 # what every check can name, whatever the exercise (its message says it in the exercise's words)
@@ -164,25 +153,17 @@ def _first_difference(expected: Any, actual: Any) -> tuple[int, ...]:
 
 
 def _show(value: Any, at: tuple[int, ...] = ()) -> str:
-    if isinstance(value, torch.Tensor):
-        v = value.detach().to("cpu", torch.float64)
-        v = v[at] if at else v
-        while v.dim() > 2:  # show the first matrix of a batch
-            v = v[0]
-        if v.dim() == 2:
-            v = v[:4, :6]
-        elif v.dim() == 1:
-            v = v[:6]
-        return "\n".join("    " + line for line in _format(v).splitlines())
-    return f"    {value!r}"
-
-
-def _format(v: torch.Tensor) -> str:
+    """value indented; a tensor as at most 4 rows of 6 numbers of its first matrix (of the one at `at`)."""
+    if not isinstance(value, torch.Tensor):
+        return f"    {value!r}"
+    v = value.detach().to("cpu", torch.float64)
+    v = v[at] if at else v
+    while v.dim() > 2:  # show the first matrix of a batch
+        v = v[0]
     if v.dim() == 0:
-        return f"{float(v):.4f}"
-    if v.dim() == 1:
-        return "[" + ", ".join(f"{float(x):8.4f}" for x in v) + "]"
-    return "\n".join(_format(row) for row in v)
+        return f"    {float(v):.4f}"
+    rows = (v if v.dim() == 2 else v.unsqueeze(0))[:4, :6]
+    return "\n".join("    [" + ", ".join(f"{float(x):8.4f}" for x in row) + "]" for row in rows)
 
 
 def tolerance(device: torch.device | str, looser: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -341,17 +322,14 @@ def expect_close_batch(actual: torch.Tensor, expected: torch.Tensor, *, what: st
     for mistake, candidate in mistakes:
         if matches_any(actual, [candidate], device):
             fail(f"{what} is not what was asked: {mistake.explanation}", expected[i], actual[i], shown, mistake.id)
-    expect_close(actual[i], expected[i], what=what, device=device, otherwise=otherwise, case=shown)
     fail(f"{what} does not match the reference. {otherwise}", expected[i], actual[i], shown)
 
 
 def matches_any(actual: torch.Tensor, candidates: Iterable[torch.Tensor], device: str = "cpu",
                 looser: Mapping[str, float] | None = None) -> bool:
     """True when actual equals one of the candidates (the oracle or a catalogued mistake) within tolerance (looser:
-    as :func:`tolerance`).
-
-    Property and structure judges use it as an anchor: they award nothing for outputs that no real
-    computation of the exercise, right or typically wrong, would give."""
+    as :func:`tolerance`). Property and structure judges use it as an anchor: they award nothing for outputs that no
+    real computation of the exercise, right or typically wrong, would give."""
     tol = tolerance(device, looser)
     return any(close(actual, candidate, **tol) for candidate in candidates)
 

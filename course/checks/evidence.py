@@ -112,9 +112,7 @@ class Recorder:
         else:
             self.evidence.facts[key] = {"kind": "other", "type": type(value).__name__}
 
-    def tensor(self, key: str, value: torch.Tensor | None) -> None:
-        """Record a tensor the probe computed from the student's results (a gradient, say); None if missing."""
-        self.value(key, value)
+    tensor = value  # a tensor the probe computed from the student's results (a gradient, say); None if missing
 
     def fact(self, key: str, value: Any) -> None:
         """Record a JSON value: a flag, a count, a list of parameter names and shapes."""

@@ -1,21 +1,17 @@
 """A student's nn.Module on both sides of a check: built and filled by the probe, read back by the judge.
 
-The probe (:func:`build`) constructs the student's class, records whether it gave an nn.Module, what the module
-is made of (every submodule's type and sizes), which of its named layers are one object, and loads the check's
-weights into every parameter (course/checks/weights.py), recording their names and shapes. :func:`part_facts`
-describes the named parts of a model built from the course's classes. After running it, :func:`backward` keeps
-the gradients a loss on the output left on the inputs and parameters.
+The probe (:func:`build`) constructs the student's class and records what it is made of (every submodule's type
+and sizes, which named layers are one object) and the names and shapes of the check's weights it loads into every
+parameter (course/checks/weights.py); :func:`backward` keeps the gradients a loss on the output leaves.
 
-The judge reads those facts back: :func:`built` fails plainly when the constructor raised or gave something else,
-:func:`expect_linear` and :func:`expect_separate` check the layers (:func:`expect_layers` all of that at once),
-:func:`expect_part` one named part, :func:`loaded` and :func:`expect_parameters` recreate the weights the probe
-loaded (:func:`attention_shapes`, :func:`norm_shapes`, :func:`feed_forward_shapes` and :func:`block_shapes` name
-those of the course's parts), and :func:`expect_gradients` compares recorded gradients with the ones autograd
-gives through the oracle (:func:`autograd`). Nothing here calls student code on the judge's side.
+The judge reads those facts back (:func:`built`, :func:`expect_layers`, :func:`expect_part`), recreates the weights
+the probe loaded (:func:`expect_parameters`) and compares recorded gradients with autograd's through the oracle
+(:func:`expect_gradients`). Nothing here calls student code on the judge's side.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -58,21 +54,9 @@ PARTS_HINT = "Register the parts as attributes of the module (self.name = ...), 
 
 # ------------------------------------------------------------------------------------------- the probe's side
 
-def shared_layers(module: nn.Module, names: Iterable[str]) -> list[list[str]]:
-    """[[name, the earlier name it is the same object as], ...] among the module's attributes `names`."""
-    names = list(names)
-    layers = [getattr(module, name, None) for name in names]
-    return [[name, next(names[j] for j in range(i) if layers[j] is layer)]
-            for i, (name, layer) in enumerate(zip(names, layers, strict=True))
-            if layer is not None and any(layer is other for other in layers[:i])]
-
-
 def kind(obj: Any, kinds: Iterable[tuple[str, type]]) -> str:
     """The name of the first (name, class) of kinds that obj is an instance of, else its type's name."""
-    for name, cls in kinds:
-        if isinstance(obj, cls):
-            return name
-    return type(obj).__name__[:60]
+    return next((name for name, cls in kinds if isinstance(obj, cls)), type(obj).__name__[:60])
 
 
 def part_facts(module: Any, names: Iterable[str], kinds: Iterable[tuple[str, type]]) -> dict[str, dict]:
@@ -108,7 +92,8 @@ def build(rec: Recorder, key: str, cls: Callable, *args: Any, seed: int | None =
     if not is_module:
         return None
     try:
-        rec.fact(f"{key}.shared", shared_layers(module, layers))
+        shared = part_facts(module, layers, ()).items()
+        rec.fact(f"{key}.shared", [[name, fact["same_as"]] for name, fact in shared if fact["same_as"]])
         for name, value in (facts(module) if facts else {}).items():
             rec.fact(f"{key}.{name}", value)
         rec.fact(f"{key}.modules", weights.describe(module))
@@ -204,33 +189,6 @@ def described(ev: Evidence, key: str) -> dict[str, dict]:
     return {m.get("name"): m for m in found if isinstance(m, dict)} if isinstance(found, list) else {}
 
 
-def expect_separate(ev: Evidence, key: str, message: str) -> None:
-    """Fail with message unless the layers whose sharing the probe recorded are distinct objects."""
-    __tracebackhide__ = True
-    shared = ev.facts.get(f"{key}.shared")
-    if not isinstance(shared, list):
-        fail("The test recorded nothing about the module's layers: the check did not run to the end.")
-    if shared:
-        fail(message, mistake=SHARED_LAYER)
-
-
-def expect_linear(ev: Evidence, key: str, owner: str, name: str, n_in: int, n_out: int, bias: bool,
-                  spec: str, bias_mistake: Mistake | str) -> None:
-    """owner.name is an nn.Linear(n_in, n_out) with (or without) a bias; spec says how to create it, bias_mistake
-    what a wrong bias is."""
-    __tracebackhide__ = True
-    layer = described(ev, key).get(name)
-    if not isinstance(layer, dict):
-        fail(f"{owner} has no layer `{name}`. Create it in __init__: self.{name} = {spec}.", mistake=MISSING_LAYER)
-    if "in_features" not in layer:
-        fail(f"{owner}.{name} is a {str(layer.get('type'))[:60]}; it should be {spec}.", mistake=WRONG_LAYER_TYPE)
-    if (layer.get("in_features"), layer.get("out_features")) != (n_in, n_out):
-        fail(f"{owner}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; here it "
-             f"should map {n_in} -> {n_out}: {spec}.", mistake=WRONG_LAYER_SIZE)
-    if layer.get("bias") is not bias:
-        fail(f"{owner}.{name} {'has no' if bias else 'has a'} bias; it should be {spec}.", mistake=bias_mistake)
-
-
 def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[str, tuple[int, int, bool, str]],
                   shared: str, bias_mistakes: Mapping[str, Mistake | str]) -> None:
     """The constructor recorded under key gave an nn.Module (what: how it was called) whose layers are separate
@@ -238,9 +196,23 @@ def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping
     as (n_in, n_out, bias, spec) says; bias_mistakes: the mistake a wrong bias is, per layer."""
     __tracebackhide__ = True
     built(ev, key, what)
-    expect_separate(ev, key, shared)
+    sharing = ev.facts.get(f"{key}.shared")
+    if not isinstance(sharing, list):
+        fail("The test recorded nothing about the module's layers: the check did not run to the end.")
+    if sharing:
+        fail(shared, mistake=SHARED_LAYER)
     for name, (n_in, n_out, bias, spec) in layers.items():
-        expect_linear(ev, key, owner, name, n_in, n_out, bias, spec, bias_mistakes[name])
+        layer = described(ev, key).get(name)
+        if not isinstance(layer, dict):
+            fail(f"{owner} has no layer `{name}`. Create it in __init__: self.{name} = {spec}.", mistake=MISSING_LAYER)
+        if "in_features" not in layer:
+            fail(f"{owner}.{name} is a {str(layer.get('type'))[:60]}; it should be {spec}.", mistake=WRONG_LAYER_TYPE)
+        if (layer.get("in_features"), layer.get("out_features")) != (n_in, n_out):
+            fail(f"{owner}.{name} maps {layer.get('in_features')} -> {layer.get('out_features')} features; here it "
+                 f"should map {n_in} -> {n_out}: {spec}.", mistake=WRONG_LAYER_SIZE)
+        if layer.get("bias") is not bias:
+            fail(f"{owner}.{name} {'has no' if bias else 'has a'} bias; it should be {spec}.",
+                 mistake=bias_mistakes[name])
 
 
 def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
@@ -292,16 +264,10 @@ def block_shapes(prefix: str, k: int, hidden: int) -> dict[str, tuple[int, ...]]
 
 def parameter_count(ev: Evidence, key: str, prefix: str = "") -> int:
     """The number of values in the parameters the probe filled (those whose names start with prefix)."""
-    total = 0
-    for entry in ev.facts.get(f"{key}.params") or []:
-        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) \
-                and entry[0].startswith(prefix) and isinstance(entry[1], list) \
-                and all(isinstance(n, int) and not isinstance(n, bool) for n in entry[1]):
-            count = 1
-            for n in entry[1]:
-                count *= n
-            total += count
-    return total
+    return sum(math.prod(entry[1]) for entry in ev.facts.get(f"{key}.params") or []
+               if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+               and entry[0].startswith(prefix) and isinstance(entry[1], list)
+               and all(isinstance(n, int) and not isinstance(n, bool) for n in entry[1]))
 
 
 def expect_parameter_count(ev: Evidence, key: str, what: str, expected: int, formula: str, hint: str) -> None:
@@ -348,15 +314,6 @@ def autograd(forward: Callable[..., torch.Tensor], leaves: Mapping[str, torch.Te
             **{name: value.grad for name, value in given.items() if value.is_floating_point()}}
 
 
-def gradient_tolerance(expected: torch.Tensor, device: str) -> dict[str, float]:
-    """The tolerance of a gradient: the device's, with the absolute part scaled by the gradient's largest entry. A
-    gradient sums many float32 products, so its small entries carry the rounding error of its large ones (seen: an
-    entry of 1e-3 off by 2e-5 in a correct two-layer model's gradient, under one of many random seeds)."""
-    tol = tolerance(device)
-    scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
-    return {"rtol": tol["rtol"], "atol": max(tol["atol"], tol["rtol"] * scale)}
-
-
 def expect_gradients(ev: Evidence, expected: Mapping[str, torch.Tensor | None], *, owner: str, case: str,
                      oracle: str, hints: Mapping[str, str] | None = None, because: Mistake | None = None,
                      present: Iterable[str] = ()) -> None:
@@ -376,7 +333,11 @@ def expect_gradients(ev: Evidence, expected: Mapping[str, torch.Tensor | None], 
         got = tensor(ev, f"grad.{name}", shape=None if value is None else tuple(value.shape))
         if got is None or value is None or (kind == "parameter" and not bool(got.abs().sum() > 0)):
             _no_gradient(name, kind, owner, hints, because)
-        if close(got, value, **gradient_tolerance(value, ev.device)):
+        # a gradient sums many float32 products, so its small entries carry the rounding error of its large ones
+        # (seen: an entry of 1e-3 off by 2e-5 in a correct model's gradient): atol scales with the largest entry
+        tol = tolerance(ev.device)
+        scale = float(value.detach().abs().max()) if value.numel() else 0.0
+        if close(got, value, tol["rtol"], max(tol["atol"], tol["rtol"] * scale)):
             continue
         expect_close(got, value, what=f"The gradient of a loss on {owner}'s output with respect to {name}",
                      device=ev.device, case=case,

@@ -1,11 +1,9 @@
 """The judges: what decides a test from the evidence its probe recorded, with the oracles and the simulated mistakes.
 
-course/judges/<assignment>.py holds, for the probes of course/checks/<assignment>.py, the mistakes a judge can name
-(their explanations in course/judges/mistakes/<assignment>.txt), the oracles (PyTorch's own modules with the check's
-weights), the simulators of typical mistakes, and one judge per check, registered under the check's name with
-:func:`judge`. The grading sandbox hides this package from the student's kernel, so under grading nothing the kernel
-can import computes a graded answer; the grader judges in its own process (autograder/judging.py). While a student
-works, a test cell imports its judge from here on first use.
+course/judges/<assignment>.py holds the mistakes its judges can name (explained in mistakes/<assignment>.txt), the
+oracles, the simulators of typical mistakes and one judge per check of course/checks/<assignment>.py, registered with
+:func:`judge`. The grading sandbox hides this package from the student's kernel: the grader judges in its own process
+(autograder/judging.py); while a student works, a test cell imports its judge from here.
 """
 
 from __future__ import annotations

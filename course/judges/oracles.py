@@ -1,12 +1,9 @@
 """PyTorch's own modules with the check's weights copied in: the oracles the judges compare against.
 
-Building a PyTorch module draws random initial weights; every builder here forks the global RNG first, so a
-judge leaves the caller's random state exactly as it found it. Masks follow the course's convention (bool,
-broadcastable to (b, tq, tk), True where attention is allowed); :func:`attend` and :func:`torch_mask` turn them
-into nn.MultiheadAttention's, which marks what is NOT allowed. Where a judge needs gradients through the oracle,
-the weights are passed with torch.func.functional_call (attention, layer_parameters), so autograd reaches them.
-The course's own modules name their weights differently: :func:`course_attention` and
-:func:`course_layer_parameters` translate.
+Every builder forks the global RNG first, so a judge leaves the caller's random state as it found it. Masks follow
+the course's convention (bool, True where attention is allowed); :func:`torch_mask` turns them into PyTorch's. The
+weights are passed with torch.func.functional_call, so autograd reaches them; :func:`course_attention` and
+:func:`course_layer_parameters` translate the names of the course's own modules' weights.
 """
 
 from __future__ import annotations
@@ -31,10 +28,8 @@ def attention_parameters(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, *
                          bv: torch.Tensor | None = None, query_scale: float = 1.0,
                          prefix: str = "") -> dict[str, torch.Tensor]:
     """nn.MultiheadAttention's parameters, by name (after prefix), carrying these projections: (k, k) query, key
-    and value weights, an output projection (identity when wo is None) and biases (zero when None).
-
-    For torch.func.functional_call, through which autograd reaches the given tensors; query_scale as in
-    :func:`multihead_attention`."""
+    and value weights, an output projection (identity when wo is None) and biases (zero when None). query_scale
+    multiplies the query's weight and bias (:func:`unscaled` undoes nn.MultiheadAttention's scaling)."""
     k = wq.shape[0]
     zero = torch.zeros(k)
     return {f"{prefix}in_proj_weight": torch.cat([wq * query_scale, wk, wv]),
@@ -42,25 +37,6 @@ def attention_parameters(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, *
                                                 zero if bk is None else bk, zero if bv is None else bv]),
             f"{prefix}out_proj.weight": torch.eye(k) if wo is None else wo,
             f"{prefix}out_proj.bias": zero if bo is None else bo}
-
-
-def multihead_attention(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, heads: int = 1, *,
-                        wo: torch.Tensor | None = None, bo: torch.Tensor | None = None,
-                        bq: torch.Tensor | None = None, bk: torch.Tensor | None = None,
-                        bv: torch.Tensor | None = None, query_scale: float = 1.0) -> nn.MultiheadAttention:
-    """nn.MultiheadAttention (batch first) computing with these projections: (k, k) query, key and value weights,
-    an output projection (identity when wo is None) and biases (zero when None).
-
-    nn.MultiheadAttention divides the scores by √(k / heads). To model attention scaled differently, pass
-    query_scale: the query weight and bias are multiplied by it (√(k / heads) undoes the scaling entirely).
-    """
-    with torch.random.fork_rng(devices=[]):
-        mha = nn.MultiheadAttention(wq.shape[0], heads, bias=True, batch_first=True)
-    values = attention_parameters(wq, wk, wv, wo=wo, bo=bo, bq=bq, bk=bk, bv=bv, query_scale=query_scale)
-    with torch.no_grad():
-        for name, value in values.items():
-            mha.get_parameter(name).copy_(value)
-    return mha
 
 
 def torch_mask(mask: torch.Tensor | None, b: int, tq: int, tk: int, heads: int) -> torch.Tensor | None:
@@ -126,12 +102,16 @@ def layer_parameters(attentions: Mapping[str, Mapping[str, torch.Tensor | None]]
     return params
 
 
+#: the keywords of attention_parameters() -> the names of the course's attention modules' weights
+_COURSE_PROJECTIONS = {"wq": "to_queries.weight", "wk": "to_keys.weight", "wv": "to_values.weight",
+                       "bq": "to_queries.bias", "bk": "to_keys.bias", "bv": "to_values.bias",
+                       "wo": "unify_heads.weight", "bo": "unify_heads.bias"}
+
+
 def course_attention(w: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """The course's MultiHeadAttention whose weights in w are named prefix + to_queries.weight, ... as the keywords
     of :func:`attention_parameters`: queries, keys and values without bias, the output projection unify_heads."""
-    return {"wq": w[f"{prefix}to_queries.weight"], "wk": w[f"{prefix}to_keys.weight"],
-            "wv": w[f"{prefix}to_values.weight"], "wo": w[f"{prefix}unify_heads.weight"],
-            "bo": w[f"{prefix}unify_heads.bias"]}
+    return {keyword: w[prefix + _COURSE_PROJECTIONS[keyword]] for keyword in ("wq", "wk", "wv", "wo", "bo")}
 
 
 def course_layer_parameters(w: Mapping[str, torch.Tensor], prefix: str, attentions: Mapping[str, str],
@@ -151,59 +131,13 @@ def unscaled(k: int, heads: int = 1) -> float:
     return math.sqrt(k / heads)
 
 
-def projection_gradients(mha: nn.MultiheadAttention, query_scale: float = 1.0) -> dict[str, torch.Tensor | None]:
-    """After a backward pass through mha: the gradients of the query, key, value and output weights, in the
-    coordinates of the weights passed to :func:`multihead_attention` (the query's undone by query_scale)."""
-    grad = mha.in_proj_weight.grad
-    gq, gk, gv = grad.chunk(3) if grad is not None else (None, None, None)
-    return {"q": None if gq is None else gq * query_scale, "k": gk, "v": gv,
-            "o": mha.out_proj.weight.grad, "o_bias": mha.out_proj.bias.grad}
-
-
-def attend(mha: nn.MultiheadAttention, x: torch.Tensor, context: torch.Tensor | None = None,
-           mask: torch.Tensor | None = None) -> torch.Tensor:
-    """mha's output for queries from x (b, tq, k) and keys and values from context (b, tk, k), x when None, under
-    the course's mask (True where allowed), applied to every head."""
-    source = x if context is None else context
-    attn_mask = None
-    if mask is not None:  # nn.MultiheadAttention: True means NOT allowed, one (tq, tk) mask per batch element and head
-        full = torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))
-        attn_mask = ~full.repeat_interleave(mha.num_heads, dim=0)  # (b·heads, tq, tk)
-    y, _ = mha(x, source, source, attn_mask=attn_mask, need_weights=False)
-    return y
-
-
-def gradients(mha: nn.MultiheadAttention, x: torch.Tensor, upstream: torch.Tensor,
-              context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-              query_scale: float = 1.0) -> dict[str, torch.Tensor | None]:
-    """Autograd of sum(attend(mha, x, context, mask) * upstream): the gradients of x, of the context (when one is
-    given) and of the projections, keyed as in :func:`projection_gradients`. Use a freshly built mha."""
-    x = x.clone().requires_grad_(True)
-    context = None if context is None else context.clone().requires_grad_(True)
-    (attend(mha, x, context, mask) * upstream).sum().backward()
-    found = {"x": x.grad, **projection_gradients(mha, query_scale)}
-    if context is not None:
-        found["context"] = context.grad
-    return found
-
-
-def course_projections(w: Mapping[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
-    """The weights in w of one of the course's attention modules (prefix + to_queries.weight, to_keys.weight,
-    to_values.weight, each with its bias if w has one, and unify_heads.weight and .bias if w has them) as the
-    keywords of :func:`attention_parameters`; what w lacks stays an identity output or a zero bias."""
-    names = {"wq": "to_queries.weight", "wk": "to_keys.weight", "wv": "to_values.weight", "bq": "to_queries.bias",
-             "bk": "to_keys.bias", "bv": "to_values.bias", "wo": "unify_heads.weight", "bo": "unify_heads.bias"}
-    return {keyword: w[prefix + name] for keyword, name in names.items() if prefix + name in w}
-
-
 def course_module_attention(w: Mapping[str, torch.Tensor], x: torch.Tensor, context: torch.Tensor | None = None,
                             mask: torch.Tensor | None = None, *, heads: int = 1,
                             query_scale: float = 1.0) -> torch.Tensor:
-    """nn.MultiheadAttention with `heads` heads carrying the weights w of one of the course's attention modules
-    (:func:`course_projections`) on x (b, tq, k), keys and values from context (b, tk, k) (x when None), under the
-    course's mask (True = allowed, broadcastable to (b, tq, tk)); (b, tq, k). It divides the scores by
-    √(k / heads) / query_scale (query_scale = :func:`unscaled`: no scaling). Autograd reaches w and the inputs."""
-    return attention(x, context, mask, heads, **course_projections(w), query_scale=query_scale)
+    """:func:`attention` (b, tq, k) with the weights w of one of the course's attention modules (what w lacks: an
+    identity output, a zero bias); the scores are divided by √(k / heads) / query_scale."""
+    found = {keyword: w[name] for keyword, name in _COURSE_PROJECTIONS.items() if name in w}
+    return attention(x, context, mask, heads, **found, query_scale=query_scale)
 
 
 def dense(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
