@@ -311,12 +311,14 @@ def block_call(built: Built, owner: str) -> str:
     return f"{owner}({', '.join(repr(arg) for arg in built.args)})"
 
 
-def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, *, claim: str = "") -> None:
+def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, *, claim: str = "",
+                      accept: Callable[[torch.Tensor], bool] | None = None) -> None:
     """For each module built (each of runs), its structure judged and its weights read back, then every drawn case
     against the oracle with them (:func:`expect_forward_case`, typical mistakes tolerated where a case checks
     gradients, which then go through the mistake's computation; every parameter the probe recorded must receive
     one). claim, e.g. "has the right parts": the outputs need only be the module's, right or typically wrong
-    (:func:`anchor_forward`; the claim is made of the module's constructor call)."""
+    (:func:`anchor_forward`; the claim is made of the module's constructor call). accept(y), with a claim: an output
+    it rejects (e.g. not normalised) must then be the right one, a typical mistake named."""
     __tracebackhide__ = True
     for item in runs:
         cases = drawn(item.cases)
@@ -330,7 +332,8 @@ def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, 
                 y = forward_output(ev, case.key, oracle, inputs)
                 anchor_forward(ev, y, oracle, w, item.module.args, inputs,
                                f"{block_call(item.module, oracle.owner)} {claim}", case.label)
-                continue
+                if accept is None or accept(y):
+                    continue
             expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes=True)
             if case.upstream is not None:
                 modules.expect_gradients(ev, {}, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
@@ -338,13 +341,14 @@ def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, 
 
 
 def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: str = "",
-                  then: Callable[[Evidence], None] | None = None) -> Callable[[Evidence], None]:
-    """Register the judge of a RunsCheck of a block (:func:`expect_block_runs`); then(ev): a further property judged
-    after the cases. passed: the line a student reads when the test passes."""
+                  then: Callable[[Evidence], None] | None = None,
+                  accept: Callable[[torch.Tensor], bool] | None = None) -> Callable[[Evidence], None]:
+    """Register the judge of a RunsCheck of a block (:func:`expect_block_runs`, claim and accept); then(ev): a further
+    property judged after the cases. passed: the line a student reads when the test passes."""
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
-        expect_block_runs(ev, check.runs, block, claim=claim)
+        expect_block_runs(ev, check.runs, block, claim=claim, accept=accept)
         if then is not None:
             then(ev)
 
