@@ -15,18 +15,15 @@ from course.checks import modules
 from course.checks import transformer_block as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Case, RunsCheck, drawn
+from course.checks.kinds import Built, Case, RunsCheck
 from course.checks.modules import MISSING_PART, WRONG_LAYER_SIZE
 from course.judges import judge, mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
     ForwardOracle,
     against_block,
-    anchor_forward,
     block_call,
     declared,
-    forward_output,
-    simulated,
 )
 
 FF_NAME = "FeedForward"
@@ -236,8 +233,9 @@ def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, s
 
 # ================================================================ FeedForward
 
-def _ff_weights(ev: Evidence, built: Built, recreate: bool = True) -> tuple[Roles, dict[str, torch.Tensor]]:
-    """FeedForward's roles (k -> hidden -> k, biases, nothing else) and the weights loaded (none unless recreate)."""
+def _ff_weights(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """FeedForward's roles (k -> hidden -> k, biases, nothing else) and the weights loaded: the check's, or the
+    notebook's example in the hand-worked module."""
     __tracebackhide__ = True
     k, hidden = built.args
     what = block_call(built, FF_NAME)
@@ -245,7 +243,10 @@ def _ff_weights(ev: Evidence, built: Built, recreate: bool = True) -> tuple[Role
     roles = Roles(MappingProxyType(_ff_roles(modules.described(ev, built.key), "", k, hidden, what, False)))
     modules.expect_parameter_count(ev, built.key, what, 2 * k * hidden + hidden + k,
                                    "two linear layers with biases make 2·k·hidden + hidden + k", "")
-    return roles, _recreated(ev, built, what, roles) if recreate else {}
+    if built == probes.FF_HAND:
+        hand = probes.hand_values()
+        return roles, {name: hand[role] for role, (name, _) in roles.named.items()}
+    return roles, _recreated(ev, built, what, roles)
 
 
 def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor) -> torch.Tensor:
@@ -262,28 +263,10 @@ def _ff_oracle(roles: Roles) -> ForwardOracle:
 
 FF = BlockOracle(_ff_weights, _ff_oracle)
 
-
-@judge("feed_forward_structure")
-def _judge_ff_structure(ev: Evidence) -> None:
-    """Two linear layers, k -> hidden -> k with biases, nothing else with parameters; and the |x| - 1 example."""
-    roles, w = FF.structure(ev, probes.FF_MODULE)
-    _ff_weights(ev, probes.FF_HAND, recreate=False)
-    oracle, inputs = _ff_oracle(roles), dict(probes.FF_CASE.inputs())
-    y = forward_output(ev, probes.FF_CASE.key, oracle, inputs)
-    hand = probes.hand_values()
-    # some mistakes agree on the hand example (no ReLU, ReLU on the input): name the one the random case shows
-    found = next((m for m, out in simulated(oracle, w, probes.FF_MODULE.args, inputs)
-                  if matches_any(y, [out], ev.device)), None)
-    for case in drawn((probes.HAND_CASE, probes.HAND_SECRET_CASE)):
-        x = case.inputs()["x"]
-        y_hand = output(ev, case.key, what=f"{FF_NAME}.forward(x)", shape=tuple(x.shape), hint=_FF_HINT)
-        named = sorted([(m, _ff(hand, x, kind)) for m, kind in FF_MISTAKES], key=lambda pair: pair[0] != found)
-        expect_close(y_hand, _ff(hand, x), what=f"{FF_NAME}.forward(x)", device=ev.device, mistakes=named,
-                     otherwise=_FF_HINT, case=case.label)
-    anchor_forward(ev, y, oracle, w, probes.FF_MODULE.args, inputs, f"{FF_NAME} has the right layers",
-                   probes.FF_CASE.label)
-
-
+# the random case first: it tells apart the mistakes that agree on the hand example (no ReLU, ReLU on the input)
+against_block(probes.feed_forward_structure, FF, claim="has the right layers", accept=lambda _: False,
+              passed="Two linear layers, k -> hidden -> k with biases, nothing else with parameters; and the |x| - 1 "
+                     "example.")
 against_block(probes.feed_forward_oracle, FF,
               passed="Random weights and inputs of several shapes against F.linear(F.relu(F.linear(x, W1, b1)), W2, "
                      "b2); and each position is transformed alone: changing one position changes that output only.")
@@ -340,27 +323,22 @@ against_block(probes.transformer_block_structure, COUNTED, claim="has the right 
                      "with hidden size ff_mult·k, all registered.")
 
 
-@judge("transformer_block_normalised")
-def _judge_normalised(ev: Evidence) -> None:
-    """A post-norm block ends with a fresh LayerNorm: each output position has mean 0 and variance 1."""
-    roles, w = TOLERANT.structure(ev, probes.NORMALISED)
-    # the norms as the probe reset them: gain 1, bias 0
-    fresh = w | {roles.named[f"n{i}{p}"][0]: torch.full((8,), float(p == "w")) for i in (1, 2) for p in "wb"}
-    oracle, case = _encoder_block_oracle(roles), probes.NORMALISED_CASE
-    inputs = dict(case.inputs())
-    y = forward_output(ev, case.key, oracle, inputs)
+def _fresh_norms(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """A tolerant block's roles and weights, its norms as the probe reset them: gain 1, bias 0."""
+    roles, w = TOLERANT.structure(ev, built)
+    return roles, w | {roles.named[f"n{i}{p}"][0]: torch.full((8,), float(p == "w")) for i in (1, 2) for p in "wb"}
+
+
+def _normalised(y: torch.Tensor) -> bool:
+    """Each position of y (b, t, k) has mean 0 and variance 1 over its k features."""
     mean, var = y.mean(dim=-1), y.var(dim=-1, unbiased=False)
-    if not (torch.allclose(mean, torch.zeros_like(mean), atol=1e-4)
-            and torch.allclose(var, torch.ones_like(var), atol=1e-3)):
-        found = next((m for m, out in simulated(oracle, fresh, probes.NORMALISED.args, inputs)
-                      if matches_any(y, [out], ev.device)), None)
-        fail(f"A new {BLOCK_NAME}'s outputs should have mean 0 and variance 1 at each position: the post-norm block "
-             "ends with norm2(x + ff(x)). " + (f"Your block is not what was asked: {found.explanation}" if found
-                                               else "Is a residual added after the last norm?"),
-             torch.stack([torch.zeros(5), torch.ones(5)]), torch.stack([mean[0], var[0]]),
-             case="row 1: mean of each output position, row 2: its variance", mistake=found)
-    anchor_forward(ev, y, oracle, fresh, probes.NORMALISED.args, inputs, f"The outputs of {BLOCK_NAME} are "
-                   "normalised", case.label)
+    return torch.allclose(mean, torch.zeros_like(mean), atol=1e-4) \
+        and torch.allclose(var, torch.ones_like(var), atol=1e-3)
+
+
+against_block(probes.transformer_block_normalised, BlockOracle(_fresh_norms, _encoder_block_oracle), claim="runs",
+              accept=_normalised, passed="A post-norm block ends with a fresh LayerNorm: each output position has "
+                                         "mean 0 and variance 1.")
 
 
 against_block(probes.transformer_block_small_case, TOLERANT,
