@@ -101,7 +101,7 @@ def _set_by_hand(ff: nn.Module) -> None:
 
 
 feed_forward_structure = builds_and_runs("feed_forward_structure", (
-    Runs(FF_MODULE, (FF_CASE,)), Runs(FF_HAND, (HAND_CASE, HAND_SECRET_CASE), _set_by_hand)), **OPTIONS)
+    Runs(FF_HAND, (HAND_CASE, HAND_SECRET_CASE), _set_by_hand), Runs(FF_MODULE, (FF_CASE,))), **OPTIONS)
 
 
 # (b, t, k, hidden)

@@ -37,9 +37,9 @@ ATTENTION_ROLES = ("wq", "wk", "wv", "wo", "bo", "bq", "bk", "bv")
 # ---------------------------------------------------------------- mistakes
 
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/transformer_block.txt
-#: (mistake, the feed-forward computation it stands for); "relu" is the right one
-FF_MISTAKES = ((M["relu-after-output"], "relu-after"), (M["gelu"], "gelu"), (M["gelu-tanh"], "gelu-tanh"),
-               (M["no-relu"], "no-relu"), (M["relu-on-input"], "relu-on-input"), (M["residual-inside-ff"], "residual"))
+#: each id also names the feed-forward computation in _ff; "relu" is the right one
+FF_MISTAKES = (M["relu-after-output"], M["gelu"], M["gelu-tanh"], M["no-relu"], M["relu-on-input"],
+               M["residual-inside-ff"])
 #: the block's wiring mistakes; each id also names the computation in _block_forward
 LAYOUT_MISTAKES = (M["pre-norm"], M["residual-after-norm"], M["norm-plus-sublayer"], M["no-residual"],
                    M["no-attention-residual"], M["no-ff-residual"], M["norm1-twice"], M["norms-swapped"],
@@ -184,15 +184,15 @@ def _ff(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, kind: str = "relu
     elif kind not in ("no-relu", "relu-on-input"):
         a = F.relu(a)
     y = F.linear(a, v["f2w"], v["f2b"])
-    if kind == "relu-after":
+    if kind == "relu-after-output":
         return F.relu(y)
-    return x + y if kind == "residual" else y
+    return x + y if kind == "residual-inside-ff" else y
 
 
 def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
                    eps: float, layout: str = "post", ff: str = "relu", oracle: bool = True) -> torch.Tensor:
     """The block with these weights on x (b, t, k): the right one (layout "post", ff "relu", PyTorch's encoder
-    layer), or a typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES computation).
+    layer), or a typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES id).
     oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests)."""
     if layout == M["mask-not-passed"].id:
         layout, mask = "post", None
@@ -228,7 +228,7 @@ def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, s
         specs.append((M["mask-not-passed"], M["mask-not-passed"].id, "relu"))
     specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
     return specs + [(Mistake(m.id, f"its feed-forward layer is wrong: {m.explanation} Make your {FF_NAME} pass its "
-                             "tests (exercise 1) first."), "post", kind) for m, kind in FF_MISTAKES]
+                             "tests (exercise 1) first."), "post", m.id) for m in FF_MISTAKES]
 
 
 # ================================================================ FeedForward
@@ -257,14 +257,20 @@ def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: t
 def _ff_oracle(roles: Roles) -> ForwardOracle:
     return ForwardOracle(FF_NAME, "the feed-forward layer", lambda ev, built: _ff_weights(ev, built)[1],
                          partial(_ff_of, roles, "relu"), "F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)",
-                         lambda *_, **__: [(m, partial(_ff_of, roles, kind)) for m, kind in FF_MISTAKES],
+                         lambda *_, **__: [(m, partial(_ff_of, roles, m.id)) for m in FF_MISTAKES],
                          hint=lambda **_: _FF_HINT, otherwise=_FF_HINT)
 
 
 FF = BlockOracle(_ff_weights, _ff_oracle)
 
-# the random case first: it tells apart the mistakes that agree on the hand example (no ReLU, ReLU on the input)
-against_block(probes.feed_forward_structure, FF, claim="has the right layers", accept=lambda _: False,
+
+def _left_to_random(y: torch.Tensor) -> bool:
+    """-1 everywhere: no ReLU and a ReLU on the input both give it on the hand example; the random case tells them
+    apart. Any other output must be the right one, a typical mistake named."""
+    return torch.allclose(y, torch.full_like(y, -1.0))
+
+
+against_block(probes.feed_forward_structure, FF, claim="has the right layers", accept=_left_to_random,
               passed="Two linear layers, k -> hidden -> k with biases, nothing else with parameters; and the |x| - 1 "
                      "example.")
 against_block(probes.feed_forward_oracle, FF,
@@ -492,12 +498,9 @@ def _judge_classifier_gradients(ev: Evidence) -> None:
     tokens, labels = probes.gradient_tokens().values()
     parts, w, layout, ff, _ = _expect_logits(ev, probes.CLASSIFIER_GRADIENTS, probes.GRADIENT_CASE, attached=True)
     own = parts[0].named
-    hint = (f"If your {BLOCK_NAME} does not pass its own tests yet (exercise 2), fix it first: a block cut off "
-            "from autograd stops the gradient before it reaches the blocks and the embedding.")
+    hint = f"Make your {BLOCK_NAME} pass its tests first (exercise 2): a block cut off from autograd stops it."
     forward = partial(_classifier_logits, parts, layout, ff, "mean", tokens=tokens)
     modules.expect_gradients(ev, modules.autograd(forward, w, {}, partial(F.cross_entropy, target=labels)),
-                             owner=CLASSIFIER_NAME, case=probes.GRADIENT_CASE.label,
-                             oracle="embedding, nn.TransformerEncoderLayer blocks, mean and linear layer with the "
-                                    "same weights",
+                             owner=CLASSIFIER_NAME, case=probes.GRADIENT_CASE.label, oracle="the classifier's layers",
                              present=modules.parameter_names(ev, probes.CLASSIFIER_GRADIENTS.key),
                              hints={name: hint for name in w if name not in (own["ow"][0], own["ob"][0])})
