@@ -9,8 +9,8 @@ import nbformat
 from autograder import course_dir
 
 #: lines of Python under course/ (references, data, both sides of the checks) per graded test cell of source/: a
-#: ratchet at today's 78.9; issue 17's target is 70. Lower it whenever checks move to declarations, never raise it.
-LINES_PER_TEST_CELL = 79
+#: ratchet at today's 76.8; issue 17's target is 70. Lower it whenever checks move to declarations, never raise it.
+LINES_PER_TEST_CELL = 77
 
 
 def _graded_test_cells() -> int:
