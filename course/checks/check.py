@@ -95,10 +95,15 @@ class Check:
     def probe(self, student: Any, rec: Recorder) -> None:
         """Run the student's code and record what it gives (and, with prerequisites, what those give)."""
         self._probe(student, rec)
-        found = self._namespace(student) if self.prerequisites and self._namespace is not None else None
-        for part_name, _, checks in self.prerequisites if isinstance(found, dict) else ():
-            for check in checks if callable(found.get(part_name)) else ():
-                _sub_record(rec, f"pre.{check.name}", check, found[part_name])
+        if not self.prerequisites or self._namespace is None:
+            return
+        found = self._namespace(student)
+        if not isinstance(found, dict):
+            return
+        for part_name, _, checks in self.prerequisites:
+            if callable(found.get(part_name)):
+                for check in checks:
+                    _sub_record(rec, f"pre.{check.name}", check, found[part_name])
 
     def record(self, student: Any, device: torch.device | str = "cpu") -> Evidence:
         """Run the probe on the student's code and return what it recorded."""
