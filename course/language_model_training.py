@@ -17,6 +17,7 @@ from torch import nn
 from course import seq2seq_training
 from course.corpus import CHARACTERS, encode, windows
 from course.seq2seq import configure_optimizer, learning_rate, train_step
+from course.seq2seq_training import parameter_count  # noqa: F401 - 08's and 09's notebooks import it from here
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,3 @@ def multiplies_to_generate(n: int, k: int, depth: int, use_cache: bool, prompt: 
         new = (m if m == prompt else 1) if use_cache else m  # positions this step computes
         total += depth * (12 * k * k * new + 2 * k * new * m)
     return total
-
-
-def parameter_count(model: nn.Module) -> int:
-    """Number of parameters of a model."""
-    return sum(p.numel() for p in model.parameters())
