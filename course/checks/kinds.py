@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import partial
 from itertools import accumulate
 from typing import Any
@@ -29,7 +29,7 @@ import torch
 
 from course.checks import modules
 from course.checks.check import Check
-from course.checks.compare import randn
+from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
 from course.checks.seeds import grading
 
@@ -267,31 +267,61 @@ def model_facts(model: Any, parts: Sequence[str], block_parts: Sequence[str], ki
     return facts
 
 
-def probe_model(rec: Recorder, run: Any, cls: Callable, *args: Any, facts: Callable[[Any], Mapping[str, Any]],
-                chunks: Sequence[int] = (), steps: str = "step", train: bool = False) -> Any:
-    """cls(*args) built with run.seed's weights; its gradients where run.upstream (train: in training mode), else its
-    logits; then, without autograd, on the tokens changed from each j in run.changed on (<model>.changed<j>) and
-    chunk by chunk with the cache the call before returned (<steps><c>). The model, or None if it was not built."""
-    model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False)
-    if model is None:
-        return None
-    tokens = run.tokens()
-    if run.upstream:
-        model.train(train)
-        upstream = run.upstream_gradient()
-        modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
-                                loss=lambda y: (y * upstream.to(y.device)).sum())
-    with torch.no_grad():
-        if not run.upstream:
-            rec.call(run.logits, model, tokens.to(rec.device))
-        for j in run.changed:
-            changed = tokens.clone()
-            changed[:, j:] = (changed[:, j:] + 1 + torch.arange(tokens.shape[1] - j)) % getattr(run, "case", run).vocab
-            rec.call(f"{run.model}.changed{j}", model, changed.to(rec.device))
-        cache = None
-        for c, (start, end) in enumerate(chunk_bounds(chunks)):
-            result = rec.call(f"{steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache, use_cache=True)
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                break
-            cache = result[1]
-    return model
+@dataclass(frozen=True)
+class ModelRun:
+    """The language model of the case (b sequences of t tokens, then the constructor's arguments in order; call: that
+    call in words) built under key `model` with the weights of seed, run on random tokens (b, t) drawn from seed + 10
+    as :func:`probe_models` says (upstream: the seed of an upstream gradient of the logits; secret: drawn only under
+    grading)."""
+
+    case: Any
+    seed: int
+    model: str = "model"
+    logits: str = "logits"
+    changed: tuple[int, ...] = ()
+    upstream: int | None = None
+    chunks: tuple[int, ...] = ()
+    steps: str = "step"
+    too_long: bool = False
+    secret: bool = False
+
+    def tokens(self) -> torch.Tensor:
+        return torch.randint(self.case.vocab, (self.case.b, self.case.t), generator=generator(self.seed + 10))
+
+    def upstream_gradient(self) -> torch.Tensor:
+        return randn(self.case.b, self.case.t, self.case.vocab, seed=self.upstream)
+
+
+def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
+                 facts: Callable[[Any], Mapping[str, Any]], train: bool = False) -> None:
+    """The probe of a property check of language models: for each drawn run, cls(the case's fields after b and t)
+    built with the run's weights (facts: what to record about it; one that cannot be built ends the probe); the
+    gradients of its logits where run.upstream (train: in training mode), else the logits; then, without autograd,
+    on the tokens changed from each j in run.changed on (<model>.changed<j>), chunk by chunk with the cache the call
+    before returned (<steps><c>), and, where run.too_long, on max_len + 1 tokens (<model>.too_long)."""
+    for run in drawn(runs):
+        model = modules.build(rec, run.model, cls, *astuple(run.case)[2:], seed=run.seed, facts=facts, train=False)
+        if model is None:
+            return
+        tokens = run.tokens()
+        if run.upstream:
+            model.train(train)
+            upstream = run.upstream_gradient()
+            modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
+                                    loss=lambda y, upstream=upstream: (y * upstream.to(y.device)).sum())
+        with torch.no_grad():
+            if not run.upstream:
+                rec.call(run.logits, model, tokens.to(rec.device))
+            for j in run.changed:
+                changed = tokens.clone()
+                changed[:, j:] = (changed[:, j:] + 1 + torch.arange(tokens.shape[1] - j)) % run.case.vocab
+                rec.call(f"{run.model}.changed{j}", model, changed.to(rec.device))
+            cache = None
+            for c, (start, end) in enumerate(chunk_bounds(run.chunks)):
+                result = rec.call(f"{run.steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache,
+                                  use_cache=True)
+                if not isinstance(result, (tuple, list)) or len(result) != 2:
+                    break
+                cache = result[1]
+            if run.too_long:
+                rec.call(f"{run.model}.too_long", model, tokens.new_zeros(1, run.case.max_len + 1).to(rec.device))

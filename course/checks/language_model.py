@@ -11,9 +11,18 @@ import torch
 from torch import nn
 
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
-from course.checks.compare import generator, randn
+from course.checks.compare import generator
 from course.checks.evidence import Recorder
-from course.checks.kinds import Case, PropertyCheck, loss_case, losses, model_facts, probe_model, property_check
+from course.checks.kinds import (
+    Case,
+    ModelRun,
+    PropertyCheck,
+    loss_case,
+    losses,
+    model_facts,
+    probe_models,
+    property_check,
+)
 from course.checks.seeds import salted
 from course.multi_head import MultiHeadAttention
 from course.transformer_block import FeedForward
@@ -58,28 +67,6 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
     return torch.randint(case.vocab, (case.b, case.t), generator=generator(seed))
 
 
-@dataclass(frozen=True)
-class ModelRun:
-    """The case's model (weights: seed) under key `model` run on lm_tokens(case, seed + 10), logits under `logits`,
-    then with the tokens from each j in `changed` on changed (<model>.changed<j>); upstream: gradients; chunks: the
-    tokens fed in chunks of these sizes (<steps><chunk>), each with the cache the last returned."""
-
-    case: ModelCase
-    seed: int
-    model: str = "model"
-    logits: str = "logits"
-    changed: tuple[int, ...] = ()
-    upstream: int | None = None
-    chunks: tuple[int, ...] = ()
-    steps: str = "step"
-
-    def tokens(self) -> torch.Tensor:
-        return lm_tokens(self.case, self.seed + 10)
-
-    def upstream_gradient(self) -> torch.Tensor:
-        return randn(self.case.b, self.case.t, self.case.vocab, seed=self.upstream)
-
-
 # head size != k, batch > 1, odd lengths, one case with t == max_len
 STRUCTURE_CASE = ModelCase(2, 6, 11, 16, 2, 2, 10)
 ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1, 5))
@@ -99,16 +86,7 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 # ---------------------------------------------------------------- LanguageModel: the probes
 
 _FACTS = partial(model_facts, parts=MODEL_PARTS, block_parts=[name for name, _, _ in BLOCK_PARTS], kinds=_LM_KINDS)
-
-
-def _probe_model(runs: tuple[ModelRun, ...], LanguageModel: Callable, rec: Recorder) -> None:
-    """Each run's model built and called as ModelRun says; one that cannot be built ends the probe."""
-    for run in runs:
-        case = run.case
-        if probe_model(rec, run, LanguageModel, case.vocab, case.k, case.heads, case.depth, case.max_len,
-                       facts=_FACTS, chunks=run.chunks, steps=run.steps, train=True) is None:
-            return
-
+_probe_model = partial(probe_models, facts=_FACTS, train=True)  # a run that cannot be built ends the probe
 
 lm_structure = property_check("lm_structure", _probe_model, (ModelRun(STRUCTURE_CASE, 3000),))
 lm_causality = property_check("lm_causality", _probe_model, (ModelRun(CAUSALITY_CASE, 3100, changed=(5, 2)),))

@@ -18,12 +18,13 @@ from course.checks.evidence import Recorder
 from course.checks.kinds import (
     Built,
     Case,
+    ModelRun,
     Runs,
     builds_and_runs,
     calls,
     drawn,
     model_facts,
-    probe_model,
+    probe_models,
     property_check,
 )
 
@@ -229,11 +230,9 @@ gqa_hidden = property_check("gqa_hidden", _probe_attention, (
 # ---------------------------------------------------------------- ModernLanguageModel
 
 @dataclass(frozen=True)
-class ModelRun:
-    """ModernLanguageModel(...) (<key>.model) on b random sequences of t tokens (<key>.logits), changed from j on,
-    fed chunk by chunk with the cache (<key>.step<i>), with gradients (upstream), max_len + 1 tokens long (too_long)."""
+class ModernCase:
+    """ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len) on b sequences of t tokens (a ModelRun's case)."""
 
-    key: str
     b: int
     t: int
     vocab: int
@@ -242,31 +241,11 @@ class ModelRun:
     kv_heads: int
     depth: int
     max_len: int
-    seed: int
-    changed: tuple[int, ...] = ()
-    chunks: tuple[int, ...] = ()
-    upstream: bool = False
-    too_long: bool = False
-    secret: bool = False
 
     @property
     def call(self) -> str:
         return (f"{MODEL_NAME}({self.vocab}, k={self.k}, heads={self.heads}, kv_heads={self.kv_heads}, "
                 f"depth={self.depth}, max_len={self.max_len})")
-
-    def tokens(self) -> torch.Tensor:
-        return torch.randint(self.vocab, (self.b, self.t), generator=generator(self.seed + 10))
-
-    def upstream_gradient(self) -> torch.Tensor:
-        return randn(self.b, self.t, self.vocab, seed=self.seed + 20)
-
-    @property
-    def model(self) -> str:
-        return f"{self.key}.model"
-
-    @property
-    def logits(self) -> str:
-        return f"{self.key}.logits"
 
 
 MODEL_PARTS = ("token_embedding", "blocks", "norm", "to_logits")
@@ -280,24 +259,17 @@ def _model_facts(model: nn.Module) -> dict:
     return {**model_facts(model, MODEL_PARTS, BLOCK_PARTS, _MODERN_KINDS), "buffers": weights.buffers(model)}
 
 
-def _probe_modern(runs: tuple[ModelRun, ...], ModernLanguageModel: Callable, rec: Recorder) -> None:
-    for run in drawn(runs):
-        model = probe_model(rec, run, ModernLanguageModel, run.vocab, run.k, run.heads, run.kv_heads, run.depth,
-                            run.max_len, facts=_model_facts, chunks=run.chunks, steps=f"{run.key}.step")
-        if model is not None and run.too_long:
-            with torch.no_grad():
-                rec.call(f"{run.key}.too_long", model, run.tokens().new_zeros(1, run.max_len + 1).to(rec.device))
+_probe_modern = partial(probe_models, facts=_model_facts)
 
-
-# head size != k, kv_heads < heads, batch > 1, odd lengths; ModelRun(key, b, t, vocab, k, heads, kv_heads, depth,
-# max_len, seed)
+# head size != k, kv_heads < heads, batch > 1, odd lengths; ModernCase(b, t, vocab, k, heads, kv_heads, depth, max_len)
 modern_lm_structure = property_check("modern_lm_structure", _probe_modern, (
-    ModelRun("a", 2, 5, 11, 24, 6, 2, 2, 9, 8000),))
+    ModelRun(ModernCase(2, 5, 11, 24, 6, 2, 2, 9), 8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
-    ModelRun("a", 3, 7, 11, 24, 6, 3, 2, 12, 8100), ModelRun("b", 2, 5, 13, 16, 4, 2, 1, 5, 8200)))
+    ModelRun(ModernCase(3, 7, 11, 24, 6, 3, 2, 12), 8100, "model0", "logits0"),
+    ModelRun(ModernCase(2, 5, 13, 16, 4, 2, 1, 5), 8200, "model1", "logits1")))
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
-    ModelRun("a", 2, 8, 11, 24, 6, 2, 2, 10, 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
+    ModelRun(ModernCase(2, 8, 11, 24, 6, 2, 2, 10), 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
 modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern, (
-    ModelRun("a", 1, 9, 7, 12, 3, 1, 3, 9, 8400, too_long=True),
-    ModelRun("b", 2, 6, 9, 16, 4, 2, 2, 8, 8500, upstream=True),
-    ModelRun("c", 3, 6, 13, 20, 5, 5, 2, 12, 8600, chunks=(4, 1, 1), secret=True)))
+    ModelRun(ModernCase(1, 9, 7, 12, 3, 1, 3, 9), 8400, "model0", "logits0", too_long=True),
+    ModelRun(ModernCase(2, 6, 9, 16, 4, 2, 2, 8), 8500, "model1", "logits1", upstream=8520),
+    ModelRun(ModernCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, "model2", "logits2", chunks=(4, 1, 1), secret=True)))

@@ -39,6 +39,7 @@ from course.checks.kinds import (
     CallCheck,
     Case,
     LossCheck,
+    ModelRun,
     PropertyCheck,
     Runs,
     RunsCheck,
@@ -584,12 +585,12 @@ def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, cas
     return logits, caches
 
 
-def expect_model(ev: Evidence, run: Any, oracle: ModelOracle, *, exact: bool = False,
+def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False,
                  owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
     causal where run.changed, autograd's gradients where run.upstream; owner: a subclass. Returns (weights, logits)."""
     __tracebackhide__ = True
-    case, tokens, owner = getattr(run, "case", run), run.tokens(), owner or oracle.owner
+    case, tokens, owner = run.case, run.tokens(), owner or oracle.owner
     what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
     w = oracle.weights(ev, run)
     logits = model_logits(ev, oracle, run.logits, case, what)
@@ -621,16 +622,17 @@ def expect_model(ev: Evidence, run: Any, oracle: ModelOracle, *, exact: bool = F
     return w, logits
 
 
-def expect_model_steps(ev: Evidence, run: Any, oracle: ModelOracle, w: Tensors, full: torch.Tensor,
-                       chunks: tuple[int, ...], key: str, heads: int, differs: Mistake, *, owner: str = "",
-                       errors: tuple[tuple[str, int, Mistake], ...] = (), not_returned: Mistake | None = None,
-                       bad_cache: Mistake | None = None, caches: bool = True) -> None:
-    """Chunks of the run's tokens fed with the cache (<key><c>) give the logits of one call (full) and the oracle's
-    cache (caches=False: its shapes), else the cache mistake (or a raised error's, by errors) is named, or differs."""
+def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tensors, full: torch.Tensor, heads: int,
+                       differs: Mistake, *, owner: str = "", errors: tuple[tuple[str, int, Mistake], ...] = (),
+                       not_returned: Mistake | None = None, bad_cache: Mistake | None = None, caches: bool = True
+                       ) -> None:
+    """The run's chunks fed with the cache (<steps><c>) give the logits of one call (full) and the oracle's cache of
+    `heads` heads (caches=False: its shapes), else the cache mistake (or a raised error's) is named, or differs."""
     __tracebackhide__ = True
-    case, tokens, bounds, owner = getattr(run, "case", run), run.tokens(), chunk_bounds(chunks), owner or oracle.owner
+    case, tokens, chunks, owner = run.case, run.tokens(), run.chunks, owner or oracle.owner
+    bounds = chunk_bounds(chunks)
     steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
-    for step, (start, end) in ((f"{key}{c}", bound) for c, bound in enumerate(bounds)):
+    for step, (start, end) in ((f"{run.steps}{c}", bound) for c, bound in enumerate(bounds)):
         message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
         for mistake in (m for phrase, after, m in errors if phrase in message and start >= after):
             fail(f"{owner}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "

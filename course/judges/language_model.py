@@ -63,12 +63,10 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
     shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
-    w = modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT,
-                                  resized=M["wrong-size"])
-    modules.expect_parameter_count(ev, key, case.call, sum(math.prod(s) for s in shapes.values()),
-                                   f"the embeddings, {depth} blocks, the final norm and the output layer",
-                                   "Is an extra layer registered?")
-    return w
+    return modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT,
+                                     resized=M["wrong-size"], count=(
+                                         f"the embeddings, {depth} blocks, the final norm and the output layer",
+                                         "Is an extra layer registered?"))
 
 
 # ---------------------------------------------------------------- the model: oracle, and its mistakes written out
@@ -162,9 +160,8 @@ def _expect_cached(ev: Evidence, run: probes.ModelRun) -> None:
     """The chunks fed with the cache give the logits of one call without it, and each block's keys and values."""
     __tracebackhide__ = True
     w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
-    expect_model_steps(ev, run, LM, w, full, run.chunks, run.steps, run.case.heads, M["cache-differs"],
-                       owner=CACHED_NAME, errors=_CACHE_ERRORS, not_returned=M["cache-not-returned"],
-                       bad_cache=M["cache-shape"])
+    expect_model_steps(ev, run, LM, w, full, run.case.heads, M["cache-differs"], owner=CACHED_NAME,
+                       errors=_CACHE_ERRORS, not_returned=M["cache-not-returned"], bad_cache=M["cache-shape"])
 
 
 # ---------------------------------------------------------------- next_token_loss

@@ -16,8 +16,8 @@ from course.checks import compare, modules
 from course.checks import modern_decoder as probes
 from course.checks.compare import Mistake, expect_close, expect_close_batch, fail, matches_any, output
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Case
-from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModelRun
+from course.checks.kinds import Built, Case, ModelRun
+from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModernCase
 from course.judges import judge, mistakes
 from course.judges.kinds import (
     ForwardOracle,
@@ -87,10 +87,9 @@ def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     __tracebackhide__ = True
     k, what = built.args[0], block_call(built, probes.NORM_NAME)
     modules.built(ev, built.key, what)
-    w = modules.expect_parameters(ev, built.key, what, {"gain": (k,)}, built.seed,
-                                  hint="Register it in __init__: self.gain = nn.Parameter(torch.ones(k)).")
-    modules.expect_parameter_count(ev, built.key, what, k, "one gain per feature, k", "RMSNorm has no bias.")
-    return w
+    return modules.expect_parameters(ev, built.key, what, {"gain": (k,)}, built.seed,
+                                     hint="Register it in __init__: self.gain = nn.Parameter(torch.ones(k)).",
+                                     count=("one gain per feature, k", "RMSNorm has no bias."))
 
 
 _RMS_HINT = "forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, over any leading dimensions."
@@ -362,11 +361,12 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     """The notebook's parts, registered, of the right sizes; cos and sin non-persistent buffers (max_len, s/2); the
     weights the probe loaded."""
     __tracebackhide__ = True
-    key, k, kv, hidden = run.model, run.k, run.kv_heads * (run.k // run.heads), round(8 * run.k / 3)
-    modules.built(ev, key, run.call)
+    key, case = run.model, run.case
+    k, kv, hidden = case.k, case.kv_heads * (case.k // case.heads), round(8 * case.k / 3)
+    modules.built(ev, key, case.call)
     modules.expect_part(ev, key, MODEL_NAME, "token_embedding", "Embedding", "nn.Embedding(vocab_size, k)")
     hows = ("RMSNorm(k)", "GroupedQueryAttention(k, heads, kv_heads)", "RMSNorm(k)", "SwiGLU(k, swiglu_hidden(k))")
-    expect_blocks(ev, key, MODEL_NAME, run.depth, [(name, how.split("(")[0], how)
+    expect_blocks(ev, key, MODEL_NAME, case.depth, [(name, how.split("(")[0], how)
                                                    for name, how in zip(probes.BLOCK_PARTS, hows, strict=True)])
     modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
@@ -374,34 +374,32 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     found = {e[0]: e[1:] for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
     for name in ("cos", "sin"):
         got, persistent = found.get(name, (None, None))
-        head = M["modern-tables-head-size"] if got == [run.max_len, k // 2] and run.heads > 1 else None
+        head = M["modern-tables-head-size"] if got == [case.max_len, k // 2] and case.heads > 1 else None
         for wrong, mistake in ((name not in found, M["modern-tables-not-buffers"]),
-                               (got != [run.max_len, k // run.heads // 2], head),
+                               (got != [case.max_len, k // case.heads // 2], head),
                                (persistent is not False, M["modern-tables-persistent"])):
             if wrong:
                 seen = f"a buffer of shape {got}, persistent={persistent}" if name in found else "not a buffer"
-                fail(f"{MODEL_NAME}.{name} is {seen} for {run.call}: "
+                fail(f"{MODEL_NAME}.{name} is {seen} for {case.call}: "
                      + (mistake.explanation if mistake else "expected (max_len, k // heads // 2)."), mistake=mistake)
     block = {"norm1.gain": (k,), "attention.to_queries.weight": (k, k), "attention.to_keys.weight": (kv, k),
              "attention.to_values.weight": (kv, k), "attention.unify_heads.weight": (k, k), "norm2.gain": (k,),
              "ff.gate.weight": (hidden, k), "ff.up.weight": (hidden, k), "ff.down.weight": (k, hidden)}
-    shapes = {"token_embedding.weight": (run.vocab, k),
-              **{f"blocks.{i}.{name}": shape for i in range(run.depth) for name, shape in block.items()},
-              "norm.gain": (k,), "to_logits.weight": (run.vocab, k)}  # hidden: the notebook's swiglu_hidden(k)
-    w = modules.expect_parameters(ev, key, MODEL_NAME, shapes, run.seed, hint=modules.PARTS_HINT)
-    modules.expect_parameter_count(ev, key, run.call, sum(math.prod(s) for s in shapes.values()),
-                                   f"the embedding, {run.depth} blocks, the final norm and to_logits (no biases)",
-                                   "Is an extra layer or a bias registered?")
-    return w
+    shapes = {"token_embedding.weight": (case.vocab, k),
+              **{f"blocks.{i}.{name}": shape for i in range(case.depth) for name, shape in block.items()},
+              "norm.gain": (k,), "to_logits.weight": (case.vocab, k)}  # hidden: the notebook's swiglu_hidden(k)
+    return modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT, count=(
+        f"the embedding, {case.depth} blocks, the final norm and to_logits (no biases)",
+        "Is an extra layer or a bias registered?"))
 
 
-def modern_lm(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor, cache: list | None = None, *,
+def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None = None, *,
               layout: str = "pre", final_norm: bool = True, causal: bool = True, mask_offset: bool = True
               ) -> tuple[torch.Tensor, list]:
     """The model composed of the oracles above: (logits (b, t, vocab), cache); the keywords: typical mistakes."""
-    t, k = tokens.shape[1], run.k
+    t, k = tokens.shape[1], case.k
     past = 0 if cache is None else cache[0][0].shape[2]
-    cos, sin = _tables(run.max_len, k // run.heads, DEFAULT_BASE)
+    cos, sin = _tables(case.max_len, k // case.heads, DEFAULT_BASE)
     mask = torch.ones(t, past + t, dtype=torch.bool)
     mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
     x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
@@ -409,12 +407,12 @@ def modern_lm(w: Mapping[str, torch.Tensor], run: ModelRun, tokens: torch.Tensor
 
     def attend(h: torch.Tensor, i: int) -> torch.Tensor:
         """Block i's attention on h (b, t, k), its keys and values appended to new_cache."""
-        out, kv = gqa(w, k, run.heads, run.kv_heads, h, cos, sin, mask, None if cache is None else cache[i],
+        out, kv = gqa(w, k, case.heads, case.kv_heads, h, cos, sin, mask, None if cache is None else cache[i],
                       prefix=f"blocks.{i}.attention.")
         new_cache.append(kv)
         return out
 
-    for i in range(run.depth):
+    for i in range(case.depth):
         p = f"blocks.{i}."
         norm1, norm2 = (partial(_rms_norm, w, k, DEFAULT_EPS, prefix=f"{p}{n}.") for n in ("norm1", "norm2"))
         x = block_layout(x, partial(attend, i=i), partial(_swiglu, w, k, 0, prefix=f"{p}ff."), norm1, norm2, layout)
@@ -443,11 +441,10 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
     __tracebackhide__ = True
     w, logits = expect_model(ev, run, MODERN, exact=not structure)
     if run.chunks:
-        expect_model_steps(ev, run, MODERN, w, logits, run.chunks, f"{run.key}.step", run.kv_heads,
-                           M["modern-cache-differs"], caches=False)
+        expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, M["modern-cache-differs"], caches=False)
     if run.too_long:
-        _expect_refused(ev, f"{run.key}.too_long", f"{MODEL_NAME}.forward on {run.max_len + 1} tokens with "
-                            f"max_len={run.max_len}", M["modern-no-length-check"])
+        _expect_refused(ev, f"{run.model}.too_long", f"{MODEL_NAME}.forward on {run.case.max_len + 1} tokens with "
+                        f"max_len={run.case.max_len}", M["modern-no-length-check"])
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
