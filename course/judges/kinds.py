@@ -47,6 +47,7 @@ from course.checks.kinds import (
     drawn,
 )
 from course.judges import judge
+from course.judges.oracles import dense
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -679,12 +680,21 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
          case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
 
 
-def block_layout(x: torch.Tensor, attend: Callable, ff: Callable, norm1: Callable, norm2: Callable,
-                 layout: str = "pre") -> torch.Tensor:
-    """A block on x (b, t, k): "pre"-norm, "post"-norm (the norms after the residual sums) or "no-residual"."""
-    if layout == "post":
-        x = norm1(x + attend(x))
-        return norm2(x + ff(x))
-    residual = layout != "no-residual"
-    x = attend(norm1(x)) + (x if residual else 0)
-    return ff(norm2(x)) + (x if residual else 0)
+def decoder(w: Tensors, x: torch.Tensor, depth: int, cache: list | None, attend: Callable, ff: Callable,
+            norm: Callable, *, layout: str = "pre", final_norm: bool = True) -> tuple[torch.Tensor, list]:
+    """A decoder-only language model after its embeddings: (logits (b, t, vocab), the new cache) of x (b, t, k) through
+    depth blocks, the final norm (unless not final_norm) and to_logits. Block i calls attend(h, i, its cache or None)
+    for (its output, what it caches), ff(name, h) and norm(name, h) with its parts' names (blocks.<i>.ff, ...); each
+    block "pre"-norm, "post"-norm (the norms after the residual sums) or "no-residual"."""
+    new_cache, residual = [], layout != "no-residual"
+    for i in range(depth):
+        p = f"blocks.{i}."
+        out, kept = attend(x if layout == "post" else norm(f"{p}norm1", x), i, None if cache is None else cache[i])
+        new_cache.append(kept)
+        if layout == "post":
+            x = norm(f"{p}norm1", x + out)
+            x = norm(f"{p}norm2", x + ff(f"{p}ff", x))
+        else:
+            x = out + (x if residual else 0)
+            x = ff(f"{p}ff", norm(f"{p}norm2", x)) + (x if residual else 0)
+    return dense(w, "to_logits", norm("norm", x) if final_norm else x), new_cache

@@ -20,7 +20,7 @@ from course.judges.kinds import (
     LossOracle,
     ModelOracle,
     against_loss,
-    block_layout,
+    decoder,
     each_case,
     expect_blocks,
     expect_model,
@@ -101,33 +101,29 @@ def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tenso
     allowed = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past if offset else 0)
     allowed = {"none": torch.ones_like(allowed), "inverted": ~allowed}.get(mask, allowed)
 
-    def ff(h: torch.Tensor, p: str) -> torch.Tensor:
-        return dense(w, f"{p}ff.net.2", F.relu(dense(w, f"{p}ff.net.0", h)))
+    def ff(name: str, h: torch.Tensor) -> torch.Tensor:
+        return dense(w, f"{name}.net.2", F.relu(dense(w, f"{name}.net.0", h)))
 
-    def attend(h: torch.Tensor, i: int) -> torch.Tensor:
-        """Block i's attention on h (b, t, k), what it caches appended to new_cache."""
+    def attend(h: torch.Tensor, i: int, old: tuple | None) -> tuple[torch.Tensor, tuple]:
+        """Block i's attention on h (b, t, k) with its cache old: (its output, what it caches)."""
         p = f"blocks.{i}.attention."
         q, keys, values = (dense(w, f"{p}to_{name}", h) for name in ("queries", "keys", "values"))
         q, keys, values = (y.unflatten(-1, (heads, -1)).transpose(1, 2) for y in (q, keys, values))  # (b, h, t, s)
         kept, new_values, read_mask = (q if stored == "queries" else keys), values, allowed
-        if cache is not None:
-            kept, new_values = _cat(cache[i][0], kept, order), _cat(cache[i][1], values, order)
+        if old is not None:
+            kept, new_values = _cat(old[0], kept, order), _cat(old[1], values, order)
             if read_cache:
-                keys, values = _cat(cache[i][0], keys, order), new_values
+                keys, values = _cat(old[0], keys, order), new_values
             else:
                 read_mask = allowed[:, past:]
-        new_cache.append((kept, new_values))
         scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, h, t, T)
         # a query allowed nothing gets zeros, as in the course
         weights = torch.softmax(scores.masked_fill(~read_mask, float("-inf")), dim=-1).nan_to_num(0.0)
-        return dense(w, f"{p}unify_heads", (weights @ values).transpose(1, 2).reshape(h.shape))  # (b, t, k)
+        out = (weights @ values).transpose(1, 2).reshape(h.shape)  # (b, t, k)
+        return dense(w, f"{p}unify_heads", out), (kept, new_values)
 
-    new_cache = []
-    for i in range(case.depth):
-        p = f"blocks.{i}."
-        norm1, norm2 = (partial(layer_norm, w, f"{p}{n}") for n in ("norm1", "norm2"))
-        x = block_layout(x, partial(attend, i=i), partial(ff, p=p), norm1, norm2, layout)
-    logits = dense(w, "to_logits", layer_norm(w, "norm", x) if final_norm else x)
+    logits, new_cache = decoder(w, x, case.depth, cache, attend, ff, partial(layer_norm, w), layout=layout,
+                                final_norm=final_norm)
     return (F.softmax(logits, dim=-1) if softmax else logits), new_cache
 
 

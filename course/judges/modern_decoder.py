@@ -26,7 +26,7 @@ from course.judges.kinds import (
     against,
     against_forward,
     block_call,
-    block_layout,
+    decoder,
     each_case,
     expect_blocks,
     expect_linear_layers,
@@ -403,21 +403,11 @@ def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Ten
     mask = torch.ones(t, past + t, dtype=torch.bool)
     mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
     x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
-    new_cache = []
-
-    def attend(h: torch.Tensor, i: int) -> torch.Tensor:
-        """Block i's attention on h (b, t, k), its keys and values appended to new_cache."""
-        out, kv = gqa(w, k, case.heads, case.kv_heads, h, cos, sin, mask, None if cache is None else cache[i],
-                      prefix=f"blocks.{i}.attention.")
-        new_cache.append(kv)
-        return out
-
-    for i in range(case.depth):
-        p = f"blocks.{i}."
-        norm1, norm2 = (partial(_rms_norm, w, k, DEFAULT_EPS, prefix=f"{p}{n}.") for n in ("norm1", "norm2"))
-        x = block_layout(x, partial(attend, i=i), partial(_swiglu, w, k, 0, prefix=f"{p}ff."), norm1, norm2, layout)
-    x = _rms_norm(w, k, x=x, prefix="norm.") if final_norm else x
-    return dense(w, "to_logits", x), new_cache
+    return decoder(w, x, case.depth, cache,
+                   lambda h, i, old: gqa(w, k, case.heads, case.kv_heads, h, cos, sin, mask, old,
+                                         prefix=f"blocks.{i}.attention."),
+                   lambda name, h: _swiglu(w, k, 0, h, prefix=f"{name}."),
+                   lambda name, h: _rms_norm(w, k, x=h, prefix=f"{name}."), layout=layout, final_norm=final_norm)
 
 
 _MODERN_MISTAKES = ((M["modern-post-norm"], {"layout": "post", "final_norm": False}),
