@@ -206,6 +206,22 @@ def raised(ev: Evidence, key: str, what: str, hint: str = "") -> None:
          mistake=mistake)
 
 
+def expect_value_error(ev: Evidence, key: str, call: str, accepted: Mistake, wrong: Mistake | None = None) -> None:
+    """The call recorded under key raised a ValueError: else fail naming accepted (it raised nothing) or wrong (it
+    raised something else; accepted if not given)."""
+    __tracebackhide__ = True
+    fact = recorded(ev, key, call)
+    if not isinstance(fact, dict) or fact.get("kind") != "raised":
+        fail(f"{call} should raise a ValueError, but it raised nothing: {accepted.explanation}", mistake=accepted)
+    if fact.get("not_implemented"):
+        fail(f"{call} is not implemented yet: replace `raise NotImplementedError()` with your code.",
+             mistake=NOT_IMPLEMENTED)
+    if fact.get("type") != "ValueError":
+        wrong = wrong or accepted
+        fail(f"{call} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:300]}. {wrong.explanation}",
+             mistake=wrong)
+
+
 def recorded(ev: Evidence, key: str, what: str) -> Any:
     """A JSON fact the probe must have recorded; fails plainly if it is missing."""
     __tracebackhide__ = True

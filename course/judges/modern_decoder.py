@@ -279,16 +279,6 @@ _GQA_HINT = ("forward(x, cos, sin, mask, past=None): rotate queries and keys at 
              "of kv_heads heads, repeat_interleave them to `heads`, sdpa(attn_mask=mask), unify_heads; return both.")
 
 
-def _expect_refused(ev: Evidence, key: str, call: str, mistake: Mistake) -> None:
-    """The call recorded under key raised a ValueError; else fail naming mistake."""
-    __tracebackhide__ = True
-    fact = ev.facts.get(key)
-    if isinstance(fact, dict) and fact.get("not_implemented"):
-        compare.raised(ev, key, call)
-    if not isinstance(fact, dict) or (fact.get("kind"), fact.get("type")) != ("raised", "ValueError"):
-        fail(f"{call} should raise a ValueError: {mistake.explanation}", mistake=mistake)
-
-
 _GQA_MISTAKES = ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rotated"], {"rotated": "qkv"}),
                  (M["gqa-not-rotated"], {"rotated": "q"}), (M["gqa-not-rotated"], {"rotated": "k"}),
                  (M["gqa-not-rotated"], {"rotated": ""}), (M["gqa-mask-ignored"], {"use_mask": False}))
@@ -301,8 +291,7 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     __tracebackhide__ = True
     if case == "indivisible":
         for key, sizes in (("indivisible_k", "10, heads=4, kv_heads=2"), ("indivisible_heads", "12, 4, 3")):
-            compare.recorded(ev, key, f"{ATTENTION_NAME}({sizes})")
-            _expect_refused(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
+            compare.expect_value_error(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
         return
     k, heads, g = case.k, case.heads, case.kv_heads
     into = (k, k, "nn.Linear(k, k, bias=False)")
@@ -433,8 +422,8 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
     if run.chunks:
         expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, M["modern-cache-differs"], caches=False)
     if run.too_long:
-        _expect_refused(ev, f"{run.model}.too_long", f"{MODEL_NAME}.forward on {run.case.max_len + 1} tokens with "
-                        f"max_len={run.case.max_len}", M["modern-no-length-check"])
+        compare.expect_value_error(ev, f"{run.model}.too_long", f"{MODEL_NAME}.forward on {run.case.max_len + 1} "
+                                   f"tokens with max_len={run.case.max_len}", M["modern-no-length-check"])
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from course.checks import multi_head as probes
-from course.checks.compare import Mistake, expect_close, fail, raised
+from course.checks.compare import Mistake, expect_close, expect_value_error, fail
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
@@ -219,17 +219,8 @@ for check, oracle, count, formula, passed in _STRUCTURES:
 def _indivisible(ev: Evidence) -> None:
     """MultiHeadAttention(10, 4) cannot split 10 features into 4 equal heads: construction raises a ValueError."""
     __tracebackhide__ = True
-    call, fact = f"{NARROW_NAME}(10, 4)", ev.facts.get("indivisible")
-    if not isinstance(fact, dict):
-        fail(f"The test recorded nothing for {call}: the check did not run to the end.")
-    if fact.get("not_implemented"):
-        raised(ev, "indivisible", NARROW_NAME)
-    if fact.get("kind") != "raised":
-        fail(f"{call} was created without complaint: {M['no-divisibility-check'].explanation}",
-             mistake=M["no-divisibility-check"])
-    if fact.get("type") != "ValueError":
-        fail(f"{call} raised {str(fact.get('type'))[:60]}: {M['not-a-value-error'].explanation}",
-             mistake=M["not-a-value-error"])
+    call = f"{NARROW_NAME}(10, 4)"
+    expect_value_error(ev, "indivisible", call, M["no-divisibility-check"], M["not-a-value-error"])
     expect_structure(ev, probes.multi_head_structure, NARROW, f"{call} raises a ValueError")
 
 

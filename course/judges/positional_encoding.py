@@ -12,7 +12,7 @@ import torch
 
 from course.checks import modules
 from course.checks import positional_encoding as probes
-from course.checks.compare import NOT_IMPLEMENTED, Mistake, expect_close, fail, matches_any, output, recorded, tensor
+from course.checks.compare import Mistake, expect_close, expect_value_error, fail, matches_any, output, tensor
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, drawn
 from course.judges import judge, mistakes
@@ -81,20 +81,6 @@ def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
                  case=label if case.secret else case.label, looser=TABLE_TOLERANCE)
 
 
-def _expect_value_error(ev: Evidence, key: str, call: str, wrong: Mistake, accepted: Mistake) -> None:
-    """The call recorded under key raised a ValueError: else fail naming accepted (it raised nothing) or wrong."""
-    __tracebackhide__ = True
-    fact = recorded(ev, key, call)
-    if not isinstance(fact, dict) or fact.get("kind") != "raised":
-        fail(f"{call} should raise a ValueError, but it returned: {accepted.explanation}", mistake=accepted)
-    if fact.get("not_implemented"):
-        fail(f"{call} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-             mistake=NOT_IMPLEMENTED)
-    if fact.get("type") != "ValueError":
-        fail(f"{call} raised {str(fact.get('type'))[:80]}: {str(fact.get('message'))[:300]}. {wrong.explanation}",
-             mistake=wrong)
-
-
 # ---------------------------------------------------------------- sinusoidal_positional_encoding: the checks
 
 each_case(probes.table_by_hand, _expect_table,
@@ -104,8 +90,8 @@ each_case(probes.table_by_hand, _expect_table,
 @judge("table_odd_size")
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
-    _expect_value_error(ev, probes.ODD.key, "sinusoidal_positional_encoding(10, 5)", M["odd-k-wrong-error"],
-                        M["odd-k-accepted"])
+    expect_value_error(ev, probes.ODD.key, "sinusoidal_positional_encoding(10, 5)", M["odd-k-accepted"],
+                       M["odd-k-wrong-error"])
     for case in drawn(probes.table_odd_size.cases[1:]):
         _expect_table(ev, case, anchor=True)
 
@@ -199,7 +185,7 @@ def _judge_too_long(ev: Evidence) -> None:
     inputs = long.inputs()
     what = f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
     modules.built(ev, inputs["module"], what)
-    _expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"], M["no-length-check"])
+    expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"])
     _expect_encoding(ev, right, buffer=False, claim=f"{what} raises a ValueError for {long.label}")
 
 
