@@ -1,20 +1,15 @@
 """Probes for assignment 05 (judges in course/judges/transformer_block.py): FeedForward, TransformerBlock and
-TransformerClassifier, all declared (:func:`builds_and_runs`) but the classifier's gradients. Every module's
-structure is recorded with which of its submodules look like blocks (block_facts), so that the judge can map the
-roles whatever they are called."""
+TransformerClassifier, all declared (:func:`builds_and_runs`). Every module's structure is recorded with which of
+its submodules look like blocks (block_facts), so that the judge can map the roles whatever they are called."""
 
-from collections.abc import Callable
 from functools import partial
 from types import MappingProxyType
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from course.checks import modules
-from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
+from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, given
 
 BLOCK_PARTS = ("attention", "norm1", "norm2", "ff")
@@ -194,25 +189,7 @@ transformer_classifier_order_blind = builds_and_runs("transformer_classifier_ord
         token_case("y", 9, (4, 7), 2201, "tokens of shape (4, 7), depth=2"),
         token_case("y_perm", 9, (4, 7), 2201, "positions permuted", TOKEN_PERMUTATION))),), **OPTIONS)
 
-CLASSIFIER_GRADIENTS = Built("module", ORDER_SHAPE, 2300)
-
-
-def gradient_tokens() -> dict[str, torch.Tensor]:
-    """Every token used once, (3, 3), and the labels (3,)."""
-    return {"tokens": torch.arange(9).view(3, 3), "labels": torch.tensor([0, 1, 2])}
-
-
-GRADIENT_CASE = Case("y_grad", gradient_tokens, "tokens arange(9) as (3, 3), labels 0, 1, 2")
-
-
-def _probe_classifier_gradients(TransformerClassifier: Callable, rec: Recorder) -> None:
-    """The cross-entropy of the logits on GRADIENT_CASE backpropagated."""
-    built = CLASSIFIER_GRADIENTS
-    model = modules.build(rec, built.key, TransformerClassifier, *built.args, seed=built.seed, **OPTIONS)
-    if model is not None:
-        inputs = {name: t.to(rec.device) for name, t in GRADIENT_CASE.inputs().items()}
-        modules.record_backward(rec, GRADIENT_CASE.key, model, inputs["tokens"],
-                                loss=partial(F.cross_entropy, target=inputs["labels"]))
-
-
-transformer_classifier_gradients = Check("transformer_classifier_gradients", _probe_classifier_gradients)
+transformer_classifier_gradients = builds_and_runs("transformer_classifier_gradients", (
+    Runs(Built("module", ORDER_SHAPE, 2300), (Case("y_grad", lambda: {"tokens": torch.arange(9).view(3, 3)},
+                                                    "tokens arange(9) as (3, 3), a random upstream gradient",
+                                                    upstream=partial(randn, 3, 3, seed=2301)),)),), **OPTIONS)

@@ -168,6 +168,8 @@ class ForwardOracle:
     shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = _no_shape_hints  # shape_hints(**inputs)
     otherwise: str = ""  # the advice when the output matches neither the oracle nor a mistake
     keyword_mistake: Mistake | None = None  # forward raised TypeError naming a keyword input: it has no such argument
+    shape: Callable[..., tuple[int, ...]] | None = None  # shape(**inputs): the output's; None: the first input's
+    gradient_hints: Mapping[str, str] = field(default_factory=dict)  # parameter -> advice when it gets no gradient
 
 
 def forward_what(oracle: ForwardOracle, inputs: Tensors) -> str:
@@ -176,8 +178,8 @@ def forward_what(oracle: ForwardOracle, inputs: Tensors) -> str:
 
 
 def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensors) -> torch.Tensor:
-    """The output recorded under key for these inputs: a tensor of the first input's shape (b, tq, k), else a
-    failure in plain words."""
+    """The output recorded under key for these inputs: a tensor of oracle.shape (default: the first input's, e.g.
+    (b, tq, k)), else a failure in plain words."""
     __tracebackhide__ = True
     first, *keywords = inputs
     fact = ev.facts.get(key)
@@ -189,7 +191,8 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
                 advice = oracle.keyword_mistake.explanation
                 fail(f"{oracle.owner}.forward({first}, {name}=...) raised TypeError: {message[:200]}. "
                      f"{advice[0].upper()}{advice[1:]}", mistake=oracle.keyword_mistake)
-    return output(ev, key, what=forward_what(oracle, inputs), shape=tuple(inputs[first].shape),
+    shape = oracle.shape(**inputs) if oracle.shape else tuple(inputs[first].shape)
+    return output(ev, key, what=forward_what(oracle, inputs), shape=shape,
                   shape_hints=oracle.shape_hints(**inputs), hint=oracle.hint(**inputs))
 
 
@@ -252,7 +255,7 @@ def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, orac
 
     grads = modules.autograd(forward, w, inputs, case.upstream())
     modules.expect_gradients(ev, grads, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
-                             because=because)
+                             because=because, hints=oracle.gradient_hints)
     return y
 
 
@@ -302,10 +305,14 @@ class BlockOracle:
     structure(ev, built) judges the structure of the module built (its parts, their kinds and sizes) and returns
     (found, w): what the computation needs besides the weights, and the weights the probe loaded, by parameter
     name. oracle(found) is the :class:`ForwardOracle` computing with it (its weights are not called: structure
-    reads them)."""
+    reads them), or a list of equally right ones (e.g. a model on blocks computed as the student's blocks compute
+    them, right or typically wrong, which another check judges): each case is judged against the first whose output
+    it is, else the first whose typical mistake it is. tolerant: a case checking gradients may show a typical
+    mistake (another check names it)."""
 
     structure: Callable[[Evidence, Built], tuple[Any, dict[str, torch.Tensor]]]
-    oracle: Callable[[Any], ForwardOracle]
+    oracle: Callable[[Any], ForwardOracle | list[ForwardOracle]]
+    tolerant: bool = True
 
 
 def block_call(built: Built, owner: str) -> str:
@@ -313,33 +320,49 @@ def block_call(built: Built, owner: str) -> str:
     return f"{owner}({', '.join(repr(arg) for arg in built.args)})"
 
 
+def matched_oracle(ev: Evidence, key: str, oracles: list[ForwardOracle], w: Tensors, args: tuple,
+                   inputs: Tensors) -> ForwardOracle:
+    """The first of oracles whose output is the one recorded under key for these inputs, else the first of which it
+    is a typical mistake, else the first."""
+    __tracebackhide__ = True
+    if len(oracles) == 1:
+        return oracles[0]
+    y = forward_output(ev, key, oracles[0], inputs)
+    return next((o for o in oracles if matches_any(y, [expected_output(o, w, args, inputs)], ev.device)), None) \
+        or next((o for o in oracles if matches_any(y, [t for _, t in simulated(o, w, args, inputs)], ev.device)),
+                oracles[0])
+
+
 def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, *, claim: str = "",
                       accept: Callable[[torch.Tensor], bool] | None = None) -> None:
     """For each module built (each of runs), its structure judged and its weights read back, then every drawn case
     against the oracle with them (:func:`expect_forward_case`, typical mistakes tolerated where a case checks
-    gradients, which then go through the mistake's computation; every parameter the probe recorded must receive
-    one). claim, e.g. "has the right parts": the outputs need only be the module's, right or typically wrong
-    (:func:`anchor_forward`; the claim is made of the module's constructor call). accept(y), with a claim: an output
-    it rejects (e.g. not normalised) must then be the right one, a typical mistake named."""
+    gradients and block.tolerant, which then go through the mistake's computation; every parameter the probe
+    recorded must receive one). claim, e.g. "has the right parts": the outputs need only be the module's, right or
+    typically wrong (:func:`anchor_forward`; the claim is made of the module's constructor call). accept(y), with a
+    claim: an output it rejects (e.g. not normalised) must then be the right one, a typical mistake named."""
     __tracebackhide__ = True
     for item in runs:
         cases = drawn(item.cases)
         if not cases:
             continue
         found, w = block.structure(ev, item.module)
-        oracle = block.oracle(found)
+        made = block.oracle(found)
+        oracles = made if isinstance(made, list) else [made]
         for case in cases:
+            inputs = dict(case.inputs())
+            oracle = matched_oracle(ev, case.key, oracles, w, item.module.args, inputs)
             if claim and case.upstream is None:
-                inputs = dict(case.inputs())
                 y = forward_output(ev, case.key, oracle, inputs)
                 anchor_forward(ev, y, oracle, w, item.module.args, inputs,
                                f"{block_call(item.module, oracle.owner)} {claim}", case.label)
                 if accept is None or accept(y):
                     continue
-            expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes=True)
+            expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes=block.tolerant)
             if case.upstream is not None:
                 modules.expect_gradients(ev, {}, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
-                                         present=modules.parameter_names(ev, item.module.key))
+                                         present=modules.parameter_names(ev, item.module.key),
+                                         hints=oracle.gradient_hints)
 
 
 def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: str = "",

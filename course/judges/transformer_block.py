@@ -2,7 +2,7 @@
 TransformerClassifier, their parts' roles mapped from the recorded structure whatever they are called; the oracles
 are nn.TransformerEncoderLayer (post-norm, ReLU) and F.linear / F.relu."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
@@ -13,17 +13,17 @@ import torch.nn.functional as F
 
 from course.checks import modules
 from course.checks import transformer_block as probes
-from course.checks.compare import Mistake, expect_close, fail, matches_any, output
+from course.checks.compare import Mistake, expect_close, fail
 from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Case, RunsCheck
+from course.checks.kinds import Built
 from course.checks.modules import MISSING_PART, WRONG_LAYER_SIZE
-from course.judges import judge, mistakes, oracles
+from course.judges import mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
     ForwardOracle,
+    Simulator,
     against_block,
     block_call,
-    declared,
 )
 
 FF_NAME = "FeedForward"
@@ -434,73 +434,46 @@ def _classifier_logits(parts: Classifier, layout: str, ff: str, head: str, w: Ma
             "log-softmax-on-logits": lambda: F.log_softmax(logits, dim=-1)}.get(head, lambda: logits)()
 
 
-def _expect_logits(ev: Evidence, built: Built, case: Case, counted: bool = False,
-                   attached: bool = False) -> tuple[Classifier, dict[str, torch.Tensor], str, str, torch.Tensor]:
-    """The classifier's structure (_classifier_values), and its logits (b, classes) for case's tokens (b, t): the
-    right head on the student's blocks, right or typically wrong (returned: parts, weights, layout, ff, logits)."""
-    __tracebackhide__ = True
-    parts, w = _classifier_values(ev, built, counted)
-    tokens, what, classes = case.inputs()["tokens"], f"{CLASSIFIER_NAME}.forward(tokens)", built.args[4]
-    (b, t), heads = tokens.shape, ("mean", *(m.id for m in CLASSIFIER_MISTAKES))
-    y = output(ev, case.key, what=what, shape=(b, classes), hint=_CLASSIFIER_HINT, shape_hints={
-        (t, classes): "There is one row per position: the mean runs over the batch (dim=0), not the positions.",
-        (b, t, classes): "There is one row per position: average over the positions (dim=1) before the output layer."})
-    if attached:
-        modules.expect_attached(ev, case.key, what)
-    with torch.no_grad():
-        outs = {(layout, ff): [_classifier_logits(parts, layout, ff, head, w, tokens=tokens) for head in heads]
-                for _, layout, ff in _block_specs(None)}
-    # the blocks as the student's compute them: those the right head matches, else those a wrong head matches
-    right = [spec for spec, (mean, *_) in outs.items() if matches_any(y, [mean], ev.device)]
-    wrong = [spec for spec, (_, *mistaken) in outs.items() if matches_any(y, mistaken, ev.device)]
-    layout, ff = (right or wrong or [("post", "relu")])[0]
-    expect_close(y, outs[layout, ff][0], what=what, device=ev.device, otherwise=_CLASSIFIER_HINT, case=case.label,
-                 mistakes=list(zip(CLASSIFIER_MISTAKES, outs[layout, ff][1:], strict=True)))
-    return parts, w, layout, ff, y
+def _heads(parts: Classifier, layout: str, ff: str, *_: int, **__: torch.Tensor) -> list[tuple[Mistake, Simulator]]:
+    """The classifier's typical head mistakes on blocks computed as (layout, ff) say."""
+    return [(m, partial(_classifier_logits, parts, layout, ff, m.id)) for m in CLASSIFIER_MISTAKES]
 
 
-def against_classifier(check: RunsCheck, *, passed: str, counted: bool = False) -> Callable[[Evidence], None]:
-    """Register the judge of a classifier check: each module's first case against the right head on its blocks
-    (counted: and nothing else with parameters); the logits of its other cases (positions permuted) must be the
-    first's. passed: the line a student reads when the test passes."""
-
-    def judged(ev: Evidence) -> None:
-        __tracebackhide__ = True
-        for run in check.runs:
-            plain, *permuted = run.cases
-            *_, y = _expect_logits(ev, run.module, plain, counted)
-            for case in permuted:
-                y_perm = output(ev, case.key, what=f"{CLASSIFIER_NAME}.forward(tokens)", shape=tuple(y.shape),
-                                hint=_CLASSIFIER_HINT)
-                expect_close(y_perm, y, what=f"{CLASSIFIER_NAME}.forward on shuffled tokens", device=ev.device,
-                             case=case.label, otherwise="Equivariant blocks followed by a mean over the positions "
-                             "cannot see order: is something position-dependent used?")
-
-    return declared(check, judged, passed)
-
-
-against_classifier(probes.transformer_classifier_structure, counted=True,
-                   passed="An embedding, depth separate registered blocks and a linear output layer; logits of shape "
-                          "(b, num_classes).")
-against_classifier(probes.transformer_classifier_oracle,
-                   passed="Random weights and tokens: embedding -> your blocks in order -> mean over positions -> "
-                          "linear (the blocks recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock "
-                          "computes them).")
-against_classifier(probes.transformer_classifier_order_blind,
-                   passed="Without positions the whole classifier is permutation invariant: shuffled tokens give the "
-                          "same logits.")
-
-
-@judge("transformer_classifier_gradients")
-def _judge_classifier_gradients(ev: Evidence) -> None:
-    """A small batch: the logits are the classifier's, and their cross-entropy sends autograd's gradient to the
-    embedding, every block and the output layer."""
-    tokens, labels = probes.gradient_tokens().values()
-    parts, w, layout, ff, _ = _expect_logits(ev, probes.CLASSIFIER_GRADIENTS, probes.GRADIENT_CASE, attached=True)
-    own = parts[0].named
+def _classifier_oracles(parts: Classifier) -> list[ForwardOracle]:
+    """The right head (its typical mistakes simulated) on the blocks computed as each block check recognises
+    (_block_specs: those checks name a block's mistakes), the logits (b, classes)."""
+    own, blocks = parts
+    classes, head = own.named["ow"][1][0], (None, own.named["ow"][0], own.named["ob"][0])
     hint = f"Make your {BLOCK_NAME} pass its tests first (exercise 2): a block cut off from autograd stops it."
-    forward = partial(_classifier_logits, parts, layout, ff, "mean", tokens=tokens)
-    modules.expect_gradients(ev, modules.autograd(forward, w, {}, partial(F.cross_entropy, target=labels)),
-                             owner=CLASSIFIER_NAME, case=probes.GRADIENT_CASE.label, oracle="the classifier's layers",
-                             present=modules.parameter_names(ev, probes.CLASSIFIER_GRADIENTS.key),
-                             hints={name: hint for name in w if name not in (own["ow"][0], own["ob"][0])})
+    return [ForwardOracle(
+        CLASSIFIER_NAME, "a transformer classifier", lambda *_: {},
+        partial(_classifier_logits, parts, layout, ff, "mean"), "the classifier's layers",
+        partial(_heads, parts, layout, ff), hint=lambda **_: _CLASSIFIER_HINT,
+        shape=lambda tokens: (len(tokens), classes), otherwise=_CLASSIFIER_HINT,
+        shape_hints=lambda tokens: {
+            (tokens.shape[1], classes): "There is one row per position: the mean runs over the batch (dim=0), not the "
+                                        "positions.",
+            (*tokens.shape, classes): "There is one row per position: average over the positions (dim=1) before the "
+                                      "output layer."},
+        gradient_hints={name: hint for r in (own, *blocks) for name, _ in r.named.values() if name not in head})
+        for _, layout, ff in _block_specs(None)]
+
+
+#: the check's classifier (counted: and nothing else with parameters), its blocks computed as the student's compute
+#: them (the right head on them judged, gradients too)
+CLASSIFIER = BlockOracle(_classifier_values, _classifier_oracles, tolerant=False)
+COUNTED_CLASSIFIER = BlockOracle(partial(_classifier_values, counted=True), _classifier_oracles, tolerant=False)
+
+against_block(probes.transformer_classifier_structure, COUNTED_CLASSIFIER,
+              passed="An embedding, depth separate registered blocks and a linear output layer; logits of shape "
+                     "(b, num_classes).")
+against_block(probes.transformer_classifier_oracle, CLASSIFIER,
+              passed="Random weights and tokens: embedding -> your blocks in order -> mean over positions -> "
+                     "linear (the blocks recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock "
+                     "computes them).")
+against_block(probes.transformer_classifier_order_blind, CLASSIFIER,
+              passed="Without positions the whole classifier is permutation invariant: shuffled tokens give the "
+                     "same logits.")
+against_block(probes.transformer_classifier_gradients, CLASSIFIER,
+              passed="A small batch: the logits are the classifier's, and a loss on them sends autograd's gradient to "
+                     "the embedding, every block and the output layer.")
