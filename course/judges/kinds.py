@@ -361,8 +361,7 @@ def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, 
             expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes=block.tolerant)
             if case.upstream is not None:
                 modules.expect_gradients(ev, {}, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
-                                         present=modules.parameter_names(ev, item.module.key),
-                                         hints=oracle.gradient_hints)
+                                         present=modules.parameter_names(ev, item.module.key))
 
 
 def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: str = "",
