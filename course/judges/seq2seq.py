@@ -39,11 +39,10 @@ from course.judges.kinds import (
     LossOracle,
     against_block,
     against_loss,
-    anchor_forward,
     declared,
     each_case,
+    expect_block_runs,
     expect_causal,
-    expect_forward_case,
     forward_output,
     simulated,
 )
@@ -132,16 +131,15 @@ def _torch_layer(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor
 
 
 def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: torch.Tensor, memory: torch.Tensor,
-             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
-             **switches: Any) -> torch.Tensor:
-    """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer, or with switches a typical mistake
-    written out from PyTorch's attention (context, cross_mask: what cross-attention reads; use_self_mask; layout)."""
-    if not switches:
+             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None, *, layout: str = "torch",
+             context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True) -> torch.Tensor:
+    """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (layout "torch"), else a typical
+    mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads)."""
+    if layout == "torch":
         return _torch_layer(w, "", heads, x, memory, self_mask is not None,
                             None if memory_mask is None else memory_mask[:, 0])
-    cross_mask = {"memory": memory_mask, "self": self_mask, "none": None}[switches.get("cross_mask", "memory")]
-    context = memory if switches.get("context", "memory") == "memory" else None
-    layout = switches.get("layout", "post")
+    cross = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
+    source = memory if context == "memory" else None
 
     def norm(i: int, h: torch.Tensor) -> torch.Tensor:
         return oracles.layer_norm(w, f"norm{i}", h)
@@ -150,28 +148,23 @@ def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: to
         return oracles.dense(w, "ff.net.2", F.relu(oracles.dense(w, "ff.net.0", h)))
 
     def sa(h: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(h, None, self_mask if switches.get("use_self_mask", True) else None, heads,
+        return oracles.attention(h, None, self_mask if use_self_mask else None, heads,
                                  **oracles.course_attention(w, "self_attention."))
 
     def ca(h: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(h, context, cross_mask, heads, **oracles.course_attention(w, "cross_attention."))
+        return oracles.attention(h, source, cross, heads, **oracles.course_attention(w, "cross_attention."))
 
-    if layout == "pre":
-        h = x + sa(norm(1, x))
-        h = h + ca(norm(2, h))
-        return h + ff(norm(3, h))
-    if layout == "no-residual":
-        return norm(3, ff(norm(2, ca(norm(1, sa(x))))))
-    if layout == "cross-first":
-        h = norm(1, x + ca(x))
-        h = norm(2, h + sa(h))
-        return norm(3, h + ff(h))
-    h = norm(1, x + sa(x))
-    h = norm(2, h + ca(x if layout == "cross-on-input" else h))
-    return norm(3, h + ff(h))
+    order = {"cross-first": (ca, sa, ff), "cross-on-input": (sa, lambda _: ca(x), ff)}.get(layout, (sa, ca, ff))
+    h = x
+    for i, sublayer in enumerate(order, 1):  # sublayer i with norm i
+        if layout == "pre":
+            h = h + sublayer(norm(i, h))
+        else:  # post-norm, with or without the residual
+            h = norm(i, sublayer(h) + (0 if layout == "no-residual" else h))
+    return h
 
 
-_BLOCK_MISTAKES = tuple((m, partial(_decoder, **switches)) for m, switches in (
+_BLOCK_MISTAKES = tuple((m, partial(_decoder, **{"layout": "post", **switches})) for m, switches in (
     (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "self"}),
     (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "none"}),
     (M["block-memory-not-masked"], {"cross_mask": "none"}), (M["block-self-mask-ignored"], {"use_self_mask": False}),
@@ -246,26 +239,21 @@ against_block(probes.decoder_block_small_case, DECODER_BLOCK,
 
 
 def _expect_block_property(check: RunsCheck, ev: Evidence) -> None:
-    """The block on its run's first two cases is causal (decoder_block_causality) or ignores masked memory, and
-    right or typically wrong; then the cases with an upstream gradient against autograd through the oracle."""
+    """The block on its run's first two cases is causal (decoder_block_causality) or ignores masked memory, naming
+    the typical mistake it is; then every case as expect_block_runs judges it (claim: the property)."""
     __tracebackhide__ = True
     (run,) = check.runs
-    case, args = run.cases[0], run.module.args
-    w, inputs = _block_weights(ev, run.module), dict(case.inputs())
+    w = _block_weights(ev, run.module)
     y, other = (forward_output(ev, c.key, DECODER, dict(c.inputs())) for c in run.cases[:2])
+    leaks = simulated(DECODER, w, run.module.args, dict(run.cases[0].inputs()))
     causal = check is probes.decoder_block_causality
     if causal:
-        expect_causal(ev, y, other, 3, f"{BLOCK_NAME}.forward with a causal self_mask",
-                      simulated(DECODER, w, args, inputs), M["block-self-mask-ignored"].explanation,
-                      M["block-not-causal"])
+        expect_causal(ev, y, other, 3, f"{BLOCK_NAME}.forward with a causal self_mask", leaks,
+                      M["block-self-mask-ignored"].explanation, M["block-not-causal"])
     else:
-        unmasked = _decoder(w, *args, **inputs, cross_mask="none")
-        _expect_padding_ignored(ev, y, other, BLOCK_NAME, [(M["block-memory-not-masked"], unmasked)],
-                                "Pass memory_mask to cross-attention.", M["block-reads-padding"])
-    anchor_forward(ev, y, DECODER, w, args, inputs,
-                   f"{BLOCK_NAME} {'is causal' if causal else 'ignores padded memory'}", case.label)
-    for with_gradient in run.cases[2:]:
-        expect_forward_case(ev, w, run.module, with_gradient, DECODER, tolerate_mistakes=True)
+        _expect_padding_ignored(ev, y, other, BLOCK_NAME, leaks, "Pass memory_mask to cross-attention.",
+                                M["block-reads-padding"])
+    expect_block_runs(ev, check.runs, DECODER_BLOCK, claim="is causal" if causal else "ignores padded memory")
 
 
 declared(probes.decoder_block_causality, partial(_expect_block_property, probes.decoder_block_causality),
@@ -376,11 +364,11 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
             (b, s, args[1]): "One output per source position: the decoder must produce one per target position."})
         if first is None:
             first, logits = case, y
-            switches = [(m, sw) for m, sw in _MODEL_MISTAKES
-                        if m is not M["model-target-source-embedding"] or int(inputs["tgt"].max()) < args[0]]
-            with torch.no_grad():
-                expected = _model_oracle(w, *args, **inputs)
-                mistakes = [(m, _model_oracle(w, *args, **inputs, **sw)) for m, sw in switches]
+            with torch.no_grad():  # (mistake, switches, logits): the oracle's, then the typical mistakes'
+                candidates = [(m, sw, _model_oracle(w, *args, **inputs, **sw))
+                              for m, sw in ((None, {}), *_MODEL_MISTAKES)
+                              if m is not M["model-target-source-embedding"] or int(inputs["tgt"].max()) < args[0]]
+            expected, mistakes = candidates[0][2], [(m, out) for m, _, out in candidates[1:]]
             if strict:
                 expect_close_batch(y, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
                                    otherwise=_MODEL_HINT, mistakes=mistakes, case=case.label)
@@ -397,14 +385,12 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
             j = int((inputs["tgt"] != first.inputs()["tgt"]).any(dim=0).nonzero()[0])  # the target changed there
             expect_causal(ev, logits, y, j, f"{MODEL_NAME}.forward on targets", mistakes,
                           M["model-not-causal"].explanation, M["model-reads-future"])
-    if not strict and not matches_any(logits, [expected, *(out for _, out in mistakes)], ev.device):
+    if not strict and not matches_any(logits, [out for *_, out in candidates], ev.device):
         fail(f"{MODEL_NAME}'s logits match neither an encoder-decoder transformer with the check's weights nor a "
              f"known mistake: {_MODEL_HINT}", expected, logits, case=first.label)
     if first.upstream is not None:
         modules.expect_differentiable(ev, first.key, f"{MODEL_NAME}.forward")
-        because, chosen = next(((m, sw) for (m, out), (_, sw) in zip([(None, expected), *mistakes],
-                                                                     [(None, {}), *switches], strict=True)
-                                if matches_any(logits, [out], ev.device)), (None, {}))
+        because, chosen, _ = next((c for c in candidates if matches_any(logits, [c[2]], ev.device)), (None, {}, None))
         grads = modules.autograd(lambda leaves: _model_oracle(leaves, *args, **first.inputs(), **chosen), w, {},
                                  first.upstream())
         modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=first.label, because=because,
@@ -646,11 +632,11 @@ each_case(probes.learning_rate_hidden, _expect_schedule,
           passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
 
-def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm", lr_set: str = "all",
-                 returned: str = "before") -> tuple[list[dict[str, torch.Tensor]], list[float]]:
-    """The parameters after each of two calls of train_step on case and the norms returned, by PyTorch's SGD in
-    float64: the oracle with the defaults, else a mistake: zero (zero_grad first), clip ("norm", "values" or "none"),
-    lr_set (in "all" groups, the "first" or "none"), returned ("before" or "after" clipping)."""
+def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm",
+                 lr_set: str = "all") -> tuple[list[dict[str, torch.Tensor]], list[float]]:
+    """The parameters after each of two calls of train_step on case and the norms before clipping, by PyTorch's SGD
+    in float64: the oracle with the defaults, else a mistake: zero (zero_grad first), clip ("norm", "values" or
+    "none"), lr_set (in "all" groups, the "first" or "none")."""
     model = case.model().double()
     optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=probes.INITIAL_LR)
     after, norms = [], []
@@ -666,7 +652,7 @@ def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm"
             nn.utils.clip_grad_value_(model.parameters(), case.max_norm)
         optimizer.step()
         after.append({name: p.detach().clone() for name, p in model.named_parameters()})
-        norms.append(total if returned == "before" else min(total, case.max_norm))
+        norms.append(total)
     return after, norms
 
 
@@ -720,7 +706,6 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
             _not_asked(what, mistake, lrs, *shown)
         fail(f"{what} does not update the parameters as asked (call {wrong + 1}): set lr in every group, zero the "
              f"gradients, loss.backward(), clip_grad_norm_, then optimizer.step().{lrs}", *shown)
-    clipped = _train_steps(case, returned="after")[1]
     for i in range(2):
         got = tensor(ev, f"{case.key}.norm{i}")
         if got is None or got.numel() != 1:
@@ -729,7 +714,7 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
         if math.isclose(got, norms[i], rel_tol=1e-3):
             continue
         shown = torch.tensor(norms[i]), torch.tensor(got), f"call {i + 1}, max_norm {case.max_norm:g}"
-        if math.isclose(got, clipped[i], rel_tol=1e-3):
+        if math.isclose(got, min(norms[i], case.max_norm), rel_tol=1e-3):
             _not_asked(what, M["train-step-norm-after-clipping"], "", *shown)
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
             _not_asked(what, M["train-step-clips-before-backward"], "", *shown)
