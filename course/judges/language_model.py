@@ -8,7 +8,6 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call
 
 from course.checks import compare, modules
 from course.checks import language_model as probes
@@ -73,12 +72,10 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
 
 def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
     """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
-    t, k = tokens.shape[1], case.k
+    t = tokens.shape[1]
     x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][:t]  # (b, t, k)
-    layer = oracles.encoder_layer(k, case.heads, 4 * k, norm_first=True)
     for i in range(case.depth):
-        params = oracles.course_layer_parameters(w, f"blocks.{i}.", {"attention": "self_attn"}, 2)
-        x = functional_call(layer, params, (x,), {"src_mask": ~oracles.causal_mask(t)})  # True = NOT allowed
+        x = oracles.course_layer(w, f"blocks.{i}.", case.heads, x, causal=True, norm_first=True)
     return dense(w, "to_logits", layer_norm(w, "norm", x))
 
 

@@ -3,7 +3,7 @@
 Every builder forks the global RNG first, so a judge leaves the caller's random state as it found it. Masks follow
 the course's convention (bool, True where attention is allowed); :func:`torch_mask` turns them into PyTorch's. The
 weights are passed with torch.func.functional_call, so autograd reaches them; :func:`course_attention` and
-:func:`course_layer_parameters` translate the names of the course's own modules' weights.
+:func:`course_layer` translate the names of the course's own modules' weights.
 """
 
 from __future__ import annotations
@@ -114,16 +114,28 @@ def course_attention(w: Mapping[str, torch.Tensor], prefix: str) -> dict[str, to
     return {keyword: w[prefix + _COURSE_PROJECTIONS[keyword]] for keyword in ("wq", "wk", "wv", "wo", "bo")}
 
 
-def course_layer_parameters(w: Mapping[str, torch.Tensor], prefix: str, attentions: Mapping[str, str],
-                            norms: int) -> dict[str, torch.Tensor]:
-    """A block of the course's parts (MultiHeadAttention, norm1..norm<norms>, FeedForward `ff`) whose weights in w
-    start with prefix, as the parameters of PyTorch's encoder or decoder layer (:func:`layer_parameters`);
-    attentions maps the block's attention attributes to the layer's ("attention" -> "self_attn")."""
-    return layer_parameters(
+def course_layer(w: Mapping[str, torch.Tensor], prefix: str, heads: int, x: torch.Tensor,
+                 memory: torch.Tensor | None = None, *, causal: bool = False, pad: torch.Tensor | None = None,
+                 norm_first: bool = False) -> torch.Tensor:
+    """PyTorch's layer carrying a block of the course's parts whose weights in w start with prefix, on x (b, t, k):
+    without memory nn.TransformerEncoderLayer (MultiHeadAttention `attention`, norm1-2, FeedForward `ff`; pre-norm
+    with norm_first), with memory (b, s, k) nn.TransformerDecoderLayer (`self_attention`, `cross_attention` reading
+    memory, norm1-3, `ff`; post-norm). causal: self-attention under the causal mask; pad (b, s): bool, True at the
+    real positions of the source (x without memory, memory with it), the others masked out. Autograd reaches w."""
+    attentions = ({"attention": "self_attn"} if memory is None
+                  else {"self_attention": "self_attn", "cross_attention": "multihead_attn"})
+    params = layer_parameters(
         {torch_name: course_attention(w, f"{prefix}{name}.") for name, torch_name in attentions.items()},
-        [(w[f"{prefix}norm{i}.weight"], w[f"{prefix}norm{i}.bias"]) for i in range(1, norms + 1)],
-        (w[f"{prefix}ff.net.0.weight"], w[f"{prefix}ff.net.0.bias"], w[f"{prefix}ff.net.2.weight"],
-         w[f"{prefix}ff.net.2.bias"]))
+        [(w[f"{prefix}norm{i}.weight"], w[f"{prefix}norm{i}.bias"]) for i in range(1, len(attentions) + 2)],
+        tuple(w[f"{prefix}ff.net.{i}.{name}"] for i in (0, 2) for name in ("weight", "bias")))
+    k, hidden = x.shape[-1], w[f"{prefix}ff.net.0.weight"].shape[0]
+    future = ~causal_mask(x.shape[1]) if causal else None  # PyTorch's masks: True = NOT allowed
+    ignored = None if pad is None else ~pad
+    if memory is None:
+        return functional_call(encoder_layer(k, heads, hidden, norm_first=norm_first), params, (x,),
+                               {"src_mask": future, "src_key_padding_mask": ignored})
+    return functional_call(decoder_layer(k, heads, hidden), params, (x, memory),
+                           {"tgt_mask": future, "memory_key_padding_mask": ignored})
 
 
 def unscaled(k: int, heads: int = 1) -> float:

@@ -12,7 +12,6 @@ from typing import Any, NoReturn
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
 from course.checks import modules
 from course.checks import seq2seq as probes
@@ -115,29 +114,14 @@ def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
             **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
-def _torch_layer(w: dict[str, torch.Tensor], p: str, heads: int, x: torch.Tensor, memory: torch.Tensor | None = None,
-                 causal: bool = True, pad: torch.Tensor | None = None) -> torch.Tensor:
-    """nn.TransformerEncoderLayer (no memory) or nn.TransformerDecoderLayer with the weights of the block named p."""
-    k, hidden, ignored = x.shape[-1], w[f"{p}ff.net.0.weight"].shape[0], None if pad is None else ~pad
-    if memory is None:
-        return functional_call(oracles.encoder_layer(k, heads, hidden),
-                               oracles.course_layer_parameters(w, p, {"attention": "self_attn"}, 2), (x,),
-                               {"src_key_padding_mask": ignored})
-    params = oracles.course_layer_parameters(w, p, {"self_attention": "self_attn",
-                                                    "cross_attention": "multihead_attn"}, 3)
-    return functional_call(oracles.decoder_layer(k, heads, hidden), params, (x, memory),
-                           {"tgt_mask": ~oracles.causal_mask(x.shape[1]) if causal else None,
-                            "memory_key_padding_mask": ignored})
-
-
 def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: torch.Tensor, memory: torch.Tensor,
              self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None, *, layout: str = "torch",
              context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True) -> torch.Tensor:
     """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (layout "torch"), else a typical
     mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads)."""
     if layout == "torch":
-        return _torch_layer(w, "", heads, x, memory, self_mask is not None,
-                            None if memory_mask is None else memory_mask[:, 0])
+        return oracles.course_layer(w, "", heads, x, memory, causal=self_mask is not None,
+                                    pad=None if memory_mask is None else memory_mask[:, 0])
     cross = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
     source = memory if context == "memory" else None
 
@@ -280,14 +264,15 @@ def _model_oracle(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k:
         x = x + reference_table(src.shape[1], k)
     if use_encoder:
         for i in range(depth):
-            x = _torch_layer(w, f"encoder.{i}.", heads, x, pad=src_mask if encoder_mask else None)
+            x = oracles.course_layer(w, f"encoder.{i}.", heads, x, pad=src_mask if encoder_mask else None)
     memory = x
     table = w["tgt_embedding.weight"] if tgt_embedding == "tgt" else w["src_embedding.weight"]
     y = F.embedding(tgt, table) * scale
     if tgt_positions:
         y = y + reference_table(tgt.shape[1], k)
     for i in range(depth):
-        y = _torch_layer(w, f"decoder.{i}.", heads, y, memory, causal, src_mask if memory_mask else None)
+        y = oracles.course_layer(w, f"decoder.{i}.", heads, y, memory, causal=causal,
+                                 pad=src_mask if memory_mask else None)
     logits = oracles.dense(w, "to_logits", y)
     return F.softmax(logits, dim=-1) if softmax else logits
 
