@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -702,21 +703,33 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
          case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
 
 
+def block_layout(x: torch.Tensor, sublayers: Sequence[Callable], norms: Sequence[Callable],
+                 layout: str = "pre") -> torch.Tensor:
+    """A block on x (b, t, k), each sublayer with its norm: "pre"-norm, "post"-norm (the norms after the residual
+    sums), or without the residual: "no-residual" (pre-norm) or "post-no-residual"."""
+    for sublayer, norm in zip(sublayers, norms, strict=True):
+        if layout.startswith("post"):
+            x = norm(sublayer(x) + (0 if layout == "post-no-residual" else x))
+        else:
+            x = sublayer(norm(x)) + (0 if layout == "no-residual" else x)
+    return x
+
+
 def decoder(w: Tensors, x: torch.Tensor, depth: int, cache: list | None, attend: Callable, ff: Callable,
             norm: Callable, *, layout: str = "pre", final_norm: bool = True) -> tuple[torch.Tensor, list]:
     """A decoder-only language model after its embeddings: (logits (b, t, vocab), the new cache) of x (b, t, k) through
-    depth blocks, the final norm (unless not final_norm) and to_logits. Block i calls attend(h, i, its cache or None)
-    for (its output, what it caches), ff(name, h) and norm(name, h) with its parts' names (blocks.<i>.ff, ...); each
-    block "pre"-norm, "post"-norm (the norms after the residual sums) or "no-residual"."""
-    new_cache, residual = [], layout != "no-residual"
+    depth blocks (:func:`block_layout`), the final norm (unless not final_norm) and to_logits. Block i calls
+    attend(h, i, its cache or None) for (its output, what it caches), ff(name, h) and norm(name, h) with its parts'
+    names (blocks.<i>.ff, ...)."""
+    new_cache = []
+
+    def attention(i: int, h: torch.Tensor) -> torch.Tensor:
+        out, kept = attend(h, i, None if cache is None else cache[i])
+        new_cache.append(kept)
+        return out
+
     for i in range(depth):
         p = f"blocks.{i}."
-        out, kept = attend(x if layout == "post" else norm(f"{p}norm1", x), i, None if cache is None else cache[i])
-        new_cache.append(kept)
-        if layout == "post":
-            x = norm(f"{p}norm1", x + out)
-            x = norm(f"{p}norm2", x + ff(f"{p}ff", x))
-        else:
-            x = out + (x if residual else 0)
-            x = ff(f"{p}ff", norm(f"{p}norm2", x)) + (x if residual else 0)
+        x = block_layout(x, (partial(attention, i), partial(ff, f"{p}ff")),
+                         (partial(norm, f"{p}norm1"), partial(norm, f"{p}norm2")), layout)
     return dense(w, "to_logits", norm("norm", x) if final_norm else x), new_cache

@@ -38,6 +38,7 @@ from course.judges.kinds import (
     LossOracle,
     against_block,
     against_loss,
+    block_layout,
     declared,
     each_case,
     expect_block_runs,
@@ -125,9 +126,6 @@ def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: to
     cross = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
     source = memory if context == "memory" else None
 
-    def norm(i: int, h: torch.Tensor) -> torch.Tensor:
-        return oracles.layer_norm(w, f"norm{i}", h)
-
     def ff(h: torch.Tensor) -> torch.Tensor:
         return oracles.dense(w, "ff.net.2", F.relu(oracles.dense(w, "ff.net.0", h)))
 
@@ -139,13 +137,8 @@ def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: to
         return oracles.attention(h, source, cross, heads, **oracles.course_attention(w, "cross_attention."))
 
     order = {"cross-first": (ca, sa, ff), "cross-on-input": (sa, lambda _: ca(x), ff)}.get(layout, (sa, ca, ff))
-    h = x
-    for i, sublayer in enumerate(order, 1):  # sublayer i with norm i
-        if layout == "pre":
-            h = h + sublayer(norm(i, h))
-        else:  # post-norm, with or without the residual
-            h = norm(i, sublayer(h) + (0 if layout == "no-residual" else h))
-    return h
+    norms = [partial(oracles.layer_norm, w, f"norm{i}") for i in (1, 2, 3)]
+    return block_layout(x, order, norms, {"pre": "pre", "no-residual": "post-no-residual"}.get(layout, "post"))
 
 
 _BLOCK_MISTAKES = tuple((m, partial(_decoder, **{"layout": "post", **switches})) for m, switches in (
