@@ -9,7 +9,7 @@ import nbformat
 from autograder import course_dir
 
 #: lines of Python under course/ (references, data, both sides of the checks) per graded test cell of source/: a
-#: ratchet at today's 76.8; issue 17's target is 70. Lower it whenever checks move to declarations, never raise it.
+#: ratchet at today's 76.1; issue 17's target is 70. Lower it whenever checks move to declarations, never raise it.
 LINES_PER_TEST_CELL = 77
 
 
