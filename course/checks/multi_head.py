@@ -3,15 +3,16 @@ judged in course/judges/multi_head.py from the cases declared here. A module is 
 mask=...), each case passing only the inputs it has."""
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from types import MappingProxyType
 
 import torch
 
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
-from course.checks.compare import generator, randn
+from course.checks.compare import randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, given, random_case, shapes
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, given, module_case, random_case, shapes
 
 LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
@@ -56,43 +57,15 @@ merge_heads_oracle = calls("merge_heads_oracle", shapes("y", MERGE_CASES, seed=1
 # ---------------------------------------------------------------- the modules: their inputs
 
 
-def mask_of(kind: str, b: int, tq: int, tk: int, seed: int) -> torch.Tensor:
-    """A mask (True = allowed): "causal" (tq, tk), "batched causal" (b, tq, tk), "random" (b, tq, tk) drawn from
-    seed, every query attending to some key, or "padding" (b, 1, tk) hiding all but 3 keys of sequence 1."""
-    causal = torch.ones(tq, tk, dtype=torch.bool).tril()  # (tq, tk)
-    if kind == "causal":
-        return causal
-    if kind == "batched causal":
-        return causal.expand(b, tq, tk).clone()  # (b, tq, tk)
-    if kind == "random":
-        mask = torch.rand(b, tq, tk, generator=generator(seed)) < 0.5  # (b, tq, tk)
-        mask[:, torch.arange(tq), torch.arange(tq) % tk] = True  # nobody is left with nothing to attend to
-        return mask
-    return (torch.arange(tk) < torch.tensor([tk, 3])[:, None])[:, None, :]  # (b, 1, tk): padding
-
-
-def _attention_inputs(b: int, tq: int, k: int, tk: int | None, mask: str | None, seeds: tuple[int, int, int],
-                      changed: int | None) -> dict[str, torch.Tensor]:
-    x = randn(b, tq, k, seed=seeds[0])
-    if changed is not None:
-        x[:, changed] += 3.0  # only position `changed` differs
-    inputs = {"x": x}
-    if tk is not None:
-        inputs["context"] = randn(b, tk, k, seed=seeds[1])
-    if mask is not None:
-        inputs["mask"] = mask_of(mask, b, tq, tq if tk is None else tk, seeds[2])
-    return inputs
-
-
 def attention_case(key: str, heads: int, b: int, tq: int, k: int, seeds: tuple[int, int, int], *,
                    tk: int | None = None, mask: str | None = None, changed: int | None = None,
                    upstream: int | None = None) -> Case:
-    """forward on x (b, tq, k), a context (b, tk, k) unless tk is None, a mask (mask_of) unless mask is None, from
-    seeds; changed: a position of x shifted by 3; upstream: the seed of an upstream gradient (b, tq, k)."""
-    label = (f"k={k}, {heads} heads, x {(b, tq, k)}" + (", no context" if tk is None else f", context {(b, tk, k)}")
-             + ("" if mask is None else f", {mask} mask {tuple(mask_of(mask, b, tq, tk or tq, 0).shape)}"))
-    grad = None if upstream is None else partial(randn, b, tq, k, seed=upstream)
-    return Case(key, partial(_attention_inputs, b, tq, k, tk, mask, seeds, changed), label, upstream=grad)
+    """forward on x (b, tq, k), a context (b, tk, k) unless tk is None, a mask unless mask is None ("padding": all but
+    3 keys of sequence 1 hidden), from seeds; changed: a position of x shifted by 3; upstream: the seed of an
+    upstream gradient (b, tq, k). Named with k and its number of heads."""
+    case = module_case(key, (b, tq, k), seeds[0], context=None if tk is None else (tk, seeds[1]), mask=mask,
+                       mask_seed=seeds[2], lengths=(tk or tq, 3), changed=changed, upstream=upstream)
+    return replace(case, label=f"k={k}, {heads} heads, {case.label}" + (", no context" if tk is None else ""))
 
 
 # ---------------------------------------------------------------- structure and context

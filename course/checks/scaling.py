@@ -11,7 +11,7 @@ import torch
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, property_check
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, module_case, property_check, random_mask
 
 ROLES = ("to_queries", "to_keys", "to_values")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
@@ -32,17 +32,6 @@ def sdpa_case(key: str, inputs: Callable[[], Inputs], label: str = "", *, secret
     """A call of scaled_dot_product_attention on inputs() (queries, keys, values and perhaps a mask), named label
     or else by its shapes (described)."""
     return Case(key, inputs, label or described(**inputs()), secret)
-
-
-def random_mask(shape: tuple[int, ...], seed: int, forbidden: tuple[tuple[int, ...], ...] = ()) -> torch.Tensor:
-    """A random mask (True = allowed) in which every query may attend to some key, then False at the indices
-    forbidden (a query's whole row, or one entry)."""
-    mask = torch.rand(*shape, generator=generator(seed)) < 0.6
-    tq, tk = shape[-2], shape[-1]
-    mask[..., torch.arange(tq), torch.arange(tq) % tk] = True  # every query may attend to at least one key
-    for index in forbidden:
-        mask[index] = False
-    return mask
 
 
 def _empty_rows(shape: tuple[int, int, int], seed: int) -> torch.Tensor:
@@ -149,30 +138,6 @@ sdpa_vs_pytorch = property_check("sdpa_vs_pytorch", _probe_gradients, (SMALL_CAS
 
 # ---------------------------------------------------------------- ScaledSelfAttention
 
-def _module_inputs(shape: tuple[int, int, int], seed: int, mask: str | None = None, changed: int | None = None,
-                   lengths: tuple[int, ...] = ()) -> Inputs:
-    """x of shape (b, t, k) drawn from seed (position `changed` shifted by 3), and a mask: "causal" (t, t) or
-    "padding" (b, 1, t) hiding the keys of each sequence past its length."""
-    b, t, _ = shape
-    x = randn(*shape, seed=seed)
-    if changed is not None:
-        x[:, changed] += 3.0  # change that position only
-    if mask == "causal":
-        return {"x": x, "mask": torch.ones(t, t, dtype=torch.bool).tril()}  # (t, t): query i sees keys 0..i
-    if mask == "padding":
-        return {"x": x, "mask": (torch.arange(t) < torch.tensor(lengths)[:, None])[:, None, :]}  # (b, 1, t)
-    return {"x": x}
-
-
-def module_case(key: str, shape: tuple[int, int, int], seed: int, mask: str | None = None, *,
-                changed: int | None = None, lengths: tuple[int, ...] = (), upstream: int | None = None) -> Case:
-    """forward(x) or forward(x, mask=...) on _module_inputs; upstream: the seed of an upstream gradient."""
-    inputs = partial(_module_inputs, shape, seed, mask, changed, lengths)
-    found = inputs().get("mask")
-    label = f"x of shape {shape}, " + ("no mask" if found is None else f"{mask} mask of shape {tuple(found.shape)}")
-    return Case(key, inputs, label, upstream=None if upstream is None else partial(randn, *shape, seed=upstream))
-
-
 STRUCTURE_K = 6
 CAUSAL_K, CHANGED = 4, 4
 MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, "padding"), (1, 1, 3, None))  # (b, t, k, mask)
@@ -181,14 +146,15 @@ MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "layers": ROLES})
 scaled_self_attention_structure = builds_and_runs("scaled_self_attention_structure", (
     Runs(Built("module", (STRUCTURE_K,), 400), (module_case("y", (2, 4, STRUCTURE_K), 401),)),), **MODULE_OPTIONS)
 scaled_self_attention_vs_pytorch = builds_and_runs("scaled_self_attention_vs_pytorch", (
-    Runs(Built("module", (4,), 495), (module_case("y", (2, 5, 4), 490, "padding", lengths=(5, 3), upstream=491),)),),
-    **MODULE_OPTIONS)
+    Runs(Built("module", (4,), 495), (module_case("y", (2, 5, 4), 490, mask="padding", lengths=(5, 3),
+                                                  upstream=491),)),), **MODULE_OPTIONS)
 #: x under a causal mask (y), x with position CHANGED changed (y_changed), and both without a mask (y_free...)
-CAUSAL_CASES = tuple(module_case(f"y{free}{changed}", (2, 6, CAUSAL_K), 481, mask, changed=position)
+CAUSAL_CASES = tuple(module_case(f"y{free}{changed}", (2, 6, CAUSAL_K), 481, mask=mask, changed=position)
                      for free, mask in (("", "causal"), ("_free", None))
                      for changed, position in (("", None), ("_changed", CHANGED)))
 scaled_self_attention_causal = builds_and_runs("scaled_self_attention_causal", (
     Runs(Built("module", (CAUSAL_K,), 480), CAUSAL_CASES),), **MODULE_OPTIONS)
 scaled_self_attention_oracle = builds_and_runs("scaled_self_attention_oracle", tuple(
-    Runs(Built(f"module{i}", (k,), 440 + 10 * i), (module_case(f"y{i}", (b, t, k), 420 + i, mask, lengths=(6, 4)),))
+    Runs(Built(f"module{i}", (k,), 440 + 10 * i),
+         (module_case(f"y{i}", (b, t, k), 420 + i, mask=mask, lengths=(6, 4)),))
     for i, (b, t, k, mask) in enumerate(MODULE_SPECS)), **MODULE_OPTIONS)

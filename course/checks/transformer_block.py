@@ -10,7 +10,7 @@ from torch import nn
 
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, given
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, given, module_case
 
 BLOCK_PARTS = ("attention", "norm1", "norm2", "ff")
 #: at most this many block-like submodules are recorded
@@ -42,35 +42,11 @@ def block_facts(module: nn.Module) -> dict[str, list[dict]]:
 OPTIONS = MappingProxyType({"facts": block_facts, "train": False})
 
 
-def _block_inputs(shape: tuple[int, ...], seed: int, mask: str = "", scale: float = 1.0, shift: float = 0.0,
-                  order: tuple[int, ...] = (), changed: int | None = None) -> dict[str, torch.Tensor]:
-    """x (b, t, k) = scale · randn + shift, its positions in order if given, 1 added at position changed if given;
-    mask "causal": (t, t), True where j <= i; "padding": (b, 1, t), the sequences 6, 4 and 2 positions long."""
-    b, t, _ = shape
-    x = scale * randn(*shape, seed=seed) + shift
-    x = x[:, list(order)] if order else x
-    if changed is not None:
-        x[:, changed] += 1.0
-    if mask == "causal":
-        return {"x": x, "mask": torch.ones(t, t, dtype=torch.bool).tril()}  # (t, t)
-    if mask == "padding":
-        return {"x": x, "mask": (torch.arange(t) < torch.tensor([6, 4, 2])[:, None]).unsqueeze(1)}  # (b, 1, t)
-    return {"x": x}
-
-
-def block_case(key: str, shape: tuple[int, ...], seed: int, label: str, mask: str = "",
-               upstream: int | None = None, **more: float | int | tuple[int, ...]) -> Case:
-    """A case of a block check: x of shape (b, t, k) drawn from seed (see _block_inputs for mask and more); upstream:
-    the seed of a random upstream gradient of x's shape."""
-    grad = None if upstream is None else partial(randn, *shape, seed=upstream)
-    return Case(key, partial(_block_inputs, shape, seed, mask, **more), label, upstream=grad)
-
-
 # ================================================================ FeedForward
 
 FF_MODULE = Built("module", (6, 10), 900)
 FF_HAND = Built("hand", (1, 2), 950)
-FF_CASE = block_case("y", (2, 4, 6), 901, "x of shape (2, 4, 6), hidden=10")
+FF_CASE = module_case("y", (2, 4, 6), 901, "x of shape (2, 4, 6), hidden=10")
 
 
 def hand_values() -> dict[str, torch.Tensor]:
@@ -81,8 +57,8 @@ def hand_values() -> dict[str, torch.Tensor]:
 HAND_CASE = given("y_hand", partial(torch.tensor, [[[-2.0], [0.5], [3.0]]]),  # (1, 3, 1)
                   "first = [[1], [-1]], second = [[1, 1]], bias -1, so FF(x) = |x| - 1; x = -2, 0.5, 3")
 #: under grading, a random input the hand example's weights also get (its seed is salted with the grader's secret)
-HAND_SECRET_CASE = Case("y_hand_secret", partial(_block_inputs, (2, 5, 1), 951),
-                        "the hand example's weights (FF(x) = |x| - 1) on a random x of shape (2, 5, 1)", secret=True)
+HAND_SECRET_CASE = module_case("y_hand_secret", (2, 5, 1), 951, "the hand example's weights (FF(x) = |x| - 1) on a "
+                               "random x of shape (2, 5, 1)", secret=True)
 
 
 def _set_by_hand(ff: nn.Module) -> None:
@@ -103,23 +79,23 @@ feed_forward_structure = builds_and_runs("feed_forward_structure", (
 FF_SHAPES = ((2, 5, 6, 10), (3, 1, 4, 16), (1, 7, 8, 32))
 feed_forward_oracle = builds_and_runs("feed_forward_oracle", (
     *(Runs(Built(f"module{i}", (k, hidden), 1000 + 20 * i),
-           (block_case(f"y{i}", (b, t, k), 1100 + i, f"x of shape {(b, t, k)}, hidden={hidden}"),))
+           (module_case(f"y{i}", (b, t, k), 1100 + i, f"x of shape {(b, t, k)}, hidden={hidden}"),))
       for i, (b, t, k, hidden) in enumerate(FF_SHAPES)),
-    Runs(Built("local", (4, 8), 1200), (block_case("y_local", (2, 5, 4), 1201, "x of shape (2, 5, 4), hidden=8"),
-                                        block_case("y_local_changed", (2, 5, 4), 1201, "position 3 of x changed",
-                                                   changed=3)))), **OPTIONS)
+    Runs(Built("local", (4, 8), 1200), (module_case("y_local", (2, 5, 4), 1201, "x of shape (2, 5, 4), hidden=8"),
+                                        module_case("y_local_changed", (2, 5, 4), 1201, "position 3 of x changed",
+                                                    changed=3, shift_by=1.0)))), **OPTIONS)
 
 
 # ================================================================ TransformerBlock
 
 transformer_block_structure = builds_and_runs("transformer_block_structure", (
-    Runs(Built("module0", (12, 3), 1250), (block_case("y0", (2, 4, 12), 1263, "x of shape (2, 4, 12), heads=3"),)),
-    Runs(Built("module1", (8, 2, 2), 1260), (block_case("y1", (2, 4, 8), 1259, "x of shape (2, 4, 8), heads=2"),))),
+    Runs(Built("module0", (12, 3), 1250), (module_case("y0", (2, 4, 12), 1263, "x of shape (2, 4, 12), heads=3"),)),
+    Runs(Built("module1", (8, 2, 2), 1260), (module_case("y1", (2, 4, 8), 1259, "x of shape (2, 4, 8), heads=2"),))),
     **OPTIONS)
 
 NORMALISED = Built("module", (8, 2), 1300)
-NORMALISED_CASE = block_case("y", (2, 5, 8), 1301, "x of shape (2, 5, 8), heads=2, norms with gain 1 and bias 0",
-                             scale=3.0, shift=1.0)
+NORMALISED_CASE = module_case("y", (2, 5, 8), 1301, "x of shape (2, 5, 8), heads=2, norms with gain 1 and bias 0",
+                              scale=3.0, shift=1.0)
 
 
 def _reset_norms(block: nn.Module) -> None:
@@ -132,29 +108,30 @@ transformer_block_normalised = builds_and_runs("transformer_block_normalised", (
     Runs(NORMALISED, (NORMALISED_CASE,), _reset_norms),), **OPTIONS)
 
 transformer_block_small_case = builds_and_runs("transformer_block_small_case", (Runs(Built("module", (4, 2), 1650), (
-    block_case("y", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, no mask"),
-    block_case("y_masked", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", "causal"),
-    block_case("y_grad", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", "causal", 1652))),),
-    **OPTIONS)
+    module_case("y", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, no mask"),
+    module_case("y_masked", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", mask="causal"),
+    module_case("y_grad", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", mask="causal",
+                upstream=1652))),), **OPTIONS)
 
 # (b, t, k, heads, ff_mult): batch > 1, odd lengths, head size != k, a non-default ff_mult
 BLOCK_SHAPES = ((2, 5, 12, 3, 4), (3, 7, 8, 2, 2), (1, 4, 6, 1, 4), (2, 1, 8, 4, 3))
 transformer_block_oracle = builds_and_runs("transformer_block_oracle", tuple(
     Runs(Built(f"module{i}", (k, heads, ff_mult), 1400 + 50 * i),
-         (block_case(f"y{i}", (b, t, k), 1390 + i, f"x of shape {(b, t, k)}, heads={heads}"),))
+         (module_case(f"y{i}", (b, t, k), 1390 + i, f"x of shape {(b, t, k)}, heads={heads}"),))
     for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES)), **OPTIONS)
 
 transformer_block_mask = builds_and_runs("transformer_block_mask", (Runs(Built("module", (8, 2, 4), 1600), (
-    block_case("y_causal", (3, 6, 8), 1601, "causal mask (6, 6)", "causal"),
-    block_case("y_padding", (3, 6, 8), 1601, "padding mask (3, 1, 6), lengths 6, 4, 2", "padding"))),), **OPTIONS)
+    module_case("y_causal", (3, 6, 8), 1601, "causal mask (6, 6)", mask="causal"),
+    module_case("y_padding", (3, 6, 8), 1601, "padding mask (3, 1, 6), lengths 6, 4, 2", mask="padding",
+                lengths=(6, 4, 2)))),), **OPTIONS)
 
 PERMUTATION = (5, 2, 0, 4, 1, 3)
 transformer_block_gradients = builds_and_runs("transformer_block_gradients", (
     Runs(Built("module", (8, 2), 1700),
-         (block_case("y", (2, 5, 8), 1701, "k=8, 2 heads, x (2, 5, 8)", upstream=1702),)),
+         (module_case("y", (2, 5, 8), 1701, "k=8, 2 heads, x (2, 5, 8)", upstream=1702),)),
     Runs(Built("perm", (8, 2), 1800), (
-        block_case("y_plain", (2, 6, 8), 1801, "x of shape (2, 6, 8), heads=2"),
-        block_case("y_perm", (2, 6, 8), 1801, "permutation [5, 2, 0, 4, 1, 3]", order=PERMUTATION)))), **OPTIONS)
+        module_case("y_plain", (2, 6, 8), 1801, "x of shape (2, 6, 8), heads=2"),
+        module_case("y_perm", (2, 6, 8), 1801, "permutation [5, 2, 0, 4, 1, 3]", order=PERMUTATION)))), **OPTIONS)
 
 
 # ================================================================ TransformerClassifier
