@@ -9,8 +9,8 @@ import nbformat
 from autograder import course_dir
 
 #: lines of Python under course/ (references, data, both sides of the checks) per graded test cell of source/: a
-#: ratchet at today's 76.1; issue 17's target is 70. Lower it whenever checks move to declarations, never raise it.
-LINES_PER_TEST_CELL = 77
+#: ratchet at today's 75.9; issue 17's target is 70. Lower it whenever checks move to declarations, never raise it.
+LINES_PER_TEST_CELL = 76
 
 
 def _graded_test_cells() -> int:
