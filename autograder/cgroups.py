@@ -330,6 +330,20 @@ def _reap(made: list[str], owner: int, log: str | None) -> None:
         remove(folder, wait=0.0)
 
 
+def probe(where: dict) -> str | None:
+    """None when a kernel group can really be made here (made, limited and removed now), else why not."""
+    name = name_for(os.getpid())
+    try:
+        made = create(where, name, 64 << 20, 16)
+    except OSError as error:
+        for folder in folders(where, name):
+            remove(folder)
+        return f"a group cannot be made in {where['memory']} ({error.strerror or error})"
+    for folder in made:
+        remove(folder)
+    return None
+
+
 def describe(where: dict | None, reason: str) -> str:
     """One phrase on how a kernel's memory is bounded here."""
     if where is None:
