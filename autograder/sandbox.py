@@ -26,6 +26,7 @@ What the student's code then can and cannot do:
 - a fresh environment (``--clearenv``): HOME=/tmp, MPLCONFIGDIR=/tmp/matplotlib, JPY_PARENT_PID=1, no
   CI secrets; NBGRADER_EXECUTION, COURSE_*, LANG/LC_*, TZ and thread-count variables are passed through;
 - a pid namespace with --die-with-parent: when jupyter_client kills the kernel, everything started inside dies;
+- a memory cgroup per kernel where the host allows it (see Memory below);
 - rlimits: RLIMIT_DATA (memory, so CUDA's huge virtual reservations still work), RLIMIT_NPROC (processes
   and threads), RLIMIT_FSIZE, no core files; nbgrader's per-cell timeout interrupts by message
   (``interrupt_mode: message``), because a signal to the launcher would not reach into the sandbox;
@@ -55,8 +56,12 @@ unmounted before the kernel drops every privilege). The kernel is ready in 0.4 s
 CPU instead of 1.6 (2-core machine). Anything the server cannot do is done the cold way: the launcher falls back
 to bwrap.
 
-Not covered: memory is per process (RLIMIT_DATA), so up to ``processes`` children could each use
-``memory_mb``; use a cgroup (e.g. ``systemd-run --scope -p MemoryMax=``) around the grader for a hard total.
+Memory: where the grader may make cgroups (autograder/cgroups.py: root with the v1 memory controller, or a v2 group
+that delegates memory), each kernel has a memory group of ``memory_mb`` for everything it and its children hold
+(memfds, shared mappings and tmpfs pages too), no swap, and ``pids.max``: the launcher makes it, joins it before
+exec'ing bwrap (a forked kernel's guardian is moved in before it forks the kernel), and a reaper removes it after.
+Elsewhere memory is per process only (RLIMIT_DATA, which shared mappings and memfds escape, and up to ``processes``
+children could each use ``memory_mb``); ``describe()`` says which.
 A hostile kernel can still send nbgrader one huge message (the output limit is applied after receiving it).
 """
 
@@ -121,7 +126,7 @@ INSIDE = "/tmp/submission"
 @dataclass(frozen=True)
 class Limits:
     cell_seconds: int = 120  # per-cell wall time (nbgrader's Execute.timeout, interrupt on timeout)
-    memory_mb: int = 4096  # per kernel process: RLIMIT_DATA (not RLIMIT_AS, which CUDA's reservations exceed)
+    memory_mb: int = 4096  # per kernel: its memory cgroup where there is one; per process: RLIMIT_DATA (not RLIMIT_AS)
     processes: int = 256  # RLIMIT_NPROC for the kernel's uid (threads count too: torch + ipykernel use ~20)
     output_mb: int = 20  # total stdout/stderr/display text per notebook; past it output is dropped with one note
     file_mb: int = 100  # RLIMIT_FSIZE
