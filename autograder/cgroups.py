@@ -14,7 +14,9 @@ leaves a limit the host put on the grader —
 - cgroup v1 (a hierarchy with the ``memory`` controller mounted, as on these machines): a child of the grader's
   memory group, and a child of its pids group;
 - cgroup v2 (the unified hierarchy): a child of the grader's group, when ``memory`` is in that group's
-  ``cgroup.subtree_control`` (the administrator delegates it: e.g. ``systemd-run -p Delegate=yes``);
+  ``cgroup.subtree_control`` (the root group; any other group holding processes cannot delegate memory), else of
+  the group the administrator made for kernels and named in ``AUTOGRADER_CGROUP`` (:data:`CHOSEN`); that variable
+  names such a group on v1 too;
 - neither (not root, no memory controller, /sys read-only, a v2 group that does not delegate memory): no group, and
   :func:`autograder.sandbox.describe` says memory is bounded per process only.
 
@@ -39,6 +41,11 @@ from pathlib import Path
 
 #: the name of every group this grader makes, before its owner's pid and start time
 PREFIX = "autograder-kernel-"
+#: the environment variable naming a group made for kernels, where the grader's own group cannot have children with
+#: the memory controller (cgroup v2 allows none in a group that holds processes): as root, ``mkdir
+#: /sys/fs/cgroup/grading && echo "+memory +pids" > /sys/fs/cgroup/grading/cgroup.subtree_control``, then
+#: ``AUTOGRADER_CGROUP=/sys/fs/cgroup/grading``; kernel groups are made in it
+CHOSEN = "AUTOGRADER_CGROUP"
 #: seconds the reaper waits for an ended kernel's group to empty before it kills what is left
 EMPTY_SECONDS = 5.0
 
@@ -47,11 +54,16 @@ EMPTY_SECONDS = 5.0
 # Where: chosen from the mount table and this process's membership (a fake /sys in tests).
 
 
-def locate(mountinfo: str | None = None, membership: str | None = None) -> tuple[dict | None, str]:
+def locate(mountinfo: str | None = None, membership: str | None = None,
+           chosen: str | None = None) -> tuple[dict | None, str]:
     """(where kernel groups are made, or None; one line on what bounds a kernel's memory here).
 
-    where: {"version": 1 or 2, "memory": parent folder, "pids": parent folder or None, "owner_path": ...}. The
-    texts default to /proc/self/mountinfo and /proc/self/cgroup; nothing is written."""
+    where: {"version": 1 or 2, "memory": parent folder, "pids": parent folder or None}. The texts default to
+    /proc/self/mountinfo and /proc/self/cgroup; chosen to the environment's AUTOGRADER_CGROUP (a group the
+    administrator made for kernels, see :data:`CHOSEN`). Nothing is written."""
+    chosen = os.environ.get(CHOSEN) if chosen is None else chosen
+    if chosen:
+        return _chosen(chosen)
     mountinfo = Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo
     try:
         membership = Path("/proc/self/cgroup").read_text() if membership is None else membership
@@ -88,10 +100,24 @@ def locate(mountinfo: str | None = None, membership: str | None = None) -> tuple
             available = "memory" in _words(Path(own, "cgroup.controllers"))
             return None, (f"cgroup v2, but the grader's group {own} does not delegate the memory controller to its "
                           f"children ({'not in' if available else 'not even available in'} its "
-                          "cgroup.subtree_control): start the grader in a delegated group (systemd-run -p "
-                          "Delegate=yes ...) for a memory limit per kernel")
+                          f"cgroup.subtree_control, which a group holding processes cannot have): set {CHOSEN} to "
+                          "a group made for kernels, with memory in its cgroup.subtree_control, for a memory limit "
+                          "per kernel")
         return _checked({"version": 2, "memory": own, "pids": own if "pids" in delegated else None}, "cgroup v2")
     return None, "no memory cgroup controller on this host"
+
+
+def _chosen(folder: str) -> tuple[dict | None, str]:
+    """The group the administrator named for kernels (v2: it must delegate memory; v1: a memory group)."""
+    if os.path.exists(os.path.join(folder, "cgroup.subtree_control")):
+        delegated = _words(Path(folder, "cgroup.subtree_control"))
+        if "memory" not in delegated:
+            return None, f"{CHOSEN}={folder} does not delegate the memory controller (its cgroup.subtree_control)"
+        return _checked({"version": 2, "memory": folder, "pids": folder if "pids" in delegated else None},
+                        f"cgroup v2 ({CHOSEN})")
+    if os.path.exists(os.path.join(folder, "memory.limit_in_bytes")):
+        return _checked({"version": 1, "memory": folder, "pids": None}, f"cgroup v1 ({CHOSEN})")
+    return None, f"{CHOSEN}={folder} is not a memory cgroup"
 
 
 def _checked(where: dict, what: str) -> tuple[dict | None, str]:

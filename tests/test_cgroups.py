@@ -51,7 +51,7 @@ def test_cgroup_v2_groups_go_under_the_graders_group_when_it_delegates_memory(tm
     own = "system.slice/grader.service"
     root = fake_tree(tmp_path, {own: {"cgroup.controllers": "cpu io memory pids\n",
                                       "cgroup.subtree_control": "memory pids\n"}})
-    where, _ = cgroups.locate(MOUNTS_V2.format(root=root), MEMBERSHIP_V2)
+    where, _ = cgroups.locate(MOUNTS_V2.format(root=root), MEMBERSHIP_V2, chosen="")
     assert where == {"version": 2, "memory": str(root / own), "pids": str(root / own)}
     assert cgroups.folders(where, "autograder-kernel-1-2") == [str(root / own / "autograder-kernel-1-2")]
 
@@ -61,10 +61,22 @@ def test_cgroup_v2_groups_go_under_the_graders_group_when_it_delegates_memory(tm
 def test_cgroup_v2_without_delegated_memory_says_how_to_delegate_it(tmp_path, controllers, words):
     own = "system.slice/grader.service"
     root = fake_tree(tmp_path, {own: {"cgroup.controllers": controllers, "cgroup.subtree_control": "cpu\n"}})
-    where, reason = cgroups.locate(MOUNTS_V2.format(root=root), MEMBERSHIP_V2)
+    where, reason = cgroups.locate(MOUNTS_V2.format(root=root), MEMBERSHIP_V2, chosen="")
     assert where is None
-    assert words in reason and "Delegate=yes" in reason, reason
+    assert words in reason and "AUTOGRADER_CGROUP" in reason, reason
     assert "memory bounded per process only" in cgroups.describe(where, reason)
+
+
+def test_cgroup_v2_groups_go_in_the_group_the_administrator_made_for_kernels(tmp_path):
+    """cgroup v2 lets no group that holds processes (the grader's) delegate memory: the administrator makes one."""
+    own, made = "system.slice/grader.service", "grading"
+    root = fake_tree(tmp_path, {own: {"cgroup.controllers": "memory pids", "cgroup.subtree_control": ""},
+                                made: {"cgroup.controllers": "memory pids", "cgroup.subtree_control": "memory\n"}})
+    where, reason = cgroups.locate(MOUNTS_V2.format(root=root), MEMBERSHIP_V2, chosen=str(root / made))
+    assert where == {"version": 2, "memory": str(root / made), "pids": None}, reason
+    (root / made / "cgroup.subtree_control").write_text("pids\n")
+    where, reason = cgroups.locate(MOUNTS_V2.format(root=root), MEMBERSHIP_V2, chosen=str(root / made))
+    assert where is None and "does not delegate the memory controller" in reason
 
 
 def test_no_memory_controller_means_memory_per_process_only(tmp_path):
