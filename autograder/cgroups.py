@@ -64,11 +64,11 @@ def locate(mountinfo: str | None = None, membership: str | None = None,
     chosen = os.environ.get(CHOSEN) if chosen is None else chosen
     if chosen:
         return _chosen(chosen)
-    mountinfo = Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo
     try:
+        mountinfo = Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo
         membership = Path("/proc/self/cgroup").read_text() if membership is None else membership
     except OSError:
-        return None, "no cgroups on this host (/proc/self/cgroup is missing)"
+        return None, "no cgroups on this host (no /proc/self/mountinfo or /proc/self/cgroup)"
     v1, v2 = {}, None  # controller -> (mount point, mount root); the unified mount
     for line in mountinfo.splitlines():
         fields = line.split()
