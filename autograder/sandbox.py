@@ -546,7 +546,7 @@ def _forked(server: str, plan: dict, info: dict, cwd: Path, kernel_uid: int, ext
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
         if group:
             line, pid = _line_with_sender(conn)
-            if line != b"join\n" or pid is None:
+            if line != b"join\n" or not pid or pid < 0:  # 0: not visible here (and "0" would move this process)
                 raise OSError(f"answered {line[:200]!r} instead of asking to join the kernel's memory group")
             cgroups.join(group, pid)
             if not cgroups.member(group, pid):
