@@ -254,6 +254,8 @@ def _guardian(conn: socket.socket, server_pid: int) -> None:
         if len(fds) != 3 or mismatch:
             raise RuntimeError(f"environment differs from the fork server's in {sorted(mismatch)}" if mismatch
                                else "stdin, stdout and stderr not passed")
+        if request.get("cgroup"):
+            _join_group(conn, request["cgroup"], request["cgroup_count"])
         _call("unshare", CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
     except Exception as error:  # noqa: BLE001 - the launcher starts the kernel cold instead
         conn.sendall(f"refused {type(error).__name__}: {error}\n".encode())
@@ -280,6 +282,23 @@ def _guardian(conn: socket.socket, server_pid: int) -> None:
         if init:
             os.kill(init, signal.SIGKILL)
             os.waitpid(init, 0)
+
+
+def _join_group(conn: socket.socket, name: str, count: int) -> None:
+    """Have the launcher move this guardian into the kernel's memory group (autograder/cgroups.py: the server cannot
+    write /sys), and check it did, before anything of the kernel exists: all it forks then stays in that group."""
+    conn.sendall(b"join\n")
+    answer = b""
+    while not answer.endswith(b"\n") and len(answer) < 16:
+        more = conn.recv(16)
+        if not more:
+            break
+        answer += more
+    if answer != b"go\n":
+        raise RuntimeError(f"the launcher did not put the kernel in its memory group ({answer!r})")
+    lines = open("/proc/self/cgroup").read().splitlines()
+    if sum(line.endswith("/" + name) for line in lines) < count:
+        raise RuntimeError(f"not in the kernel's memory group {name}: {lines}")
 
 
 def serve(listen_fd: int) -> None:

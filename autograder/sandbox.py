@@ -26,6 +26,7 @@ What the student's code then can and cannot do:
 - a fresh environment (``--clearenv``): HOME=/tmp, MPLCONFIGDIR=/tmp/matplotlib, JPY_PARENT_PID=1, no
   CI secrets; NBGRADER_EXECUTION, COURSE_*, LANG/LC_*, TZ and thread-count variables are passed through;
 - a pid namespace with --die-with-parent: when jupyter_client kills the kernel, everything started inside dies;
+- a memory cgroup per kernel where the host allows it (see Memory below);
 - rlimits: RLIMIT_DATA (memory, so CUDA's huge virtual reservations still work), RLIMIT_NPROC (processes
   and threads), RLIMIT_FSIZE, no core files; nbgrader's per-cell timeout interrupts by message
   (``interrupt_mode: message``), because a signal to the launcher would not reach into the sandbox;
@@ -55,8 +56,12 @@ unmounted before the kernel drops every privilege). The kernel is ready in 0.4 s
 CPU instead of 1.6 (2-core machine). Anything the server cannot do is done the cold way: the launcher falls back
 to bwrap.
 
-Not covered: memory is per process (RLIMIT_DATA), so up to ``processes`` children could each use
-``memory_mb``; use a cgroup (e.g. ``systemd-run --scope -p MemoryMax=``) around the grader for a hard total.
+Memory: where the grader may make cgroups (autograder/cgroups.py: root with the v1 memory controller, or a v2 group
+that delegates memory), each kernel has a memory group of ``memory_mb`` for everything it and its children hold
+(memfds, shared mappings and tmpfs pages too), no swap, and ``pids.max``: the launcher makes it, joins it before
+exec'ing bwrap (a forked kernel's guardian is moved in before it forks the kernel), and a reaper removes it after.
+Elsewhere memory is per process only (RLIMIT_DATA, which shared mappings and memfds escape, and up to ``processes``
+children could each use ``memory_mb``); ``describe()`` says which.
 A hostile kernel can still send nbgrader one huge message (the output limit is applied after receiving it).
 """
 
@@ -76,6 +81,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from autograder import cgroups
 
 KERNEL_NAME = "autograder-sandbox"
 MB = 1024 * 1024
@@ -119,7 +126,7 @@ INSIDE = "/tmp/submission"
 @dataclass(frozen=True)
 class Limits:
     cell_seconds: int = 120  # per-cell wall time (nbgrader's Execute.timeout, interrupt on timeout)
-    memory_mb: int = 4096  # per kernel process: RLIMIT_DATA (not RLIMIT_AS, which CUDA's reservations exceed)
+    memory_mb: int = 4096  # per kernel: its memory cgroup where there is one; per process: RLIMIT_DATA (not RLIMIT_AS)
     processes: int = 256  # RLIMIT_NPROC for the kernel's uid (threads count too: torch + ipykernel use ~20)
     output_mb: int = 20  # total stdout/stderr/display text per notebook; past it output is dropped with one note
     file_mb: int = 100  # RLIMIT_FSIZE
@@ -142,10 +149,20 @@ def describe() -> str:
     reason = available()
     if reason:
         return f"no sandbox: {reason}"
+    memory = cgroups.describe(*memory_groups())
     if switches_uid():
-        return "bwrap sandbox, kernel runs as its own uid (grader is root), warm kernels forked from a fork server"
+        return ("bwrap sandbox, kernel runs as its own uid (grader is root), warm kernels forked from a fork server; "
+                f"{memory}")
     return ("bwrap sandbox without uid switch (grader is not root): the process limit counts all of the "
-            "grader user's processes, and concurrent kernels are not isolated from each other")
+            f"grader user's processes, and concurrent kernels are not isolated from each other; {memory}")
+
+
+@lru_cache(maxsize=1)
+def memory_groups() -> tuple[dict | None, str]:
+    """(where each kernel's memory group is made, or None; why): autograder/cgroups.py, checked by making one."""
+    where, reason = cgroups.locate()
+    failed = cgroups.probe(where) if where is not None else None
+    return (None, failed) if failed else (where, reason)
 
 
 @lru_cache(maxsize=1)
@@ -197,6 +214,10 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     plan["ipc"] = str(ipc)
     plan["answers"] = _answer_stubs(base / "stubs")
     plan["judges"] = _judges_stub(base / "judges")
+    plan["cgroup"], _ = memory_groups()  # None: memory is bounded per process only (RLIMIT_DATA)
+    plan["memory_log"] = str(base / "memory.log")
+    if plan["cgroup"]:
+        cgroups.remove_stale(plan["cgroup"])  # of kernels whose launcher and reaper were killed
     if not os.path.exists(plan["empty"]):
         Path(plan["empty"]).write_bytes(b"")  # bound over hidden files (/dev/null would be unreadable: nodev)
         os.chmod(plan["empty"], 0o444)
@@ -461,9 +482,10 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
         if kernel_uid in (65534, 65535):  # nobody, and the old (uid16) "no uid"
             kernel_uid += 1 << 22  # above the largest pid
         chown_tree(cwd, kernel_uid)
+    group = _memory_group(plan)
     server = os.environ.get(FORK_SERVER_ENV)
     if server and kernel_uid is not None:
-        status = _forked(server, plan, info, cwd, kernel_uid, extra)
+        status = _forked(server, plan, info, cwd, kernel_uid, extra, group)
         if status is not None:
             os._exit(status)
     read, write = os.pipe()
@@ -474,13 +496,35 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
     set_rlimits(plan["limits"])
     command = [plan["python"], "-c", KERNEL_START, "-f", CONNECTION, *extra]
     argv = bwrap_argv(plan, cwd, ipc, kernel_uid, read, command)
+    if group:  # bwrap and all it starts are in the kernel's group from their first instruction
+        cgroups.join(group, os.getpid())
     os.execvp(argv[0], argv)
 
 
-def _forked(server: str, plan: dict, info: dict, cwd: Path, kernel_uid: int, extra: list[str]) -> int | None:
+def _memory_group(plan: dict) -> list[str]:
+    """This kernel's memory group (autograder/cgroups.py), made with the plan's limits, removed by a reaper once
+    this process (the kernel's launcher) is gone; [] where the plan has none. Exits when it cannot be made: a
+    kernel never runs outside its group."""
+    if not plan.get("cgroup"):
+        return []
+    limits = plan["limits"]
+    try:
+        group = cgroups.create(plan["cgroup"], cgroups.name_for(os.getpid()), limits["memory_mb"] * MB,
+                               limits["processes"])
+    except OSError as error:
+        raise SystemExit(f"autograder sandbox: cannot make the kernel's memory group ({error}); the kernel is not "
+                         "started") from error
+    cgroups.reap_after(group, os.getpid(), plan.get("memory_log"))
+    return group
+
+
+def _forked(server: str, plan: dict, info: dict, cwd: Path, kernel_uid: int, extra: list[str],
+            group: list[str] = ()) -> int | None:
     """Have the worker's fork server (autograder/forkserver.py) start this kernel, with this process's stdin, stdout
     and stderr; wait for it to exit and return its exit status (0-255). None: it was not started, start it cold.
-    When this process is killed, the fork server kills the kernel."""
+    When this process is killed, the fork server kills the kernel. With a memory group, the server's guardian of
+    the kernel says "join" first; this process moves it (its pid from the credentials the kernel attaches to the
+    message) into the group, and only then lets it fork the kernel."""
     try:
         folder = str(cwd.relative_to(plan["work"]))
     except ValueError:
@@ -493,11 +537,21 @@ def _forked(server: str, plan: dict, info: dict, cwd: Path, kernel_uid: int, ext
     request = {"connection": info, "connection_path": CONNECTION, "folder": folder, "assignment": cwd.name,
                "stubs": stubs, "cache": cache, "cache_bytes": MB,
                "inside": INSIDE, "uid": kernel_uid, "env": kernel_environment(plan), "argv": ["-f", CONNECTION, *extra],
-               "tmp_bytes": Limits(**plan["limits"]).tmp_mb * MB}
+               "tmp_bytes": Limits(**plan["limits"]).tmp_mb * MB,
+               "cgroup": os.path.basename(group[0]) if group else None, "cgroup_count": len(group)}
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the guardian's pid, as this pid namespace sees it
         conn.connect(server)
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        if group:
+            line, pid = _line_with_sender(conn)
+            if line != b"join\n" or not pid or pid < 0:  # 0: not visible here (and "0" would move this process)
+                raise OSError(f"answered {line[:200]!r} instead of asking to join the kernel's memory group")
+            cgroups.join(group, pid)
+            if not cgroups.member(group, pid):
+                raise OSError(f"its guardian (pid {pid}) is not in the kernel's memory group")
+            conn.sendall(b"go\n")
         replies = conn.makefile("rb")
         first = replies.readline()
     except OSError as error:
@@ -509,6 +563,20 @@ def _forked(server: str, plan: dict, info: dict, cwd: Path, kernel_uid: int, ext
         return None
     last = replies.readline()  # until the kernel exits
     return int(last.split()[1]) & 0xFF if last.startswith(b"exit ") else 1
+
+
+def _line_with_sender(conn: socket.socket) -> tuple[bytes, int | None]:
+    """One line from conn, and the pid of the process that sent it (SCM_CREDENTIALS: checked by the kernel)."""
+    line, pid = b"", None
+    while not line.endswith(b"\n") and len(line) < 4096:
+        data, ancillary, _, _ = conn.recvmsg(4096 - len(line), socket.CMSG_SPACE(12))
+        if not data:
+            break
+        line += data
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(value) >= 12:
+                pid = int.from_bytes(value[:4], sys.byteorder)
+    return line, pid
 
 
 if __name__ == "__main__":

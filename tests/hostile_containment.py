@@ -1,13 +1,16 @@
 """Submissions of 01 that attack the batch rather than their own grade, for the hostile class (test_hostile.py).
 
 Malformed metadata (the notebook's and a cell's, of several types), an update_display_data flood and an error
-flood on top of a complete answer, a notebook that sleeps past its time budget, and a kernel that fills its
-folder on disk, followed by students who must grade normally. Each entry of ``expect`` is
+flood on top of a complete answer, a notebook that sleeps past its time budget, a kernel that fills its
+folder on disk, and one that holds 12 GB in memfds (where kernels have memory groups), followed by students who
+must grade normally. Each entry of ``expect`` is
 (score, status, words in the message), as in test_hostile.py.
 
 The floods keep full marks: their answers are right, and the flood must cost nothing but the flood's own output.
 The sleeper's sleeps come before its answers, so the budget runs out before any test and it scores 0. The disk
-filler loses its own grade (what it wrote, its evidence too, is removed) and nothing else.
+filler loses its own grade (what it wrote, its evidence too, is removed) and nothing else. The memory hog's kernel
+is OOM-killed at its group's limit in the answer cell that holds the hog: that answer is lost (its tests score 0),
+the rest is graded, and nothing else is touched.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import json
 from pathlib import Path
 
 import nbformat
-from conftest import complete_submission, write_submission
+from conftest import complete_submission, use_sandbox, write_submission
+from replay import grade as replay_grade
 
+from autograder import sandbox
 from autograder.notebooks import grade_id
 
 A, NB = "01_self_attention", "self_attention.ipynb"
@@ -31,6 +36,11 @@ UPDATE_FLOOD = "_h = display('start', display_id=True)\nfor _i in range(300):\n 
 ERROR_FLOOD = "raise ValueError('e' * 10_000_000)"
 #: files of 5 MB until the disk is full (the quota stops it at 256 MB)
 DISK_FILLER = "for _i in range(100_000):\n    open(f'junk-{_i}.bin', 'wb').write(b'x' * 5_000_000)"
+#: 12 GB held in memfds of 64 MB (under the file size limit), which RLIMIT_DATA does not count (before the fix: held,
+#: half of the grading machine); appended to the answer of basic_self_attention. fallocate makes the pages without
+#: copying data (4 GB in 1.5 s instead of 4.7 s on 2 cores), so the limit is reached well within the cell timeout
+MEMFD_HOG = ("import os\n_held = []\nfor _i in range(12 * 1024 // 64):\n"
+             "    _fd = os.memfd_create('hog'); os.posix_fallocate(_fd, 0, 64 << 20); _held.append(_fd)")
 
 
 def _write_raw(batch: Path, student: str, nb: dict) -> None:
@@ -97,3 +107,15 @@ def build(batch: Path, expect: dict) -> None:
     for student in ("limit-disk-filler-next", "limit-disk-filler-next2"):
         write_submission(batch, student, A, NB, complete_submission(A, NB))
         expect[student] = (8, "graded", "")
+
+    # 5. memory: only where each kernel has a memory group (without one, the hog would really hold 12 GB)
+    if use_sandbox() and sandbox.memory_groups()[0] is not None:
+        hog = complete_submission(A, NB)
+        cell = next(c for c in hog.cells if grade_id(c) == "basic_self_attention")
+        cell.source += "\n" + MEMFD_HOG
+        write_submission(batch, "limit-memory-memfd", A, NB, hog)
+        lost = replay_grade(A, {"basic_self_attention": "def basic_self_attention(x):\n    raise RuntimeError()"})
+        expect["limit-memory-memfd"] = (lost.score, "flagged", "the kernel died in 1 cell(s)")  # flagged: imports os
+        for student in ("limit-memory-memfd-next", "limit-memory-memfd-next2"):
+            write_submission(batch, student, A, NB, complete_submission(A, NB))
+            expect[student] = (8, "graded", "")

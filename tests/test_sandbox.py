@@ -24,7 +24,7 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
-from autograder import sandbox
+from autograder import cgroups, sandbox
 from autograder.execute import GradingExecute
 from autograder.kernels import close_servers, pool
 
@@ -384,3 +384,73 @@ def test_references_holding_the_graded_answers_are_hidden(tmp_path, start):
     assert "refused: course.judges decides the grades" in out["judges"], out["judges"]
     assert "listed ['__init__.py']" in out["judges"], out["judges"]
     assert "probes torch.Size([1, 3, 2])" in out["judges"], out["judges"]
+
+
+# --------------------------------------------------------------------------------------- memory, per kernel
+
+#: the memory limit of these tests: small, so that twice it does not stress a shared machine
+MEMORY_MB = 512
+#: code that holds twice the limit in memory no per-process limit sees (RLIMIT_DATA counts private mappings only);
+#: each prints HELD if it got it all. Files stay under file_mb (RLIMIT_FSIZE applies to memfds and tmpfs too)
+HOGS = {
+    "memfd": "import os\nheld = []\nfor _ in range(2 * {mb} // 64):\n"
+             "    fd = os.memfd_create('hog'); os.write(fd, b'x' * (64 << 20)); held.append(fd)\nprint('HELD')",
+    "shared-mapping": "import mmap\nheld = []\nfor _ in range(2 * {mb} // 64):\n"
+                      "    m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_SHARED); m.write(b'x' * (64 << 20)); "
+                      "held.append(m)\nprint('HELD')",
+    "tmpfs": "held = 0\nfor folder in ['/dev/shm', '/tmp']:\n    for i in range({mb} // 64):\n"
+             "        try:\n            open(f'{{folder}}/hog{{i}}', 'wb').write(b'x' * (64 << 20)); held += 64\n"
+             "        except OSError:\n            break\n"
+             "print('HELD' if held >= 2 * {mb} - 128 else f'FULL at {{held}} MB')",
+}
+
+
+def memory_log(work: Path) -> list[dict]:
+    """The reaper's lines in work/.sandbox/memory.log (autograder/cgroups.py): one per kernel group removed."""
+    path = work / ".sandbox" / "memory.log"
+    deadline = time.monotonic() + 10  # the last kernel's reaper writes after that kernel is gone
+    lines = []
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines() if path.exists() else []
+        groups = [line.split()[1] for line in lines]
+        if groups and not any(Path(p, g).exists() for g in groups for p in _group_parents()):
+            break
+        time.sleep(0.1)
+    return [{"group": f[1], "peak": int(f[3]), "oom_kills": int(f[5])} for f in (line.split() for line in lines)]
+
+
+def _group_parents() -> list[str]:
+    where, _ = cgroups.locate()
+    return [where["memory"], *([where["pids"]] if where.get("pids") else [])] if where else []
+
+
+needs_cgroup = pytest.mark.skipif(cgroups.locate()[0] is None, reason=f"no memory cgroup: {cgroups.locate()[1]}")
+
+
+@needs_cgroup
+@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("hog", sorted(HOGS))
+def test_a_kernel_holding_twice_its_memory_is_killed_alone_near_the_limit(tmp_path, hog, start):
+    """Memfds, shared mappings and tmpfs pages escape RLIMIT_DATA; the kernel's memory group counts them: the kernel
+    is OOM-killed near memory_mb, that cell scores 0 (its message says memory), the next cell runs in a new kernel,
+    and the group is removed once the kernel is gone."""
+    work, cwd = make_work(tmp_path)
+    limits = sandbox.Limits(cell_seconds=60, memory_mb=MEMORY_MB)
+    out = run(work, cwd, limits, {"hog": HOGS[hog].format(mb=MEMORY_MB), "after": "print('alive', 6 * 7)"},
+              start=start)
+    assert "HELD" not in out["hog"], f"the kernel held {2 * MEMORY_MB} MB with a limit of {MEMORY_MB} MB: {out}"
+    assert "The grader stopped this cell" in out["hog"] and "memory" in out["hog"], out["hog"]
+    assert "alive 42" in out["after"], out["after"]
+    groups = memory_log(work)
+    killed = [g for g in groups if g["oom_kills"]]
+    assert killed, f"no kernel group saw an OOM kill: {groups}"
+    peak = max(g["peak"] for g in killed)
+    print(f"{hog}, {start}: peak {peak / sandbox.MB:.0f} MB of {MEMORY_MB} MB")  # -s shows the measured peaks
+    assert 0.8 * MEMORY_MB * sandbox.MB <= peak <= MEMORY_MB * sandbox.MB, peak
+    left = [g["group"] for g in groups for p in _group_parents() if Path(p, g["group"]).exists()]
+    assert left == [], f"kernel groups left behind: {left}"
+
+
+@needs_cgroup
+def test_describe_says_memory_is_bounded_per_kernel():
+    assert "memory bounded per kernel by a cgroup" in sandbox.describe(), sandbox.describe()
