@@ -32,6 +32,7 @@ is gone (launcher and reaper killed with -9) is removed at the next kernel's sta
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import signal
@@ -309,7 +310,8 @@ def remove_stale(where: dict) -> list[str]:
         except OSError:
             continue
         for name in names:
-            if not _owner_alive(name) and remove(os.path.join(parent, name), wait=0.0):
+            if not _owner_alive(name) and not _reaped(os.path.join(parent, name)) \
+                    and remove(os.path.join(parent, name), wait=0.0):
                 removed.append(os.path.join(parent, name))
     return removed
 
@@ -334,7 +336,30 @@ def reap_after(made: list[str], owner: int, log: str | None) -> None:
         os._exit(0)
 
 
+def _reaped(folder: str) -> bool:
+    """True while a reaper holds the group (its lock, taken in _reap): its owner has just ended, and the reaper
+    will log and remove it; another grader's remove_stale must leave it alone."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def _reap(made: list[str], owner: int, log: str | None) -> None:
+    held = []
+    for folder in made:  # released when this process exits; tells remove_stale the group is being reaped
+        try:
+            held.append(os.open(folder, os.O_RDONLY | os.O_DIRECTORY))
+            fcntl.flock(held[-1], fcntl.LOCK_EX)
+        except OSError:
+            pass
     try:
         watch = os.pidfd_open(owner)
         select.select([watch], [], [])

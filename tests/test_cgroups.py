@@ -138,12 +138,18 @@ def test_a_group_whose_owner_was_killed_is_removed_with_what_is_left_in_it():
 
 @needs_cgroup
 def test_the_reaper_removes_the_group_and_logs_its_peak_once_its_owner_ends(tmp_path):
-    owner = subprocess.Popen(["sleep", "60"])
+    # the owner allocates only once it is in the group (v1 does not move what a process held before it joined)
+    owner = subprocess.Popen([sys.executable, "-c", "import sys, time\nsys.stdin.readline()\n"
+                              "held = bytearray(8 << 20)\nprint('held', flush=True)\ntime.sleep(60)"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     made = cgroups.create(where, cgroups.name_for(owner.pid), 64 * sandbox.MB, 16)
     cgroups.join(made, owner.pid)
     log = tmp_path / "memory.log"
     cgroups.reap_after(made, owner.pid, str(log))
     assert all(os.path.isdir(folder) for folder in made)
+    owner.stdin.write("go\n")
+    owner.stdin.flush()
+    assert owner.stdout.readline() == "held\n"
     owner.kill()
     owner.wait()
     deadline = time.monotonic() + 10
