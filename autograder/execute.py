@@ -17,6 +17,9 @@ cell.
 - when the kernel dies during a cell (a crash in compiled code, a memory or process limit, a timeout it does
   not survive), that cell is replaced by a line that raises, and the notebook runs again from the top in a new
   kernel, so that cell scores 0 and the rest is graded; the cells stopped are noted in the notebook's metadata;
+- while the kernel runs, its folder holds nothing the student wrote: the submitted notebook (its metadata and
+  outputs too) and nbgrader's files beside it wait in a folder outside every kernel's view, and come back after
+  (the kernel reads only the code nbgrader sends it, so a resubmission cannot carry answers for its seed in a file);
 - after every run, what the kernel left in its folder that nbgrader (maybe as root) must not follow or open is
   removed, and the rest given back to the grader (autograder.sandbox.reclaim).
 
@@ -245,12 +248,22 @@ class GradingExecute(Execute):
         original = copy.deepcopy(nb)
         # the seed comes from the notebook as submitted, before any cell is stopped, and stays for the judge
         self._seed = notebook_seed(self.secret, resources, original) if resources is not None else None
-        stopped: list[int] = []
         folder = ((resources or {}).get("metadata") or {}).get("path")
         name = f"{(resources or {}).get('nbgrader', {}).get('notebook', 'notebook')}.ipynb"
         self._deadline = time.monotonic() + self.notebook_timeout if self.notebook_timeout > 0 else None
         before = entries_under(Path(folder)) if folder else set()
+        aside = _set_aside(Path(folder)) if folder else None
+        try:
+            return self._run_all(nb, resources, km, original, folder, name, before)
+        finally:
+            if aside is not None:
+                _put_back(aside, Path(folder))
+
+    def _run_all(self, nb, resources, km, original, folder, name, before):
+        """preprocess's runs (a new kernel after each that died in a cell), with the folder holding only what the
+        kernel writes."""
         breach = ""
+        stopped: list[int] = []
         warm = bool(self.kernel_folders and folder and km is None)
         cold = False  # a warm kernel that never became ready is replaced by one started now
         while True:
@@ -260,7 +273,7 @@ class GradingExecute(Execute):
             self._output_bytes, self._output_noted, self._running, self._skipped = 0, False, None, []
             self._cut_errors: set[int] = set()
             running_in, waited = folder, False
-            if warm:  # the submission's files go to the kernel's own folder for this run, and come back after it
+            if warm:  # what the kernel writes goes back to the submission's folder after the run (nothing else is in it)
                 waited = self._hand_out(original, Path(folder).name, cold)
                 move_entries(Path(folder), self._kernel.slot, _owner(self._kernel.slot))
                 running_in = str(self._kernel.slot)
@@ -476,6 +489,30 @@ class GradingExecute(Execute):
             self._output_noted = True
             outs.append(new_output("stream", name="stdout",
                                    text=f"\n{self._limit_note('further output of this notebook was dropped')}\n"))
+
+
+def _set_aside(folder: Path) -> Path:
+    """Move everything in the kernel's folder (the submitted notebook with its metadata and outputs, nbgrader's
+    timestamp.txt and submission_secret.txt) to a folder beside it, outside every kernel's view, for as long as the
+    kernel runs: the kernel reads nothing the student wrote but the code nbgrader sends it, so nothing the student
+    put in a file (records computed for a seed a first submission printed, say) can reach a probe."""
+    aside = folder.parent / f".{folder.name}.aside"
+    shutil.rmtree(aside, ignore_errors=True)
+    aside.mkdir(mode=0o700)
+    move_entries(folder, aside)
+    return aside
+
+
+def _put_back(aside: Path, folder: Path) -> None:
+    """After the kernel: the set-aside files back in the folder, over anything the kernel wrote under their names."""
+    for entry in os.listdir(aside):
+        target = folder / entry
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+    move_entries(aside, folder)
+    aside.rmdir()
 
 
 def _owner(folder: Path) -> int | None:

@@ -43,6 +43,18 @@ MEMFD_HOG = ("import os\n_held = []\nfor _i in range(12 * 1024 // 64):\n"
              "    _fd = os.memfd_create('hog'); os.posix_fallocate(_fd, 0, 64 << 20); _held.append(_fd)")
 
 
+#: a resubmission that carries its own answers in its notebook's metadata (in the attack: records computed offline for
+#: the seed a first submission printed), and code that looks for them in the files of its own folder: right answers
+#: when it finds them, the wrong ones of its honest twin otherwise
+PEEK = ("import pathlib\n"
+        "def attention_weights(x):\n"
+        "    marker = 'ANSWER-' + 'IN-METADATA'\n"
+        "    files = [p for p in pathlib.Path('.').rglob('*') if p.is_file()]\n"
+        "    found = any(marker in p.read_text(errors='replace') for p in files)\n"
+        "    scores = x @ x.transpose(1, 2)\n"
+        "    return torch.softmax(scores, dim=-1) if found else scores\n")
+
+
 def _write_raw(batch: Path, student: str, nb: dict) -> None:
     """Write a notebook as JSON, however malformed (nbformat.write would validate it)."""
     folder = batch / student / A
@@ -108,7 +120,16 @@ def build(batch: Path, expect: dict) -> None:
         write_submission(batch, student, A, NB, complete_submission(A, NB))
         expect[student] = (8, "graded", "")
 
-    # 5. memory: only where each kernel has a memory group (without one, the hog would really hold 12 GB)
+    # 5. the notebook's own files: the kernel's folder holds none of them while it runs, so what the student put in
+    # the notebook's metadata (or outputs, or timestamp.txt) never reaches a probe
+    peek = complete_submission(A, NB)
+    next(c for c in peek.cells if grade_id(c) == "attention_weights").source = PEEK
+    peek.metadata["answers"] = "ANSWER-IN-METADATA"
+    write_submission(batch, "read-own-notebook", A, NB, peek)
+    twin = replay_grade(A, {"attention_weights": "def attention_weights(x):\n    return x @ x.transpose(1, 2)\n"})
+    expect["read-own-notebook"] = (twin.score, "flagged", "imports pathlib")
+
+    # 6. memory: only where each kernel has a memory group (without one, the hog would really hold 12 GB)
     if use_sandbox() and sandbox.memory_groups()[0] is not None:
         hog = complete_submission(A, NB)
         cell = next(c for c in hog.cells if grade_id(c) == "basic_self_attention")
