@@ -36,6 +36,7 @@ import os
 import shutil
 import signal
 import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -153,20 +154,6 @@ def remove_new(folder: Path, keep: set[str]) -> None:
                     pass
 
 
-def remove_files_but_sockets(folder: Path) -> None:
-    """The socket folder holds nothing but the kernels' sockets: anything else a kernel put there goes."""
-    if not folder.is_dir():
-        return
-    for entry in os.scandir(folder):
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            elif not stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):  # a waiting kernel's are kept
-                os.unlink(entry.path)
-        except OSError:
-            continue
-
-
 class DiskWatchdog:
     """A thread that measures the kernel's folders every interval and calls kill() once they pass a limit."""
 
@@ -204,9 +191,25 @@ class GradingKernelManager(AsyncKernelManager):
         specs.kernel_dirs = [*self.kernel_dirs, *specs.kernel_dirs]
         return specs
 
+    #: this kernel's own socket folder (transport ipc, the sandbox's), made when it starts, removed with it
+    own_sockets: Path | None = None
+
     async def _async_pre_start_kernel(self, **kw):
         kw["env"] = {**kw.get("env", os.environ), **self.kernel_env}
+        if self.transport == "ipc" and self.ip and self.own_sockets is None:
+            # a folder of its own in the sandbox's socket folder (which kernels may pass through, not list or write):
+            # nothing one kernel makes there is seen by, or counted against, another; the launcher hands it to the
+            # kernel's uid (autograder/sandbox.py). A short name: a socket's path must fit in 107 bytes.
+            self.own_sockets = Path(tempfile.mkdtemp(prefix="", dir=Path(self.ip).parent))
+            self.ip = str(self.own_sockets / "k")
         return await super()._async_pre_start_kernel(**kw)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if self.own_sockets is not None and not restart:
+            shutil.rmtree(self.own_sockets, ignore_errors=True)
+
+    cleanup_resources = _async_cleanup_resources  # as AsyncKernelManager's: awaited
 
 
 class GradingExecute(Execute):
@@ -273,7 +276,7 @@ class GradingExecute(Execute):
             self._output_bytes, self._output_noted, self._running, self._skipped = 0, False, None, []
             self._cut_errors: set[int] = set()
             running_in, waited = folder, False
-            if warm:  # what the kernel writes goes back to the submission's folder after the run (nothing else is in it)
+            if warm:  # the kernel's folder: what it writes goes back to the submission's folder after the run
                 waited = self._hand_out(original, Path(folder).name, cold)
                 move_entries(Path(folder), self._kernel.slot, _owner(self._kernel.slot))
                 running_in = str(self._kernel.slot)
@@ -366,8 +369,6 @@ class GradingExecute(Execute):
         slot = pool().slot(Path(self.kernel_folders), assignment)
         km = self.kernel_manager_class(kernel_name=name, config=self.config) if name else \
             self.kernel_manager_class(config=self.config)
-        if km.transport == "ipc":  # sockets of their own (two kernels start at once, each picks the first free
-            km.ip = f"{km.ip}{slot.parent.name.rsplit('-', 1)[1]}"  # name), in a name short enough for a socket
         server = fork_server(self.sandbox_plan, km.kernel_env) if self.sandbox_plan else None
         env = {"env": {**os.environ, FORK_SERVER_ENV: server}} if server else {}
         try:
@@ -425,15 +426,15 @@ class GradingExecute(Execute):
                             self._kill_kernel)
 
     def _socket_folder(self) -> list[Path]:
-        """The folder of the kernel's unix sockets (transport ipc, the sandbox's): writable by the kernel."""
-        manager = self.config.get("KernelManager", {})
-        if manager.get("transport") != "ipc" or not manager.get("ip"):
-            return []
-        return [Path(manager["ip"]).parent]
+        """The running kernel's own folder of unix sockets (transport ipc, the sandbox's): writable by the kernel."""
+        own = getattr(getattr(self, "km", None), "own_sockets", None)
+        return [own] if own is not None else []
 
     def _clean_sockets(self) -> None:
+        """Remove the finished kernel's socket folder with all it holds (jupyter_client's clean-up removes it too,
+        when it runs)."""
         for folder in self._socket_folder():
-            remove_files_but_sockets(folder)
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _kill_kernel(self) -> None:
         """Kill the kernel's process now (in the sandbox: bwrap, and with it the kernel's whole pid namespace)."""

@@ -6,13 +6,15 @@ this file run as a script (the *launcher*, outside the sandbox), which execs::
 
     bwrap --unshare-net --unshare-pid --unshare-ipc --die-with-parent --new-session --ro-bind / / \\
           --tmpfs /tmp --tmpfs <hidden folders> --ro-bind <python, venv, course package> \\
-          --bind <kernel cwd> /tmp/submission/<assignment> --bind <ipc folder> --clearenv ... \\
+          --bind <kernel cwd> /tmp/submission/<assignment> --bind <its socket folder> --clearenv ... \\
           setpriv --reuid=U --regid=U --clear-groups ... python -c KERNEL_START -f <connection file>
 
 What the student's code then can and cannot do:
 
 - no network at all (own network namespace with only a loopback); the kernel talks to nbgrader over
-  unix sockets (``KernelManager.transport = "ipc"``) in ``work/.sandbox/ipc``;
+  unix sockets (``KernelManager.transport = "ipc"``) in a folder of its own, ``work/.sandbox/ipc/<random>``
+  (made by autograder.execute.GradingKernelManager, the kernel uid's, removed with the kernel); ``ipc`` itself
+  can be passed through by kernels, not listed or written, so no folder on disk is shared between kernels;
 - the file system is read-only except the kernel's working folder (``work/autograded/<student>/<assignment>``, or
   a warm kernel's own folder, autograder/kernels.py; inside always ``/tmp/submission/<assignment>``),
   a private ``/tmp`` and ``/dev/shm`` (tmpfs, size-limited);
@@ -32,7 +34,7 @@ What the student's code then can and cannot do:
   (``interrupt_mode: message``), because a signal to the launcher would not reach into the sandbox;
 - stdout/stderr/display output past ``Limits.output_mb`` per notebook is dropped by nbgrader's side
   (``autograder.execute.GradingExecute``) with one note;
-- disk: what the kernel writes in its folder and the socket folder (the only writable places on disk) is measured
+- disk: what the kernel writes in its folder and its socket folder (the only writable places on disk) is measured
   by ``GradingExecute`` every 0.05 s; past ``Limits.disk_mb`` or ``Limits.disk_files`` the kernel is killed and
   what it wrote removed (it may overshoot by what it writes in 0.05 s, at most ``file_mb`` per file);
 - after the kernel, ``GradingExecute`` (through ``reclaim``) removes symlinks, fifos and sockets from the kernel's
@@ -208,8 +210,9 @@ def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, h
     base = work / ".sandbox"
     ipc = base / "ipc"
     ipc.mkdir(parents=True, exist_ok=True)
-    # Kernels run as distinct uids when the grader is root: the socket folder is shared like /tmp.
-    os.chmod(ipc, 0o1777 if switches_uid() else 0o700)
+    # Each kernel's sockets go in a folder of its own in ipc (autograder.execute.GradingKernelManager), handed to the
+    # kernel's uid by the launcher: kernels may pass through ipc to their own, never list or write ipc itself.
+    os.chmod(ipc, 0o711 if switches_uid() else 0o700)
     plan = _plan(work, limits, uid, hide)
     plan["ipc"] = str(ipc)
     plan["answers"] = _answer_stubs(base / "stubs")
@@ -482,6 +485,8 @@ def launch(plan_file: str, connection_file: str, extra: list[str]) -> None:
         if kernel_uid in (65534, 65535):  # nobody, and the old (uid16) "no uid"
             kernel_uid += 1 << 22  # above the largest pid
         chown_tree(cwd, kernel_uid)
+        if ipc != Path(plan["ipc"]).resolve():  # the kernel's own socket folder (autograder/execute.py)
+            os.chown(ipc, kernel_uid, kernel_uid)
     group = _memory_group(plan)
     server = os.environ.get(FORK_SERVER_ENV)
     if server and kernel_uid is not None:
