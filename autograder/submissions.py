@@ -10,6 +10,7 @@ import re
 import shutil
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -105,21 +106,26 @@ def _lay_out_export(files: list[Path], target: Path, assignment: str, named_rege
         if not student or student.startswith(".") or "/" in student or "/" in file_id:
             continue
         reason = ambiguous(path.name, file_id) if named_regexp == DEFAULT_NAMED_REGEXP else ""
+        if file_id in NBGRADER_FILES:  # the hand-in time is the LMS's attempt time, never a file the student uploaded
+            reason = (f"refused the file {path.name!r}: a student's own {file_id!r} is not believed (the hand-in "
+                      "time is the LMS's attempt time)")
         if reason:
             refused.setdefault(student, []).append(reason)
             continue
         if (student, file_id) not in latest or stamp > latest[student, file_id][0]:
             latest[student, file_id] = (stamp, path)
+    handed_in: dict[str, datetime] = {}
     for (student, file_id), (stamp, path) in latest.items():
         folder = target / student / assignment
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, folder / file_id)
-        when = re.fullmatch(r"(\d{4}-\d\d-\d\d)-(\d\d)-(\d\d)-(\d\d)", stamp)
-        if when:  # nbgrader's zip_collect convention, e.g. 2026-11-20-14-05-09
-            latest_stamp = folder / TIMESTAMP
-            text = f"{when[1]} {when[2]}:{when[3]}:{when[4]}"
-            if not latest_stamp.exists() or latest_stamp.read_text() < text:
-                latest_stamp.write_text(text)
+        try:  # nbgrader's zip_collect convention, e.g. 2026-11-20-14-05-09; compared as times, never as text
+            when = datetime.strptime(stamp, "%Y-%m-%d-%H-%M-%S")
+        except ValueError:
+            continue
+        if student not in handed_in or when > handed_in[student]:
+            handed_in[student] = when
+            (folder / TIMESTAMP).write_text(when.strftime("%Y-%m-%d %H:%M:%S"))
     target.mkdir(parents=True, exist_ok=True)
     if refused:
         (target / REFUSED).write_text(json.dumps(refused))

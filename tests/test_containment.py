@@ -285,3 +285,18 @@ def test_a_two_way_name_is_refused_but_the_students_other_attempts_count(tmp_pat
 def test_lms_names_are_read_at_the_first_attempt_marker(tmp_path):
     root, subs = _lay_out(tmp_path, [f"Transformers A1 (2026)_x_ada_attempt_2026-11-03-09-30-00_{NB}"])
     assert set(subs) == {"ada"} and (root / "ada" / A / NB).is_file()
+
+
+def test_a_students_own_timestamp_in_an_lms_zip_is_refused_and_the_attempt_time_counts(tmp_path):
+    # "2025-5-31" compared greater than "2025-06-02" as text: a 34-hour-late submission was graded on time
+    root, subs = _lay_out(tmp_path, [f"A1_ada_attempt_2025-06-02-10-00-00_{NB}",
+                                     "A1_ada_attempt_2025-06-02-10-00-00_timestamp.txt"])
+    assert (root / "ada" / A / "timestamp.txt").read_text() == "2025-06-02 10:00:00"
+    assert subs["ada"].nbgrader_files["timestamp.txt"] == "2025-06-02 10:00:00"
+    assert any("timestamp.txt" in note and "not believed" in note for note in subs["ada"].notes), subs["ada"].notes
+
+
+def test_the_latest_attempt_is_the_latest_in_time_not_in_spelling(tmp_path):
+    root, _ = _lay_out(tmp_path, [f"A1_ada_attempt_2025-5-31-10-00-00_{NB}".replace(NB, "a.ipynb"),
+                                  f"A1_ada_attempt_2025-06-02-10-00-00_{NB}"])
+    assert (root / "ada" / A / "timestamp.txt").read_text() == "2025-06-02 10:00:00"
