@@ -1,11 +1,11 @@
-"""python -m autograder {grade,refresh,export,build,site} — see README.md."""
+"""python -m autograder {grade,refresh,export,build,budgets,site} — see README.md."""
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, build, lms, record, website
+from autograder import GradingError, budgets, build, lms, record, website
 from autograder.grade import grade as run_grade
 from autograder.grade import instructor_course, refresh
 from autograder.results import table
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="wall time one cell may run before it is interrupted (default 120)")
     grade.add_argument("--notebook-timeout", type=int, default=None, metavar="SECONDS",
                        help="wall time one notebook may run in all, reruns after a crash included; the cells left "
-                            "when it runs out are not run and score 0, with a note (default: 10 x --cell-timeout)")
+                            "when it runs out are not run and score 0, with a note (default: the assignment's "
+                            "budget, 10 x its solution's measured grading, at least 60 s: autograder/budgets.py)")
     grade.add_argument("--no-sandbox", action="store_true",
                        help="run student code without the bubblewrap sandbox: only on a trusted machine")
     grade.add_argument("--named-regexp", default=None, metavar="REGEX",
@@ -95,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     rebuild.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
                        help="build only this assignment (repeatable); default: all")
 
+    measure = commands.add_parser("budgets", help="grade each solution and record how long it took: each "
+                                  "assignment's notebook budget derives from it (autograder/budgets.json)")
+    measure.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
+                         help="measure only this assignment (repeatable); default: all")
+    measure.add_argument("--no-sandbox", action="store_true", help="measure without the bubblewrap sandbox")
+
     site = commands.add_parser("site", help="build the static site for self-learners from solutions/ (offline)")
     site.add_argument("--out", type=Path, default=Path("site"), help="folder to write it to (default: site/)")
     site.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
@@ -126,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         course = _course(args.course)
         count = lms.write(record.read(course.db_url), args.format, args.out, args.assignments)
         print(f"wrote {args.out}: {count} student(s) from the gradebook {course.db_url} ({args.format})")
+        return 0
+    if args.command == "budgets":
+        budgets.write(budgets.measure(args.assignments, sandbox=not args.no_sandbox))
+        print(f"wrote {budgets.FILE}")
         return 0
     if args.command == "site":
         return website.main(args.out, only=args.assignments)

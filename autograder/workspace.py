@@ -29,7 +29,7 @@ from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.exc import SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
-from autograder import GradingError, course_dir, feedback, sandbox, startup
+from autograder import GradingError, budgets, course_dir, feedback, sandbox, startup
 from autograder.kernels import UNKNOWN, close_servers, pool
 from autograder.notebooks import grade_id, grading_notes
 from autograder.results import Grade
@@ -135,9 +135,12 @@ def ensure_assignments(db_url: str, assignments: tuple[str, ...], scratch: Path)
                                f"{result.get('error') or result.get('log')}")
 
 
-def notebook_budget(options: Options) -> int:
-    """Seconds one notebook may run in all: Options.notebook_seconds, by default ten cells' worth."""
-    return options.notebook_seconds if options.notebook_seconds is not None else 10 * options.cell_seconds
+def notebook_budget(options: Options, assignment: str) -> int:
+    """Seconds one notebook of assignment may run in all: Options.notebook_seconds, by default the assignment's
+    budget from its reference solution's measured run (autograder/budgets.py)."""
+    if options.notebook_seconds is not None:
+        return options.notebook_seconds
+    return budgets.budget(assignment, options.cell_seconds)
 
 
 class Workspace:
@@ -155,7 +158,6 @@ class Workspace:
         config = course_config(root, self.db_url)
         config.Execute.timeout = options.cell_seconds
         config.Execute.interrupt_on_timeout = True
-        config.GradingExecute.notebook_timeout = notebook_budget(options)
         threads = str(max(1, options.kernel_threads))
         config.GradingKernelManager.kernel_env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         config.GradingExecute.secret = config.JudgeEvidence.secret = options.secret
@@ -217,6 +219,7 @@ class Workspace:
         for name, data in job.extras.items():
             (target / name).write_bytes(data)
         logs = []
+        self.api.config.GradingExecute.notebook_timeout = notebook_budget(self.options, job.assignment)
         for attempt in range(1, ATTEMPTS + 1):
             with quiet_gradebook():
                 done = self.api.autograde(job.assignment, job.student)
