@@ -260,7 +260,7 @@ def test_another_checkout_of_the_course_is_not_there(isolated):
 def test_the_catalogue_and_the_autograder_are_neither_readable_nor_importable(isolated):
     """The catalogue holds correct alternatives and simulated mistakes; the autograder, the judges' callers."""
     text = isolated["elsewhere"]
-    assert "READ" not in text and "IMPORTED" not in text, text
+    assert "\nREAD " not in f"\n{text}" and "IMPORTED" not in text, text
     for path in ["catalogue/multi_head.py", "autograder/sandbox.py", "README.md"]:
         assert f"{REPO / path} FileNotFoundError" in text, text
     assert text.count("refused") == 4, text
