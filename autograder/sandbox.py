@@ -4,25 +4,31 @@ Use: build the nbgrader config, call ``configure(config, work, Limits())`` and o
 ``NbGraderAPI`` from that config. Every kernel nbgrader then starts (autograde, in-process) is started by
 this file run as a script (the *launcher*, outside the sandbox), which execs::
 
-    bwrap --unshare-net --unshare-pid --unshare-ipc --die-with-parent --new-session --ro-bind / / \\
-          --tmpfs /tmp --tmpfs <hidden folders> --ro-bind <python, venv, course package> \\
-          --bind <kernel cwd> /tmp/submission/<assignment> --bind <ipc folder> --clearenv ... \\
+    bwrap --unshare-net --unshare-pid --unshare-ipc --die-with-parent --new-session \\
+          --ro-bind /usr /usr --symlink usr/bin /bin ... --ro-bind <a few /etc files> --dev /dev --proc /proc \\
+          --tmpfs /tmp --ro-bind <python, venv, course package> --ro-bind <stubs> <judges, answers> \\
+          --bind <kernel cwd> /tmp/submission/<assignment> --bind <ipc folder> --remount-ro / --clearenv ... \\
           setpriv --reuid=U --regid=U --clear-groups ... python -c KERNEL_START -f <connection file>
 
 What the student's code then can and cannot do:
 
 - no network at all (own network namespace with only a loopback); the kernel talks to nbgrader over
   unix sockets (``KernelManager.transport = "ipc"``) in ``work/.sandbox/ipc``;
-- the file system is read-only except the kernel's working folder (``work/autograded/<student>/<assignment>``, or
-  a warm kernel's own folder, autograder/kernels.py; inside always ``/tmp/submission/<assignment>``),
-  a private ``/tmp`` and ``/dev/shm`` (tmpfs, size-limited);
-- hidden (empty folders): the whole grading folder ``work`` (gradebook.db, source/, submitted/, other students,
-  other kernels' sockets), the course repository and its parent folder (source/, solutions/, .git, the
-  autograder package), /root, /home, the grader's HOME and Jupyter runtime folder (connection files), /run,
-  /mnt, /media, /srv, /var/lib, /var/log, /var/mail, /var/spool, /var/backups. Bound back read-only: only
-  the Python installation, the virtual environment, and editable packages other than ``autograder``
-  (that is the course's ``course`` package), less ``course/judges`` (the judges, oracles and simulated
-  mistakes: a stub package that refuses to be imported) and the reference modules of the assignment graded;
+- the file system is an allow-list: bwrap's root is an empty tmpfs (read-only once built), and only this is bound
+  into it, read-only: the system's runtime (ROOT_RUNTIME: /usr, and /bin, /lib... as they are on the host, symlinks
+  as symlinks), the few files of /etc that the loader, glibc, mimetypes and matplotlib's font search read (ETC:
+  no passwd, shadow, ssh, ssl, hosts), the font cache and the CPUs' topology (HOST_READS; SYSFS_GPU besides, and the
+  NVIDIA device nodes, on a GPU machine), the Python installation and the virtual environment, and of the course
+  repository only ``course/``, less ``course/judges`` (the judges, oracles and simulated mistakes: a stub package
+  that refuses to be imported) and the reference modules of the assignment graded (stubs too) and their compiled
+  copies. Nothing else of the host is there: not the grading folder ``work`` (gradebook.db, source/, submitted/,
+  other students), not the rest of the repository (catalogue/, autograder/, source/, solutions/, .git), not /home,
+  /root (but the way to a Python installed there), /opt, /var/tmp, /run or /srv, so no other checkout or course on
+  the machine. The grader's packages (autograder, catalogue), the repository, the grading folder and configure's
+  ``hide`` are hidden even where they lie inside a bound folder (an empty tmpfs, or an empty file);
+- writable: only the kernel's working folder (``work/autograded/<student>/<assignment>``, or a warm kernel's own
+  folder, autograder/kernels.py; inside always ``/tmp/submission/<assignment>``), a private ``/tmp`` and
+  ``/dev/shm`` (tmpfs, size-limited), and the socket folder;
 - a fresh environment (``--clearenv``): HOME=/tmp, MPLCONFIGDIR=/tmp/matplotlib, JPY_PARENT_PID=1, no
   CI secrets; NBGRADER_EXECUTION, COURSE_*, LANG/LC_*, TZ and thread-count variables are passed through;
 - a pid namespace with --die-with-parent: when jupyter_client kills the kernel, everything started inside dies;
@@ -186,9 +192,9 @@ def available() -> str | None:
 def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, hide: Iterable[Path] = ()) -> None:
     """Make nbgrader, run in-process with this config, start every kernel in the sandbox.
 
-    hide: further folders (shown empty) or files (shown as empty files) the kernel must not see: the batch
-    of submissions (folder or zip), the output folder (grades.csv, everyone's feedback) and the parent of
-    work (other workers' course folders) when they are outside /tmp, /home, /root and the repository's parent.
+    hide: further folders or files the kernel must not see: the batch of submissions (folder or zip), the output
+    folder (grades.csv, everyone's feedback) and the parent of work (other workers' course folders). Outside the
+    allow-list they are not there anyway; one inside a folder the kernel sees is shown empty (an empty file).
 
     Writes the kernelspec and launcher plan under work/.sandbox/ and configures the grading steps
     (autograder/execute.py) to use them: GradingKernelManager.kernel_dirs finds the kernelspec,
