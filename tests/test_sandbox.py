@@ -174,7 +174,7 @@ def isolated(tmp_path_factory, request):
                      "files = sorted(os.path.relpath(os.path.join(root, f), repo) for root, dirs, fs in os.walk(repo)"
                      " if '__pycache__' not in root.split(os.sep) for f in fs)\n"
                      "print(json.dumps({'/': names('/'), **{p: names(p) for p in ['/etc', '/var', '/sys', '/run',"
-                     " '/home', '/root', '/opt', '/var/tmp', '/srv', '/mnt']},"
+                     " '/home', '/root', '/opt', '/var/tmp', '/srv', '/mnt', os.path.join(sys.prefix, 'share')]},"
                      f" 'ways': {{p: names(p) for p in {sorted(_ways())!r}}},"
                      " 'shadow': [p for p in ['/etc/shadow', '/etc/gshadow', '/etc/ssh', '/etc/ssl/private',"
                      " '/etc/sudoers'] if os.path.lexists(p)], 'repo': files}))",
@@ -189,8 +189,11 @@ def isolated(tmp_path_factory, request):
     }
     before = sandbox_processes(work)  # leftovers of earlier runs are not this kernel's
     try:
-        result = run(work, cwd, sandbox.Limits(cell_seconds=60), cells, hide=[outside / "out", outside / "batch.zip"],
-                     start=request.param)
+        # and one inside a folder the kernel sees (the venv's share/, which no kernel reads), as a grader's package
+        # installed in site-packages would be
+        inner = [Path(sys.prefix) / "share"] if (Path(sys.prefix) / "share").is_dir() else []
+        result = run(work, cwd, sandbox.Limits(cell_seconds=60), cells,
+                     hide=[outside / "out", outside / "batch.zip", *inner], start=request.param)
     finally:
         listener.close()
     deadline = time.monotonic() + 10
@@ -311,6 +314,23 @@ def _ways() -> dict[str, list[str]]:
             if str(parent) != "/" and not sandbox.within(str(parent), "/tmp"):
                 ways.setdefault(str(parent), set()).add(Path(place).relative_to(parent).parts[0])
     return {folder: sorted(names) for folder, names in ways.items()}
+
+
+def test_what_must_stay_hidden_inside_a_folder_the_kernel_sees_is_empty(isolated):
+    """A grader's package installed in the venv, the repository inside a venv...: an empty folder in the kernel."""
+    share = Path(sys.prefix) / "share"
+    if not share.is_dir() or not any(share.iterdir()):
+        pytest.skip("the venv has no share/ folder to hide")
+    assert _inventory(isolated)[str(share)] == [], "a hidden folder inside the venv shows its files"
+
+
+def test_the_graders_packages_are_planned_hidden_wherever_they_are_installed(tmp_path):
+    """autograder and catalogue: hidden where they lie inside a bound folder (a venv's site-packages), absent else."""
+    assert {str(REPO / "autograder"), str(REPO / "catalogue")} <= set(sandbox._package_folders())
+    venv = Path(sys.prefix)
+    plan = sandbox._plan(tmp_path, sandbox.Limits(), 61000, [venv / "bin", venv / "pyvenv.cfg", "/var/tmp"])
+    assert str(venv / "bin") in plan["hide"] and str(venv / "pyvenv.cfg") in plan["blank"], plan
+    assert "/var/tmp" not in plan["hide"] + plan["blank"], "outside the allow-list there is nothing to hide"
 
 
 def test_of_the_repository_only_the_course_package_is_there(isolated):
