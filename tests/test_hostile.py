@@ -140,7 +140,7 @@ ATTACKS = {
         "            (root / name / f).write_bytes(data)\n"
         "    for name in ('basic_self_attention_oracle', 'permutation_equivariance'):\n"
         "        target = root / name / 'tensors.safetensors'\n"
-        "        if target.exists():\n            target.unlink()\n"
+        "        if target.is_symlink() or target.exists():\n            target.unlink()\n"
         "        if (root / name).exists():\n            target.symlink_to('/etc/passwd')\n"
         "get_ipython().events.register('post_run_cell', _bad)"),
     "attack-leak-hidden-tests": "get_ipython().events.register('pre_run_cell',"
