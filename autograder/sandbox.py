@@ -4,9 +4,10 @@ Use: build the nbgrader config, call ``configure(config, work, Limits())`` and o
 ``NbGraderAPI`` from that config. Every kernel nbgrader then starts (autograde, in-process) is started by
 this file run as a script (the *launcher*, outside the sandbox), which execs::
 
-    bwrap --unshare-net --unshare-pid --unshare-ipc --die-with-parent --new-session --ro-bind / / \\
-          --tmpfs /tmp --tmpfs <hidden folders> --ro-bind <python, venv, course package> \\
-          --bind <kernel cwd> /tmp/submission/<assignment> --bind <its socket folder> --clearenv ... \\
+    bwrap --unshare-net --unshare-pid --unshare-ipc --die-with-parent --new-session \\
+          --ro-bind /usr /usr --symlink usr/bin /bin ... --ro-bind <a few /etc files> --dev /dev --proc /proc \\
+          --tmpfs /tmp --ro-bind <python, venv, course package> --ro-bind <stubs> <judges, answers> \\
+          --bind <kernel cwd> /tmp/submission/<assignment> --bind <its socket folder> --remount-ro / --clearenv ... \\
           setpriv --reuid=U --regid=U --clear-groups ... python -c KERNEL_START -f <connection file>
 
 What the student's code then can and cannot do:
@@ -15,16 +16,21 @@ What the student's code then can and cannot do:
   unix sockets (``KernelManager.transport = "ipc"``) in a folder of its own, ``work/.sandbox/ipc/<random>``
   (made by autograder.execute.GradingKernelManager, the kernel uid's, removed with the kernel); ``ipc`` itself
   can be passed through by kernels, not listed or written, so no folder on disk is shared between kernels;
-- the file system is read-only except the kernel's working folder (``work/autograded/<student>/<assignment>``, or
-  a warm kernel's own folder, autograder/kernels.py; inside always ``/tmp/submission/<assignment>``),
-  a private ``/tmp`` and ``/dev/shm`` (tmpfs, size-limited);
-- hidden (empty folders): the whole grading folder ``work`` (gradebook.db, source/, submitted/, other students,
-  other kernels' sockets), the course repository and its parent folder (source/, solutions/, .git, the
-  autograder package), /root, /home, the grader's HOME and Jupyter runtime folder (connection files), /run,
-  /mnt, /media, /srv, /var/lib, /var/log, /var/mail, /var/spool, /var/backups. Bound back read-only: only
-  the Python installation, the virtual environment, and editable packages other than ``autograder``
-  (that is the course's ``course`` package), less ``course/judges`` (the judges, oracles and simulated
-  mistakes: a stub package that refuses to be imported) and the reference modules of the assignment graded;
+- the file system is an allow-list: bwrap's root is an empty tmpfs (read-only once built), and only this is bound
+  into it, read-only: the system's runtime (ROOT_RUNTIME: /usr, and /bin, /lib... as they are on the host, symlinks
+  as symlinks), the few files of /etc that the loader, glibc, mimetypes and matplotlib's font search read (ETC:
+  no passwd, shadow, ssh, ssl, hosts), the font cache and the CPUs' topology (HOST_READS; SYSFS_GPU besides, and the
+  NVIDIA device nodes, on a GPU machine), the Python installation and the virtual environment, and of the course
+  repository only ``course/``, less ``course/judges`` (the judges, oracles and simulated mistakes: a stub package
+  that refuses to be imported) and the reference modules of the assignment graded (stubs too) and their compiled
+  copies. Nothing else of the host is there: not the grading folder ``work`` (gradebook.db, source/, submitted/,
+  other students), not the rest of the repository (catalogue/, autograder/, source/, solutions/, .git), not /home,
+  /root (but the way to a Python installed there), /opt, /var/tmp, /run or /srv, so no other checkout or course on
+  the machine. The grader's packages (autograder, catalogue), the repository, the grading folder and configure's
+  ``hide`` are hidden even where they lie inside a bound folder (an empty tmpfs, or an empty file);
+- writable: only the kernel's working folder (``work/autograded/<student>/<assignment>``, or a warm kernel's own
+  folder, autograder/kernels.py; inside always ``/tmp/submission/<assignment>``), a private ``/tmp`` and
+  ``/dev/shm`` (tmpfs, size-limited), and its own socket folder;
 - a fresh environment (``--clearenv``): HOME=/tmp, MPLCONFIGDIR=/tmp/matplotlib, JPY_PARENT_PID=1, no
   CI secrets; NBGRADER_EXECUTION, COURSE_*, LANG/LC_*, TZ and thread-count variables are passed through;
 - a pid namespace with --die-with-parent: when jupyter_client kills the kernel, everything started inside dies;
@@ -69,7 +75,6 @@ A hostile kernel can still send nbgrader one huge message (the output limit is a
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import resource
@@ -88,9 +93,20 @@ from autograder import cgroups
 
 KERNEL_NAME = "autograder-sandbox"
 MB = 1024 * 1024
-#: Folders never visible inside the sandbox (besides the grading folder, the repository and HOME).
-HIDDEN = ["/root", "/home", "/run", "/mnt", "/media", "/srv", "/var/lib", "/var/log", "/var/mail",
-          "/var/spool", "/var/backups"]
+#: The top-level folders of the system's runtime, bound read-only as they are on the host (on a merged-/usr system,
+#: Debian's and this machine's, all but usr are symlinks into it, and stay symlinks).
+ROOT_RUNTIME = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+#: The only files of /etc a kernel sees: what the dynamic loader, glibc (time zone), mimetypes, matplotlib's font
+#: search (fc-list) read, measured with strace on a kernel importing every notebook's modules and drawing a figure,
+#: and the alternatives' symlinks some of /usr/bin points through. No passwd, shadow, ssh, ssl, hosts or machine-id.
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types", "fonts", "alternatives")
+#: Also read, measured: fontconfig's cache (else fc-list scans every font), the CPUs' topology (glibc, OpenMP).
+HOST_READS = ("/var/cache/fontconfig", "/sys/devices/system/cpu")
+#: What a GPU process may read of /sys (PCI topology, NUMA nodes): bound only where /dev/nvidia* exists, as flatpak
+#: does for GPU access. Not measured here (no GPU on the machines this was written on).
+SYSFS_GPU = ("/sys/bus", "/sys/class", "/sys/dev", "/sys/devices")
+#: The grader's packages besides this one, hidden wherever they are installed.
+GRADER_PACKAGES = ("catalogue",)
 #: Environment variables passed into the sandbox (all others are cleared).
 PASS_ENV = {"NBGRADER_EXECUTION", "NBGRADER_VALIDATING", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED",
             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES"}
@@ -195,9 +211,9 @@ def available() -> str | None:
 def configure(config, work: Path, limits: Limits = Limits(), uid: int = 61000, hide: Iterable[Path] = ()) -> None:
     """Make nbgrader, run in-process with this config, start every kernel in the sandbox.
 
-    hide: further folders (shown empty) or files (shown as empty files) the kernel must not see: the batch
-    of submissions (folder or zip), the output folder (grades.csv, everyone's feedback) and the parent of
-    work (other workers' course folders) when they are outside /tmp, /home, /root and the repository's parent.
+    hide: further folders or files the kernel must not see: the batch of submissions (folder or zip), the output
+    folder (grades.csv, everyone's feedback) and the parent of work (other workers' course folders). Outside the
+    allow-list they are not there anyway; one inside a folder the kernel sees is shown empty (an empty file).
 
     Writes the kernelspec and launcher plan under work/.sandbox/ and configures the grading steps
     (autograder/execute.py) to use them: GradingKernelManager.kernel_dirs finds the kernelspec,
@@ -288,56 +304,69 @@ def within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _editable_paths() -> list[str]:
-    """Folders of editable installs (.pth lines and setuptools' __editable__ finders) in this Python."""
-    found = []
-    for site in {p for p in sys.path if p.endswith("-packages") and os.path.isdir(p)}:
-        for entry in sorted(Path(site).iterdir()):
-            try:
-                if entry.suffix == ".pth":
-                    for line in entry.read_text().splitlines():
-                        line = line.strip()
-                        if line and not line.startswith(("#", "import")) and os.path.isdir(line):
-                            found.append(line)
-                elif entry.name.startswith("__editable__") and entry.name.endswith("_finder.py"):
-                    for node in ast.walk(ast.parse(entry.read_text())):
-                        if isinstance(node, (ast.Assign, ast.AnnAssign)) and "MAPPING" in ast.unparse(node)[:20]:
-                            found.extend(ast.literal_eval(node.value).values())
-            except (OSError, ValueError, SyntaxError):
-                continue
+def _system() -> list[list[str]]:
+    """[bwrap option, source, destination] for what every kernel needs of the host's system, read-only: the
+    ROOT_RUNTIME folders as they are here (symlinks stay symlinks), the files of ETC, HOST_READS, and SYSFS_GPU where
+    the machine has an NVIDIA GPU."""
+    entries = []
+    for name in ROOT_RUNTIME:
+        path = f"/{name}"
+        if os.path.islink(path):
+            entries.append(["--symlink", os.readlink(path), path])
+        elif os.path.isdir(path):
+            entries.append(["--ro-bind", path, path])
+    gpu = SYSFS_GPU if any(Path("/dev").glob("nvidia*")) else ()
+    for path in [*(f"/etc/{name}" for name in ETC), *HOST_READS, *gpu]:
+        if os.path.islink(path) and within(_real(path), "/usr"):  # /etc/localtime -> /usr/share/zoneinfo/...
+            entries.append(["--symlink", os.readlink(path), path])
+        elif os.path.exists(path):
+            entries.append(["--ro-bind", _real(path), path])
+    return entries
+
+
+def _package_folders() -> list[str]:
+    """Where the grader's own packages are installed (this one; the catalogue of correct alternatives and simulated
+    mistakes), wherever that is: never visible to a kernel, not even inside a bound virtual environment."""
+    import importlib.util  # noqa: PLC0415 - the launcher needs none of this
+
+    found = [str(PACKAGE)]
+    for name in GRADER_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)  # a top-level package is found without being imported
+        except (ImportError, ValueError):
+            continue
+        found.extend((spec.submodule_search_locations or []) if spec else [])
     return found
 
 
 def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> dict:
-    try:
-        from jupyter_core.paths import jupyter_runtime_dir  # noqa: PLC0415 - the launcher needs the stdlib only
-        runtime = jupyter_runtime_dir()
-    except Exception:  # noqa: BLE001 - jupyter_core missing: nothing to hide there
-        runtime = None
+    """What a kernel sees: the allow-list (system, Python, the course package) bound read-only into bwrap's empty
+    root; and what must stay hidden although it lies inside one of those (the repository, the grading folder, the
+    grader's packages, configure's hide): an empty tmpfs on a folder, an empty file on a file."""
     work = _real(work)
-    extra = [_real(p) for p in extra]
-    candidates = [*HIDDEN, os.path.expanduser("~"), runtime, str(REPO), str(REPO.parent), work, *extra]
-    hides: list[str] = []
-    for path in sorted({_real(p) for p in candidates if p}, key=len):
-        private = any(within(path, t) for t in ("/tmp", "/dev/shm"))  # a fresh tmpfs in the sandbox anyway
-        if path != "/" and not private and not any(within(path, h) for h in hides) and os.path.isdir(path):
-            hides.append(path)
-    blanks = [p for p in extra if os.path.isfile(p) and not any(within(p, h) for h in [*hides, "/tmp", "/dev/shm"])]
-    secret = [str(REPO), work, *extra]
+    system = _system()
+    bound = [destination for option, _, destination in system if option == "--ro-bind"]
     binds: list[str] = []
     python = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              os.path.dirname(os.path.dirname(_real(sys.executable))), *_editable_paths()]
+              os.path.dirname(os.path.dirname(_real(sys.executable)))]
     for path in python:
-        for form in {os.path.abspath(path), _real(path)}:
-            if not os.path.isdir(form) or within(form, str(PACKAGE)) or form in binds:
-                continue
-            if any(within(s, form) for s in secret):  # binding it back would expose the repo or the grading
-                continue
-            # hidden folders and the private /tmp cover it (a checkout under /tmp, say): bind it back read-only
-            if any(within(form, h) for h in [*hides, "/tmp"]):
-                binds.append(form)
-    return {"work": work, "hide": hides, "blank": blanks, "empty": os.path.join(work, ".sandbox", "empty"),
-            "ro_bind": sorted(binds, key=len), "limits": asdict(limits), "uid": uid,
+        for form in sorted({os.path.abspath(path), _real(path)}):
+            if os.path.isdir(form) and not any(within(form, b) for b in [*bound, *binds]):
+                binds = [b for b in binds if not within(b, form)] + [form]
+    binds.append(str(REPO / "course"))  # its judges and the graded assignment's answers are stubs (bwrap_argv)
+    hides: list[str] = []
+    blanks: list[str] = []
+    for path in sorted({_real(p) for p in [REPO, work, *_package_folders(), *extra]}, key=len):
+        covered = any(within(path, b) and path != b for b in [*bound, *binds])
+        if not covered or any(within(path, h) for h in hides):
+            continue
+        if os.path.isdir(path):
+            hides.append(path)
+        elif os.path.isfile(path):
+            blanks.append(path)
+    return {"work": work, "system": system, "hide": hides, "blank": blanks,
+            "empty": os.path.join(work, ".sandbox", "empty"), "ro_bind": sorted(binds, key=len),
+            "limits": asdict(limits), "uid": uid,
             "python": os.path.abspath(sys.executable), "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
 
 
@@ -384,31 +413,43 @@ def bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None, 
     kernel's folder, root with the capabilities it needs to build each kernel's namespaces, no uid switch."""
     tmp_size = str(Limits(**plan["limits"]).tmp_mb * MB)
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp",
-            "--perms", "1777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
-    for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the machine has a GPU
-        argv += ["--dev-bind-try", str(device), str(device)]
-    for path in plan["hide"]:
-        argv += ["--size", str(MB), "--tmpfs", path]
-    for path in plan.get("blank", []):  # a hidden file (a zip of submissions, say) reads as empty
-        argv += ["--ro-bind", plan["empty"], path]
-    inside = f"{INSIDE}/{cwd.name}"
-    own = ("--bind", plan["work"], STAGING) if server else ("--bind", str(cwd), inside)
-    binds = [("--ro-bind", path, path) for path in plan["ro_bind"]] + [own]
-    if ipc is not None:
-        binds.append(("--bind", str(ipc), str(ipc)))
-    tmpfs = ["/tmp", *plan["hide"]]
+            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    # bwrap's own root is an empty tmpfs: nothing of the host is there but what is bound below (read-only at the end)
     made: set[str] = set()
-    for option, path, destination in binds:
-        # bwrap would create the missing parents on a tmpfs with mode 0700: the kernel's uid could not pass
+    mounts: list[tuple[str, str]] = []  # (destination, bwrap option), in order: the last one over a path decides
+
+    def place(*options: str) -> None:
+        """Add a mount (or symlink) whose destination is last, first creating its parents that are not there (on the
+        root or on a tmpfs) readable by all: bwrap would make them 0700, where the kernel's uid could not pass."""
+        destination = options[-1]
         for parent in reversed(Path(destination).parents):
             folder = str(parent)
-            if folder not in made and folder not in tmpfs and any(within(folder, t) for t in tmpfs):
+            below = [option for path, option in mounts if within(folder, path) and folder != path]
+            on_top = any(folder == path for path, _ in mounts)
+            if folder != "/" and folder not in made and not on_top and (not below or below[-1] == "--tmpfs"):
                 made.add(folder)
-                argv += ["--perms", "0755", "--dir", folder]
-        argv += [option, path, destination]
+                argv.extend(["--perms", "0755", "--dir", folder])
+        argv.extend(options)
+        mounts.append((destination, "--tmpfs" if "--tmpfs" in options else options[0]))
+
+    for option, source, destination in plan.get("system", []):
+        place(option, source, destination)
+    place("--dev", "/dev")
+    place("--proc", "/proc")
+    for path in ("/tmp", "/dev/shm"):
+        place("--perms", "1777", "--size", tmp_size, "--tmpfs", path)
+    for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the machine has a GPU
+        argv += ["--dev-bind-try", str(device), str(device)]
+    # Outermost first: a secret inside a bound folder (a checkout in a venv, say) is hidden by an empty tmpfs (or,
+    # a file, an empty file), and what is bound inside that secret (its course package) is bound after it.
+    layers = [(path, 0) for path in plan["ro_bind"]] + [(path, 1) for path in plan["hide"]]
+    layers += [(path, 2) for path in plan.get("blank", [])]
+    for path, kind in sorted(layers, key=lambda layer: (len(layer[0]), layer[1])):
+        place(*[("--ro-bind", path), ("--size", str(MB), "--tmpfs"), ("--ro-bind", plan["empty"])][kind], path)
+    inside = f"{INSIDE}/{cwd.name}"
+    place(*(("--bind", plan["work"], STAGING) if server else ("--bind", str(cwd), inside)))
+    if ipc is not None:
+        place("--bind", str(ipc), str(ipc))
     stubs, cache = ([], None) if server else hidden_answers(plan, cwd.name)  # a forked kernel hides them itself
     for stub, reference in stubs:
         argv += ["--ro-bind", stub, reference]
@@ -420,7 +461,7 @@ def bwrap_argv(plan: dict, cwd: Path, ipc: Path | None, kernel_uid: int | None, 
         argv += ["--perms", "0444", "--ro-bind-data", str(conn_fd), CONNECTION]
     for path in plan["hide"]:
         argv += ["--remount-ro", path]
-    argv += ["--chdir", "/" if server else inside, "--clearenv"]
+    argv += ["--remount-ro", "/", "--chdir", "/" if server else inside, "--clearenv"]
     for key, value in sorted((server or kernel_environment(plan)).items()):
         argv += ["--setenv", key, value]
     if server:

@@ -16,6 +16,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import hostile_allowlist
 import hostile_containment
 import hostile_content
 import nbformat
@@ -139,7 +140,7 @@ ATTACKS = {
         "            (root / name / f).write_bytes(data)\n"
         "    for name in ('basic_self_attention_oracle', 'permutation_equivariance'):\n"
         "        target = root / name / 'tensors.safetensors'\n"
-        "        if target.exists():\n            target.unlink()\n"
+        "        if target.is_symlink() or target.exists():\n            target.unlink()\n"
         "        if (root / name).exists():\n            target.symlink_to('/etc/passwd')\n"
         "get_ipython().events.register('post_run_cell', _bad)"),
     "attack-leak-hidden-tests": "get_ipython().events.register('pre_run_cell',"
@@ -289,6 +290,7 @@ def _build(batch: Path) -> dict[str, tuple]:
     expect["twice"] = (8, "graded", "also submitted as ['Twice']")
     hostile_content.build(batch, expect)
     hostile_containment.build(batch, expect)
+    hostile_allowlist.build(batch, expect)
     return expect
 
 
@@ -299,8 +301,9 @@ def hostile(tmp_path_factory):
     batch = tmp_path_factory.mktemp("hostile")
     expect = _build(batch)
     out = tmp_path_factory.mktemp("hostile-graded")
-    graded = grade(batch, out, [A, A04], workers=2, cell_seconds=15, sandbox=use_sandbox(), progress=False,
-                   notebook_seconds=hostile_containment.NOTEBOOK_SECONDS)
+    with hostile_allowlist.other_checkout():  # another checkout of the course on the grading host
+        graded = grade(batch, out, [A, A04], workers=2, cell_seconds=15, sandbox=use_sandbox(), progress=False,
+                       notebook_seconds=hostile_containment.NOTEBOOK_SECONDS)
     rows = {g.student: g for g in graded if g.status != "missing"}  # each student hands in one assignment
     return expect, rows, out, batch
 

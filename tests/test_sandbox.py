@@ -7,6 +7,7 @@ course configures it (autograder/execute.py), and one tiny assignment goes throu
 """
 
 import importlib
+import json
 import os
 import shutil
 import socket
@@ -110,7 +111,8 @@ def isolated(tmp_path_factory, request):
         pass
     home_files = [p for p in Path.home().glob("*") if p.is_file() and os.access(p, os.R_OK)]
     secrets = [work / "gradebook.db", work / "source/a1/secret.txt", work / "submitted/alice/a1/secret.txt",
-               work / "autograded/bob/a1/secret.txt", REPO / ".git/HEAD",
+               work / "autograded/bob/a1/secret.txt",
+               REPO / ".git/HEAD" if (REPO / ".git").is_dir() else REPO / ".git",  # a worktree: .git is a file
                next((REPO / "source").rglob("*.ipynb")), *home_files[:1]]
     # Folders given to configure(hide=...), outside the places hidden anyway: the batch, the output folder.
     outside = Path(tempfile.mkdtemp(dir="/var/tmp" if os.access("/var/tmp", os.W_OK) else Path.home()))
@@ -119,6 +121,11 @@ def isolated(tmp_path_factory, request):
     (outside / "out" / "grades.csv").write_text("alice,10")
     (outside / "batch.zip").write_text("everyone's notebooks")
     for path in [outside, outside / "out", outside / "out" / "grades.csv", outside / "batch.zip"]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    # another checkout of the course on the same host, outside /tmp, readable by everyone (its answers are in it)
+    other = outside / "other-course"
+    shutil.copytree(REPO / "course", other / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [other, *other.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     secrets += [outside / "out" / "grades.csv"]
     for path in secrets:
@@ -150,8 +157,27 @@ def isolated(tmp_path_factory, request):
                 f"import os\nprint('runtime', os.listdir({jupyter_runtime_dir()!r})"
                 f" if os.path.isdir({jupyter_runtime_dir()!r}) else 'absent')\n"
                 f"print('root', os.listdir('/root'))\n"
-                f"print('zip', repr(open({str(outside / 'batch.zip')!r}).read()))\n"
+                f"print('zip', os.path.exists({str(outside / 'batch.zip')!r}))\n"
                 f"print('autograded', os.path.exists({str(work / 'autograded')!r}))",
+        "elsewhere": f"import os\nprint('var/tmp', os.path.exists({str(outside)!r}))\n"
+                     f"for path in [{str(other / 'course/multi_head.py')!r}, {str(REPO / 'catalogue/multi_head.py')!r},"
+                     f" {str(REPO / 'autograder/sandbox.py')!r}, {str(REPO / 'README.md')!r}]:\n"
+                     "    try:\n        open(path).read(); print('READ', path)\n"
+                     "    except OSError as e:\n        print('unreadable', path, type(e).__name__)\n"
+                     "for name in ['catalogue', 'catalogue.multi_head', 'autograder', 'autograder.sandbox']:\n"
+                     "    try:\n        __import__(name); print('IMPORTED', name)\n"
+                     "    except ImportError as e:\n        print('refused', name)",
+        "inventory": "import json, os, sys\n"
+                     "def names(path):\n"
+                     "    return sorted(os.listdir(path)) if os.path.isdir(path) else None\n"
+                     f"repo = {str(REPO)!r}\n"
+                     "files = sorted(os.path.relpath(os.path.join(root, f), repo) for root, dirs, fs in os.walk(repo)"
+                     " if '__pycache__' not in root.split(os.sep) for f in fs)\n"
+                     "print(json.dumps({'/': names('/'), **{p: names(p) for p in ['/etc', '/var', '/sys', '/run',"
+                     " '/home', '/root', '/opt', '/var/tmp', '/srv', '/mnt', os.path.join(sys.prefix, 'share')]},"
+                     f" 'ways': {{p: names(p) for p in {sorted(_ways())!r}}},"
+                     " 'shadow': [p for p in ['/etc/shadow', '/etc/gshadow', '/etc/ssh', '/etc/ssl/private',"
+                     " '/etc/sudoers'] if os.path.lexists(p)], 'repo': files}))",
         "traps": "import os\n"
                  f"os.symlink({str(REPO / 'README.md')!r}, 'trap.ipynb'); os.symlink('/etc', 'trapdir');"
                  " os.mkfifo('fifo')\n"
@@ -163,8 +189,11 @@ def isolated(tmp_path_factory, request):
     }
     before = sandbox_processes(work)  # leftovers of earlier runs are not this kernel's
     try:
-        result = run(work, cwd, sandbox.Limits(cell_seconds=60), cells, hide=[outside / "out", outside / "batch.zip"],
-                     start=request.param)
+        # and one inside a folder the kernel sees (the venv's share/, which no kernel reads), as a grader's package
+        # installed in site-packages would be
+        inner = [Path(sys.prefix) / "share"] if (Path(sys.prefix) / "share").is_dir() else []
+        result = run(work, cwd, sandbox.Limits(cell_seconds=60), cells,
+                     hide=[outside / "out", outside / "batch.zip", *inner], start=request.param)
     finally:
         listener.close()
     deadline = time.monotonic() + 10
@@ -219,9 +248,100 @@ def test_reads_no_gradebook_sources_other_students_repo_or_home(isolated):
     # Not there at all (hidden), rather than refused by file permissions that another setup may not have.
     assert text.count("FileNotFoundError") == text.count("unreadable") >= 6, text
     assert "autograded False\n" in text, text  # no student's graded folder is there, not even alice's own path
-    assert "zip ''\n" in text, text  # a hidden file reads as empty
+    assert "zip False\n" in text, text  # nothing outside the allow-list is there at all
     runtime = text.split("runtime ", 1)[1].splitlines()[0]
     assert ".json" not in runtime, f"connection files visible: {runtime}"
+
+
+def test_another_checkout_of_the_course_is_not_there(isolated):
+    """A copy of course/ elsewhere on the host (here under /var/tmp, readable by all) holds every answer."""
+    text = isolated["elsewhere"]
+    assert "var/tmp False" in text, text
+    assert "/other-course/course/multi_head.py FileNotFoundError" in text, text
+
+
+def test_the_catalogue_and_the_autograder_are_neither_readable_nor_importable(isolated):
+    """The catalogue holds correct alternatives and simulated mistakes; the autograder, the judges' callers."""
+    text = isolated["elsewhere"]
+    assert "\nREAD " not in f"\n{text}" and "IMPORTED" not in text, text
+    for path in ["catalogue/multi_head.py", "autograder/sandbox.py", "README.md"]:
+        assert f"{REPO / path} FileNotFoundError" in text, text
+    assert text.count("refused") == 4, text
+
+
+#: what a kernel sees at / besides the Python installation and the course package: the system's runtime (merged /usr
+#: or not), a few files of /etc, the CPUs' topology in /sys, the font cache, fresh /dev, /proc and /tmp
+SYSTEM = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "sys", "var", "dev", "proc", "tmp"}
+#: of /etc, what Python, glibc, matplotlib (fontconfig) and ipykernel read (measured with strace: autograder/sandbox.py)
+ETC = {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types", "fonts", "alternatives"}
+
+
+def _inventory(isolated) -> dict:
+    return json.loads(isolated["inventory"])
+
+
+def test_the_root_holds_only_the_allow_list(isolated):
+    seen = _inventory(isolated)
+    own = {Path(p).parts[1] for p in [sys.base_prefix, sys.prefix, REPO, isolated["work"]]}
+    assert set(seen["/"]) <= SYSTEM | own | {"run"}, seen["/"]
+    assert seen.get("/run") in (None, []), "the fork server's /run must be empty in a kernel"
+    assert set(seen["/etc"]) <= ETC, seen["/etc"]
+    gpu = ["bus", "class", "dev", "devices"] if list(Path("/dev").glob("nvidia*")) else []  # sandbox.SYSFS_GPU
+    assert seen["/var"] in (None, ["cache"]), seen["/var"]
+    assert seen["/sys"] in (None, ["devices"], gpu), seen["/sys"]
+    for folder in ["/opt", "/var/tmp", "/srv", "/mnt"]:
+        assert seen[folder] is None, f"{folder} is there: {seen[folder]}"
+
+
+def test_no_home_no_root_and_no_secrets_of_etc(isolated):
+    """/home and /root are not there, or hold only the way to the Python installation (pyenv's, here), the virtual
+    environment or the course package; every folder on those ways shows only them."""
+    seen = _inventory(isolated)
+    assert seen["shadow"] == [], seen["shadow"]
+    for folder in ["/home", "/root"]:
+        if folder not in _ways():
+            assert seen[folder] is None, f"{folder} is there: {seen[folder]}"
+    for folder, names in seen["ways"].items():
+        assert names == _ways()[folder], f"{folder} shows {names}, not only {_ways()[folder]}"
+
+
+def _ways() -> dict[str, list[str]]:
+    """Each folder above what a kernel needs of the host (Python, venv, course package) outside /tmp, and the
+    names in it that lead there: all it may show."""
+    ways: dict[str, set[str]] = {}
+    for place in {os.path.abspath(p) for p in [sys.base_prefix, sys.prefix, REPO / "course"]}:
+        for parent in Path(place).parents:
+            if str(parent) != "/" and not sandbox.within(str(parent), "/tmp"):
+                ways.setdefault(str(parent), set()).add(Path(place).relative_to(parent).parts[0])
+    return {folder: sorted(names) for folder, names in ways.items()}
+
+
+def test_what_must_stay_hidden_inside_a_folder_the_kernel_sees_is_empty(isolated):
+    """A grader's package installed in the venv, the repository inside a venv...: an empty folder in the kernel."""
+    share = Path(sys.prefix) / "share"
+    if not share.is_dir() or not any(share.iterdir()):
+        pytest.skip("the venv has no share/ folder to hide")
+    assert _inventory(isolated)[str(share)] == [], "a hidden folder inside the venv shows its files"
+
+
+def test_the_graders_packages_are_planned_hidden_wherever_they_are_installed(tmp_path):
+    """autograder and catalogue: hidden where they lie inside a bound folder (a venv's site-packages), absent else."""
+    assert {str(REPO / "autograder"), str(REPO / "catalogue")} <= set(sandbox._package_folders())
+    venv = Path(sys.prefix)
+    plan = sandbox._plan(tmp_path, sandbox.Limits(), 61000, [venv / "bin", venv / "pyvenv.cfg", "/var/tmp"])
+    assert str(venv / "bin") in plan["hide"] and str(venv / "pyvenv.cfg") in plan["blank"], plan
+    assert "/var/tmp" not in plan["hide"] + plan["blank"], "outside the allow-list there is nothing to hide"
+
+
+def test_of_the_repository_only_the_course_package_is_there(isolated):
+    """Every file under the repository root, in the kernel: course/ less the judges (a stub that refuses to be
+    imported), and the virtual environment where it lies in the checkout; never catalogue/, autograder/, source/,
+    solutions/, .git or another file of the repository."""
+    venv = Path(sys.prefix).resolve()
+    seen = {p for p in _inventory(isolated)["repo"] if not sandbox.within(str(REPO / p), str(venv))}
+    course = {str(p.relative_to(REPO)) for p in (REPO / "course").rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts and "judges" not in p.relative_to(REPO / "course").parts}
+    assert seen == course | {"course/judges/__init__.py"}, (sorted(seen - course), sorted(course - seen))
 
 
 def test_kernel_folder_is_given_back_without_links_or_fifos(isolated):
