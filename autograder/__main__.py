@@ -1,11 +1,11 @@
-"""python -m autograder {grade,refresh,export,build,budgets,site} — see README.md."""
+"""python -m autograder {collect,grade,refresh,export,build,budgets,site} — see README.md."""
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, budgets, build, lms, record, website
+from autograder import GradingError, budgets, build, collect, lms, record, website
 from autograder.grade import grade as run_grade
 from autograder.grade import instructor_course, refresh
 from autograder.results import table
@@ -24,6 +24,14 @@ def _course(folder: Path | None):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    gather = commands.add_parser("collect", help="collect an assignment's submissions from nbgrader's exchange into "
+                                 "submitted/, believing nothing a student wrote (instead of nbgrader collect)")
+    gather.add_argument("assignment", metavar="ASSIGNMENT")
+    gather.add_argument("--course", type=Path, default=None, metavar="DIR", help="as for grade")
+    gather.add_argument("--no-check-owner", action="store_true",
+                        help="accept a student's folder in the exchange whatever user owns it (a hub whose "
+                             "students share one uid; then a student can hand in as another)")
 
     grade = commands.add_parser("grade", help="grade a folder or zip of submissions with nbgrader")
     grade.add_argument("path", type=Path, help="folder <student>/<assignment>/<notebook>.ipynb, or a zip of one")
@@ -122,6 +130,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.out / 'feedback'}")
         if course is not None:
             print(f"recorded in the gradebook {course.db_url} and under {course.root}/autograded")
+        return 0
+    if args.command == "collect":
+        root = _course(args.course).root
+        outcomes = collect.collect(args.assignment, root, check_owner=not args.no_check_owner)
+        for item in outcomes:
+            said = {"collected": f"collected, handed in {item.when}", "unchanged": "nothing newer to collect",
+                    "refused": "refused"}[item.outcome]
+            print(f"{item.student}: {said}" + "".join(f"\n    {reason}" for reason in item.reasons))
+        print(f"{len(outcomes)} student(s) in the exchange; submissions in {root / 'submitted'}; grade them with "
+              f"python -m autograder grade {root / 'submitted'} --assignment {args.assignment} --gradebook --out DIR")
         return 0
     if args.command == "refresh":
         course = _course(args.course)

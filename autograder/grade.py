@@ -28,15 +28,14 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.utils import parse_utc
 from tqdm import tqdm
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder import GradingError, course_dir, exchange, record, report
+from autograder import GradingError, course_dir, exchange, handin, record, report
 from autograder.results import GRADED, Grade, write_csv
 from autograder.sandbox import available as sandbox_available
 from autograder.secret import course_secret, fingerprint
-from autograder.submissions import DEFAULT_NAMED_REGEXP, TIMESTAMP, Submission, find, unpack
+from autograder.submissions import DEFAULT_NAMED_REGEXP, Submission, find, unpack
 from autograder.workspace import (
     Job,
     Options,
@@ -71,12 +70,9 @@ def instructor_course(root: Path = course_dir.ROOT) -> Course:
 # ----------------------------------------------------------------------------------------------- jobs
 
 def job(sub: Submission) -> Job:
-    """The submission as data. Without nbgrader's timestamp.txt, its newest notebook's modification time counts as
-    the moment it was handed in (nbgrader's feedback release needs one)."""
+    """The submission as data: its notebooks, and for nbgrader the timestamp.txt of the time believed (handin.py)
+    and its submission secret."""
     extras = {name: text.encode() for name, text in sub.nbgrader_files.items()}
-    if TIMESTAMP not in extras and sub.notebooks:
-        newest = max(path.stat().st_mtime for path in sub.notebooks.values())
-        extras[TIMESTAMP] = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z").encode()
     return Job(sub.student, sub.assignment, {name: path.read_bytes() for name, path in sub.notebooks.items()},
                list(sub.notes), extras)
 
@@ -158,9 +154,10 @@ def _locally(jobs: list[Job], options: Options, workers: int,
 
 # ----------------------------------------------------------------------------------------------- results
 
-def _keep(result: Result, out: Path, course: Course | None, item: Job) -> None:
-    """Write a result's feedback into out/feedback and, for a gradebook, the submission, the autograded notebooks
-    and the feedback into the instructor's course directory, where nbgrader keeps them."""
+def _keep(result: Result, out: Path, course: Course | None, item: Job, record: bytes = b"") -> None:
+    """Write a result's feedback into out/feedback and, for a gradebook, the submission (with the signed record of
+    its hand-in time, so that a regrade from submitted/ keeps it), the autograded notebooks and the feedback into the
+    instructor's course directory, where nbgrader keeps them."""
     destinations = [out / "feedback" / item.student / item.assignment]
     if course is not None and result.autograded:
         destinations.append(course.root / "feedback" / item.student / item.assignment)
@@ -169,6 +166,8 @@ def _keep(result: Result, out: Path, course: Course | None, item: Job) -> None:
         submitted.mkdir(parents=True)
         for name, data in {**item.files, **item.extras}.items():
             (submitted / name).write_bytes(data)
+        if record:
+            (submitted / handin.RECORD).write_bytes(record)
         autograded = course.root / "autograded" / item.student / item.assignment
         shutil.rmtree(autograded, ignore_errors=True)
         autograded.mkdir(parents=True)
@@ -227,11 +226,15 @@ def _only(subs: list[Submission], students: list[str], path: Path) -> list[Submi
 
 
 def _stamp(sub: Submission) -> datetime | None:
-    """When the submission was handed in, as nbgrader's gradebook keeps it (naive UTC), if it says."""
-    try:
-        return parse_utc(sub.timestamp) if sub.timestamp else None
-    except ValueError:
-        return None
+    """When the submission was handed in, as nbgrader's gradebook keeps it (naive UTC)."""
+    return sub.handed_in[0].astimezone(timezone.utc).replace(tzinfo=None) if sub.handed_in else None
+
+
+def _record(sub: Submission, secret: str) -> bytes:
+    """The signed record of the time the submission is believed handed in, for submitted/ (handin.py)."""
+    when, source = sub.handed_in
+    return handin.sign(secret, sub.student, sub.assignment, when, source,
+                       {path.name: path.read_bytes() for path in sub.notebooks.values()}, sub.refused)
 
 
 def write_results(out: Path, rows: list[Grade], gradebook: Course | None, roster: list[str] = (),
@@ -349,8 +352,9 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     maxima = _max_scores(chosen)
     with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
         scratch = Path(tmp)
-        batch = unpack(path, scratch, set(known), list(chosen), named_regexp)
-        subs = find(batch, list(chosen), {a: course_dir.notebooks(a) for a in chosen})
+        batch = unpack(path, scratch, set(known), list(chosen), named_regexp, secret)
+        arrived = Path(path).stat().st_ctime if Path(path).is_file() else None  # a zip: when it came to this machine
+        subs = find(batch, list(chosen), {a: course_dir.notebooks(a) for a in chosen}, secret, arrived)
         if all(sub.status == "missing" for sub in subs):
             raise GradingError(_nothing_found(Path(path), batch, chosen))
         if students:
@@ -378,6 +382,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         started = time.perf_counter()
         # by assignment: a worker's next submission then mostly finds its kernel started (one per assignment)
         jobs = [job(sub) for sub in sorted(todo, key=lambda s: (s.assignment, s.student))]
+        records = {(s.student, s.assignment): _record(s, secret) for s in todo} if gradebook is not None else {}
         if gradebook is not None:  # a secret for release_feedback, kept on a regrade (before _keep replaces them)
             for item in jobs:
                 item.extras.update(exchange.release_files(gradebook.root, item.student, item.assignment, item.extras))
@@ -395,7 +400,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
                 _save_log(out, row, error)
             else:
                 row = result.grade
-                _keep(result, out, gradebook, item)
+                _keep(result, out, gradebook, item, records.get((item.student, item.assignment), b""))
                 if row.status == "error":
                     _save_log(out, row, result.log)
             grades[item.student, item.assignment] = row

@@ -14,14 +14,17 @@ from datetime import datetime
 from pathlib import Path
 
 import nbformat
+from nbgrader.utils import parse_utc
 
-from autograder import GradingError
+from autograder import GradingError, handin
 from autograder.notebooks import drop_grader_metadata
 
 #: the file in which nbgrader records when a submission was handed in
 TIMESTAMP = "timestamp.txt"
 #: files nbgrader's submit and collect leave beside the notebooks (the secret names the student's feedback)
 NBGRADER_FILES = (TIMESTAMP, "submission_secret.txt")
+#: what a student may not upload under these names (the hand-in time's record, autograder/handin.py, besides)
+RESERVED = (*NBGRADER_FILES, handin.RECORD)
 #: an LMS export's file names: <prefix>_<student>_attempt_<timestamp>_<file>, where the LMS writes everything up to
 #: the first "_attempt_<timestamp>_" and the student chose only <file>, so the name is read at that first one
 #: (nbgrader's documented example, r".+_(?P<student_id>\w+)_attempt_...", reads it at the last, which a student's
@@ -43,16 +46,19 @@ class Submission:
     notes: list[str] = field(default_factory=list)
     status: str = ""  # empty when it can be graded; else missing | missing-notebook | invalid-notebook
     message: str = ""
-    nbgrader_files: dict[str, str] = field(default_factory=dict)  # timestamp.txt, submission_secret.txt, as collected
+    nbgrader_files: dict[str, str] = field(default_factory=dict)  # timestamp.txt (the time believed), the secret
+    handed_in: tuple[datetime, str] | None = None  # when, and from what (handin.SOURCES): the time believed
+    refused: list[str] = field(default_factory=list)  # what collecting refused of this student's other submissions
 
     @property
     def timestamp(self) -> str | None:
         return self.nbgrader_files.get(TIMESTAMP)
 
 
-def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], named_regexp: str) -> Path:
+def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], named_regexp: str,
+           secret: str = "") -> Path:
     """The folder whose children are student folders: path itself, its unzipped content, or an LMS export laid
-    out anew."""
+    out anew (each student's attempt time signed with the course secret, handin.py)."""
     if path.is_file():
         if not zipfile.is_zipfile(path):
             raise GradingError(f"{path} is neither a folder nor a zip file.")
@@ -70,7 +76,7 @@ def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], n
         if len(assignments) != 1:
             raise GradingError("This looks like a learning-management-system export (one flat list of files): "
                              "name its assignment with --assignment NAME.")
-        return _lay_out_export(flat, scratch / "collected", assignments[0], named_regexp)
+        return _lay_out_export(flat, scratch / "collected", assignments[0], named_regexp, secret)
     return root
 
 
@@ -94,10 +100,20 @@ def ambiguous(name: str, file_id: str) -> str:
             "grade it by hand")
 
 
-def _lay_out_export(files: list[Path], target: Path, assignment: str, named_regexp: str) -> Path:
-    """Copy an LMS export into <student>/<assignment>/<file>, keeping the latest attempt of every file. In the
-    default convention a name that could be read two ways is refused (noted for its student by find())."""
-    latest: dict[tuple[str, str], tuple[str, Path]] = {}
+def _attempt_time(stamp: str) -> datetime | None:
+    """An attempt time in nbgrader zip_collect's convention, e.g. 2026-11-20-14-05-09 (UTC), as a time: compared as
+    text, '2025-5-31' would come after '2025-06-02'."""
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%d-%H-%M-%S")
+    except ValueError:
+        return None
+
+
+def _lay_out_export(files: list[Path], target: Path, assignment: str, named_regexp: str, secret: str = "") -> Path:
+    """Copy an LMS export into <student>/<assignment>/<file>, keeping the latest attempt of every file, with a
+    record of the student's latest attempt time signed with the course secret (handin.py). In the default convention
+    a name that could be read two ways is refused (noted for its student by find())."""
+    latest: dict[tuple[str, str], tuple[datetime | None, str, Path]] = {}
     refused: dict[str, list[str]] = {}
     for path in files:
         match = re.fullmatch(named_regexp, path.name)
@@ -106,26 +122,28 @@ def _lay_out_export(files: list[Path], target: Path, assignment: str, named_rege
         if not student or student.startswith(".") or "/" in student or "/" in file_id:
             continue
         reason = ambiguous(path.name, file_id) if named_regexp == DEFAULT_NAMED_REGEXP else ""
-        if file_id in NBGRADER_FILES:  # the hand-in time is the LMS's attempt time, never a file the student uploaded
+        if file_id in RESERVED:  # the hand-in time is the LMS's attempt time, never a file the student uploaded
             reason = (f"refused the file {path.name!r}: a student's own {file_id!r} is not believed (the hand-in "
                       "time is the LMS's attempt time)")
         if reason:
             refused.setdefault(student, []).append(reason)
             continue
-        if (student, file_id) not in latest or stamp > latest[student, file_id][0]:
-            latest[student, file_id] = (stamp, path)
+        when = _attempt_time(stamp)
+        held = latest.get((student, file_id))
+        if held is None or (when or datetime.min, stamp) > (held[0] or datetime.min, held[1]):
+            latest[student, file_id] = (when, stamp, path)
     handed_in: dict[str, datetime] = {}
-    for (student, file_id), (stamp, path) in latest.items():
+    copied: dict[str, dict[str, bytes]] = {}
+    for (student, file_id), (when, _, path) in latest.items():
         folder = target / student / assignment
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, folder / file_id)
-        try:  # nbgrader's zip_collect convention, e.g. 2026-11-20-14-05-09; compared as times, never as text
-            when = datetime.strptime(stamp, "%Y-%m-%d-%H-%M-%S")
-        except ValueError:
-            continue
-        if student not in handed_in or when > handed_in[student]:
+        copied.setdefault(student, {})[file_id] = path.read_bytes()
+        if when is not None and (student not in handed_in or when > handed_in[student]):
             handed_in[student] = when
-            (folder / TIMESTAMP).write_text(when.strftime("%Y-%m-%d %H:%M:%S"))
+    for student, when in handed_in.items():
+        record = handin.sign(secret, student, assignment, when, "lms", copied[student]) if secret else b""
+        (target / student / assignment / handin.RECORD).write_bytes(record)
     target.mkdir(parents=True, exist_ok=True)
     if refused:
         (target / REFUSED).write_text(json.dumps(refused))
@@ -145,9 +163,11 @@ def _normalised(name: str) -> str:
     return re.sub(r"[\s\-]+", "_", stem)
 
 
-def find(batch: Path, assignments: list[str], expected: dict[str, list[str]]) -> list[Submission]:
+def find(batch: Path, assignments: list[str], expected: dict[str, list[str]], secret: str = "",
+         arrived: float | None = None) -> list[Submission]:
     """One Submission per student folder and assignment; a student's folders that differ only in case are one
-    student."""
+    student. Each is handed in at the time its record signed with secret says, else when it arrived: arrived (the
+    zip's change time, for a zip), else its notebooks' newest change time (handin.py)."""
     by_student: dict[str, list[Path]] = {}
     for folder in visible_dirs(batch):
         by_student.setdefault(folder.name.strip().lower(), []).append(folder)
@@ -157,7 +177,7 @@ def find(batch: Path, assignments: list[str], expected: dict[str, list[str]]) ->
         chosen = folders[0]
         ignored = [f.name for f in folders[1:]]
         for assignment in assignments:
-            sub = _find_one(chosen.name, chosen / assignment, assignment, expected[assignment])
+            sub = _find_one(chosen.name, chosen / assignment, assignment, expected[assignment], secret, arrived)
             if ignored:
                 sub.notes.append(f"also submitted as {ignored}; graded the newest, {chosen.name}")
             found.append(sub)
@@ -191,19 +211,26 @@ def _newest_notebook(folder: Path) -> float:
     return max((p.stat().st_mtime for p in folder.rglob("*.ipynb")), default=0.0)
 
 
-def _find_one(student: str, folder: Path, assignment: str, expected: list[str]) -> Submission:
+def _find_one(student: str, folder: Path, assignment: str, expected: list[str], secret: str = "",
+              arrived: float | None = None) -> Submission:
     sub = Submission(student, assignment)
     if not folder.is_dir():
         sub.status, sub.message = "missing", "no folder for this assignment"
         return sub
     present = sorted(p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts)
-    for name in NBGRADER_FILES:  # what nbgrader's collect left beside the notebooks
+    record = b""
+    for name in RESERVED:  # what nbgrader's collect, autograder's collect or an LMS layout left beside the notebooks
         path = folder / name
         if path in present:
             present.remove(path)
+            if name == handin.RECORD:
+                record = path.read_bytes()[: handin.MAX_RECORD_BYTES + 1]
+                continue
             text = path.read_text(errors="replace").strip()
             if text and text.isprintable() and len(text) <= 256:
                 sub.nbgrader_files[name] = text
+    held = handin.read(record, secret, student, assignment) if record and secret else None
+    refusals = [str(reason) for reason in (held or {}).get("refused", [])]
     notebooks = [p for p in present if p.suffix.lower() == ".ipynb"]
     for name in expected:
         exact = folder / name
@@ -217,8 +244,9 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str]) 
         else:
             sub.status = "missing-notebook"
             listed = [p.name for p in notebooks] or "no notebooks"
-            sub.message = (f"expected {name}, found {listed}" if not matches else
-                           f"expected {name}, found several versions {[p.name for p in matches]}: keep one")
+            sub.message = "; ".join([f"expected {name}, found {listed}" if not matches else
+                                     f"expected {name}, found several versions {[p.name for p in matches]}: keep one",
+                                     *refusals])
             return sub
         if chosen.name != name:
             sub.notes.append(f"graded {chosen.name!r} as {name}")
@@ -231,7 +259,42 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str]) 
     if extra:
         more = " ..." if len(extra) > 5 else ""
         sub.notes.append(f"ignored {len(extra)} extra file(s): {', '.join(extra[:5])}{more}")
+    _settle_time(sub, held, bool(record), arrived)
+    sub.refused = refusals
+    sub.notes.extend(refusals)
     return sub
+
+
+def _settle_time(sub: Submission, held: dict | None, had_record: bool, arrived: float | None) -> None:
+    """Set when the submission was handed in (sub.handed_in, and the timestamp.txt nbgrader is given): its signed
+    record's time when the record covers exactly the notebooks graded, else when it arrived (handin.py). A
+    timestamp.txt the student's side wrote is never believed: the note says so when it claimed another time."""
+    notebooks = {path.name: path.read_bytes() for path in sub.notebooks.values()}
+    claimed = sub.nbgrader_files.pop(TIMESTAMP, None)
+    if held is not None and handin.covers(held, notebooks):
+        when, source = held["handed_in"], held["source"]
+    else:
+        if had_record:
+            sub.notes.append(f"its {handin.RECORD} is not one this course signed for these notebooks: the time they "
+                             "arrived on this machine counts")
+        when = handin.utc(arrived if arrived is not None else
+                          max(path.lstat().st_ctime for path in sub.notebooks.values()))
+        source = "arrived"
+    sub.handed_in = (when, source)
+    sub.nbgrader_files[TIMESTAMP] = handin.nbgrader_time(when)
+    if claimed and _claims_other_time(claimed, when):
+        how = {"lms": "the LMS's attempt time", "exchange": "when its exchange folder last changed (python -m "
+               "autograder collect)", "arrived": "when its files arrived on this machine"}[source]
+        sub.notes.append(f"its own timestamp.txt ({claimed[:40]!r}) is not believed: nbgrader's submit writes it on "
+                         f"the student's side; handed in {when:%Y-%m-%d %H:%M:%S} UTC, {how}")
+
+
+def _claims_other_time(claimed: str, when: datetime) -> bool:
+    try:
+        other = parse_utc(claimed)  # nbgrader's own reading of timestamp.txt
+    except (ValueError, OverflowError, TypeError):
+        return True
+    return abs((other.replace(tzinfo=None) - when.replace(tzinfo=None)).total_seconds()) >= 1
 
 
 def read_notebook(name: str, data: bytes) -> tuple[nbformat.NotebookNode | None, str]:

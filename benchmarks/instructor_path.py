@@ -4,7 +4,8 @@
 
 In a course directory of its own (the course's nbgrader_config.py and source/, a SQLite gradebook, an exchange),
 as README's "The gradebook is the record" describes: import a roster, set a due date and a late policy ("zero"),
-grade a class of 01 (solved, untouched and mistaken notebooks, handed in on time), grade late work from an LMS
+grade a class of 01 (solved, untouched and mistaken notebooks, handed in on time through the exchange and
+collected with `python -m autograder collect`), grade late work from an LMS
 zip into the same results, change a score through Formgrader's own HTTP API in a running JupyterLab, refresh
 grades.csv, export for Canvas, and release feedback through nbgrader's exchange. Each step checks its outcome
 (e.g. the late student scores 0 in grades.csv, `nbgrader export` and the Canvas file alike) and prints
@@ -21,6 +22,7 @@ import time
 import urllib.request
 import zipfile
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import nbformat
@@ -37,7 +39,9 @@ from catalogue import mistakes  # noqa: E402
 
 A = "01_self_attention"
 NB = course_dir.notebooks(A)[0]
-DUE = "2026-11-21 00:00:00 UTC"
+#: due tomorrow: the class hands in through the exchange now, on time; the LMS's late attempts are 33.5 h after it
+DUE_AT = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+DUE = DUE_AT.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _notebook(kind: int) -> nbformat.NotebookNode:
@@ -94,15 +98,19 @@ def main() -> None:
         roster = "id,first_name,last_name,email\n" + "".join(
             f"{s},First{i},Last{i},{s}@uni.test\n" for i, s in enumerate([*on_time, *late]))
         (course.root / "roster.csv").write_text(roster)
-        batch, out = root / "class", root / "results"
-        for i, student in enumerate(on_time):
-            (batch / student / A).mkdir(parents=True)
-            nbformat.write(_notebook(i % 3), batch / student / A / NB)
-            (batch / student / A / "timestamp.txt").write_text("2026-11-20 18:00:00.000000 UTC")
+        out = root / "results"
+        inbound = course.root / "exchange" / "transformers-from-scratch" / "inbound"
+        for i, student in enumerate(on_time):  # as nbgrader submit leaves it, its timestamp.txt the student's own
+            handed = inbound / f"{student}+{A}+2026-11-20 18:00:00.000000 UTC+r{i}"
+            handed.mkdir(parents=True)
+            nbformat.write(_notebook(i % 3), handed / NB)
+            (handed / "timestamp.txt").write_text("2026-11-20 18:00:00.000000 UTC")
+        batch = course.root / "submitted"
+        late_at = (DUE_AT + timedelta(hours=33.5)).strftime("%Y-%m-%d-%H-%M-%S")
         lms_zip = root / "late.zip"
         with zipfile.ZipFile(lms_zip, "w") as z:
             for student in late:
-                z.writestr(f"{A}_{student}_attempt_2026-11-22-09-30-00_{NB}",
+                z.writestr(f"{A}_{student}_attempt_{late_at}_{NB}",
                            nbformat.writes(_notebook(0)))
 
         def roster_and_policy() -> str:
@@ -113,11 +121,19 @@ def main() -> None:
             return f"{len(on_time) + len(late)} students imported, due {DUE}, penalty 'zero'"
         step("import the roster, set a due date and a late policy", roster_and_policy)
 
+        def collect() -> str:
+            # every exchange folder here is root's: on a hub each would be its student's, and collect checks that
+            _run([*grader, "collect", A, "--course", str(course.root), "--no-check-owner"], course_dir.ROOT)
+            collected = sorted(p.parent.parent.name for p in batch.glob(f"*/{A}/handin.json"))
+            assert collected == sorted(on_time), collected
+            return f"{len(collected)} submissions collected from the exchange, each with the time it was handed in"
+        step("collect from the exchange (python -m autograder collect)", collect)
+
         def grade_class() -> str:
             _run([*grader, "grade", str(batch), "--assignment", A, "--out", str(out), "--gradebook", "--course",
                   str(course.root), "--workers", "2", *safety], course_dir.ROOT)
             rows = _grades(out)
-            assert all(rows[s]["status"] == "graded" for s in on_time), rows
+            assert all(rows[s]["status"] == "graded" and not rows[s]["late"] for s in on_time), rows
             assert {rows[s]["status"] for s in late} == {"missing"}, "the roster's students with no submission"
             return f"{len(on_time)} graded; mean {sum(float(rows[s]['score']) for s in on_time) / len(on_time):.2f}"
         step("grade a class (--gradebook)", grade_class)

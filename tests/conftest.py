@@ -4,17 +4,20 @@ import html
 import os
 import re
 import shutil
+from datetime import timezone
 from pathlib import Path
 
 import nbformat
 import pytest
+from nbgrader.utils import parse_utc
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # replays run setup cells that import pyplot
 
-from autograder import course_dir, sandbox
+from autograder import course_dir, handin, sandbox
 from autograder.grade import Course, grade
 from autograder.notebooks import answer_cells, filled
 from autograder.results import Grade
+from autograder.secret import course_secret
 from catalogue import mistakes
 
 ROOT = course_dir.ROOT
@@ -133,12 +136,23 @@ def instructor_course(folder: Path, db_url: str):
 SMALL_CLASS = "01_self_attention"
 
 
+def collected_at(folder: Path, when: str) -> None:
+    """Leave what `python -m autograder collect` leaves beside a submission's notebooks collected at `when`: the
+    timestamp.txt and the hand-in record signed with the course secret (autograder/handin.py)."""
+    moment = parse_utc(when).replace(tzinfo=timezone.utc)
+    notebooks = {p.name: p.read_bytes() for p in folder.glob("*.ipynb")}
+    (folder / "timestamp.txt").write_text(handin.nbgrader_time(moment))
+    student, assignment = folder.parent.name, folder.name
+    (folder / handin.RECORD).write_bytes(handin.sign(course_secret(), student, assignment, moment, "exchange",
+                                                     notebooks))
+
+
 def small_class_batch(folder: Path) -> Path:
     """Four students handing in 01: one solved, collected through nbgrader's exchange (with the timestamp.txt and
     submission_secret.txt that nbgrader's submit leaves), one untouched, two with a catalogued mistake each."""
     notebook = course_dir.notebooks(SMALL_CLASS)[0]
     write_submission(folder, "ada", SMALL_CLASS, notebook, complete_submission(SMALL_CLASS, notebook))
-    (folder / "ada" / SMALL_CLASS / "timestamp.txt").write_text("2026-11-20 14:05:09.123456 UTC")
+    collected_at(folder / "ada" / SMALL_CLASS, "2026-11-20 14:05:09.123456 UTC")
     (folder / "ada" / SMALL_CLASS / "submission_secret.txt").write_text("5ec7e7" * 20)
     write_submission(folder, "bob", SMALL_CLASS, notebook, release_notebook(SMALL_CLASS, notebook))
     for student, variant in zip(("cy", "dee"), mistakes(SMALL_CLASS)[:2], strict=True):

@@ -22,6 +22,8 @@ from autograder.judging import METADATA_KEY
 from autograder.notebooks import GRADER_CELL_KEYS, NOTES_KEY, add_note, grade_id, grading_notes
 from autograder.submissions import DEFAULT_NAMED_REGEXP, find, read_notebook, unpack
 
+SECRET = "0f" * 32  # a course secret of the tests' own
+
 A, NB = "01_self_attention", "self_attention.ipynb"
 COMPLETE = json.loads(nbformat.writes(complete_submission(A, NB)))
 ANSWER = next(i for i, c in enumerate(COMPLETE["cells"]) if c["metadata"].get("nbgrader", {}).get("solution")
@@ -258,19 +260,25 @@ BOB_AS_ALICE = f"A1_bob_attempt_2026-11-03-10-00-00_x_alice_attempt_2099-01-01-0
 
 
 def _lay_out(tmp_path, names: list[str]):
+    tmp_path.mkdir(exist_ok=True)
     archive = tmp_path / "export.zip"
     with zipfile.ZipFile(archive, "w") as z:
         for name in names:
             z.writestr(name, name)
-    root = unpack(archive, tmp_path / "scratch", {A}, [A], DEFAULT_NAMED_REGEXP)
-    return root, {s.student: s for s in find(root, [A], {A: [NB]})}
+    root = unpack(archive, tmp_path / "scratch", {A}, [A], DEFAULT_NAMED_REGEXP, SECRET)
+    return root, {s.student: s for s in find(root, [A], {A: [NB]}, SECRET)}
+
+
+def _handed_in(sub) -> str:
+    when, source = sub.handed_in
+    return f"{when:%Y-%m-%d %H:%M:%S} {source}"
 
 
 def test_a_file_name_cannot_move_a_submission_onto_another_student(tmp_path):
     root, subs = _lay_out(tmp_path, [f"A1_alice_attempt_2026-11-02-10-00-00_{NB}", BOB_AS_ALICE])
     alice = root / "alice" / A / NB
     assert alice.read_text() == f"A1_alice_attempt_2026-11-02-10-00-00_{NB}", "alice's notebook was replaced"
-    assert (root / "alice" / A / "timestamp.txt").read_text() == "2026-11-02 10:00:00"
+    assert _handed_in(subs["alice"]) == "2026-11-02 10:00:00 lms"
     assert subs["bob"].status == "missing-notebook" and "refused the file" in subs["bob"].message
     assert "alice" in subs["bob"].message and not subs["alice"].notes
 
@@ -291,12 +299,16 @@ def test_a_students_own_timestamp_in_an_lms_zip_is_refused_and_the_attempt_time_
     # "2025-5-31" compared greater than "2025-06-02" as text: a 34-hour-late submission was graded on time
     root, subs = _lay_out(tmp_path, [f"A1_ada_attempt_2025-06-02-10-00-00_{NB}",
                                      "A1_ada_attempt_2025-06-02-10-00-00_timestamp.txt"])
-    assert (root / "ada" / A / "timestamp.txt").read_text() == "2025-06-02 10:00:00"
-    assert subs["ada"].nbgrader_files["timestamp.txt"] == "2025-06-02 10:00:00"
+    assert _handed_in(subs["ada"]) == "2025-06-02 10:00:00 lms"
+    assert subs["ada"].nbgrader_files["timestamp.txt"] == "2025-06-02 10:00:00.000000 UTC"
     assert any("timestamp.txt" in note and "not believed" in note for note in subs["ada"].notes), subs["ada"].notes
 
 
 def test_the_latest_attempt_is_the_latest_in_time_not_in_spelling(tmp_path):
-    root, _ = _lay_out(tmp_path, [f"A1_ada_attempt_2025-5-31-10-00-00_{NB}".replace(NB, "a.ipynb"),
-                                  f"A1_ada_attempt_2025-06-02-10-00-00_{NB}"])
-    assert (root / "ada" / A / "timestamp.txt").read_text() == "2025-06-02 10:00:00"
+    root, subs = _lay_out(tmp_path, [f"A1_ada_attempt_2025-5-31-10-00-00_{NB}".replace(NB, "a.ipynb"),
+                                     f"A1_ada_attempt_2025-06-02-10-00-00_{NB}"])
+    assert _handed_in(subs["ada"]) == "2025-06-02 10:00:00 lms"
+    # and of two attempts at one file, the later in time is kept
+    root, subs = _lay_out(tmp_path / "again", [f"A1_ada_attempt_2025-06-02-10-00-00_{NB}",
+                                               f"A1_ada_attempt_2025-5-31-10-00-00_{NB}"])
+    assert (root / "ada" / A / NB).read_text() == f"A1_ada_attempt_2025-06-02-10-00-00_{NB}"

@@ -13,6 +13,7 @@ import nbformat
 import pytest
 from conftest import (
     SMALL_CLASS,
+    collected_at,
     complete_submission,
     instructor_course,
     release_notebook,
@@ -34,7 +35,7 @@ ROSTER = "id,first_name,last_name,email\nada,Ada,Lovelace,ada@uni.test\nlate,Lee
 
 
 def _stamp(batch, student: str, when: str) -> None:
-    (batch / student / A / "timestamp.txt").write_text(when)
+    collected_at(batch / student / A, when)
 
 
 @pytest.fixture(scope="module")
