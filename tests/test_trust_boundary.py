@@ -12,12 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from forgery import MEMORISED
 from replay import grade as replay_grade
 
 from autograder import course_dir, secret
+from autograder.feedback import HIDDEN_BLOCK
 from autograder.judging import check_for, checks_module, judge
 from course.checks import compare, seeds, weights
 from course.checks.check import Check, checks_of
@@ -28,6 +30,28 @@ ASSIGNMENTS = course_dir.assignments()
 A = "01_self_attention"
 NO_SOFTMAX = "def attention_weights(x):\n    return x @ x.transpose(1, 2)\n"
 
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_hidden_test_is_one_call_of_a_public_probe_so_its_text_is_no_secret(assignment):
+    """A kernel sees the code it runs (an IPython pre_run_cell hook gets every cell's source), so a student's code
+    can copy a hidden test's text into an output, encoded past any scrubbing. That is harmless only while a hidden
+    test holds nothing the student lacks: one call of a probe of course.checks, the package every student has,
+    on names of their own notebook. What a student cannot know is the grading seed and the judge, both outside."""
+    module = checks_module(assignment)
+    for notebook in course_dir.notebooks(assignment):
+        nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
+        blocks = [block for cell in nb.cells if cell.cell_type == "code" for block in HIDDEN_BLOCK.findall(cell.source)]
+        assert blocks, f"{notebook} has no hidden tests"
+        for block in blocks:
+            body = ast.parse(block).body
+            assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call), block
+            call = body[0].value
+            assert isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name), block
+            assert call.func.value.id == "check" and callable(getattr(module, call.func.attr, None)), \
+                f"{block.strip()!r} calls no probe of {module.__name__}"
+            assert all(isinstance(arg, ast.Name) for arg in [*call.args, *(k.value for k in call.keywords)]), \
+                f"{block.strip()!r} passes more than names: a literal there would be a secret a student could print"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
