@@ -13,11 +13,31 @@ if _scripts not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = os.pathsep.join([_scripts, os.environ.get("PATH", "")])
 
 c.CourseDirectory.course_id = "transformers-from-scratch"
+
+
+def _machine_exchange() -> str | None:
+    """The exchange a machine-wide or user nbgrader_config.py names (a hub's, deploy/nbgrader_config.py), if any."""
+    from jupyter_core.paths import jupyter_config_path  # noqa: PLC0415 - only nbgrader's own loading needs it
+    from traitlets.config.loader import PyFileConfigLoader  # noqa: PLC0415
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in jupyter_config_path():
+        if os.path.abspath(folder) != here and os.path.isfile(os.path.join(folder, "nbgrader_config.py")):
+            root = PyFileConfigLoader("nbgrader_config.py", path=folder).load_config().Exchange.get("root")
+            if root:
+                return root
+    return None
+
+
 # Assignments and feedback travel through an exchange folder inside the course (git-ignored), so JupyterLab's
-# Assignment List and Formgrader work on one machine without a shared system folder. On JupyterHub, point every
-# user's nbgrader at one shared folder instead: c.Exchange.root = "/srv/nbgrader/exchange" (see README).
-c.Exchange.root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exchange")
-os.makedirs(c.Exchange.root, exist_ok=True)  # nbgrader's exchange refuses a root that does not exist yet
+# Assignment List and Formgrader work on one machine without a shared system folder; on a JupyterHub, through the
+# one shared folder the hub's nbgrader_config.py names (deploy/, README's "A class on JupyterHub").
+_shared = _machine_exchange()
+if _shared:
+    c.Exchange.root = _shared
+else:
+    c.Exchange.root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exchange")
+    os.makedirs(c.Exchange.root, exist_ok=True)  # nbgrader's exchange refuses a root that does not exist yet
 # Only the notebooks of an assignment are part of it; keep caches and editor leftovers out of release.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.egg-info", ".DS_Store"]
 

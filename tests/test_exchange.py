@@ -5,9 +5,13 @@ release_feedback and fetch_feedback on a graded folder submission."""
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 
 import pytest
 
+from autograder import course_dir
 from autograder.exchange import SECRET, TIMESTAMP, feedback_name, make_releasable, release_files, write_student_cache
 
 A, NB = "01_self_attention", "self_attention.ipynb"
@@ -88,3 +92,20 @@ def test_the_students_cache_entry_is_what_nbgraders_submit_leaves(tmp_path):
 def test_the_feedback_name_is_nbgraders_hash_of_secret_and_notebook():
     expected = hashlib.md5((SUBMITTED_SECRET + "self_attention").encode()).hexdigest() + ".html"  # noqa: S324
     assert feedback_name(SUBMITTED_SECRET, NB) == expected
+
+
+def test_the_course_uses_the_exchange_a_hubs_nbgrader_config_names_else_its_own(tmp_path):
+    """On a JupyterHub the machine-wide nbgrader_config.py (deploy/) names one exchange for every user; the
+    course's own config must not send the instructor to a private one beside the course."""
+    shared = tmp_path / "etc"
+    shared.mkdir()
+    (shared / "nbgrader_config.py").write_text('c = get_config()\nc.Exchange.root = "/srv/nbgrader/exchange"\n')
+    load = ("from traitlets.config.loader import PyFileConfigLoader as L; "
+            f"print(L('nbgrader_config.py', path={str(course_dir.ROOT)!r}).load_config().Exchange.root)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_")}
+    on_hub = subprocess.run([sys.executable, "-c", load], env={**env, "JUPYTER_CONFIG_PATH": str(shared)},
+                            capture_output=True, text=True, check=True)
+    assert on_hub.stdout.strip() == "/srv/nbgrader/exchange", on_hub.stderr
+    alone = subprocess.run([sys.executable, "-c", load], env={**env, "JUPYTER_CONFIG_DIR": str(tmp_path / "none")},
+                           capture_output=True, text=True, check=True)
+    assert alone.stdout.strip() == str(course_dir.ROOT / "exchange"), alone.stderr
