@@ -11,7 +11,7 @@ command collects the same folders into the same place, believing none of that:
   whose name is the student id (``--no-check-owner`` where every student has the same uid, e.g. a hub spawning
   containers; then any student can hand in under another's name, as with nbgrader collect);
 - it must hold only regular files each with one link (no symbolic link, hard link, fifo, socket or device), each
-  at most ``MAX_FILE_MB``, read without following a link; anything else refuses the folder, with the reason in that
+  at most ``NOTEBOOK_MB``, read without following a link; anything else refuses the folder, with the reason in that
   student's row of grades.csv;
 - the hand-in time is the newest change time (ctime) of the folder and of everything in it, which the student
   cannot set back (autograder/handin.py); the latest folder by that time is collected; the time goes into
@@ -37,9 +37,8 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder import GradingError, course_dir, handin
 from autograder.exchange import SECRET
 from autograder.secret import course_secret
-from autograder.submissions import TIMESTAMP
+from autograder.submissions import NOTEBOOK_MB, TIMESTAMP
 
-MAX_FILE_MB = 20
 #: files nbgrader's submit writes besides the notebooks, whose content is not taken from the student
 SUBMIT_FILES = (TIMESTAMP, handin.RECORD)
 _SECRET_FORM = re.compile(rb"[0-9a-f]{32,256}")
@@ -106,8 +105,8 @@ def _read_folder(folder: Path, check_owner: bool, student: str) -> tuple[dict[st
                 problems.append(f"{relative!r} is a {_kind(info.st_mode)}, not a file")
             elif info.st_nlink != 1:
                 problems.append(f"{relative!r} is a hard link ({info.st_nlink} names for one file)")
-            elif info.st_size > MAX_FILE_MB * 1024 * 1024:
-                problems.append(f"{relative!r} is {info.st_size / 2**20:.1f} MB; at most {MAX_FILE_MB} MB is collected")
+            elif info.st_size > NOTEBOOK_MB * 1024 * 1024:
+                problems.append(f"{relative!r} is {info.st_size / 2**20:.1f} MB; at most {NOTEBOOK_MB} MB is collected")
             elif dirpath == str(folder):
                 entries.append((name, info))
     if problems:
@@ -121,7 +120,7 @@ def _read_folder(folder: Path, check_owner: bool, student: str) -> tuple[dict[st
             now = os.fstat(f.fileno())
             if (now.st_ino, now.st_dev) != (info.st_ino, info.st_dev) or now.st_nlink != 1:
                 return {}, newest, [f"{name!r} changed while it was collected"]
-            files[name] = f.read(MAX_FILE_MB * 1024 * 1024 + 1)
+            files[name] = f.read(NOTEBOOK_MB * 1024 * 1024 + 1)
     if not any(name.endswith(".ipynb") for name in files):
         problems.append(f"no notebook in it (found {sorted(files) or 'nothing'})")
     secret = files.get(SECRET, b"").strip()

@@ -8,6 +8,7 @@ or the flat zip a learning-management system exports, whose file names carry the
 import json
 import re
 import shutil
+import stat
 import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,11 +30,20 @@ RESERVED = (*NBGRADER_FILES, handin.RECORD)
 #: the first "_attempt_<timestamp>_" and the student chose only <file>, so the name is read at that first one
 #: (nbgrader's documented example, r".+_(?P<student_id>\w+)_attempt_...", reads it at the last, which a student's
 #: own file name could then move onto another student)
+MB = 1024 * 1024
 DEFAULT_NAMED_REGEXP = r".+?_(?P<student_id>[^\W_]+)_attempt_(?P<timestamp>[0-9\-]+)_(?P<file_id>.+)"
 #: a file name that, past the first attempt marker, holds another: it could be read as another student's or attempt
 SECOND_ATTEMPT = re.compile(r"(?:^|_)[^\W_]+_attempt_[0-9\-]+_")
 #: where laying out an LMS export leaves the files it refused, for find() to report: student -> [reasons]
 REFUSED = ".autograder-refused.json"
+#: the largest notebook the grader reads. The course's largest honest notebook, executed with every figure
+#: (solutions/07), is 0.3 MB; a student's with big printed tensors or extra figures can reach a few MB. Above this a
+#: notebook is refused, by its size on disk, before a byte of it is parsed: parsing, grading and rendering a 100 MB
+#: notebook took 1.36 GB of memory and wrote a 105 MB feedback page.
+NOTEBOOK_MB = 20
+#: the most a zip may expand to in all (every entry is also cut at NOTEBOOK_MB + 1 byte while it is extracted, so a
+#: zip bomb's entries cost at most that much each)
+ZIP_TOTAL_MB = 4096
 
 
 @dataclass
@@ -63,8 +73,7 @@ def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], n
         if not zipfile.is_zipfile(path):
             raise GradingError(f"{path} is neither a folder nor a zip file.")
         target = scratch / "unzipped"
-        with zipfile.ZipFile(path) as archive:
-            archive.extractall(target)  # zipfile drops absolute paths and '..' components
+        _extract(path, target)
         path = target
     if not path.is_dir():
         raise GradingError(f"{path} does not exist.")
@@ -78,6 +87,35 @@ def unpack(path: Path, scratch: Path, known: set[str], assignments: list[str], n
                              "name its assignment with --assignment NAME.")
         return _lay_out_export(flat, scratch / "collected", assignments[0], named_regexp, secret)
     return root
+
+
+def _extract(archive_path: Path, target: Path) -> None:
+    """Extract a zip as plain files and folders, never trusting its declared sizes: each entry is copied up to
+    NOTEBOOK_MB + 1 bytes (a file cut there is refused as too large when its submission is read, by its size) and
+    the whole up to ZIP_TOTAL_MB. Absolute paths and '..' parts are dropped, and nothing but plain files and folders
+    is made (a link entry becomes a file holding its target's name)."""
+    written, cap = 0, NOTEBOOK_MB * MB + 1
+    with zipfile.ZipFile(archive_path) as archive:
+        for entry in archive.infolist():
+            name = entry.filename
+            destination = target.joinpath(*[part for part in Path(name.replace("\\", "/")).parts
+                                            if part not in ("", ".", "..", "/")])
+            if not destination.resolve().is_relative_to(target.resolve()) or destination == target:
+                continue
+            if entry.is_dir():
+                destination.mkdir(parents=True, exist_ok=True)
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(entry) as source, destination.open("wb") as sink:
+                left = cap
+                while left > 0 and (chunk := source.read(min(left, MB))):
+                    sink.write(chunk)
+                    left -= len(chunk)
+                    written += len(chunk)
+                    if written > ZIP_TOTAL_MB * MB:
+                        raise GradingError(f"{archive_path} expands to more than {ZIP_TOTAL_MB} MB (its entries "
+                                           f"declare {sum(e.file_size for e in archive.infolist()) / MB:.0f} MB); "
+                                           "grade it in parts. Nothing was written.")
 
 
 def _layout_root(folder: Path, known: set[str]) -> Path:
@@ -208,7 +246,7 @@ def _report_refused(batch: Path, assignments: list[str], found: list[Submission]
 
 
 def _newest_notebook(folder: Path) -> float:
-    return max((p.stat().st_mtime for p in folder.rglob("*.ipynb")), default=0.0)
+    return max((p.lstat().st_mtime for p in folder.rglob("*.ipynb")), default=0.0)
 
 
 def _find_one(student: str, folder: Path, assignment: str, expected: list[str], secret: str = "",
@@ -217,20 +255,24 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str], 
     if not folder.is_dir():
         sub.status, sub.message = "missing", "no folder for this assignment"
         return sub
-    present = sorted(p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts)
+    present = sorted(p for p in folder.rglob("*") if not p.is_dir() and ".ipynb_checkpoints" not in p.parts)
     record = b""
     for name in RESERVED:  # what nbgrader's collect, autograder's collect or an LMS layout left beside the notebooks
         path = folder / name
         if path in present:
             present.remove(path)
+            if _not_plain(path) or path.lstat().st_size > handin.MAX_RECORD_BYTES:
+                sub.notes.append(f"ignored its {name}: {_not_plain(path) or 'too large'}")
+                continue
             if name == handin.RECORD:
-                record = path.read_bytes()[: handin.MAX_RECORD_BYTES + 1]
+                record = path.read_bytes()
                 continue
             text = path.read_text(errors="replace").strip()
             if text and text.isprintable() and len(text) <= 256:
                 sub.nbgrader_files[name] = text
     held = handin.read(record, secret, student, assignment) if record and secret else None
     refusals = [str(reason) for reason in (held or {}).get("refused", [])]
+    odd = {p: _not_plain(p) for p in present}
     notebooks = [p for p in present if p.suffix.lower() == ".ipynb"]
     for name in expected:
         exact = folder / name
@@ -247,6 +289,12 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str], 
             sub.message = "; ".join([f"expected {name}, found {listed}" if not matches else
                                      f"expected {name}, found several versions {[p.name for p in matches]}: keep one",
                                      *refusals])
+            return sub
+        if odd.get(chosen) or chosen.lstat().st_size > NOTEBOOK_MB * MB:
+            sub.status = "invalid-notebook"
+            sub.message = odd.get(chosen) or (
+                f"{chosen.name} is larger than {NOTEBOOK_MB} MB, the most the grader reads of a notebook: clear "
+                "large outputs (Edit > Clear Outputs of All Cells) and resubmit")
             return sub
         if chosen.name != name:
             sub.notes.append(f"graded {chosen.name!r} as {name}")
@@ -295,6 +343,20 @@ def _claims_other_time(claimed: str, when: datetime) -> bool:
     except (ValueError, OverflowError, TypeError):
         return True
     return abs((other.replace(tzinfo=None) - when.replace(tzinfo=None)).total_seconds()) >= 1
+
+
+def _not_plain(path: Path) -> str:
+    """Why the grader does not read this file ('' when it is a plain file with one name): a symbolic link could point
+    at any file of the grading machine (the instructor's source notebook), a hard link is another file's content
+    under this name, and a fifo or a device could block or never end."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path.name} is a symbolic link; the grader reads only plain files"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path.name} is not a plain file (a fifo, a socket or a device); the grader reads only plain files"
+    if info.st_nlink > 1:
+        return f"{path.name} is a hard link ({info.st_nlink} names for one file); the grader reads only plain files"
+    return ""
 
 
 def read_notebook(name: str, data: bytes) -> tuple[nbformat.NotebookNode | None, str]:

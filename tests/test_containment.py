@@ -8,19 +8,22 @@ in the sandbox (wired into test_hostile.py).
 
 import copy
 import json
+import os
 import time
 import warnings
 import zipfile
 
 import nbformat
 import pytest
-from conftest import complete_submission
+from conftest import complete_submission, use_sandbox
 from traitlets.config import Config
 
+from autograder import GradingError, submissions
 from autograder.execute import GradingExecute, folder_usage, message_size
+from autograder.grade import grade
 from autograder.judging import METADATA_KEY
 from autograder.notebooks import GRADER_CELL_KEYS, NOTES_KEY, add_note, grade_id, grading_notes
-from autograder.submissions import DEFAULT_NAMED_REGEXP, find, read_notebook, unpack
+from autograder.submissions import DEFAULT_NAMED_REGEXP, NOTEBOOK_MB, find, read_notebook, unpack
 
 SECRET = "0f" * 32  # a course secret of the tests' own
 
@@ -312,3 +315,72 @@ def test_the_latest_attempt_is_the_latest_in_time_not_in_spelling(tmp_path):
     root, subs = _lay_out(tmp_path / "again", [f"A1_ada_attempt_2025-06-02-10-00-00_{NB}",
                                                f"A1_ada_attempt_2025-5-31-10-00-00_{NB}"])
     assert (root / "ada" / A / NB).read_text() == f"A1_ada_attempt_2025-06-02-10-00-00_{NB}"
+
+
+# ------------------------------------------------------------------------------------------ 6. size and kind
+
+def _huge_notebook(megabytes: int) -> bytes:
+    """A notebook whose one output is `megabytes` MB of one character: a zip holds it in about a thousandth of that."""
+    nb = copy.deepcopy(COMPLETE)
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "x" * (megabytes * 1024 * 1024)}]
+    return json.dumps(nb).encode()
+
+
+def test_a_zip_bomb_notebook_is_refused_by_its_size_and_nothing_over_the_cap_is_written(tmp_path):
+    archive = tmp_path / "batch.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(f"class/ada/{A}/{NB}", json.dumps(COMPLETE))
+        z.writestr(f"class/eve/{A}/{NB}", _huge_notebook(100))
+    assert archive.stat().st_size < 300_000, "the 100 MB notebook travels in a small zip"
+    root = unpack(archive, tmp_path / "scratch", {A}, [A], DEFAULT_NAMED_REGEXP, SECRET)
+    written = root / "eve" / A / NB
+    assert written.stat().st_size == NOTEBOOK_MB * 1024 * 1024 + 1, "extraction stops one byte past the cap"
+    subs = {s.student: s for s in find(root, [A], {A: [NB]}, SECRET)}
+    assert subs["ada"].status == "", subs["ada"].message
+    assert subs["eve"].status == "invalid-notebook", subs["eve"]
+    assert f"larger than {NOTEBOOK_MB} MB" in subs["eve"].message, subs["eve"]
+
+
+def test_a_zip_that_expands_past_its_total_is_refused_before_grading(tmp_path, monkeypatch):
+    monkeypatch.setattr(submissions, "ZIP_TOTAL_MB", 30)
+    archive = tmp_path / "batch.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        for student in ("a", "b"):
+            z.writestr(f"{student}/{A}/{NB}", _huge_notebook(19))
+    with pytest.raises(GradingError, match="expands to more than 30 MB"):
+        unpack(archive, tmp_path / "scratch", {A}, [A], DEFAULT_NAMED_REGEXP, SECRET)
+
+
+@pytest.mark.parametrize("kind", ["symbolic link", "hard link", "fifo", "too large"])
+def test_a_notebook_that_is_not_a_plain_file_of_a_sane_size_is_refused_with_the_reason(tmp_path, kind):
+    batch = tmp_path / "batch"
+    for student in ("ada", "eve"):
+        (batch / student / A).mkdir(parents=True)
+    (batch / "ada" / A / NB).write_text(json.dumps(COMPLETE))
+    secret_notebook = tmp_path / "instructor-source.ipynb"
+    secret_notebook.write_text(json.dumps(COMPLETE))
+    target = batch / "eve" / A / NB
+    make = {"symbolic link": lambda: target.symlink_to(secret_notebook),
+            "hard link": lambda: os.link(secret_notebook, target), "fifo": lambda: os.mkfifo(target),
+            "too large": lambda: target.write_bytes(_huge_notebook(NOTEBOOK_MB + 1))}
+    make[kind]()
+    subs = {s.student: s for s in find(batch, [A], {A: [NB]}, SECRET)}
+    assert subs["ada"].status == ""
+    assert subs["eve"].status == "invalid-notebook", subs["eve"]
+    said = kind if kind != "too large" else f"larger than {NOTEBOOK_MB} MB"
+    assert said in subs["eve"].message, subs["eve"].message
+
+
+def test_a_zip_bomb_in_an_lms_export_costs_its_student_alone(tmp_path):
+    """Graded by real nbgrader: the honest student beside it scores full marks, the bomb's row says why it was
+    refused, and no feedback page is written for it."""
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(f"A1_ada_attempt_2026-11-20-10-00-00_{NB}", json.dumps(COMPLETE))
+        z.writestr(f"A1_eve_attempt_2026-11-20-10-00-00_{NB}", _huge_notebook(100))
+    rows = {r.student: r for r in grade(archive, tmp_path / "out", [A], sandbox=use_sandbox(), progress=False)}
+    assert rows["ada"].status == "graded" and rows["ada"].score == rows["ada"].max_score, rows["ada"]
+    assert rows["eve"].status == "invalid-notebook", rows["eve"]
+    assert f"larger than {NOTEBOOK_MB} MB" in rows["eve"].message, rows["eve"]
+    assert not (tmp_path / "out" / "feedback" / "eve").exists()
