@@ -11,19 +11,21 @@ assignments not in this batch stay (``prune`` removes them, an explicit act).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from multiprocessing import get_context
+from multiprocessing.connection import wait
 from pathlib import Path
 
 import nbformat
@@ -48,8 +50,6 @@ from autograder.workspace import (
 )
 
 STATE_FILE = ".grading-state.json"
-#: how many pools of worker processes grade the jobs a dead worker process left unfinished
-POOL_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -87,24 +87,27 @@ def _fingerprint(sub: Submission, version: str) -> str:
 
 # ----------------------------------------------------------------------------------------------- where jobs run
 
-_workspace: Workspace | None = None
-_unready: Exception | None = None  # why this worker process could not set up its workspace
-
-
-def _start_worker(scratch: str, options: Options) -> None:
-    """Set up the worker's workspace. A failure is kept and raised for every job, so that each error row says why
-    (e.g. the course changed after the batch started) instead of an opaque broken process pool."""
-    global _workspace, _unready
+def _serve(connection, scratch: str, options: Options) -> None:
+    """A grading worker process: set up one workspace, then grade each job the parent sends until it sends None.
+    A set-up failure is kept and sent back for every job, so that each error row says why (e.g. the course changed
+    after the batch started)."""
     try:
-        _workspace = Workspace(Path(tempfile.mkdtemp(prefix="worker-", dir=scratch)), options)
+        workspace, unready = Workspace(Path(tempfile.mkdtemp(prefix="worker-", dir=scratch)), options), None
     except Exception as error:  # noqa: BLE001 - reported with every job this worker is given
-        _unready = error
-
-
-def _grade_in_worker(item: Job, upcoming: str | None) -> Result:
-    if _unready is not None:
-        raise _unready
-    return _workspace.grade(item, upcoming)
+        workspace, unready = None, failure(error)
+    try:
+        while (message := connection.recv()) is not None:
+            item, upcoming = message
+            if unready:
+                connection.send((None, unready))
+                continue
+            try:
+                connection.send((workspace.grade(item, upcoming), ""))
+            except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
+                connection.send((None, failure(error)))
+    finally:
+        if workspace is not None:
+            workspace.close()
 
 
 def _upcoming(jobs: list[Job], index: int, workers: int) -> str | None:
@@ -114,42 +117,113 @@ def _upcoming(jobs: list[Job], index: int, workers: int) -> str | None:
     return jobs[later].assignment if later < len(jobs) else None
 
 
+#: how many workers a submission may see die while they grade it before it is given up: one death may be the
+#: machine's doing (an operator, the out-of-memory killer choosing the worker), two in a row are the submission's
+WORKER_DEATHS = 2
+
+
+def _death(process) -> str:
+    """Why a worker process ended, in plain words, as the last line of the error row's log."""
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        how = f"it was killed by {name}" + (" (the machine may have run out of memory)" if -code == signal.SIGKILL
+                                            else "")
+    else:
+        how = f"it exited with status {code}"
+    return (f"a grading worker died each of the {WORKER_DEATHS} times one graded this submission (the last, pid "
+            f"{process.pid}: {how}); the other submissions were graded, and this one is not tried again")
+
+
+@dataclass
+class _Worker:
+    process: object
+    connection: object
+    job: int | None = None  # the index of the job it is grading
+
+
 def _locally(jobs: list[Job], options: Options, workers: int,
              scratch: Path) -> Iterator[tuple[Job, Result | None, str]]:
-    """(job, result, error) for every job, graded in this process (one worker) or in worker processes."""
+    """(job, result, error) for every job, graded in worker processes, one job at a time each (also with one worker,
+    so that this process outlives a worker that dies). A worker that dies costs only the job it held: a fresh
+    worker takes its place, the job is graded again at the end of the batch, and when its worker dies again it
+    gets an error row saying so; every other job is graded."""
     scratch.mkdir(parents=True, exist_ok=True)
-    if workers <= 1:
-        workspace = Workspace(scratch / "worker", options)
-        try:
-            for index, item in enumerate(jobs):
-                try:
-                    yield item, workspace.grade(item, _upcoming(jobs, index, 1)), ""
-                except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
-                    yield item, None, failure(error)
-        finally:
-            workspace.close()
-        return
-    remaining = list(jobs)
-    for attempt in range(POOL_ATTEMPTS):
-        broken: list[Job] = []
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker,
-                                 initargs=(str(scratch), options)) as pool:
-            futures = {pool.submit(_grade_in_worker, item, _upcoming(remaining, index, workers)): item
-                       for index, item in enumerate(remaining)}
-            for future in as_completed(futures):
-                try:
-                    yield futures[future], future.result(), ""
-                except BrokenProcessPool as error:
-                    # a worker process died (killed, out of memory): every job it left unfinished goes to a new pool
-                    if attempt + 1 < POOL_ATTEMPTS:
-                        broken.append(futures[future])
-                    else:
-                        yield futures[future], None, failure(error)
-                except Exception as error:  # noqa: BLE001 - a job that fails takes only this submission down
-                    yield futures[future], None, failure(error)
-        if not broken:
+    context = get_context("spawn")
+    pending = list(range(len(jobs)))
+    pending.reverse()  # popped from the end: jobs go out in order
+    pool: list[_Worker] = []
+    deaths: dict[int, int] = {}
+
+    def start() -> _Worker:
+        parent, child = context.Pipe()
+        process = context.Process(target=_serve, args=(child, str(scratch), options), daemon=True)
+        process.start()
+        child.close()
+        return _Worker(process, parent)
+
+    def give(worker: _Worker) -> None:
+        """Send the worker the next job; one it cannot take (it died after its last answer) stays pending."""
+        worker.job = pending.pop() if pending else None
+        if worker.job is None:
             return
-        remaining = broken
+        try:
+            worker.connection.send((jobs[worker.job], _upcoming(jobs, worker.job, workers)))
+        except OSError:
+            pending.append(worker.job)
+            worker.job = None
+            worker.process.join()
+            worker.connection.close()
+            pool[pool.index(worker)] = replacement = start()
+            give(replacement)
+
+    try:
+        for _ in range(min(max(1, workers), len(jobs))):
+            pool.append(start())
+            give(pool[-1])
+        while any(worker.job is not None for worker in pool):
+            busy = [worker for worker in pool if worker.job is not None]
+            ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy])
+            for worker in busy:
+                if worker.connection not in ready and worker.process.sentinel not in ready:
+                    continue
+                try:
+                    answer = worker.connection.recv() if worker.connection.poll() else None
+                except (EOFError, OSError):  # it died: its end of the pipe is closed
+                    answer = None
+                if answer is not None:
+                    item = jobs[worker.job]
+                    give(worker)
+                    yield item, *answer
+                else:
+                    worker.process.join(timeout=5)
+                    if worker.process.exitcode is None:
+                        continue  # its pipe closed but it has not ended yet: seen again next time round
+                    held = worker.job
+                    deaths[held] = deaths.get(held, 0) + 1
+                    if deaths[held] < WORKER_DEATHS:
+                        pending.insert(0, held)  # graded again, last
+                    worker.connection.close()
+                    replacement = start()
+                    pool[pool.index(worker)] = replacement
+                    give(replacement)
+                    if deaths[held] >= WORKER_DEATHS:
+                        yield jobs[held], None, _death(worker.process)
+    finally:
+        for worker in pool:
+            try:
+                worker.connection.send(None)
+            except (OSError, ValueError):
+                pass
+        for worker in pool:
+            worker.process.join(timeout=30)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.connection.close()
 
 
 # ----------------------------------------------------------------------------------------------- results
@@ -285,6 +359,42 @@ def _read_state(path: Path) -> dict[str, dict]:
             if isinstance(entry, dict) and isinstance(entry.get("grade"), dict) and "/" in key}
 
 
+#: held (flock) by a running batch in its scratch folder: a folder whose lock is free was left by a run that died
+RUN_LOCK = ".autograder-run.lock"
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[Path]:
+    """A scratch folder for one batch (unpacked submissions, the workers' course folders), removed afterwards; the
+    ones runs that died left behind (with every student's notebooks) are removed first. Only folders this grader
+    made, named autograder-*, holding a lock no running batch holds."""
+    base = Path(tempfile.gettempdir())
+    for folder in base.glob("autograder-*"):
+        lock = folder / RUN_LOCK
+        if folder.is_symlink() or not lock.is_file():
+            continue
+        with lock.open("rb") as held:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a batch running now
+            shutil.rmtree(folder, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix="autograder-", dir=base))
+    with (folder / RUN_LOCK).open("wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_state(path: Path, state: dict) -> None:
+    """Replace the state file whole (written beside it, then renamed): a run killed while writing keeps the last."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(state, indent=1))
+    os.replace(partial, path)
+
+
 def _nothing_found(path: Path, batch: Path, assignments: tuple[str, ...]) -> str:
     """What grading expected to find at path and what it found instead, for a batch with no submission at all."""
     folders = sorted(p.name for p in batch.iterdir() if p.is_dir()) if batch.is_dir() else []
@@ -350,8 +460,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
     state = _read_state(state_path)
     version_here = version + (gradebook.db_url if gradebook else "") + fingerprint(secret) + repr(options.policy)
     maxima = _max_scores(chosen)
-    with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
-        scratch = Path(tmp)
+    with _scratch() as scratch:
         batch = unpack(path, scratch, set(known), list(chosen), named_regexp, secret)
         arrived = Path(path).stat().st_ctime if Path(path).is_file() else None  # a zip: when it came to this machine
         subs = find(batch, list(chosen), {a: course_dir.notebooks(a) for a in chosen}, secret, arrived)
@@ -393,6 +502,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
         else:
             results = _locally(jobs, options, workers, scratch / "workers")
         bar = tqdm(total=len(jobs), desc="grading", unit="submission", disable=not progress, file=sys.stderr)
+        so_far = dict(state)  # the state as rows arrive: a run stopped mid-batch keeps what it graded
         for item, result, error in results:
             if result is None:
                 row = Grade(item.student, item.assignment, 0.0, maxima[item.assignment], "error",
@@ -406,6 +516,10 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
             grades[item.student, item.assignment] = row
             if row.status not in GRADED:
                 shutil.rmtree(out / "feedback" / item.student / item.assignment, ignore_errors=True)
+            key = f"{item.student}/{item.assignment}"
+            so_far[key] = {"fingerprint": fingerprints[item.student, item.assignment] if row.status in GRADED
+                           else state.get(key, {}).get("fingerprint"), "grade": row.to_json()}
+            _write_state(state_path, so_far)
             bar.update(1)
         bar.close()
         this_batch = set(grades)
@@ -425,7 +539,7 @@ def grade(path: Path, out: Path, assignments: list[str] | None = None, *, worker
                      for (student, assignment), row in grades.items()}
     if prune:
         _remove_stale_feedback(out, set(grades))
-    state_path.write_text(json.dumps(new_state, indent=1))
+    _write_state(state_path, new_state)
     ordered = write_results(out, [grades[key] for key in sorted(grades)], gradebook, listed, chosen, maxima)
     if progress:
         elapsed = time.perf_counter() - started

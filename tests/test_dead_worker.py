@@ -1,0 +1,127 @@
+"""A grading worker that dies mid-batch costs only the submission it was grading (autograder/grade.py's pool).
+
+Before: with 2 workers every unfinished row of the batch became `error` once a pool broke three times; with 1 worker
+the batch ran in the main process, so a dead worker left no grades.csv, report or state, and a copy of every
+student's notebook in /tmp. Here the test kills, with SIGKILL (what the kernel's out-of-memory killer sends), the
+worker grading a submission that sleeps, and checks what the instructor is left with.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import complete_submission, use_sandbox, write_submission
+
+from autograder import course_dir
+from autograder.grade import RUN_LOCK, STATE_FILE, WORKER_DEATHS, grade
+
+A = "01_self_attention"
+NB = course_dir.notebooks(A)[0]
+
+
+def _sleeper():
+    """A complete notebook whose first answer cell sleeps for five minutes first."""
+    nb = complete_submission(A, NB)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution"))
+    cell.source = "import time\ntime.sleep(300)\n" + cell.source
+    return nb
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _worker_grading(student: str) -> int | None:
+    """The pid of this process's child (a grading worker) under which a kernel runs in the student's folder."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if f"/autograded/{student}/" not in cwd + "/":
+            continue
+        pid = int(proc.name)
+        while pid > 1:
+            parent = _parent(pid)
+            if parent == os.getpid():
+                return pid
+            pid = parent
+    return None
+
+
+@pytest.fixture
+def private_tmp(monkeypatch):
+    """A temporary folder of the test's own, for this process and the workers it spawns: what grading leaves there is
+    what it leaves. Short, as /tmp is: a kernel's socket path must fit in 108 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="dw-", dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_worker_killed_mid_batch_costs_only_its_submission(tmp_path, private_tmp, workers):
+    batch, out = tmp_path / "batch", tmp_path / "out"
+    for student in ("ada", "bob"):
+        write_submission(batch, student, A, NB, complete_submission(A, NB))
+    write_submission(batch, "sam", A, NB, _sleeper())
+    found: dict[str, object] = {}
+
+    def run():
+        try:
+            found["rows"] = grade(batch, out, [A], workers=workers, sandbox=use_sandbox(), progress=False,
+                                  warm=False)
+        except BaseException as error:  # noqa: BLE001 - shown by the assertion below
+            found["error"] = error
+
+    grading = threading.Thread(target=run, daemon=True)
+    grading.start()
+    killed: list[int] = []
+    for _ in range(WORKER_DEATHS):  # a worker that dies once may be the machine's doing: sam is graded again
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and grading.is_alive() and (
+                (pid := _worker_grading("sam")) is None or pid in killed):
+            time.sleep(0.2)
+        assert pid is not None and pid not in killed, f"no new worker was seen grading sam after {killed}"
+        time.sleep(1)
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    grading.join(300)
+    assert not grading.is_alive() and "error" not in found, found.get("error")
+    rows = {row.student: row for row in found["rows"]}
+    assert [rows[s].score for s in ("ada", "bob")] == [rows["ada"].max_score] * 2, rows
+    assert rows["sam"].status == "error" and "died each of the 2 times" in rows["sam"].message, rows["sam"]
+    assert "SIGKILL" in (out / "logs" / "sam" / f"{A}.log").read_text()
+    state = json.loads((out / STATE_FILE).read_text())
+    assert sorted(state) == [f"{s}/{A}" for s in ("ada", "bob", "sam")]
+    assert len((out / "grades.csv").read_text().splitlines()) == 1 + 3, "a header and a row per student"
+    assert not list(private_tmp.glob("autograder-*")), "the batch's scratch copy was left behind"
+
+
+def test_scratch_a_dead_run_left_is_removed_and_a_running_ones_is_not(tmp_path, private_tmp):
+    dead, running = private_tmp / "autograder-dead", private_tmp / "autograder-running"
+    for folder in (dead, running):
+        folder.mkdir()
+        (folder / RUN_LOCK).touch()
+        (folder / "ada.ipynb").write_text("a student's notebook")
+    other = private_tmp / "autograder-not-ours"
+    other.mkdir()
+    batch = tmp_path / "batch"
+    write_submission(batch, "ada", A, NB, complete_submission(A, NB))
+    with (running / RUN_LOCK).open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        grade(batch, tmp_path / "out", [A], workers=1, sandbox=use_sandbox(), progress=False)
+    assert not dead.exists(), "a dead run's copy of the students' notebooks stays in /tmp"
+    assert (running / "ada.ipynb").is_file() and other.is_dir()
