@@ -74,6 +74,11 @@ MATH_COMMANDS = re.compile(r"\\(href|url|unicode|require|style|class|cssId|html|
 #: a URL scheme a browser runs or renders as a page, wherever a markdown link could carry it
 ACTIVE_SCHEME = re.compile(r"(?i)\b(?:java|vb|live)\s*script\s*:|\bdata\s*:\s*(?!image/(?:png|jpeg|gif);)")
 LOOKS_LIKE_HTML = re.compile(r"<\s*[A-Za-z!/?]")
+#: a markdown image, ``![alt](target``, whose target is not inside the notebook (a data: PNG, JPEG or GIF, or the
+#: cell's attachment): its ``![`` becomes ``!\[``, text. A remote image would be fetched when the feedback page or
+#: Formgrader (whose markdown filter keeps every image) is opened. The alt text is bounded so that a line of
+#: ``![![![`` costs linear time; reference images (``![alt][ref]``) are always text.
+REMOTE_IMAGE = re.compile(r"!\[(?![^\]\n]{0,500}\]\(\s*<?\s*(?:data:image/(?:png|jpeg|gif);base64,|attachment:))")
 
 
 def _disarm_math(text: str) -> str:
@@ -85,6 +90,7 @@ def clean_markdown(text: str) -> str:
     if ACTIVE_SCHEME.search(html.unescape(text)):  # a link target spelled with entities: jav&#97;script:
         text = html.unescape(text)
     text = _disarm_math(ACTIVE_SCHEME.sub("removed:", text))
+    text = REMOTE_IMAGE.sub(r"!\\[", text)
     # bleach escapes every '&' and '>' (code spans and quotes would show them): run it only where there is HTML
     return clean_html(text) if LOOKS_LIKE_HTML.search(text) else text
 

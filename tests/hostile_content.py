@@ -5,13 +5,14 @@ test_hostile.py, whose class includes them)."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import re
 from pathlib import Path
 
 import nbformat
 from conftest import complete_submission, write_submission
-from nbformat.v4 import new_markdown_cell, new_raw_cell
+from nbformat.v4 import new_markdown_cell, new_output, new_raw_cell
 
 from autograder.notebooks import grade_id
 
@@ -84,3 +85,55 @@ def assert_inert(out: Path) -> None:
     for row in rows:
         assert not any(value.startswith(("=", "+", "@", "\t", "\r")) for value in row.values()), row
         assert not row["student"].startswith("-") and not row["message"].startswith("-"), row
+
+
+def remote_markdown(base: str) -> str:
+    """A student's markdown that, rendered naively, makes a browser fetch from base (an address the test serves):
+    markdown images (inline, reference, angle-bracketed) and every HTML element or attribute that loads."""
+    svg = base64.b64encode(f'<svg xmlns="http://www.w3.org/2000/svg"><image href="{base}/svg-in-data"/></svg>'
+                           .encode()).decode()
+    return "\n\n".join([
+        "Remote figures:",
+        f"![inline]({base}/md-inline.png)",
+        f"![angled](<{base}/md-angled.png>)",
+        f'![titled]({base}/md-titled.png "t")',
+        "![reference][fig]",
+        "![shortcut]",
+        f"[fig]: {base}/md-reference.png",
+        f"[shortcut]: {base}/md-shortcut.png",
+        f"[![linked]({base}/md-linked.png)]({base}/target)",
+        f'<img src="{base}/img-src"> <img srcset="{base}/img-srcset 1x">',
+        f'<picture><source srcset="{base}/picture-source"><img src="{base}/picture-img"></picture>',
+        f'<p style="background: url({base}/style-attribute)">styled</p>',
+        f"<style>body {{ background: url({base}/style-block) }}</style>",
+        f'<link rel="stylesheet" href="{base}/link-stylesheet"><link rel="preload" href="{base}/link-preload">'
+        f'<link rel="prefetch" href="{base}/link-prefetch"><link rel="icon" href="{base}/link-icon">',
+        f'<svg><image href="{base}/svg-image"/><image xlink:href="{base}/svg-xlink"/>'
+        f'<use href="{base}/svg-use#a"/></svg>',
+        f'<img src="data:image/svg+xml;base64,{svg}">',
+        f'![svg in data](data:image/svg+xml;base64,{svg})',
+        f'<meta http-equiv="refresh" content="0; url={base}/meta-refresh">',
+        f'<base href="{base}/base/"><img src="relative-to-base.png">',
+        f'<iframe src="{base}/iframe"></iframe><object data="{base}/object"></object>'
+        f'<embed src="{base}/embed">',
+        f'<video poster="{base}/video-poster" src="{base}/video-src"></video><audio src="{base}/audio" autoplay>'
+        "</audio>",
+        f'<form action="{base}/form"><input type="image" src="{base}/input-image"></form>',
+        f'<table background="{base}/table-background"><tr><td>cell</td></tr></table>',
+    ])
+
+
+def remote_outputs(base: str) -> list:
+    """Outputs of a student's cell that carry the same remote references: HTML, SVG and markdown."""
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+           f'<image href="{base}/output-svg-image"/><image xlink:href="{base}/output-svg-xlink"/></svg>')
+    return [new_output("display_data", data={"text/html": remote_markdown(base).split("\n\n", 9)[-1],
+                                             "text/plain": "<HTML>"}),
+            new_output("display_data", data={"image/svg+xml": svg, "text/plain": "<SVG>"}),
+            new_output("display_data", data={"text/markdown": remote_markdown(base), "text/plain": "<Markdown>"})]
+
+
+def inline_image_markdown(png_base64: str) -> str:
+    """An honest student's markdown with an image kept inside the notebook: a data: PNG, in markdown and in HTML."""
+    return (f"My own figure: ![a dot](data:image/png;base64,{png_base64})\n\n"
+            f'<img alt="the dot again" src="data:image/png;base64,{png_base64}">\n')

@@ -10,6 +10,7 @@ import csv
 import json
 import re
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,7 +20,10 @@ import pytest
 import servers
 from conftest import ROOT, instructor_course, release_notebook, use_sandbox
 from nbconvert import HTMLExporter
-from nbformat.v4 import new_markdown_cell, new_output
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from nbformat.v4 import new_markdown_cell, new_notebook, new_output
+from nbgrader.converters import GenerateFeedback
+from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
 from autograder.notebooks import grade_id
@@ -288,3 +292,87 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
     assert not fetched, f"the feedback pages asked the network for {fetched}"
     assert html.count("<math ") > 10 and "<munderover><mo>∑</mo>" in html, "the course's math is not MathML in the page"
     assert "<msqrt><mrow><mi>d</mi></mrow></msqrt>" in html, "the student's $\\sqrt{d}$ is not MathML in the page"
+
+
+# ------------------------------------------------------------------------------------------------ nothing remote
+
+REMOTE = "http://127.0.0.1:9"  # a port nothing answers on: the in-process tests only read the page
+
+
+class _Loads(HTMLParser):
+    """Every attribute of a page that names the remote address, but a link's target (a click, not a load), and
+    every <style> block that does."""
+
+    def __init__(self, needle: str):
+        super().__init__()
+        self.needle, self.found, self._in_style = needle, [], False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_style = tag == "style"
+        self.found += [f"<{tag} {name}={value}>" for name, value in attrs
+                       if value and self.needle in value and (tag, name) != ("a", "href")]
+
+    def handle_data(self, data):
+        if self._in_style and self.needle in data:
+            self.found.append(f"<style>{data[:80]}")
+
+
+def remote_loads(page: str, needle: str = REMOTE) -> list[str]:
+    parser = _Loads(needle)
+    parser.feed(page)
+    return parser.found
+
+
+def _remote_notebook() -> nbformat.NotebookNode:
+    nb = _graded_notebook()
+    answer = next(c for c in nb.cells if grade_id(c) == "attention_weights")
+    answer.outputs += hc.remote_outputs(REMOTE)
+    at = nb.cells.index(answer) + 1
+    nb.cells.insert(at, new_markdown_cell(hc.remote_markdown(REMOTE)))
+    nb.cells.insert(at + 1, new_markdown_cell(hc.inline_image_markdown(PNG)))
+    return nb
+
+
+def _feedback(nb: nbformat.NotebookNode, sanitised: bool = True) -> str:
+    """The notebook through the feedback's steps: sanitised again, then the exporter GenerateFeedback uses."""
+    config = course_config(ROOT, "sqlite://")
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
+    exporter = converter.exporter_class(parent=converter, config=converter.config)
+    resources = {"nbgrader": {"notebook": "n", "score": 0.0, "max_score": 8.0, "late_penalty": 0.0}}
+    for cell in nb.cells:  # nbgrader's GetGrades step, which reads the gradebook, puts the scores there
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            cell.metadata.nbgrader["score"] = 0.0
+    return exporter.from_notebook_node(_sanitised(nb) if sanitised else nb, resources=resources)[0]
+
+
+def test_feedback_pages_load_nothing_from_a_remote_address():
+    nb = _remote_notebook()
+    page = _feedback(nb)
+    assert REMOTE in page, "the student's text (and link targets) should still show"
+    loads = remote_loads(page)
+    assert not loads, f"the feedback page would fetch from a remote address: {loads}"
+
+
+def test_the_feedback_exporter_shows_markdown_images_only_when_inline():
+    """A second layer, for markdown the sanitising step did not see: the exporter's own renderer."""
+    nb = new_notebook(cells=[new_markdown_cell(hc.remote_markdown(REMOTE).split("<img", 1)[0]),
+                             new_markdown_cell(hc.inline_image_markdown(PNG).split("<img", 1)[0])])
+    page = _feedback(nb, sanitised=False)
+    assert not remote_loads(page), remote_loads(page)
+    assert "[image not shown: inline]" in page
+    assert re.search(r'<img alt="a dot" src="data:image/png;base64,' + re.escape(PNG[:16]), page)
+
+
+def test_autograded_notebook_keeps_no_remote_image_for_formgrader():
+    """Formgrader renders the autograded notebook with nbconvert's own markdown filter, which keeps every
+    markdown image: the sanitised notebook must already have none that loads from a remote address."""
+    nb = _sanitised(_remote_notebook())
+    page = "\n".join(markdown2html_mistune(c.source) for c in nb.cells if c.cell_type == "markdown")
+    loads = remote_loads(page)
+    assert not loads, f"a page of the autograded notebook would fetch from a remote address: {loads}"
+
+
+def test_inline_images_of_a_student_stay_in_the_feedback():
+    page = _feedback(_remote_notebook())
+    inline = re.findall(r'<img[^>]*src="data:image/png;base64,' + re.escape(PNG[:16]), page)
+    assert len(inline) >= 3, f"the student's inline PNGs (markdown and HTML) and the figure should show: {inline}"
