@@ -81,6 +81,36 @@ LOOKS_LIKE_HTML = re.compile(r"<\s*[A-Za-z!/?]")
 REMOTE_IMAGE = re.compile(r"!\[(?![^\]\n]{0,500}\]\(\s*<?\s*(?:data:image/(?:png|jpeg|gif);base64,|attachment:))")
 
 
+#: a student's markdown cell (or markdown output) longer than this is shown as its text, not parsed: mistune and
+#: nbconvert's filters take time quadratic in a cell's length on some shapes (a 100 kB line of ``[[[[`` cost 49 s,
+#: of ``*_*_`` 11 s; benchmarks/feedback_markdown.py). The course's longest markdown cell is 3.5 kB.
+MARKDOWN_CELL_LIMIT = 10_000
+#: once a notebook's student markdown rendered reaches this, every further cell is shown as its text (the course's
+#: notebooks hold 6-28 kB of markdown each): the cost of a notebook is bounded, not only of a cell
+MARKDOWN_TOTAL_LIMIT = 100_000
+_NOT_RENDERED_NOTE = ('<p class="markdown-not-rendered"><em>This cell\'s markdown ({length:,} characters) is '
+                      "shown as text, not rendered: grading renders cells of up to {cell:,} characters, "
+                      "{total:,} in a notebook.</em></p>\n")
+_NOT_RENDERED_PRE = '<pre class="markdown-not-rendered">'
+#: every character markdown, math or nbconvert's filters read as syntax, as an HTML character reference: the text
+#: inside <pre> is then one HTML block to mistune, nothing to parse inside it, and shows exactly as written
+_INERT = str.maketrans({ch: f"&#{ord(ch)};" for ch in "&<>\"'$\\`*_[]~!{}|#=+-:"})
+
+
+def _shown_as_text(text: str) -> str:
+    note = _NOT_RENDERED_NOTE.format(length=len(text), cell=MARKDOWN_CELL_LIMIT, total=MARKDOWN_TOTAL_LIMIT)
+    return f"{note}{_NOT_RENDERED_PRE}{text.translate(_INERT)}</pre>\n"
+
+
+def _is_shown_as_text(text: str) -> bool:
+    """A cell this step has made text already (feedback sanitises the autograded notebook again): one that has no
+    syntax character between the wrapper's own markup, which renders as text whoever wrote it."""
+    head, found, rest = text.partition(_NOT_RENDERED_PRE)
+    return (bool(found) and head.startswith('<p class="markdown-not-rendered"><em>') and head.endswith("</em></p>\n")
+            and "<" not in head[37:-10] and rest.endswith("</pre>\n")
+            and not any(ch in rest[:-7] for ch in "<>\\$`*_[]"))
+
+
 def _disarm_math(text: str) -> str:
     return MATH_COMMANDS.sub(r"\\mathrm{\1}", text)
 
@@ -108,6 +138,10 @@ def _clean_data(data: dict) -> list[str]:
             continue
         if mime == "text/html" and isinstance(value, str):
             data[mime] = clean_html(value)
+        elif mime == "text/markdown" and isinstance(value, str) and len(value) > MARKDOWN_CELL_LIMIT:
+            del data[mime]  # as text: nbconvert escapes text/plain and parses nothing in it
+            data["text/plain"] = (f"[a markdown output of {len(value):,} characters, shown as text: grading renders "
+                                  f"up to {MARKDOWN_CELL_LIMIT:,}]\n{value}")
         elif mime == "text/markdown" and isinstance(value, str):
             data[mime] = clean_markdown(value)
         elif mime == "text/latex" and isinstance(value, str) and not MATH_COMMANDS.search(value):
@@ -149,12 +183,20 @@ def course_markdown(source: nbformat.NotebookNode | None) -> set[str]:
 
 
 def sanitise(nb: nbformat.NotebookNode, trusted: set[str] = frozenset()) -> nbformat.NotebookNode:
-    """Make a notebook's student content inert, in place: markdown whose text is in trusted stays as it is."""
+    """Make a notebook's student content inert, in place: markdown whose text is in trusted stays as it is; a
+    student's markdown cell over MARKDOWN_CELL_LIMIT, or past MARKDOWN_TOTAL_LIMIT in the notebook, becomes its text."""
+    rendered = 0
     for cell in nb.cells:
         if cell.cell_type == "code":
             clean_outputs(cell.get("outputs", []))
         elif cell.cell_type == "markdown" and cell.source not in trusted:
-            cell.source = clean_markdown(cell.source)
+            if _is_shown_as_text(cell.source):
+                pass
+            elif len(cell.source) > MARKDOWN_CELL_LIMIT or rendered + len(cell.source) > MARKDOWN_TOTAL_LIMIT:
+                cell.source = _shown_as_text(cell.source)
+            else:
+                rendered += len(cell.source)
+                cell.source = clean_markdown(cell.source)
             attachments = cell.get("attachments") or {}
             for name, bundle in list(attachments.items()):
                 kept = {m: v for m, v in (bundle or {}).items() if m in SAFE_DATA and m != "text/plain"}

@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import copy
 import csv
+import html
 import json
 import re
+import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -29,7 +31,7 @@ from traitlets.config import Config
 from autograder.notebooks import grade_id
 from autograder.report import write as write_report
 from autograder.results import Grade, table, write_csv
-from autograder.sanitise import SanitiseStudentContent
+from autograder.sanitise import MARKDOWN_CELL_LIMIT, MARKDOWN_TOTAL_LIMIT, SanitiseStudentContent
 from autograder.workspace import course_config
 
 A, NB = hc.A, hc.NB
@@ -376,3 +378,57 @@ def test_inline_images_of_a_student_stay_in_the_feedback():
     page = _feedback(_remote_notebook())
     inline = re.findall(r'<img[^>]*src="data:image/png;base64,' + re.escape(PNG[:16]), page)
     assert len(inline) >= 3, f"the student's inline PNGs (markdown and HTML) and the figure should show: {inline}"
+
+
+# ------------------------------------------------------------------------------------------------ long markdown
+
+NOT_RENDERED = re.compile(r'<pre class="markdown-not-rendered">(.*?)</pre>', re.DOTALL)
+
+
+def _long_markdown_notebook() -> nbformat.NotebookNode:
+    """01 with 270 kB of a student's markdown, 30 kB of each shape that parses in quadratic time, and a short
+    honest cell of the student's after it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from feedback_markdown import SHAPES, hostile_notebook  # noqa: PLC0415 - the benchmark's own shapes
+
+    nb = release_notebook(A, NB)
+    for unit in list(SHAPES.values())[:9]:
+        nb.cells += hostile_notebook(unit, 30, cell_kb=30, line_kb=None).cells
+    nb.cells.append(new_markdown_cell("My **own** short note."))
+    return nb
+
+
+def test_a_long_markdown_cell_is_shown_as_its_text_not_parsed():
+    nb = _long_markdown_notebook()
+    long_cells = [c.source for c in nb.cells if c.cell_type == "markdown" and len(c.source) > MARKDOWN_CELL_LIMIT]
+    assert sum(map(len, long_cells)) >= 270_000
+    page = _feedback(nb)
+    shown = [html.unescape(text) for text in NOT_RENDERED.findall(page)]
+    assert shown == long_cells, "each long cell should be in the page once, as its exact text"
+    assert page.count("is shown as text, not rendered") == len(long_cells), "the page should say why"
+    assert "My <strong>own</strong> short note." in page, "a student's short cell is still rendered"
+    assert "<math" in page and "<h1" in page, "the course's own markdown is still rendered"
+
+
+def test_markdown_past_the_notebooks_budget_is_shown_as_text():
+    nb = new_notebook(cells=[new_markdown_cell(f"Cell {i}: " + "*a* " * 2000) for i in range(16)])
+    sources = [c.source for c in nb.cells]
+    assert all(len(source) < MARKDOWN_CELL_LIMIT for source in sources)
+    page = _feedback(nb)
+    rendered = sum(1 for i in range(16) if f"<p>Cell {i}: <em>a</em>" in page)
+    shown = [html.unescape(text) for text in NOT_RENDERED.findall(page)]
+    assert rendered == MARKDOWN_TOTAL_LIMIT // len(sources[0]), "the cells within the budget are rendered"
+    assert shown == sources[rendered:], "the rest are shown as their text"
+
+
+def test_sanitising_twice_changes_a_long_cell_no_further():
+    nb = _sanitised(_long_markdown_notebook())
+    once = [c.source for c in nb.cells]
+    assert [c.source for c in _sanitised(nb).cells] == once, "feedback sanitises the autograded notebook again"
+
+
+def test_a_long_markdown_output_is_shown_as_text():
+    nb = new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[
+        new_output("display_data", data={"text/markdown": "[[[[" * 10_000, "text/plain": "<Markdown>"})])])
+    data = _sanitised(nb).cells[0].outputs[0].data
+    assert "text/markdown" not in data and data["text/plain"].endswith("[[[[" * 10), data["text/plain"][:200]
