@@ -2,10 +2,12 @@
 
 Prints one line per (shape, size): the time the course's feedback steps take (SanitiseStudentContent, then the
 FeedbackExporter nbgrader's GenerateFeedback uses, with nbgrader_config.py's settings) for 30, 90 and 270 kB of
-markdown in cells of 10 kB, and for one cell of 100 kB lines; then the largest honest notebook, solutions/07.
-Growth from 90 to 270 kB near 3x is linear; near 9x is quadratic.
+markdown in cells of 9.9 kB (just under the sanitising step's limit, so they are parsed), and for one cell of one
+100 kB line; then the largest honest notebook, solutions/07. Growth from 90 to 270 kB near 3x is linear; near 9x
+is quadratic. --unbounded lifts the limits (autograder/sanitise.py's MARKDOWN_CELL_LIMIT and
+MARKDOWN_TOTAL_LIMIT), to see what they prevent.
 
-    python benchmarks/feedback_markdown.py [--sizes 30 90 270] [--profile SHAPE]
+    python benchmarks/feedback_markdown.py [--sizes 30 90 270] [--unbounded] [--profile SHAPE]
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from nbgrader.coursedir import CourseDirectory
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.sanitise import sanitise  # noqa: E402
+from autograder import sanitise as sanitising  # noqa: E402
 from autograder.workspace import course_config  # noqa: E402
 
 #: a unit of each shape a student's markdown could repeat; each is repeated up to the size asked for
@@ -42,15 +44,16 @@ SHAPES = {
 }
 
 
-def hostile_notebook(unit: str, kilobytes: int, cell_kb: int = 10, line_kb: int | None = 1) -> nbformat.NotebookNode:
+def hostile_notebook(unit: str, kilobytes: int, cell_kb: float = 9.9, line_kb: int | None = 1
+                     ) -> nbformat.NotebookNode:
     """Markdown cells of cell_kb kB (lines of line_kb kB, or one line per cell) repeating unit, kilobytes in all."""
     nb = new_notebook()
-    per_cell = cell_kb * 1000
-    for _ in range(max(1, kilobytes // cell_kb)):
+    per_cell = int(cell_kb * 1000)
+    for _ in range(max(1, round(kilobytes / cell_kb))):
         text = (unit * (per_cell // len(unit) + 1))[:per_cell]
         if line_kb:
             step = line_kb * 1000
-            text = "\n".join(text[i:i + step] for i in range(0, len(text), step))
+            text = "\n".join(text[i:i + step - 1] for i in range(0, len(text), step - 1))[:per_cell]
         nb.cells.append(new_markdown_cell(text))
     return nb
 
@@ -64,7 +67,7 @@ def exporter():
 def feedback_seconds(nb: nbformat.NotebookNode, export) -> float:
     resources = {"nbgrader": {"notebook": "n", "score": 0.0, "max_score": 0.0, "late_penalty": 0.0}}
     start = time.perf_counter()
-    export.from_notebook_node(sanitise(nb), resources=resources)
+    export.from_notebook_node(sanitising.sanitise(nb), resources=resources)
     return time.perf_counter() - start
 
 
@@ -73,7 +76,10 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[30, 90, 270])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
     parser.add_argument("--profile", help="print cProfile's top functions for this shape at the largest size")
+    parser.add_argument("--unbounded", action="store_true", help="lift the sanitising step's markdown limits")
     args = parser.parse_args()
+    if args.unbounded:
+        sanitising.MARKDOWN_CELL_LIMIT = sanitising.MARKDOWN_TOTAL_LIMIT = 10**12
     export = exporter()
     if args.profile:
         nb = hostile_notebook(SHAPES[args.profile], max(args.sizes))
@@ -81,7 +87,8 @@ def main() -> None:
         profiler.runcall(feedback_seconds, nb, export)
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
         return
-    print(f"{'shape':<14} " + " ".join(f"{s:>7} kB" for s in args.sizes) + "   (seconds; cells of 10 kB, 1 kB lines)")
+    print(f"{'shape':<14} " + " ".join(f"{s:>7} kB" for s in args.sizes) + "   (seconds; cells of 9.9 kB, 1 kB lines)"
+          + (", limits lifted" if args.unbounded else ""))
     for shape in args.shapes:
         times = [feedback_seconds(hostile_notebook(SHAPES[shape], size), export) for size in args.sizes]
         print(f"{shape:<14} " + " ".join(f"{t:>10.2f}" for t in times), flush=True)
