@@ -38,7 +38,8 @@ TAGS = frozenset({
     "samp", "small", "span", "strong", "sub", "sup", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "u",
     "ul", "var",
 }) | MATHML_TAGS  # the MathML of feedback pages' math (autograder/math_render.py): layout attributes only
-PROTOCOLS = frozenset({"http", "https", "mailto"})
+#: data: only for an <img src> that IMAGE_DATA accepts (without it, bleach drops a student's inline HTML image)
+PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
 #: images only from data inside the page: a remote image would report that the instructor opened the page
 IMAGE_DATA = re.compile(r"^data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
@@ -49,8 +50,8 @@ def _attribute_allowed(tag: str, name: str, value: str) -> bool:
         return mathml_attribute_allowed(tag, name, value)
     if name in ("class", "title"):
         return True
-    if tag == "a":
-        return name == "href"  # bleach checks the protocol of href itself
+    if tag == "a":  # bleach checks the protocol of href itself; data: is for images only
+        return name == "href" and not re.sub(r"[\s\x00-\x20]", "", html.unescape(value)).lower().startswith("data:")
     if tag == "img":
         return name in ("alt", "width", "height") or (name == "src" and bool(IMAGE_DATA.match(value)))
     if tag in ("td", "th"):

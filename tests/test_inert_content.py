@@ -8,9 +8,11 @@ import base64
 import copy
 import csv
 import html
+import http.server
 import json
 import re
 import sys
+import threading
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -31,7 +33,7 @@ from traitlets.config import Config
 from autograder.notebooks import grade_id
 from autograder.report import write as write_report
 from autograder.results import Grade, table, write_csv
-from autograder.sanitise import MARKDOWN_CELL_LIMIT, MARKDOWN_TOTAL_LIMIT, SanitiseStudentContent
+from autograder.sanitise import MARKDOWN_CELL_LIMIT, MARKDOWN_TOTAL_LIMIT, SanitiseStudentContent, clean_html
 from autograder.workspace import course_config
 
 A, NB = hc.A, hc.NB
@@ -325,13 +327,16 @@ def remote_loads(page: str, needle: str = REMOTE) -> list[str]:
     return parser.found
 
 
-def _remote_notebook() -> nbformat.NotebookNode:
-    nb = _graded_notebook()
+def _remote_notebook(base: str = REMOTE, hostile: bool = True) -> nbformat.NotebookNode:
+    """01 as grading leaves it with a student's markdown and outputs that reference base (hostile), or only with a
+    student's inline images (honest)."""
+    nb = _graded_notebook() if hostile else release_notebook(A, NB)
     answer = next(c for c in nb.cells if grade_id(c) == "attention_weights")
-    answer.outputs += hc.remote_outputs(REMOTE)
+    answer.outputs += hc.remote_outputs(base) if hostile else copy.deepcopy(COURSE_OUTPUTS)
     at = nb.cells.index(answer) + 1
-    nb.cells.insert(at, new_markdown_cell(hc.remote_markdown(REMOTE)))
-    nb.cells.insert(at + 1, new_markdown_cell(hc.inline_image_markdown(PNG)))
+    nb.cells.insert(at, new_markdown_cell(hc.inline_image_markdown(PNG)))
+    if hostile:
+        nb.cells.insert(at, new_markdown_cell(hc.remote_markdown(base)))
     return nb
 
 
@@ -353,6 +358,15 @@ def test_feedback_pages_load_nothing_from_a_remote_address():
     assert REMOTE in page, "the student's text (and link targets) should still show"
     loads = remote_loads(page)
     assert not loads, f"the feedback page would fetch from a remote address: {loads}"
+
+
+def test_an_inline_html_image_stays_and_a_data_link_does_not():
+    image = f'<img alt="dot" src="data:image/png;base64,{PNG}">'
+    assert clean_html(image) == image, "a student's inline HTML image should show"
+    for spelling in ("data:text/html,<script>x</script>", " DA&#x09;TA:text/html,x", "&#100;ata:text/html,x"):
+        assert clean_html(f'<a href="{spelling}">x</a>') == "<a>x</a>", spelling
+    for remote in ("data:image/svg+xml;base64,AAAA", "http://127.0.0.1:9/x.png", "data:text/html;base64,AA"):
+        assert clean_html(f'<img src="{remote}">') == "<img>", remote
 
 
 def test_the_feedback_exporter_shows_markdown_images_only_when_inline():
@@ -432,3 +446,61 @@ def test_a_long_markdown_output_is_shown_as_text():
         new_output("display_data", data={"text/markdown": "[[[[" * 10_000, "text/plain": "<Markdown>"})])])
     data = _sanitised(nb).cells[0].outputs[0].data
     assert "text/markdown" not in data and data["text/plain"].endswith("[[[[" * 10), data["text/plain"][:200]
+
+
+class _Remote(http.server.BaseHTTPRequestHandler):
+    """The "remote" address of the browser test: it answers every request with a PNG, and records it."""
+
+    requests: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.requests.append(self.path)
+        body = base64.b64decode(PNG)
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.browser
+def test_feedback_pages_fetch_nothing_in_a_browser_and_show_inline_images(tmp_path):
+    """A student's feedback page with every element, attribute and markdown form that loads from an address (served
+    here on 127.0.0.1, so a leak would be answered), and an honest student's page with inline images, opened in
+    headless Chromium from file://: the browser asks for nothing but the page, and the inline images show."""
+    flags = _browser_or_skip()
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only the browser tests need it
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Remote)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    pages = {}
+    for name, hostile in (("hostile", True), ("honest", False)):
+        pages[name] = tmp_path / f"{name}.html"
+        pages[name].write_text(_feedback(_remote_notebook(base, hostile)))
+    assert base in pages["hostile"].read_text(), "the student's addresses should still show, as text"
+    requested: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=flags)
+            page = browser.new_page()
+            page.on("request", lambda request: requested.append(request.url))
+            for name, path in pages.items():
+                page.goto(path.as_uri())
+                page.wait_for_load_state("networkidle")
+                page.wait_for_timeout(500)  # a meta refresh of 0 s, or a lazy image, would have asked by now
+                images = page.evaluate("""() => [...document.images].filter(img => img.src.startsWith('data:'))
+                                                  .map(img => [img.alt, img.complete, img.naturalWidth])""")
+                assert {"a dot", "the dot again"} <= {alt for alt, _, _ in images}, f"{name}: {images}"
+                assert all(complete and width > 0 for _, complete, width in images), f"{name}: {images}"
+            browser.close()
+    finally:
+        server.shutdown()
+    others = [url for url in requested if not url.startswith(("file://", "data:"))]
+    assert not others and not _Remote.requests, f"fetched: {others}; the server was asked for {_Remote.requests}"
+    assert sorted(url for url in requested if url.startswith("file://")) == sorted(p.as_uri() for p in pages.values())
