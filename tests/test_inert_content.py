@@ -14,7 +14,6 @@ import re
 import sys
 import threading
 import time
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -37,8 +36,7 @@ from autograder.sanitise import MARKDOWN_CELL_LIMIT, MARKDOWN_TOTAL_LIMIT, Sanit
 from autograder.workspace import course_config
 
 A, NB = hc.A, hc.NB
-PNG = base64.b64encode(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-                                     "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")).decode()
+PNG = hc.PNG
 VERDICT = new_output("error", ename="CheckFailed", evalue="The rows of w do not sum to 1: the softmax is missing.",
                      traceback=["CheckFailed:", "The rows of w do not sum to 1: the softmax is missing."])
 COURSE_OUTPUTS = [new_output("stream", name="stdout", text="running on cpu\n"),
@@ -303,28 +301,8 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
 REMOTE = "http://127.0.0.1:9"  # a port nothing answers on: the in-process tests only read the page
 
 
-class _Loads(HTMLParser):
-    """Every attribute of a page that names the remote address, but a link's target (a click, not a load), and
-    every <style> block that does."""
-
-    def __init__(self, needle: str):
-        super().__init__()
-        self.needle, self.found, self._in_style = needle, [], False
-
-    def handle_starttag(self, tag, attrs):
-        self._in_style = tag == "style"
-        self.found += [f"<{tag} {name}={value}>" for name, value in attrs
-                       if value and self.needle in value and (tag, name) != ("a", "href")]
-
-    def handle_data(self, data):
-        if self._in_style and self.needle in data:
-            self.found.append(f"<style>{data[:80]}")
-
-
 def remote_loads(page: str, needle: str = REMOTE) -> list[str]:
-    parser = _Loads(needle)
-    parser.feed(page)
-    return parser.found
+    return hc.remote_loads(page, needle)
 
 
 def _remote_notebook(base: str = REMOTE, hostile: bool = True) -> nbformat.NotebookNode:
@@ -504,3 +482,26 @@ def test_feedback_pages_fetch_nothing_in_a_browser_and_show_inline_images(tmp_pa
     others = [url for url in requested if not url.startswith(("file://", "data:"))]
     assert not others and not _Remote.requests, f"fetched: {others}; the server was asked for {_Remote.requests}"
     assert sorted(url for url in requested if url.startswith("file://")) == sorted(p.as_uri() for p in pages.values())
+
+
+def test_graded_feedback_fetches_nothing_and_shows_a_long_cell_as_text(tmp_path):
+    """Through the real grading route (nbgrader in the sandbox): the student whose markdown references a remote
+    address and holds a 100 kB cell of '[' scores as its twin does, and its feedback loads nothing remote, shows
+    the long cell as text and keeps its inline images."""
+    from autograder.grade import grade  # noqa: PLC0415 - the grading route itself
+
+    batch, out = tmp_path / "batch", tmp_path / "out"
+    hc.write_submission(batch, hc.REMOTE_STUDENT, A, NB, hc.remote_submission())
+    hc.write_submission(batch, "twin", A, NB, hc.complete_submission(A, NB))
+    started = time.monotonic()
+    rows = {g.student: g for g in grade(batch, out, [A], sandbox=use_sandbox(), progress=False)}
+    assert (rows[hc.REMOTE_STUDENT].score, rows[hc.REMOTE_STUDENT].status) == (rows["twin"].score, "graded") == (
+        8, "graded"), rows
+    pages = sorted((out / "feedback" / hc.REMOTE_STUDENT / A).glob("*.html"))
+    assert pages, "no feedback"
+    for page in pages:
+        text = page.read_text()
+        assert not remote_loads(text, hc.REMOTE_BASE), remote_loads(text, hc.REMOTE_BASE)
+        assert hc.long_cell_shown_as_text(text), "the long cell should be shown as its text"
+        assert text.count(f'src="data:image/png;base64,{PNG}"') == 2, "the student's inline images should show"
+    print(f"graded 2 submissions of 01 with feedback in {time.monotonic() - started:.1f} s")
