@@ -43,7 +43,8 @@ ANSWER = ("\nfrom IPython.display import HTML, Javascript, SVG, display\n"
           f"display(SVG({SVG_DOCUMENT!r}))\n"
           "import ipywidgets\ndisplay(ipywidgets.IntSlider())\n")
 MARKDOWN = ("My notes, with math: $\\sqrt{d}$.\n\n" + PAYLOADS["markdown_script"] + "\n\n" + PAYLOADS["markdown_link"]
-            + "\n\n" + PAYLOADS["html_link"] + "\n\n" + PAYLOADS["iframe"] + "\n")
+            + "\n\n" + PAYLOADS["html_link"] + "\n\n" + PAYLOADS["iframe"]
+            + "\n\n![a remote figure](http://127.0.0.1:9/remote-figure.png)\n")
 #: folder names are student ids; this one is a formula to a spreadsheet
 FORMULA_STUDENT = '=HYPERLINK("evil")'
 SCRIPT_STUDENT = "inert-scripts"

@@ -211,6 +211,8 @@ def test_printed_table_shows_no_control_characters():
 # ------------------------------------------------------------------------------------------------ in a browser
 
 CHROMIUM = Path("/usr/bin/chromium")
+#: the MathJax Formgrader's formgrade template loads (nbconvert's default mathjax_url)
+FORMGRADER_MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
 CHECK_PAGE = "() => ({pwned: window.__pwned === undefined ? null : String(window.__pwned), title: document.title})"
 
 
@@ -276,8 +278,16 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
             assert status == 200, body[-2000:]
             notebook_id = next(n["id"] for n in json.loads(body) if n["student"] == hc.SCRIPT_STUDENT)
             formgrader = context.new_page()
-            formgrader.route("**/*", lambda route: route.continue_() if route.request.url.startswith(lab.url)
-                             or urlsplit(route.request.url).scheme == "file" else route.abort())
+
+            formgrader_fetched: list[str] = []
+
+            def lab_only(route):
+                if route.request.url.startswith((lab.url, "file:", "data:")):
+                    return route.continue_()
+                formgrader_fetched.append(route.request.url)  # a student's remote image would be asked for here
+                return route.abort()
+
+            formgrader.route("**/*", lab_only)
             formgrader.goto(f"{lab.url}/formgrader/submissions/{notebook_id}/?token={lab.token}")
             formgrader.wait_for_load_state("load")
             shown = formgrader.content()
@@ -287,6 +297,10 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
                 link.click(timeout=2_000)
             seen = formgrader.evaluate(CHECK_PAGE)
             assert seen["pwned"] is None, f"Formgrader ran the student's script ({seen['pwned']})"
+            # Formgrader's own template loads MathJax from a CDN (nbgrader's page, not the student's content): what
+            # the student wrote must ask for nothing
+            students = [url for url in formgrader_fetched if not url.startswith(FORMGRADER_MATHJAX)]
+            assert not students, f"Formgrader asked the network for the student's {students}"
             assert seen["title"] != hc.MARK
         browser.close()
     # the feedback's math is MathML made by the grader (autograder/math_render.py), not MathJax from a CDN: the
