@@ -95,7 +95,8 @@ _NOT_RENDERED_NOTE = ('<p class="markdown-not-rendered"><em>This cell\'s markdow
 _NOT_RENDERED_PRE = '<pre class="markdown-not-rendered">'
 #: every character markdown, math or nbconvert's filters read as syntax, as an HTML character reference: the text
 #: inside <pre> is then one HTML block to mistune, nothing to parse inside it, and shows exactly as written
-_INERT = str.maketrans({ch: f"&#{ord(ch)};" for ch in "&<>\"'$\\`*_[]~!{}|#=+-:"})
+#: (line ends too: the note and the <pre> are one line, one HTML block, which a blank line would end)
+_INERT = str.maketrans({ch: f"&#{ord(ch)};" for ch in "&<>\"'$\\`*_[]~!{}|#=+-:\n\r"})
 
 
 def _shown_as_text(text: str) -> str:
