@@ -13,6 +13,11 @@ autograde step before scores are saved, and again the first feedback step) makes
   ``text/markdown`` are cleaned; ``text/latex`` with a dangerous command becomes text; anything else (JavaScript,
   widget views, SVG, PDFs, unknown types) is removed, and a line of text says so;
 - notebook metadata: saved widget state is dropped.
+- images only from data inside the notebook (a data: PNG, JPEG or GIF, or a cell's attachment): a markdown image
+  with any other target is written as text, an <img> keeps only such a src, and nothing else that loads survives
+  the allowlist, so no page made from the notebook fetches anything when it is opened;
+- a student's markdown cell over :data:`MARKDOWN_CELL_LIMIT` characters, or past :data:`MARKDOWN_TOTAL_LIMIT` in the
+  notebook, is shown as its exact text, not parsed (markdown parsing is quadratic on some inputs).
 
 The course's own markdown (a cell whose text is exactly that of a markdown cell of the source notebook), its code
 and the judge's verdicts are left exactly as they are. :func:`clean_html` is also the HTML exporter's ``clean_html``
