@@ -13,6 +13,11 @@ autograde step before scores are saved, and again the first feedback step) makes
   ``text/markdown`` are cleaned; ``text/latex`` with a dangerous command becomes text; anything else (JavaScript,
   widget views, SVG, PDFs, unknown types) is removed, and a line of text says so;
 - notebook metadata: saved widget state is dropped.
+- images only from data inside the notebook (a data: PNG, JPEG or GIF, or a cell's attachment): a markdown image
+  with any other target is written as text, an <img> keeps only such a src, and nothing else that loads survives
+  the allowlist, so no page made from the notebook fetches anything when it is opened;
+- a student's markdown cell over :data:`MARKDOWN_CELL_LIMIT` characters, or past :data:`MARKDOWN_TOTAL_LIMIT` in the
+  notebook, is shown as its exact text, not parsed (markdown parsing is quadratic on some inputs).
 
 The course's own markdown (a cell whose text is exactly that of a markdown cell of the source notebook), its code
 and the judge's verdicts are left exactly as they are. :func:`clean_html` is also the HTML exporter's ``clean_html``
@@ -38,7 +43,8 @@ TAGS = frozenset({
     "samp", "small", "span", "strong", "sub", "sup", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "u",
     "ul", "var",
 }) | MATHML_TAGS  # the MathML of feedback pages' math (autograder/math_render.py): layout attributes only
-PROTOCOLS = frozenset({"http", "https", "mailto"})
+#: data: only for an <img src> that IMAGE_DATA accepts (without it, bleach drops a student's inline HTML image)
+PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
 #: images only from data inside the page: a remote image would report that the instructor opened the page
 IMAGE_DATA = re.compile(r"^data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
@@ -49,8 +55,8 @@ def _attribute_allowed(tag: str, name: str, value: str) -> bool:
         return mathml_attribute_allowed(tag, name, value)
     if name in ("class", "title"):
         return True
-    if tag == "a":
-        return name == "href"  # bleach checks the protocol of href itself
+    if tag == "a":  # bleach checks the protocol of href itself; data: is for images only
+        return name == "href" and not re.sub(r"[\s\x00-\x20]", "", html.unescape(value)).lower().startswith("data:")
     if tag == "img":
         return name in ("alt", "width", "height") or (name == "src" and bool(IMAGE_DATA.match(value)))
     if tag in ("td", "th"):
@@ -74,6 +80,42 @@ MATH_COMMANDS = re.compile(r"\\(href|url|unicode|require|style|class|cssId|html|
 #: a URL scheme a browser runs or renders as a page, wherever a markdown link could carry it
 ACTIVE_SCHEME = re.compile(r"(?i)\b(?:java|vb|live)\s*script\s*:|\bdata\s*:\s*(?!image/(?:png|jpeg|gif);)")
 LOOKS_LIKE_HTML = re.compile(r"<\s*[A-Za-z!/?]")
+#: a markdown image, ``![alt](target``, whose target is not inside the notebook (a data: PNG, JPEG or GIF, or the
+#: cell's attachment): its ``![`` becomes ``!\[``, text. A remote image would be fetched when the feedback page or
+#: Formgrader (whose markdown filter keeps every image) is opened. The alt text is bounded so that a line of
+#: ``![![![`` costs linear time; reference images (``![alt][ref]``) are always text.
+REMOTE_IMAGE = re.compile(r"!\[(?![^\]\n]{0,500}\]\(\s*<?\s*(?:data:image/(?:png|jpeg|gif);base64,|attachment:))")
+
+
+#: a student's markdown cell (or markdown output) longer than this is shown as its text, not parsed: mistune and
+#: nbconvert's filters take time quadratic in a cell's length on some shapes (a 100 kB line of ``[[[[`` cost 49 s,
+#: of ``*_*_`` 11 s; benchmarks/feedback_markdown.py). The course's longest markdown cell is 3.5 kB.
+MARKDOWN_CELL_LIMIT = 10_000
+#: once a notebook's student markdown rendered reaches this, every further cell is shown as its text (the course's
+#: notebooks hold 6-28 kB of markdown each): the cost of a notebook is bounded, not only of a cell
+MARKDOWN_TOTAL_LIMIT = 100_000
+_NOT_RENDERED_NOTE = ('<p class="markdown-not-rendered"><em>This cell\'s markdown ({length:,} characters) is '
+                      "shown as text, not rendered: grading renders cells of up to {cell:,} characters, "
+                      "{total:,} in a notebook.</em></p>\n")
+_NOT_RENDERED_PRE = '<pre class="markdown-not-rendered">'
+#: every character markdown, math or nbconvert's filters read as syntax, as an HTML character reference: the text
+#: inside <pre> is then one HTML block to mistune, nothing to parse inside it, and shows exactly as written
+#: (line ends too: the note and the <pre> are one line, one HTML block, which a blank line would end)
+_INERT = str.maketrans({ch: f"&#{ord(ch)};" for ch in "&<>\"'$\\`*_[]~!{}|#=+-:\n\r"})
+
+
+def _shown_as_text(text: str) -> str:
+    note = _NOT_RENDERED_NOTE.format(length=len(text), cell=MARKDOWN_CELL_LIMIT, total=MARKDOWN_TOTAL_LIMIT)
+    return f"{note}{_NOT_RENDERED_PRE}{text.translate(_INERT)}</pre>\n"
+
+
+def _is_shown_as_text(text: str) -> bool:
+    """A cell this step has made text already (feedback sanitises the autograded notebook again): one that has no
+    syntax character between the wrapper's own markup, which renders as text whoever wrote it."""
+    head, found, rest = text.partition(_NOT_RENDERED_PRE)
+    return (bool(found) and head.startswith('<p class="markdown-not-rendered"><em>') and head.endswith("</em></p>\n")
+            and "<" not in head[37:-10] and rest.endswith("</pre>\n")
+            and not any(ch in rest[:-7] for ch in "<>\\$`*_[]"))
 
 
 def _disarm_math(text: str) -> str:
@@ -85,6 +127,7 @@ def clean_markdown(text: str) -> str:
     if ACTIVE_SCHEME.search(html.unescape(text)):  # a link target spelled with entities: jav&#97;script:
         text = html.unescape(text)
     text = _disarm_math(ACTIVE_SCHEME.sub("removed:", text))
+    text = REMOTE_IMAGE.sub(r"!\\[", text)
     # bleach escapes every '&' and '>' (code spans and quotes would show them): run it only where there is HTML
     return clean_html(text) if LOOKS_LIKE_HTML.search(text) else text
 
@@ -102,6 +145,10 @@ def _clean_data(data: dict) -> list[str]:
             continue
         if mime == "text/html" and isinstance(value, str):
             data[mime] = clean_html(value)
+        elif mime == "text/markdown" and isinstance(value, str) and len(value) > MARKDOWN_CELL_LIMIT:
+            del data[mime]  # as text: nbconvert escapes text/plain and parses nothing in it
+            data["text/plain"] = (f"[a markdown output of {len(value):,} characters, shown as text: grading renders "
+                                  f"up to {MARKDOWN_CELL_LIMIT:,}]\n{value}")
         elif mime == "text/markdown" and isinstance(value, str):
             data[mime] = clean_markdown(value)
         elif mime == "text/latex" and isinstance(value, str) and not MATH_COMMANDS.search(value):
@@ -143,12 +190,20 @@ def course_markdown(source: nbformat.NotebookNode | None) -> set[str]:
 
 
 def sanitise(nb: nbformat.NotebookNode, trusted: set[str] = frozenset()) -> nbformat.NotebookNode:
-    """Make a notebook's student content inert, in place: markdown whose text is in trusted stays as it is."""
+    """Make a notebook's student content inert, in place: markdown whose text is in trusted stays as it is; a
+    student's markdown cell over MARKDOWN_CELL_LIMIT, or past MARKDOWN_TOTAL_LIMIT in the notebook, becomes its text."""
+    rendered = 0
     for cell in nb.cells:
         if cell.cell_type == "code":
             clean_outputs(cell.get("outputs", []))
         elif cell.cell_type == "markdown" and cell.source not in trusted:
-            cell.source = clean_markdown(cell.source)
+            if _is_shown_as_text(cell.source):
+                pass
+            elif len(cell.source) > MARKDOWN_CELL_LIMIT or rendered + len(cell.source) > MARKDOWN_TOTAL_LIMIT:
+                cell.source = _shown_as_text(cell.source)
+            else:
+                rendered += len(cell.source)
+                cell.source = clean_markdown(cell.source)
             attachments = cell.get("attachments") or {}
             for name, bundle in list(attachments.items()):
                 kept = {m: v for m, v in (bundle or {}).items() if m in SAFE_DATA and m != "text/plain"}

@@ -7,8 +7,12 @@ from __future__ import annotations
 import base64
 import copy
 import csv
+import html
+import http.server
 import json
 import re
+import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,18 +23,20 @@ import pytest
 import servers
 from conftest import ROOT, instructor_course, release_notebook, use_sandbox
 from nbconvert import HTMLExporter
-from nbformat.v4 import new_markdown_cell, new_output
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from nbformat.v4 import new_markdown_cell, new_notebook, new_output
+from nbgrader.converters import GenerateFeedback
+from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
 from autograder.notebooks import grade_id
 from autograder.report import write as write_report
 from autograder.results import Grade, table, write_csv
-from autograder.sanitise import SanitiseStudentContent
+from autograder.sanitise import MARKDOWN_CELL_LIMIT, MARKDOWN_TOTAL_LIMIT, SanitiseStudentContent, clean_html
 from autograder.workspace import course_config
 
 A, NB = hc.A, hc.NB
-PNG = base64.b64encode(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-                                     "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")).decode()
+PNG = hc.PNG
 VERDICT = new_output("error", ename="CheckFailed", evalue="The rows of w do not sum to 1: the softmax is missing.",
                      traceback=["CheckFailed:", "The rows of w do not sum to 1: the softmax is missing."])
 COURSE_OUTPUTS = [new_output("stream", name="stdout", text="running on cpu\n"),
@@ -205,6 +211,8 @@ def test_printed_table_shows_no_control_characters():
 # ------------------------------------------------------------------------------------------------ in a browser
 
 CHROMIUM = Path("/usr/bin/chromium")
+#: the MathJax Formgrader's formgrade template loads (nbconvert's default mathjax_url)
+FORMGRADER_MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
 CHECK_PAGE = "() => ({pwned: window.__pwned === undefined ? null : String(window.__pwned), title: document.title})"
 
 
@@ -270,8 +278,16 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
             assert status == 200, body[-2000:]
             notebook_id = next(n["id"] for n in json.loads(body) if n["student"] == hc.SCRIPT_STUDENT)
             formgrader = context.new_page()
-            formgrader.route("**/*", lambda route: route.continue_() if route.request.url.startswith(lab.url)
-                             or urlsplit(route.request.url).scheme == "file" else route.abort())
+
+            formgrader_fetched: list[str] = []
+
+            def lab_only(route):
+                if route.request.url.startswith((lab.url, "file:", "data:")):
+                    return route.continue_()
+                formgrader_fetched.append(route.request.url)  # a student's remote image would be asked for here
+                return route.abort()
+
+            formgrader.route("**/*", lab_only)
             formgrader.goto(f"{lab.url}/formgrader/submissions/{notebook_id}/?token={lab.token}")
             formgrader.wait_for_load_state("load")
             shown = formgrader.content()
@@ -281,6 +297,10 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
                 link.click(timeout=2_000)
             seen = formgrader.evaluate(CHECK_PAGE)
             assert seen["pwned"] is None, f"Formgrader ran the student's script ({seen['pwned']})"
+            # Formgrader's own template loads MathJax from a CDN (nbgrader's page, not the student's content): what
+            # the student wrote must ask for nothing
+            students = [url for url in formgrader_fetched if not url.startswith(FORMGRADER_MATHJAX)]
+            assert not students, f"Formgrader asked the network for the student's {students}"
             assert seen["title"] != hc.MARK
         browser.close()
     # the feedback's math is MathML made by the grader (autograder/math_render.py), not MathJax from a CDN: the
@@ -288,3 +308,216 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
     assert not fetched, f"the feedback pages asked the network for {fetched}"
     assert html.count("<math ") > 10 and "<munderover><mo>∑</mo>" in html, "the course's math is not MathML in the page"
     assert "<msqrt><mrow><mi>d</mi></mrow></msqrt>" in html, "the student's $\\sqrt{d}$ is not MathML in the page"
+
+
+# ------------------------------------------------------------------------------------------------ nothing remote
+
+REMOTE = "http://127.0.0.1:9"  # a port nothing answers on: the in-process tests only read the page
+
+
+def remote_loads(page: str, needle: str = REMOTE) -> list[str]:
+    return hc.remote_loads(page, needle)
+
+
+def _remote_notebook(base: str = REMOTE, hostile: bool = True) -> nbformat.NotebookNode:
+    """01 as grading leaves it with a student's markdown and outputs that reference base (hostile), or only with a
+    student's inline images (honest)."""
+    nb = _graded_notebook() if hostile else release_notebook(A, NB)
+    answer = next(c for c in nb.cells if grade_id(c) == "attention_weights")
+    answer.outputs += hc.remote_outputs(base) if hostile else copy.deepcopy(COURSE_OUTPUTS)
+    at = nb.cells.index(answer) + 1
+    nb.cells.insert(at, new_markdown_cell(hc.inline_image_markdown(PNG)))
+    if hostile:
+        nb.cells.insert(at, new_markdown_cell(hc.remote_markdown(base)))
+    return nb
+
+
+def _feedback(nb: nbformat.NotebookNode, sanitised: bool = True) -> str:
+    """The notebook through the feedback's steps: sanitised again, then the exporter GenerateFeedback uses."""
+    config = course_config(ROOT, "sqlite://")
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
+    exporter = converter.exporter_class(parent=converter, config=converter.config)
+    resources = {"nbgrader": {"notebook": "n", "score": 0.0, "max_score": 8.0, "late_penalty": 0.0}}
+    for cell in nb.cells:  # nbgrader's GetGrades step, which reads the gradebook, puts the scores there
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            cell.metadata.nbgrader["score"] = 0.0
+    return exporter.from_notebook_node(_sanitised(nb) if sanitised else nb, resources=resources)[0]
+
+
+def test_feedback_pages_load_nothing_from_a_remote_address():
+    nb = _remote_notebook()
+    page = _feedback(nb)
+    assert REMOTE in page, "the student's text (and link targets) should still show"
+    loads = remote_loads(page)
+    assert not loads, f"the feedback page would fetch from a remote address: {loads}"
+
+
+def test_an_inline_html_image_stays_and_a_data_link_does_not():
+    image = f'<img alt="dot" src="data:image/png;base64,{PNG}">'
+    assert clean_html(image) == image, "a student's inline HTML image should show"
+    for spelling in ("data:text/html,<script>x</script>", " DA&#x09;TA:text/html,x", "&#100;ata:text/html,x"):
+        assert clean_html(f'<a href="{spelling}">x</a>') == "<a>x</a>", spelling
+    for remote in ("data:image/svg+xml;base64,AAAA", "http://127.0.0.1:9/x.png", "data:text/html;base64,AA"):
+        assert clean_html(f'<img src="{remote}">') == "<img>", remote
+
+
+def test_the_feedback_exporter_shows_markdown_images_only_when_inline():
+    """A second layer, for markdown the sanitising step did not see: the exporter's own renderer."""
+    nb = new_notebook(cells=[new_markdown_cell(hc.remote_markdown(REMOTE).split("<img", 1)[0]),
+                             new_markdown_cell(hc.inline_image_markdown(PNG).split("<img", 1)[0])])
+    page = _feedback(nb, sanitised=False)
+    assert not remote_loads(page), remote_loads(page)
+    assert "[image not shown: inline]" in page
+    assert re.search(r'<img alt="a dot" src="data:image/png;base64,' + re.escape(PNG[:16]), page)
+
+
+def test_autograded_notebook_keeps_no_remote_image_for_formgrader():
+    """Formgrader renders the autograded notebook with nbconvert's own markdown filter, which keeps every
+    markdown image: the sanitised notebook must already have none that loads from a remote address."""
+    nb = _sanitised(_remote_notebook())
+    page = "\n".join(markdown2html_mistune(c.source) for c in nb.cells if c.cell_type == "markdown")
+    loads = remote_loads(page)
+    assert not loads, f"a page of the autograded notebook would fetch from a remote address: {loads}"
+
+
+def test_inline_images_of_a_student_stay_in_the_feedback():
+    page = _feedback(_remote_notebook())
+    inline = re.findall(r'<img[^>]*src="data:image/png;base64,' + re.escape(PNG[:16]), page)
+    assert len(inline) >= 3, f"the student's inline PNGs (markdown and HTML) and the figure should show: {inline}"
+
+
+# ------------------------------------------------------------------------------------------------ long markdown
+
+NOT_RENDERED = re.compile(r'<pre class="markdown-not-rendered">(.*?)</pre>', re.DOTALL)
+
+
+def _long_markdown_notebook() -> nbformat.NotebookNode:
+    """01 with 270 kB of a student's markdown, 30 kB of each shape that parses in quadratic time, and a short
+    honest cell of the student's after it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from feedback_markdown import SHAPES, hostile_notebook  # noqa: PLC0415 - the benchmark's own shapes
+
+    nb = release_notebook(A, NB)
+    for unit in list(SHAPES.values())[:9]:
+        nb.cells += hostile_notebook(unit, 30, cell_kb=30, line_kb=None).cells
+    mixed = "$$x$$\n\n    indented </pre> <script>x</script>\n\n\t\\begin{a} &amp; &#91; ![i](http://x/y.png)\n"
+    nb.cells.append(new_markdown_cell(mixed * (MARKDOWN_CELL_LIMIT // len(mixed) + 1)))
+    nb.cells.append(new_markdown_cell("My **own** short note."))
+    return nb
+
+
+def test_a_long_markdown_cell_is_shown_as_its_text_not_parsed():
+    nb = _long_markdown_notebook()
+    long_cells = [c.source for c in nb.cells if c.cell_type == "markdown" and len(c.source) > MARKDOWN_CELL_LIMIT]
+    assert sum(map(len, long_cells)) >= 270_000 and len(long_cells) == 10
+    page = _feedback(nb)
+    shown = [html.unescape(text) for text in NOT_RENDERED.findall(page)]
+    assert shown == long_cells, "each long cell should be in the page once, as its exact text"
+    assert page.count("is shown as text, not rendered") == len(long_cells), "the page should say why"
+    assert "My <strong>own</strong> short note." in page, "a student's short cell is still rendered"
+    assert "<math" in page and "<h1" in page, "the course's own markdown is still rendered"
+
+
+def test_markdown_past_the_notebooks_budget_is_shown_as_text():
+    nb = new_notebook(cells=[new_markdown_cell(f"Cell {i}: " + "*a* " * 2000) for i in range(16)])
+    sources = [c.source for c in nb.cells]
+    assert all(len(source) < MARKDOWN_CELL_LIMIT for source in sources)
+    page = _feedback(nb)
+    rendered = sum(1 for i in range(16) if f"<p>Cell {i}: <em>a</em>" in page)
+    shown = [html.unescape(text) for text in NOT_RENDERED.findall(page)]
+    assert rendered == MARKDOWN_TOTAL_LIMIT // len(sources[0]), "the cells within the budget are rendered"
+    assert shown == sources[rendered:], "the rest are shown as their text"
+
+
+def test_sanitising_twice_changes_a_long_cell_no_further():
+    nb = _sanitised(_long_markdown_notebook())
+    once = [c.source for c in nb.cells]
+    assert [c.source for c in _sanitised(nb).cells] == once, "feedback sanitises the autograded notebook again"
+
+
+def test_a_long_markdown_output_is_shown_as_text():
+    nb = new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[
+        new_output("display_data", data={"text/markdown": "[[[[" * 10_000, "text/plain": "<Markdown>"})])])
+    data = _sanitised(nb).cells[0].outputs[0].data
+    assert "text/markdown" not in data and data["text/plain"].endswith("[[[[" * 10), data["text/plain"][:200]
+
+
+class _Remote(http.server.BaseHTTPRequestHandler):
+    """The "remote" address of the browser test: it answers every request with a PNG, and records it."""
+
+    requests: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.requests.append(self.path)
+        body = base64.b64decode(PNG)
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.browser
+def test_feedback_pages_fetch_nothing_in_a_browser_and_show_inline_images(tmp_path):
+    """A student's feedback page with every element, attribute and markdown form that loads from an address (served
+    here on 127.0.0.1, so a leak would be answered), and an honest student's page with inline images, opened in
+    headless Chromium from file://: the browser asks for nothing but the page, and the inline images show."""
+    flags = _browser_or_skip()
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only the browser tests need it
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Remote)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    pages = {}
+    for name, hostile in (("hostile", True), ("honest", False)):
+        pages[name] = tmp_path / f"{name}.html"
+        pages[name].write_text(_feedback(_remote_notebook(base, hostile)))
+    assert base in pages["hostile"].read_text(), "the student's addresses should still show, as text"
+    requested: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=flags)
+            page = browser.new_page()
+            page.on("request", lambda request: requested.append(request.url))
+            for name, path in pages.items():
+                page.goto(path.as_uri())
+                page.wait_for_load_state("networkidle")
+                page.wait_for_timeout(500)  # a meta refresh of 0 s, or a lazy image, would have asked by now
+                images = page.evaluate("""() => [...document.images].filter(img => img.src.startsWith('data:'))
+                                                  .map(img => [img.alt, img.complete, img.naturalWidth])""")
+                assert {"a dot", "the dot again"} <= {alt for alt, _, _ in images}, f"{name}: {images}"
+                assert all(complete and width > 0 for _, complete, width in images), f"{name}: {images}"
+            browser.close()
+    finally:
+        server.shutdown()
+    others = [url for url in requested if not url.startswith(("file://", "data:"))]
+    assert not others and not _Remote.requests, f"fetched: {others}; the server was asked for {_Remote.requests}"
+    assert sorted(url for url in requested if url.startswith("file://")) == sorted(p.as_uri() for p in pages.values())
+
+
+def test_graded_feedback_fetches_nothing_and_shows_a_long_cell_as_text(tmp_path):
+    """Through the real grading route (nbgrader in the sandbox): the student whose markdown references a remote
+    address and holds a 100 kB cell of '[' scores as its twin does, and its feedback loads nothing remote, shows
+    the long cell as text and keeps its inline images."""
+    from autograder.grade import grade  # noqa: PLC0415 - the grading route itself
+
+    batch, out = tmp_path / "batch", tmp_path / "out"
+    hc.write_submission(batch, hc.REMOTE_STUDENT, A, NB, hc.remote_submission())
+    hc.write_submission(batch, "twin", A, NB, hc.complete_submission(A, NB))
+    started = time.monotonic()
+    rows = {g.student: g for g in grade(batch, out, [A], sandbox=use_sandbox(), progress=False)}
+    assert (rows[hc.REMOTE_STUDENT].score, rows[hc.REMOTE_STUDENT].status) == (rows["twin"].score, "graded") == (
+        8, "graded"), rows
+    pages = sorted((out / "feedback" / hc.REMOTE_STUDENT / A).glob("*.html"))
+    assert pages, "no feedback"
+    for page in pages:
+        text = page.read_text()
+        assert not remote_loads(text, hc.REMOTE_BASE), remote_loads(text, hc.REMOTE_BASE)
+        assert hc.long_cell_shown_as_text(text), "the long cell should be shown as its text"
+        assert text.count(f'src="data:image/png;base64,{PNG}"') == 2, "the student's inline images should show"
+    print(f"graded 2 submissions of 01 with feedback in {time.monotonic() - started:.1f} s")

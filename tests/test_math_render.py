@@ -16,7 +16,14 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from nbgrader.converters import GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
 
-from autograder.math_render import MATHML_TAGS, FeedbackExporter, math_html, tex_to_mathml
+from autograder.math_render import (
+    FORMULA_LIMIT,
+    MATHML_TAGS,
+    FeedbackExporter,
+    latex_output_html,
+    math_html,
+    tex_to_mathml,
+)
 from autograder.sanitise import clean_html
 from autograder.workspace import course_config
 
@@ -143,3 +150,11 @@ def test_mathml_costs_a_feedback_page_a_few_kilobytes():
     with_cdn = len(_feedback_page(copy.deepcopy(nb), HTMLExporter).encode())
     with_mathml = len(_feedback_page(copy.deepcopy(nb)).encode())
     assert 0 < with_mathml - with_cdn < 20_000, f"{with_cdn} bytes with MathJax from a CDN, {with_mathml} with MathML"
+
+
+def test_a_long_latex_output_stays_tex_text():
+    """latex2mathml's time grows faster than the formula (0.85 s for 36 kB of x+x+...): a text/latex output over
+    FORMULA_LIMIT is not converted, and the page shows it as TeX text."""
+    short, long = "$" + "x+" * 100 + "x$", "$" + "x+" * 50_000 + "x$"
+    assert latex_output_html(short) is not None and len(long) > FORMULA_LIMIT
+    assert latex_output_html(long) is None
