@@ -7,7 +7,9 @@ submission's files and returns its row, feedback and autograded notebooks as byt
 folder; with a gradebook, nodes write it themselves, so it must be a database server they all reach.
 
 When a worker dies mid-batch, Dask runs its tasks again on another worker: grading a job twice writes the same
-files and, in a gradebook, updates the same rows (nbgrader's autograde replaces a student's earlier results).
+files and, in a gradebook, updates the same rows (nbgrader's autograde replaces a student's earlier results). A
+submission that kills every worker it lands on is given up after Dask's allowed-failures and becomes its own error
+row; the others are graded.
 """
 
 from __future__ import annotations
@@ -46,4 +48,15 @@ def on_cluster(jobs: list[Job], options: Options, scheduler: str) -> Iterator[tu
             try:
                 yield futures[future], future.result(), ""
             except Exception as error:  # noqa: BLE001 - one failed task is one error row, not a stopped batch
-                yield futures[future], None, failure(error)
+                yield futures[future], None, _plain(error)
+
+
+def _plain(error: Exception) -> str:
+    """The log of a failed task; a task that took down every worker it ran on (Dask gives up on it after
+    distributed.scheduler.allowed-failures deaths, 3 by default, and raises KilledWorker for it alone) said so in
+    plain words on its last line, the row's message."""
+    log = failure(error)
+    if type(error).__name__ == "KilledWorker":
+        log += ("\nthe grading worker died each time it graded this submission (Dask retried it on other workers, "
+                "then gave up); the machine may have run out of memory")
+    return log

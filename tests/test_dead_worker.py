@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -125,3 +127,33 @@ def test_scratch_a_dead_run_left_is_removed_and_a_running_ones_is_not(tmp_path, 
         grade(batch, tmp_path / "out", [A], workers=1, sandbox=use_sandbox(), progress=False)
     assert not dead.exists(), "a dead run's copy of the students' notebooks stays in /tmp"
     assert (running / "ada.ipynb").is_file() and other.is_dir()
+
+
+def test_a_killed_run_keeps_the_rows_it_graded_and_the_rerun_grades_only_the_rest(tmp_path, private_tmp, capsys):
+    batch, out = tmp_path / "batch", tmp_path / "out"
+    write_submission(batch, "ada", A, NB, complete_submission(A, NB))
+    write_submission(batch, "sam", A, NB, _sleeper())
+    run = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from autograder.grade import "
+                            f"grade; grade(Path(sys.argv[1]), Path(sys.argv[2]), [{A!r}], progress=False)",
+                            str(batch), str(out)], env={**os.environ, "TMPDIR": str(private_tmp)})
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and run.poll() is None:  # until ada's row is kept and sam's is graded
+            state = json.loads((out / STATE_FILE).read_text()) if (out / STATE_FILE).exists() else {}
+            if f"ada/{A}" in state:
+                break
+            time.sleep(0.2)
+        assert run.poll() is None, "the run ended before it could be killed"
+    finally:
+        run.kill()
+        run.wait()
+    state = json.loads((out / STATE_FILE).read_text())
+    assert set(state) == {f"ada/{A}"} and state[f"ada/{A}"]["grade"]["status"] == "graded"
+    assert list(private_tmp.glob("autograder-*")), "the killed run left no scratch copy (nothing to test)"
+    # the rerun reuses ada's row, grades sam's (a short notebook budget stops its sleep) and removes the copy
+    rows = {row.student: row for row in grade(batch, out, [A], progress=True, notebook_seconds=5,
+                                              sandbox=use_sandbox())}
+    said = capsys.readouterr().err
+    assert "graded 1 submission(s)" in said and "reused 1 unchanged" in said, said[-500:]
+    assert rows["ada"].score == rows["ada"].max_score and rows["sam"].score < rows["sam"].max_score, rows
+    assert not list(private_tmp.glob("autograder-*")), "the killed run's copy of the batch is still there"
