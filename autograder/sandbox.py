@@ -339,6 +339,19 @@ def _package_folders() -> list[str]:
     return found
 
 
+def _installed_copies() -> list[str]:
+    """Copies of the grader's packages and of the course installed anywhere this Python imports from (a wheel in
+    a hub's environment beside the checkout being graded): a kernel must import the course only from REPO/course,
+    whose judges and answers are stubbed, and never the grader's packages, whichever copy its path would find."""
+    found = []
+    for entry in sys.path:
+        for name in ("course", "autograder", *GRADER_PACKAGES):
+            copy = os.path.join(entry, name) if entry and os.path.isabs(entry) else ""
+            if copy and os.path.isdir(copy) and _real(copy) != _real(REPO / "course"):
+                found.append(copy)
+    return found
+
+
 def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> dict:
     """What a kernel sees: the allow-list (system, Python, the course package) bound read-only into bwrap's empty
     root; and what must stay hidden although it lies inside one of those (the repository, the grading folder, the
@@ -348,7 +361,9 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
     bound = [destination for option, _, destination in system if option == "--ro-bind"]
     binds: list[str] = []
     python = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              os.path.dirname(os.path.dirname(_real(sys.executable)))]
+              os.path.dirname(os.path.dirname(_real(sys.executable))),
+              # and where else this Python imports from (a .pth naming a shared environment's packages, a hub's)
+              *[entry for entry in sys.path if entry and os.path.isabs(entry) and not within(_real(entry), str(REPO))]]
     for path in python:
         for form in sorted({os.path.abspath(path), _real(path)}):
             if os.path.isdir(form) and not any(within(form, b) for b in [*bound, *binds]):
@@ -356,7 +371,7 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
     binds.append(str(REPO / "course"))  # its judges and the graded assignment's answers are stubs (bwrap_argv)
     hides: list[str] = []
     blanks: list[str] = []
-    for path in sorted({_real(p) for p in [REPO, work, *_package_folders(), *extra]}, key=len):
+    for path in sorted({_real(p) for p in [REPO, work, *_package_folders(), *_installed_copies(), *extra]}, key=len):
         covered = any(within(path, b) and path != b for b in [*bound, *binds])
         if not covered or any(within(path, h) for h in hides):
             continue
@@ -367,7 +382,8 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
     return {"work": work, "system": system, "hide": hides, "blank": blanks,
             "empty": os.path.join(work, ".sandbox", "empty"), "ro_bind": sorted(binds, key=len),
             "limits": asdict(limits), "uid": uid,
-            "python": os.path.abspath(sys.executable), "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
+            "python": os.path.abspath(sys.executable), "venv_bin": os.path.dirname(os.path.abspath(sys.executable)),
+            "repo": str(REPO)}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -403,6 +419,8 @@ def kernel_environment(plan: dict, source: dict[str, str] | None = None) -> dict
         "JPY_PARENT_PID": "1",
     })
     env.setdefault("LANG", "C.UTF-8")
+    if plan.get("repo"):  # the course the kernel imports is the one being graded, whatever else is installed
+        env["PYTHONPATH"] = plan["repo"]
     return env
 
 

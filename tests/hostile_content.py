@@ -87,6 +87,18 @@ def build(batch: Path, expect: dict) -> None:
     expect[REMOTE_STUDENT] = (8, "graded", "")  # its twin: FORMULA_STUDENT, the same answers without the markdown
     write_submission(batch, FORMULA_STUDENT, A, NB, complete_submission(A, NB))
     expect[FORMULA_STUDENT] = (8, "graded", "")
+    # files no notebook is read from: over the size cap (sparse, so the test writes nothing), links to elsewhere
+    folder = batch / "attack-100-mb" / A
+    folder.mkdir(parents=True)
+    with open(folder / NB, "wb") as f:
+        f.truncate(100_000_000)
+    expect["attack-100-mb"] = (0, "invalid-notebook", "is larger than 20 MB")
+    write_submission(batch, "attack-symlink", A, "elsewhere.json", complete_submission(A, NB))
+    (batch / "attack-symlink" / A / NB).symlink_to(batch / "attack-symlink" / A / "elsewhere.json")
+    expect["attack-symlink"] = (0, "invalid-notebook", "is a symbolic link")
+    write_submission(batch, "attack-hardlink", A, NB, complete_submission(A, NB))
+    (batch / "attack-hardlink" / "other").hardlink_to(batch / "attack-hardlink" / A / NB)
+    expect["attack-hardlink"] = (0, "invalid-notebook", "is a hard link")
 
 
 def assert_inert(out: Path) -> None:

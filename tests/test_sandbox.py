@@ -333,6 +333,22 @@ def test_the_graders_packages_are_planned_hidden_wherever_they_are_installed(tmp
     assert "/var/tmp" not in plan["hide"] + plan["blank"], "outside the allow-list there is nothing to hide"
 
 
+def test_a_shared_environment_is_bound_and_every_other_copy_of_the_course_hidden(tmp_path, monkeypatch):
+    """A hub's layout: the Python imports from a shared environment outside its own prefix (a .pth names it), which
+    holds the course and the grader installed as a wheel, while the instructor grades a checkout. The kernel gets the
+    shared packages, but imports the course only from the checkout (whose judges and answers are stubbed): every
+    other copy of course, autograder and catalogue is hidden, and the checkout comes first on its path."""
+    shared = tmp_path / "shared-site-packages"
+    for name in ("course", "autograder", "catalogue"):
+        (shared / name / "judges").mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(shared)])
+    plan = sandbox._plan(tmp_path / "work", sandbox.Limits(), 61000)
+    assert str(shared) in plan["ro_bind"], "the shared packages are not in the kernel's view"
+    assert {str(shared / n) for n in ("course", "autograder", "catalogue")} <= set(plan["hide"]), plan["hide"]
+    assert str(REPO / "course") in plan["ro_bind"] and str(REPO / "course") not in plan["hide"]
+    assert sandbox.kernel_environment(plan, {})["PYTHONPATH"] == str(REPO)
+
+
 def test_of_the_repository_only_the_course_package_is_there(isolated):
     """Every file under the repository root, in the kernel: course/ less the judges (a stub that refuses to be
     imported), and the virtual environment where it lies in the checkout; never catalogue/, autograder/, source/,
