@@ -371,14 +371,17 @@ def _scratch() -> Iterator[Path]:
     base = Path(tempfile.gettempdir())
     for folder in base.glob("autograder-*"):
         lock = folder / RUN_LOCK
-        if folder.is_symlink() or not lock.is_file():
+        try:  # another user's (a shared machine: another instructor's) is neither ours to judge nor to remove
+            if folder.is_symlink() or folder.lstat().st_uid != os.geteuid() or not lock.is_file():
+                continue
+            with lock.open("rb") as held:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a batch running now
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
             continue
-        with lock.open("rb") as held:
-            try:
-                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a batch running now
-            shutil.rmtree(folder, ignore_errors=True)
     folder = Path(tempfile.mkdtemp(prefix="autograder-", dir=base))
     with (folder / RUN_LOCK).open("wb") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
