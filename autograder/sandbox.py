@@ -124,6 +124,15 @@ try:
     import torch
 except ImportError:
     pass
+import os
+root = os.environ.get("PYTHONPATH", "")
+try:
+    import course
+except BaseException:
+    print(f"autograder sandbox: the kernel cannot import the course being graded from {root}/course", file=sys.stderr)
+    raise
+if os.path.dirname(os.path.dirname(course.__file__)) != root:
+    sys.exit(f"autograder sandbox: the kernel imported course from {course.__file__}, not from {root}/course")
 from ipykernel import kernelapp
 kernelapp.launch_new_instance()
 """
@@ -339,6 +348,33 @@ def _package_folders() -> list[str]:
     return found
 
 
+def _import_folders() -> list[str]:
+    """The folders of the grader's sys.path that the kernel's Python needs too (its standard library and site
+    folders, wherever they are: a .pth may point outside the prefixes), less the course folder, the current folder
+    and any checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
+    found = []
+    for entry in sys.path:
+        path = _real(entry or os.getcwd())
+        if (not os.path.isdir(path) or path in (_real(REPO), _real(os.getcwd()))
+                or os.path.exists(os.path.join(path, "nbgrader_config.py"))):
+            continue
+        found.append(path)
+    return found
+
+
+def _installed_copies() -> list[str]:
+    """Every copy of the grader's packages and of the course on the grader's sys.path other than the course being
+    graded (REPO/course): another checkout's, a wheel's in site-packages. The kernel imports the course from REPO
+    (PYTHONPATH); another copy would hold real judges and answers, so each is hidden wherever it is."""
+    found = []
+    for path in _import_folders():
+        for name in ("course", "autograder", *GRADER_PACKAGES):
+            copy = os.path.join(path, name)
+            if os.path.isdir(copy) and _real(copy) != _real(REPO / "course"):
+                found.append(copy)
+    return found
+
+
 def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> dict:
     """What a kernel sees: the allow-list (system, Python, the course package) bound read-only into bwrap's empty
     root; and what must stay hidden although it lies inside one of those (the repository, the grading folder, the
@@ -353,10 +389,13 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
         for form in sorted({os.path.abspath(path), _real(path)}):
             if os.path.isdir(form) and not any(within(form, b) for b in [*bound, *binds]):
                 binds = [b for b in binds if not within(b, form)] + [form]
+    for path in _import_folders():  # site folders outside the prefixes (a .pth to a shared site-packages, conda-like)
+        if not any(within(path, b) for b in [*bound, *binds]):
+            binds = [b for b in binds if not within(b, path)] + [path]
     binds.append(str(REPO / "course"))  # its judges and the graded assignment's answers are stubs (bwrap_argv)
     hides: list[str] = []
     blanks: list[str] = []
-    for path in sorted({_real(p) for p in [REPO, work, *_package_folders(), *extra]}, key=len):
+    for path in sorted({_real(p) for p in [REPO, work, *_package_folders(), *_installed_copies(), *extra]}, key=len):
         covered = any(within(path, b) and path != b for b in [*bound, *binds])
         if not covered or any(within(path, h) for h in hides):
             continue
@@ -366,7 +405,7 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
             blanks.append(path)
     return {"work": work, "system": system, "hide": hides, "blank": blanks,
             "empty": os.path.join(work, ".sandbox", "empty"), "ro_bind": sorted(binds, key=len),
-            "limits": asdict(limits), "uid": uid,
+            "limits": asdict(limits), "uid": uid, "course_root": str(REPO),
             "python": os.path.abspath(sys.executable), "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
 
 
@@ -403,6 +442,9 @@ def kernel_environment(plan: dict, source: dict[str, str] | None = None) -> dict
         "JPY_PARENT_PID": "1",
     })
     env.setdefault("LANG", "C.UTF-8")
+    # the course being graded, found (a PathFinder entry) before any course installed in the Python: whatever the
+    # layout (a venv of another checkout, a wheel), the kernel imports the course the grader grades
+    env["PYTHONPATH"] = plan.get("course_root", str(REPO))
     return env
 
 
