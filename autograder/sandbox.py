@@ -136,6 +136,20 @@ if os.path.dirname(os.path.dirname(course.__file__)) != root:
 from ipykernel import kernelapp
 kernelapp.launch_new_instance()
 """
+#: The first words of the probe's report of a layout problem (available()), and the probe: in the sandbox, the kernel's
+#: Python must import ipykernel and find the course graded (PYTHONPATH) before any installed copy.
+LAYOUT = "layout: "
+PROBE = """import importlib.util, os, sys
+try:
+    import ipykernel
+except ImportError as error:
+    sys.exit(f"layout: {sys.executable} cannot import ipykernel ({type(error).__name__}: {error}; sys.path {sys.path})")
+spec = importlib.util.find_spec("course")
+found = os.path.dirname(spec.origin) if spec and spec.origin else None
+wanted = os.path.join(os.environ.get("PYTHONPATH", ""), "course")
+if found != wanted:
+    sys.exit(f"layout: the kernel finds the course at {found}, not at {wanted}")
+"""
 #: Set (by autograder/kernels.py) in the launcher's environment to the socket of this worker's fork server for the
 #: assignment: the launcher asks it for the kernel instead of starting bwrap (autograder/forkserver.py)
 FORK_SERVER_ENV = "AUTOGRADER_FORK_SERVER"
@@ -202,7 +216,7 @@ def available() -> str | None:
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as probe:
         os.chmod(probe, 0o777)
         plan = _plan(Path(probe), Limits(), 61000)
-        command = [os.path.abspath(sys.executable), "-c", "import ipykernel, sys; sys.exit(0)"]
+        command = [os.path.abspath(sys.executable), "-c", PROBE]
         argv = bwrap_argv(plan, cwd=Path(probe), ipc=None, kernel_uid=61000 if switches_uid() else None,
                            conn_fd=None, command=command)
         try:
@@ -211,8 +225,13 @@ def available() -> str | None:
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"bwrap does not run here ({type(error).__name__}: {error}): pass --no-sandbox on a trusted machine"
     if result.returncode != 0:
-        lines = [line for line in (result.stderr or "").splitlines() if line.strip()]
-        detail = lines[-1].strip() if lines else f"exit status {result.returncode}"
+        lines = [line.strip() for line in (result.stderr or "").splitlines() if line.strip()]
+        layout = [line for line in lines if line.startswith(LAYOUT)]
+        if layout:  # bwrap runs, but not the grader's Python or course: turning the sandbox off is no fix
+            return (f"the sandbox runs, but in it {layout[-1][len(LAYOUT):]}; the grader's Python is {sys.executable}, "
+                    f"the course graded {REPO / 'course'}: a folder it needs is outside what the sandbox binds "
+                    "(autograder/sandbox.py, _plan)")
+        detail = lines[-1] if lines else f"exit status {result.returncode}"
         return f"bwrap cannot start a sandbox here ({detail[:200]}): pass --no-sandbox on a trusted machine"
     return None
 
@@ -350,12 +369,13 @@ def _package_folders() -> list[str]:
 
 def _import_folders() -> list[str]:
     """The folders of the grader's sys.path that the kernel's Python needs too (its standard library and site
-    folders, wherever they are: a .pth may point outside the prefixes), less the course folder, the current folder
+    folders, wherever they are: a .pth may point outside the prefixes), less what lies in the course folder or the
+    current folder (the venv in it is bound as the prefix; a tests/ folder pytest put on the path is not the kernel's)
     and any checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
     found = []
     for entry in sys.path:
         path = _real(entry or os.getcwd())
-        if (not os.path.isdir(path) or path in (_real(REPO), _real(os.getcwd()))
+        if (not os.path.isdir(path) or within(path, _real(REPO)) or within(path, _real(os.getcwd()))
                 or os.path.exists(os.path.join(path, "nbgrader_config.py"))):
             continue
         found.append(path)

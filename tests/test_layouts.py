@@ -121,3 +121,28 @@ def test_a_kernel_that_cannot_import_the_course_leaves_its_cause_in_the_log(layo
         assert "BROKEN-ON-PURPOSE" in log, (fork, log[-3000:])
         assert "cannot import the course being graded" in log, (fork, log[-3000:])
     assert os.path.isdir(broken)
+
+
+def _available(python: Path, cwd: Path, patch: str) -> str:
+    code = f"from autograder import sandbox\n{patch}\nprint(sandbox.available())"
+    return subprocess.run([str(python), "-c", code], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def test_a_python_the_sandbox_cannot_run_is_named_with_its_cause_not_met_by_turning_the_sandbox_off(layouts):
+    """A site folder left out of the sandbox (as the shared venv's .pth target was before it was bound): the reason
+    names the Python, the import that failed and the sys.path it searched, and does not advise --no-sandbox."""
+    reason = _available(layouts["shared"], ROOT, "sandbox._import_folders = lambda: []")
+    assert "cannot import ipykernel" in reason and "ModuleNotFoundError" in reason and "sys.path" in reason, reason
+    assert str(layouts["shared"]) in reason and "--no-sandbox" not in reason, reason
+
+
+def test_a_kernel_that_would_import_an_installed_course_is_refused_before_grading_with_both_paths(layouts):
+    """Were the course graded not first on the kernel's path and the wheel's copy not hidden (both undone here on
+    purpose), the wheel's course would be imported: the probe refuses before grading and names both."""
+    patch = ("sandbox._installed_copies = lambda: []\nkernel_environment = sandbox.kernel_environment\n"
+             "sandbox.kernel_environment = lambda plan, source=None: "
+             "{k: v for k, v in kernel_environment(plan, source).items() if k != 'PYTHONPATH'}")
+    reason = _available(layouts["wheel"], layouts["copy"], patch)
+    site = next((layouts["root"] / "wheel-venv").glob("lib/python*/site-packages"))
+    assert f"finds the course at {site / 'course'}" in reason and str(layouts["copy"] / "course") in reason, reason
+    assert "--no-sandbox" not in reason, reason
