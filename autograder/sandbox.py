@@ -369,13 +369,13 @@ def _package_folders() -> list[str]:
 
 def _import_folders() -> list[str]:
     """The folders of the grader's sys.path that the kernel's Python needs too (its standard library and site
-    folders, wherever they are: a .pth may point outside the prefixes), less what lies in the course folder or the
-    current folder (the venv in it is bound as the prefix; a tests/ folder pytest put on the path is not the kernel's)
+    folders, wherever they are: a .pth may point outside the prefixes), less the current folder, what lies in the
+    course folder (the venv in it is bound as the prefix; a tests/ folder pytest put on the path is not the kernel's)
     and any checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
     found = []
     for entry in sys.path:
         path = _real(entry or os.getcwd())
-        if (not os.path.isdir(path) or within(path, _real(REPO)) or within(path, _real(os.getcwd()))
+        if (not os.path.isdir(path) or within(path, _real(REPO)) or path == _real(os.getcwd())
                 or os.path.exists(os.path.join(path, "nbgrader_config.py"))):
             continue
         found.append(path)
