@@ -146,3 +146,41 @@ def test_a_kernel_that_would_import_an_installed_course_is_refused_before_gradin
     site = next((layouts["root"] / "wheel-venv").glob("lib/python*/site-packages"))
     assert f"finds the course at {site / 'course'}" in reason and str(layouts["copy"] / "course") in reason, reason
     assert "--no-sandbox" not in reason, reason
+
+
+KERNEL_SCRIPT = '''import sys
+from pathlib import Path
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
+from autograder import sandbox
+from autograder.execute import GradingExecute
+work = Path(sys.argv[1])
+cwd = work / "autograded" / "alice" / "01_self_attention"
+cwd.mkdir(parents=True)
+config = Config()
+sandbox.configure(config, work, sandbox.Limits())
+nb = new_notebook(cells=[new_code_cell(sys.argv[2])])
+nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
+print("".join(o.get("text", "") for o in nb.cells[0].outputs))
+'''
+
+
+def test_in_the_wheel_layout_the_kernel_reads_no_installed_judges_or_answers(layouts, tmp_path):
+    """A real kernel of the wheel layout grading 01: course comes from the course folder; the wheel's judges, answers
+    and grader are not there at all, and the graded answers refuse to import."""
+    site = next((layouts["root"] / "wheel-venv").glob("lib/python*/site-packages"))
+    secrets = [site / "course" / "judges" / "__init__.py", site / "course" / "self_attention.py",
+               site / "autograder" / "sandbox.py", site / "catalogue" / "__init__.py"]
+    code = ("import course\nprint('course from', course.__file__)\n"
+            f"for path in {[str(p) for p in secrets]!r}:\n"
+            "    try:\n        print(path, 'READ', len(open(path).read()))\n"
+            "    except OSError as error:\n        print(path, type(error).__name__)\n"
+            "try:\n    import course.self_attention\n    print('answers IMPORTED')\n"
+            "except ImportError:\n    print('answers refused')\n")
+    done = subprocess.run([str(layouts["wheel"]), "-c", KERNEL_SCRIPT, str(tmp_path / "work"), code],
+                          cwd=layouts["copy"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert f"course from {layouts['copy'] / 'course' / '__init__.py'}" in out, out
+    assert "READ" not in out and "answers refused" in out and "IMPORTED" not in out, out
+    assert all(f"{path} FileNotFoundError" in out for path in secrets), out
