@@ -184,3 +184,18 @@ def test_in_the_wheel_layout_the_kernel_reads_no_installed_judges_or_answers(lay
     assert f"course from {layouts['copy'] / 'course' / '__init__.py'}" in out, out
     assert "READ" not in out and "answers refused" in out and "IMPORTED" not in out, out
     assert all(f"{path} FileNotFoundError" in out for path in secrets), out
+
+
+def test_a_wheel_run_outside_a_course_folder_is_refused_with_where_it_looked(layouts, tmp_path):
+    """The wheel's autograder, run where no course folder is: refused before grading, naming where it looked and what
+    to do, with nothing written."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([str(layouts["wheel"]), "-m", "autograder", "grade", str(layouts["batch"]), "--out",
+                           str(tmp_path / "out"), "--assignment", FIRST], cwd=elsewhere, capture_output=True, text=True,
+                          timeout=300)
+    site = next((layouts["root"] / "wheel-venv").glob("lib/python*/site-packages"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"{site} is not a course folder (it has no source/)" in done.stderr, done.stderr[-2000:]
+    assert "run it from your course folder" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
