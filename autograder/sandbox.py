@@ -370,12 +370,13 @@ def _package_folders() -> list[str]:
 def _import_folders() -> list[str]:
     """The folders of the grader's sys.path that the kernel's Python needs too (its standard library and site
     folders, wherever they are: a .pth may point outside the prefixes), less the current folder, what lies in the
-    course folder (the venv in it is bound as the prefix; a tests/ folder pytest put on the path is not the kernel's)
+    course folder but a site folder (a venv's there is bound; pytest's tests/ on the path is not the kernel's)
     and any checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
     found = []
     for entry in sys.path:
         path = _real(entry or os.getcwd())
-        if (not os.path.isdir(path) or within(path, _real(REPO)) or path == _real(os.getcwd())
+        inside = within(path, _real(REPO)) and os.path.basename(path) not in ("site-packages", "dist-packages")
+        if (not os.path.isdir(path) or inside or path == _real(os.getcwd())
                 or os.path.exists(os.path.join(path, "nbgrader_config.py"))):
             continue
         found.append(path)
