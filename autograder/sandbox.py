@@ -191,6 +191,7 @@ def describe() -> str:
     if reason:
         return f"no sandbox: {reason}"
     memory = cgroups.describe(*memory_groups())
+    memory += f"; kernels import the course graded, {REPO / 'course'}, whatever {sys.executable} installed"
     if switches_uid():
         return ("bwrap sandbox, kernel runs as its own uid (grader is root), warm kernels forked from a fork server; "
                 f"{memory}")
