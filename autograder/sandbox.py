@@ -105,6 +105,8 @@ HOST_READS = ("/var/cache/fontconfig", "/sys/devices/system/cpu")
 #: What a GPU process may read of /sys (PCI topology, NUMA nodes): bound only where /dev/nvidia* exists, as flatpak
 #: does for GPU access. Not measured here (no GPU on the machines this was written on).
 SYSFS_GPU = ("/sys/bus", "/sys/class", "/sys/dev", "/sys/devices")
+#: What a folder of installed packages is called: those on the grader's sys.path are bound wherever they are.
+SITE_FOLDERS = ("site-packages", "dist-packages")
 #: The grader's packages besides this one, hidden wherever they are installed.
 GRADER_PACKAGES = ("catalogue",)
 #: Environment variables passed into the sandbox (all others are cleared).
@@ -369,14 +371,14 @@ def _package_folders() -> list[str]:
 
 
 def _import_folders() -> list[str]:
-    """The folders of the grader's sys.path that the kernel's Python needs too (its standard library and site
+    """The folders of the grader's sys.path (_plan binds its site folders; the others are bound by prefix or not at all
     folders, wherever they are: a .pth may point outside the prefixes), less the current folder, what lies in the
     course folder but a site folder (a venv's there is bound; pytest's tests/ on the path is not the kernel's)
     and any checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
     found = []
     for entry in sys.path:
         path = _real(entry or os.getcwd())
-        inside = within(path, _real(REPO)) and os.path.basename(path) not in ("site-packages", "dist-packages")
+        inside = within(path, _real(REPO)) and os.path.basename(path) not in SITE_FOLDERS
         if (not os.path.isdir(path) or inside or path == _real(os.getcwd())
                 or os.path.exists(os.path.join(path, "nbgrader_config.py"))):
             continue
@@ -412,7 +414,8 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
             if os.path.isdir(form) and not any(within(form, b) for b in [*bound, *binds]):
                 binds = [b for b in binds if not within(b, form)] + [form]
     for path in _import_folders():  # site folders outside the prefixes (a .pth to a shared site-packages, conda-like)
-        if not any(within(path, b) for b in [*bound, *binds]):
+        # only site folders: a PYTHONPATH entry (a home folder, say) is not the kernel's to see
+        if os.path.basename(path) in SITE_FOLDERS and not any(within(path, b) for b in [*bound, *binds]):
             binds = [b for b in binds if not within(b, path)] + [path]
     binds.append(str(REPO / "course"))  # its judges and the graded assignment's answers are stubs (bwrap_argv)
     hides: list[str] = []
