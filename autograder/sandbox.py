@@ -371,10 +371,10 @@ def _package_folders() -> list[str]:
 
 
 def _import_folders() -> list[str]:
-    """The folders of the grader's sys.path (_plan binds its site folders; the others are bound by prefix or not at all
-    folders, wherever they are: a .pth may point outside the prefixes), less the current folder, what lies in the
-    course folder but a site folder (a venv's there is bound; pytest's tests/ on the path is not the kernel's)
-    and any checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
+    """The folders of the grader's sys.path, wherever they are (a .pth may point outside the prefixes; _plan binds the
+    site folders among them, _installed_copies looks in them), less the current folder, what lies in the course
+    folder but a site folder (a venv's there is bound; pytest's tests/ on the path is not the kernel's) and any
+    checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
     found = []
     for entry in sys.path:
         path = _real(entry or os.getcwd())
