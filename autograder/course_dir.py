@@ -12,7 +12,15 @@ def source_dir(root: Path = ROOT) -> Path:
 
 
 def assignments(root: Path = ROOT) -> list[str]:
-    """Assignment names (the folders of source/), in course order."""
+    """Assignment names (the folders of source/), in course order. Refused, with where the grader and the course
+    were found, when root is no course folder (the autograder installed as a wheel and run outside the course)."""
+    if not source_dir(root).is_dir():
+        from autograder import GradingError  # noqa: PLC0415 - the package imports this module
+
+        raise GradingError(f"{root} is not a course folder (it has no source/): python -m autograder grades the course "
+                           f"folder it is imported from, and this autograder was imported from {Path(__file__).parent}"
+                           " (installed, not a checkout); run it from your course folder (cd into it first), where "
+                           "its own autograder and course are found first")
     return sorted(p.name for p in source_dir(root).iterdir() if p.is_dir() and p.name[:2].isdigit())
 
 

@@ -194,8 +194,15 @@ class GradingKernelManager(AsyncKernelManager):
     #: this kernel's own socket folder (transport ipc, the sandbox's), made when it starts, removed with it
     own_sockets: Path | None = None
 
+    #: what the kernel's process writes on its stderr before ipykernel captures it (the launcher, bwrap, the fork
+    #: server's messages, a kernel dying at start): an unlinked file, read by :meth:`stderr_tail` when it died
+    stderr_file = None
+
     async def _async_pre_start_kernel(self, **kw):
         kw["env"] = {**kw.get("env", os.environ), **self.kernel_env}
+        if self.stderr_file is None:
+            self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 - kept for the manager's life, closed by GC
+        kw.setdefault("stderr", self.stderr_file)
         if self.transport == "ipc" and self.ip and self.own_sockets is None:
             # a folder of its own in the sandbox's socket folder (which kernels may pass through, not list or write):
             # nothing one kernel makes there is seen by, or counted against, another; the launcher hands it to the
@@ -210,6 +217,14 @@ class GradingKernelManager(AsyncKernelManager):
             shutil.rmtree(self.own_sockets, ignore_errors=True)
 
     cleanup_resources = _async_cleanup_resources  # as AsyncKernelManager's: awaited
+
+    def stderr_tail(self, limit: int = 8000) -> str:
+        """The end of what the kernel wrote on its stderr (read without moving the offset it writes at)."""
+        if self.stderr_file is None:
+            return ""
+        size = os.fstat(self.stderr_file.fileno()).st_size
+        start = max(0, size - limit)
+        return os.pread(self.stderr_file.fileno(), size - start, start).decode(errors="replace")
 
 
 class GradingExecute(Execute):
@@ -338,7 +353,14 @@ class GradingExecute(Execute):
         """nbclient's client, once the kernel is ready; then the kernel gets this submission's secret grading seed,
         silently (the probes draw every input from it; the judge derives the same seed itself,
         autograder/judging.py). Warm and cold kernels get it alike."""
-        kc = await super().async_start_new_kernel_client()
+        km = self.km  # nbclient forgets it when the start fails
+        try:
+            kc = await super().async_start_new_kernel_client()
+        except RuntimeError as error:  # "Kernel died before replying to kernel_info": say why, from the kernel itself
+            tail = km.stderr_tail().strip() if hasattr(km, "stderr_tail") else ""
+            if not tail:
+                raise
+            raise RuntimeError(f"{error}; the kernel's own stderr:\n{tail}") from error
         if self._seed is not None:
             code = SEED_CODE.format(name=seeds.ENV, value=str(self._seed))
             reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False,

@@ -202,6 +202,15 @@ def _run_kernel(request: dict) -> None:
     course = sorted(m for m in sys.modules if m.split(".")[0] == "course")
     if course:
         raise RuntimeError(f"the fork server imported course modules, which may hold answers: {course}")
+    root = request["env"].get("PYTHONPATH", "")  # the course being graded (autograder.sandbox.KERNEL_START)
+    try:
+        import course  # noqa: PLC0415 - in the kernel only, never in the server
+    except BaseException:
+        print(f"autograder sandbox: the kernel cannot import the course being graded from {root}/course",
+              file=sys.stderr)
+        raise
+    if os.path.dirname(os.path.dirname(course.__file__)) != root:
+        raise RuntimeError(f"the kernel imported course from {course.__file__}, not from {root}/course")
     sys.argv = [ARGV0, *request["argv"]]
     from ipykernel import kernelapp  # noqa: PLC0415 - imported by the server already
 

@@ -105,6 +105,8 @@ HOST_READS = ("/var/cache/fontconfig", "/sys/devices/system/cpu")
 #: What a GPU process may read of /sys (PCI topology, NUMA nodes): bound only where /dev/nvidia* exists, as flatpak
 #: does for GPU access. Not measured here (no GPU on the machines this was written on).
 SYSFS_GPU = ("/sys/bus", "/sys/class", "/sys/dev", "/sys/devices")
+#: What a folder of installed packages is called: those on the grader's sys.path are bound wherever they are.
+SITE_FOLDERS = ("site-packages", "dist-packages")
 #: The grader's packages besides this one, hidden wherever they are installed.
 GRADER_PACKAGES = ("catalogue",)
 #: Environment variables passed into the sandbox (all others are cleared).
@@ -124,8 +126,31 @@ try:
     import torch
 except ImportError:
     pass
+import os
+root = os.environ.get("PYTHONPATH", "")
+try:
+    import course
+except BaseException:
+    print(f"autograder sandbox: the kernel cannot import the course being graded from {root}/course", file=sys.stderr)
+    raise
+if os.path.dirname(os.path.dirname(course.__file__)) != root:
+    sys.exit(f"autograder sandbox: the kernel imported course from {course.__file__}, not from {root}/course")
 from ipykernel import kernelapp
 kernelapp.launch_new_instance()
+"""
+#: The first words of the probe's report of a layout problem (available()), and the probe: in the sandbox, the kernel's
+#: Python must import ipykernel and find the course graded (PYTHONPATH) before any installed copy.
+LAYOUT = "layout: "
+PROBE = """import importlib.util, os, sys
+try:
+    import ipykernel
+except ImportError as error:
+    sys.exit(f"layout: {sys.executable} cannot import ipykernel ({type(error).__name__}: {error}; sys.path {sys.path})")
+spec = importlib.util.find_spec("course")
+found = os.path.dirname(spec.origin) if spec and spec.origin else None
+wanted = os.path.join(os.environ.get("PYTHONPATH", ""), "course")
+if found != wanted:
+    sys.exit(f"layout: the kernel finds the course at {found}, not at {wanted}")
 """
 #: Set (by autograder/kernels.py) in the launcher's environment to the socket of this worker's fork server for the
 #: assignment: the launcher asks it for the kernel instead of starting bwrap (autograder/forkserver.py)
@@ -168,6 +193,7 @@ def describe() -> str:
     if reason:
         return f"no sandbox: {reason}"
     memory = cgroups.describe(*memory_groups())
+    memory += f"; kernels import the course graded, {REPO / 'course'}, whatever {sys.executable} installed"
     if switches_uid():
         return ("bwrap sandbox, kernel runs as its own uid (grader is root), warm kernels forked from a fork server; "
                 f"{memory}")
@@ -193,7 +219,7 @@ def available() -> str | None:
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as probe:
         os.chmod(probe, 0o777)
         plan = _plan(Path(probe), Limits(), 61000)
-        command = [os.path.abspath(sys.executable), "-c", "import ipykernel, sys; sys.exit(0)"]
+        command = [os.path.abspath(sys.executable), "-c", PROBE]
         argv = bwrap_argv(plan, cwd=Path(probe), ipc=None, kernel_uid=61000 if switches_uid() else None,
                            conn_fd=None, command=command)
         try:
@@ -202,8 +228,13 @@ def available() -> str | None:
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"bwrap does not run here ({type(error).__name__}: {error}): pass --no-sandbox on a trusted machine"
     if result.returncode != 0:
-        lines = [line for line in (result.stderr or "").splitlines() if line.strip()]
-        detail = lines[-1].strip() if lines else f"exit status {result.returncode}"
+        lines = [line.strip() for line in (result.stderr or "").splitlines() if line.strip()]
+        layout = [line for line in lines if line.startswith(LAYOUT)]
+        if layout:  # bwrap runs, but not the grader's Python or course: turning the sandbox off is no fix
+            return (f"the sandbox runs, but in it {layout[-1][len(LAYOUT):]}; the grader's Python is {sys.executable}, "
+                    f"the course graded {REPO / 'course'}: a folder it needs is outside what the sandbox binds "
+                    "(autograder/sandbox.py, _plan)")
+        detail = lines[-1] if lines else f"exit status {result.returncode}"
         return f"bwrap cannot start a sandbox here ({detail[:200]}): pass --no-sandbox on a trusted machine"
     return None
 
@@ -339,15 +370,31 @@ def _package_folders() -> list[str]:
     return found
 
 
-def _installed_copies() -> list[str]:
-    """Copies of the grader's packages and of the course installed anywhere this Python imports from (a wheel in
-    a hub's environment beside the checkout being graded): a kernel must import the course only from REPO/course,
-    whose judges and answers are stubbed, and never the grader's packages, whichever copy its path would find."""
+def _import_folders() -> list[str]:
+    """The folders of the grader's sys.path, wherever they are (a .pth may point outside the prefixes; _plan binds the
+    site folders among them, _installed_copies looks in them), less the current folder, what lies in the course
+    folder but a site folder (a venv's there is bound; pytest's tests/ on the path is not the kernel's) and any
+    checkout of a course (a folder with nbgrader_config.py: its solutions and judges stay out of view)."""
     found = []
     for entry in sys.path:
+        path = _real(entry or os.getcwd())
+        inside = within(path, _real(REPO)) and os.path.basename(path) not in SITE_FOLDERS
+        if (not os.path.isdir(path) or inside or path == _real(os.getcwd())
+                or os.path.exists(os.path.join(path, "nbgrader_config.py"))):
+            continue
+        found.append(path)
+    return found
+
+
+def _installed_copies() -> list[str]:
+    """Every copy of the grader's packages and of the course on the grader's sys.path other than the course being
+    graded (REPO/course): another checkout's, a wheel's in site-packages. The kernel imports the course from REPO
+    (PYTHONPATH); another copy would hold real judges and answers, so each is hidden wherever it is."""
+    found = []
+    for path in _import_folders():
         for name in ("course", "autograder", *GRADER_PACKAGES):
-            copy = os.path.join(entry, name) if entry and os.path.isabs(entry) else ""
-            if copy and os.path.isdir(copy) and _real(copy) != _real(REPO / "course"):
+            copy = os.path.join(path, name)
+            if os.path.isdir(copy) and _real(copy) != _real(REPO / "course"):
                 found.append(copy)
     return found
 
@@ -361,13 +408,15 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
     bound = [destination for option, _, destination in system if option == "--ro-bind"]
     binds: list[str] = []
     python = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              os.path.dirname(os.path.dirname(_real(sys.executable))),
-              # and where else this Python imports from (a .pth naming a shared environment's packages, a hub's)
-              *[entry for entry in sys.path if entry and os.path.isabs(entry) and not within(_real(entry), str(REPO))]]
+              os.path.dirname(os.path.dirname(_real(sys.executable)))]
     for path in python:
         for form in sorted({os.path.abspath(path), _real(path)}):
             if os.path.isdir(form) and not any(within(form, b) for b in [*bound, *binds]):
                 binds = [b for b in binds if not within(b, form)] + [form]
+    for path in _import_folders():  # site folders outside the prefixes (a .pth to a shared site-packages, conda-like)
+        # only site folders: a PYTHONPATH entry (a home folder, say) is not the kernel's to see
+        if os.path.basename(path) in SITE_FOLDERS and not any(within(path, b) for b in [*bound, *binds]):
+            binds = [b for b in binds if not within(b, path)] + [path]
     binds.append(str(REPO / "course"))  # its judges and the graded assignment's answers are stubs (bwrap_argv)
     hides: list[str] = []
     blanks: list[str] = []
@@ -381,9 +430,8 @@ def _plan(work: Path, limits: Limits, uid: int, extra: Iterable[Path] = ()) -> d
             blanks.append(path)
     return {"work": work, "system": system, "hide": hides, "blank": blanks,
             "empty": os.path.join(work, ".sandbox", "empty"), "ro_bind": sorted(binds, key=len),
-            "limits": asdict(limits), "uid": uid,
-            "python": os.path.abspath(sys.executable), "venv_bin": os.path.dirname(os.path.abspath(sys.executable)),
-            "repo": str(REPO)}
+            "limits": asdict(limits), "uid": uid, "course_root": str(REPO),
+            "python": os.path.abspath(sys.executable), "venv_bin": os.path.dirname(os.path.abspath(sys.executable))}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -419,8 +467,9 @@ def kernel_environment(plan: dict, source: dict[str, str] | None = None) -> dict
         "JPY_PARENT_PID": "1",
     })
     env.setdefault("LANG", "C.UTF-8")
-    if plan.get("repo"):  # the course the kernel imports is the one being graded, whatever else is installed
-        env["PYTHONPATH"] = plan["repo"]
+    # the course being graded, found (a PathFinder entry) before any course installed in the Python: whatever the
+    # layout (a venv of another checkout, a wheel), the kernel imports the course the grader grades
+    env["PYTHONPATH"] = plan.get("course_root", str(REPO))
     return env
 
 

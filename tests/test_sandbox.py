@@ -338,7 +338,7 @@ def test_a_shared_environment_is_bound_and_every_other_copy_of_the_course_hidden
     holds the course and the grader installed as a wheel, while the instructor grades a checkout. The kernel gets the
     shared packages, but imports the course only from the checkout (whose judges and answers are stubbed): every
     other copy of course, autograder and catalogue is hidden, and the checkout comes first on its path."""
-    shared = tmp_path / "shared-site-packages"
+    shared = tmp_path / "shared" / "site-packages"
     for name in ("course", "autograder", "catalogue"):
         (shared / name / "judges").mkdir(parents=True)
     monkeypatch.setattr(sys, "path", [*sys.path, str(shared)])
