@@ -114,7 +114,8 @@ def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 
 
 
 _TABLES_HINT = ("Return (cos, sin), each (t, s // 2) float32: cos and sin of position · θ_i, positions 0 .. t − 1 as "
-                "rows, θ_i = base^(−2i/s) for i = 0 .. s/2 − 1 as columns, computed in float64, then .float().")
+                "rows, θ_i = base^(−2i/s) for i = 0 .. s/2 − 1 as columns, computed in float64 on the CPU, then "
+                ".float().to(device).")
 _TABLES_MISTAKES = ((M["rotary-exponent-i"], {"exponent": 1.0}), (M["rotary-positions-from-one"], {"first": 1}),
                     (M["rotary-positive-exponent"], {"sign": 1.0}), (M["rotary-base-ignored"], {"base": DEFAULT_BASE}))
 
