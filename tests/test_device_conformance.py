@@ -23,6 +23,7 @@ What this layer cannot see (checked only by a run on a real GPU, or not at all):
   lacks (or that falls back to the CPU under PYTORCH_ENABLE_MPS_FALLBACK) passes here; fused AdamW needs a real
   CUDA/MPS device and refuses meta, so optimizer steps are not run;
 - code that branches on `device.type == "cuda"` sees "meta", and so takes its other branch;
+- a torch.Generator's device: meta has no generator (on CUDA, multinomial with a CPU generator raises);
 - speed, memory, and synchronisation (e.g. a `.cpu()` per step in a training loop).
 """
 
