@@ -26,7 +26,7 @@ GPUS = ("cuda", "mps")
 #: dtypes Apple's MPS backend cannot hold
 NOT_ON_MPS = (torch.float64, torch.complex128)
 #: operations whose whole point is to move a tensor between devices
-COPIES = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default, torch.ops.aten.lift_fresh.default}
+COPIES = frozenset((torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default, torch.ops.aten.lift_fresh.default))
 _TORCH = str(Path(torch.__file__).parent)
 
 
