@@ -18,8 +18,8 @@ MODEL = "modern_language_model"
 
 RMS = "torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)"
 RMS_RETURN = f"return x * {RMS} * self.gain"
-THETA = "base ** (-torch.arange(0, s, 2, dtype=torch.float64, device=device) / s)"
-TABLES_RETURN = "return angles.cos().float(), angles.sin().float()"
+THETA = "base ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)"
+TABLES_RETURN = "return angles.cos().float().to(device), angles.sin().float().to(device)"
 ROTATED = "first * cos - second * sin, first * sin + second * cos"
 HALVES = "first, second = x[..., :half], x[..., half:]"
 SWIGLU_RETURN = "return self.down(F.silu(self.gate(x)) * self.up(x))"
@@ -71,15 +71,24 @@ edit("tables-base-hard-coded", TABLES, ("theta = base **", "theta = 10000.0 **")
 edit("tables-duplicated-as-in-hugging-face", TABLES,
      (TABLES_RETURN, "angles = torch.cat([angles, angles], dim=-1)  # (t, s)\n    " + TABLES_RETURN),
      mistake="rotary-tables-full-width")
-edit("tables-left-in-float64", TABLES, (TABLES_RETURN, "return angles.cos(), angles.sin()"),
+edit("tables-left-in-float64", TABLES, (TABLES_RETURN, "return angles.cos().to(device), angles.sin().to(device)"),
      mistake="rotary-tables-float64")
-edit("tables-sin-first", TABLES, (TABLES_RETURN, "return angles.sin().float(), angles.cos().float()"),
+edit("tables-sin-first", TABLES,
+     (TABLES_RETURN, "return angles.sin().float().to(device), angles.cos().float().to(device)"),
      mistake="rotary-tables-swapped")
 
+# device mistakes a CPU grader sees through the stand-in GPUs of course/checks/device.py
+edit("tables-float64-on-the-device", TABLES,
+     (THETA, "base ** (-torch.arange(0, s, 2, dtype=torch.float64, device=device) / s)"),
+     ("torch.arange(t, dtype=torch.float64)", "torch.arange(t, dtype=torch.float64, device=device)"),
+     (TABLES_RETURN, "return angles.cos().float(), angles.sin().float()"), mistake="rotary-tables-float64-on-mps")
+edit("tables-device-ignored", TABLES, (TABLES_RETURN, "return angles.cos().float(), angles.sin().float()"),
+     mistake="rotary-tables-device-ignored")
+
 edit("tables-outer-product", TABLES,
-     (THETA, "1.0 / base ** (torch.arange(0, s, 2, device=device).double() / s)"),
-     ("torch.arange(t, dtype=torch.float64, device=device).unsqueeze(1) * theta",
-      "torch.outer(torch.arange(t, device=device).double(), theta)"))
+     (THETA, "1.0 / base ** (torch.arange(0, s, 2).double() / s)"),
+     ("torch.arange(t, dtype=torch.float64).unsqueeze(1) * theta",
+      "torch.outer(torch.arange(t).double(), theta)"))
 
 # ------------------------------------------------------------------ apply_rotary
 

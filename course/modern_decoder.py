@@ -33,9 +33,10 @@ class RMSNorm(nn.Module):
 def rotary_tables(t: int, s: int, base: float = 10000.0,
                   device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position · θ_i for positions 0..t-1 and θ_i = base^(−2i/s): two (t, s // 2) tables."""
-    theta = base ** (-torch.arange(0, s, 2, dtype=torch.float64, device=device) / s)  # (s/2,)
-    angles = torch.arange(t, dtype=torch.float64, device=device).unsqueeze(1) * theta  # (t, s/2)
-    return angles.cos().float(), angles.sin().float()
+    # float64 on the CPU, whatever the device: Apple's MPS has no float64, and float32 angles drift at long positions.
+    theta = base ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)  # (s/2,)
+    angles = torch.arange(t, dtype=torch.float64).unsqueeze(1) * theta  # (t, s/2)
+    return angles.cos().float().to(device), angles.sin().float().to(device)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:

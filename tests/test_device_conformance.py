@@ -1,0 +1,285 @@
+"""Device conformance on a CPU-only machine: every reference in course/ runs on a stand-in GPU, and nothing it makes
+stays behind on the CPU.
+
+The stand-in GPU is course/checks/device.py's: PyTorch's meta device (shapes, dtypes and a device, no data, so a
+whole forward and backward runs in microseconds; PyTorch refuses to mix it with a CPU tensor, as CUDA and MPS do)
+under DeviceRules, a TorchDispatchMode that adds the rules meta lacks, per GPU: on both, a CPU tensor read beside a
+device tensor is refused (even a 0-dim one, which CUDA would accept); on "mps", any float64 or complex128 tensor on
+the device is refused (Apple's MPS has no 64-bit float, pytorch#122602). FakeTensorMode's fake "cuda" was tried
+first: on torch 2.13's CPU build `.to("cuda")` raises and F.linear on a fake CUDA tensor aborts the process.
+
+Each reference then must run forward (and backward where the course trains it), and every output must be on the
+device. test_the_layer_catches_* prove each rule with a deliberately wrong function.
+
+What this layer cannot see (checked only by a run on a real GPU, or not at all):
+- numerics: meta tensors hold no values, so no result, tolerance, TF32 rounding on Ampere and later, or
+  nondeterminism of GPU kernels (atomic adds in index_add_, scatter, embedding backward) is compared;
+- device-side asserts: an index out of range is only known from values; on CUDA it is an asynchronous
+  device-side assert that leaves the CUDA context unusable, on the CPU an IndexError (09's section 7 now shows that
+  failure on a CPU copy of the model for this reason);
+- data-dependent control flow: `bool(t)`, `.item()` and `.tolist()` on a meta tensor raise, so greedy_decode (which
+  stops when every row has ended) is not run here;
+- kernels missing on a real backend: meta has a shape function for nearly every operation, so an operation MPS
+  lacks (or that falls back to the CPU under PYTORCH_ENABLE_MPS_FALLBACK) passes here; fused AdamW needs a real
+  CUDA/MPS device and refuses meta, so optimizer steps are not run;
+- code that branches on `device.type == "cuda"` sees "meta", and so takes its other branch;
+- a torch.Generator's device: meta has no generator (on CUDA, multinomial with a CPU generator raises);
+- speed, memory, and synchronisation (e.g. a `.cpu()` per step in a training loop).
+"""
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from course import language_model as lm
+from course import modern_decoder as md
+from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
+from course.checks import modern_decoder as decoder_checks
+from course.checks.compare import CheckFailed
+from course.checks.device import GPUS, DeviceRuleBroken, off_device, on_gpu
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def assert_on_device(outputs, what: str) -> None:
+    """Every tensor in outputs (a tensor, or tuples, lists and dicts of them) is on the stand-in device."""
+    left = off_device(outputs)
+    assert not left, f"{what} returned {', '.join(left)}, not on the device"
+
+
+def backward(loss: torch.Tensor, model: nn.Module, what: str) -> None:
+    """loss.backward(), then every gradient of the model is on the device."""
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert grads and all(g is not None for g in grads), f"{what}: some parameter got no gradient"
+    assert_on_device(grads, f"{what}'s gradients")
+
+
+# ------------------------------------------------------------------ the references, each run on the device `d`
+
+def x(*shape: int, d: torch.device) -> torch.Tensor:
+    return torch.randn(*shape, device=d)
+
+
+def tokens(*shape: int, vocab: int = 11, d: torch.device) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, device=d)
+
+
+def _self_attention(d):
+    return self_attention.attention_weights(x(2, 5, 4, d=d)), self_attention.basic_self_attention(x(2, 5, 4, d=d))
+
+
+def _qkv(d):
+    model = qkv.SelfAttentionQKV(8).to(d)
+    y = model(x(2, 5, 8, d=d))
+    backward(y.pow(2).mean(), model, "SelfAttentionQKV")
+    return qkv.attention(x(2, 5, 4, d=d), x(2, 6, 4, d=d), x(2, 6, 3, d=d)), y
+
+
+def _scaling(d):
+    mask = torch.ones(5, 5, dtype=torch.bool, device=d).tril()
+    model = scaling.ScaledSelfAttention(8).to(d)
+    y = model(x(2, 5, 8, d=d), mask)
+    backward(y.pow(2).mean(), model, "ScaledSelfAttention")
+    return scaling.scaled_dot_product_attention(x(2, 5, 4, d=d), x(2, 6, 4, d=d), x(2, 6, 3, d=d),
+                                                torch.ones(5, 6, dtype=torch.bool, device=d)), y
+
+
+def _multi_head(d):
+    out = [multi_head.merge_heads(multi_head.split_heads(x(2, 5, 8, d=d), 2))]
+    for cls in (multi_head.MultiHeadAttention, multi_head.WideMultiHeadAttention):
+        model = cls(8, 2).to(d)
+        y = model(x(2, 5, 8, d=d), x(2, 6, 8, d=d), mask=torch.ones(2, 5, 6, dtype=torch.bool, device=d))
+        backward(y.pow(2).mean(), model, cls.__name__)
+        out.append(y)
+    return out
+
+
+def _transformer_block(d):
+    model = transformer_block.TransformerClassifier(11, 8, 2, 2, 3,
+                                                    positions=positional_encoding.PositionalEncoding(8, 16)).to(d)
+    logits = model(tokens(2, 5, d=d), mask=torch.ones(2, 5, 5, dtype=torch.bool, device=d))
+    backward(logits.logsumexp(-1).mean(), model, "TransformerClassifier")
+    return logits, transformer_block.FeedForward(8, 16).to(d)(x(2, 5, 8, d=d))
+
+
+def _positional_encoding(d):
+    learned = positional_encoding.LearnedPositionalEmbedding(16, 8).to(d)
+    return positional_encoding.PositionalEncoding(8, 16).to(d)(x(2, 5, 8, d=d)), learned(x(2, 5, 8, d=d))
+
+
+def _seq2seq(d):
+    model = seq2seq.Seq2SeqTransformer(11, 13, 8, 2, 2, 16).to(d)
+    src, tgt = tokens(2, 6, d=d), tokens(2, 5, vocab=13, d=d)
+    src_mask = seq2seq.padding_mask(torch.tensor([6, 4], device=d), 6)
+    loss = seq2seq.teacher_forcing_loss(model, src, src_mask, tgt)
+    seq2seq.configure_optimizer(model, 1e-3, 0.1)  # built only: fused AdamW refuses the meta device
+    backward(loss, model, "Seq2SeqTransformer")
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    return loss, src_mask, seq2seq.causal_mask(5, device=d), model(src, tgt, src_mask)
+
+
+def _language_model(d):
+    out = []
+    for cls in (lm.LanguageModel, lm.CachedLanguageModel):
+        model = cls(11, 8, 2, 2, 16).to(d)
+        ids = tokens(2, 6, d=d)
+        loss = lm.next_token_loss(model(ids), ids)
+        backward(loss, model, cls.__name__)
+        out.append(loss)
+    # no generator: meta has none (torch.Generator(device="meta") raises), so a generator's device goes unchecked
+    out.append(lm.generate(model, tokens(2, 3, d=d), 4, temperature=0.8, top_k=5, top_p=0.9))
+    out.append(lm.generate_cached(model, tokens(2, 3, d=d), 4, temperature=0.8, top_k=5, top_p=0.9))
+    out.append(lm.sample_next_token(x(2, 11, d=d), temperature=0))
+    return out
+
+
+def _modern_decoder(d):
+    cos, sin = md.rotary_tables(12, 4, device=d)
+    out = [cos, sin, md.apply_rotary(x(2, 2, 5, 4, d=d), cos, sin, offset=3), md.RMSNorm(8).to(d)(x(2, 5, 8, d=d)),
+           md.SwiGLU(8, 12).to(d)(x(2, 5, 8, d=d))]
+    model = md.ModernLanguageModel(11, 8, 4, 2, 2, 16).to(d)
+    ids = tokens(2, 6, d=d)
+    logits, cache = model(ids, use_cache=True)
+    backward(lm.next_token_loss(logits, ids), model, "ModernLanguageModel")
+    with torch.no_grad():
+        out += [logits, cache, model(ids[:, -1:], cache=cache, use_cache=True)]
+    out.append(lm.generate_cached(model, tokens(2, 3, d=d), 4, temperature=0))
+    return out
+
+
+REFERENCES: dict[str, Callable[[torch.device], object]] = {
+    "self_attention": _self_attention, "qkv": _qkv, "scaling": _scaling, "multi_head": _multi_head,
+    "transformer_block": _transformer_block, "positional_encoding": _positional_encoding, "seq2seq": _seq2seq,
+    "language_model": _language_model, "modern_decoder": _modern_decoder,
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("name", REFERENCES)
+def test_every_reference_runs_on_the_gpu_and_leaves_nothing_on_the_cpu(name, gpu):
+    torch.manual_seed(0)  # modules are built on the CPU with real weights, then moved, as a notebook does
+    with on_gpu(gpu) as d:
+        outputs = REFERENCES[name](d)
+    assert_on_device(outputs, f"course/{name}.py on {gpu}")
+
+
+def _solution_function(assignment: str, cell_id: str, name: str) -> Callable:
+    """The function `name` defined by the solved cell `cell_id` of solutions/<assignment>: the code students copy."""
+    notebook = next((ROOT / "solutions" / assignment).glob("*.ipynb"))
+    cell = next(c for c in json.loads(notebook.read_text())["cells"] if c.get("id") == cell_id)
+    namespace = {"torch": torch}
+    exec("".join(cell["source"]), namespace)  # noqa: S102 - the course's own solution, not a student's
+    return namespace[name]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_09s_solution_of_rotary_tables_runs_on_the_gpu(gpu):
+    rotary_tables = _solution_function("09_modern_decoder", "rotary-tables", "rotary_tables")
+    with on_gpu(gpu) as d:
+        tables = rotary_tables(40, 8, device=d)
+    assert_on_device(tables, "09's solution of rotary_tables")
+    assert all(t.dtype == torch.float32 for t in tables)
+
+
+# ------------------------------------------------------------------ the layer catches what it claims
+
+def _mask_made_on_the_cpu(x: torch.Tensor) -> torch.Tensor:
+    scores = x @ x.transpose(-2, -1)
+    mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()  # no device=: on the CPU
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def _device_ignored(t: int, device=None) -> torch.Tensor:
+    return torch.ones(t, t, dtype=torch.bool).tril()  # device accepted, never used
+
+
+def _scale_as_cpu_tensor(x: torch.Tensor) -> torch.Tensor:
+    return x / torch.tensor(x.shape[-1]).sqrt()  # a 0-dim CPU tensor: CUDA accepts it, this course does not
+
+
+def _angles_in_float64_on_the_device(t: int, device=None) -> torch.Tensor:
+    return torch.arange(t, dtype=torch.float64, device=device).cos().float()
+
+
+class _TableNotABuffer(nn.Module):
+    """Keeps its table as a plain attribute, which .to(device) does not move."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Linear(4, 4)
+        self.table = torch.ones(5, 4)
+
+    def forward(self, x):
+        return self.scale(x) + self.table[: x.shape[1]]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_layer_catches_a_mask_made_on_the_cpu(gpu):
+    with pytest.raises(DeviceRuleBroken, match="mixes a CPU tensor"), on_gpu(gpu) as d:
+        _mask_made_on_the_cpu(x(2, 5, 4, d=d))
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_layer_catches_a_function_that_ignores_its_device_argument(gpu):
+    with on_gpu(gpu) as d:
+        made = _device_ignored(5, device=d)
+    with pytest.raises(AssertionError, match="on cpu, not on the device"):
+        assert_on_device(made, "_device_ignored")
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_layer_catches_a_cpu_scalar_tensor_mixed_in(gpu):
+    with pytest.raises(DeviceRuleBroken, match="mixes a CPU tensor"), on_gpu(gpu) as d:
+        _scale_as_cpu_tensor(x(2, 5, 4, d=d))
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_layer_catches_a_table_that_does_not_follow_to_device(gpu):
+    model = _TableNotABuffer()
+    with pytest.raises(DeviceRuleBroken, match="mixes a CPU tensor"), on_gpu(gpu) as d:
+        model.to(d)(x(2, 3, 4, d=d))
+
+
+def test_the_layer_catches_float64_on_mps_and_allows_it_on_cuda():
+    with pytest.raises(DeviceRuleBroken, match="float64 tensor on mps"), on_gpu("mps") as d:
+        _angles_in_float64_on_the_device(5, device=d)
+    with on_gpu("cuda") as d:
+        assert_on_device(_angles_in_float64_on_the_device(5, device=d), "float64 angles on cuda")
+
+
+# ------------------------------------------------------------------ graded on a CPU grader: 09's rotary_tables
+
+def _tables_float64_on_the_device(t, s, base=10000.0, device=None):
+    """09's solution as it was: right on a CPU and on CUDA, a TypeError on a Mac."""
+    theta = base ** (-torch.arange(0, s, 2, dtype=torch.float64, device=device) / s)
+    angles = torch.arange(t, dtype=torch.float64, device=device).unsqueeze(1) * theta
+    return angles.cos().float(), angles.sin().float()
+
+
+def _tables_device_ignored(t, s, base=10000.0, device=None):
+    """Right values, always on the CPU: a CPU grader could not tell, the student's GPU then refuses to mix them."""
+    return md.rotary_tables(t, s, base)
+
+
+def _named_mistake(check, part) -> tuple[str | None, str]:
+    with pytest.raises(CheckFailed) as failure:
+        check(part)
+    return failure.value.mistake, str(failure.value)
+
+
+def test_a_cpu_grader_passes_rotary_tables_that_honours_its_device():
+    decoder_checks.rotary_tables(md.rotary_tables)
+
+
+@pytest.mark.parametrize("part,mistake,says", [
+    (_tables_float64_on_the_device, "rotary-tables-float64-on-mps", "cannot run on mps"),
+    (_tables_device_ignored, "rotary-tables-device-ignored", "when asked for device='cuda'"),
+])
+def test_a_cpu_grader_fails_rotary_tables_that_would_fail_on_the_students_gpu(part, mistake, says):
+    named, message = _named_mistake(decoder_checks.rotary_tables, part)
+    assert (named, says in message) == (mistake, True), message
