@@ -24,7 +24,7 @@ import pytest
 from conftest import complete_submission, use_sandbox, write_submission
 
 from autograder import course_dir
-from autograder.grade import RUN_LOCK, STATE_FILE, WORKER_DEATHS, grade
+from autograder.grade import RUN_LOCK, STATE_FILE, WORKER_DEATHS, _scratch, grade
 
 A = "01_self_attention"
 NB = course_dir.notebooks(A)[0]
@@ -112,7 +112,7 @@ def test_a_worker_killed_mid_batch_costs_only_its_submission(tmp_path, private_t
     assert not list(private_tmp.glob("autograder-*")), "the batch's scratch copy was left behind"
 
 
-def test_scratch_a_dead_run_left_is_removed_and_a_running_ones_is_not(tmp_path, private_tmp):
+def test_scratch_a_dead_run_left_is_removed_and_a_running_ones_is_not(private_tmp):
     dead, running = private_tmp / "autograder-dead", private_tmp / "autograder-running"
     for folder in (dead, running):
         folder.mkdir()
@@ -120,11 +120,11 @@ def test_scratch_a_dead_run_left_is_removed_and_a_running_ones_is_not(tmp_path, 
         (folder / "ada.ipynb").write_text("a student's notebook")
     other = private_tmp / "autograder-not-ours"
     other.mkdir()
-    batch = tmp_path / "batch"
-    write_submission(batch, "ada", A, NB, complete_submission(A, NB))
     with (running / RUN_LOCK).open("rb") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        grade(batch, tmp_path / "out", [A], workers=1, sandbox=use_sandbox(), progress=False)
+        with _scratch() as mine:  # what a grading run does first
+            assert mine.is_dir() and (mine / RUN_LOCK).is_file()
+        assert not mine.exists(), "a run's own scratch folder stays after it"
     assert not dead.exists(), "a dead run's copy of the students' notebooks stays in /tmp"
     assert (running / "ada.ipynb").is_file() and other.is_dir()
 

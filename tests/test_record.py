@@ -70,12 +70,21 @@ def test_the_command_exits_non_zero_on_an_empty_batch(tmp_path):
 
 
 def test_an_error_row_points_to_a_saved_log_with_the_whole_traceback(tmp_path, monkeypatch):
-    from autograder import workspace  # noqa: PLC0415 - patched here only
+    from autograder import grade as grading  # noqa: PLC0415 - patched here only
+    from autograder.workspace import failure  # noqa: PLC0415
 
-    def broken(self, job, upcoming=None):
+    def broken(job):
         raise RuntimeError(f"the grader tripped over {job.student}'s notebook")
 
-    monkeypatch.setattr(workspace.Workspace, "grade", broken)
+    def workers_that_fail(jobs, options, workers, scratch):
+        """What the pool yields when grading a job raised in its worker (_serve sends failure(error))."""
+        for item in jobs:
+            try:
+                broken(item)
+            except RuntimeError as error:
+                yield item, None, failure(error)
+
+    monkeypatch.setattr(grading, "_locally", workers_that_fail)
     (tmp_path / "batch" / "alice" / A).mkdir(parents=True)
     nbformat.write(complete_submission(A, NB), tmp_path / "batch" / "alice" / A / NB)
     [row] = grade(tmp_path / "batch", tmp_path / "out", [A], progress=False)
