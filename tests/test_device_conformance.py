@@ -1,7 +1,7 @@
 """Device conformance on a CPU-only machine: every reference in course/ runs on a stand-in GPU, and nothing it makes
 stays behind on the CPU.
 
-The stand-in GPU is course/checks/device.py's: PyTorch's meta device (shapes, dtypes and a device, no data, so a
+The stand-in GPU is tests/device_rules.py's: PyTorch's meta device (shapes, dtypes and a device, no data, so a
 whole forward and backward runs in microseconds; PyTorch refuses to mix it with a CPU tensor, as CUDA and MPS do)
 under DeviceRules, a TorchDispatchMode that adds the rules meta lacks, per GPU: on both, a CPU tensor read beside a
 device tensor is refused (even a 0-dim one, which CUDA would accept); on "mps", any float64 or complex128 tensor on
@@ -33,14 +33,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from device_rules import GPUS, DeviceRuleBroken, off_device, on_gpu
 from torch import nn
 
 from course import language_model as lm
 from course import modern_decoder as md
 from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
-from course.checks import modern_decoder as decoder_checks
-from course.checks.compare import CheckFailed
-from course.checks.device import GPUS, DeviceRuleBroken, off_device, on_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -250,36 +248,3 @@ def test_the_layer_catches_float64_on_mps_and_allows_it_on_cuda():
         _angles_in_float64_on_the_device(5, device=d)
     with on_gpu("cuda") as d:
         assert_on_device(_angles_in_float64_on_the_device(5, device=d), "float64 angles on cuda")
-
-
-# ------------------------------------------------------------------ graded on a CPU grader: 09's rotary_tables
-
-def _tables_float64_on_the_device(t, s, base=10000.0, device=None):
-    """09's solution as it was: right on a CPU and on CUDA, a TypeError on a Mac."""
-    theta = base ** (-torch.arange(0, s, 2, dtype=torch.float64, device=device) / s)
-    angles = torch.arange(t, dtype=torch.float64, device=device).unsqueeze(1) * theta
-    return angles.cos().float(), angles.sin().float()
-
-
-def _tables_device_ignored(t, s, base=10000.0, device=None):
-    """Right values, always on the CPU: a CPU grader could not tell, the student's GPU then refuses to mix them."""
-    return md.rotary_tables(t, s, base)
-
-
-def _named_mistake(check, part) -> tuple[str | None, str]:
-    with pytest.raises(CheckFailed) as failure:
-        check(part)
-    return failure.value.mistake, str(failure.value)
-
-
-def test_a_cpu_grader_passes_rotary_tables_that_honours_its_device():
-    decoder_checks.rotary_tables(md.rotary_tables)
-
-
-@pytest.mark.parametrize("part,mistake,says", [
-    (_tables_float64_on_the_device, "rotary-tables-float64-on-mps", "cannot run on mps"),
-    (_tables_device_ignored, "rotary-tables-device-ignored", "when asked for device='cuda'"),
-])
-def test_a_cpu_grader_fails_rotary_tables_that_would_fail_on_the_students_gpu(part, mistake, says):
-    named, message = _named_mistake(decoder_checks.rotary_tables, part)
-    assert (named, says in message) == (mistake, True), message

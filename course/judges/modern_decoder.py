@@ -12,7 +12,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from course.checks import compare, device, modules
+from course.checks import compare, modules
 from course.checks import modern_decoder as probes
 from course.checks.compare import Mistake, expect_close, expect_close_batch, fail, matches_any, output
 from course.checks.evidence import Evidence
@@ -26,9 +26,7 @@ from course.judges.kinds import (
     against,
     against_forward,
     block_call,
-    declared,
     decoder,
-    drawn,
     each_case,
     expect_blocks,
     expect_linear_layers,
@@ -140,35 +138,8 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
                  mistakes=[*wrong, (M["rotary-tables-swapped"], right.flip(0))], otherwise=_TABLES_HINT)
 
 
-def _expect_tables_on_gpus(ev: Evidence) -> None:
-    """rotary_tables(12, 8, device=...) on the stand-in CUDA and MPS (course/checks/device.py) kept its tables on the
-    device and broke no rule of it; a verdict of "unknown" (it raised on the data-less stand-in) is not held against
-    it, as the cases above judge the values."""
-    __tracebackhide__ = True
-    call = f"rotary_tables({', '.join(map(str, probes.TABLES_ON_GPU))}, device=...)"
-    for gpu in device.GPUS:
-        seen = ev.facts.get(f"tables_on_{gpu}")
-        if not isinstance(seen, dict) or seen.get("verdict") not in ("kept", "left", "broke", "unknown"):
-            fail(f"{call} on a stand-in {gpu} left no record of what it did: run the test again.")
-        if seen["verdict"] == "left":
-            fail(f"{call} returned {seen['detail']} when asked for device={gpu!r}: "
-                 f"{M['rotary-tables-device-ignored'].explanation}", mistake=M["rotary-tables-device-ignored"])
-        if seen["verdict"] == "broke":
-            mistake = M["rotary-tables-float64-on-mps"] if "has no 64-bit float" in str(seen["detail"]) else None
-            fail(f"{call} cannot run on {gpu}: {seen['detail']}." + (f" {mistake.explanation}" if mistake else ""),
-                 mistake=mistake)
-
-
-def _tables_and_devices(ev: Evidence) -> None:
-    __tracebackhide__ = True
-    for case in drawn(probes.rotary_tables.cases):
-        _expect_tables(ev, case)
-    _expect_tables_on_gpus(ev)
-
-
-declared(probes.rotary_tables, _tables_and_devices,
-         passed="cos and sin of position · base^(−2i/s), float32 (t, s // 2), for two bases; on a stand-in CUDA and "
-                "MPS the tables are made on the device asked for, with no float64 there.")
+each_case(probes.rotary_tables, _expect_tables,
+          passed="cos and sin of position · base^(−2i/s), float32 (t, s // 2), for two bases.")
 each_case(probes.rotary_tables_hidden, _expect_tables,
           passed="More sizes (64 positions, one position, another base), on the notebook's device.")
 

@@ -7,7 +7,8 @@ operation, as CUDA and MPS do. DeviceRules, a dispatch mode that sees every aten
 - on "mps", any float64 or complex128 tensor on the device: Apple's GPU has no 64-bit float (TypeError there).
 (Fake "cuda"/"mps" tensors of torch._subclasses.fake_tensor were tried first: on a CPU-only build `.to("cuda")`
 raises and F.linear on a fake CUDA tensor aborts the process, so the meta device it is.)
-tests/test_device_conformance.py runs every reference of course/ on it and lists what it cannot see.
+tests/test_device_conformance.py runs every reference of course/ on it and lists what it cannot see. (Kept with the
+tests: the course package holds only what the notebooks and graded checks import.)
 """
 
 import traceback
