@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import shutil
 import stat
 import tempfile
@@ -35,13 +34,12 @@ from pathlib import Path
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder import GradingError, course_dir, handin
-from autograder.exchange import SECRET
+from autograder.exchange import SECRET, SECRET_FORM
 from autograder.secret import course_secret
 from autograder.submissions import NOTEBOOK_MB, TIMESTAMP
 
 #: files nbgrader's submit writes besides the notebooks, whose content is not taken from the student
 SUBMIT_FILES = (TIMESTAMP, handin.RECORD)
-_SECRET_FORM = re.compile(rb"[0-9a-f]{32,256}")
 
 
 @dataclass
@@ -123,8 +121,8 @@ def _read_folder(folder: Path, check_owner: bool, student: str) -> tuple[dict[st
             files[name] = f.read(NOTEBOOK_MB * 1024 * 1024 + 1)
     if not any(name.endswith(".ipynb") for name in files):
         problems.append(f"no notebook in it (found {sorted(files) or 'nothing'})")
-    secret = files.get(SECRET, b"").strip()
-    if SECRET in files and not _SECRET_FORM.fullmatch(secret):
+    secret = files.get(SECRET, b"").decode(errors="replace").strip()
+    if SECRET in files and not SECRET_FORM.fullmatch(secret):
         del files[SECRET]  # a secret only names the student's feedback page; one not as nbgrader makes it is dropped
     return files, newest, problems
 

@@ -38,7 +38,7 @@ TIMESTAMP = "timestamp.txt"
 #: the folders of a course directory where nbgrader keeps a submission's files, in the order a secret is looked for
 KEPT_IN = ("submitted", "autograded", "feedback")
 #: a secret nbgrader's submit (secrets.token_hex(64)) or this module made; anything else is not reused
-_SECRET_FORM = re.compile(r"[0-9a-f]{32,256}")
+SECRET_FORM = re.compile(r"[0-9a-f]{32,256}")
 #: a name that is one folder, nothing more
 _FOLDER_NAME = re.compile(r"[^/\\\x00]+")
 #: what nbgrader's exchange can keep in a cache entry's name: its fields are separated by '+'
@@ -64,7 +64,7 @@ def existing_secret(course_root: Path, student: str, assignment: str) -> str | N
             text = path.read_text().strip()
         except (OSError, UnicodeDecodeError):
             continue
-        if _SECRET_FORM.fullmatch(text):
+        if SECRET_FORM.fullmatch(text):
             return text
     return None
 
@@ -120,7 +120,7 @@ def write_student_cache(cache_root: Path, course_id: str, student: str, assignme
                         *(("notebook name", name) for name in notebooks)):
         _check_id(kind, value)
     secret = extras.get(SECRET, b"").decode().strip()
-    if not _SECRET_FORM.fullmatch(secret):
+    if not SECRET_FORM.fullmatch(secret):
         raise ValueError("the submission has no submission_secret.txt: call release_files before grading it")
     stamp = exchange_timestamp(extras.get(TIMESTAMP, b"").decode())
     folder = cache_root / course_id / f"{student}+{assignment}+{stamp}"
