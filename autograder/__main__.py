@@ -1,11 +1,11 @@
-"""python -m autograder {collect,grade,refresh,export,build,budgets,site} — see README.md."""
+"""python -m autograder {collect,grade,serve,refresh,export,build,budgets,site} — see README.md."""
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, budgets, build, collect, lms, record, website
+from autograder import GradingError, budgets, build, collect, lms, record, serve, website
 from autograder.grade import grade as run_grade
 from autograder.grade import instructor_course, refresh
 from autograder.results import table
@@ -84,6 +84,27 @@ def main(argv: list[str] | None = None) -> int:
                             "email): a student with no submission gets a `missing` row (with --gradebook, the "
                             "gradebook's students count too)")
 
+    service = commands.add_parser("serve", help="grade each submission as it reaches the exchange and release its "
+                                  "feedback at once (or at the due date): feedback a minute after Submit")
+    service.add_argument("--out", type=Path, required=True, help="as for grade (grades.csv, feedback/, serve.log)")
+    service.add_argument("--assignment", action="append", dest="assignments", metavar="NAME", required=True,
+                         help="serve this assignment (repeatable); others stay for collect and grade")
+    service.add_argument("--course", type=Path, default=None, metavar="DIR", help="as for grade")
+    service.add_argument("--hold-until-due", action="store_true",
+                         help="grade at once but release feedback only after the gradebook's due date")
+    service.add_argument("--per-hour", type=int, default=0, metavar="N",
+                         help="grade at most N submissions per student per hour; later ones wait (default: no limit)")
+    service.add_argument("--per-day", type=int, default=0, metavar="N", help="likewise per day")
+    service.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N",
+                         help="as for grade")
+    service.add_argument("--batch", type=int, default=8, metavar="N",
+                         help="grade at most N submissions at once, the oldest first (default 8)")
+    service.add_argument("--poll", type=float, default=2.0, metavar="SECONDS",
+                         help="how often to look in the exchange (default 2)")
+    service.add_argument("--once", action="store_true", help="one pass, then stop")
+    service.add_argument("--no-check-owner", action="store_true", help="as for collect")
+    service.add_argument("--no-sandbox", action="store_true", help="as for grade: only on a trusted machine")
+
     again = commands.add_parser("refresh", help="rewrite DIR/grades.csv and DIR/report.md from the gradebook "
                                                  "(after manual grading, extra credit or a late penalty)")
     again.add_argument("out", type=Path, metavar="DIR", help="a folder graded into with --gradebook")
@@ -141,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(outcomes)} student(s) in the exchange; submissions in {root / 'submitted'}; grade them with "
               f"python -m autograder grade {root / 'submitted'} --assignment {args.assignment} --gradebook --out DIR")
         return 0
+    if args.command == "serve":
+        policy = serve.Policy(tuple(args.assignments), hold=args.hold_until_due, per_hour=args.per_hour,
+                              per_day=args.per_day, batch=args.batch, check_owner=not args.no_check_owner,
+                              workers=args.workers, sandbox=not args.no_sandbox)
+        return serve.serve(serve.Service(_course(args.course), args.out, policy), poll=args.poll, once=args.once)
     if args.command == "refresh":
         course = _course(args.course)
         grades = refresh(args.out, course, roster=args.roster)
