@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, budgets, build, collect, lms, record, website
+from autograder import GradingError, budgets, build, collect, docs, lms, record
 from autograder.grade import grade as run_grade
 from autograder.grade import instructor_course, refresh
 from autograder.results import table
@@ -110,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                          help="measure only this assignment (repeatable); default: all")
     measure.add_argument("--no-sandbox", action="store_true", help="measure without the bubblewrap sandbox")
 
-    site = commands.add_parser("site", help="build the static site for self-learners from solutions/ (offline)")
+    site = commands.add_parser("site", help="build the course's site (docs/ and the executed notebooks of "
+                               "solutions/, with Sphinx and MyST-NB): searchable, and it works offline")
     site.add_argument("--out", type=Path, default=Path("site"), help="folder to write it to (default: site/)")
-    site.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
-                      help="only this assignment's pages (repeatable); default: all")
 
     args = parser.parse_args(argv)
     if args.command == "grade":
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {budgets.FILE}")
         return 0
     if args.command == "site":
-        return website.main(args.out, only=args.assignments)
+        return docs.main(args.out)
     return build.main(check=args.check, solutions=not args.skip_solutions, only=args.assignments)
 
 
