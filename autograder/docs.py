@@ -152,10 +152,15 @@ def mathjax_folder() -> Path:
     return folder
 
 
-def _for_the_page(path: Path) -> nbformat.NotebookNode:
-    """A solution notebook as its page shows it: no generated-file banner, no widget outputs."""
+def _for_the_page(path: Path, exercise: str) -> nbformat.NotebookNode:
+    """A solution notebook as its page shows it: no generated-file banner, no widget outputs, and after its opening
+    cell a link to the exercise notebook (exercise: its path in the course, e.g. release/01_x/x.ipynb)."""
     nb = nbformat.read(path, as_version=4)
     nb.cells = [cell for cell in nb.cells if cell.get("id") != "generated-banner"]
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(
+        f"> This page is the notebook executed with the reference solutions in place. The exercises are in "
+        f"[`{exercise}`](../../{exercise}) ([how to work them](../../docs/students.md#doing-an-assignment)).",
+        id="site-exercise-link"))
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
@@ -175,7 +180,7 @@ def stage(root: Path, staging: Path) -> None:
         if not solution.exists():
             raise GradingError(f"{solution} is missing: run `python -m autograder build` first")
         (staging / p.solution).parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(_for_the_page(solution), staging / p.solution)
+        nbformat.write(_for_the_page(solution, p.exercise), staging / p.solution)
         (staging / p.exercise).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / p.exercise, staging / p.exercise)
 

@@ -6,6 +6,8 @@ Everything a page loads ships in the built folder (Furo's assets, Sphinx's searc
 jupyter-server-mathjax package), so the site works from file:// on a machine with no network.
 """
 
+import re
+
 project = "Transformers from scratch"
 author = "the course's authors"
 root_doc = "docs/index"
@@ -54,7 +56,7 @@ mathjax2_config = {
 def _exercise_links_as_downloads(app, docname, source):
     """A page's link to an exercise notebook (../release/...ipynb) is a file to download, not a page: MyST would
     look for a document of that name, so the site marks it `path:`; the page stays a plain link on a code host."""
-    source[0] = source[0].replace("](../release/", "](path:../release/")
+    source[0] = re.sub(r"\]\(((?:\.\./)+release/)", r"](path:\1", source[0])
 
 
 def setup(app):

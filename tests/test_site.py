@@ -113,13 +113,19 @@ def test_every_notebook_has_a_page_with_its_figures(site, entry):
     assert "Executed solution, generated" not in page.path.read_text(), "the notebook's banner is for the file only"
 
 
-def test_each_exercise_link_downloads_the_release_notebook(site):
+def _downloads(page: Page) -> list[str]:
+    return [url for tag, _, url in page.urls if tag == "a" and url.endswith(".ipynb")]
+
+
+def test_the_map_and_each_notebook_page_link_the_exercise_notebook_as_a_download(site):
     course = Page(site / "docs" / "course.html")
-    downloads = [url for tag, _, url in course.urls if tag == "a" and url.endswith(".ipynb")]
-    assert len(downloads) == len(ASSIGNMENTS)
-    for entry, url in zip(ASSIGNMENTS, downloads, strict=True):
-        assert url.endswith("/" + entry.notebook), url
-        assert (course.path.parent / unquote(url)).read_bytes() == (ROOT / entry.exercise).read_bytes()
+    assert len(_downloads(course)) == len(ASSIGNMENTS)
+    for entry, url in zip(ASSIGNMENTS, _downloads(course), strict=True):
+        notebook_page = Page(_page_of(site, entry.solution))
+        for page, link in [(course, url), *((notebook_page, u) for u in _downloads(notebook_page))]:
+            assert link.endswith("/" + entry.notebook), f"{page.path.relative_to(site)}: {link}"
+            assert (page.path.parent / unquote(link)).read_bytes() == (ROOT / entry.exercise).read_bytes()
+        assert _downloads(notebook_page), f"{entry.solution}'s page does not link its exercise notebook"
 
 
 def test_every_internal_link_resolves_to_a_file_and_an_anchor_in_the_site(site, pages):
