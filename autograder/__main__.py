@@ -1,4 +1,4 @@
-"""python -m autograder {collect,grade,refresh,export,build,budgets,site} — see README.md."""
+"""python -m autograder {collect,grade,refresh,export,build,budgets,site} — see README.md and docs/."""
 
 import argparse
 import os

@@ -1,7 +1,7 @@
 """A student's session in a real browser (headless Chromium from Debian's package,
 driven by Playwright, both installed by .ci/run from requirements-test.txt; setup.sh installs neither).
 
-- JupyterLab started as README says (`.venv/bin/jupyter lab release/`, here on a copy of release/);
+- JupyterLab started as docs/students.md says (`.venv/bin/jupyter lab release/`, here on a copy of release/);
 - a release notebook opens without being marked modified;
 - it runs from the top; its answer cells are typed in (the solutions of source/); it runs again without errors;
 - nbgrader's Validate button reports that every test passes, and with a catalogued mistake typed in instead,
@@ -94,7 +94,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """JupyterLab as README starts it, `.venv/bin/jupyter lab release/`, on a copy of the course's release/ (and
+    """JupyterLab as a student starts it, `.venv/bin/jupyter lab release/`, on a copy of the course's release/ (and
     its nbgrader_config.py), with its own port and Jupyter folders, no browser and no token."""
     timer = Timer()
     tmp = tmp_path_factory.mktemp("lab")
