@@ -51,6 +51,7 @@ class Assignment:
     number: str
     title: str
     lead: str
+    objectives: list[str]
     time: str
     points: int
     builds: list[str]
@@ -94,14 +95,17 @@ def describe(assignment: str, notebook: str, root: Path = course_dir.ROOT) -> As
     title = re.sub(r"^Assignment\s+\d+\s*[—–:-]\s*", "", heading.group(1).strip()) if heading else assignment
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", intro) if p.strip()]
     lead = next((p for p in paragraphs if not p.startswith(("#", "**", "|", "-"))), "")
+    listed = re.search(r"\*\*You will learn to\*\*\s*\n((?:[-*] .*\n?(?:  +.*\n?)*)+)", intro)
+    items = re.split(r"(?m)^[-*] ", listed.group(1)) if listed else []
+    objectives = [" ".join(item.split()) for item in items if item.strip()]
     time = re.search(r"\*\*Time:\*\*\s*([^.]+?)(?:\.\s|\.$|,\s*of which)", intro)
     points = re.search(r"\*\*Points:\*\*\s*(\d+)", intro)
     if not (time and points):
         raise GradingError(f"release/{assignment}/{notebook}: its first cell states no **Time:** or no **Points:**,"
                            " which the course map shows")
     return Assignment(assignment=assignment, notebook=notebook, number=assignment.split("_", 1)[0], title=title,
-                      lead=" ".join(lead.split()), time=time.group(1).strip(), points=int(points.group(1)),
-                      builds=_built_names(release))
+                      lead=" ".join(lead.split()), objectives=objectives, time=time.group(1).strip(),
+                      points=int(points.group(1)), builds=_built_names(release))
 
 
 def assignments(root: Path = course_dir.ROOT) -> list[Assignment]:
@@ -124,8 +128,10 @@ def course_map(root: Path = course_dir.ROOT) -> str:
     ]
     lines += [f"| {p.number} | [{p.title}](../{p.solution}) | {p.time} | {p.points} |" for p in parts]
     for p in parts:
-        lines += ["", f"## {p.number} · {p.title}", "", p.lead, "",
-                  f"- **You build:** {', '.join(f'`{name}`' for name in p.builds)}",
+        lines += ["", f"## {p.number} · {p.title}", "", p.lead, ""]
+        if p.objectives:
+            lines += ["You will learn to:", "", *(f"* {item}" for item in p.objectives), ""]
+        lines += [f"- **You build:** {', '.join(f'`{name}`' for name in p.builds)}",
                   f"- **Time:** {p.time}; **points:** {p.points}",
                   f"- [The executed notebook](../{p.solution}) · [the exercise notebook](../{p.exercise})"
                   f" (`{p.exercise}`)"]
