@@ -220,8 +220,8 @@ def build_site(out: Path, root: Path = course_dir.ROOT) -> Path:
 
 
 def main(out: Path, root: Path = course_dir.ROOT) -> int:
-    if update_map(root):
-        print(f"{root / MAP} written again from the notebooks: commit it")
     front = build_site(out, root)
     print(f"wrote the site to {out}/; open {front} in a browser")
+    if update_map(root):  # the site was built from the notebooks either way; the committed copy follows them
+        print(f"{root / MAP} written again from the notebooks: commit it")
     return 0

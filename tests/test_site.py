@@ -16,6 +16,7 @@ import pytest
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, _missing, _new_page
 
 from autograder import GradingError, course_dir, docs
+from autograder.__main__ import main as cli
 
 ROOT = course_dir.ROOT
 ASSIGNMENTS = docs.assignments()
@@ -162,7 +163,7 @@ def test_the_command_replaces_its_own_site_but_never_another_folder(tmp_path):
     other.mkdir()
     (other / "mine.txt").write_text("keep")
     with pytest.raises(GradingError, match="not a site built by this command"):
-        docs.build_site(other)
+        cli(["site", "--out", str(other)])
     assert (other / "mine.txt").read_text() == "keep"
     own = tmp_path / "site"
     docs._prepare(own)
