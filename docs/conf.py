@@ -35,6 +35,7 @@ html_extra_path = ["_extra"]
 html_css_files = ["course.css"]
 html_copy_source = False
 html_show_sourcelink = False
+html_show_copyright = False
 html_last_updated_fmt = None
 
 # MathJax 2 from the site's own _static/mathjax (the builder copies it from jupyter-server-mathjax), never a CDN
