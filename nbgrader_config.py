@@ -31,7 +31,7 @@ def _machine_exchange() -> str | None:
 
 # Assignments and feedback travel through an exchange folder inside the course (git-ignored), so JupyterLab's
 # Assignment List and Formgrader work on one machine without a shared system folder; on a JupyterHub, through the
-# one shared folder the hub's nbgrader_config.py names (deploy/, README's "A class on JupyterHub").
+# one shared folder the hub's nbgrader_config.py names (deploy/, docs/instructors.md, "A class on JupyterHub").
 _shared = _machine_exchange()
 if _shared:
     c.Exchange.root = _shared

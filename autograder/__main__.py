@@ -1,11 +1,11 @@
-"""python -m autograder {collect,grade,serve,refresh,export,build,budgets,site} — see README.md."""
+"""python -m autograder {collect,grade,serve,refresh,export,build,budgets,site} — see README.md and docs/."""
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, budgets, build, collect, lms, record, serve, website
+from autograder import GradingError, budgets, build, collect, docs, lms, record, serve
 from autograder.grade import grade as run_grade
 from autograder.grade import instructor_course, refresh
 from autograder.results import table
@@ -131,10 +131,9 @@ def main(argv: list[str] | None = None) -> int:
                          help="measure only this assignment (repeatable); default: all")
     measure.add_argument("--no-sandbox", action="store_true", help="measure without the bubblewrap sandbox")
 
-    site = commands.add_parser("site", help="build the static site for self-learners from solutions/ (offline)")
+    site = commands.add_parser("site", help="build the course's site (docs/ and the executed notebooks of "
+                               "solutions/, with Sphinx and MyST-NB): searchable, and it works offline")
     site.add_argument("--out", type=Path, default=Path("site"), help="folder to write it to (default: site/)")
-    site.add_argument("--assignment", action="append", dest="assignments", metavar="NAME",
-                      help="only this assignment's pages (repeatable); default: all")
 
     args = parser.parse_args(argv)
     if args.command == "grade":
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {budgets.FILE}")
         return 0
     if args.command == "site":
-        return website.main(args.out, only=args.assignments)
+        return docs.main(args.out)
     return build.main(check=args.check, solutions=not args.skip_solutions, only=args.assignments)
 
 

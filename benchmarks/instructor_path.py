@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/instructor_path.py [--students 8] [--no-sandbox]
 
 In a course directory of its own (the course's nbgrader_config.py and source/, a SQLite gradebook, an exchange),
-as README's "The gradebook is the record" describes: import a roster, set a due date and a late policy ("zero"),
+as docs/instructors.md's "A class step by step" describes: import a roster, set a due date and a late policy ("zero"),
 grade a class of 01 (solved, untouched and mistaken notebooks, handed in on time through the exchange and
 collected with `python -m autograder collect`), grade late work from an LMS
 zip into the same results, change a score through Formgrader's own HTTP API in a running JupyterLab, refresh

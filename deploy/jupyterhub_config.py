@@ -1,4 +1,4 @@
-"""JupyterHub configuration for a class of this course (README, "A class on JupyterHub").
+"""JupyterHub configuration for a class of this course (docs/instructors.md, "A class on JupyterHub").
 
 The course is installed once, into a shared Python environment every user's server runs from (COURSE_HUB_ENV,
 default /opt/transformers-course: `python -m venv` there, then `pip install -r requirements.txt` and the course's

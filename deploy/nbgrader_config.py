@@ -1,4 +1,4 @@
-"""The machine-wide nbgrader configuration of a JupyterHub teaching this course (README, "A class on JupyterHub").
+"""The machine-wide nbgrader configuration of a JupyterHub teaching this course (docs/instructors.md).
 
 Copy it to a folder every user's Jupyter reads (/etc/jupyter/nbgrader_config.py, or the folder the hub's
 COURSE_HUB_CONFIG names). It names the course and the one exchange all users share; the course's own

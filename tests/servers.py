@@ -162,7 +162,7 @@ class Lab:
 
 @contextlib.contextmanager
 def jupyter_lab(root: Path, folder: Path, notebook_dir: str | None = None) -> Iterator[Lab]:
-    """JupyterLab started as README says (`.venv/bin/jupyter lab [DIR]` from the course root, the environment not
+    """JupyterLab started as docs/ says (`.venv/bin/jupyter lab [DIR]` from the course root, the environment not
     activated: its scripts folder is not on PATH), on a loopback port, with its own runtime and config folders."""
     port, token = free_port(), "course-test-token"
     path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != SCRIPTS)

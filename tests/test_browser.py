@@ -1,13 +1,13 @@
-"""A student's session and a self-learner's page, in a real browser (headless Chromium from Debian's package,
+"""A student's session in a real browser (headless Chromium from Debian's package,
 driven by Playwright, both installed by .ci/run from requirements-test.txt; setup.sh installs neither).
 
-- JupyterLab started as README says (`.venv/bin/jupyter lab release/`, here on a copy of release/);
+- JupyterLab started as docs/students.md says (`.venv/bin/jupyter lab release/`, here on a copy of release/);
 - a release notebook opens without being marked modified;
 - it runs from the top; its answer cells are typed in (the solutions of source/); it runs again without errors;
 - nbgrader's Validate button reports that every test passes, and with a catalogued mistake typed in instead,
-  shows the course's diagnosis; neither dialog needs horizontal scrolling;
-- a page of the site (python -m autograder site) shows its figures and its math rendered, with nothing
-  fetched from the network.
+  shows the course's diagnosis; neither dialog needs horizontal scrolling.
+
+tests/test_site.py opens the course's site in the same browser.
 
 Without Chromium or Playwright the tests skip, except under CI, where they fail.
 """
@@ -15,7 +15,6 @@ Without Chromium or Playwright the tests skip, except under CI, where they fail.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -32,7 +31,6 @@ from conftest import source_answers
 from autograder import course_dir
 from autograder.judging import judges_module
 from autograder.notebooks import grade_id
-from autograder.website import build_site
 from catalogue import mistakes
 from course.checks.compare import WIDTH
 
@@ -96,7 +94,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """JupyterLab as README starts it, `.venv/bin/jupyter lab release/`, on a copy of the course's release/ (and
+    """JupyterLab as a student starts it, `.venv/bin/jupyter lab release/`, on a copy of the course's release/ (and
     its nbgrader_config.py), with its own port and Jupyter folders, no browser and no token."""
     timer = Timer()
     tmp = tmp_path_factory.mktemp("lab")
@@ -329,33 +327,3 @@ def test_a_student_runs_fills_in_and_validates_a_release_notebook(notebook):
     _assert_fits(seen)
     timer.step(f"type a mistake ({wrong.mistake}), Validate: the course's diagnosis")
     assert not page.remote_requests, page.remote_requests
-
-
-# ------------------------------------------------------------------ the site
-
-def test_a_site_page_shows_its_figures_and_rendered_math_offline(tmp_path, page):
-    timer = Timer()
-    build_site(tmp_path / "site", only=[ASSIGNMENT])
-    timer.step("build the site's page for 01 (python -m autograder site)")
-    page.goto((tmp_path / "site" / f"{ASSIGNMENT}.html").as_uri())
-    page.wait_for_function("() => window.MathJax && MathJax.isReady", timeout=60_000)
-    page.evaluate("() => new Promise(done => MathJax.Hub.Queue(() => done(true)))")  # after the first typesetting
-    seen = page.evaluate("""() => {
-      const scripts = [...document.querySelectorAll('script[type^="math/tex"]')];
-      return {
-        images: [...document.images].map(img => [img.complete, img.naturalWidth]),
-        math: scripts.length,
-        rendered: scripts.filter(s => { const f = document.getElementById(s.id + '-Frame');
-                                         return f && f.getBoundingClientRect().width > 0; }).length,
-        errors: document.querySelectorAll('.noError, .merror, .MathJax_Error').length,
-        prose: [...document.querySelectorAll('.jp-MarkdownOutput')].map(e => e.innerText).join('\\n'),
-      };
-    }""")
-    assert seen["images"] and all(complete and width > 0 for complete, width in seen["images"]), seen["images"]
-    assert seen["math"] > 0 and seen["rendered"] == seen["math"], f"{seen['rendered']} of {seen['math']} formulas"
-    assert not seen["errors"]
-    raw = re.findall(r"\$[^$\n]+\$|\\\(|\\\[", seen["prose"])
-    assert not raw, f"math left unrendered: {raw[:5]}"
-    assert not page.remote_requests, f"fetched from the network: {page.remote_requests}"
-    timer.step(f"open it from file://: {len(seen['images'])} figure(s), {seen['math']} formulas rendered, "
-               "nothing fetched")

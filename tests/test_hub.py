@@ -278,7 +278,7 @@ def test_a_term_on_the_hub(hub):
     rows = {r["student"]: r for r in _csv(course / "results" / "grades.csv")}
     assert rows[STUDENTS[0]]["score"] == rows[STUDENTS[0]]["max_score"] and rows[STUDENTS[1]]["score"] == "0", rows
 
-    # README: the instructor points their own nbgrader (Formgrader) at the course folder
+    # docs/instructors.md: the instructor points their own nbgrader (Formgrader) at the course folder
     config = course.parent / ".jupyter" / "nbgrader_config.py"
     config.parent.mkdir(exist_ok=True)
     config.write_text(f"c = get_config()\nc.CourseDirectory.root = {str(course)!r}\n")

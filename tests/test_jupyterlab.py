@@ -1,4 +1,4 @@
-"""JupyterLab for instructors, started as README says (`.venv/bin/jupyter lab` from the course root, the environment
+"""JupyterLab for instructors, started as the docs say (`.venv/bin/jupyter lab` from the course root, the environment
 not activated): Formgrader's tables and the Assignment List answer, and the gradebook they create is complete."""
 
 import json
