@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from course import device as course_device
 from course.checks.evidence import Evidence
 from course.checks.seeds import salted
 
@@ -147,7 +148,7 @@ def _first_difference(expected: Any, actual: Any) -> tuple[int, ...]:
         return ()
     e, a = (t.detach().to("cpu", torch.float64) for t in (expected, actual))
     for at in itertools.product(*map(range, e.shape[:-2])):
-        if not close(a[at], e[at], rtol=1e-4, atol=1e-5):
+        if not close(a[at], e[at], **tolerance("cpu")):  # the strictest: the first matrix that differs at all
             return at
     return ()
 
@@ -169,7 +170,7 @@ def _show(value: Any, at: tuple[int, ...] = ()) -> str:
 def tolerance(device: torch.device | str, looser: Mapping[str, float] | None = None) -> dict[str, float]:
     """rtol and atol for float32 results computed on this device (loose enough for GPU kernels); looser: a check's
     own tolerance, used where it is looser than the device's."""
-    tol = {"rtol": 1e-4, "atol": 1e-5} if torch.device(device).type == "cpu" else {"rtol": 2e-3, "atol": 2e-4}
+    tol = course_device.tolerance(device)
     return {name: max(value, (looser or {}).get(name, value)) for name, value in tol.items()}
 
 

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course import device as course_device
 from course.checks import modules
 from course.checks import seq2seq as probes
 from course.checks.compare import (
@@ -644,7 +645,7 @@ def _moved_as(actual: list[dict[str, torch.Tensor]], expected: list[dict[str, to
               before: dict[str, torch.Tensor], device: str, calls: int) -> bool:
     """The updates of the first calls (each call's parameters minus the previous ones) agree, relative to the size
     of the expected update."""
-    rtol = 1e-3 if device == "cpu" else 1e-2
+    rtol = course_device.device_row(device)["update"]
     for i in range(calls):
         for name, want in expected[i].items():
             start = before[name] if i == 0 else expected[i - 1][name]
