@@ -1,7 +1,7 @@
 """Device conformance on a CPU-only machine: every reference in course/ runs on a stand-in GPU, and nothing it makes
 stays behind on the CPU.
 
-The stand-in GPU is tests/device_rules.py's: PyTorch's meta device (shapes, dtypes and a device, no data, so a
+The stand-in GPU is course/checks/device.py's: PyTorch's meta device (shapes, dtypes and a device, no data, so a
 whole forward and backward runs in microseconds; PyTorch refuses to mix it with a CPU tensor, as CUDA and MPS do)
 under DeviceRules, a TorchDispatchMode that adds the rules meta lacks, per GPU: on both, a CPU tensor read beside a
 device tensor is refused (even a 0-dim one, which CUDA would accept); on "mps", any float64 or complex128 tensor on
@@ -33,12 +33,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from device_rules import GPUS, DeviceRuleBroken, off_device, on_gpu
 from torch import nn
 
 from course import language_model as lm
 from course import modern_decoder as md
 from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
+from course.checks.device import GPUS, DeviceRuleBroken, off_device, on_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 

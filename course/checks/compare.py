@@ -371,3 +371,35 @@ def expect_tuple(ev: Evidence, key: str, what: str, message: str, length: int,
     fact = ev.facts.get(key)
     if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != length:
         fail(message, mistake=mistake)
+
+
+# ------------------------------------------------------------------------------------------- on a stand-in GPU
+
+@dataclass(frozen=True)
+class OnGpus:
+    """What a check ran on the stand-in GPUs of course/checks/device.py (device.on_gpus recorded it as the facts
+    "<key>_on_<gpu>"): call, as the student reads it; left: the mistake of an output left on the CPU, or of a CPU
+    tensor mixed in; float64: the mistake of float64 made on mps (None: no float64 mistake is likely)."""
+
+    key: str
+    call: str
+    left: Mistake
+    float64: Mistake | None = None
+
+
+def expect_on_gpus(ev: Evidence, seen_on: OnGpus) -> None:
+    """On each stand-in GPU the call kept its outputs on the device and broke no rule of it. A verdict of "unknown"
+    (it raised on the data-less stand-in, e.g. at .item()) is not held against it: the cases judge the values."""
+    __tracebackhide__ = True
+    for gpu in ("cuda", "mps"):
+        seen = ev.facts.get(f"{seen_on.key}_on_{gpu}")
+        if not isinstance(seen, dict) or seen.get("verdict") not in ("kept", "left", "broke", "unknown"):
+            fail(f"{seen_on.call} on a stand-in {gpu} left no record of what it did: run the test again.")
+        detail = str(seen.get("detail", ""))
+        if seen["verdict"] == "left":
+            fail(f"{seen_on.call} returned {detail} when asked for {gpu}: {seen_on.left.explanation}",
+                 mistake=seen_on.left)
+        if seen["verdict"] == "broke":
+            mistake = seen_on.float64 if "has no 64-bit float" in detail else seen_on.left
+            fail(f"{seen_on.call} cannot run on {gpu}: {detail}." + (f" {mistake.explanation}" if mistake else ""),
+                 mistake=mistake)

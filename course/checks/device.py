@@ -7,8 +7,9 @@ operation, as CUDA and MPS do. DeviceRules, a dispatch mode that sees every aten
 - on "mps", any float64 or complex128 tensor on the device: Apple's GPU has no 64-bit float (TypeError there).
 (Fake "cuda"/"mps" tensors of torch._subclasses.fake_tensor were tried first: on a CPU-only build `.to("cuda")`
 raises and F.linear on a fake CUDA tensor aborts the process, so the meta device it is.)
-tests/test_device_conformance.py runs every reference of course/ on it and lists what it cannot see. (Kept with the
-tests: the course package holds only what the notebooks and graded checks import.)
+Graded checks run a student's function on it in the probe and record outcome() as a fact (09's rotary_tables, 07's
+masks, 06's positional buffer); tests/test_device_conformance.py runs every reference of course/ on it and lists
+what it cannot see.
 """
 
 import traceback
@@ -94,3 +95,15 @@ def outcome(run: Callable[[torch.device], Any], gpu: str) -> dict[str, str]:
         return {"verdict": "unknown", "detail": f"{type(error).__name__}: {str(error)[:200]}"}
     left = off_device(outputs)
     return {"verdict": "left" if left else "kept", "detail": ", ".join(left)[:400]}
+
+
+def on_gpus(probe: Callable[..., None], key: str, call: Callable[[Any, torch.device], Any]) -> Callable[..., None]:
+    """A property check's probe that runs probe(cases, student, rec), then call(student, device) on the stand-in for
+    each GPU, recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge."""
+
+    def probed(cases: tuple, student: Any, rec: Any) -> None:
+        probe(cases, student, rec)
+        for gpu in GPUS:
+            rec.fact(f"{key}_on_{gpu}", outcome(lambda d: call(student, d), gpu))
+
+    return probed
