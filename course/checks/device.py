@@ -98,11 +98,12 @@ def outcome(run: Callable[[torch.device], Any], gpu: str) -> dict[str, str]:
 
 
 def on_gpus(probe: Callable[..., None], key: str, call: Callable[[Any, torch.device], Any]) -> Callable[..., None]:
-    """A property check's probe that runs probe(cases, student, rec), then call(student, device) on the stand-in for
-    each GPU, recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge."""
+    """A check's probe that runs probe(..., student, rec), then call(student, device) on the stand-in for each GPU,
+    recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge."""
 
-    def probed(cases: tuple, student: Any, rec: Any) -> None:
-        probe(cases, student, rec)
+    def probed(*args: Any) -> None:
+        probe(*args)
+        student, rec = args[-2:]
         for gpu in GPUS:
             rec.fact(f"{key}_on_{gpu}", outcome(lambda d: call(student, d), gpu))
 
