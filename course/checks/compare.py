@@ -401,5 +401,5 @@ def expect_on_gpus(ev: Evidence, seen_on: OnGpus) -> None:
                  mistake=seen_on.left)
         if seen["verdict"] == "broke":
             mistake = seen_on.float64 if "has no 64-bit float" in detail else seen_on.left
-            fail(f"{seen_on.call} cannot run on {gpu}: {detail}." + (f" {mistake.explanation}" if mistake else ""),
+            fail(f"{seen_on.call} cannot run on {gpu}: {mistake.explanation} What the stand-in {gpu} saw: {detail}",
                  mistake=mistake)
