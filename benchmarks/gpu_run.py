@@ -18,8 +18,9 @@ What the table's columns mean:
 - max difference against the CPU run: solutions/ holds the notebooks as `autograder build` executed them on a CPU.
   For each code cell (paired by cell id), the numbers it printed here and there (stdout and text results), in
   order, when both printed as many; the largest |here - there| / max(1, |there|), with its cell in the notebook's
-  log. Left out: the first cell (it names the device) and cells that time something (their source calls
-  perf_counter, best_time or seconds_to_generate, or they print "ms"), whose numbers differ between any two runs.
+  log. Left out, as they differ between any two runs: durations printed ("in 40 s"), the first cell (it names the
+  device) and cells that time something (their source calls perf_counter, best_time or seconds_to_generate, or
+  they print "ms", "faster" or "slower").
   "-" when no cell's numbers paired up. Trained models on a GPU follow other rounding, so their losses differ by
   more than the tolerance of a check: the checks compare on one device, this column says how far runs drift.
 
@@ -46,7 +47,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-TIMING = re.compile(r"perf_counter|best_time|seconds_to_generate|\bms\b")
+TIMING = re.compile(r"perf_counter|best_time|seconds_to_generate")  # in a cell's source
+TIMED = re.compile(r"\bms\b|\bfaster\b|\bslower\b")  # in what it printed: a timing or a speedup reported
+#: a duration printed ("in 40 s of training", "12.5 ms"): left out, it differs between any two runs
+DURATION = re.compile(r"-?\d+(?:\.\d+)?\s*(?:ms|µs|s|seconds?)\b")
 WHEELS = ROOT / "benchmarks" / "gpu_wheels.txt"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64")
@@ -100,7 +104,7 @@ def _printed(cell: dict) -> str:
 
 
 def _cell_numbers(cell: dict) -> list[float]:
-    return [float(n) for n in NUMBER.findall(_printed(cell))]
+    return [float(n) for n in NUMBER.findall(DURATION.sub(" ", _printed(cell)))]
 
 
 def _text(cell: dict) -> str:
@@ -123,7 +127,7 @@ def compare(executed: dict, committed: dict) -> tuple[int, float | None, list[st
         claims += sum(isinstance(n, ast.Assert) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                       and isinstance(n.func.value, ast.Name) and n.func.value.id == "check") for n in ast.walk(tree))
         here, there = _cell_numbers(cell), _cell_numbers(cpu.get(cell.get("id"), {}))
-        timed = TIMING.search(_text(cell)) or TIMING.search(_printed(cell))
+        timed = TIMING.search(_text(cell)) or TIMED.search(_printed(cell))
         if index == 0 or timed or not here or len(here) != len(there):
             continue
         diff = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(here, there, strict=True))
