@@ -14,7 +14,8 @@ What the table's columns mean:
   or "timed out after N s").
 - seconds: the wall time of that notebook, a fresh kernel's start included.
 - claims asserted: the `assert` statements and visible tests (`check.<name>(...)` calls) in the cells that ran
-  without an error. A cell stops at the first claim that fails, so each one counted held on this device.
+  without an error. A cell stops at the first claim that fails, so each one counted held on this device. For the
+  grading row: how many of sample-complete's nine notebooks (the solutions) scored full marks.
 - max difference against the CPU run: solutions/ holds the notebooks as `autograder build` executed them on a CPU.
   For each code cell (paired by cell id), the numbers it printed here and there (stdout and text results), in
   order, when both printed as many; the largest |here - there| / max(1, |there|), with its cell in the notebook's
@@ -32,6 +33,7 @@ work, so trusted).
 
 import argparse
 import ast
+import csv
 import json
 import os
 import re
@@ -205,6 +207,16 @@ def grade_command(out: Path) -> list[str]:
             *(["--no-sandbox"] if sandbox.available() else [])]
 
 
+def complete_marks(grades: Path) -> str | None:
+    """For the grading row: how many of sample-complete's assignments (the solutions) got full marks."""
+    if not grades.exists():
+        return None
+    with grades.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["student"] == "sample-complete"]
+    full = sum(r["status"] == "graded" and float(r["score"]) == float(r["max_score"]) for r in rows)
+    return f"{full}/{len(rows)} solutions at full marks"
+
+
 def table(rows: list[dict], device: str) -> str:
     lines = [f"device: {device}", "notebook | ran | seconds | claims asserted | max difference against the CPU run",
              "--- | --- | --- | --- | ---"]
@@ -259,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                              "max_difference": None})
         rows += run_notebooks(notebooks(args.only), out, args.device, args.jobs, deadline)
         if graded is not None:
-            rows.append(graded.result())
+            rows.append({**graded.result(), "claims": complete_marks(out / "graded" / "grades.csv")})
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     text = table(rows, args.device)
     (out / "table.txt").write_text(text)
