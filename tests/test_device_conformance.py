@@ -1,7 +1,7 @@
 """Device conformance on a CPU-only machine: every reference in course/ runs on a stand-in GPU, and nothing it makes
 stays behind on the CPU.
 
-The stand-in GPU is tests/device_rules.py's: PyTorch's meta device (shapes, dtypes and a device, no data, so a
+The stand-in GPU is course/checks/device.py's: PyTorch's meta device (shapes, dtypes and a device, no data, so a
 whole forward and backward runs in microseconds; PyTorch refuses to mix it with a CPU tensor, as CUDA and MPS do)
 under DeviceRules, a TorchDispatchMode that adds the rules meta lacks, per GPU: on both, a CPU tensor read beside a
 device tensor is refused (even a 0-dim one, which CUDA would accept); on "mps", any float64 or complex128 tensor on
@@ -33,12 +33,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from device_rules import GPUS, DeviceRuleBroken, off_device, on_gpu
 from torch import nn
 
 from course import language_model as lm
 from course import modern_decoder as md
 from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
+from course.checks.device import GPUS, DeviceRuleBroken, off_device, on_gpu, outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -248,3 +248,17 @@ def test_the_layer_catches_float64_on_mps_and_allows_it_on_cuda():
         _angles_in_float64_on_the_device(5, device=d)
     with on_gpu("cuda") as d:
         assert_on_device(_angles_in_float64_on_the_device(5, device=d), "float64 angles on cuda")
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_a_graded_outcome_holds_against_a_student_only_what_the_gpu_refuses(gpu):
+    """The probes' outcome() is faithful, not strict: CUDA (and MPS) take CPU indices and 0-dim CPU tensors, so a
+    student's code using them keeps its points; a CPU tensor of data mixed in, or an output left on the CPU, does
+    not."""
+    def by_cpu_indices(d):
+        return torch.randn(10, 4, device=d)[torch.arange(3)], torch.randn(10, 4, device=d)[torch.arange(10) < 5]
+
+    assert outcome(by_cpu_indices, gpu)["verdict"] == "kept"
+    assert outcome(lambda d: _scale_as_cpu_tensor(x(2, 5, 4, d=d)), gpu)["verdict"] == "kept"
+    assert outcome(lambda d: _mask_made_on_the_cpu(x(2, 5, 4, d=d)), gpu)["verdict"] == "broke"
+    assert outcome(lambda d: _device_ignored(5, device=d), gpu)["verdict"] == "left"

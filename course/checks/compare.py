@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from course import device as course_device
 from course.checks.evidence import Evidence
 from course.checks.seeds import salted
 
@@ -147,7 +148,7 @@ def _first_difference(expected: Any, actual: Any) -> tuple[int, ...]:
         return ()
     e, a = (t.detach().to("cpu", torch.float64) for t in (expected, actual))
     for at in itertools.product(*map(range, e.shape[:-2])):
-        if not close(a[at], e[at], rtol=1e-4, atol=1e-5):
+        if not close(a[at], e[at], **tolerance("cpu")):  # the strictest: the first matrix that differs at all
             return at
     return ()
 
@@ -169,7 +170,7 @@ def _show(value: Any, at: tuple[int, ...] = ()) -> str:
 def tolerance(device: torch.device | str, looser: Mapping[str, float] | None = None) -> dict[str, float]:
     """rtol and atol for float32 results computed on this device (loose enough for GPU kernels); looser: a check's
     own tolerance, used where it is looser than the device's."""
-    tol = {"rtol": 1e-4, "atol": 1e-5} if torch.device(device).type == "cpu" else {"rtol": 2e-3, "atol": 2e-4}
+    tol = course_device.tolerance(device)
     return {name: max(value, (looser or {}).get(name, value)) for name, value in tol.items()}
 
 
@@ -370,3 +371,35 @@ def expect_tuple(ev: Evidence, key: str, what: str, message: str, length: int,
     fact = ev.facts.get(key)
     if value_kind(ev, key) != "tuple" or not isinstance(fact, dict) or fact.get("length") != length:
         fail(message, mistake=mistake)
+
+
+# ------------------------------------------------------------------------------------------- on a stand-in GPU
+
+@dataclass(frozen=True)
+class OnGpus:
+    """What a check ran on the stand-in GPUs of course/checks/device.py (device.on_gpus recorded it as the facts
+    "<key>_on_<gpu>"): call, as the student reads it; left: the mistake of an output left on the CPU, or of a CPU
+    tensor mixed in; float64: the mistake of float64 made on mps (None: no float64 mistake is likely)."""
+
+    key: str
+    call: str
+    left: Mistake
+    float64: Mistake | None = None
+
+
+def expect_on_gpus(ev: Evidence, seen_on: OnGpus) -> None:
+    """On each stand-in GPU the call kept its outputs on the device and broke no rule of it. A verdict of "unknown"
+    (it raised on the data-less stand-in, e.g. at .item()) is not held against it: the cases judge the values."""
+    __tracebackhide__ = True
+    for gpu in ("cuda", "mps"):
+        seen = ev.facts.get(f"{seen_on.key}_on_{gpu}")
+        if not isinstance(seen, dict) or seen.get("verdict") not in ("kept", "left", "broke", "unknown"):
+            fail(f"{seen_on.call} on a stand-in {gpu} left no record of what it did: run the test again.")
+        detail = str(seen.get("detail", ""))
+        if seen["verdict"] == "left":
+            fail(f"{seen_on.call} returned {detail} when asked for {gpu}: {seen_on.left.explanation}",
+                 mistake=seen_on.left)
+        if seen["verdict"] == "broke":
+            mistake = seen_on.float64 if "has no 64-bit float" in detail else seen_on.left
+            fail(f"{seen_on.call} cannot run on {gpu}: {mistake.explanation} What the stand-in {gpu} saw: {detail}",
+                 mistake=mistake)

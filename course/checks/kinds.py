@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from course.checks import modules
+from course.checks import device, modules
 from course.checks.check import Check
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
@@ -229,11 +229,15 @@ class RunsCheck(Check):
 
 
 def builds_and_runs(name: str, runs: tuple[Runs, ...], *, observe: Callable[[Recorder, Any], None] | None = None,
-                    **options: Any) -> RunsCheck:
+                    on_gpus: tuple[str, Callable[[Any, torch.device], Any]] | None = None, **options: Any) -> RunsCheck:
     """The check `name` of the calling module: for each Runs, the student's module built (options go to
     modules.build: layers, gains, ...) and called on its cases, inputs after the first by name. observe(rec, y):
-    further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph)."""
-    return RunsCheck(name, tuple(runs), sys._getframe(1).f_globals["__name__"], options, observe)  # noqa: SLF001
+    further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph).
+    on_gpus: (key, call(cls, device)) also run on the stand-in GPUs (course/checks/device.py's on_gpus)."""
+    check = RunsCheck(name, tuple(runs), sys._getframe(1).f_globals["__name__"], options, observe)  # noqa: SLF001
+    if on_gpus:
+        check._probe = device.on_gpus(check._probe, *on_gpus)  # noqa: SLF001 - the probe, wrapped once when declared
+    return check
 
 
 # ------------------------------------------------------------------------------------------- token losses

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from course.checks import modules, weights
+from course.checks import device, modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
@@ -96,8 +96,11 @@ def _probe_tables(cases: tuple[Case, ...], rotary_tables: Callable, rec: Recorde
         rec.call(case.key, rotary_tables, inputs.pop("t"), inputs.pop("s"), **inputs, device=rec.device)
 
 
-rotary_tables = property_check("rotary_tables", _probe_tables, (table_case("tables0", 7, 8),
-                                                                table_case("tables1", 5, 12, 100.0)))
+#: the call run on each stand-in GPU (course/checks/device.py): does rotary_tables honour `device`, with no float64?
+TABLES_ON_GPU = (12, 8)
+rotary_tables = property_check("rotary_tables", device.on_gpus(_probe_tables, "tables",
+                                                               lambda f, d: f(*TABLES_ON_GPU, device=d)),
+                               (table_case("tables0", 7, 8), table_case("tables1", 5, 12, 100.0)))
 rotary_tables_hidden = property_check("rotary_tables_hidden", _probe_tables, (
     table_case("tables0", 64, 16), table_case("tables1", 1, 2, 500.0), table_case("tables2", 9, 6, 10.0),
     Case("tables_secret", partial(_secret_table_sizes, 6590), "secret sizes", secret=True)))

@@ -133,7 +133,10 @@ positional_encoding_dropout = Check("positional_encoding_dropout", _probe_dropou
 
 ONES = given("y", partial(torch.ones, 2, 4, 6), "x = ones of shape (2, 4, 6): the output is 1 + the embedding's "
              "first 4 rows")
-learned_structure = builds_and_runs("learned_structure", (Runs(Built("module", (10, 6), 3300), (ONES,)),))
+#: LearnedPositionalEmbedding(10, 6) moved to each stand-in GPU and called: are the positions made on x's device?
+LEARNED_ON_GPU = "LearnedPositionalEmbedding(10, 6).to(device)(x of shape (2, 4, 6) on device)"
+learned_structure = builds_and_runs("learned_structure", (Runs(Built("module", (10, 6), 3300), (ONES,)),), on_gpus=(
+    "module", lambda cls, d: cls(10, 6).to(d)(torch.randn(2, 4, 6, device=d))))
 learned_oracle = builds_and_runs("learned_oracle", tuple(
     Runs(Built(f"module{i}", (max_len, k), 3200 + i), (random_case(f"y{i}", (b, t, k), 3210 + i),))
     for i, (b, t, max_len, k) in enumerate(((3, 5, 8, 4), (2, 8, 8, 6), (4, 1, 20, 3)))))

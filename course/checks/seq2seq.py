@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks import modules, weights
+from course.checks import device, modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
@@ -79,13 +79,17 @@ def _probe_masks(cases: tuple[SettingCase, ...], mask_function: Callable, rec: R
             rec.call(case.key, mask_function, t, **device)
 
 
-causal_mask_by_hand = property_check("causal_mask_by_hand", _probe_masks, (
+#: the calls run on each stand-in GPU (course/checks/device.py): is the mask made on the device of its input?
+MASK_ON_GPU = "causal_mask(5, device=...)", "padding_mask(torch.tensor([3, 1, 5], device=...), 5)"
+causal_mask_by_hand = property_check("causal_mask_by_hand", device.on_gpus(
+    _probe_masks, "mask", lambda f, d: f(5, device=d)), (
     SettingCase("mask", (4,), label="t=4, shown as 0/1"),
     SettingCase("mask_secret", partial(secret_ints, 3000, (8, 21)), True)))
 causal_mask_oracle = property_check("causal_mask_oracle", _probe_masks, (
     *(SettingCase(f"mask{t}", (t,), on_device=True) for t in (3, 7, 1)), SettingCase("mask_default", (2,)),
     SettingCase("mask_secret", partial(secret_ints, 3010, (8, 21)), True, on_device=True)))
-padding_mask_by_hand = property_check("padding_mask_by_hand", _probe_masks, (
+padding_mask_by_hand = property_check("padding_mask_by_hand", device.on_gpus(
+    _probe_masks, "mask", lambda f, d: f(torch.tensor([3, 1, 5], device=d), 5)), (
     SettingCase("mask", ((3, 1, 4), 5), label="lengths=[3, 1, 4], t=5, shown as 0/1"),
     SettingCase("mask_secret", partial(secret_padding_case, 3020), True)))
 padding_mask_oracle = property_check("padding_mask_oracle", _probe_masks, (

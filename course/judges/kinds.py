@@ -25,8 +25,10 @@ import torch.nn.functional as F
 from course.checks import modules
 from course.checks.compare import (
     Mistake,
+    OnGpus,
     expect_close,
     expect_close_batch,
+    expect_on_gpus,
     expect_tuple,
     fail,
     matches_any,
@@ -533,15 +535,18 @@ def against_loss(check: LossCheck, oracle: LossOracle, *, passed: str) -> Callab
 
 
 def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
-              passed: str) -> Callable[[Evidence], None]:
+              passed: str, on_gpus: OnGpus | None = None) -> Callable[[Evidence], None]:
     """Register the judge of a property check (course/checks/kinds.py's ``property_check``): expect(ev, case) for
-    each of the cases its probe declared that this run draws (a secret one only under grading), in order. passed:
-    the line a student reads when the test passes."""
+    each of the cases its probe declared that this run draws (a secret one only under grading), in order; then, with
+    on_gpus, what its probe (wrapped in course/checks/device.py's on_gpus) saw on the stand-in GPUs. passed: the
+    line a student reads when the test passes."""
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
         for case in drawn(check.cases):
             expect(ev, case)
+        if on_gpus:
+            expect_on_gpus(ev, on_gpus)
 
     return declared(check, judged, passed)
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from course.checks import compare, modules
 from course.checks import modern_decoder as probes
-from course.checks.compare import Mistake, expect_close, expect_close_batch, fail, matches_any, output
+from course.checks.compare import Mistake, OnGpus, expect_close, expect_close_batch, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, ModelRun
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModernCase
@@ -139,7 +139,10 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
 
 
 each_case(probes.rotary_tables, _expect_tables,
-          passed="cos and sin of position · base^(−2i/s), float32 (t, s // 2), for two bases.")
+          passed="cos and sin of position · base^(−2i/s), float32 (t, s // 2), for two bases; on a stand-in CUDA and "
+                 "MPS the tables are made on the device asked for, with no float64 there.",
+          on_gpus=OnGpus("tables", "rotary_tables({}, {}, device=...)".format(*probes.TABLES_ON_GPU),
+                         M["rotary-tables-device-ignored"], M["rotary-tables-float64-on-mps"]))
 each_case(probes.rotary_tables_hidden, _expect_tables,
           passed="More sizes (64 positions, one position, another base), on the notebook's device.")
 

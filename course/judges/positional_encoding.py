@@ -12,7 +12,17 @@ import torch
 
 from course.checks import modules
 from course.checks import positional_encoding as probes
-from course.checks.compare import Mistake, expect_close, expect_value_error, fail, matches_any, output, tensor
+from course.checks.compare import (
+    Mistake,
+    OnGpus,
+    expect_close,
+    expect_on_gpus,
+    expect_value_error,
+    fail,
+    matches_any,
+    output,
+    tensor,
+)
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case, drawn
 from course.judges import judge, mistakes
@@ -264,8 +274,11 @@ LEARNED = ForwardOracle(LEARNED_NAME, "the learned positional embedding", _embed
                         "x + weight[:t]", simulators=_learned_simulators, hint=lambda **_: _LEARNED_HINT,
                         otherwise=_LEARNED_HINT)
 
-against_forward(probes.learned_structure, LEARNED, passed="One nn.Embedding(max_len, k); ones in give 1 + its first "
-                                                          "t rows.")
+against_forward(probes.learned_structure, LEARNED,
+                passed="One nn.Embedding(max_len, k); ones in give 1 + its first t rows; on a stand-in CUDA and MPS, "
+                       "positions made on x's device.",
+                then=partial(expect_on_gpus, seen_on=OnGpus("module", probes.LEARNED_ON_GPU,
+                                                            M["positions-on-the-cpu"])))
 against_forward(probes.learned_oracle, LEARNED,
                 passed="The check's weights and random inputs of several shapes on the device: x + weight[:t].")
 

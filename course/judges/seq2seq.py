@@ -13,11 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course import device as course_device
 from course.checks import modules
 from course.checks import seq2seq as probes
 from course.checks.compare import (
     WRONG_SHAPE,
     Mistake,
+    OnGpus,
     Rows,
     expect_close_batch,
     expect_equal,
@@ -102,9 +104,14 @@ def _expect_mask(ev: Evidence, case: probes.SettingCase) -> None:
     expect_equal(mask, expected, what=what, mistakes=mistakes, otherwise=otherwise, case=label)
 
 
-each_case(probes.causal_mask_by_hand, _expect_mask, passed="t = 4: the lower triangle, diagonal included, as bools.")
+each_case(probes.causal_mask_by_hand, _expect_mask,
+          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[0], M["mask-wrong-device"]),
+          passed="t = 4: the lower triangle, diagonal included, as bools; made on the device asked for (a stand-in "
+                 "CUDA and MPS).")
 each_case(probes.causal_mask_oracle, _expect_mask, passed="Several lengths and devices: True where j <= i.")
-each_case(probes.padding_mask_by_hand, _expect_mask, passed="lengths [3, 1, 4], t = 5.")
+each_case(probes.padding_mask_by_hand, _expect_mask,
+          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[1], M["mask-wrong-device"]),
+          passed="lengths [3, 1, 4], t = 5; made on the device of lengths (a stand-in CUDA and MPS).")
 each_case(probes.padding_mask_oracle, _expect_mask, passed="Several batches: lengths 1 to t, a batch of one.")
 
 
@@ -644,7 +651,7 @@ def _moved_as(actual: list[dict[str, torch.Tensor]], expected: list[dict[str, to
               before: dict[str, torch.Tensor], device: str, calls: int) -> bool:
     """The updates of the first calls (each call's parameters minus the previous ones) agree, relative to the size
     of the expected update."""
-    rtol = 1e-3 if device == "cpu" else 1e-2
+    rtol = course_device.device_row(device)["update"]
     for i in range(calls):
         for name, want in expected[i].items():
             start = before[name] if i == 0 else expected[i - 1][name]

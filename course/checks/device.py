@@ -7,8 +7,9 @@ operation, as CUDA and MPS do. DeviceRules, a dispatch mode that sees every aten
 - on "mps", any float64 or complex128 tensor on the device: Apple's GPU has no 64-bit float (TypeError there).
 (Fake "cuda"/"mps" tensors of torch._subclasses.fake_tensor were tried first: on a CPU-only build `.to("cuda")`
 raises and F.linear on a fake CUDA tensor aborts the process, so the meta device it is.)
-tests/test_device_conformance.py runs every reference of course/ on it and lists what it cannot see. (Kept with the
-tests: the course package holds only what the notebooks and graded checks import.)
+Graded checks run a student's function on it in the probe and record outcome() as a fact (09's rotary_tables, 07's
+masks, 06's positional buffer); tests/test_device_conformance.py runs every reference of course/ on it and lists
+what it cannot see.
 """
 
 import traceback
@@ -44,18 +45,39 @@ def _where() -> str:
     return f"{where}, line {frames[-1].lineno}: {frames[-1].line}"
 
 
-class DeviceRules(TorchDispatchMode):
-    """The rules of `gpu` ("cuda" or "mps") that the meta device does not enforce itself, checked on every aten op."""
+#: operations that take their indices (args[1]) from the CPU on a GPU: PyTorch moves them
+INDEXING = frozenset((torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default,
+                      torch.ops.aten._index_put_impl_.default))
 
-    def __init__(self, gpu: str):
+
+def _mixed_in(func, args: tuple, kwargs: dict, strict: bool) -> list[torch.Tensor]:
+    """The CPU tensors func reads beside a tensor on the stand-in. strict (the course's own code): all of them;
+    otherwise (a student's, graded) only those a real GPU refuses: not a 0-dim one (a scalar to CUDA and MPS), not
+    the indices of an indexing operation."""
+    if func in COPIES:
+        return []
+    inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    if not any(t.device == STAND_IN for t in inputs):
+        return []
+    if not strict:
+        indices = {id(t) for t in tree_flatten(args[1:2])[0]} if func in INDEXING else set()
+        inputs = [t for t in inputs if t.dim() > 0 and id(t) not in indices]
+    return [t for t in inputs if t.is_cpu]
+
+
+class DeviceRules(TorchDispatchMode):
+    """The rules of `gpu` ("cuda" or "mps") that the meta device does not enforce itself, checked on every aten op;
+    strict: also refuse what a GPU would accept but the course's own code never does (see _mixed_in)."""
+
+    def __init__(self, gpu: str, strict: bool = True):
         super().__init__()
-        self.gpu = gpu
+        self.gpu, self.strict = gpu, strict
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        if func not in COPIES and any(t.device == STAND_IN for t in inputs) and any(t.is_cpu for t in inputs):
-            cpu = next(t for t in inputs if t.is_cpu)
+        mixed = _mixed_in(func, args, kwargs, self.strict)
+        if mixed:
+            cpu = mixed[0]
             raise DeviceRuleBroken(f"{func} mixes a CPU tensor {tuple(cpu.shape)} {cpu.dtype} with tensors on "
                                    f"{self.gpu}: make it on the input's device (device=x.device), at {_where()}")
         out = func(*args, **kwargs)
@@ -68,9 +90,9 @@ class DeviceRules(TorchDispatchMode):
 
 
 @contextmanager
-def on_gpu(gpu: str) -> Iterator[torch.device]:
+def on_gpu(gpu: str, strict: bool = True) -> Iterator[torch.device]:
     """Run the block on the stand-in for `gpu` under its rules; yields the device to put inputs on."""
-    with DeviceRules(gpu):
+    with DeviceRules(gpu, strict):
         yield STAND_IN
 
 
@@ -86,7 +108,7 @@ def outcome(run: Callable[[torch.device], Any], gpu: str) -> dict[str, str]:
     else: the meta device has no data, so `.item()` and the like raise there and say nothing about the GPU),
     "detail": what was seen}."""
     try:
-        with on_gpu(gpu) as device:
+        with on_gpu(gpu, strict=False) as device:  # a grade: only what the real GPU refuses
             outputs = run(device)
     except DeviceRuleBroken as error:
         return {"verdict": "broke", "detail": str(error)[:400]}
@@ -94,3 +116,16 @@ def outcome(run: Callable[[torch.device], Any], gpu: str) -> dict[str, str]:
         return {"verdict": "unknown", "detail": f"{type(error).__name__}: {str(error)[:200]}"}
     left = off_device(outputs)
     return {"verdict": "left" if left else "kept", "detail": ", ".join(left)[:400]}
+
+
+def on_gpus(probe: Callable[..., None], key: str, call: Callable[[Any, torch.device], Any]) -> Callable[..., None]:
+    """A check's probe that runs probe(..., student, rec), then call(student, device) on the stand-in for each GPU,
+    recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge."""
+
+    def probed(*args: Any) -> None:
+        probe(*args)
+        student, rec = args[-2:]
+        for gpu in GPUS:
+            rec.fact(f"{key}_on_{gpu}", outcome(lambda d: call(student, d), gpu))
+
+    return probed
