@@ -62,10 +62,13 @@ def filled(release: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.
     return nb
 
 
-SOLUTION_BANNER = (
-    "> **Executed solution, generated — do not edit.** Built from `source/{assignment}/{notebook}` by "
-    "`python -m autograder build`; the exercises are in `release/{assignment}/{notebook}`."
+#: what a solution notebook says of itself to a maintainer: in metadata, so that a reader's first cell is the course's
+SOLUTION_NOTICE = (
+    "Executed solution, generated: do not edit. Built from source/{assignment}/{notebook} by "
+    "`python -m autograder build`; the exercises are in release/{assignment}/{notebook}."
 )
+#: the metadata key that holds SOLUTION_NOTICE, in the notebook's metadata and its first cell's (the file's first lines)
+GENERATED_KEY = "generated"
 
 
 def solution_skeleton(source: nbformat.NotebookNode, assignment: str, notebook: str) -> nbformat.NotebookNode:
@@ -77,9 +80,10 @@ def solution_skeleton(source: nbformat.NotebookNode, assignment: str, notebook: 
             cell.source = hidden_tests_removed(answer(cell.source))
             cell.outputs = []
             cell.execution_count = None
-    banner = nbformat.v4.new_markdown_cell(SOLUTION_BANNER.format(assignment=assignment, notebook=notebook))
-    banner["id"] = "generated-banner"
-    nb.cells.insert(0, banner)
+    notice = SOLUTION_NOTICE.format(assignment=assignment, notebook=notebook)
+    nb.metadata[GENERATED_KEY] = notice
+    if nb.cells:  # a cell's metadata is written before its source: the notice stands in the file's first lines
+        nb.cells[0].metadata[GENERATED_KEY] = notice
     nb.metadata["generated_from"] = f"source/{assignment}/{notebook}"
     return nb
 

@@ -23,6 +23,9 @@ RETURN = "return weights @ values, weights"
 
 edit("scaling-unscaled", SDPA, (SCORES, "scores = queries @ keys.transpose(-2, -1)"), mistake="unscaled")
 edit("scaling-divided-by-d", SDPA, ("/ math.sqrt(d)", "/ d"), mistake="divided-by-d")
+edit("scaling-softmax-by-hand", SDPA, ("weights = F.softmax(scores, dim=-1)",
+                                      "weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)"),
+     mistake="softmax-overflow")
 edit("scaling-by-value-size", SDPA, ("math.sqrt(d)", "math.sqrt(values.shape[-1])"), mistake="scaled-by-value-size")
 edit("scaling-d-from-size-1", SDPA, ("d = queries.shape[-1]", "d = queries.size(1)"), mistake="scaled-by-size-1")
 edit("scaling-mask-inverted", SDPA, (FILL, FILL.replace("~mask", "mask")),

@@ -121,6 +121,13 @@ edit("block-batch-norm", "transformer_block",
 edit("block-norms-without-bias", "transformer_block",
      (NORMS, "self.norm1 = nn.LayerNorm(k, bias=False)\n        self.norm2 = nn.LayerNorm(k, bias=False)"),
      mistake="missing-parameter")
+edit("block-dropout-after-the-norm", "transformer_block",
+     (ATTENTION_SUBLAYER, "self.dropout(self.norm1(x + self.attention(x, mask=mask)))"), mistake="dropout-misplaced")
+edit("block-dropout-on-the-sum", "transformer_block",
+     (FF_SUBLAYER, "self.norm2(self.dropout(x + self.ff(x)))"), mistake="dropout-misplaced")
+edit("block-dropout-never-applied", "transformer_block",
+     (ATTENTION_SUBLAYER, "self.norm1(x + self.attention(x, mask=mask))"), (FF_SUBLAYER, "self.norm2(x + self.ff(x))"),
+     mistake="dropout-not-applied")
 edit("block-norm1-twice", "transformer_block", ("return self.norm2(", "return self.norm1("), mistake="norm1-twice")
 edit("block-norms-swapped", "transformer_block", ("x = self.norm1(", "x = self.norm2("),
      ("return self.norm2(", "return self.norm1("), mistake="norms-swapped")
@@ -177,18 +184,19 @@ class block_with_a_gelu_feed_forward(nn.Module):
 # ------------------------------------------------------------------ TransformerBlock: correct alternatives
 
 @alternative("transformer_block")
-class block_no_dropout_named_steps(nn.Module):
+class block_named_steps(nn.Module):
     def __init__(self, k, heads, ff_mult=4, dropout=0.0):
         super().__init__()
         self.attention = MultiHeadAttention(k, heads)
         self.norm1 = nn.LayerNorm(k)
         self.norm2 = nn.LayerNorm(k)
         self.ff = FeedForward(k, ff_mult * k)
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, x, mask=None):
-        attended = self.attention(x, mask=mask)
+        attended = self.drop(self.attention(x, mask=mask))
         x = self.norm1(attended + x)
-        fed = self.ff(x)
+        fed = self.drop(self.ff(x))
         x = self.norm2(fed + x)
         return x
 
@@ -201,14 +209,15 @@ edit("block-attention-positional-args", "transformer_block",
 class block_parts_declared_in_another_order(nn.Module):
     def __init__(self, k, heads, ff_mult=4, dropout=0.0):
         super().__init__()
+        self.dropout = nn.Dropout(dropout)
         self.ff = FeedForward(k, ff_mult * k)
         self.norm2 = nn.LayerNorm(k)
         self.norm1 = nn.LayerNorm(k)
         self.attention = MultiHeadAttention(k, heads)
 
     def forward(self, x, mask=None):
-        x = self.norm1(x + self.attention(x, mask=mask))
-        return self.norm2(x + self.ff(x))
+        x = self.norm1(x + self.dropout(self.attention(x, mask=mask)))
+        return self.norm2(x + self.dropout(self.ff(x)))
 
 
 # ------------------------------------------------------------------ TransformerClassifier: mistakes

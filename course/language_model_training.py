@@ -16,6 +16,7 @@ from torch import nn
 
 from course import seq2seq_training
 from course.corpus import CHARACTERS, encode, windows
+from course.demo_size import grading_run
 from course.seq2seq import configure_optimizer, learning_rate, train_step
 from course.seq2seq_training import parameter_count  # noqa: F401 - 08's and 09's notebooks import it from here
 
@@ -73,13 +74,13 @@ def train(model: nn.Module, text: str, device: torch.device | str, *, loss_fn: C
     loss_fn(logits, tokens) is a next_token_loss; a window is `length` characters (the model's max_len),
     starting after a sentence's end. With held_out sentences and evaluate_every > 0 it measures their
     bits per character every evaluate_every steps and at the end, and shows the latest figures on the progress bar
-    (when progress gives one with set_postfix, as tqdm's does).
+    (when progress gives one with set_postfix, as tqdm's does); no progress is shown while nbgrader grades.
     """
     optimizer = configure_optimizer(model, lr, TRAINING.weight_decay)
     warmup = max(1, round(TRAINING.warmup * steps))
     stream = windows(text, length, batch_size, seed=seed)
     history = History()
-    bar = progress(range(steps))
+    bar = range(steps) if grading_run() else progress(range(steps))
     model.train()
     for step in bar:
         tokens = next(stream).to(device)  # (b, t)

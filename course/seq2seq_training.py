@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from course.dates import BOS, EOS, PAD, SOURCE, TARGET, endless_batches
 from course.dates import pad as pad_sequences
+from course.demo_size import grading_run
 from course.multi_head import split_heads
 from course.scaling import scaled_dot_product_attention
 
@@ -91,13 +92,13 @@ def train(model: nn.Module, pairs: Sequence[tuple[str, str]], device: torch.devi
     each step's rate and train_step(model, optimizer, loss, lr, max_norm) updates the model, returning the gradient
     norm. check(model), if given, runs every check_every steps and after the last; it returns {name: fraction
     right} and is not counted in the training time. progress: a progress bar (a widget in JupyterLab) showing the
-    loss and the mean of the last check.
+    loss and the mean of the last check, never while nbgrader grades.
     """
     optimizer = configure_optimizer(model, config.lr, config.weight_decay)
     batches = endless_batches(pairs, config.batch_size, seed=config.seed)
     log = TrainingLog()
     model.train()
-    with tqdm(total=config.steps, desc="training", disable=not progress) as bar:
+    with tqdm(total=config.steps, desc="training", disable=not progress or grading_run()) as bar:
         for step in range(config.steps):
             started = time.perf_counter()
             batch = next(batches).to(device)

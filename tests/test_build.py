@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from autograder import build, course_dir
-from autograder.notebooks import solution_skeleton
+from autograder.notebooks import GENERATED_KEY, SOLUTION_NOTICE, solution_skeleton
 
 ROOT = course_dir.ROOT
 NOTEBOOKS = [(a, n) for a in course_dir.assignments() for n in course_dir.notebooks(a)]
@@ -208,7 +208,19 @@ def test_solution_notebook_runs_top_to_bottom_on_cpu(assignment, notebook, monke
     with tempfile.TemporaryDirectory() as tmp:
         build.execute(nb, Path(tmp))
     assert not build.executed_problems(nb)
-    assert "running on cpu" in "".join(o.get("text", "") for o in nb.cells[2].outputs)
+    first_code = next(cell for cell in nb.cells if cell.cell_type == "code")
+    assert "running on cpu" in "".join(o.get("text", "") for o in first_code.outputs)
+
+
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)
+def test_solutions_say_they_are_generated_in_metadata_and_open_with_the_course(assignment, notebook):
+    """A maintainer reads the notice in the file's first lines; a self-learner's first cell is the course's own."""
+    solution = nbformat.read(ROOT / "solutions" / assignment / notebook, as_version=4)
+    source = nbformat.read(ROOT / "source" / assignment / notebook, as_version=4)
+    notice = SOLUTION_NOTICE.format(assignment=assignment, notebook=notebook)
+    assert solution.metadata.get(GENERATED_KEY) == notice == solution.cells[0].metadata.get(GENERATED_KEY)
+    assert solution.cells[0].source == source.cells[0].source, "a cell before the course's first"
+    assert "do not edit" in (ROOT / "solutions" / assignment / notebook).read_text()[:1000]
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS)

@@ -353,13 +353,15 @@ class ModelRun:
 
 def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
                  facts: Callable[[Any], Mapping[str, Any]], train: bool = False) -> None:
-    """The probe of a property check of language models: for each drawn run, cls(the case's fields after b and t)
-    built with the run's weights (facts: what to record about it; one that cannot be built ends the probe); the
-    gradients of its logits where run.upstream (train: in training mode), else the logits; then, without autograd,
-    on the tokens changed from each j in run.changed on (<model>.changed<j>), chunk by chunk with the cache the call
-    before returned (<steps><c>), and, where run.too_long, on max_len + 1 tokens (<model>.too_long)."""
+    """The probe of a property check of language models: for each drawn run, cls(the case's fields after b and t, or
+    what its constructor() returns: positional arguments and keywords) built with the run's weights (facts: what to
+    record about it; one that cannot be built ends the probe); the gradients of its logits where run.upstream (train:
+    in training mode), else the logits; then, without autograd, on the tokens changed from each j in run.changed on
+    (<model>.changed<j>), chunk by chunk with the cache the call before returned (<steps><c>), and, where
+    run.too_long, on max_len + 1 tokens (<model>.too_long)."""
     for run in drawn(runs):
-        model = modules.build(rec, run.model, cls, *astuple(run.case)[2:], seed=run.seed, facts=facts, train=False)
+        args, keywords = run.case.constructor() if hasattr(run.case, "constructor") else (astuple(run.case)[2:], {})
+        model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False, **keywords)
         if model is None:
             return
         tokens = run.tokens()

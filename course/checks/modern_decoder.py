@@ -32,6 +32,8 @@ NORM_NAME = "RMSNorm"
 SWIGLU_NAME = "SwiGLU"
 ATTENTION_NAME = "GroupedQueryAttention"
 MODEL_NAME = "ModernLanguageModel"
+#: rotary_tables' and ModernLanguageModel's default base
+DEFAULT_BASE = 10000.0
 LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 
 
@@ -244,11 +246,19 @@ class ModernCase:
     kv_heads: int
     depth: int
     max_len: int
+    base: float = DEFAULT_BASE  # passed by name, and only when it is not the default
+
+    def constructor(self) -> tuple[tuple, dict]:
+        """ModernLanguageModel's arguments: (vocab, k, heads, kv_heads, depth, max_len), and base= when not the
+        default (a model that leaves the default alone is asked nothing about it)."""
+        keywords = {} if self.base == DEFAULT_BASE else {"base": self.base}
+        return (self.vocab, self.k, self.heads, self.kv_heads, self.depth, self.max_len), keywords
 
     @property
     def call(self) -> str:
+        base = "" if self.base == DEFAULT_BASE else f", base={self.base:g}"
         return (f"{MODEL_NAME}({self.vocab}, k={self.k}, heads={self.heads}, kv_heads={self.kv_heads}, "
-                f"depth={self.depth}, max_len={self.max_len})")
+                f"depth={self.depth}, max_len={self.max_len}{base})")
 
 
 MODEL_PARTS = ("token_embedding", "blocks", "norm", "to_logits")
@@ -275,4 +285,5 @@ modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
 modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern, (
     ModelRun(ModernCase(1, 9, 7, 12, 3, 1, 3, 9), 8400, "model0", "logits0", too_long=True),
     ModelRun(ModernCase(2, 6, 9, 16, 4, 2, 2, 8), 8500, "model1", "logits1", upstream=8520),
-    ModelRun(ModernCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, "model2", "logits2", chunks=(4, 1, 1), secret=True)))
+    ModelRun(ModernCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, "model2", "logits2", chunks=(4, 1, 1), secret=True),
+    ModelRun(ModernCase(2, 7, 9, 16, 4, 2, 1, 10, base=100.0), 8700, "model3", "logits3")))

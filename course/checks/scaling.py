@@ -110,7 +110,16 @@ sdpa_masks_by_hand = calls("sdpa_masks_by_hand", (
 sdpa_fully_masked_row = calls("sdpa_fully_masked_row", (
     sdpa_case("r", _empty_row, "query 2 may attend to nothing"),
     sdpa_case("r_secret", partial(_secret, partial(_empty_rows, (2, 3, 4), 375)), secret=True)), keywords=("mask",))
-sdpa_oracle = calls("sdpa_oracle", ORACLE_CASES, keywords=("mask",))
+
+
+def _large_scores() -> Inputs:
+    """Queries 50 times larger: scaled scores in the hundreds, where exp overflows float32 (past about 88)."""
+    inputs = _sdpa_inputs((2,), 4, 5, 6, 3, (340, 341, 342), partial(torch.tril, torch.ones(4, 5, dtype=torch.bool)))
+    return inputs | {"queries": 50.0 * inputs["queries"]}
+
+
+LARGE_CASE = sdpa_case("r_large", _large_scores, "queries 2×4×6 times 50 (scores in the hundreds), a causal mask")
+sdpa_oracle = calls("sdpa_oracle", (*ORACLE_CASES, LARGE_CASE), keywords=("mask",))
 
 
 def _probe_gradients(cases: tuple[Case], fn: Callable, rec: Recorder) -> None:

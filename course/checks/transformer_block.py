@@ -115,10 +115,21 @@ transformer_block_small_case = builds_and_runs("transformer_block_small_case", (
 
 # (b, t, k, heads, ff_mult): batch > 1, odd lengths, head size != k, a non-default ff_mult
 BLOCK_SHAPES = ((2, 5, 12, 3, 4), (3, 7, 8, 2, 2), (1, 4, 6, 1, 4), (2, 1, 8, 4, 3))
-transformer_block_oracle = builds_and_runs("transformer_block_oracle", tuple(
+
+
+def _training_mode(block: nn.Module) -> None:
+    """Training mode, where a dropout of 1.0 zeroes all it is given (the check's modules run in evaluation mode)."""
+    block.train()
+
+
+#: dropout=1.0 in training mode: each sub-layer's output dropped before it is added, the block gives norm2(norm1(x))
+DROPOUT_RUNS = Runs(Built("dropout", (8, 2, 4, 1.0), 1560), (
+    module_case("y_dropout", (2, 5, 8), 1561, "x of shape (2, 5, 8), heads=2, dropout=1.0 in training mode"),),
+    _training_mode)
+transformer_block_oracle = builds_and_runs("transformer_block_oracle", (*(
     Runs(Built(f"module{i}", (k, heads, ff_mult), 1400 + 50 * i),
          (module_case(f"y{i}", (b, t, k), 1390 + i, f"x of shape {(b, t, k)}, heads={heads}"),))
-    for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES)), **OPTIONS)
+    for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES)), DROPOUT_RUNS), **OPTIONS)
 
 transformer_block_mask = builds_and_runs("transformer_block_mask", (Runs(Built("module", (8, 2, 4), 1600), (
     module_case("y_causal", (3, 6, 8), 1601, "causal mask (6, 6)", mask="causal"),

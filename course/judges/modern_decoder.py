@@ -387,12 +387,13 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
 
 
 def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None = None, *,
-              layout: str = "pre", final_norm: bool = True, causal: bool = True, mask_offset: bool = True
-              ) -> tuple[torch.Tensor, list]:
-    """The model composed of the oracles above: (logits (b, t, vocab), cache); the keywords: typical mistakes."""
+              layout: str = "pre", final_norm: bool = True, causal: bool = True, mask_offset: bool = True,
+              base: float | None = None) -> tuple[torch.Tensor, list]:
+    """The model composed of the oracles above: (logits (b, t, vocab), cache); the keywords: typical mistakes (base:
+    the tables' base instead of the case's)."""
     t, k = tokens.shape[1], case.k
     past = 0 if cache is None else cache[0][0].shape[2]
-    cos, sin = _tables(case.max_len, k // case.heads, DEFAULT_BASE)
+    cos, sin = _tables(case.max_len, k // case.heads, case.base if base is None else base)
     mask = torch.ones(t, past + t, dtype=torch.bool)
     mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
     x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
@@ -407,7 +408,7 @@ _MODERN_MISTAKES = ((M["modern-post-norm"], {"layout": "post", "final_norm": Fal
                     (M["modern-post-norm"], {"layout": "post"}), (M["modern-no-final-norm"], {"final_norm": False}),
                     (M["modern-no-residual"], {"layout": "no-residual"}),
                     (M["modern-no-residual"], {"layout": "no-residual", "final_norm": False}),
-                    (M["modern-no-causal-mask"], {"causal": False}))
+                    (M["modern-no-causal-mask"], {"causal": False}), (M["modern-base-ignored"], {"base": DEFAULT_BASE}))
 
 _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm1(x), cos, sin, mask, past), then "
                 "x = x + ff(norm2(x)); finally to_logits(norm(x)); the mask is causal, (t, t_past + t), "
@@ -437,4 +438,4 @@ each_case(probes.modern_lm_oracle, _expect_model,
 each_case(probes.modern_lm_cache, _expect_model,
           passed="3 tokens, then 2, 1 and 2 with the cache: the logits of one call; later tokens change nothing.")
 each_case(probes.modern_lm_hidden, _expect_model,
-          passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len.")
+          passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len, base=100.")

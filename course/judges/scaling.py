@@ -63,7 +63,10 @@ def _simulated(how: Mistake | None, zeroed: bool, queries: torch.Tensor, keys: t
                M["scaled-by-size-1"]: math.sqrt(queries.shape[1])}.get(how, math.sqrt(d))
     scores = queries @ keys.transpose(-2, -1) / divisor  # (..., tq, tk)
     mask = ~mask if how is M["mask-inverted"] and mask is not None else mask
-    if how is M["softmax-over-queries"]:
+    if how is M["softmax-overflow"]:  # exp of the scores as they are: past about 88, float32's exp is infinite
+        e = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).exp()
+        w = e / e.sum(dim=-1, keepdim=True)
+    elif how is M["softmax-over-queries"]:
         w = F.softmax(scores, dim=-2)
     elif mask is None or how is M["mask-ignored"]:
         w = F.softmax(scores, dim=-1)
@@ -77,17 +80,17 @@ def _simulated(how: Mistake | None, zeroed: bool, queries: torch.Tensor, keys: t
 
 
 #: the typical mistakes of the function, each with whether its empty rows come out zeroed; those after the first
-#: five need a mask
+#: six need a mask
 _SDPA_MISTAKES = ((M["unscaled"], True), (M["divided-by-d"], True), (M["scaled-by-value-size"], True),
-                  (M["scaled-by-size-1"], True), (M["softmax-over-queries"], False),
+                  (M["scaled-by-size-1"], True), (M["softmax-over-queries"], False), (M["softmax-overflow"], True),
                   (M["large-negative-fill"], False), (M["mask-inverted"], True), (M["mask-filled-with-zero"], False),
                   (M["mask-after-softmax"], False), (M["mask-ignored"], False), (M["mask-filled-with-zero"], True),
                   (M["mask-ignored"], True))
 
 
 def _typical(masked: bool) -> tuple[tuple[Mistake, bool], ...]:
-    """The typical mistakes that show on a call with a mask (all of them) or without one (the first five)."""
-    return _SDPA_MISTAKES[: None if masked else 5]
+    """The typical mistakes that show on a call with a mask (all of them) or without one (the first six)."""
+    return _SDPA_MISTAKES[: None if masked else 6]
 
 
 def _sdpa_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, Pair]]:

@@ -190,13 +190,26 @@ def _ff(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, kind: str = "relu
 
 
 def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
-                   eps: float, layout: str = "post", ff: str = "relu", oracle: bool = True) -> torch.Tensor:
+                   eps: float, layout: str = "post", ff: str = "relu", oracle: bool = True,
+                   dropped: bool = False) -> torch.Tensor:
     """The block with these weights on x (b, t, k): the right one (layout "post", ff "relu", PyTorch's encoder
     layer), or a typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES id).
-    oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests)."""
+    oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests).
+    dropped: built with dropout=1.0 and run in training mode, where every dropout zeroes what it is given (layout:
+    one of DROPOUT_LAYOUTS for a misplaced or missing dropout)."""
     if layout == M["mask-not-passed"].id:
         layout, mask = "post", None
     b, t, k = x.shape
+    if dropped and layout != "dropout-not-applied":
+        n1 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n1w"], bias=v["n1b"], eps=eps)
+        n2 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n2w"], bias=v["n2b"], eps=eps)
+        if layout == "dropout-after-norm":  # x = dropout(norm1(x + attention(x))): the output dropped whole
+            return torch.zeros_like(x)
+        if layout == "dropout-on-sum":  # x = norm1(dropout(x + attention(x))): a norm of zeros is its bias
+            return n2(torch.zeros_like(x))
+        return n2(n1(x))  # x = norm1(x + dropout(attention(x))): both sub-layers' outputs dropped
+    if layout in DROPOUT_LAYOUTS:
+        layout = "post"
     attention = {role: v[role] for role in ATTENTION_ROLES}
     if oracle and ff == "relu" and layout in ("post", "pre-norm"):
         params = oracles.layer_parameters({"self_attn": attention}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
@@ -220,6 +233,10 @@ def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: 
             "no-final-norm": lambda: g + f(g)}.get(layout, lambda: n2(g + f(g)))()
 
 
+#: where a dropout can sit instead of on each sub-layer's output before it is added (see _block_forward)
+DROPOUT_LAYOUTS = ("dropout-after-norm", "dropout-on-sum", "dropout-not-applied")
+
+
 def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, str]]:
     """(mistake or None for the right block, layout, ff) of every computation a block check recognises; a
     FeedForward mistake seen in the block keeps its id, with the advice to fix FeedForward first."""
@@ -227,6 +244,9 @@ def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, s
     if mask is not None:
         specs.append((M["mask-not-passed"], M["mask-not-passed"].id, "relu"))
     specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
+    specs += [(M["dropout-misplaced"], "dropout-after-norm", "relu"),
+              (M["dropout-misplaced"], "dropout-on-sum", "relu"),
+              (M["dropout-not-applied"], "dropout-not-applied", "relu")]
     return specs + [(Mistake(m.id, f"its feed-forward layer is wrong: {m.explanation} Make your {FF_NAME} pass its "
                              "tests (exercise 1) first."), "post", m.id) for m in FF_MISTAKES]
 
@@ -298,10 +318,12 @@ def _encoder_block_weights(ev: Evidence, built: Built, strict: bool,
     return roles, w
 
 
-def _block_of(roles: Roles, layout: str, ff: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor,
+def _block_of(roles: Roles, layout: str, ff: str, w: Mapping[str, torch.Tensor], *args: float, x: torch.Tensor,
               mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The block with the weights w in these roles, computed as (layout, ff) say (see _block_forward)."""
-    return _block_forward(_values(roles, w), x, mask, roles.heads, roles.eps, layout, ff)
+    """The block with the weights w in these roles, computed as (layout, ff) say (see _block_forward); args: the
+    block's (k, heads, ff_mult, dropout), a dropout of 1.0 meaning the check ran it in training mode."""
+    dropped = len(args) > 3 and args[3] == 1.0
+    return _block_forward(_values(roles, w), x, mask, roles.heads, roles.eps, layout, ff, dropped=dropped)
 
 
 def _encoder_block_oracle(roles: Roles) -> ForwardOracle:
@@ -353,7 +375,7 @@ against_block(probes.transformer_block_small_case, TOLERANT,
                      "autograd's gradient to x and to every parameter.")
 against_block(probes.transformer_block_oracle, STRICT,
               passed="Random weights and inputs of several shapes against nn.TransformerEncoderLayer with the same "
-                     "weights.")
+                     "weights; with dropout=1.0 in training mode, norm2(norm1(x)).")
 against_block(probes.transformer_block_mask, STRICT,
               passed="A causal mask (t, t) and a padding mask (b, 1, t), True = allowed, reach the attention.")
 
