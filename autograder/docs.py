@@ -66,9 +66,9 @@ class Assignment:
 
 
 def _intro(nb: nbformat.NotebookNode) -> str:
-    """The notebook's opening markdown cell (after the generated banner of a solution notebook)."""
+    """The notebook's opening markdown cell."""
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and cell.get("id") != "generated-banner":
+        if cell.cell_type == "markdown":
             return cell.source
     return ""
 
@@ -159,10 +159,9 @@ def mathjax_folder() -> Path:
 
 
 def _for_the_page(path: Path, exercise: str) -> nbformat.NotebookNode:
-    """A solution notebook as its page shows it: no generated-file banner, no widget outputs, and after its opening
+    """A solution notebook as its page shows it: no widget outputs, and after its opening
     cell a link to the exercise notebook (exercise: its path in the course, e.g. release/01_x/x.ipynb)."""
     nb = nbformat.read(path, as_version=4)
-    nb.cells = [cell for cell in nb.cells if cell.get("id") != "generated-banner"]
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(
         f"> This page is the notebook executed with the reference solutions in place. The exercises are in "
         f"[`{exercise}`](../../{exercise}) ([how to work them](../../docs/students.md#doing-an-assignment)).",
