@@ -35,6 +35,7 @@ import pytest
 import servers
 from conftest import complete_submission
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, _new_page, sync_playwright
+from test_wheel import build_wheel
 
 from autograder import course_dir
 
@@ -161,11 +162,8 @@ def hub():
         site = env_dir / "lib" / version / "site-packages"
         (site / "course-dependencies.pth").write_text(
             next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--wheel-dir", str(base / "dist"), str(ROOT)], check=True, capture_output=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
-                        str(site), *map(str, (base / "dist").glob("*.whl"))], check=True, capture_output=True)
-        shutil.rmtree(ROOT / "build", ignore_errors=True)  # what setuptools leaves in the checkout
+                        str(site), str(build_wheel(base))], check=True, capture_output=True)
         for script, module in (("alembic", "alembic.config"),):  # what pip installing the dependencies would write
             path = env_dir / "bin" / script
             path.write_text(f"#!{env_dir / 'bin' / 'python'}\nfrom {module} import main\nmain()\n")
