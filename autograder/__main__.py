@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, budgets, build, collect, lms, record, website
+from autograder import GradingError, budgets, build, collect, course_dir, lms, record, website
 from autograder.grade import grade as run_grade
 from autograder.grade import instructor_course, refresh
 from autograder.results import table
@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "grade":
         course = _course(args.course) if args.gradebook else None
+        if note := course_dir.installed_course_note():
+            print(note, file=sys.stderr)
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers,
                            sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
                            cell_seconds=args.cell_timeout, notebook_seconds=args.notebook_timeout, gradebook=course,
