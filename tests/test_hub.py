@@ -7,13 +7,13 @@ through the hub: the instructor releases 01; one student logs in, fetches 01 in 
 it in, clicks Validate (reads the dialog) and Submit; the other does the same through the Assignment List's HTTP API
 without answering; the instructor collects and grades into the gradebook, opens Formgrader in a tab of its own (the
 hub forbids framing it: JupyterLab's panel stays blank), sees both submissions with the roster's names and saves a
-manual score; releases feedback; each student fetches theirs. Every step asserts what a person would check, and the
-table of steps prints.
+manual score, which grades.csv (refresh) and the feedback made again take up; releases feedback; each student
+fetches theirs and reads their score there. Every step asserts what a person would check; the table of steps prints.
 
 Needs root (it makes the users, and removes them), JupyterHub and Playwright (requirements-test.txt), Debian's
 chromium and configurable-http-proxy (.ci/run installs it from the npm registry into tests/.node); without them it
-skips, except under CI, where it fails. About 80 s: worth it because it is the only run of the hub path a class
-takes (one hub started for everything, one browser).
+skips, except under CI, where it fails. About 100-130 s on 2 cores: worth it as the only run of the path a class
+takes on a hub (one hub started for everything, one browser).
 """
 
 from __future__ import annotations
@@ -380,8 +380,11 @@ def test_a_term_on_the_hub(hub, chromium):
     roster = "id,first_name,last_name,email\n" + "".join(f"{s},First {s},Last {s},{s}@uni.test\n" for s in STUDENTS)
     (course / "roster.csv").write_text(roster)
     teacher("python", "-m", "nbgrader", "db", "student", "import", "roster.csv")
-    _step("grade into the gradebook (python -m autograder grade --gradebook)", TEACHER, lambda: teacher(
+    graded = _step("grade into the gradebook (python -m autograder grade --gradebook)", TEACHER, lambda: teacher(
         "python", "-m", "autograder", "grade", "submitted", "--assignment", A, "--gradebook", "--out", "results"))
+    # the students' course is the hub's wheel, the instructor grades with their checkout: said before grading
+    assert f"grading with the course folder's course, {course / 'course'}" in graded.stderr, graded.stderr
+    assert "/env/lib/" in graded.stderr and "the same files" in graded.stderr, graded.stderr
     rows = {r["student"]: r for r in _csv(course / "results" / "grades.csv")}
     assert rows[ada]["score"] == rows[ada]["max_score"] and rows[bob]["score"] == "0", rows
     full = rows[ada]["max_score"]
@@ -405,15 +408,25 @@ def test_a_term_on_the_hub(hub, chromium):
     seen, _ = _formgrader_submissions(page, hub)
     assert seen[bob][1] == f"1 / {float(full):g}", seen
     page.context.close()
+    _step("rewrite grades.csv from the gradebook (python -m autograder refresh)", TEACHER,
+          lambda: teacher("python", "-m", "autograder", "refresh", "results"))
+    rows = {r["student"]: r for r in _csv(course / "results" / "grades.csv")}
+    assert float(rows[bob]["score"]) == 1.0 and rows[ada]["score"] == full, rows
 
+    # the pages grading wrote predate the manual score: made again from the gradebook before they are released
+    _step("feedback again after manual grading (nbgrader generate_feedback --force)", TEACHER,
+          lambda: teacher("python", "-m", "nbgrader", "generate_feedback", A, "--force"))
     _step("release feedback (nbgrader release_feedback)", TEACHER,
           lambda: teacher("python", "-m", "nbgrader", "release_feedback", A))
+    scores = {ada: f"Score: {float(full):.1f} / {float(full):.1f}", bob: f"Score: 1.0 / {float(full):.1f}"}
     for student in STUDENTS:
         _step("fetch feedback (Assignment List's API)", student, lambda s=student: hub.as_user(
             s, "/assignments/fetch_feedback", "POST", {"course_id": COURSE_ID, "assignment_id": A}))
         pages = list((Path(pwd.getpwnam(student).pw_dir) / A / "feedback").rglob("*.html"))
         assert len(pages) == 1, pages
-        assert "Self-attention" in pages[0].read_text() or NB[:-6] in pages[0].read_text()
+        page = pages[0].read_text()
+        assert "Self-attention" in page or NB[:-6] in page
+        assert scores[student] in page, (student, scores[student], page[:3000])
 
     print("\n| step | user | worked | seconds |\n|---|---|---|---|")
     for name, user, worked, seconds in STEPS:
