@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "collect":
         root = _course(args.course).root
         outcomes = collect.collect(args.assignment, root, check_owner=not args.no_check_owner)
+        if args.no_check_owner:
+            print("note: owners not checked (--no-check-owner): a folder's name in the exchange is the only claim to "
+                  "whose it is; where students share one uid, any of them can hand in, replace or remove one under "
+                  "another's name", file=sys.stderr)
         for item in outcomes:
             said = {"collected": f"collected, handed in {item.when}", "unchanged": "nothing newer to collect",
                     "refused": "refused"}[item.outcome]

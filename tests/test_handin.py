@@ -221,6 +221,7 @@ def test_the_collect_command_says_what_it_did_for_each_student(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "ada: collected, handed in 20" in done.stdout, done.stdout
     assert "eve: refused" in done.stdout and "is a symbolic link, not a folder" in done.stdout, done.stdout
+    assert "a folder's name in the exchange is the only claim to whose it is" in done.stderr, done.stderr
     missing = subprocess.run([sys.executable, "-m", "autograder", "collect", A, "--course", str(tmp_path / "none")],
                              capture_output=True, text=True, cwd=course_dir.ROOT)
     assert missing.returncode == 2 and "no nbgrader_config.py" in missing.stderr, missing.stderr
