@@ -146,8 +146,7 @@ def test_the_wheel_holds_every_tracked_file_of_the_packages(wheel):
 
 def test_every_release_notebook_gets_what_it_imports_from_the_wheel(wheel, tmp_path):
     """5 s on an idle machine, 15 s on a busy one (one process imports torch and runs nine notebooks' first cells):
-    the only proof that a student
-    without a checkout can work."""
+    the only proof that a student without a checkout can work."""
     python = install_into_fresh_environment(tmp_path, wheel)
     seen = run_release_notebooks(python, tmp_path / "elsewhere")
     assert Path(seen["course"]).is_relative_to(tmp_path / "env"), f"course imported from {seen['course']}"
