@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from autograder import GradingError, budgets, build, collect, docs, lms, record, serve
+from autograder import GradingError, budgets, build, collect, course_dir, docs, lms, record, serve
 from autograder.grade import grade as run_grade
 from autograder.grade import instructor_course, refresh
 from autograder.results import table
@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "grade":
         course = _course(args.course) if args.gradebook else None
+        if note := course_dir.installed_course_note():
+            print(note, file=sys.stderr)
         grades = run_grade(args.path, args.out, args.assignments, workers=args.workers,
                            sandbox=not args.no_sandbox, named_regexp=args.named_regexp or DEFAULT_NAMED_REGEXP,
                            cell_seconds=args.cell_timeout, notebook_seconds=args.notebook_timeout, gradebook=course,
@@ -154,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "collect":
         root = _course(args.course).root
         outcomes = collect.collect(args.assignment, root, check_owner=not args.no_check_owner)
+        if args.no_check_owner:
+            print("note: owners not checked (--no-check-owner): a folder's name in the exchange is the only claim to "
+                  "whose it is; where students share one uid, any of them can hand in, replace or remove one under "
+                  "another's name", file=sys.stderr)
         for item in outcomes:
             said = {"collected": f"collected, handed in {item.when}", "unchanged": "nothing newer to collect",
                     "refused": "refused"}[item.outcome]

@@ -2,6 +2,9 @@
 
 import ast
 import functools
+import hashlib
+import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,3 +77,57 @@ def answer_modules(assignment: str, root: Path = ROOT) -> list[str]:
                 hidden.add(module)
                 grew = True
     return sorted(hidden)
+
+
+def version(root: Path = ROOT) -> str:
+    """The course folder's version, from its pyproject.toml."""
+    with (root / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def _installed_version(course: Path) -> str:
+    """A copy of course/'s version: its checkout's pyproject.toml, or the wheel's metadata beside it."""
+    if (course.parent / "pyproject.toml").is_file():
+        return version(course.parent)
+    for record in course.parent.glob("transformers_course-*.dist-info"):
+        return record.name.removesuffix(".dist-info").split("-")[1]
+    return "unknown"
+
+
+def installed_copies(root: Path = ROOT) -> list[tuple[Path, str]]:
+    """The course packages this Python would import outside root (a wheel's in site-packages, another checkout on
+    sys.path, an editable install's), other than root's own: (their course/ folder, their version)."""
+    found = {(Path(entry or ".").resolve() / "course") for entry in sys.path}
+    for finder in sys.meta_path:  # setuptools' editable installs map the package to their checkout here
+        if getattr(finder, "__module__", "").startswith("__editable__"):
+            spec = finder.find_spec("course", None)
+            if spec is not None and spec.origin:
+                found.add(Path(spec.origin).resolve().parent)
+    ours = (root / "course").resolve()
+    return [(folder, _installed_version(folder)) for folder in sorted(found)
+            if folder != ours and (folder / "__init__.py").is_file()]
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in folder.rglob("*") if path.is_file() and path.suffix in (".py", ".txt")}
+
+
+def installed_course_note(root: Path = ROOT) -> str | None:
+    """A plain note, before grading, when this Python has installed a course other than the folder being graded:
+    both folders, both versions and how many files differ. Not a refusal: kernels import the course folder's own
+    course/ (the installed copies are hidden from them), but students whose kernels use an installed copy that
+    differs ran other checks than the ones that grade them."""
+    copies = installed_copies(root)
+    if not copies:
+        return None
+    ours, here = _digests(root / "course"), f"{root / 'course'} (version {version(root)})"
+    lines = [f"note: grading with the course folder's course, {here}; this Python also has the course installed at:"]
+    for folder, installed in copies:
+        theirs = _digests(folder)
+        differ = sum(ours.get(name) != theirs.get(name) for name in ours.keys() | theirs.keys())
+        lines.append(f"  {folder} (version {installed}): " + (
+            "the same files" if not differ else f"{differ} file(s) differ from the course folder's; kernels that "
+            "import it (students' on a hub) run other checks than those that grade them: install this folder's "
+            f"course there (pip install {root})"))
+    return "\n".join(lines)

@@ -172,7 +172,24 @@ def test_collect_hands_in_a_folder_only_as_the_user_who_owns_it(tmp_path):
     assert outcomes["bin"].outcome == "refused" and "belongs to daemon, not to bin" in outcomes["bin"].reasons[0]
 
 
-# ----------------------------------------------------------------------------------------------- graded
+def test_on_a_hub_whose_students_share_one_uid_the_folder_name_is_the_only_claim(tmp_path):
+    """Every single-user server runs as one user (here daemon, as jovyan in containers): the owner check refuses
+    everyone, naming --no-check-owner; with it, a folder is handed in under the name it bears, so a folder named
+    for bob and written by ada (the same uid: nothing tells them apart) replaces bob's own. README tells instructors
+    so; a hub with one uid per student keeps the check."""
+    course, inbound = _course(tmp_path)
+    shared = pwd.getpwnam("daemon").pw_uid
+    for student in ("ada", "bob"):
+        os.chown(_submit(inbound, student), shared, shared)
+    refused = collect(A, course.root, secret=SECRET)
+    assert all(o.outcome == "refused" and "--no-check-owner" in o.reasons[0] for o in refused), refused
+    assert {o.outcome for o in collect(A, course.root, check_owner=False, secret=SECRET)} == {"collected"}
+    time.sleep(0.05)
+    os.chown(_submit(inbound, "bob", data=COMPLETE + b" ", tail="by-ada"), shared, shared)
+    outcomes = {o.student: o.outcome for o in collect(A, course.root, check_owner=False, secret=SECRET)}
+    assert outcomes == {"ada": "unchanged", "bob": "collected"}, outcomes
+    assert (course.root / "submitted" / "bob" / A / NB).read_bytes() == COMPLETE + b" "
+
 
 def test_a_late_submission_through_the_exchange_is_late_whatever_its_timestamp_says(tmp_path):
     """Due yesterday, penalty zero: a complete notebook handed in now with timestamp.txt saying last week scores 0
@@ -204,6 +221,7 @@ def test_the_collect_command_says_what_it_did_for_each_student(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "ada: collected, handed in 20" in done.stdout, done.stdout
     assert "eve: refused" in done.stdout and "is a symbolic link, not a folder" in done.stdout, done.stdout
+    assert "a folder's name in the exchange is the only claim to whose it is" in done.stderr, done.stderr
     missing = subprocess.run([sys.executable, "-m", "autograder", "collect", A, "--course", str(tmp_path / "none")],
                              capture_output=True, text=True, cwd=course_dir.ROOT)
     assert missing.returncode == 2 and "no nbgrader_config.py" in missing.stderr, missing.stderr

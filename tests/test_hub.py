@@ -2,15 +2,18 @@
 two students as real users of this machine, each in their own account; assignments through one shared exchange
 (deploy/nbgrader_config.py); the hub configured by deploy/jupyterhub_config.py.
 
-As those users, through their own Jupyter servers behind the hub where a person would click (the Assignment List's
-and Formgrader's own HTTP API), and with the documented commands in a terminal otherwise: the instructor releases
-01; each student fetches it, fills it in, validates and submits; the instructor collects and grades into the
-gradebook, sees both submissions in Formgrader with names and saves a manual score, and releases feedback; each
-student fetches their feedback. Every step asserts what a person would check, and the table of steps prints.
+As those users, with the documented commands in a terminal and, where a person clicks, in headless Chromium
+through the hub: the instructor releases 01; one student logs in, fetches 01 in JupyterLab's Assignment List, fills
+it in, clicks Validate (reads the dialog) and Submit; the other does the same through the Assignment List's HTTP API
+without answering; the instructor collects and grades into the gradebook, opens Formgrader in a tab of its own (the
+hub forbids framing it: JupyterLab's panel stays blank), sees both submissions with the roster's names and saves a
+manual score, which the feedback made again takes up; releases feedback; each student fetches theirs and reads
+their score there. Every step asserts what a person would check; the table of steps prints.
 
-Needs root (it makes the users, and removes them), JupyterHub (requirements-test.txt) and configurable-http-proxy
-(.ci/run installs it from the npm registry into tests/.node); without them it skips, except under CI, where it fails.
-Not done here: the clicks themselves in Chromium (Validate and Submit in the Assignment List, Formgrader in its tab).
+Needs root (it makes the users, and removes them), JupyterHub and Playwright (requirements-test.txt), Debian's
+chromium and configurable-http-proxy (.ci/run installs it from the npm registry into tests/.node); without them it
+skips, except under CI, where it fails. About 80 s on 2 cores (the browser adds about 10): worth it as the only
+run of the path a class takes on a hub (one hub started for everything, one browser).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import nbformat
 import pytest
 import servers
 from conftest import complete_submission
+from test_browser import CHROMIUM, CHROMIUM_FLAGS, _new_page, sync_playwright
+from test_wheel import build_wheel
 
 from autograder import course_dir
 
@@ -57,6 +62,8 @@ def _missing() -> list[str]:
         missing.append("JupyterHub (.venv/bin/pip install -r requirements-test.txt)")
     if not PROXY.exists():
         missing.append(f"configurable-http-proxy ({PROXY}: .ci/run installs it)")
+    if not CHROMIUM.exists() or sync_playwright is None:
+        missing.append(f"Chromium ({CHROMIUM}) and Playwright (.ci/run installs them)")
     return missing
 
 
@@ -111,8 +118,8 @@ def _step(name: str, user: str, action):
 
 
 class Hub:
-    def __init__(self, url: str, env: dict, users: dict[str, str]):
-        self.url, self.env, self.tokens = url, env, users
+    def __init__(self, url: str, env: dict, users: dict[str, str], password: str):
+        self.url, self.env, self.tokens, self.password = url, env, users, password
 
     def api(self, path: str, method: str = "GET", data: dict | None = None, token: str = SERVICE_TOKEN,
             timeout: float = 300):
@@ -155,11 +162,8 @@ def hub():
         site = env_dir / "lib" / version / "site-packages"
         (site / "course-dependencies.pth").write_text(
             next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--wheel-dir", str(base / "dist"), str(ROOT)], check=True, capture_output=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
-                        str(site), *map(str, (base / "dist").glob("*.whl"))], check=True, capture_output=True)
-        shutil.rmtree(ROOT / "build", ignore_errors=True)  # what setuptools leaves in the checkout
+                        str(site), str(build_wheel(base))], check=True, capture_output=True)
         for script, module in (("alembic", "alembic.config"),):  # what pip installing the dependencies would write
             path = env_dir / "bin" / script
             path.write_text(f"#!{env_dir / 'bin' / 'python'}\nfrom {module} import main\nmain()\n")
@@ -186,6 +190,7 @@ def hub():
         subprocess.run(["chown", "-R", f"{TEACHER}:{TEACHER}", str(course)], check=True)
         # the hub, with deploy/jupyterhub_config.py and a test's own password, ports and proxy
         port, hub_port, api_port = servers.free_port(), servers.free_port(), servers.free_port()
+        password = os.urandom(8).hex()
         (base / "hub").mkdir()
         (base / "hub" / "jupyterhub_config.py").write_text(f"""
 c = get_config()
@@ -195,7 +200,7 @@ c.JupyterHub.hub_port = {hub_port}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{api_port}"
 c.ConfigurableHTTPProxy.command = [{str(PROXY)!r}]
 c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = {os.urandom(8).hex()!r}
+c.DummyAuthenticator.password = {password!r}
 c.Authenticator.allowed_users = {{{', '.join(repr(u) for u in (TEACHER, *STUDENTS))}}}
 c.JupyterHub.db_url = "sqlite:///{base / 'hub' / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = {str(base / 'hub' / 'cookie_secret')!r}
@@ -213,7 +218,7 @@ c.JupyterHub.load_roles = [{{"name": "course-test", "services": ["course-test"],
                                    stdout=log, stderr=log)
         log.close()
         url = f"http://127.0.0.1:{port}"
-        hub = Hub(url, env, {})
+        hub = Hub(url, env, {}, password)
 
         def answering() -> bool:
             try:
@@ -241,31 +246,134 @@ def _start_server(hub: Hub, user: str) -> None:
                   f"{user}'s server ready")
 
 
-def test_a_term_on_the_hub(hub):
+@pytest.fixture(scope="module")
+def chromium(hub):
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+def _log_in(browser, hub: Hub, user: str, wait_until: str = "load"):
+    """The hub's login page, as the user; the hub then starts their server and sends them to JupyterLab on it (for
+    wait_until="commit", no further than its first byte: the instructor goes on to Formgrader's own address)."""
+    context, page = _new_page(browser)
+    page.set_default_timeout(60_000)
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", hub.password)
+    page.click("#login_submit")
+    page.wait_for_url(f"{hub.url}/user/{user}/**", wait_until=wait_until)
+    return page
+
+
+# ------------------------------------------------------------------ what a student clicks (JupyterLab under the hub)
+
+RELEASED = "#released_assignments_list > .list_item"
+FETCHED_LIST = "#fetched_assignments_list > .list_item"
+SUBMITTED = "#submitted_assignments_list > .list_item"
+
+
+def _open_assignment_list(page) -> None:
+    page.locator("#jp-main-dock-panel").wait_for()
+    page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+    page.locator('#jp-mainmenu-nbgrader li[data-command="nbgrader:open-assignment-list"]').click()
+    page.locator(RELEASED, has_text=A).wait_for()
+
+
+def _click_fetch(page) -> str:
+    page.locator(RELEASED, has_text=A).locator(".item_status button", has_text="Fetch").click()
+    fetched = page.locator(FETCHED_LIST, has_text=A)
+    fetched.wait_for()
+    return fetched.inner_text()
+
+
+def _click_validate(page) -> str:
+    """Open the fetched assignment's notebooks, click Validate on the notebook; the dialog's text, then close it."""
+    page.locator("#fetched_assignments_list a", has_text=A).click()
+    page.locator("#fetched_assignments_list .list_item", has_text=NB[:-6]).locator(
+        ".item_status button", has_text="Validate").click()
+    dialog = page.locator(".nbgrader-SuccessDialog, .nbgrader-ErrorDialog")
+    dialog.wait_for()
+    text = dialog.inner_text()
+    dialog.locator("button.jp-Dialog-button").click()
+    return text
+
+
+def _click_submit(page) -> str:
+    page.locator(FETCHED_LIST, has_text=A).locator(".item_status button", has_text="Submit").first.click()
+    submitted = page.locator(SUBMITTED, has_text=A)
+    submitted.wait_for()
+    return submitted.inner_text()
+
+
+# ------------------------------------------------------------------ what the instructor clicks (Formgrader in its tab)
+
+def _formgrader_submissions(page, hub: Hub) -> tuple[dict, str]:
+    """Formgrader's page of 01's submissions, opened by its address: {student id: (name, score)}, and the
+    Content-Security-Policy the page came with."""
+    answer = page.goto(f"{hub.url}/user/{TEACHER}/formgrader/manage_submissions/{A}")
+    page.wait_for_function("() => document.querySelectorAll('#main-table td.student-id').length >= 2")
+    rows = page.locator("#main-table tr")
+    cell = lambda i, name: rows.nth(i).locator(name).inner_text().strip()  # noqa: E731
+    seen = {cell(i, ".student-id"): (cell(i, ".student-name"), cell(i, ".score")) for i in range(rows.count())}
+    return seen, answer.headers.get("content-security-policy", "")
+
+
+def _save_manual_score(page, hub: Hub, student: str) -> str:
+    """From the notebook's submissions (names shown), open the student's submission, type 1 into the first score
+    box and leave it (Formgrader saves on change); reload the page and read the box again."""
+    page.goto(f"{hub.url}/user/{TEACHER}/formgrader/gradebook/{A}/{NB[:-6]}")
+    link = page.locator("a.name-shown", has_text=f"Last {student}")
+    link.wait_for(state="attached")
+    page.goto(hub.url + link.get_attribute("href"))
+    loaded = "() => window.formgrader && formgrader.grades && formgrader.grades.loaded"  # the boxes save from then on
+    page.wait_for_function(loaded)
+    box = page.locator("input.score").first
+    with page.expect_response(lambda r: "/api/grade/" in r.url and r.request.method == "PUT") as saved:
+        box.fill("1")
+        box.press("Tab")
+    assert saved.value.ok, saved.value.status
+    page.reload()
+    page.wait_for_function(loaded)
+    return page.locator("input.score").first.input_value()
+
+
+def test_a_term_on_the_hub(hub, chromium):
     hub, course, exchange = hub
     teacher = lambda *command: _as(TEACHER, hub.env, *command, cwd=course)  # noqa: E731 - read as a prompt
+    ada, bob = STUDENTS
 
     _step("release 01 (nbgrader release_assignment)", TEACHER,
           lambda: teacher("python", "-m", "nbgrader", "release_assignment", A))
     assert (exchange / COURSE_ID / "outbound" / A / NB).is_file()
 
-    for student, solved in zip(STUDENTS, (True, False), strict=True):
-        _step("start their server through the hub", student, lambda s=student: _start_server(hub, s))
-        listed = _step("fetch 01 (Assignment List)", student, lambda s=student: hub.as_user(
-            s, "/assignments/fetch", "POST", {"course_id": COURSE_ID, "assignment_id": A}))
-        assert any(a["assignment_id"] == A and a["status"] == "fetched" for a in _listed(listed)), listed
-        if solved:
-            nb = json.loads(nbformat.writes(complete_submission(A, NB)))
-            _step("fill in the answers (save in JupyterLab)", student, lambda s=student, n=nb: hub.as_user(
-                s, f"/api/contents/{FETCHED}", "PUT", {"type": "notebook", "format": "json", "content": n}))
-        said = _step("validate (Assignment List's Validate)", student, lambda s=student: hub.as_user(
-            s, "/assignments/validate", "POST", {"path": FETCHED}))
-        assert said["success"], said
-        verdict = json.loads(said["value"]) if isinstance(said["value"], str) else said["value"]
-        assert bool(solved) == (not verdict.get("failed") and not verdict.get("errored")), verdict
-        listed = _step("submit (Assignment List's Submit)", student, lambda s=student: hub.as_user(
-            s, "/assignments/submit", "POST", {"course_id": COURSE_ID, "assignment_id": A}))
-        assert any(a["assignment_id"] == A and a["status"] == "submitted" for a in _listed(listed)), listed
+    # ada, in Chromium: what she clicks in JupyterLab's Assignment List, and what she reads there
+    page = _step("log in; the hub starts JupyterLab (browser)", ada, lambda: _log_in(chromium, hub, ada))
+    _step("open the Assignment List: 01 released (Nbgrader menu)", ada, lambda: _open_assignment_list(page))
+    listed = _step("click Fetch (Assignment List)", ada, lambda: _click_fetch(page))
+    assert COURSE_ID in listed and (Path(pwd.getpwnam(ada).pw_dir) / FETCHED).is_file(), listed
+    nb = json.loads(nbformat.writes(complete_submission(A, NB)))
+    _step("fill in the answers (save in JupyterLab)", ada, lambda: hub.as_user(
+        ada, f"/api/contents/{FETCHED}", "PUT", {"type": "notebook", "format": "json", "content": nb}))
+    said = _step("click Validate (Assignment List)", ada, lambda: _click_validate(page))
+    assert "Success! Your notebook passes all the tests." in said, said
+    listed = _step("click Submit (Assignment List)", ada, lambda: _click_submit(page))
+    assert COURSE_ID in listed, listed
+    page.context.close()
+
+    # bob, through the same Assignment List's HTTP API, hands in what he fetched without answering
+    _step("start their server through the hub", bob, lambda: _start_server(hub, bob))
+    listed = _step("fetch 01 (Assignment List's API)", bob, lambda: hub.as_user(
+        bob, "/assignments/fetch", "POST", {"course_id": COURSE_ID, "assignment_id": A}))
+    assert any(a["assignment_id"] == A and a["status"] == "fetched" for a in _listed(listed)), listed
+    said = _step("validate (Assignment List's API)", bob, lambda: hub.as_user(
+        bob, "/assignments/validate", "POST", {"path": FETCHED}))
+    verdict = json.loads(said["value"]) if isinstance(said["value"], str) else said["value"]
+    assert said["success"] and (verdict.get("failed") or verdict.get("errored")), said
+    listed = _step("submit (Assignment List's API)", bob, lambda: hub.as_user(
+        bob, "/assignments/submit", "POST", {"course_id": COURSE_ID, "assignment_id": A}))
+    assert any(a["assignment_id"] == A and a["status"] == "submitted" for a in _listed(listed)), listed
 
     collected = _step("collect (python -m autograder collect)", TEACHER,
                       lambda: teacher("python", "-m", "autograder", "collect", A))
@@ -273,38 +381,49 @@ def test_a_term_on_the_hub(hub):
     roster = "id,first_name,last_name,email\n" + "".join(f"{s},First {s},Last {s},{s}@uni.test\n" for s in STUDENTS)
     (course / "roster.csv").write_text(roster)
     teacher("python", "-m", "nbgrader", "db", "student", "import", "roster.csv")
-    _step("grade into the gradebook (python -m autograder grade --gradebook)", TEACHER, lambda: teacher(
+    graded = _step("grade into the gradebook (python -m autograder grade --gradebook)", TEACHER, lambda: teacher(
         "python", "-m", "autograder", "grade", "submitted", "--assignment", A, "--gradebook", "--out", "results"))
+    # the students' course is the hub's wheel, the instructor grades with their checkout: said before grading
+    assert f"grading with the course folder's course, {course / 'course'}" in graded.stderr, graded.stderr
+    assert "/env/lib/" in graded.stderr and "the same files" in graded.stderr, graded.stderr
     rows = {r["student"]: r for r in _csv(course / "results" / "grades.csv")}
-    assert rows[STUDENTS[0]]["score"] == rows[STUDENTS[0]]["max_score"] and rows[STUDENTS[1]]["score"] == "0", rows
+    assert rows[ada]["score"] == rows[ada]["max_score"] and rows[bob]["score"] == "0", rows
+    full = rows[ada]["max_score"]
 
     # docs/instructors.md: the instructor points their own nbgrader (Formgrader) at the course folder
     config = course.parent / ".jupyter" / "nbgrader_config.py"
     config.parent.mkdir(exist_ok=True)
     config.write_text(f"c = get_config()\nc.CourseDirectory.root = {str(course)!r}\n")
     subprocess.run(["chown", "-R", f"{TEACHER}:{TEACHER}", str(config.parent)], check=True)
-    _step("start the instructor's server through the hub", TEACHER, lambda: _start_server(hub, TEACHER))
-    listed = _step("Formgrader lists both submissions with names", TEACHER,
-                   lambda: hub.as_user(TEACHER, f"/formgrader/api/submissions/{A}"))
-    names = {s["student"]: (s["first_name"], s["last_name"]) for s in listed}
-    assert names == {s: (f"First {s}", f"Last {s}") for s in STUDENTS}, names
-    bob = next(s for s in listed if s["student"] == STUDENTS[1])
-    notebook = hub.as_user(TEACHER, f"/formgrader/api/submitted_notebooks/{A}/{NB[:-6]}")
-    grade_id = next(n for n in notebook if n["student"] == STUDENTS[1])["id"]
-    grades = hub.as_user(TEACHER, f"/formgrader/api/grades?submission_id={grade_id}")
-    target = next(g for g in grades if g["max_score"] >= 1)
-    saved = _step("save a manual score in Formgrader", TEACHER, lambda: hub.as_user(
-        TEACHER, f"/formgrader/api/grade/{target['id']}", "PUT", {"manual_score": 1.0}))
-    assert saved["manual_score"] == 1.0 and bob["student"] == STUDENTS[1]
+    page = _step("log in; the hub starts their server (browser)", TEACHER,
+                 lambda: _log_in(chromium, hub, TEACHER, wait_until="commit"))
+    seen, policy = _step("open Formgrader in its own tab: both submissions, names and scores", TEACHER,
+                         lambda: _formgrader_submissions(page, hub))
+    assert "frame-ancestors 'none'" in policy, f"the hub now allows framing ({policy!r}): README's advice is moot"
+    expected = {ada: (f"Last {ada}, First {ada}", f"{float(full):g} / {float(full):g}"),
+                bob: (f"Last {bob}, First {bob}", f"0 / {float(full):g}")}
+    assert seen == expected, seen
+    value = _step("type a manual score for bob's first answer; it stays after a reload", TEACHER,
+                  lambda: _save_manual_score(page, hub, bob))
+    assert float(value) == 1.0, value
+    seen, _ = _formgrader_submissions(page, hub)
+    assert seen[bob][1] == f"1 / {float(full):g}", seen
+    page.context.close()
 
+    # the pages grading wrote predate the manual score: made again from the gradebook before they are released
+    _step("feedback again after manual grading (nbgrader generate_feedback --force)", TEACHER,
+          lambda: teacher("python", "-m", "nbgrader", "generate_feedback", A, "--force"))
     _step("release feedback (nbgrader release_feedback)", TEACHER,
           lambda: teacher("python", "-m", "nbgrader", "release_feedback", A))
+    scores = {ada: f"Score: {float(full):.1f} / {float(full):.1f}", bob: f"Score: 1.0 / {float(full):.1f}"}
     for student in STUDENTS:
-        _step("fetch feedback (Assignment List)", student, lambda s=student: hub.as_user(
+        _step("fetch feedback (Assignment List's API)", student, lambda s=student: hub.as_user(
             s, "/assignments/fetch_feedback", "POST", {"course_id": COURSE_ID, "assignment_id": A}))
         pages = list((Path(pwd.getpwnam(student).pw_dir) / A / "feedback").rglob("*.html"))
         assert len(pages) == 1, pages
-        assert "Self-attention" in pages[0].read_text() or NB[:-6] in pages[0].read_text()
+        page = pages[0].read_text()
+        assert "Self-attention" in page or NB[:-6] in page
+        assert scores[student] in page, (student, scores[student], page[:3000])
 
     print("\n| step | user | worked | seconds |\n|---|---|---|---|")
     for name, user, worked, seconds in STEPS:

@@ -68,22 +68,84 @@ def grade(python: Path, cwd: Path, batch: Path, out: Path, fork: bool) -> tuple[
         return next(csv.DictReader(f)), done
 
 
-LAYOUTS = {
+def _wheel_site(lay) -> Path:
+    return next((lay["root"] / "wheel-venv").glob("lib/python*/site-packages"))
+
+
+LAYOUTS = {  # (the Python, the course folder graded, the other course that Python has installed)
     # a copy of the course graded with the venv of the checkout it was copied from (editable: this checkout)
-    "copy-with-origin-venv": lambda lay: (ROOT / ".venv" / "bin" / "python", lay["copy"]),
+    "copy-with-origin-venv": lambda lay: (ROOT / ".venv" / "bin" / "python", lay["copy"], ROOT / "course"),
     # a shared venv under /tmp that installed another checkout (the copy), grading this one
-    "shared-venv-other-checkout": lambda lay: (lay["shared"], ROOT),
+    "shared-venv-other-checkout": lambda lay: (lay["shared"], ROOT, lay["copy"] / "course"),
     # a wheel (non-editable install of the copy) in a venv under /tmp, grading the copy
-    "wheel": lambda lay: (lay["wheel"], lay["copy"]),
+    "wheel": lambda lay: (lay["wheel"], lay["copy"], _wheel_site(lay) / "course"),
 }
 
 
 @pytest.mark.parametrize("fork", [True, False], ids=["fork-server", "no-fork-server"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_an_honest_submission_gets_its_full_score_in_every_layout(layouts, layout, fork, tmp_path):
-    python, cwd = LAYOUTS[layout](layouts)
+    """...and before grading, a note names the course folder graded and the other course that Python installed."""
+    python, cwd, installed = LAYOUTS[layout](layouts)
     row, done = grade(python, cwd, layouts["batch"], tmp_path / "out", fork)
     assert row["status"] == "graded" and row["score"] == row["max_score"], (row, done.stderr[-3000:])
+    assert f"note: grading with the course folder's course, {cwd / 'course'} (version" in done.stderr, done.stderr
+    assert f"\n  {installed.resolve()} (version {course_dir.version()}): " in done.stderr, done.stderr
+
+
+def test_an_installed_course_that_differs_from_the_folder_is_named_with_both_versions(tmp_path, monkeypatch):
+    """Another copy of the course on this Python's path, one file changed and an older version: the note before
+    grading names both folders and versions, counts the file, and says how to make them agree."""
+    other = tmp_path / "other-checkout"
+    other.mkdir()
+    subprocess.run(["cp", "-r", str(ROOT / "course"), str(other / "course")], check=True)
+    (other / "course" / "seeding.py").write_text("# changed\n" + (ROOT / "course" / "seeding.py").read_text())
+    (other / "pyproject.toml").write_text('[project]\nname = "transformers-course"\nversion = "0.0.9"\n')
+    monkeypatch.syspath_prepend(str(other))
+    note = course_dir.installed_course_note()
+    assert note.startswith(f"note: grading with the course folder's course, {ROOT / 'course'} "
+                           f"(version {course_dir.version()})"), note
+    assert f"{other / 'course'} (version 0.0.9): 1 file(s) differ" in note and f"pip install {ROOT}" in note, note
+    assert f"\n  {ROOT / 'course'} " not in note, note
+
+
+def test_setup_refuses_a_python_older_than_the_bound_before_installing_anything(tmp_path):
+    """Debian 12's own Python (3.11.2) mis-matches the regular expressions of the pinned soupsieve: setup.sh says so
+    in plain words and makes no .venv."""
+    candidates = ["/usr/bin/python3", *map(str, sorted(Path("/root/.pyenv/versions").glob("3.1[01].*/bin/python3")))]
+    older = "import sys; sys.exit(sys.version_info < (3, 11, 5))"
+    old = next((p for p in candidates if Path(p).exists() and subprocess.run([p, "-c", older]).returncode), None)
+    if old is None:
+        pytest.skip("no Python older than 3.11.5 on this machine")
+    (tmp_path / "setup.sh").write_text((ROOT / "setup.sh").read_text())
+    done = subprocess.run(["bash", "setup.sh"], cwd=tmp_path, env={**os.environ, "PYTHON": old}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "the course needs 3.11.5 or later" in done.stderr, done.stderr
+    assert old in done.stderr and "PYTHON=/path/to/python3 bash setup.sh" in done.stderr, done.stderr
+    assert not (tmp_path / ".venv").exists()
+
+
+def test_requires_python_is_the_bound_every_pinned_package_and_setup_agree_on():
+    """pyproject.toml's requires-python, setup.sh's check and the pinned packages' own Requires-Python agree: the
+    lowest Python the course allows installs every pin."""
+    import importlib.metadata  # noqa: PLC0415
+    import tomllib  # noqa: PLC0415
+
+    from packaging.specifiers import SpecifierSet  # noqa: PLC0415
+
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        bound = tomllib.load(f)["project"]["requires-python"]
+    assert bound.startswith(">="), bound
+    lowest = bound[2:]
+    assert f"sys.version_info < ({lowest.replace('.', ', ')})" in (ROOT / "setup.sh").read_text()
+    refusing = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name = line.split("==")[0].split("[")[0].strip()
+            needs = importlib.metadata.metadata(name).get("Requires-Python")
+            if needs and lowest not in SpecifierSet(needs):
+                refusing[name] = needs
+    assert not refusing, f"requires-python {bound} allows a Python these pins refuse: {refusing}"
 
 
 def test_a_wheel_s_judges_and_answers_are_hidden_from_the_kernel(layouts):
