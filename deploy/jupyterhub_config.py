@@ -28,3 +28,14 @@ c.Spawner.environment = {
 # Formgrader under JupyterHub 4.1 and later: the hub forbids framing a user's pages (Content-Security-Policy
 # frame-ancestors 'none'), so JupyterLab's Formgrader panel stays blank; open it in a tab of its own instead,
 # https://<hub>/user/<instructor>/formgrader (nbgrader's documentation, "JupyterHub 4.1").
+
+# Feedback a minute after Submit (docs/instructors.md, "Feedback a minute after Submit"): the grading service of one
+# course, started and restarted by the hub, as the hub's own user (root on a grading host, as grading runs there).
+# Uncomment and set the instructor's checkout and the assignments served; deploy/autograder-serve.service does the
+# same with systemd where the grading host is not the hub.
+# c.JupyterHub.services = [{
+#     "name": "autograder-serve",
+#     "command": ["/home/teacher/course/.venv/bin/python", "-m", "autograder", "serve", "--out", "results",
+#                 "--assignment", "01_self_attention", "--per-hour", "6"],
+#     "cwd": "/home/teacher/course",
+# }]

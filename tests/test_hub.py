@@ -358,9 +358,20 @@ def test_a_term_on_the_hub(hub, chromium):
         ada, f"/api/contents/{FETCHED}", "PUT", {"type": "notebook", "format": "json", "content": nb}))
     said = _step("click Validate (Assignment List)", ada, lambda: _click_validate(page))
     assert "Success! Your notebook passes all the tests." in said, said
-    listed = _step("click Submit (Assignment List)", ada, lambda: _click_submit(page))
-    assert COURSE_ID in listed, listed
-    page.context.close()
+    # the grading service (python -m autograder serve) runs while ada submits: her feedback comes without the teacher
+    service = _serve(hub, course)
+    try:
+        listed = _step("click Submit (Assignment List)", ada, lambda: _click_submit(page))
+        assert COURSE_ID in listed, listed
+        page.context.close()
+        feedback = _step("the grading service grades and releases; fetch feedback within a minute", ada,
+                         lambda: _feedback_within(hub, ada, 60))
+        assert "Graded" in feedback and "after you submitted" in feedback, feedback[:3000]
+    finally:
+        # SIGTERM to the service itself (runuser would answer its own with SIGKILL after 2 s): it ends its step
+        subprocess.run(["pkill", "-TERM", "-u", TEACHER, "-f", "autograder serve"], check=False)
+        assert service.wait(timeout=120) == 0, service.communicate()[1][-3000:]
+    assert "released feedback" in (course / "results" / "serve.log").read_text()
 
     # bob, through the same Assignment List's HTTP API, hands in what he fetched without answering
     _step("start their server through the hub", bob, lambda: _start_server(hub, bob))
@@ -377,7 +388,7 @@ def test_a_term_on_the_hub(hub, chromium):
 
     collected = _step("collect (python -m autograder collect)", TEACHER,
                       lambda: teacher("python", "-m", "autograder", "collect", A))
-    assert all(f"{s}: collected" in collected.stdout for s in STUDENTS), collected.stdout
+    assert f"{bob}: collected" in collected.stdout and f"{ada}: nothing newer" in collected.stdout, collected.stdout
     roster = "id,first_name,last_name,email\n" + "".join(f"{s},First {s},Last {s},{s}@uni.test\n" for s in STUDENTS)
     (course / "roster.csv").write_text(roster)
     teacher("python", "-m", "nbgrader", "db", "student", "import", "roster.csv")
@@ -428,6 +439,28 @@ def test_a_term_on_the_hub(hub, chromium):
     print("\n| step | user | worked | seconds |\n|---|---|---|---|")
     for name, user, worked, seconds in STEPS:
         print(f"| {name} | {user} | {'yes' if worked else 'no'} | {seconds:.1f} |")
+
+
+def _serve(hub: Hub, course: Path) -> subprocess.Popen:
+    """The grading service as the instructor starts it (docs/instructors.md), in the background."""
+    home = Path(pwd.getpwnam(TEACHER).pw_dir)
+    return subprocess.Popen(["runuser", "-u", TEACHER, "--", "env", "-i", f"HOME={home}", f"USER={TEACHER}",
+                             f"LOGNAME={TEACHER}", *[f"{k}={v}" for k, v in hub.env.items()], "python", "-m",
+                             "autograder", "serve", "--assignment", A, "--out", "results", "--poll", "0.5"],
+                            cwd=course, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _feedback_within(hub: Hub, student: str, seconds: float) -> str:
+    """Fetch Feedback (the Assignment List's API) until the student's feedback page is there; its text."""
+    deadline = time.monotonic() + seconds
+    folder = Path(pwd.getpwnam(student).pw_dir) / A / "feedback"
+    while time.monotonic() < deadline:
+        hub.as_user(student, "/assignments/fetch_feedback", "POST", {"course_id": COURSE_ID, "assignment_id": A})
+        pages = list(folder.rglob("*.html"))
+        if pages:
+            return pages[0].read_text()
+        time.sleep(2)
+    raise AssertionError(f"no feedback for {student} {seconds:.0f} s after Submit")
 
 
 def _listed(reply: dict) -> list[dict]:
