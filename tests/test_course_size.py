@@ -12,8 +12,10 @@ from autograder import course_dir
 #: ratchet, lowered whenever checks move to declarations. Raised once, from 76 to 78 (issue 36): the device clauses
 #: of the exercises' specifications (a `device` honoured, masks made on the input's device) are graded on a CPU
 #: through course/checks/device.py's stand-in GPU (110 lines, moved from tests/) and course/device.py's table of
-#: tolerances, inside test cells that already existed (issue 40 retired line counts as the measure of size).
-LINES_PER_TEST_CELL = 78
+#: tolerances, inside test cells that already existed (issue 40 retired line counts as the measure of size). Raised
+#: to 79 (issue 41): the clauses no test reached (a model's `base`, scores in the hundreds, where dropout sits) as
+#: hidden cases of existing cells, and course/demo_size.py, which took the grading branches out of the notebooks.
+LINES_PER_TEST_CELL = 79
 
 
 def _graded_test_cells() -> int:

@@ -117,7 +117,7 @@ def test_the_notebook_trains_through_the_harness_with_its_settings_silently_unde
     assert call["loss_fn"] is names["teacher_forcing_loss"] and call["padding_mask"] is names["padding_mask"]
     for part in ("configure_optimizer", "learning_rate", "train_step"):
         assert call[part] is names[part], part
-    assert call["check"] is names["exact_match_by_format"] and call["progress"] is False
+    assert call["check"] is names["exact_match_by_format"]  # train() itself keeps quiet under grading: stderr below
     model, m = call["model"], harness.MODEL
     assert isinstance(model, names["Seq2SeqTransformer"]) and model is names["model"]
     assert (model.src_embedding.embedding_dim, len(model.encoder), len(model.decoder)) == (m.k, m.depth, m.depth)
