@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from autograder import course_dir, sandbox
+from autograder.execute import FAILED_AT_START, startup_exception
+from autograder.workspace import cause, transient
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"sandbox unavailable: {sandbox.available()}")
 
@@ -105,9 +107,10 @@ def test_a_wheel_s_judges_and_answers_are_hidden_from_the_kernel(layouts):
     assert plan["env"]["PYTHONPATH"] == str(layouts["copy"])
 
 
-def test_a_kernel_that_cannot_import_the_course_leaves_its_cause_in_the_log(layouts, tmp_path):
+def test_a_kernel_that_cannot_import_the_course_fails_once_with_its_cause_in_the_row_and_the_log(layouts, tmp_path):
     """A course whose package does not import in the kernel (here on purpose, only inside the sandbox): every kernel
-    dies at start; the row is an error, not a silent 0, and its log holds the kernel's own stderr with the cause."""
+    dies at start with a Python exception, which no retry mends; the row is an error, not a silent 0, tried once (no
+    "after 3 attempts"), and names the exception; its log holds the kernel's own stderr with the cause."""
     broken = _copy(tmp_path / "broken")
     init = broken / "course" / "__init__.py"
     init.write_text("import os\nif os.path.isdir('/tmp/submission'):\n"
@@ -117,10 +120,33 @@ def test_a_kernel_that_cannot_import_the_course_leaves_its_cause_in_the_log(layo
         out = tmp_path / f"out-{fork}"
         row, done = grade(ROOT / ".venv" / "bin" / "python", broken, layouts["batch"], out, fork)
         assert row["status"] == "error", row
+        assert "BROKEN-ON-PURPOSE" in row["message"] and "attempts" not in row["message"], (fork, row)
         log = (out / "logs" / "alice" / f"{FIRST}.log").read_text()
+        assert "attempt 1 of" in log and "attempt 2 of" not in log, (fork, log[-3000:])
         assert "BROKEN-ON-PURPOSE" in log, (fork, log[-3000:])
         assert "cannot import the course being graded" in log, (fork, log[-3000:])
     assert os.path.isdir(broken)
+
+
+def test_only_a_kernel_that_raised_at_start_is_not_tried_again():
+    """What the kernel's stderr holds decides: a Python exception at start (a cold kernel's traceback, or the fork
+    server's one-line report) is permanent and named; a kernel killed or silent before it answered may be tried
+    again."""
+    cold = ("autograder sandbox: the kernel cannot import the course being graded from /c/course\n"
+            "Traceback (most recent call last):\n  File \"<string>\", line 11, in <module>\n"
+            "ModuleNotFoundError: No module named 'course'\n")
+    forked = "autograder fork server, run_kernel: ImportError: cannot import name 'checks' from 'course'\n"
+    assert startup_exception(cold) == "ModuleNotFoundError: No module named 'course'"
+    assert startup_exception(forked) == "ImportError: cannot import name 'checks' from 'course'"
+    assert startup_exception("bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n") == ""
+    assert startup_exception("") == ""
+    died = "RuntimeError: Kernel died before replying to kernel_info"
+    assert transient(died) and transient("RuntimeError: Kernel didn't respond in 60 seconds")
+    permanent = (f"[ERROR] {died}\n    autograder.execute.KernelStartError: {FAILED_AT_START}: ImportError: "
+                 "cannot import name 'checks'\n    the kernel's own stderr:\n"
+                 "    ImportError: cannot import name 'checks'")
+    assert not transient(permanent)
+    assert cause(permanent) == f"{FAILED_AT_START}: ImportError: cannot import name 'checks'"
 
 
 def _available(python: Path, cwd: Path, patch: str) -> str:
