@@ -95,11 +95,12 @@ c.HTMLExporter.preprocessors = ["autograder.sanitise.SanitiseOutputs"]
 # Formgrader's page of a submission loads MathJax from this Jupyter server (jupyter-server-mathjax), not from cdnjs as
 # nbgrader's template does: the course's template folder is searched first for that page's mathjax macro only
 # (autograder/formgrader_templates/), then nbgrader's own templates (what nbgrader sets when this is not configured).
-c.HTMLExporter.extra_template_basedirs = [
-    os.path.join(os.path.dirname(importlib.util.find_spec("autograder").origin), "formgrader_templates"),
-    os.path.join(importlib.util.find_spec("nbgrader").submodule_search_locations[0], "server_extensions", "formgrader",
-                 "templates"),
-]
+_grader, _nbgrader = importlib.util.find_spec("autograder"), importlib.util.find_spec("nbgrader")
+if _grader is not None and _nbgrader is not None:  # where either is missing, nbgrader's own templates apply
+    c.HTMLExporter.extra_template_basedirs = [
+        os.path.join(os.path.dirname(_grader.origin), "formgrader_templates"),
+        os.path.join(_nbgrader.submodule_search_locations[0], "server_extensions", "formgrader", "templates"),
+    ]
 
 # Seconds one cell may run before grading moves on.
 c.ExecutePreprocessor.timeout = 300
