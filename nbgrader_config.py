@@ -1,5 +1,6 @@
 """nbgrader configuration for this course. The repository root is the course directory."""
 
+import importlib.util
 import os
 import sys
 
@@ -91,6 +92,15 @@ c.GenerateFeedback.exporter_class = "autograder.math_render.FeedbackExporter"
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"clean_html": "autograder.sanitise.clean_html"}
 c.HTMLExporter.preprocessors = ["autograder.sanitise.SanitiseOutputs"]
+# Formgrader's page of a submission loads MathJax from this Jupyter server (jupyter-server-mathjax), not from cdnjs as
+# nbgrader's template does: the course's template folder is searched first for that page's mathjax macro only
+# (autograder/formgrader_templates/), then nbgrader's own templates (what nbgrader sets when this is not configured).
+_grader, _nbgrader = importlib.util.find_spec("autograder"), importlib.util.find_spec("nbgrader")
+if _grader is not None and _nbgrader is not None:  # where either is missing, nbgrader's own templates apply
+    c.HTMLExporter.extra_template_basedirs = [
+        os.path.join(os.path.dirname(_grader.origin), "formgrader_templates"),
+        os.path.join(_nbgrader.submodule_search_locations[0], "server_extensions", "formgrader", "templates"),
+    ]
 
 # Seconds one cell may run before grading moves on.
 c.ExecutePreprocessor.timeout = 300

@@ -36,7 +36,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder import GradingError, course_dir, handin
 from autograder.exchange import SECRET, SECRET_FORM
 from autograder.secret import course_secret
-from autograder.submissions import NOTEBOOK_MB, TIMESTAMP
+from autograder.submissions import NOTEBOOK_MB, TIMESTAMP, oversize
 
 #: files nbgrader's submit writes besides the notebooks, whose content is not taken from the student
 SUBMIT_FILES = (TIMESTAMP, handin.RECORD)
@@ -87,6 +87,8 @@ def _read_folder(folder: Path, check_owner: bool, student: str) -> tuple[dict[st
         return {}, 0.0, [f"{folder.name!r} in the exchange is a {_kind(top.st_mode)}, not a folder"]
     if check_owner and (problem := _owner_problem(student, top.st_uid)):
         return {}, 0.0, [problem]
+    if too_large := oversize(folder):  # counted before anything of it is read or copied (autograder/submissions.py)
+        return {}, top.st_ctime, [too_large]
     newest = top.st_ctime
     entries: list[tuple[str, os.stat_result]] = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):

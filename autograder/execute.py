@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 import shutil
 import signal
 import stat
@@ -64,6 +65,12 @@ STUB = ("raise RuntimeError('The grader stopped this cell: the Python kernel die
         "(a crash, or a limit of memory, processes or time). It scores 0; the rest was graded.')")
 #: how a run can end because the kernel did not survive a cell
 KERNEL_LOST = (DeadKernelError, CellTimeoutError, UnresponsiveKernelError, TimeoutError)
+#: how a row and a log say that the kernel raised a Python exception before it answered (its course does not
+#: import, its Python lacks a module): the same on every try, so grading tries once (autograder/workspace.py)
+FAILED_AT_START = "the kernel raised an exception at start, which another try would repeat"
+#: the last line of a Python traceback on the kernel's stderr, or the fork server's one-line report of one
+#: ("autograder fork server, run_kernel: ImportError: ...")
+STARTUP_EXCEPTION = re.compile(r"^(?:autograder fork server, [\w ]+: )?([A-Za-z_][\w.]*(?:Error|Exception)\b.*)$")
 #: the kernel messages that become outputs of the notebook, all counted against the output limit
 OUTPUT_MESSAGES = {"stream", "display_data", "update_display_data", "execute_result", "error"}
 #: what an error past the output limit keeps: its name, the start of its value, the end of its traceback
@@ -177,6 +184,17 @@ class DiskWatchdog:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class KernelStartError(RuntimeError):
+    """The kernel died before it answered, having raised a Python exception (its stderr says which)."""
+
+
+def startup_exception(stderr: str) -> str:
+    """The exception a kernel raised before it answered, as its stderr's last traceback line states it ("ImportError:
+    ..."); empty when its stderr holds none (it was killed, timed out, or bwrap failed: maybe not for good)."""
+    found = [m.group(1) for m in map(STARTUP_EXCEPTION.match, (line.strip() for line in stderr.splitlines())) if m]
+    return found[-1][:300] if found else ""
 
 
 class GradingKernelManager(AsyncKernelManager):
@@ -360,6 +378,9 @@ class GradingExecute(Execute):
             tail = km.stderr_tail().strip() if hasattr(km, "stderr_tail") else ""
             if not tail:
                 raise
+            raised = startup_exception(tail)
+            if raised:  # no kernel will start until the course or the Python is mended: grading tries once
+                raise KernelStartError(f"{FAILED_AT_START}: {raised}\nthe kernel's own stderr:\n{tail}") from error
             raise RuntimeError(f"{error}; the kernel's own stderr:\n{tail}") from error
         if self._seed is not None:
             code = SEED_CODE.format(name=seeds.ENV, value=str(self._seed))

@@ -6,6 +6,7 @@ or the flat zip a learning-management system exports, whose file names carry the
 """
 
 import json
+import os
 import re
 import shutil
 import stat
@@ -41,6 +42,17 @@ REFUSED = ".autograder-refused.json"
 #: notebook is refused, by its size on disk, before a byte of it is parsed: parsing, grading and rendering a 100 MB
 #: notebook took 1.36 GB of memory and wrote a 105 MB feedback page.
 NOTEBOOK_MB = 20
+#: the most a student's submission folder may hold in all, counted before any file of it is read or copied, on every
+#: route (a folder, a zip, an LMS export, the exchange). The grader reads a submission's notebooks (one per
+#: assignment in this course, 0.3 MB at most executed; at most NOTEBOOK_MB each) and nothing else: 100 MB leaves room
+#: for a notebook at that cap, its checkpoint copy and the student's own files several times over
+SUBMISSION_MB = 100
+#: the most files and folders a submission folder may hold (an honest one: a notebook, nbgrader's two files, a
+#: checkpoint folder); the count stops at the first one past it, so a folder of a million empty files costs a
+#: thousand listings, not a million
+SUBMISSION_FILES = 1000
+#: the most entries a zip may hold in all, refused before anything is written (a class of 1,000 students at 100 files)
+ZIP_TOTAL_FILES = 100_000
 #: the most a zip may expand to in all (every entry is also cut at NOTEBOOK_MB + 1 byte while it is extracted, so a
 #: zip bomb's entries cost at most that much each)
 ZIP_TOTAL_MB = 4096
@@ -96,6 +108,10 @@ def _extract(archive_path: Path, target: Path) -> None:
     is made (a link entry becomes a file holding its target's name)."""
     written, cap = 0, NOTEBOOK_MB * MB + 1
     with zipfile.ZipFile(archive_path) as archive:
+        if len(archive.infolist()) > ZIP_TOTAL_FILES:
+            raise GradingError(f"{archive_path} holds {len(archive.infolist())} entries; a batch may hold at most "
+                               f"{ZIP_TOTAL_FILES} (each submission at most {SUBMISSION_FILES}): grade it in parts. "
+                               "Nothing was written.")
         for entry in archive.infolist():
             name = entry.filename
             destination = target.joinpath(*[part for part in Path(name.replace("\\", "/")).parts
@@ -116,6 +132,36 @@ def _extract(archive_path: Path, target: Path) -> None:
                         raise GradingError(f"{archive_path} expands to more than {ZIP_TOTAL_MB} MB (its entries "
                                            f"declare {sum(e.file_size for e in archive.infolist()) / MB:.0f} MB); "
                                            "grade it in parts. Nothing was written.")
+
+
+def oversize(folder: Path) -> str:
+    """Why a student's submission folder is too large to read, or '': its files and folders counted and their sizes
+    (as listed, a link never followed) added up, the listing stopped at the first entry past SUBMISSION_FILES or
+    SUBMISSION_MB, before any file of it is opened."""
+    entries, size, pending = 0, 0, [folder]
+    while pending:
+        try:
+            listing = os.scandir(pending.pop())
+        except OSError:
+            continue  # a folder that cannot be listed cannot be read either: what is found in it is refused later
+        with listing:
+            for entry in listing:
+                entries += 1
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        size += entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+                if entries > SUBMISSION_FILES:
+                    return (f"its folder holds more than {SUBMISSION_FILES} files and folders (counting stopped "
+                            f"there); a submission needs only its notebook: remove the other files and resubmit")
+                if size > SUBMISSION_MB * MB:
+                    return (f"its folder holds more than {SUBMISSION_MB} MB (counting stopped at {size / MB:.0f} "
+                            f"MB, in {entries} files and folders); a submission needs only its notebook, at most "
+                            f"{NOTEBOOK_MB} MB: remove the other files and resubmit")
+    return ""
 
 
 def _layout_root(folder: Path, known: set[str]) -> Path:
@@ -170,6 +216,15 @@ def _lay_out_export(files: list[Path], target: Path, assignment: str, named_rege
         held = latest.get((student, file_id))
         if held is None or (when or datetime.min, stamp) > (held[0] or datetime.min, held[1]):
             latest[student, file_id] = (when, stamp, path)
+    for student in {student for student, _ in latest}:  # a student's files counted before any is read or copied
+        kept = [path for (who, _), (_, _, path) in latest.items() if who == student]
+        size = sum(path.lstat().st_size for path in kept)
+        if len(kept) > SUBMISSION_FILES or size > SUBMISSION_MB * MB:
+            refused.setdefault(student, []).append(
+                f"refused this student's {len(kept)} files ({size / MB:.0f} MB): a submission may hold at most "
+                f"{SUBMISSION_FILES} files and {SUBMISSION_MB} MB, and needs only its notebook, at most {NOTEBOOK_MB} "
+                "MB; nothing of it was graded")
+            latest = {key: value for key, value in latest.items() if key[0] != student}
     handed_in: dict[str, datetime] = {}
     copied: dict[str, dict[str, bytes]] = {}
     for (student, file_id), (when, _, path) in latest.items():
@@ -211,7 +266,8 @@ def find(batch: Path, assignments: list[str], expected: dict[str, list[str]], se
         by_student.setdefault(folder.name.strip().lower(), []).append(folder)
     found = []
     for folders in by_student.values():
-        folders.sort(key=_newest_notebook, reverse=True)
+        if len(folders) > 1:  # which of a student's folders to grade: never by listing an oversized one
+            folders.sort(key=lambda folder: _newest_notebook(folder, assignments), reverse=True)
         chosen = folders[0]
         ignored = [f.name for f in folders[1:]]
         for assignment in assignments:
@@ -245,8 +301,10 @@ def _report_refused(batch: Path, assignments: list[str], found: list[Submission]
             sub.notes.append(text)
 
 
-def _newest_notebook(folder: Path) -> float:
-    return max((p.lstat().st_mtime for p in folder.rglob("*.ipynb")), default=0.0)
+def _newest_notebook(folder: Path, assignments: list[str]) -> float:
+    """The newest change of a notebook in the student folder's assignments, of those not too large to read."""
+    return max((p.lstat().st_mtime for a in assignments if (folder / a).is_dir() and not oversize(folder / a)
+                for p in (folder / a).rglob("*.ipynb")), default=0.0)
 
 
 def _find_one(student: str, folder: Path, assignment: str, expected: list[str], secret: str = "",
@@ -254,6 +312,10 @@ def _find_one(student: str, folder: Path, assignment: str, expected: list[str], 
     sub = Submission(student, assignment)
     if not folder.is_dir():
         sub.status, sub.message = "missing", "no folder for this assignment"
+        return sub
+    too_large = oversize(folder)
+    if too_large:  # refused before any of it is read (nothing of a folder route is copied)
+        sub.status, sub.message = "invalid-notebook", too_large
         return sub
     present = sorted(p for p in folder.rglob("*") if not p.is_dir() and ".ipynb_checkpoints" not in p.parts)
     record = b""

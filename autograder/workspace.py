@@ -30,6 +30,7 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
 from autograder import GradingError, budgets, course_dir, feedback, sandbox, startup
+from autograder.execute import FAILED_AT_START
 from autograder.kernels import UNKNOWN, close_servers, pool
 from autograder.notebooks import grade_id, grading_notes
 from autograder.results import Grade
@@ -316,16 +317,18 @@ EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)|[A-Za
 
 
 def transient(log: str) -> bool:
-    """Whether nbgrader failed for a reason that passes, so that another attempt may succeed."""
-    return any(marker in log for marker in TRANSIENT)
+    """Whether nbgrader failed for a reason that passes, so that another attempt may succeed: not when the kernel
+    raised an exception at start, which every attempt would repeat (a kernel that did not answer in time may)."""
+    return FAILED_AT_START not in log and any(marker in log for marker in TRANSIENT)
 
 
 def cause(log: str) -> str:
-    """What went wrong, as the log states it: the last exception line of its tracebacks (e.g. "sqlalchemy.exc.
-    OperationalError: (sqlite3.OperationalError) database is locked"), else its last line that is not one of
-    nbgrader's unchecked guesses."""
+    """What went wrong, as the log states it: the exception a kernel raised at start, else the last exception line of
+    its tracebacks (e.g. "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked"), else its
+    last line that is not one of nbgrader's unchecked guesses."""
     lines = [line.strip() for line in (log or "").splitlines() if line.strip()]
     lines = [line for line in lines if not any(guess in line for guess in UNCHECKED) and not line.startswith("---")]
-    stated = [line for line in lines if EXCEPTION.match(line)]
+    started = [line[line.index(FAILED_AT_START):] for line in lines if FAILED_AT_START in line]
+    stated = started or [line for line in lines if EXCEPTION.match(line)]
     chosen = stated[-1] if stated else (lines[-1] if lines else "no reason was logged")
     return chosen[:300]

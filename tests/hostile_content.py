@@ -17,6 +17,7 @@ from conftest import complete_submission, write_submission
 from nbformat.v4 import new_markdown_cell, new_output, new_raw_cell
 
 from autograder.notebooks import grade_id
+from autograder.submissions import SUBMISSION_FILES, SUBMISSION_MB
 
 A, NB = "01_self_attention", "self_attention.ipynb"
 #: every payload sets window.__pwned (and the title): a page where either is set ran the student's code
@@ -99,6 +100,17 @@ def build(batch: Path, expect: dict) -> None:
     write_submission(batch, "attack-hardlink", A, NB, complete_submission(A, NB))
     (batch / "attack-hardlink" / "other").hardlink_to(batch / "attack-hardlink" / A / NB)
     expect["attack-hardlink"] = (0, "invalid-notebook", "is a hard link")
+    # a complete notebook in a folder over the submission's cap, in bytes (sparse: nothing written) or in files:
+    # refused before any of it is read, where its twin FORMULA_STUDENT's complete notebook scores 8
+    write_submission(batch, "attack-folder-bytes", A, NB, complete_submission(A, NB))
+    for index in range(6):
+        with open(batch / "attack-folder-bytes" / A / f"data{index}.bin", "wb") as f:
+            f.truncate(19 * 2**20)
+    expect["attack-folder-bytes"] = (0, "invalid-notebook", f"more than {SUBMISSION_MB} MB")
+    write_submission(batch, "attack-folder-files", A, NB, complete_submission(A, NB))
+    for index in range(SUBMISSION_FILES):
+        (batch / "attack-folder-files" / A / f"{index}.txt").touch()
+    expect["attack-folder-files"] = (0, "invalid-notebook", f"more than {SUBMISSION_FILES} files")
 
 
 def assert_inert(out: Path) -> None:

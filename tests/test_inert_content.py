@@ -211,8 +211,10 @@ def test_printed_table_shows_no_control_characters():
 # ------------------------------------------------------------------------------------------------ in a browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-#: the MathJax Formgrader's formgrade template loads (nbconvert's default mathjax_url)
-FORMGRADER_MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
+#: MathJax has typeset the page's formulas: the student's $\sqrt{d}$ among them (a square root in MathJax's output)
+MATH_TYPESET = ("() => window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 && "
+                "document.querySelectorAll('.MathJax').length > 0 && "
+                "[...document.querySelectorAll('.MathJax')].some(e => e.querySelector('.msqrt'))")
 CHECK_PAGE = "() => ({pwned: window.__pwned === undefined ? null : String(window.__pwned), title: document.title})"
 
 
@@ -242,12 +244,10 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
     from autograder.grade import grade  # noqa: PLC0415
 
     batch, out = tmp_path / "batch", tmp_path / "out"
-    expect: dict = {}
-    hc.build(batch, expect)
+    hc.write_submission(batch, hc.SCRIPT_STUDENT, A, NB, hc.scripted_submission())  # the others: test_hostile.py's
     course = instructor_course(tmp_path / "course", f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}")
     rows = {g.student: g for g in grade(batch, out, [A], sandbox=use_sandbox(), progress=False, gradebook=course)}
-    for student, (_, status, _) in expect.items():  # the scores are test_hostile.py's to check
-        assert rows[student].status == status, rows[student]
+    assert rows[hc.SCRIPT_STUDENT].status == "flagged", rows  # its score is test_hostile.py's to check
     pages = sorted((out / "feedback" / hc.SCRIPT_STUDENT / A).glob("*.html"))
     assert pages
     html = "\n".join(p.read_text() for p in pages)
@@ -297,10 +297,10 @@ def test_graded_feedback_and_formgrader_run_no_student_script_in_a_browser(tmp_p
                 link.click(timeout=2_000)
             seen = formgrader.evaluate(CHECK_PAGE)
             assert seen["pwned"] is None, f"Formgrader ran the student's script ({seen['pwned']})"
-            # Formgrader's own template loads MathJax from a CDN (nbgrader's page, not the student's content): what
-            # the student wrote must ask for nothing
-            students = [url for url in formgrader_fetched if not url.startswith(FORMGRADER_MATHJAX)]
-            assert not students, f"Formgrader asked the network for the student's {students}"
+            # nothing leaves the machine: not the student's remote images, nor the MathJax of nbgrader's template
+            # (cdnjs), which comes from this Jupyter server (nbgrader_config.py); the student's $\sqrt{d}$ is typeset
+            formgrader.wait_for_function(MATH_TYPESET, timeout=30_000)
+            assert not formgrader_fetched, f"Formgrader asked the network for {formgrader_fetched}"
             assert seen["title"] != hc.MARK
         browser.close()
     # the feedback's math is MathML made by the grader (autograder/math_render.py), not MathJax from a CDN: the
@@ -500,24 +500,6 @@ def test_feedback_pages_fetch_nothing_in_a_browser_and_show_inline_images(tmp_pa
     assert sorted(url for url in requested if url.startswith("file://")) == sorted(p.as_uri() for p in pages.values())
 
 
-def test_graded_feedback_fetches_nothing_and_shows_a_long_cell_as_text(tmp_path):
-    """Through the real grading route (nbgrader in the sandbox): the student whose markdown references a remote
-    address and holds a 100 kB cell of '[' scores as its twin does, and its feedback loads nothing remote, shows
-    the long cell as text and keeps its inline images."""
-    from autograder.grade import grade  # noqa: PLC0415 - the grading route itself
-
-    batch, out = tmp_path / "batch", tmp_path / "out"
-    hc.write_submission(batch, hc.REMOTE_STUDENT, A, NB, hc.remote_submission())
-    hc.write_submission(batch, "twin", A, NB, hc.complete_submission(A, NB))
-    started = time.monotonic()
-    rows = {g.student: g for g in grade(batch, out, [A], sandbox=use_sandbox(), progress=False)}
-    assert (rows[hc.REMOTE_STUDENT].score, rows[hc.REMOTE_STUDENT].status) == (rows["twin"].score, "graded") == (
-        8, "graded"), rows
-    pages = sorted((out / "feedback" / hc.REMOTE_STUDENT / A).glob("*.html"))
-    assert pages, "no feedback"
-    for page in pages:
-        text = page.read_text()
-        assert not remote_loads(text, hc.REMOTE_BASE), remote_loads(text, hc.REMOTE_BASE)
-        assert hc.long_cell_shown_as_text(text), "the long cell should be shown as its text"
-        assert text.count(f'src="data:image/png;base64,{PNG}"') == 2, "the student's inline images should show"
-    print(f"graded 2 submissions of 01 with feedback in {time.monotonic() - started:.1f} s")
+# Through the real grading route, the student whose markdown references a remote address and holds a 100 kB cell of
+# '[' scores as its twin does, and its feedback loads nothing remote, shows the long cell as text and keeps its inline
+# images: the hostile class grades it (tests/hostile_content.py, REMOTE_STUDENT; test_hostile.py, assert_inert).

@@ -5,8 +5,8 @@ Each layout is built cheaply, as an instructor might have it: a copy of this cou
 are now); venvs under /tmp whose site-packages reach this checkout's .venv through a .pth (as a shared or conda-like
 environment reaches a folder outside its prefix), one with the copy installed editable (another checkout of the same
 course), one with the copy installed as a wheel (non-editable: course/, its judges and answers in site-packages).
-In each, one honest 01 submission is graded by ``python -m autograder grade`` in the sandbox, with the fork server and
-without."""
+In each, one honest 01 submission is graded by ``python -m autograder grade`` in the sandbox, its kernels forked from
+the fork server, and a kernel is started cold (bwrap's own start) by the grader's GradingExecute."""
 
 import csv
 import os
@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from autograder import course_dir, sandbox
+from autograder.execute import FAILED_AT_START, startup_exception
+from autograder.workspace import cause, transient
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"sandbox unavailable: {sandbox.available()}")
 
@@ -82,12 +84,32 @@ LAYOUTS = {  # (the Python, the course folder graded, the other course that Pyth
 }
 
 
-@pytest.mark.parametrize("fork", [True, False], ids=["fork-server", "no-fork-server"])
+#: a real kernel of the layout's, started cold (no fork server) by the grader's GradingExecute in the sandbox,
+#: running one cell (argv[2]) of a notebook in work (argv[1]); prints the cell's output
+KERNEL_SCRIPT = '''import sys
+from pathlib import Path
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
+from autograder import sandbox
+from autograder.execute import GradingExecute
+work = Path(sys.argv[1])
+cwd = work / "autograded" / "alice" / "01_self_attention"
+cwd.mkdir(parents=True)
+config = Config()
+sandbox.configure(config, work, sandbox.Limits())
+nb = new_notebook(cells=[new_code_cell(sys.argv[2])])
+nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
+print("".join(o.get("text", "") for o in nb.cells[0].outputs))
+'''
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_an_honest_submission_gets_its_full_score_in_every_layout(layouts, layout, fork, tmp_path):
-    """...and before grading, a note names the course folder graded and the other course that Python installed."""
+def test_an_honest_submission_gets_its_full_score_in_every_layout(layouts, layout, tmp_path):
+    """Graded end to end by the grade command, its kernels forked from the fork server (what a root grader does);
+    the cold start, bwrap's own, is the next test's, in the same layouts. Before grading, a note names the course
+    folder graded and the other course that Python installed."""
     python, cwd, installed = LAYOUTS[layout](layouts)
-    row, done = grade(python, cwd, layouts["batch"], tmp_path / "out", fork)
+    row, done = grade(python, cwd, layouts["batch"], tmp_path / "out", fork=True)
     assert row["status"] == "graded" and row["score"] == row["max_score"], (row, done.stderr[-3000:])
     assert f"note: grading with the course folder's course, {cwd / 'course'} (version" in done.stderr, done.stderr
     assert f"\n  {installed.resolve()} (version {course_dir.version()}): " in done.stderr, done.stderr
@@ -148,6 +170,22 @@ def test_requires_python_is_the_bound_every_pinned_package_and_setup_agree_on():
     assert not refusing, f"requires-python {bound} allows a Python these pins refuse: {refusing}"
 
 
+@pytest.mark.parametrize("layout", [layout for layout in LAYOUTS if layout != "wheel"])
+def test_a_cold_kernel_imports_the_course_being_graded_and_its_probes_in_every_layout(layouts, layout, tmp_path):
+    """A kernel started cold by bwrap (no fork server), in each layout, through the grader's own GradingExecute: it
+    imports course and 01's probes from the course folder graded (what failed before: the kernel had no module
+    course, and every notebook scored 0). One kernel, not a second whole grading of each layout; the wheel's cold
+    kernel is test_in_the_wheel_layout_the_kernel_reads_no_installed_judges_or_answers's."""
+    python, cwd, _ = LAYOUTS[layout](layouts)
+    code = ("import course\nfrom course.checks import self_attention as check\nprint('course from', course.__file__)\n"
+            "print('probes from', check.__file__)\n")
+    done = subprocess.run([str(python), "-c", KERNEL_SCRIPT, str(tmp_path / "work"), code], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"course from {cwd / 'course' / '__init__.py'}" in done.stdout, done.stdout
+    assert f"probes from {cwd / 'course' / 'checks' / 'self_attention.py'}" in done.stdout, done.stdout
+
+
 def test_a_wheel_s_judges_and_answers_are_hidden_from_the_kernel(layouts):
     """Installed as a wheel, course/ (real judges, every answer) is in the venv's site-packages, which the kernel's
     Python needs: that copy of course, and the wheel's autograder and catalogue, are hidden; the course folder graded
@@ -167,22 +205,55 @@ def test_a_wheel_s_judges_and_answers_are_hidden_from_the_kernel(layouts):
     assert plan["env"]["PYTHONPATH"] == str(layouts["copy"])
 
 
-def test_a_kernel_that_cannot_import_the_course_leaves_its_cause_in_the_log(layouts, tmp_path):
-    """A course whose package does not import in the kernel (here on purpose, only inside the sandbox): every kernel
-    dies at start; the row is an error, not a silent 0, and its log holds the kernel's own stderr with the cause."""
+def _broken(tmp_path: Path) -> Path:
+    """A copy of the course whose package does not import in the kernel (on purpose, only inside the sandbox)."""
     broken = _copy(tmp_path / "broken")
     init = broken / "course" / "__init__.py"
     init.write_text("import os\nif os.path.isdir('/tmp/submission'):\n"
                     "    raise ImportError('BROKEN-ON-PURPOSE: this course does not import in the kernel')\n"
                     + init.read_text())
-    for fork in (True, False):
-        out = tmp_path / f"out-{fork}"
-        row, done = grade(ROOT / ".venv" / "bin" / "python", broken, layouts["batch"], out, fork)
-        assert row["status"] == "error", row
-        log = (out / "logs" / "alice" / f"{FIRST}.log").read_text()
-        assert "BROKEN-ON-PURPOSE" in log, (fork, log[-3000:])
-        assert "cannot import the course being graded" in log, (fork, log[-3000:])
-    assert os.path.isdir(broken)
+    return broken
+
+
+def test_a_kernel_that_cannot_import_the_course_fails_once_with_its_cause_in_the_row_and_the_log(layouts, tmp_path):
+    """A course whose package does not import in the kernel: every kernel dies at start with a Python exception, which
+    no retry mends. Graded by the grade command (its kernels forked): the row is an error, not a silent 0, tried once
+    (no "after 3 attempts", no waits), and names the exception; its log holds the kernel's own stderr with the cause.
+    A cold kernel's death is told the same way (GradingExecute, below: no second whole grading)."""
+    broken = _broken(tmp_path)
+    out = tmp_path / "out"
+    row, done = grade(ROOT / ".venv" / "bin" / "python", broken, layouts["batch"], out, fork=True)
+    assert row["status"] == "error", row
+    assert "BROKEN-ON-PURPOSE" in row["message"] and "attempts" not in row["message"], row
+    log = (out / "logs" / "alice" / f"{FIRST}.log").read_text()
+    assert "attempt 1 of" in log and "attempt 2 of" not in log, log[-3000:]
+    assert "BROKEN-ON-PURPOSE" in log and "cannot import the course being graded" in log, log[-3000:]
+    cold = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", KERNEL_SCRIPT, str(tmp_path / "work"), "1"],
+                          cwd=broken, capture_output=True, text=True, timeout=300)
+    assert cold.returncode != 0, cold.stdout[-2000:]
+    assert f"KernelStartError: {FAILED_AT_START}: ImportError: BROKEN-ON-PURPOSE" in cold.stderr, cold.stderr[-3000:]
+    assert "cannot import the course being graded" in cold.stderr and "Traceback" in cold.stderr, cold.stderr[-3000:]
+
+
+def test_only_a_kernel_that_raised_at_start_is_not_tried_again():
+    """What the kernel's stderr holds decides: a Python exception at start (a cold kernel's traceback, or the fork
+    server's one-line report) is permanent and named; a kernel killed or silent before it answered may be tried
+    again."""
+    cold = ("autograder sandbox: the kernel cannot import the course being graded from /c/course\n"
+            "Traceback (most recent call last):\n  File \"<string>\", line 11, in <module>\n"
+            "ModuleNotFoundError: No module named 'course'\n")
+    forked = "autograder fork server, run_kernel: ImportError: cannot import name 'checks' from 'course'\n"
+    assert startup_exception(cold) == "ModuleNotFoundError: No module named 'course'"
+    assert startup_exception(forked) == "ImportError: cannot import name 'checks' from 'course'"
+    assert startup_exception("bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n") == ""
+    assert startup_exception("") == ""
+    died = "RuntimeError: Kernel died before replying to kernel_info"
+    assert transient(died) and transient("RuntimeError: Kernel didn't respond in 60 seconds")
+    permanent = (f"[ERROR] {died}\n    autograder.execute.KernelStartError: {FAILED_AT_START}: ImportError: "
+                 "cannot import name 'checks'\n    the kernel's own stderr:\n"
+                 "    ImportError: cannot import name 'checks'")
+    assert not transient(permanent)
+    assert cause(permanent) == f"{FAILED_AT_START}: ImportError: cannot import name 'checks'"
 
 
 def _available(python: Path, cwd: Path, patch: str) -> str:
@@ -210,23 +281,6 @@ def test_a_kernel_that_would_import_an_installed_course_is_refused_before_gradin
     assert "--no-sandbox" not in reason, reason
 
 
-KERNEL_SCRIPT = '''import sys
-from pathlib import Path
-from nbformat.v4 import new_code_cell, new_notebook
-from traitlets.config import Config
-from autograder import sandbox
-from autograder.execute import GradingExecute
-work = Path(sys.argv[1])
-cwd = work / "autograded" / "alice" / "01_self_attention"
-cwd.mkdir(parents=True)
-config = Config()
-sandbox.configure(config, work, sandbox.Limits())
-nb = new_notebook(cells=[new_code_cell(sys.argv[2])])
-nb, _ = GradingExecute(config=config).preprocess(nb, {"metadata": {"path": str(cwd)}})
-print("".join(o.get("text", "") for o in nb.cells[0].outputs))
-'''
-
-
 def test_in_the_wheel_layout_the_kernel_reads_no_installed_judges_or_answers(layouts, tmp_path):
     """A real kernel of the wheel layout grading 01: course comes from the course folder; the wheel's judges, answers
     and grader are not there at all, and the graded answers refuse to import."""
@@ -234,6 +288,7 @@ def test_in_the_wheel_layout_the_kernel_reads_no_installed_judges_or_answers(lay
     secrets = [site / "course" / "judges" / "__init__.py", site / "course" / "self_attention.py",
                site / "autograder" / "sandbox.py", site / "catalogue" / "__init__.py"]
     code = ("import course\nprint('course from', course.__file__)\n"
+            "from course.checks import self_attention as check\nprint('probes from', check.__file__)\n"
             f"for path in {[str(p) for p in secrets]!r}:\n"
             "    try:\n        print(path, 'READ', len(open(path).read()))\n"
             "    except OSError as error:\n        print(path, type(error).__name__)\n"
@@ -244,6 +299,7 @@ def test_in_the_wheel_layout_the_kernel_reads_no_installed_judges_or_answers(lay
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert f"course from {layouts['copy'] / 'course' / '__init__.py'}" in out, out
+    assert f"probes from {layouts['copy'] / 'course' / 'checks' / 'self_attention.py'}" in out, out
     assert "READ" not in out and "answers refused" in out and "IMPORTED" not in out, out
     assert all(f"{path} FileNotFoundError" in out for path in secrets), out
 
