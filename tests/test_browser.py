@@ -62,13 +62,18 @@ def _missing() -> list[str]:
     return missing
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _browser_tools():
+def require_browser(who: str) -> None:
+    """Fail under CI (which installs them), else skip, when Chromium or Playwright is missing."""
     missing = _missing()
     if missing and os.environ.get("CI"):
-        pytest.fail("the browser tests need " + " and ".join(missing) + "; .ci/run installs them")
+        pytest.fail(f"{who} need " + " and ".join(missing) + "; .ci/run installs them")
     if missing:
         pytest.skip("no " + " and no ".join(missing) + " (.ci/run installs them; setup.sh does not)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _browser_tools():
+    require_browser("the browser tests")
     STEPS.clear()
     yield
     total = sum(seconds for _, seconds in STEPS)

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 import nbformat
 import pytest
-from test_browser import CHROMIUM, CHROMIUM_FLAGS, _missing, _new_page
+from test_browser import CHROMIUM, CHROMIUM_FLAGS, _new_page, require_browser
 
 from autograder import GradingError, course_dir, docs
 from autograder.__main__ import main as cli
@@ -202,11 +202,7 @@ def _github_anchor(heading: str) -> str:
 
 @pytest.fixture(scope="module")
 def browser():
-    missing = _missing()
-    if missing and os.environ.get("CI"):
-        pytest.fail("the site's browser tests need " + " and ".join(missing) + "; .ci/run installs them")
-    if missing:
-        pytest.skip("no " + " and no ".join(missing) + " (.ci/run installs them; setup.sh does not)")
+    require_browser("the site's browser tests")
     from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only .ci/run installs it
 
     with sync_playwright() as playwright:
