@@ -36,6 +36,7 @@ import nbformat
 
 from autograder import course_dir
 from autograder.notebooks import answer_cells
+from course.judges.variants import Variants
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class _Entry:
     obj: Callable | None = None  # written out: its source is the cell
     helpers: tuple = ()
     changes: tuple[tuple[str, str], ...] = ()  # or an edit of the solved cell
+    code: str = ""  # or the code of a mistake a judges module wrote (course/judges/variants.py)
 
 
 _REGISTRY: list[_Entry] = []
@@ -85,6 +87,14 @@ def edit(name: str, cell: str, *changes: tuple[str, str], mistake: str | None = 
         raise ValueError(f"edit {name!r}: give (old, new) pairs")
     module = sys._getframe(1).f_globals["__name__"]  # noqa: SLF001 - the declaring catalogue module
     _REGISTRY.append(_Entry(module, name, cell, mistake, changes=tuple(changes)))
+
+
+def written(variants: Variants) -> None:
+    """The mistakes a judges module wrote as code (course/judges/variants.py), each expected to be named by its id:
+    the judge names them by running the same code, so the catalogue proves what the judge knows."""
+    module = f"{__name__}.{variants.reference.rsplit('.', 1)[1]}"  # course.self_attention -> catalogue.self_attention
+    for w in variants.written:
+        _REGISTRY.append(_Entry(module, w.name, w.answer, w.mistake.id, code=w.code))
 
 
 def edited(solved: str, changes: tuple[tuple[str, str], ...], name: str) -> str:
@@ -155,7 +165,18 @@ def _assignment(module_name: str) -> str:
     return _modules()[module_name.rsplit(".", 1)[1]].ASSIGNMENT
 
 
+def _cell(entry: _Entry, assignment: str) -> str:
+    """The grade_id of the answer cell the entry replaces: a written mistake knows the answer's name (the function or
+    class), which its solved cell defines."""
+    if not entry.code:
+        return entry.cell
+    cells = (cell for (a, cell), source in _solved().items() if a == assignment and defined_name(source) == entry.cell)
+    return next(cells, entry.cell)
+
+
 def _code(entry: _Entry, assignment: str) -> str:
+    if entry.code:
+        return entry.code
     if entry.obj is None:
         return edited(_solved()[assignment, entry.cell], entry.changes, entry.name)
     code = "".join(_source(h, None) + "\n\n" for h in entry.helpers)
@@ -169,7 +190,7 @@ def variants() -> tuple[Variant, ...]:
     found = []
     for entry in _REGISTRY:
         assignment = _assignment(entry.module)
-        found.append(Variant(assignment, entry.name, entry.cell, _code(entry, assignment), entry.mistake))
+        found.append(Variant(assignment, entry.name, _cell(entry, assignment), _code(entry, assignment), entry.mistake))
     return tuple(found)
 
 

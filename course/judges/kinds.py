@@ -14,7 +14,7 @@ through the oracle. Cases worked by hand in the notebook compare with the hand-w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -76,7 +76,7 @@ class Oracle:
     compute: Callable[..., torch.Tensor]
     name: str  # the oracle in words, for gradient messages, e.g. "F.scaled_dot_product_attention"
     shape: Callable[..., tuple[int, ...]]  # the output's shape
-    mistakes: Callable[..., list[tuple[Mistake, torch.Tensor]]] = _none
+    mistakes: Callable[..., Iterable[tuple[Mistake, torch.Tensor]]] = _none  # tried in order, lazily
     shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}
     otherwise: str = ""  # the advice when the output matches neither the oracle nor a mistake
     gradient_hints: Mapping[str, str] = field(default_factory=dict)

@@ -1,7 +1,8 @@
 """Judges for assignment 01 (probes in course/checks/self_attention.py): PyTorch's fused attention as the oracle,
-and the typical mistakes it can name. Read top to bottom: the mistakes, the oracles with the simulators of those
-mistakes, then one declaration per check (course/judges/kinds.py); only the properties (rows that are
-distributions, permutation equivariance) are written out."""
+and the typical mistakes it can name. Read top to bottom: the mistakes, each written as a student writes it with the
+message beside it (course/judges/variants.py), the oracles, then one declaration per check
+(course/judges/kinds.py); only the properties (rows that are distributions, permutation equivariance) are written
+out."""
 
 import math
 
@@ -9,17 +10,80 @@ import torch
 import torch.nn.functional as F
 
 from course.checks import self_attention as probes
-from course.checks.compare import Mistake, expect_close, fail, matches_any, output
+from course.checks.compare import expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.self_attention import PERMUTATION, hand_x
-from course.judges import judge, mistakes
+from course.judges import judge
 from course.judges.kinds import Oracle, against
+from course.judges.variants import Variants
 
 # ------------------------------------------------------------------------------------------- mistakes
+# Edits change the reference answers of course/self_attention.py:
+#     attention_weights:    return F.softmax(x @ x.transpose(-2, -1), dim=-1)  # (b, t, t)
+#     basic_self_attention: return attention_weights(x) @ x
+# When an output matches two of them, the first declared is named. Mistakes every check names (a wrong shape, an
+# error, a detached output) are in catalogue/self_attention.py.
 
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/self_attention.txt
+WRITTEN = Variants(__name__, reference="course.self_attention")
+edit, rewrite = WRITTEN.edit, WRITTEN.rewrite
+RAW = "x @ x.transpose(-2, -1)"
 
-# ------------------------------------------------------------------------------------------- oracles and mistakes
+edit("weights-softmax-dim1", "attention_weights", ("dim=-1", "dim=1"), mistake="softmax-over-columns",
+     says="each column sums to 1 instead of each row. Take the softmax over the last dimension (dim=-1 or dim=2), "
+          "not dim=1; or did you transpose the weights?")
+edit("weights-no-softmax", "attention_weights", (f"F.softmax({RAW}, dim=-1)", RAW), mistake="no-softmax",
+     says="these are the raw dot products x·xᵀ: the softmax is missing.")
+edit("weights-scaled", "attention_weights", (RAW, f"{RAW} / math.sqrt(x.shape[-1])"), mistake="scaled",
+     says="the scores are divided by √k. Scaling is assignment 03; here the weights are softmax(x·xᵀ) without it.")
+edit("weights-softmax-batch", "attention_weights", ("dim=-1", "dim=0"), mistake="softmax-over-batch",
+     says="the softmax runs over the batch dimension (dim=0); each row of each matrix should sum to 1, so use "
+          "dim=-1.")
+
+
+@rewrite("attention_weights", "normalised-without-exp",
+         says="rows are divided by their sum without exponentiating first: use torch.softmax, which takes exp before "
+              "normalising.")
+def weights_sum_normalised(x):
+    raw = x @ x.transpose(1, 2)
+    return raw / raw.sum(-1, keepdim=True)
+
+
+edit("weights-exp-only", "attention_weights", (f"F.softmax({RAW}, dim=-1)", f"torch.exp({RAW})"),
+     mistake="exp-not-normalised",
+     says="the scores are exponentiated but never normalised: divide by the row sums (softmax does both).")
+edit("weights-first-sequence-only", "attention_weights",
+     (f"{RAW}, dim=-1)", "x[0] @ x[0].T, dim=-1).expand(x.shape[0], -1, -1)"), mistake="first-sequence-only",
+     says="every sequence of the batch gets the weights of the first one: use batched matrix products (torch.bmm or "
+          "@) on the whole (b, t, k) tensor.")
+
+AVERAGE = "attention_weights(x) @ x"
+edit("output-transposed-weights", "basic_self_attention", (AVERAGE, "attention_weights(x).transpose(1, 2) @ x"),
+     mistake="weights-transposed",
+     says="the weights are transposed (y = wᵀ·x), or the softmax runs over dim=1. Row i of w says how much output i "
+          "takes from each input, so y = w·x.")
+edit("output-raw-scores", "basic_self_attention", (AVERAGE, "torch.bmm(x, x.transpose(1, 2)) @ x"),
+     mistake="output-from-raw-scores", says="the output is built from the raw scores x·xᵀ: apply the softmax before "
+                                            "averaging.")
+edit("output-fused-with-default-scale", "basic_self_attention", (AVERAGE, "F.scaled_dot_product_attention(x, x, x)"),
+     mistake="output-scaled", says="the scores are divided by √k; this assignment uses no scaling.")
+
+
+@rewrite("basic_self_attention", "output-is-input",
+         says="the output equals the input: the weighted average w·x is never taken.")
+def output_returns_the_input(x):
+    w = attention_weights(x)  # noqa: F821 - the notebook's earlier answer
+    y = torch.bmm(w, x)  # noqa: F841 - the student's slip: y is computed, x returned
+    return x
+
+
+edit("output-first-sequence-only", "basic_self_attention", (AVERAGE, "(attention_weights(x[:1]) @ x[:1]).expand_as(x)"),
+     mistake="first-sequence-only")
+edit("output-xt-w", "basic_self_attention", (AVERAGE, "x.transpose(1, 2) @ attention_weights(x)"),
+     mistake="output-xT-w",
+     says="this is xᵀ·w, of shape (b, k, t): the weights come first, y = w·x, so that row i of the output is the "
+          "average of the inputs weighted by row i of w.")
+
+# ------------------------------------------------------------------------------------------- oracles
 
 
 def _oracle_weights(x: torch.Tensor) -> torch.Tensor:
@@ -31,31 +95,6 @@ def _oracle_weights(x: torch.Tensor) -> torch.Tensor:
 
 def _oracle_output(x: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(x, x, x, scale=1.0)
-
-
-def _weight_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    raw = x @ x.transpose(1, 2)  # (b, t, t)
-    return [
-        (M["softmax-over-columns"], F.softmax(raw, dim=1)),
-        (M["no-softmax"], raw),
-        (M["scaled"], F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1)),
-        (M["softmax-over-batch"], F.softmax(raw, dim=0)),
-        (M["normalised-without-exp"], raw / raw.sum(dim=-1, keepdim=True)),
-        (M["exp-not-normalised"], raw.exp()),
-        (M["first-sequence-only"], F.softmax(raw[:1], dim=-1).expand_as(raw)),
-    ]
-
-
-def _output_mistakes(x: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    raw = x @ x.transpose(1, 2)  # (b, t, t)
-    w = F.softmax(raw, dim=-1)
-    return [
-        (M["weights-transposed"], w.transpose(1, 2) @ x),
-        (M["output-from-raw-scores"], raw @ x),
-        (M["output-scaled"], F.softmax(raw / math.sqrt(x.shape[-1]), dim=-1) @ x),
-        (M["output-is-input"], x),
-        (M["first-sequence-only"], w[:1] @ x[:1].expand_as(x) if x.shape[0] > 1 else w @ x),
-    ]
 
 
 def _hand_weights() -> torch.Tensor:
@@ -70,13 +109,13 @@ def _hand_weights() -> torch.Tensor:
 
 WEIGHTS = Oracle(
     "attention_weights(x)", _oracle_weights, "F.scaled_dot_product_attention",
-    shape=lambda x: (x.shape[0], x.shape[1], x.shape[1]), mistakes=_weight_mistakes,
+    shape=lambda x: (x.shape[0], x.shape[1], x.shape[1]), mistakes=lambda x: WRITTEN.outputs("attention_weights", x=x),
     shape_hints=lambda x: {tuple(x.shape): "That is the shape of the input: return the (t, t) weights."},
     otherwise="Compute x·xᵀ with a batched matrix product, then softmax over the last dimension.")
 OUTPUT = Oracle(
     "basic_self_attention(x)", _oracle_output, "F.scaled_dot_product_attention",
-    shape=lambda x: tuple(x.shape), mistakes=_output_mistakes,
-    shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1]): M["output-xT-w"],
+    shape=lambda x: tuple(x.shape), mistakes=lambda x: WRITTEN.outputs("basic_self_attention", x=x),
+    shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1]): WRITTEN["output-xT-w"],
                            (x.shape[0], x.shape[1], x.shape[1]): "That is the shape of the weights: return the "
                                                                  "weighted sum w·x."},
     otherwise="Compute the weights, then y = w·x with a batched matrix product (torch.bmm or @).",
@@ -115,10 +154,10 @@ def _judge_rows(ev: Evidence) -> None:
         hint = ("The columns sum to 1 instead: softmax over dim=1, not the last dimension?" if columns
                 else "Apply softmax over the last dimension.")
         fail(f"The rows of {WEIGHTS.what} do not sum to 1. {hint}", torch.ones_like(sums), sums, case="row sums",
-             mistake=M["softmax-over-columns"] if columns else None)
+             mistake=WRITTEN["softmax-over-columns"] if columns else None)
     (case,) = probes.attention_weights_rows.cases
     x = case.inputs()["x"]
-    if not matches_any(w, [_oracle_weights(x), *(m for _, m in _weight_mistakes(x))], ev.device):
+    if not matches_any(w, [_oracle_weights(x), *(m for _, m in WRITTEN.outputs("attention_weights", x=x))], ev.device):
         fail(f"The rows of {WEIGHTS.what} sum to 1, but they are not a softmax of the dot products x·xᵀ. "
              + WEIGHTS.otherwise, _oracle_weights(x), w, case=case.label)
 
@@ -133,6 +172,7 @@ def _judge_permutation(ev: Evidence) -> None:
                  otherwise="Self-attention should not care where a vector sits: output i may depend only on x_i "
                            "and the set of all inputs. Does your code use positions or mix the batch?")
     x = probes.PERMUTATION_CASE.inputs()["x"]
-    if not matches_any(y, [_oracle_output(x), *(m for _, m in _output_mistakes(x))], ev.device):
+    written = (m for _, m in WRITTEN.outputs("basic_self_attention", x=x))
+    if not matches_any(y, [_oracle_output(x), *written], ev.device):
         fail(f"{OUTPUT.what} is permutation equivariant, but it is not attention over x: " + OUTPUT.otherwise,
              _oracle_output(x), y, case="x of shape (2, 6, 4)")
