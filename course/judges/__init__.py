@@ -33,8 +33,10 @@ def judge(check: str) -> Callable[[Judge], Judge]:
 
 
 def judge_of(module: str, check: str) -> Judge:
-    """The judge of check `check` of course/checks/<module>.py."""
-    importlib.import_module(f"{__name__}.{module}")
+    """The judge of check `check` of course/checks/<module>.py (imported from course/judges/<module>.py unless it is
+    registered already, as the worked example's judge of tests/example_check/ is)."""
+    if (module, check) not in _JUDGES:
+        importlib.import_module(f"{__name__}.{module}")
     try:
         return _JUDGES[module, check]
     except KeyError:
