@@ -1,0 +1,57 @@
+"""Mistakes written as code (course/judges/variants.py): how they are declared, and how a judge names one by running
+them. In-process, on the worked example's reference (tests/example_check/answer.py)."""
+
+import pytest
+import torch
+
+from course.checks import compare
+from course.judges.variants import Variants
+
+ANSWER = "sliding_window_weights"
+
+
+@pytest.fixture
+def written(monkeypatch):
+    monkeypatch.setattr(compare, "_DECLARED", {})  # the made-up ids below stay out of the course's
+    return Variants("judges_made_up", reference="example_check.answer")
+
+
+def test_an_edit_is_the_reference_with_its_change_and_one_that_no_longer_applies_is_refused(written):
+    written.edit("wide", ANSWER, ("> i[:, None] - window", ">= i[:, None] - window"), mistake="made-up-wide",
+                 says="one too wide.")
+    (variant,) = written.of(ANSWER)
+    assert ">= i[:, None] - window" in variant.code and variant.code.startswith(f"def {ANSWER}(x, window):")
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        written.edit("stale", ANSWER, ("window + 1", "window"), mistake="made-up-stale", says="stale.")
+    with pytest.raises(ValueError, match="occurs 2 times"):
+        written.edit("ambiguous", ANSWER, ("i[:, None]", "i[None, :]"), mistake="made-up-ambiguous", says="two.")
+
+
+def test_an_id_is_explained_the_first_time_it_is_written_and_only_then(written):
+    with pytest.raises(ValueError, match="say what 'made-up-silent' means"):
+        written.edit("silent", ANSWER, ("dim=-1", "dim=1"), mistake="made-up-silent")
+    written.edit("columns", ANSWER, ("dim=-1", "dim=1"), mistake="made-up-columns", says="columns.")
+    written.edit("batch", ANSWER, ("dim=-1", "dim=0"), mistake="made-up-columns")  # reused: its message is kept
+    assert [w.mistake.explanation for w in written.written] == ["columns.", "columns."]
+    with pytest.raises(ValueError, match="explained already"):
+        written.edit("again", ANSWER, ("dim=-1", "dim=2"), mistake="made-up-columns", says="other words.")
+
+
+def test_the_judge_skips_a_variant_that_raises_and_tries_the_others_in_order(written):
+    written.edit("raises", ANSWER, ("x.shape[1]", "x.shape[7]"), mistake="made-up-raises", says="raises.")
+    written.edit("first", ANSWER, ("dim=-1", "dim=1"), mistake="made-up-first", says="first.")
+    written.edit("second", ANSWER, ("dim=-1)", "dim=1) + 0.0"), mistake="made-up-second", says="same output.")
+    x = torch.randn(2, 5, 3)
+    named = [(m.id, out) for m, out in written.outputs(ANSWER, x=x, window=2)]
+    assert [i for i, _ in named] == ["made-up-first", "made-up-second"]
+    assert torch.equal(named[0][1], named[1][1])  # both match: expect_close names the first, as declared
+
+
+def test_variants_run_only_as_far_as_the_judge_asks(written, capsys):
+    written.edit("first", ANSWER, ("dim=-1", "dim=1"), mistake="made-up-first", says="first.")
+    written.edit("second", ANSWER, ("return F.softmax", "print('ran')\n    return F.softmax"), mistake="made-up-late",
+                 says="late.")
+    outputs = written.outputs(ANSWER, x=torch.randn(1, 3, 2), window=1)
+    assert next(outputs)[0].id == "made-up-first"
+    assert capsys.readouterr().out == ""  # the second has not run: a right answer, which matches none, runs none
+    assert next(outputs)[0].id == "made-up-late" and capsys.readouterr().out == "ran\n"
