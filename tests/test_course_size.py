@@ -15,7 +15,9 @@ from autograder import course_dir
 #: tolerances, inside test cells that already existed (issue 40 retired line counts as the measure of size). Raised
 #: to 79 (issue 41): the clauses no test reached (a model's `base`, scores in the hundreds, where dropout sits) as
 #: hidden cases of existing cells, and course/demo_size.py, which took the grading branches out of the notebooks.
-LINES_PER_TEST_CELL = 79
+#: Raised to 81 (issue 40): course/judges/variants.py (191 lines, a third of them the decisions), which runs the
+#: mistakes written as code; 01's simulators went, and its messages moved from a table this count skips into code.
+LINES_PER_TEST_CELL = 81
 
 
 def _graded_test_cells() -> int:
