@@ -21,11 +21,13 @@ from course.checks.compare import Mistake
 
 
 def _declared() -> dict[str, dict[str, Mistake]]:
-    """id -> {declaring module: Mistake}, once every module of course/checks and course/judges is imported."""
+    """id -> {declaring module: Mistake}, once every module of course/checks and course/judges is imported (the
+    course's only: not the worked example's of tests/example_check/, if a test imported it in this process)."""
     for package in (course.checks, course.judges):
         for module in pkgutil.iter_modules(package.__path__):
             importlib.import_module(f"{package.__name__}.{module.name}")
-    return compare.declared()
+    found = {i: {m: v for m, v in by.items() if m.startswith("course.")} for i, by in compare.declared().items()}
+    return {i: by for i, by in found.items() if by}
 
 
 def _catalogued() -> dict[str, list[str]]:
