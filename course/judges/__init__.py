@@ -1,9 +1,11 @@
 """The judges: what decides a test from the evidence its probe recorded, with the oracles and the simulated mistakes.
 
-course/judges/<assignment>.py holds the mistakes its judges can name (explained in mistakes/<assignment>.txt), the
-oracles, the simulators of typical mistakes and one judge per check of course/checks/<assignment>.py, registered with
-:func:`judge`. The grading sandbox hides this package from the student's kernel: the grader judges in its own process
-(autograder/judging.py); while a student works, a test cell imports its judge from here.
+course/judges/<assignment>.py holds the mistakes its judges can name, the oracles and one judge per check of
+course/checks/<assignment>.py, registered with :func:`judge`. A mistake is written as the code a student writes, with
+its message beside it (variants.py; 01 so far), or, until its assignment moves, explained in
+mistakes/<assignment>.txt and simulated in the judge. The grading sandbox hides this package from the student's
+kernel: the grader judges in its own process (autograder/judging.py); while a student works, a test cell imports its
+judge from here.
 """
 
 from __future__ import annotations
