@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import ast
 import importlib
-import inspect
 import pkgutil
 import sys
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -36,7 +34,7 @@ import nbformat
 
 from autograder import course_dir
 from autograder.notebooks import answer_cells
-from course.judges.variants import Variants
+from course.judges.variants import Variants, cell_source, edited
 
 
 @dataclass(frozen=True)
@@ -97,14 +95,6 @@ def written(variants: Variants) -> None:
         _REGISTRY.append(_Entry(module, w.name, w.answer, w.mistake.id, code=w.code))
 
 
-def edited(solved: str, changes: tuple[tuple[str, str], ...], name: str) -> str:
-    """The solved cell with each change applied; an old text that does not occur exactly once is an error."""
-    for old, new in changes:
-        found = solved.count(old)
-        if found != 1:
-            raise ValueError(f"edit {name!r}: {old!r} occurs {found} times in the solved cell, not once")
-        solved = solved.replace(old, new)
-    return solved
 
 
 def mistake(mistake_id: str, cell: str, helpers: tuple = ()) -> Callable:
@@ -117,22 +107,11 @@ def alternative(cell: str, helpers: tuple = ()) -> Callable:
     return _register(cell, None, helpers)
 
 
-def _source(obj: Callable, rename_to: str | None) -> str:
-    text = textwrap.dedent(inspect.getsource(obj))
-    tree = ast.parse(text)
-    node = tree.body[0]
-    lines = text.splitlines()
-    first = node.lineno - 1  # after the decorators
-    body = lines[first:]
-    if rename_to:
-        keyword = "class" if isinstance(node, ast.ClassDef) else "def"
-        body[0] = body[0].replace(f"{keyword} {node.name}", f"{keyword} {rename_to}", 1)
-    return "\n".join(body) + "\n"
 
 
-def defined_name(cell_source: str) -> str | None:
+def defined_name(source: str) -> str | None:
     """The first top-level function or class an answer cell defines."""
-    for node in ast.parse(cell_source).body:
+    for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             return node.name
     return None
@@ -179,8 +158,8 @@ def _code(entry: _Entry, assignment: str) -> str:
         return entry.code
     if entry.obj is None:
         return edited(_solved()[assignment, entry.cell], entry.changes, entry.name)
-    code = "".join(_source(h, None) + "\n\n" for h in entry.helpers)
-    return code + _source(entry.obj, _answer_name(assignment, entry.cell))
+    code = "".join(cell_source(h) + "\n\n" for h in entry.helpers)
+    return code + cell_source(entry.obj, _answer_name(assignment, entry.cell))
 
 
 @cache
