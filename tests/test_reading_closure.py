@@ -79,3 +79,13 @@ def test_a_closure_follows_imports_into_the_machinery_and_stops_at_torch():
             "course/judges/kinds.py", "course/judges/mistakes/self_attention.txt"} <= files
     assert all(path.startswith(("course/", "catalogue/")) for path in files)
     assert "softmax-over-columns" in {unit.name for unit in reached}  # the table entry its judge can name
+
+
+def test_nothing_in_the_check_machinery_inspects_the_callers_frame():
+    """Where a check, a mistake or a catalogue edit belongs is said where it is written (or found from where it is
+    bound), never guessed from the frame that called: a reader follows names, not the call stack."""
+    found = [f"{path.relative_to(course_dir.ROOT)}:{number}"
+             for folder in ("course", "catalogue") for path in sorted((course_dir.ROOT / folder).rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "_getframe" in line or "inspect.stack" in line or "currentframe" in line]
+    assert not found, f"frame inspection in {found}"

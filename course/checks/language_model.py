@@ -12,7 +12,7 @@ from torch import nn
 
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
     Case,
     ModelRun,
@@ -289,7 +289,7 @@ def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) ->
     for spec in cases:
         model, prompt = stand_in(spec)
         _seeded_call(rec, spec.key, generate, model, prompt, spec.new_tokens, **settings(spec))
-        rec.fact(f"{spec.key}.calls", model.calls[:64])
+        rec.fact(fact_key(spec.key, "calls"), model.calls[:64])
 
 
 def _generate_check(name: str, cases: Sequence[Generation], user: str = "generate") -> PropertyCheck:

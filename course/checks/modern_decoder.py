@@ -14,7 +14,7 @@ from torch import nn
 from course.checks import device, modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
     Built,
     Case,
@@ -203,20 +203,20 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
             rec.call("indivisible_k", cls, 10, 4, 2)
             rec.call("indivisible_heads", cls, 12, 4, 3)
             continue
-        module = modules.build(rec, f"{case.key}.module", cls, case.k, case.heads, case.kv_heads, seed=case.seed,
-                               layers=LAYERS)
+        module = modules.build(rec, fact_key(case.key, "module"), cls, case.k, case.heads, case.kv_heads,
+                               seed=case.seed, layers=LAYERS)
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
         with torch.set_grad_enabled(case.upstream):
-            y = rec.call(f"{case.key}.full", module, x.requires_grad_(case.upstream), cos, sin, mask)
+            y = rec.call(fact_key(case.key, "full"), module, x.requires_grad_(case.upstream), cos, sin, mask)
             if case.upstream and _is_pair(y):
                 modules.backward(rec, y[0], case.upstream_gradient(), {"x": x}, module)
         p = case.prefix
         with torch.no_grad():
-            first = rec.call(f"{case.key}.first", module, x[:, :p], cos, sin, mask[:p, :p]) if p else None
+            first = rec.call(fact_key(case.key, "first"), module, x[:, :p], cos, sin, mask[:p, :p]) if p else None
             if _is_pair(first) and _is_pair(first[1]):  # (out, (keys, values))
-                rec.call(f"{case.key}.second", module, x[:, p:], cos, sin, mask[p:], past=tuple(first[1]))
+                rec.call(fact_key(case.key, "second"), module, x[:, p:], cos, sin, mask[p:], past=tuple(first[1]))
 
 
 # k != heads · kv_heads, head size != k, kv_heads < heads, t_q != t_k in the cache cases, batch > 1, odd lengths

@@ -12,7 +12,7 @@ from torch import nn
 from course.checks import modules, weights
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, drawn, given, property_check, random_case
 from course.checks.seeds import salted
 
@@ -63,7 +63,7 @@ def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, max_len: int,
     module = modules.build(rec, key, cls, k, max_len=max_len, **kwargs, facts=_tensors)
     tables = [b for _, b in module.named_buffers() if b.numel() == max_len * k] if module is not None else []
     if tables:
-        rec.tensor(f"{key}.table", tables[0])
+        rec.tensor(fact_key(key, "table"), tables[0])
     return module
 
 

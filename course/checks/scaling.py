@@ -10,7 +10,7 @@ import torch
 
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, gradient_key
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, module_case, property_check, random_mask
 
 ROLES = ("to_queries", "to_keys", "to_values")
@@ -138,7 +138,7 @@ def _probe_gradients(cases: tuple[Case], fn: Callable, rec: Recorder) -> None:
         loss = loss + (w * randn(*w.shape, seed=UPSTREAM_SEEDS[1]).to(rec.device)).sum()
     loss.backward()
     for name, t in (("queries", q), ("keys", k), ("values", v)):
-        rec.tensor(f"grad.{name}", t.grad)
+        rec.tensor(gradient_key(name), t.grad)
 
 
 sdpa_gradients = property_check("sdpa_gradients", _probe_gradients, (GRADIENT_CASE,))

@@ -15,7 +15,7 @@ from torch import nn
 from course.checks import device, modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
     Built,
     Case,
@@ -480,7 +480,7 @@ def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Calla
         sizes, lr, weight_decay = case.settings()
         model = StandInNetwork(*sizes)
         optimizer = rec.call(case.key, configure_optimizer, model, lr, weight_decay)
-        rec.fact(f"{case.key}.class", "AdamW" if isinstance(optimizer, torch.optim.AdamW)
+        rec.fact(fact_key(case.key, "class"), "AdamW" if isinstance(optimizer, torch.optim.AdamW)
                  else "Adam" if isinstance(optimizer, torch.optim.Adam) else None)
         groups = getattr(optimizer, "param_groups", None) if isinstance(optimizer, torch.optim.Optimizer) else None
         if not isinstance(groups, list):
@@ -488,11 +488,12 @@ def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Calla
         groups, params = [group for group in groups if isinstance(group, dict)], list(model.parameters())
         held = [q for group in groups for q in group.get("params", [])]
         first = [next((g for g in groups if any(q is p for q in g.get("params", []))), {}) for p in params]
-        rec.tensor(f"{case.key}.count", torch.tensor([sum(q is p for q in held) for p in params], dtype=torch.int64))
+        counts = [sum(q is p for q in held) for p in params]
+        rec.tensor(fact_key(case.key, "count"), torch.tensor(counts, dtype=torch.int64))
         for key, setting in (("decay", "weight_decay"), ("lr", "lr")):
-            rec.tensor(f"{case.key}.{key}", torch.tensor([_number(g.get(setting), -1.0) for g in first],
+            rec.tensor(fact_key(case.key, key), torch.tensor([_number(g.get(setting), -1.0) for g in first],
                                                          dtype=torch.float64))
-        rec.tensor(f"{case.key}.foreign", torch.tensor(sum(not any(q is p for p in params) for q in held)))
+        rec.tensor(fact_key(case.key, "foreign"), torch.tensor(sum(not any(q is p for p in params) for q in held)))
 
 
 #: (vocab, k, blocks), lr (not AdamW's default 1e-3), weight_decay: the case shown in the notebook, then others
@@ -522,7 +523,7 @@ def _probe_schedules(cases: tuple[SettingCase, ...], learning_rate: Callable, re
             value = rec.call(case.key, learning_rate, step, steps, peak, warmup)
             number = _number(value) if not isinstance(value, (str, bytes)) else None
             if number is None:
-                rec.fact(f"{case.key}.step", step)
+                rec.fact(fact_key(case.key, "step"), step)
                 break
             values.append(number)
         else:
@@ -573,12 +574,12 @@ def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorde
         for i, lr in enumerate(case.lrs):
             x, y = (v.to(rec.device) for v in case.batch(i))
             loss = ((model(x) - y) ** 2).mean()  # the loss the step trains on: an input, as a batch's loss is
-            norm = rec.call(f"{case.key}.norm{i}", train_step, model, optimizer, loss, lr, case.max_norm)
+            norm = rec.call(fact_key(case.key, f"norm{i}"), train_step, model, optimizer, loss, lr, case.max_norm)
             if isinstance(norm, (int, float)) and not isinstance(norm, bool):
-                rec.value(f"{case.key}.norm{i}", torch.tensor(float(norm), dtype=torch.float64))
+                rec.value(fact_key(case.key, f"norm{i}"), torch.tensor(float(norm), dtype=torch.float64))
             for name, p in model.named_parameters():
-                rec.tensor(f"{case.key}.after{i}.{name}", p)
-            rec.fact(f"{case.key}.lrs{i}", [_number(group.get("lr")) for group in optimizer.param_groups])
+                rec.tensor(fact_key(case.key, f"after{i}.{name}"), p)
+            rec.fact(fact_key(case.key, f"lrs{i}"), [_number(group.get("lr")) for group in optimizer.param_groups])
 
 
 def _step_cases(key: str, sizes: tuple[int, int, int], seed: int, max_norm: float,

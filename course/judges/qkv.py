@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from course.checks import modules
 from course.checks import qkv as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built, Runs, RunsCheck
 from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, kinds, mistakes, oracles
@@ -154,7 +154,7 @@ def _any_projections(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """The loaded projections, shared layers and biases allowed (a property keeps its credit for them)."""
     (k,) = built.args
     loaded = modules.loaded(ev, built.key, built.seed)
-    shared = ev.facts.get(f"{built.key}.shared")
+    shared = ev.facts.get(fact_key(built.key, "shared"))
     same_as = {e[0]: e[1] for e in shared if isinstance(e, list) and len(e) == 2} if isinstance(shared, list) else {}
     found = {}
     for role in ROLES:
