@@ -16,8 +16,8 @@ from course.checks.evidence import Evidence, gradient_key, item_key
 from course.checks.kinds import Case
 from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
 from course.judges import judge, kinds, mistakes, oracles
+from course.judges.attention_modules import expect_structure, projection_count, projections
 from course.judges.kinds import ForwardOracle, against_forward, anchor_forward, each_case, expect_causal, forward_output
-from course.judges.qkv import expect_structure, projection_count, projections
 
 SDPA_NAME = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"

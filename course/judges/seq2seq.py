@@ -48,7 +48,6 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
-from course.judges.positional_encoding import reference_table
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -261,7 +260,7 @@ def _model_oracle(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k:
     scale = math.sqrt(k) if scaled else 1.0
     x = F.embedding(src, w["src_embedding.weight"]) * scale
     if src_positions:
-        x = x + reference_table(src.shape[1], k)
+        x = x + oracles.sinusoidal_table(src.shape[1], k)
     if use_encoder:
         for i in range(depth):
             x = oracles.course_layer(w, f"encoder.{i}.", heads, x, pad=src_mask if encoder_mask else None)
@@ -269,7 +268,7 @@ def _model_oracle(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k:
     table = w["tgt_embedding.weight"] if tgt_embedding == "tgt" else w["src_embedding.weight"]
     y = F.embedding(tgt, table) * scale
     if tgt_positions:
-        y = y + reference_table(tgt.shape[1], k)
+        y = y + oracles.sinusoidal_table(tgt.shape[1], k)
     for i in range(depth):
         y = oracles.course_layer(w, f"decoder.{i}.", heads, y, memory, causal=causal,
                                  pad=src_mask if memory_mask else None)
