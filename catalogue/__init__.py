@@ -79,16 +79,14 @@ def _register(cell: str, mistake_id: str | None, helpers: tuple) -> Callable:
 
 
 def edits(module: str) -> Callable[..., None]:
-    """``edit`` for the catalogue module `module`: a module that writes variants as edits binds it once, by name,
-    ``edit = edits(__name__)``, so each edit is a variant of that module's assignment (nothing guesses its caller)."""
+    """``edit`` for the catalogue module `module`, which binds it once: ``edit = edits(__name__)``."""
 
     def edit(name: str, cell: str, *changes: tuple[str, str], mistake: str | None = None) -> None:
-        """A variant of `cell` written as what it changes in the solution: each (old, new) replaces old, which must
-        occur exactly once in the solved cell. mistake: the id the judge must name; None for a correct alternative."""
+        """A variant of `cell` as what it changes in the solution: each (old, new) replaces old, which must occur
+        exactly once in the solved cell. mistake: the id the judge must name; None for a correct alternative."""
         if not changes or any(len(change) != 2 for change in changes):
             raise ValueError(f"edit {name!r}: give (old, new) pairs")
         _REGISTRY.append(_Entry(module, name, cell, mistake, changes=tuple(changes)))
-
     return edit
 
 

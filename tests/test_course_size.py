@@ -15,7 +15,9 @@ from autograder import course_dir
 #: tolerances, inside test cells that already existed (issue 40 retired line counts as the measure of size). Raised
 #: to 79 (issue 41): the clauses no test reached (a model's `base`, scores in the hundreds, where dropout sits) as
 #: hidden cases of existing cells, and course/demo_size.py, which took the grading branches out of the notebooks.
-LINES_PER_TEST_CELL = 79
+#: Raised to 80 (issue 40, reading closure): case tables with keyword arguments (ModernCase(b=3, t=7, ...)), and
+#: what frame inspection and string keys hid, written out (a check's module, the evidence keys' functions).
+LINES_PER_TEST_CELL = 80
 
 
 def _graded_test_cells() -> int:

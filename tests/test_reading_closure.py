@@ -89,3 +89,38 @@ def test_nothing_in_the_check_machinery_inspects_the_callers_frame():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if "_getframe" in line or "inspect.stack" in line or "currentframe" in line]
     assert not found, f"frame inspection in {found}"
+
+
+def _records() -> set[str]:
+    """The dataclasses and NamedTuples the check machinery defines (its case tables among them)."""
+    import ast  # noqa: PLC0415
+
+    return {node.name for folder in ("course/checks", "course/judges")
+            for path in (course_dir.ROOT / folder).glob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ClassDef) and reading_closure._is_record(node)}
+
+
+def _numbers(node) -> bool:
+    """node is a number, or a tuple or arithmetic holding one (a call's own arguments are that call's business)."""
+    import ast  # noqa: PLC0415
+
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int | float) and not isinstance(node.value, bool)
+    return isinstance(node, ast.Tuple | ast.BinOp | ast.UnaryOp) and any(
+        _numbers(child) for child in ast.iter_child_nodes(node))
+
+
+def test_case_tables_name_their_numbers():
+    """A case written ModernCase(3, 7, 11, 24, 6, 3, 2, 12) hides what each number is; the machinery's records are
+    built with keywords wherever a number is passed: ModernCase(b=3, t=7, vocab=11, ...)."""
+    import ast  # noqa: PLC0415
+
+    records, found = _records(), []
+    for folder in ("course", "catalogue", "tests"):
+        for path in sorted((course_dir.ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in records
+                        and any(_numbers(arg) for arg in node.args)):
+                    found.append(f"{path.relative_to(course_dir.ROOT)}:{node.lineno} {node.func.id}")
+    assert not found, f"numbers passed by position: {found}"

@@ -56,11 +56,9 @@ class Check:
     also records their checks on the parts of those names in namespace(student) (the notebook's globals), and a
     failure notes which of them fail their own tests (user: what the tested code is called in that note)."""
 
-    def __init__(self, name: str, probe: Callable[[Any, Recorder], None], *, module: str | None = None,
-                 prerequisites: Iterable[Prerequisite] = (), namespace: Callable[[Any], Any] | None = None,
-                 user: str = ""):
+    def __init__(self, name: str, probe: Callable[[Any, Recorder], None], *, prerequisites: Iterable[Prerequisite] = (),
+                 namespace: Callable[[Any], Any] | None = None, user: str = ""):
         self.name = name
-        self._module = module.rsplit(".", 1)[-1] if module else None
         self.prerequisites = tuple(prerequisites)
         self._namespace = namespace
         self._user = user
@@ -69,9 +67,8 @@ class Check:
 
     @property
     def module(self) -> str:
-        """The module of course/checks that declares this check: given, or the one that binds it under its name."""
-        self._module = self._module or declaring_module(self)
-        return self._module
+        """The module of course/checks that declares this check: the one that binds it under its name."""
+        return declaring_module(self)
 
     @property
     def judge(self) -> Callable[[Evidence], None]:
@@ -136,7 +133,7 @@ def declaring_module(check: Check) -> str:
              if name.startswith("course.checks.") and getattr(found, check.name, None) is check]
     if len(homes) != 1:
         raise LookupError(f"the check {check.name!r} is bound under its name in {len(homes)} modules of course/checks, "
-                          f"not one ({', '.join(homes)}): declare it in one, or pass module=")
+                          f"not one ({', '.join(homes)})")
     return homes[0].rsplit(".", 1)[-1]
 
 

@@ -61,8 +61,7 @@ def gradient_key(name: str) -> str:
 
 
 def fact_key(key: str, fact: str) -> str:
-    """A fact about what is recorded under key: the module built there (is_module, shared, modules, params, parts,
-    buffers...), its backward pass (backward), or a further output of the case: <key>.<fact>."""
+    """A fact about what key holds (its module's params, parts..., its backward pass, an output): <key>.<fact>."""
     return f"{key}.{fact}"
 
 

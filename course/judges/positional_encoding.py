@@ -57,11 +57,6 @@ def _formula(max_len: int, k: int, how: Mistake | None = None) -> torch.Tensor:
     return torch.stack([sin, cos], dim=2).reshape(max_len, k)  # (max_len, k): sin, cos interleaved
 
 
-def reference_table(max_len: int, k: int) -> torch.Tensor:
-    """PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(same), computed in float64 and returned as float32."""
-    return _formula(max_len, k).float()
-
-
 def _table_mistakes(max_len: int, k: int) -> list[tuple[Mistake, torch.Tensor]]:
     return [(m, _formula(max_len, k, m)) for m in (M["sin-cos-swapped"], M["exponent-i-over-k"],
             M["exponent-column-index"], M["concatenated"], M["positions-from-1"], M["every-row-position-0"])]
