@@ -74,7 +74,7 @@ def attention_case(key: str, heads: int, b: int, tq: int, k: int, seeds: tuple[i
 multi_head_structure = builds_and_runs("multi_head_structure", (Runs(Built(key="module", args=(12, 3), seed=200), (
     attention_case("y", 3, 2, 4, 12, (201, 0, 0)),)),), **MODULE_OPTIONS)
 wide_structure = builds_and_runs("wide_structure", (Runs(Built(key="module", args=(6, 3), seed=200), (
-    attention_case("y", 3, 2, 4, 6, (201, 0, 0)),)),), **MODULE_OPTIONS)
+    attention_case("y", 3, 2, 4, 6, (202, 0, 0)),)),), **MODULE_OPTIONS)
 
 
 def _probe_indivisible(cls: type, rec: Recorder) -> None:
@@ -111,15 +111,15 @@ WIDE_CASES = ((6, 3, 3, 5, None, None), (4, 2, 2, 4, 7, None), (4, 4, 2, 6, None
               (6, 2, 2, 5, 6, "random"), (4, 3, 2, 5, 5, "padding"))
 
 
-def oracle_runs(table: tuple) -> tuple[Runs, ...]:
-    """One module per case of table, (k, heads, b, tq, tk, mask), with its own weights."""
+def oracle_runs(table: tuple, seed: int) -> tuple[Runs, ...]:
+    """One module per case of table, (k, heads, b, tq, tk, mask), with its own weights; inputs from seed + i, ..."""
     return tuple(Runs(Built(key=f"module{i}", args=(k, heads), seed=300 + 20 * i), (
-        attention_case(f"y{i}", heads, b, tq, k, (250 + i, 260 + i, 270 + i), tk=tk, mask=mask),))
+        attention_case(f"y{i}", heads, b, tq, k, (seed + i, seed + 10 + i, seed + 20 + i), tk=tk, mask=mask),))
         for i, (k, heads, b, tq, tk, mask) in enumerate(table))
 
 
-multi_head_oracle = builds_and_runs("multi_head_oracle", oracle_runs(NARROW_CASES), **MODULE_OPTIONS)
-wide_oracle = builds_and_runs("wide_oracle", oracle_runs(WIDE_CASES), **MODULE_OPTIONS)
+multi_head_oracle = builds_and_runs("multi_head_oracle", oracle_runs(NARROW_CASES, seed=250), **MODULE_OPTIONS)
+wide_oracle = builds_and_runs("wide_oracle", oracle_runs(WIDE_CASES, seed=280), **MODULE_OPTIONS)
 
 # ---------------------------------------------------------------- gradients, and no loop over the heads
 
