@@ -7,7 +7,8 @@ name (``attention_weights``, ``MultiHeadAttention``...). Names a variant uses bu
 ``F``, earlier answers) come from the notebook, as in a student's cell. ``helpers`` adds other functions'
 source before it, for answer cells that hold more than one definition.
 
-Most mistakes change a line or two of the solution, and are written as that change::
+Most mistakes change a line or two of the solution, and are written as that change (with ``edit = edits(__name__)``
+once, at the top of the module)::
 
     edit("mh-scaled-by-model-size", "multi_head_attention",
          ("/ math.sqrt(s)", "/ math.sqrt(self.k)"), mistake="scaled-by-model-size")
@@ -24,7 +25,6 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -78,13 +78,16 @@ def _register(cell: str, mistake_id: str | None, helpers: tuple) -> Callable:
     return decorate
 
 
-def edit(name: str, cell: str, *changes: tuple[str, str], mistake: str | None = None) -> None:
-    """A variant of `cell` written as what it changes in the solution: each (old, new) replaces old, which must occur
-    exactly once in the solved cell. mistake: the id the judge must name; None for a correct alternative."""
-    if not changes or any(len(change) != 2 for change in changes):
-        raise ValueError(f"edit {name!r}: give (old, new) pairs")
-    module = sys._getframe(1).f_globals["__name__"]  # noqa: SLF001 - the declaring catalogue module
-    _REGISTRY.append(_Entry(module, name, cell, mistake, changes=tuple(changes)))
+def edits(module: str) -> Callable[..., None]:
+    """``edit`` for the catalogue module `module`, which binds it once: ``edit = edits(__name__)``."""
+
+    def edit(name: str, cell: str, *changes: tuple[str, str], mistake: str | None = None) -> None:
+        """A variant of `cell` as what it changes in the solution: each (old, new) replaces old, which must occur
+        exactly once in the solved cell. mistake: the id the judge must name; None for a correct alternative."""
+        if not changes or any(len(change) != 2 for change in changes):
+            raise ValueError(f"edit {name!r}: give (old, new) pairs")
+        _REGISTRY.append(_Entry(module, name, cell, mistake, changes=tuple(changes)))
+    return edit
 
 
 def written(variants: Variants) -> None:

@@ -13,9 +13,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from catalogue import alternative, edit, mistake
+from catalogue import alternative, edits, mistake
 
 ASSIGNMENT = "08_language_model"
+edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
 LM = "language_model"
 CACHED = "cached_language_model"

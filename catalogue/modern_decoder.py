@@ -5,9 +5,10 @@ Most mistakes change a line or two of the solved cell and are written as that ch
 alternatives are edits too: another way to write the same computation.
 """
 
-from catalogue import edit
+from catalogue import edits
 
 ASSIGNMENT = "09_modern_decoder"
+edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
 NORM = "rms_norm"
 TABLES = "rotary_tables"

@@ -6,9 +6,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from catalogue import alternative, edit, mistake
+from catalogue import alternative, edits, mistake
 
 ASSIGNMENT = "03_scaling"
+edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
 
 # ------------------------------------------------------------------ scaled_dot_product_attention: mistakes, as edits

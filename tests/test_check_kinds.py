@@ -1,6 +1,7 @@
 """The check kinds (course/checks/kinds.py, course/judges/kinds.py): a check declared once, whose probe and judge
 draw the same cases. Shown on assignment 01, whose checks are all declared this way but its two properties."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -117,3 +118,24 @@ def test_an_error_in_the_backward_pass_is_recorded_and_named_not_raised_in_the_p
             assert failure.mistake == "raised" and "the backward pass of this Function is broken" in str(failure)
         else:
             raise AssertionError(f"{check.name} passed a module whose backward pass raises")
+
+
+def test_a_checks_judges_are_those_of_the_module_that_declares_it(monkeypatch):
+    """A declared check finds its judges through the module of course/checks that binds it under its name (no frame
+    of the declaring code is inspected), and a check that no such module binds, or two do, is refused by name."""
+    import sys  # noqa: PLC0415
+    from types import ModuleType  # noqa: PLC0415
+
+    from course.checks.check import declaring_module  # noqa: PLC0415
+    from course.checks.kinds import calls, random_case  # noqa: PLC0415
+
+    assert probes.attention_weights_by_hand.module == "self_attention"
+    assert declaring_module(probes.basic_self_attention_oracle) == "self_attention"
+    stray = calls("stray", (random_case("w", (1, 2, 2), 1),))
+    with pytest.raises(LookupError, match="'stray' is bound under its name in 0 modules"):
+        stray.judge  # noqa: B018 - asking for the judge is what looks the module up
+    twice = ModuleType("course.checks.copy_of_self_attention")
+    twice.attention_weights_oracle = probes.attention_weights_oracle
+    monkeypatch.setitem(sys.modules, twice.__name__, twice)
+    with pytest.raises(LookupError, match="in 2 modules"):
+        declaring_module(probes.attention_weights_oracle)

@@ -69,10 +69,13 @@ def _at_module_level(source: str, module: str) -> dict:
     return namespace
 
 
+ONE_WAY = 'Mistake("made-up", "one way", declared_in=__name__)'
+
+
 def test_a_module_level_mistake_declares_itself_under_its_module(monkeypatch):
     monkeypatch.setattr(compare, "_DECLARED", {})
-    _at_module_level('A = Mistake("made-up", "one way")\nB = Mistake("made-up", "one way")', "judges_one")
-    _at_module_level('A = Mistake("made-up", "another assignment\'s way")', "judges_two")
+    _at_module_level(f"A = {ONE_WAY}\nB = {ONE_WAY}", "judges_one")
+    _at_module_level('A = Mistake("made-up", "another assignment\'s way", declared_in=__name__)', "judges_two")
     assert {module: m.explanation for module, m in compare.declared()["made-up"].items()} == {
         "judges_one": "one way", "judges_two": "another assignment's way"}
 
@@ -80,16 +83,21 @@ def test_a_module_level_mistake_declares_itself_under_its_module(monkeypatch):
 def test_one_module_cannot_explain_an_id_two_ways(monkeypatch):
     monkeypatch.setattr(compare, "_DECLARED", {})
     with pytest.raises(ValueError, match="declares the mistake 'made-up' twice"):
-        _at_module_level('A = Mistake("made-up", "one way")\nB = Mistake("made-up", "another way")', "judges_one")
+        _at_module_level(f'A = {ONE_WAY}\nB = Mistake("made-up", "another way", declared_in=__name__)', "judges_one")
 
 
-def test_a_mistake_made_in_a_function_must_reuse_a_declared_id(monkeypatch):
+def test_a_mistake_made_without_declaring_it_must_reuse_a_declared_id(monkeypatch):
+    """Only a Mistake that says where it is declared declares its id (no frame is inspected to guess): one made in a
+    function, or at module level without declared_in, is a message composed for one failure."""
     monkeypatch.setattr(compare, "_DECLARED", {})
-    _at_module_level('A = Mistake("made-up", "one way")', "judges_one")
+    _at_module_level(f"A = {ONE_WAY}", "judges_one")
     several = Mistake("made-up", "this failure's own words")  # a message composed for one failure
     assert several.id == "made-up" and compare.declared()["made-up"]["judges_one"].explanation == "one way"
+    assert several == Mistake("made-up", "this failure's own words", declared_in="judges_two")  # where: no field
     with pytest.raises(ValueError, match="declared nowhere"):
         Mistake("never-declared", "words")
+    with pytest.raises(ValueError, match="declared nowhere"):
+        _at_module_level('A = Mistake("undeclared-at-module-level", "words")', "judges_one")
 
 
 # ---------------------------------------------------------------- the judges' tables (course/judges/mistakes/)

@@ -7,7 +7,7 @@ import torch
 
 from course.checks import positional_encoding as check
 from course.checks.compare import CheckFailed
-from course.judges import positional_encoding as judges
+from course.judges import oracles
 
 A = "06_positional_encoding"
 
@@ -15,7 +15,7 @@ A = "06_positional_encoding"
 def test_the_hand_case_is_sines_and_cosines_of_p_and_p_over_100():
     p = torch.arange(3.0)
     expected = torch.stack([p.sin(), p.cos(), (p / 100).sin(), (p / 100).cos()], dim=1)
-    assert torch.allclose(judges.reference_table(3, 4), expected)
+    assert torch.allclose(oracles.sinusoidal_table(3, 4), expected)
 
 
 def test_a_right_table_buffer_does_not_earn_the_structure_point_without_the_encoding():

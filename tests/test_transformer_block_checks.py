@@ -65,7 +65,7 @@ def test_the_oracle_layer_agrees_with_the_functional_block():
     with torch.nn.functional (used for the other mistakes) agree, so a mistake differs from the oracle only by the
     mistake."""
     honest = forgery.honest(A, "transformer_block_oracle")
-    roles, w = judges._encoder_block_weights(honest, Built("module0", (12, 3, 4), 1400), strict=True)
+    roles, w = judges._encoder_block_weights(honest, Built(key="module0", args=(12, 3, 4), seed=1400), strict=True)
     v = judges._values(roles, w)
     x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -80,7 +80,7 @@ def test_the_oracle_is_the_reference_block():
     """The judge's encoder layer with the check's weights computes what course/transformer_block.py computes."""
     block = reference.TransformerBlock(12, 3).eval()
     honest = forgery.honest(A, "transformer_block_oracle")
-    roles, w = judges._encoder_block_weights(honest, Built("module0", (12, 3, 4), 1400), strict=True)
+    roles, w = judges._encoder_block_weights(honest, Built(key="module0", args=(12, 3, 4), seed=1400), strict=True)
     with torch.no_grad():
         for name, p in block.named_parameters():
             p.copy_(w[name])

@@ -17,6 +17,7 @@ says, when it fails, which earlier exercise that the tested code uses does not p
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 
 from course.checks.compare import CheckFailed, wrap
-from course.checks.evidence import FOLDER, Evidence, Recorder, write
+from course.checks.evidence import FOLDER, Evidence, Recorder, prerequisite_key, write
 
 GRADE_ID_PREFIX = "test_"
 
@@ -55,16 +56,19 @@ class Check:
     also records their checks on the parts of those names in namespace(student) (the notebook's globals), and a
     failure notes which of them fail their own tests (user: what the tested code is called in that note)."""
 
-    def __init__(self, name: str, probe: Callable[[Any, Recorder], None], *, module: str | None = None,
-                 prerequisites: Iterable[Prerequisite] = (), namespace: Callable[[Any], Any] | None = None,
-                 user: str = ""):
+    def __init__(self, name: str, probe: Callable[[Any, Recorder], None], *, prerequisites: Iterable[Prerequisite] = (),
+                 namespace: Callable[[Any], Any] | None = None, user: str = ""):
         self.name = name
-        self.module = (module or probe.__module__).rsplit(".", 1)[-1]
         self.prerequisites = tuple(prerequisites)
         self._namespace = namespace
         self._user = user
         self._probe = probe
         self._judge: Callable[[Evidence], None] | None = None
+
+    @property
+    def module(self) -> str:
+        """The module of course/checks that declares this check: the one that binds it under its name."""
+        return declaring_module(self)
 
     @property
     def judge(self) -> Callable[[Evidence], None]:
@@ -103,7 +107,7 @@ class Check:
         for part_name, _, checks in self.prerequisites:
             if callable(found.get(part_name)):
                 for check in checks:
-                    _sub_record(rec, f"pre.{check.name}", check, found[part_name])
+                    _sub_record(rec, prerequisite_key(check.name), check, found[part_name])
 
     def record(self, student: Any, device: torch.device | str = "cpu") -> Evidence:
         """Run the probe on the student's code and return what it recorded."""
@@ -121,6 +125,19 @@ class Check:
 
     def __repr__(self) -> str:
         return f"Check({self.name!r})"
+
+
+def declaring_module(check: Check) -> str:
+    """The module of course/checks that binds check under its name (imported by then: a check is used through it);
+    outside the course (the worked example of docs/contributors.md), a module named `checks` that binds it."""
+    homes = [name for name, found in list(sys.modules.items())
+             if name.startswith("course.checks.") and getattr(found, check.name, None) is check]
+    homes = homes or [name for name, found in list(sys.modules.items())
+                      if name.rsplit(".", 1)[-1] == "checks" and getattr(found, check.name, None) is check]
+    if len(homes) != 1:
+        raise LookupError(f"the check {check.name!r} is bound under its name in {len(homes)} modules of course/checks, "
+                          f"not one ({', '.join(homes)})")
+    return homes[0].rsplit(".", 1)[-1]
 
 
 def checks_of(module: Any) -> dict[str, Check]:
@@ -142,7 +159,7 @@ def _noting_prerequisites(judge: Callable[[Evidence], None], prerequisites: tupl
         notes = []
         for part_name, exercise, checks in prerequisites:
             for check in checks:
-                sub = _sub_evidence(ev, f"pre.{check.name}", check)
+                sub = _sub_evidence(ev, prerequisite_key(check.name), check)
                 if sub is None:
                     continue
                 try:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -30,31 +29,28 @@ WIDTH = 83
 @dataclass(frozen=True)
 class Mistake:
     """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
-    explanation a student reads. Declared in course/judges/mistakes/<name>.txt or as a module-level constant (one
-    explanation per module), so importing the judges lists every id they can name (see declared()); one made inside
-    a function reuses a declared id."""
+    explanation a student reads. Declared where it is written, so importing the judges lists every id they can name
+    (see declared()): in course/judges/mistakes/<name>.txt (read by :func:`declare`) or as a module-level constant,
+    ``Mistake(id, explanation, declared_in=__name__)`` (one explanation per module). One made without declared_in
+    (a message composed for one failure) must reuse a declared id."""
 
     id: str
     explanation: str
+    declared_in: InitVar[str | None] = None  # the module that declares it; not a field: equal mistakes stay equal
 
-    def __post_init__(self) -> None:
-        # the module whose table declare() reads, or the code that wrote Mistake(...) past the dataclass's __init__
-        where = _declaring.get() or sys._getframe(2)
-        if not isinstance(where, str) and where.f_code.co_name != "<module>":
+    def __post_init__(self, declared_in: str | None) -> None:
+        if declared_in is None:
             if self.id not in _DECLARED:
-                raise ValueError(f"the mistake {self.id!r} is made in {where.f_code.co_name}() but declared nowhere: "
-                                 "declare it as a module-level Mistake constant or in course/judges/mistakes/")
+                raise ValueError(f"the mistake {self.id!r} is declared nowhere: declare it in course/judges/mistakes/ "
+                                 "or as a module-level Mistake(id, explanation, declared_in=__name__)")
             return
-        module = where if isinstance(where, str) else where.f_globals.get("__name__", "?")
-        known = _DECLARED.setdefault(self.id, {}).setdefault(module, self)
+        known = _DECLARED.setdefault(self.id, {}).setdefault(declared_in, self)
         if known.explanation != self.explanation:
-            raise ValueError(f"{module} declares the mistake {self.id!r} twice, with different explanations")
+            raise ValueError(f"{declared_in} declares the mistake {self.id!r} twice, with different explanations")
 
 
 #: every declared mistake: id -> {the module that declared it: the Mistake} (read it with declared())
 _DECLARED: dict[str, dict[str, Mistake]] = {}
-#: the module declare() makes mistakes for, while it does (a context variable: each thread has its own)
-_declaring: ContextVar[str | None] = ContextVar("declaring", default=None)
 
 
 def declared() -> Mapping[str, Mapping[str, Mistake]]:
@@ -64,21 +60,18 @@ def declared() -> Mapping[str, Mapping[str, Mistake]]:
 
 def declare(module: str, table: Iterable[tuple[str, str]]) -> Mapping[str, Mistake]:
     """Declare module's mistakes from (id, explanation) pairs, as module-level constants would be: id -> Mistake."""
-    token = _declaring.set(module)
-    try:
-        return MappingProxyType({id: Mistake(id, explanation) for id, explanation in table})
-    finally:
-        _declaring.reset(token)
+    return MappingProxyType({id: Mistake(id, explanation, declared_in=module) for id, explanation in table})
 
 
 # what every check can name, whatever the exercise (its message says it in the exercise's words)
-NOT_IMPLEMENTED = Mistake("not-implemented", "the answer still raises NotImplementedError(): replace it with code.")
-RAISED = Mistake("raised", "the code raised an exception when the test called it.")
-NOT_A_TENSOR = Mistake("not-a-tensor", "a torch.Tensor should be returned, but something else was (None, a tuple...).")
-WRONG_SHAPE = Mistake("wrong-shape", "the result has the wrong shape.")
-BATCH_T = Mistake("t-on-a-batch", "x.T reverses ALL the dimensions of a tensor: on a batch (b, t, k) it gives "
-                  "(k, t, b), not the transpose of each matrix. Transpose the last two dimensions: x.transpose(1, 2), "
-                  "x.transpose(-2, -1) or x.mT.")
+_mistake = partial(Mistake, declared_in=__name__)  # a Mistake this module declares (its constants below)
+NOT_IMPLEMENTED = _mistake("not-implemented", "the answer still raises NotImplementedError(): replace it with code.")
+RAISED = _mistake("raised", "the code raised an exception when the test called it.")
+NOT_A_TENSOR = _mistake("not-a-tensor", "a torch.Tensor should be returned, but something else was (None, a tuple...).")
+WRONG_SHAPE = _mistake("wrong-shape", "the result has the wrong shape.")
+BATCH_T = _mistake("t-on-a-batch", "x.T reverses ALL the dimensions of a tensor: on a batch (b, t, k) it gives "
+                   "(k, t, b), not the transpose of each matrix. Transpose the last two dimensions: x.transpose(1, 2), "
+                   "x.transpose(-2, -1) or x.mT.")
 
 #: a line of the student's code that uses .T (not .mT): the likely cause when it raised on a batch of matrices
 _USES_T = re.compile(r"\.T\b")

@@ -52,6 +52,29 @@ class Evidence:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
+# ------------------------------------------------------------------------------------------- keys
+# A probe records under keys its judge reads back; each kind of key is made by one function, on both sides.
+
+def gradient_key(name: str) -> str:
+    """The gradient that the input or parameter `name` received: grad.<name>."""
+    return f"grad.{name}"
+
+
+def fact_key(key: str, fact: str) -> str:
+    """A fact about what key holds (its module's params, parts..., its backward pass, an output): <key>.<fact>."""
+    return f"{key}.{fact}"
+
+
+def item_key(key: str, index: int) -> str:
+    """Item index of a tuple recorded under key: <key>.<index>."""
+    return f"{key}.{index}"
+
+
+def prerequisite_key(check: str) -> str:
+    """A check's record of an earlier exercise's check `check` (course/checks/check.py): pre.<check>."""
+    return f"pre.{check}"
+
+
 # ------------------------------------------------------------------------------------------- the probe's side
 
 def _student_frames(error: BaseException) -> str:
@@ -106,7 +129,7 @@ class Recorder:
         elif isinstance(value, (tuple, list)):
             self.evidence.facts[key] = {"kind": "tuple", "length": len(value)}
             for i, item in enumerate(value[:8]):
-                self.value(f"{key}.{i}", item)
+                self.value(item_key(key, i), item)
         elif value is None:
             self.evidence.facts[key] = {"kind": "none"}
         else:

@@ -13,12 +13,12 @@ Each :class:`Case` owns its evidence key, how it draws its inputs (from seeds, w
 failure names it; ``secret`` cases are drawn only under grading, ``upstream`` cases also record the gradient of
 sum(output · upstream) with respect to every input. The judge side (course/judges/kinds.py) is declared from the
 same cases — ``against(check, oracle)``, ``against_forward(check, oracle)``, ... — so probe and judge agree on
-keys, seeds and shapes by construction, and nothing here computes an answer.
+keys, seeds and shapes by construction, and nothing here computes an answer. A check's judges are those of the
+module that binds it under its name (course/checks/check.py's ``declaring_module``): course/judges/<that module>.py.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from functools import partial
@@ -30,7 +30,7 @@ import torch
 from course.checks import device, modules
 from course.checks.check import Check
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.seeds import grading
 
 Inputs = Callable[[], Mapping[str, torch.Tensor]]
@@ -147,19 +147,19 @@ def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec
 class CallCheck(Check):
     """A check that records the student's function on each of its cases (and nothing else)."""
 
-    def __init__(self, name: str, cases: tuple[Case, ...], module: str, keywords: tuple[str, ...] = ()):
-        super().__init__(name, partial(_probe, cases, keywords), module=module)
+    def __init__(self, name: str, cases: tuple[Case, ...], keywords: tuple[str, ...] = ()):
+        super().__init__(name, partial(_probe, cases, keywords))
         self.cases = cases
 
 
 def calls(name: str, cases: tuple[Case, ...], *, keywords: tuple[str, ...] = ()) -> CallCheck:
-    """The check `name` of the calling module: the student's function called on each case, its inputs in their
+    """The check `name`: the student's function called on each case, its inputs in their
     order; tensors go to the device, settings that are not tensors (e.g. split_heads(x, heads): {"x": x,
     "heads": 3}) are passed as they are, and the inputs named in keywords by name when the case has them (e.g.
     fn(q, k, v) or fn(q, k, v, mask=m) with keywords ("mask",)). A case with an upstream also records the inputs'
     gradients (its inputs are tensors). One tensor per case is judged by course/judges/kinds.against; other results
     (a pair) by hand from check.cases."""
-    return CallCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"], tuple(keywords))  # noqa: SLF001
+    return CallCheck(name, tuple(cases), tuple(keywords))
 
 
 # ------------------------------------------------------------------------------------------- modules
@@ -222,19 +222,19 @@ def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Cal
 class RunsCheck(Check):
     """A check that builds the student's module once per :class:`Runs` and records what it computes on its cases."""
 
-    def __init__(self, name: str, runs: tuple[Runs, ...], module: str, options: Mapping[str, Any],
+    def __init__(self, name: str, runs: tuple[Runs, ...], options: Mapping[str, Any],
                  observe: Callable[[Recorder, Any], None] | None):
-        super().__init__(name, partial(_probe_runs, runs, dict(options), observe), module=module)
+        super().__init__(name, partial(_probe_runs, runs, dict(options), observe))
         self.runs = runs
 
 
 def builds_and_runs(name: str, runs: tuple[Runs, ...], *, observe: Callable[[Recorder, Any], None] | None = None,
                     on_gpus: tuple[str, Callable[[Any, torch.device], Any]] | None = None, **options: Any) -> RunsCheck:
-    """The check `name` of the calling module: for each Runs, the student's module built (options go to
+    """The check `name`: for each Runs, the student's module built (options go to
     modules.build: layers, gains, ...) and called on its cases, inputs after the first by name. observe(rec, y):
     further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph).
     on_gpus: (key, call(cls, device)) also run on the stand-in GPUs (course/checks/device.py's on_gpus)."""
-    check = RunsCheck(name, tuple(runs), sys._getframe(1).f_globals["__name__"], options, observe)  # noqa: SLF001
+    check = RunsCheck(name, tuple(runs), options, observe)
     if on_gpus:
         check._probe = device.on_gpus(check._probe, *on_gpus)  # noqa: SLF001 - the probe, wrapped once when declared
     return check
@@ -273,17 +273,17 @@ def _probe_losses(cases: tuple[Case, ...], student: Any, rec: Recorder) -> None:
 class LossCheck(Check):
     """A check that records the loss the student's function gives on each of its cases (and its gradients)."""
 
-    def __init__(self, name: str, cases: tuple[Case, ...], module: str):
-        super().__init__(name, partial(_probe_losses, cases), module=module)
+    def __init__(self, name: str, cases: tuple[Case, ...]):
+        super().__init__(name, partial(_probe_losses, cases))
         self.cases = cases
 
 
 def losses(name: str, cases: tuple[Case, ...]) -> LossCheck:
-    """The check `name` of the calling module: the student's loss function called on each case (:func:`loss_case`),
+    """The check `name`: the student's loss function called on each case (:func:`loss_case`),
     a case with gradients backpropagating the loss. The gradient of the floating input `name` of the check's i-th
     case is kept as grad.<name><i>, those of a model's parameters as grad.<parameter> (one such case per check).
     Judged by course/judges/kinds.py's ``against_loss``."""
-    return LossCheck(name, tuple(cases), sys._getframe(1).f_globals["__name__"])  # noqa: SLF001
+    return LossCheck(name, tuple(cases))
 
 
 # ------------------------------------------------------------------------------------------- properties written out
@@ -294,16 +294,15 @@ class PropertyCheck(Check):
     declared with it (of any kind: model runs, sampling calls, generations, ...) and recording what a property needs;
     its judge reads the very same cases (check.cases), e.g. with course/judges/kinds.py's ``each_case``."""
 
-    def __init__(self, name: str, probe: Callable[..., None], cases: tuple[Any, ...], module: str,
-                 options: Mapping[str, Any]):
-        super().__init__(name, partial(probe, cases), module=module, **options)
+    def __init__(self, name: str, probe: Callable[..., None], cases: tuple[Any, ...], options: Mapping[str, Any]):
+        super().__init__(name, partial(probe, cases), **options)
         self.cases = cases
 
 
 def property_check(name: str, probe: Callable[..., None], cases: tuple[Any, ...], **options: Any) -> PropertyCheck:
-    """The check `name` of the calling module: probe(cases, student, rec), written out, on the cases declared here;
+    """The check `name`: probe(cases, student, rec), written out, on the cases declared here;
     options go to Check (e.g. prerequisites, namespace, user)."""
-    return PropertyCheck(name, probe, tuple(cases), sys._getframe(1).f_globals["__name__"], options)  # noqa: SLF001
+    return PropertyCheck(name, probe, tuple(cases), options)
 
 
 # ------------------------------------------------------------------------------------------- language models
@@ -376,7 +375,7 @@ def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
             for j in run.changed:
                 changed = tokens.clone()
                 changed[:, j:] = (changed[:, j:] + 1 + torch.arange(tokens.shape[1] - j)) % run.case.vocab
-                rec.call(f"{run.model}.changed{j}", model, changed.to(rec.device))
+                rec.call(fact_key(run.model, f"changed{j}"), model, changed.to(rec.device))
             cache = None
             for c, (start, end) in enumerate(chunk_bounds(run.chunks)):
                 result = rec.call(f"{run.steps}{c}", model, tokens[:, start:end].to(rec.device), cache=cache,
@@ -385,4 +384,5 @@ def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
                     break
                 cache = result[1]
             if run.too_long:
-                rec.call(f"{run.model}.too_long", model, tokens.new_zeros(1, run.case.max_len + 1).to(rec.device))
+                too_long = tokens.new_zeros(1, run.case.max_len + 1).to(rec.device)
+                rec.call(fact_key(run.model, "too_long"), model, too_long)

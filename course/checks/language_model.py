@@ -12,7 +12,7 @@ from torch import nn
 
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
     Case,
     ModelRun,
@@ -68,19 +68,24 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
 
 
 # head size != k, batch > 1, odd lengths, one case with t == max_len
-STRUCTURE_CASE = ModelCase(2, 6, 11, 16, 2, 2, 10)
-ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1, 5))
-HIDDEN_CASES = (ModelCase(1, 9, 7, 8, 4, 3, 9), ModelCase(4, 4, 17, 20, 5, 2, 30))
-CAUSALITY_CASE = ModelCase(3, 7, 11, 16, 2, 2, 9)
-GRADIENT_CASE = ModelCase(2, 6, 9, 12, 3, 2, 8)
-CACHE_CASE = ModelRun(ModelCase(2, 8, 11, 16, 2, 2, 10), 3300, logits="full", chunks=(3, 2, 1, 1, 1))
-HIDDEN_CACHE_CASE = ModelRun(ModelCase(3, 9, 13, 12, 3, 3, 12), 3400, "cache.model", "cache.full",
+STRUCTURE_CASE = ModelCase(b=2, t=6, vocab=11, k=16, heads=2, depth=2, max_len=10)
+ORACLE_CASES = (ModelCase(b=3, t=7, vocab=11, k=16, heads=2, depth=2, max_len=12),
+                ModelCase(b=2, t=5, vocab=13, k=12, heads=3, depth=1, max_len=5))
+HIDDEN_CASES = (ModelCase(b=1, t=9, vocab=7, k=8, heads=4, depth=3, max_len=9),
+                ModelCase(b=4, t=4, vocab=17, k=20, heads=5, depth=2, max_len=30))
+CAUSALITY_CASE = ModelCase(b=3, t=7, vocab=11, k=16, heads=2, depth=2, max_len=9)
+GRADIENT_CASE = ModelCase(b=2, t=6, vocab=9, k=12, heads=3, depth=2, max_len=8)
+CACHE_CASE = ModelRun(case=ModelCase(b=2, t=8, vocab=11, k=16, heads=2, depth=2, max_len=10), seed=3300, logits="full",
+                      chunks=(3, 2, 1, 1, 1))
+HIDDEN_CACHE_CASE = ModelRun(case=ModelCase(b=3, t=9, vocab=13, k=12, heads=3, depth=3, max_len=12), seed=3400,
+                             model="cache.model", logits="cache.full",
                              chunks=(2, 1, 3, 1, 2), steps="cache.step")
 
 
 def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]:
     """The i-th case built under model<i> with the weights of seed + 100 i, its logits under logits<i>."""
-    return tuple(ModelRun(case, seed + 100 * i, f"model{i}", f"logits{i}") for i, case in enumerate(cases))
+    return tuple(ModelRun(case=case, seed=seed + 100 * i, model=f"model{i}", logits=f"logits{i}")
+                 for i, case in enumerate(cases))
 
 
 # ---------------------------------------------------------------- LanguageModel: the probes
@@ -88,11 +93,11 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 _FACTS = partial(model_facts, parts=MODEL_PARTS, block_parts=[name for name, _, _ in BLOCK_PARTS], kinds=_LM_KINDS)
 _probe_model = partial(probe_models, facts=_FACTS, train=True)  # a run that cannot be built ends the probe
 
-lm_structure = property_check("lm_structure", _probe_model, (ModelRun(STRUCTURE_CASE, 3000),))
-lm_causality = property_check("lm_causality", _probe_model, (ModelRun(CAUSALITY_CASE, 3100, changed=(5, 2)),))
+lm_structure = property_check("lm_structure", _probe_model, (ModelRun(case=STRUCTURE_CASE, seed=3000),))
+lm_causality = property_check("lm_causality", _probe_model, (ModelRun(case=CAUSALITY_CASE, seed=3100, changed=(5, 2)),))
 lm_oracle = property_check("lm_oracle", _probe_model, numbered_runs(ORACLE_CASES, 3200))
 lm_hidden = property_check("lm_hidden", _probe_model, numbered_runs(HIDDEN_CASES, 3500))
-lm_gradients = property_check("lm_gradients", _probe_model, (ModelRun(GRADIENT_CASE, 3600, upstream=3620),))
+lm_gradients = property_check("lm_gradients", _probe_model, (ModelRun(case=GRADIENT_CASE, seed=3600, upstream=3620),))
 
 
 def _cache_check(name: str, cases: tuple[ModelRun, ...]) -> PropertyCheck:
@@ -208,11 +213,11 @@ sampling_distribution = property_check("sampling_distribution", _probe_sampling,
 sampling_top_p = property_check("sampling_top_p", _probe_sampling, TOP_P_CASES)
 
 #: one case, drawn with the same generator under each global seed (tokens<i>)
-GENERATOR_CASE = SamplingCase("tokens", 4800, 32, 8, 1.0, 4, global_seeds=(11, 22))
+GENERATOR_CASE = SamplingCase(key="tokens", seed=4800, b=32, vocab=8, temperature=1.0, top_k=4, global_seeds=(11, 22))
 sampling_generator = property_check("sampling_generator", _probe_sampling, (GENERATOR_CASE,))
 
 #: b copies of one row of logits (seed, vocab): the draws must never leave its top k (also on the notebook's device)
-TOP_K_PROPERTY = SamplingCase("many", 4900, 1500, 12, 1.0, 4, copies=True)
+TOP_K_PROPERTY = SamplingCase(key="many", seed=4900, b=1500, vocab=12, temperature=1.0, top_k=4, copies=True)
 sampling_hidden = property_check("sampling_hidden", _probe_sampling, (*SAMPLING_HIDDEN_CASES, TOP_K_PROPERTY))
 
 
@@ -265,17 +270,22 @@ class Generation:
     use_cache: bool = False
 
 
-GREEDY_GENERATION = Generation("tokens", 5000, 9, 3, 4, 6, 0.0, None)
-SAMPLED_GENERATIONS = (Generation("tokens0", 5100, 9, 3, 4, 7, 0.8, 4),
-                       Generation("tokens1", 5150, 10, 2, 3, 8, 1.2, None, 0.8))
-CACHED_GENERATIONS = (Generation("tokens0", 5200, 9, 3, 4, 6, 0.0, None, use_cache=True),
-                      Generation("tokens1", 5300, 11, 2, 3, 8, 1.0, None, use_cache=True),
-                      Generation("tokens2", 5350, 10, 2, 2, 7, 0.9, 6, 0.85, use_cache=True))
+GREEDY_GENERATION = Generation(key="tokens", seed=5000, vocab=9, b=3, t0=4, new_tokens=6, temperature=0.0, top_k=None)
+SAMPLED_GENERATIONS = (Generation(key="tokens0", seed=5100, vocab=9, b=3, t0=4, new_tokens=7, temperature=0.8, top_k=4),
+                       Generation(key="tokens1", seed=5150, vocab=10, b=2, t0=3, new_tokens=8, temperature=1.2,
+                                  top_k=None, top_p=0.8))
+CACHED_GENERATIONS = (Generation(key="tokens0", seed=5200, vocab=9, b=3, t0=4, new_tokens=6, temperature=0.0,
+                                 top_k=None, use_cache=True),
+                      Generation(key="tokens1", seed=5300, vocab=11, b=2, t0=3, new_tokens=8, temperature=1.0,
+                                 top_k=None, use_cache=True),
+                      Generation(key="tokens2", seed=5350, vocab=10, b=2, t0=2, new_tokens=7, temperature=0.9, top_k=6,
+                                 top_p=0.85, use_cache=True))
 #: run by generate, then by generate_cached (keys tokens<i>c)
-HIDDEN_GENERATIONS = (Generation("tokens0", 5400, 7, 1, 1, 5, 1.2, 3),
-                      Generation("tokens1", 5500, 13, 4, 5, 1, 0.6, 2),
-                      Generation("tokens2", 5600, 10, 2, 2, 9, 1.0, 1),
-                      Generation("tokens3", 5700, 12, 3, 3, 6, 0.7, None, 0.6))
+HIDDEN_GENERATIONS = (Generation(key="tokens0", seed=5400, vocab=7, b=1, t0=1, new_tokens=5, temperature=1.2, top_k=3),
+                      Generation(key="tokens1", seed=5500, vocab=13, b=4, t0=5, new_tokens=1, temperature=0.6, top_k=2),
+                      Generation(key="tokens2", seed=5600, vocab=10, b=2, t0=2, new_tokens=9, temperature=1.0, top_k=1),
+                      Generation(key="tokens3", seed=5700, vocab=12, b=3, t0=3, new_tokens=6, temperature=0.7,
+                                 top_k=None, top_p=0.6))
 
 
 def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:
@@ -289,7 +299,7 @@ def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) ->
     for spec in cases:
         model, prompt = stand_in(spec)
         _seeded_call(rec, spec.key, generate, model, prompt, spec.new_tokens, **settings(spec))
-        rec.fact(f"{spec.key}.calls", model.calls[:64])
+        rec.fact(fact_key(spec.key, "calls"), model.calls[:64])
 
 
 def _generate_check(name: str, cases: Sequence[Generation], user: str = "generate") -> PropertyCheck:

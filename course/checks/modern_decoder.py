@@ -14,7 +14,7 @@ from torch import nn
 from course.checks import device, modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
     Built,
     Case,
@@ -49,32 +49,35 @@ def x_case(key: str, shape: tuple[int, ...], seed: int, *, scale: float = 1.0, s
 
 
 rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
-    Runs(Built("module0", (12,), 6000), (
+    Runs(Built(key="module0", args=(12,), seed=6000), (
         x_case("y0", (3, 5, 12), 6001, shift=3.0, upstream=6002),
         x_case("y0_scaled", (3, 5, 12), 6001, shift=3.0, scale=100.0,
                label="100 times the same x: RMSNorm(100·x) = RMSNorm(x)"),
         x_case("y0_small", (2, 3, 12), 6003, shift=1.0, scale=1e-3))),
-    Runs(Built("module1", (8, 0.1), 6010), (x_case("y1", (2, 4, 8), 6011, shift=0.5, scale=0.5,
-                                                   label="x of shape (2, 4, 8), eps=0.1"),)),
-    Runs(Built("module2", (6,), 6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))))
+    Runs(Built(key="module1", args=(8, 0.1), seed=6010),
+         (x_case("y1", (2, 4, 8), 6011, shift=0.5, scale=0.5, label="x of shape (2, 4, 8), eps=0.1"),)),
+    Runs(Built(key="module2", args=(6,), seed=6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))))
 
 rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
-    Runs(Built("module0", (16,), 6100), (x_case("y0", (1, 7, 16), 6101, shift=1.0, scale=1e-4),
-                                         x_case("y0_large", (2, 3, 16), 6102, shift=1.0, scale=1e4))),
-    Runs(Built("module1", (5, 1e-3), 6110), (x_case("y1", (3, 2, 4, 5), 6111, shift=0.3, scale=0.1),)),
-    Runs(Built("module2", (10,), 6120), (x_case("y2", (2, 9, 10), 6121, shift=2.0, upstream=6122, secret=True),
-                                         x_case("y2_small", (4, 10), 6123, scale=2e-4, secret=True)))))
+    Runs(Built(key="module0", args=(16,), seed=6100), (x_case("y0", (1, 7, 16), 6101, shift=1.0, scale=1e-4),
+                                                       x_case("y0_large", (2, 3, 16), 6102, shift=1.0, scale=1e4))),
+    Runs(Built(key="module1", args=(5, 1e-3), seed=6110), (x_case("y1", (3, 2, 4, 5), 6111, shift=0.3, scale=0.1),)),
+    Runs(Built(key="module2", args=(10,), seed=6120),
+         (x_case("y2", (2, 9, 10), 6121, shift=2.0, upstream=6122, secret=True),
+          x_case("y2_small", (4, 10), 6123, scale=2e-4, secret=True)))))
 
 SWIGLU_LAYERS = ("gate", "up", "down")
 swiglu_oracle = builds_and_runs("swiglu_oracle", (
-    Runs(Built("module0", (8, 12), 6300), (x_case("y0", (2, 5, 8), 6301, upstream=6302),
-                                           x_case("y0_4d", (2, 3, 4, 8), 6303))),
-    Runs(Built("module1", (6, 16), 6310), (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), layers=SWIGLU_LAYERS)
+    Runs(Built(key="module0", args=(8, 12), seed=6300), (x_case("y0", (2, 5, 8), 6301, upstream=6302),
+                                                         x_case("y0_4d", (2, 3, 4, 8), 6303))),
+    Runs(Built(key="module1", args=(6, 16), seed=6310),
+         (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), layers=SWIGLU_LAYERS)
 
 swiglu_hidden = builds_and_runs("swiglu_hidden", (
-    Runs(Built("module0", (12, 32), 6400), (x_case("y0", (1, 9, 12), 6401, upstream=6402),)),
-    Runs(Built("module1", (9, 4), 6410), (x_case("y1", (2, 2, 3, 9), 6411),)),
-    Runs(Built("module2", (10, 27), 6420), (x_case("y2", (3, 5, 10), 6421, secret=True),))), layers=SWIGLU_LAYERS)
+    Runs(Built(key="module0", args=(12, 32), seed=6400), (x_case("y0", (1, 9, 12), 6401, upstream=6402),)),
+    Runs(Built(key="module1", args=(9, 4), seed=6410), (x_case("y1", (2, 2, 3, 9), 6411),)),
+    Runs(Built(key="module2", args=(10, 27), seed=6420),
+         (x_case("y2", (3, 5, 10), 6421, secret=True),))), layers=SWIGLU_LAYERS)
 
 
 # ---------------------------------------------------------------- rotary_tables
@@ -203,33 +206,37 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
             rec.call("indivisible_k", cls, 10, 4, 2)
             rec.call("indivisible_heads", cls, 12, 4, 3)
             continue
-        module = modules.build(rec, f"{case.key}.module", cls, case.k, case.heads, case.kv_heads, seed=case.seed,
-                               layers=LAYERS)
+        module = modules.build(rec, fact_key(case.key, "module"), cls, case.k, case.heads, case.kv_heads,
+                               seed=case.seed, layers=LAYERS)
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
         with torch.set_grad_enabled(case.upstream):
-            y = rec.call(f"{case.key}.full", module, x.requires_grad_(case.upstream), cos, sin, mask)
+            y = rec.call(fact_key(case.key, "full"), module, x.requires_grad_(case.upstream), cos, sin, mask)
             if case.upstream and _is_pair(y):
                 modules.backward(rec, y[0], case.upstream_gradient(), {"x": x}, module)
         p = case.prefix
         with torch.no_grad():
-            first = rec.call(f"{case.key}.first", module, x[:, :p], cos, sin, mask[:p, :p]) if p else None
+            first = rec.call(fact_key(case.key, "first"), module, x[:, :p], cos, sin, mask[:p, :p]) if p else None
             if _is_pair(first) and _is_pair(first[1]):  # (out, (keys, values))
-                rec.call(f"{case.key}.second", module, x[:, p:], cos, sin, mask[p:], past=tuple(first[1]))
+                rec.call(fact_key(case.key, "second"), module, x[:, p:], cos, sin, mask[p:], past=tuple(first[1]))
 
 
 # k != heads · kv_heads, head size != k, kv_heads < heads, t_q != t_k in the cache cases, batch > 1, odd lengths
 gqa_structure = property_check("gqa_structure", _probe_attention, (
-    AttentionCase("a", 24, 6, 2, 2, 5, 7000), "indivisible"))
+    AttentionCase(key="a", k=24, heads=6, kv_heads=2, b=2, t=5, seed=7000), "indivisible"))
 gqa_oracle = property_check("gqa_oracle", _probe_attention, (
-    AttentionCase("a", 24, 6, 2, 2, 5, 7100, upstream=True), AttentionCase("b", 24, 6, 3, 3, 6, 7110, "random"),
-    AttentionCase("c", 16, 4, 4, 2, 5, 7120), AttentionCase("d", 12, 3, 1, 2, 4, 7130, "random")))
+    AttentionCase(key="a", k=24, heads=6, kv_heads=2, b=2, t=5, seed=7100, upstream=True),
+    AttentionCase(key="b", k=24, heads=6, kv_heads=3, b=3, t=6, seed=7110, mask="random"),
+    AttentionCase(key="c", k=16, heads=4, kv_heads=4, b=2, t=5, seed=7120),
+    AttentionCase(key="d", k=12, heads=3, kv_heads=1, b=2, t=4, seed=7130, mask="random")))
 gqa_cache = property_check("gqa_cache", _probe_attention, (
-    AttentionCase("a", 24, 6, 2, 2, 7, 7200, prefix=4), AttentionCase("b", 16, 4, 2, 3, 6, 7210, prefix=5)))
+    AttentionCase(key="a", k=24, heads=6, kv_heads=2, b=2, t=7, seed=7200, prefix=4),
+    AttentionCase(key="b", k=16, heads=4, kv_heads=2, b=3, t=6, seed=7210, prefix=5)))
 gqa_hidden = property_check("gqa_hidden", _probe_attention, (
-    AttentionCase("a", 20, 5, 1, 1, 9, 7300, "random", upstream=True), AttentionCase("b", 12, 2, 2, 4, 3, 7310),
-    AttentionCase("c", 32, 8, 4, 2, 8, 7320, prefix=3, secret=True)))
+    AttentionCase(key="a", k=20, heads=5, kv_heads=1, b=1, t=9, seed=7300, mask="random", upstream=True),
+    AttentionCase(key="b", k=12, heads=2, kv_heads=2, b=4, t=3, seed=7310),
+    AttentionCase(key="c", k=32, heads=8, kv_heads=4, b=2, t=8, seed=7320, prefix=3, secret=True)))
 
 
 # ---------------------------------------------------------------- ModernLanguageModel
@@ -274,16 +281,23 @@ def _model_facts(model: nn.Module) -> dict:
 
 _probe_modern = partial(probe_models, facts=_model_facts)
 
-# head size != k, kv_heads < heads, batch > 1, odd lengths; ModernCase(b, t, vocab, k, heads, kv_heads, depth, max_len)
+# head size != k, kv_heads < heads, batch > 1, odd lengths
 modern_lm_structure = property_check("modern_lm_structure", _probe_modern, (
-    ModelRun(ModernCase(2, 5, 11, 24, 6, 2, 2, 9), 8000),))
+    ModelRun(case=ModernCase(b=2, t=5, vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=9), seed=8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
-    ModelRun(ModernCase(3, 7, 11, 24, 6, 3, 2, 12), 8100, "model0", "logits0"),
-    ModelRun(ModernCase(2, 5, 13, 16, 4, 2, 1, 5), 8200, "model1", "logits1")))
+    ModelRun(case=ModernCase(b=3, t=7, vocab=11, k=24, heads=6, kv_heads=3, depth=2, max_len=12), seed=8100,
+             model="model0", logits="logits0"),
+    ModelRun(case=ModernCase(b=2, t=5, vocab=13, k=16, heads=4, kv_heads=2, depth=1, max_len=5), seed=8200,
+             model="model1", logits="logits1")))
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
-    ModelRun(ModernCase(2, 8, 11, 24, 6, 2, 2, 10), 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
+    ModelRun(case=ModernCase(b=2, t=8, vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=10), seed=8300,
+             changed=(5, 2), chunks=(3, 2, 1, 2)),))
 modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern, (
-    ModelRun(ModernCase(1, 9, 7, 12, 3, 1, 3, 9), 8400, "model0", "logits0", too_long=True),
-    ModelRun(ModernCase(2, 6, 9, 16, 4, 2, 2, 8), 8500, "model1", "logits1", upstream=8520),
-    ModelRun(ModernCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, "model2", "logits2", chunks=(4, 1, 1), secret=True),
-    ModelRun(ModernCase(2, 7, 9, 16, 4, 2, 1, 10, base=100.0), 8700, "model3", "logits3")))
+    ModelRun(case=ModernCase(b=1, t=9, vocab=7, k=12, heads=3, kv_heads=1, depth=3, max_len=9), seed=8400,
+             model="model0", logits="logits0", too_long=True),
+    ModelRun(case=ModernCase(b=2, t=6, vocab=9, k=16, heads=4, kv_heads=2, depth=2, max_len=8), seed=8500,
+             model="model1", logits="logits1", upstream=8520),
+    ModelRun(case=ModernCase(b=3, t=6, vocab=13, k=20, heads=5, kv_heads=5, depth=2, max_len=12), seed=8600,
+             model="model2", logits="logits2", chunks=(4, 1, 1), secret=True),
+    ModelRun(case=ModernCase(b=2, t=7, vocab=9, k=16, heads=4, kv_heads=2, depth=1, max_len=10, base=100.0), seed=8700,
+             model="model3", logits="logits3")))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -30,23 +31,24 @@ from course.checks.compare import (
     tensor,
     tolerance,
 )
-from course.checks.evidence import Evidence, Recorder
+from course.checks.evidence import Evidence, Recorder, fact_key, gradient_key
 
 # the structure and gradient failures every assignment shares (each message says it in the exercise's words)
-NOT_A_MODULE = Mistake("not-a-module", "the class does not create an nn.Module: does it derive from nn.Module?")
-MISSING_LAYER = Mistake("missing-layer", "a layer the exercise names is missing: create it in __init__.")
-WRONG_LAYER_TYPE = Mistake("wrong-layer-type", "a layer the exercise names is not an nn.Linear.")
-WRONG_LAYER_SIZE = Mistake("wrong-layer-size", "a linear layer maps the wrong numbers of features.")
-SHARED_LAYER = Mistake("shared-layer", "two of the layers are one object: each role needs its own weights.")
-MISSING_PARAMETER = Mistake("missing-parameter", "a parameter the exercise needs is not registered: make each layer "
-                            "an attribute of the module.")
-PARAMETER_COUNT = Mistake("parameter-count", "the module registers more or fewer parameter values than the layers "
-                          "the exercise asks for hold.")
-NO_GRADIENT = Mistake("no-gradient", "an input or a parameter receives no gradient: is it used in forward?")
-DETACHED = Mistake("detached", "the output is cut off from autograd: avoid .detach(), .data or torch.no_grad() "
-                   "inside it.")
-MISSING_PART = Mistake("missing-part", "a part the exercise names is missing: create it in __init__.")
-WRONG_PART_TYPE = Mistake("wrong-part-type", "a part the exercise names is of the wrong kind.")
+_mistake = partial(Mistake, declared_in=__name__)  # a Mistake this module declares (its constants below)
+NOT_A_MODULE = _mistake("not-a-module", "the class does not create an nn.Module: does it derive from nn.Module?")
+MISSING_LAYER = _mistake("missing-layer", "a layer the exercise names is missing: create it in __init__.")
+WRONG_LAYER_TYPE = _mistake("wrong-layer-type", "a layer the exercise names is not an nn.Linear.")
+WRONG_LAYER_SIZE = _mistake("wrong-layer-size", "a linear layer maps the wrong numbers of features.")
+SHARED_LAYER = _mistake("shared-layer", "two of the layers are one object: each role needs its own weights.")
+MISSING_PARAMETER = _mistake("missing-parameter", "a parameter the exercise needs is not registered: make each layer "
+                             "an attribute of the module.")
+PARAMETER_COUNT = _mistake("parameter-count", "the module registers more or fewer parameter values than the layers "
+                           "the exercise asks for hold.")
+NO_GRADIENT = _mistake("no-gradient", "an input or a parameter receives no gradient: is it used in forward?")
+DETACHED = _mistake("detached", "the output is cut off from autograd: avoid .detach(), .data or torch.no_grad() "
+                    "inside it.")
+MISSING_PART = _mistake("missing-part", "a part the exercise names is missing: create it in __init__.")
+WRONG_PART_TYPE = _mistake("wrong-part-type", "a part the exercise names is of the wrong kind.")
 
 #: how to register the parts of a model built from the course's classes (a hint of :func:`expect_parameters`)
 PARTS_HINT = "Register the parts as attributes of the module (self.name = ...), built from the course's classes."
@@ -88,30 +90,30 @@ def build(rec: Recorder, key: str, cls: Callable, *args: Any, seed: int | None =
     (key.<name>) read from the module; train: put it in training (True) or evaluation (False) mode."""
     module = rec.call(key, cls, *args, **kwargs)
     is_module = isinstance(module, nn.Module)
-    rec.fact(f"{key}.is_module", is_module)
+    rec.fact(fact_key(key, "is_module"), is_module)
     if not is_module:
         return None
     try:
         shared = part_facts(module, layers, ()).items()
-        rec.fact(f"{key}.shared", [[name, fact["same_as"]] for name, fact in shared if fact["same_as"]])
+        rec.fact(fact_key(key, "shared"), [[name, fact["same_as"]] for name, fact in shared if fact["same_as"]])
         for name, value in (facts(module) if facts else {}).items():
-            rec.fact(f"{key}.{name}", value)
-        rec.fact(f"{key}.modules", weights.describe(module))
+            rec.fact(fact_key(key, name), value)
+        rec.fact(fact_key(key, "modules"), weights.describe(module))
         module = module.to(rec.device)
         if train is not None:
             module.train(train)
         if seed is not None:
-            rec.fact(f"{key}.params", weights.fill(module, seed, gains))
+            rec.fact(fact_key(key, "params"), weights.fill(module, seed, gains))
     except Exception as error:  # noqa: BLE001 - a module that cannot be inspected or moved is evidence too
         rec.raised(key, error)
         return None
     return module
 
 
-def record_gradients(rec: Recorder, module: nn.Module, prefix: str = "grad.") -> None:
+def record_gradients(rec: Recorder, module: nn.Module) -> None:
     """Keep the gradient every parameter of module received (None where it received none)."""
     for name, p in module.named_parameters():
-        rec.tensor(f"{prefix}{name}", p.grad)
+        rec.tensor(gradient_key(name), p.grad)
 
 
 def backward(rec: Recorder, y: Any, upstream: torch.Tensor, inputs: Mapping[str, torch.Tensor],
@@ -146,10 +148,10 @@ def _backpropagate(rec: Recorder, key: str | None, y: Any, loss: Callable[[torch
     except Exception as error:  # noqa: BLE001 - a backward pass that breaks is evidence too
         if key is None:
             raise
-        rec.raised(f"{key}.backward", error)
+        rec.raised(fact_key(key, "backward"), error)
         return False
     for name, value in inputs.items():
-        rec.tensor(f"grad.{name}", value.grad)
+        rec.tensor(gradient_key(name), value.grad)
     if module is not None:
         record_gradients(rec, module)
     return True
@@ -164,7 +166,7 @@ def built(ev: Evidence, key: str, what: str, hint: str = "") -> None:
     fact = ev.facts.get(key)
     if not isinstance(fact, dict):
         fail(f"The test recorded nothing for {what}: the check did not run to the end.")
-    if ev.facts.get(f"{key}.is_module") is not True:
+    if ev.facts.get(fact_key(key, "is_module")) is not True:
         kind = "None" if fact.get("kind") == "none" else str(fact.get("type", "None"))[:60]
         fail(f"{what} should create an nn.Module, but gave a {kind}. "
              f"{hint or 'Does the class derive from nn.Module?'}", mistake=NOT_A_MODULE)
@@ -174,7 +176,7 @@ def expect_part(ev: Evidence, key: str, owner: str, name: str, kinds: str | tupl
     """The facts :func:`part_facts` recorded (under key.parts) for the attribute `name` of owner, which must be of
     this kind (or one of these kinds); how: the code that creates it."""
     __tracebackhide__ = True
-    parts = recorded(ev, f"{key}.parts", f"the parts of {owner}")
+    parts = recorded(ev, fact_key(key, "parts"), f"the parts of {owner}")
     fact = parts.get(name) if isinstance(parts, dict) else None
     if not isinstance(fact, dict) or fact.get("kind") == "missing":
         fail(f"{owner} has no attribute `{name}`. Create it in __init__: self.{name} = {how}.", mistake=MISSING_PART)
@@ -185,7 +187,7 @@ def expect_part(ev: Evidence, key: str, owner: str, name: str, kinds: str | tupl
 
 def described(ev: Evidence, key: str) -> dict[str, dict]:
     """Qualified submodule name -> its recorded facts (type, sizes)."""
-    found = ev.facts.get(f"{key}.modules")
+    found = ev.facts.get(fact_key(key, "modules"))
     return {m.get("name"): m for m in found if isinstance(m, dict)} if isinstance(found, list) else {}
 
 
@@ -196,7 +198,7 @@ def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping
     as (n_in, n_out, bias, spec) says; bias_mistakes: the mistake a wrong bias is, per layer."""
     __tracebackhide__ = True
     built(ev, key, what)
-    sharing = ev.facts.get(f"{key}.shared")
+    sharing = ev.facts.get(fact_key(key, "shared"))
     if not isinstance(sharing, list):
         fail("The test recorded nothing about the module's layers: the check did not run to the end.")
     if sharing:
@@ -217,7 +219,7 @@ def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping
 
 def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded into that parameter (recreated from the seed, never read)."""
-    return weights.recreate(ev.facts.get(f"{key}.params"), seed, gains)
+    return weights.recreate(ev.facts.get(fact_key(key, "params")), seed, gains)
 
 
 def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tuple[int, ...]], seed: int,
@@ -267,7 +269,7 @@ def block_shapes(prefix: str, k: int, hidden: int) -> dict[str, tuple[int, ...]]
 
 def parameter_count(ev: Evidence, key: str, prefix: str = "") -> int:
     """The number of values in the parameters the probe filled (those whose names start with prefix)."""
-    return sum(math.prod(entry[1]) for entry in ev.facts.get(f"{key}.params") or []
+    return sum(math.prod(entry[1]) for entry in ev.facts.get(fact_key(key, "params")) or []
                if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
                and entry[0].startswith(prefix) and isinstance(entry[1], list)
                and all(isinstance(n, int) and not isinstance(n, bool) for n in entry[1]))
@@ -283,7 +285,7 @@ def expect_parameter_count(ev: Evidence, key: str, what: str, expected: int, for
 
 def parameter_names(ev: Evidence, key: str) -> list[str]:
     """The names of the parameters the probe filled."""
-    params = ev.facts.get(f"{key}.params")
+    params = ev.facts.get(fact_key(key, "params"))
     return [e[0] for e in params if isinstance(e, list) and e and isinstance(e[0], str)] if isinstance(params, list) \
         else []
 
@@ -301,7 +303,7 @@ def expect_differentiable(ev: Evidence, key: str, what: str) -> None:
     (:func:`record_backward`) ran without an error."""
     __tracebackhide__ = True
     expect_attached(ev, key, what)
-    raised(ev, f"{key}.backward", f"backward() through {what}")
+    raised(ev, fact_key(key, "backward"), f"backward() through {what}")
 
 
 def autograd(forward: Callable[..., torch.Tensor], leaves: Mapping[str, torch.Tensor],
@@ -328,12 +330,12 @@ def expect_gradients(ev: Evidence, expected: Mapping[str, torch.Tensor | None], 
     __tracebackhide__ = True
     for name in present:
         if name not in expected:
-            got = tensor(ev, f"grad.{name}")
+            got = tensor(ev, gradient_key(name))
             if got is None or not bool(got.abs().sum() > 0):
                 _no_gradient(name, "parameter", owner, hints, because)
     for name, value in expected.items():
         kind = "parameter" if "." in name else "input"
-        got = tensor(ev, f"grad.{name}", shape=None if value is None else tuple(value.shape))
+        got = tensor(ev, gradient_key(name), shape=None if value is None else tuple(value.shape))
         if got is None or value is None or (kind == "parameter" and not bool(got.abs().sum() > 0)):
             _no_gradient(name, kind, owner, hints, because)
         # a gradient sums many float32 products, so its small entries carry the rounding error of its large ones

@@ -71,10 +71,10 @@ def attention_case(key: str, heads: int, b: int, tq: int, k: int, seeds: tuple[i
 # ---------------------------------------------------------------- structure and context
 
 #: a module of 3 heads, called once: k = 12 (narrow), k = 6 (wide)
-multi_head_structure = builds_and_runs("multi_head_structure", (Runs(Built("module", (12, 3), 200), (
+multi_head_structure = builds_and_runs("multi_head_structure", (Runs(Built(key="module", args=(12, 3), seed=200), (
     attention_case("y", 3, 2, 4, 12, (201, 0, 0)),)),), **MODULE_OPTIONS)
-wide_structure = builds_and_runs("wide_structure", (Runs(Built("module", (6, 3), 200), (
-    attention_case("y", 3, 2, 4, 6, (201, 0, 0)),)),), **MODULE_OPTIONS)
+wide_structure = builds_and_runs("wide_structure", (Runs(Built(key="module", args=(6, 3), seed=200), (
+    attention_case("y", 3, 2, 4, 6, (202, 0, 0)),)),), **MODULE_OPTIONS)
 
 
 def _probe_indivisible(cls: type, rec: Recorder) -> None:
@@ -85,7 +85,7 @@ def _probe_indivisible(cls: type, rec: Recorder) -> None:
 multi_head_indivisible = Check("multi_head_indivisible", _probe_indivisible)
 
 #: forward(x), forward(x, context=x) and forward(x, context=c)
-CONTEXT_RUNS = (Runs(Built("module", (8, 2), 400), (
+CONTEXT_RUNS = (Runs(Built(key="module", args=(8, 2), seed=400), (
     attention_case("y_self", 2, 2, 3, 8, (401, 0, 0)), attention_case("y_explicit", 2, 2, 3, 8, (401, 401, 0), tk=3),
     attention_case("y_cross", 2, 2, 3, 8, (401, 402, 0), tk=5))),)
 multi_head_context = builds_and_runs("multi_head_context", CONTEXT_RUNS, **MODULE_OPTIONS)
@@ -98,7 +98,8 @@ CHANGED = 4
 CAUSAL_CASES = tuple(attention_case(f"{name}{i}", 4, 2, 6, 8, (421, 0, 0), mask=mask, changed=changed)
                      for i, mask in enumerate(("causal", "batched causal"))
                      for name, changed in (("y", None), ("y_changed", CHANGED)))
-multi_head_causal = builds_and_runs("multi_head_causal", (Runs(Built("module", (8, 4), 420), CAUSAL_CASES),),
+multi_head_causal = builds_and_runs("multi_head_causal",
+                                    (Runs(Built(key="module", args=(8, 4), seed=420), CAUSAL_CASES),),
                                     **MODULE_OPTIONS)
 
 # ---------------------------------------------------------------- against the oracle
@@ -110,15 +111,15 @@ WIDE_CASES = ((6, 3, 3, 5, None, None), (4, 2, 2, 4, 7, None), (4, 4, 2, 6, None
               (6, 2, 2, 5, 6, "random"), (4, 3, 2, 5, 5, "padding"))
 
 
-def oracle_runs(table: tuple) -> tuple[Runs, ...]:
-    """One module per case of table, (k, heads, b, tq, tk, mask), with its own weights."""
-    return tuple(Runs(Built(f"module{i}", (k, heads), 300 + 20 * i), (
-        attention_case(f"y{i}", heads, b, tq, k, (250 + i, 260 + i, 270 + i), tk=tk, mask=mask),))
+def oracle_runs(table: tuple, seed: int) -> tuple[Runs, ...]:
+    """One module per case of table, (k, heads, b, tq, tk, mask), with its own weights; inputs from seed + i, ..."""
+    return tuple(Runs(Built(key=f"module{i}", args=(k, heads), seed=300 + 20 * i), (
+        attention_case(f"y{i}", heads, b, tq, k, (seed + i, seed + 10 + i, seed + 20 + i), tk=tk, mask=mask),))
         for i, (k, heads, b, tq, tk, mask) in enumerate(table))
 
 
-multi_head_oracle = builds_and_runs("multi_head_oracle", oracle_runs(NARROW_CASES), **MODULE_OPTIONS)
-wide_oracle = builds_and_runs("wide_oracle", oracle_runs(WIDE_CASES), **MODULE_OPTIONS)
+multi_head_oracle = builds_and_runs("multi_head_oracle", oracle_runs(NARROW_CASES, seed=250), **MODULE_OPTIONS)
+wide_oracle = builds_and_runs("wide_oracle", oracle_runs(WIDE_CASES, seed=280), **MODULE_OPTIONS)
 
 # ---------------------------------------------------------------- gradients, and no loop over the heads
 
@@ -147,7 +148,7 @@ GRAD_K, GRAD_HEADS = 16, 8
 def gradient_runs(k: int, heads: int, seed: int, tq: int, tk: int, mask: str | None,
                   seeds: tuple[int, int, int, int]) -> tuple[Runs, ...]:
     """One module (seed) on x (2, tq, k), context (2, tk, k), a mask or none, an upstream: from seeds."""
-    return (Runs(Built("module", (k, heads), seed), (attention_case(
+    return (Runs(Built(key="module", args=(k, heads), seed=seed), (attention_case(
         "y", heads, 2, tq, k, seeds[:3], tk=tk, mask=mask, upstream=seeds[3]),)),)
 
 

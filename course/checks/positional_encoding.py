@@ -12,7 +12,7 @@ from torch import nn
 from course.checks import modules, weights
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, drawn, given, property_check, random_case
 from course.checks.seeds import salted
 
@@ -63,7 +63,7 @@ def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, max_len: int,
     module = modules.build(rec, key, cls, k, max_len=max_len, **kwargs, facts=_tensors)
     tables = [b for _, b in module.named_buffers() if b.numel() == max_len * k] if module is not None else []
     if tables:
-        rec.tensor(f"{key}.table", tables[0])
+        rec.tensor(fact_key(key, "table"), tables[0])
     return module
 
 
@@ -135,10 +135,12 @@ ONES = given("y", partial(torch.ones, 2, 4, 6), "x = ones of shape (2, 4, 6): th
              "first 4 rows")
 #: LearnedPositionalEmbedding(10, 6) moved to each stand-in GPU and called: are the positions made on x's device?
 LEARNED_ON_GPU = "LearnedPositionalEmbedding(10, 6).to(device)(x of shape (2, 4, 6) on device)"
-learned_structure = builds_and_runs("learned_structure", (Runs(Built("module", (10, 6), 3300), (ONES,)),), on_gpus=(
-    "module", lambda cls, d: cls(10, 6).to(d)(torch.randn(2, 4, 6, device=d))))
+learned_structure = builds_and_runs(
+    "learned_structure", (Runs(Built(key="module", args=(10, 6), seed=3300), (ONES,)),),
+    on_gpus=("module", lambda cls, d: cls(10, 6).to(d)(torch.randn(2, 4, 6, device=d))))
 learned_oracle = builds_and_runs("learned_oracle", tuple(
-    Runs(Built(f"module{i}", (max_len, k), 3200 + i), (random_case(f"y{i}", (b, t, k), 3210 + i),))
+    Runs(Built(key=f"module{i}", args=(max_len, k), seed=3200 + i), (random_case(f"y{i}", (b, t, k), 3210 + i),))
     for i, (b, t, max_len, k) in enumerate(((3, 5, 8, 4), (2, 8, 8, 6), (4, 1, 20, 3)))))
 learned_gradients = builds_and_runs("learned_gradients", (
-    Runs(Built("grad_module", (8, 4), 3230), (random_case("y_grad", (2, 5, 4), 3220, upstream=((2, 5, 4), 3221)),)),))
+    Runs(Built(key="grad_module", args=(8, 4), seed=3230),
+         (random_case("y_grad", (2, 5, 4), 3220, upstream=((2, 5, 4), 3221)),)),))

@@ -74,7 +74,8 @@ attention_oracle = calls("attention_oracle", (
 
 def _gradient_case(seed: int, shape: tuple[int, int, int]) -> Runs:
     """A k = 4 module (weights from seed) on x of shape (seed + 1), with an upstream gradient (seed + 2)."""
-    return Runs(Built("grad_module", (4,), seed), (random_case("y_grad", shape, seed + 1, upstream=(shape, seed + 2)),))
+    return Runs(Built(key="grad_module", args=(4,), seed=seed),
+                (random_case("y_grad", shape, seed + 1, upstream=(shape, seed + 2)),))
 
 
 def _permuted(inputs: partial) -> dict[str, torch.Tensor]:
@@ -82,11 +83,12 @@ def _permuted(inputs: partial) -> dict[str, torch.Tensor]:
 
 
 self_attention_qkv_structure = builds_and_runs("self_attention_qkv_structure", (
-    Runs(Built("module", (STRUCTURE_K,), 200), (random_case("y", (2, 4, STRUCTURE_K), 201),)),), layers=ROLES)
+    Runs(Built(key="module", args=(STRUCTURE_K,), seed=200),
+         (random_case("y", (2, 4, STRUCTURE_K), 201),)),), layers=ROLES)
 self_attention_qkv_vs_pytorch = builds_and_runs("self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),),
                                                 layers=ROLES)
 self_attention_qkv_oracle = builds_and_runs("self_attention_qkv_oracle", (
-    *(Runs(Built(f"module{i}", (k,), 600 + i), (random_case(f"y{i}", (b, t, k), 650 + i),))
+    *(Runs(Built(key=f"module{i}", args=(k,), seed=600 + i), (random_case(f"y{i}", (b, t, k), 650 + i),))
       for i, (b, t, k) in enumerate(MODULE_SHAPES)),
     _gradient_case(700, (2, 5, 4))), layers=ROLES)
 
@@ -94,4 +96,4 @@ EQUIVARIANCE_X = random_case("y", (2, 6, 4), 801)
 PERMUTED_X = Case("y_perm", partial(_permuted, EQUIVARIANCE_X.inputs), f"permutation {list(PERMUTATION)}")
 #: one module, run on x (y) and on x with its positions permuted (y_perm)
 self_attention_qkv_equivariance = builds_and_runs("self_attention_qkv_equivariance", (
-    Runs(Built("module", (4,), 800), (EQUIVARIANCE_X, PERMUTED_X)),), layers=ROLES)
+    Runs(Built(key="module", args=(4,), seed=800), (EQUIVARIANCE_X, PERMUTED_X)),), layers=ROLES)

@@ -10,7 +10,7 @@ import torch
 
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, gradient_key
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, module_case, property_check, random_mask
 
 ROLES = ("to_queries", "to_keys", "to_values")
@@ -138,7 +138,7 @@ def _probe_gradients(cases: tuple[Case], fn: Callable, rec: Recorder) -> None:
         loss = loss + (w * randn(*w.shape, seed=UPSTREAM_SEEDS[1]).to(rec.device)).sum()
     loss.backward()
     for name, t in (("queries", q), ("keys", k), ("values", v)):
-        rec.tensor(f"grad.{name}", t.grad)
+        rec.tensor(gradient_key(name), t.grad)
 
 
 sdpa_gradients = property_check("sdpa_gradients", _probe_gradients, (GRADIENT_CASE,))
@@ -153,17 +153,18 @@ MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, "padding"), (1, 
 MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "layers": ROLES})
 
 scaled_self_attention_structure = builds_and_runs("scaled_self_attention_structure", (
-    Runs(Built("module", (STRUCTURE_K,), 400), (module_case("y", (2, 4, STRUCTURE_K), 401),)),), **MODULE_OPTIONS)
+    Runs(Built(key="module", args=(STRUCTURE_K,), seed=400),
+         (module_case("y", (2, 4, STRUCTURE_K), 401),)),), **MODULE_OPTIONS)
 scaled_self_attention_vs_pytorch = builds_and_runs("scaled_self_attention_vs_pytorch", (
-    Runs(Built("module", (4,), 495), (module_case("y", (2, 5, 4), 490, mask="padding", lengths=(5, 3),
-                                                  upstream=491),)),), **MODULE_OPTIONS)
+    Runs(Built(key="module", args=(4,), seed=495),
+         (module_case("y", (2, 5, 4), 490, mask="padding", lengths=(5, 3), upstream=491),)),), **MODULE_OPTIONS)
 #: x under a causal mask (y), x with position CHANGED changed (y_changed), and both without a mask (y_free...)
 CAUSAL_CASES = tuple(module_case(f"y{free}{changed}", (2, 6, CAUSAL_K), 481, mask=mask, changed=position)
                      for free, mask in (("", "causal"), ("_free", None))
                      for changed, position in (("", None), ("_changed", CHANGED)))
 scaled_self_attention_causal = builds_and_runs("scaled_self_attention_causal", (
-    Runs(Built("module", (CAUSAL_K,), 480), CAUSAL_CASES),), **MODULE_OPTIONS)
+    Runs(Built(key="module", args=(CAUSAL_K,), seed=480), CAUSAL_CASES),), **MODULE_OPTIONS)
 scaled_self_attention_oracle = builds_and_runs("scaled_self_attention_oracle", tuple(
-    Runs(Built(f"module{i}", (k,), 440 + 10 * i),
+    Runs(Built(key=f"module{i}", args=(k,), seed=440 + 10 * i),
          (module_case(f"y{i}", (b, t, k), 420 + i, mask=mask, lengths=(6, 4)),))
     for i, (b, t, k, mask) in enumerate(MODULE_SPECS)), **MODULE_OPTIONS)

@@ -15,7 +15,7 @@ from torch import nn
 from course.checks import device, modules, weights
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder
+from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
     Built,
     Case,
@@ -83,19 +83,20 @@ def _probe_masks(cases: tuple[SettingCase, ...], mask_function: Callable, rec: R
 MASK_ON_GPU = "causal_mask(5, device=...)", "padding_mask(torch.tensor([3, 1, 5], device=...), 5)"
 causal_mask_by_hand = property_check("causal_mask_by_hand", device.on_gpus(
     _probe_masks, "mask", lambda f, d: f(5, device=d)), (
-    SettingCase("mask", (4,), label="t=4, shown as 0/1"),
-    SettingCase("mask_secret", partial(secret_ints, 3000, (8, 21)), True)))
+    SettingCase(key="mask", setting=(4,), label="t=4, shown as 0/1"),
+    SettingCase(key="mask_secret", setting=partial(secret_ints, 3000, (8, 21)), secret=True)))
 causal_mask_oracle = property_check("causal_mask_oracle", _probe_masks, (
-    *(SettingCase(f"mask{t}", (t,), on_device=True) for t in (3, 7, 1)), SettingCase("mask_default", (2,)),
-    SettingCase("mask_secret", partial(secret_ints, 3010, (8, 21)), True, on_device=True)))
+    *(SettingCase(key=f"mask{t}", setting=(t,), on_device=True) for t in (3, 7, 1)),
+    SettingCase(key="mask_default", setting=(2,)),
+    SettingCase(key="mask_secret", setting=partial(secret_ints, 3010, (8, 21)), secret=True, on_device=True)))
 padding_mask_by_hand = property_check("padding_mask_by_hand", device.on_gpus(
     _probe_masks, "mask", lambda f, d: f(torch.tensor([3, 1, 5], device=d), 5)), (
-    SettingCase("mask", ((3, 1, 4), 5), label="lengths=[3, 1, 4], t=5, shown as 0/1"),
-    SettingCase("mask_secret", partial(secret_padding_case, 3020), True)))
+    SettingCase(key="mask", setting=((3, 1, 4), 5), label="lengths=[3, 1, 4], t=5, shown as 0/1"),
+    SettingCase(key="mask_secret", setting=partial(secret_padding_case, 3020), secret=True)))
 padding_mask_oracle = property_check("padding_mask_oracle", _probe_masks, (
-    *(SettingCase(f"mask{i}", size, on_device=True)
+    *(SettingCase(key=f"mask{i}", setting=size, on_device=True)
       for i, size in enumerate((((2, 7, 5, 1), 7), ((4, 4), 9), ((6,), 6), ((1, 3, 2, 5, 4), 5)))),
-    SettingCase("mask_secret", partial(secret_padding_case, 3030), True, on_device=True)))
+    SettingCase(key="mask_secret", setting=partial(secret_padding_case, 3030), secret=True, on_device=True)))
 
 
 # ---------------------------------------------------------------- modules: the probe's side
@@ -163,23 +164,27 @@ def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> Ru
 
 
 decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
-    Runs(Built(f"block{i}", (k, heads, ff_mult), 1000 + i), (decoder_case(f"y{i}", (2, 3, 4, k), 1000 + k),))
+    Runs(Built(key=f"block{i}", args=(k, heads, ff_mult), seed=1000 + i),
+         (decoder_case(f"y{i}", (2, 3, 4, k), 1000 + k),))
     for i, (k, heads, ff_mult) in enumerate(((8, 2, 4), (12, 3, 2)))))
-decoder_block_causality = _decoder_check("decoder_block_causality", (Runs(Built("block", (8, 2, 4), 1100), (
+decoder_block_causality = _decoder_check("decoder_block_causality",
+                                         (Runs(Built(key="block", args=(8, 2, 4), seed=1100), (
     decoder_case("y", (2, 5, 7, 8), 1110), decoder_case("y_changed", (2, 5, 7, 8), 1110, change=3))),))
 # (b, t, s, k, heads, ff_mult): t != s, batch > 1, head size != k, odd lengths; then without masks
 BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 4, 9, 16, 4, 1))
 decoder_block_oracle = _decoder_check("decoder_block_oracle", (
-    *(Runs(Built(f"block{i}", (k, heads, ff_mult), 1200 + 50 * i),
+    *(Runs(Built(key=f"block{i}", args=(k, heads, ff_mult), seed=1200 + 50 * i),
            (decoder_case(f"y{i}", (b, t, s, k), 1230 + 10 * i),)) for i, (b, t, s, k, heads, ff_mult) in
       enumerate(BLOCK_CASES)),
-    Runs(Built("block_unmasked", (8, 2, 4), 1400), (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),))))
-decoder_block_small_case = _decoder_check("decoder_block_small_case", (Runs(Built("block", (4, 2, 4), 1450), (
+    Runs(Built(key="block_unmasked", args=(8, 2, 4), seed=1400),
+         (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),))))
+decoder_block_small_case = _decoder_check("decoder_block_small_case",
+                                          (Runs(Built(key="block", args=(4, 2, 4), seed=1450), (
     decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),), train=True)
 decoder_block_padding_gradients = _decoder_check("decoder_block_padding_gradients", (
-    Runs(Built("block", (8, 2, 4), 1500), (decoder_case("y", (2, 4, 5, 8), 1510),
-                                           decoder_case("y_longer", (2, 4, 5, 8), 1510, pad_more=3),
-                                           decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),), train=True)
+    Runs(Built(key="block", args=(8, 2, 4), seed=1500), (
+        decoder_case("y", (2, 4, 5, 8), 1510), decoder_case("y_longer", (2, 4, 5, 8), 1510, pad_more=3),
+        decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),), train=True)
 
 
 # ---------------------------------------------------------------- the model
@@ -199,10 +204,11 @@ class ModelCase:
     max_len: int
 
 
-MODEL_CASES = (ModelCase(3, 7, 5, 11, 9, 16, 2, 2, 20), ModelCase(2, 4, 6, 7, 13, 12, 3, 1, 12),
-               ModelCase(1, 5, 1, 11, 9, 8, 4, 2, 10))
-#: (b, s, t, src_vocab, tgt_vocab, k, heads, depth, max_len): a source with padding, two layers of each kind
-SMALL_MODEL = ModelCase(2, 5, 4, 7, 6, 4, 2, 2, 8)
+MODEL_CASES = (ModelCase(b=3, s=7, t=5, src_vocab=11, tgt_vocab=9, k=16, heads=2, depth=2, max_len=20),
+               ModelCase(b=2, s=4, t=6, src_vocab=7, tgt_vocab=13, k=12, heads=3, depth=1, max_len=12),
+               ModelCase(b=1, s=5, t=1, src_vocab=11, tgt_vocab=9, k=8, heads=4, depth=2, max_len=10))
+#: a source with padding, two layers of each kind
+SMALL_MODEL = ModelCase(b=2, s=5, t=4, src_vocab=7, tgt_vocab=6, k=4, heads=2, depth=2, max_len=8)
 
 
 def _source_mask(src: torch.Tensor) -> torch.Tensor:
@@ -242,7 +248,7 @@ def model_runs(seed: int, *calls: str, key: str = "model", c: ModelCase = MODEL_
     label = f"src ({c.b}, {c.s}) with lengths {lengths}, tgt ({c.b}, {c.t}), k={c.k}, heads={c.heads}, depth={c.depth}"
     cases = tuple(Case(call, partial(_model_inputs, c, batch, int(call.partition("changed")[2] or -1),
                                      4 * call.endswith("longer")), label, upstream=grad) for call in calls)
-    return Runs(Built(key, (c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len), seed), cases)
+    return Runs(Built(key=key, args=(c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len), seed=seed), cases)
 
 
 def _probe_translator(runs: tuple[Runs, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
@@ -403,17 +409,18 @@ def _probe_decodes(cases: tuple[SettingCase, ...], greedy_decode: Callable, rec:
 
 
 greedy_decode_scripted = property_check("greedy_decode_scripted", _probe_decodes, (
-    SettingCase("tokens", (partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9),
+    SettingCase(key="tokens",
+                setting=(partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9),
                 label="a stand-in model; the three sequences end after 3, 1 and 5 tokens"),
-    SettingCase("tokens_secret", (partial(secret_scripted_source, 3040, (1, 5), 5, 3), 9), True,
+    SettingCase(key="tokens_secret", setting=(partial(secret_scripted_source, 3040, (1, 5), 5, 3), 9), secret=True,
                 label="a stand-in model; source lengths {lengths}")))
 #: a first translation longer than max_len (cut); under grading, the others of lengths 1 to 3
 greedy_decode_step_by_step = property_check("greedy_decode_step_by_step", _probe_decodes, (
-    SettingCase("short", (partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1)), 4),
+    SettingCase(key="short", setting=(partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1)), 4),
                 label="a stand-in model, max_len=4 shorter than the first translation"),
-    SettingCase("random", (_random_translator, 10), label="a stand-in translator with random weights"),
-    SettingCase("short_secret", (partial(secret_scripted_source, 3050, (4, 6), 6, 2, at_most=3), 4), True,
-                label="a stand-in model, source lengths {lengths}, max_len={max_len}")))
+    SettingCase(key="random", setting=(_random_translator, 10), label="a stand-in translator with random weights"),
+    SettingCase(key="short_secret", setting=(partial(secret_scripted_source, 3050, (4, 6), 6, 2, at_most=3), 4),
+                secret=True, label="a stand-in model, source lengths {lengths}, max_len={max_len}")))
 
 
 # ---------------------------------------------------------------- the model's checks (they name their prerequisites)
@@ -480,7 +487,7 @@ def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Calla
         sizes, lr, weight_decay = case.settings()
         model = StandInNetwork(*sizes)
         optimizer = rec.call(case.key, configure_optimizer, model, lr, weight_decay)
-        rec.fact(f"{case.key}.class", "AdamW" if isinstance(optimizer, torch.optim.AdamW)
+        rec.fact(fact_key(case.key, "class"), "AdamW" if isinstance(optimizer, torch.optim.AdamW)
                  else "Adam" if isinstance(optimizer, torch.optim.Adam) else None)
         groups = getattr(optimizer, "param_groups", None) if isinstance(optimizer, torch.optim.Optimizer) else None
         if not isinstance(groups, list):
@@ -488,20 +495,22 @@ def _probe_optimizers(cases: tuple[SettingCase, ...], configure_optimizer: Calla
         groups, params = [group for group in groups if isinstance(group, dict)], list(model.parameters())
         held = [q for group in groups for q in group.get("params", [])]
         first = [next((g for g in groups if any(q is p for q in g.get("params", []))), {}) for p in params]
-        rec.tensor(f"{case.key}.count", torch.tensor([sum(q is p for q in held) for p in params], dtype=torch.int64))
+        counts = [sum(q is p for q in held) for p in params]
+        rec.tensor(fact_key(case.key, "count"), torch.tensor(counts, dtype=torch.int64))
         for key, setting in (("decay", "weight_decay"), ("lr", "lr")):
-            rec.tensor(f"{case.key}.{key}", torch.tensor([_number(g.get(setting), -1.0) for g in first],
+            rec.tensor(fact_key(case.key, key), torch.tensor([_number(g.get(setting), -1.0) for g in first],
                                                          dtype=torch.float64))
-        rec.tensor(f"{case.key}.foreign", torch.tensor(sum(not any(q is p for p in params) for q in held)))
+        rec.tensor(fact_key(case.key, "foreign"), torch.tensor(sum(not any(q is p for p in params) for q in held)))
 
 
 #: (vocab, k, blocks), lr (not AdamW's default 1e-3), weight_decay: the case shown in the notebook, then others
 configure_optimizer_groups = property_check("configure_optimizer_groups", _probe_optimizers, (
-    SettingCase("optimizer", ((7, 4, 0), 3e-3, 0.1)),
-    SettingCase("optimizer_secret", partial(secret_optimizer_setting, 3060), secret=True)))
+    SettingCase(key="optimizer", setting=((7, 4, 0), 3e-3, 0.1)),
+    SettingCase(key="optimizer_secret", setting=partial(secret_optimizer_setting, 3060), secret=True)))
 configure_optimizer_hidden = property_check("configure_optimizer_hidden", _probe_optimizers, (
-    SettingCase("optimizer0", ((9, 5, 2), 3e-4, 0.05)), SettingCase("optimizer1", ((5, 3, 1), 2e-2, 0.3)),
-    SettingCase("optimizer_secret", partial(secret_optimizer_setting, 3070), secret=True)))
+    SettingCase(key="optimizer0", setting=((9, 5, 2), 3e-4, 0.05)),
+    SettingCase(key="optimizer1", setting=((5, 3, 1), 2e-2, 0.3)),
+    SettingCase(key="optimizer_secret", setting=partial(secret_optimizer_setting, 3070), secret=True)))
 
 
 def secret_schedule(seed: int) -> tuple[int, float, int]:
@@ -522,7 +531,7 @@ def _probe_schedules(cases: tuple[SettingCase, ...], learning_rate: Callable, re
             value = rec.call(case.key, learning_rate, step, steps, peak, warmup)
             number = _number(value) if not isinstance(value, (str, bytes)) else None
             if number is None:
-                rec.fact(f"{case.key}.step", step)
+                rec.fact(fact_key(case.key, "step"), step)
                 break
             values.append(number)
         else:
@@ -530,11 +539,13 @@ def _probe_schedules(cases: tuple[SettingCase, ...], learning_rate: Callable, re
 
 
 learning_rate_schedule = property_check("learning_rate_schedule", _probe_schedules, (
-    SettingCase("lr", (20, 0.01, 4)), SettingCase("lr_secret", partial(secret_schedule, 3080), secret=True)))
+    SettingCase(key="lr", setting=(20, 0.01, 4)),
+    SettingCase(key="lr_secret", setting=partial(secret_schedule, 3080), secret=True)))
 #: the notebook's own schedule, a single warm-up step, a warm-up as long as all but one step, and a secret one
 learning_rate_hidden = property_check("learning_rate_hidden", _probe_schedules, (
-    SettingCase("lr0", (800, 4e-3, 80)), SettingCase("lr1", (7, 1.0, 1)), SettingCase("lr2", (9, 0.5, 8)),
-    SettingCase("lr_secret", partial(secret_schedule, 3090), secret=True)))
+    SettingCase(key="lr0", setting=(800, 4e-3, 80)), SettingCase(key="lr1", setting=(7, 1.0, 1)),
+    SettingCase(key="lr2", setting=(9, 0.5, 8)),
+    SettingCase(key="lr_secret", setting=partial(secret_schedule, 3090), secret=True)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -573,20 +584,20 @@ def _probe_steps(cases: tuple[StepCase, ...], train_step: Callable, rec: Recorde
         for i, lr in enumerate(case.lrs):
             x, y = (v.to(rec.device) for v in case.batch(i))
             loss = ((model(x) - y) ** 2).mean()  # the loss the step trains on: an input, as a batch's loss is
-            norm = rec.call(f"{case.key}.norm{i}", train_step, model, optimizer, loss, lr, case.max_norm)
+            norm = rec.call(fact_key(case.key, f"norm{i}"), train_step, model, optimizer, loss, lr, case.max_norm)
             if isinstance(norm, (int, float)) and not isinstance(norm, bool):
-                rec.value(f"{case.key}.norm{i}", torch.tensor(float(norm), dtype=torch.float64))
+                rec.value(fact_key(case.key, f"norm{i}"), torch.tensor(float(norm), dtype=torch.float64))
             for name, p in model.named_parameters():
-                rec.tensor(f"{case.key}.after{i}.{name}", p)
-            rec.fact(f"{case.key}.lrs{i}", [_number(group.get("lr")) for group in optimizer.param_groups])
+                rec.tensor(fact_key(case.key, f"after{i}.{name}"), p)
+            rec.fact(fact_key(case.key, f"lrs{i}"), [_number(group.get("lr")) for group in optimizer.param_groups])
 
 
 def _step_cases(key: str, sizes: tuple[int, int, int], seed: int, max_norm: float,
                 y_scale: float) -> tuple[StepCase, StepCase]:
     """The case shown (lr 0.1, then 0.05) and, under grading, a secret companion of other sizes and seeds."""
-    return (StepCase(key, sizes, seed=seed, lrs=(0.1, 0.05), max_norm=max_norm, y_scale=y_scale),
-            StepCase(f"{key}_secret", partial(secret_ints, seed + 50, (2, 7), (2, 7), (1, 5)), True, seed=seed + 60,
-                     lrs=(0.2, 0.07), max_norm=max_norm, y_scale=y_scale))
+    return (StepCase(key=key, setting=sizes, seed=seed, lrs=(0.1, 0.05), max_norm=max_norm, y_scale=y_scale),
+            StepCase(key=f"{key}_secret", setting=partial(secret_ints, seed + 50, (2, 7), (2, 7), (1, 5)), secret=True,
+                     seed=seed + 60, lrs=(0.2, 0.07), max_norm=max_norm, y_scale=y_scale))
 
 
 #: gradient norms of a few units: max_norm 100 never clips them, 0.5 always does (y 10 times larger)

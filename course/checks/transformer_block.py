@@ -44,8 +44,8 @@ OPTIONS = MappingProxyType({"facts": block_facts, "train": False})
 
 # ================================================================ FeedForward
 
-FF_MODULE = Built("module", (6, 10), 900)
-FF_HAND = Built("hand", (1, 2), 950)
+FF_MODULE = Built(key="module", args=(6, 10), seed=900)
+FF_HAND = Built(key="hand", args=(1, 2), seed=950)
 FF_CASE = module_case("y", (2, 4, 6), 901, "x of shape (2, 4, 6), hidden=10")
 
 
@@ -78,22 +78,25 @@ feed_forward_structure = builds_and_runs("feed_forward_structure", (
 # (b, t, k, hidden)
 FF_SHAPES = ((2, 5, 6, 10), (3, 1, 4, 16), (1, 7, 8, 32))
 feed_forward_oracle = builds_and_runs("feed_forward_oracle", (
-    *(Runs(Built(f"module{i}", (k, hidden), 1000 + 20 * i),
+    *(Runs(Built(key=f"module{i}", args=(k, hidden), seed=1000 + 20 * i),
            (module_case(f"y{i}", (b, t, k), 1100 + i, f"x of shape {(b, t, k)}, hidden={hidden}"),))
       for i, (b, t, k, hidden) in enumerate(FF_SHAPES)),
-    Runs(Built("local", (4, 8), 1200), (module_case("y_local", (2, 5, 4), 1201, "x of shape (2, 5, 4), hidden=8"),
-                                        module_case("y_local_changed", (2, 5, 4), 1201, "position 3 of x changed",
-                                                    changed=3, shift_by=1.0)))), **OPTIONS)
+    Runs(Built(key="local", args=(4, 8), seed=1200),
+         (module_case("y_local", (2, 5, 4), 1201, "x of shape (2, 5, 4), hidden=8"),
+          module_case("y_local_changed", (2, 5, 4), 1201, "position 3 of x changed", changed=3,
+                      shift_by=1.0)))), **OPTIONS)
 
 
 # ================================================================ TransformerBlock
 
 transformer_block_structure = builds_and_runs("transformer_block_structure", (
-    Runs(Built("module0", (12, 3), 1250), (module_case("y0", (2, 4, 12), 1263, "x of shape (2, 4, 12), heads=3"),)),
-    Runs(Built("module1", (8, 2, 2), 1260), (module_case("y1", (2, 4, 8), 1259, "x of shape (2, 4, 8), heads=2"),))),
+    Runs(Built(key="module0", args=(12, 3), seed=1250),
+         (module_case("y0", (2, 4, 12), 1263, "x of shape (2, 4, 12), heads=3"),)),
+    Runs(Built(key="module1", args=(8, 2, 2), seed=1260),
+         (module_case("y1", (2, 4, 8), 1259, "x of shape (2, 4, 8), heads=2"),))),
     **OPTIONS)
 
-NORMALISED = Built("module", (8, 2), 1300)
+NORMALISED = Built(key="module", args=(8, 2), seed=1300)
 NORMALISED_CASE = module_case("y", (2, 5, 8), 1301, "x of shape (2, 5, 8), heads=2, norms with gain 1 and bias 0",
                               scale=3.0, shift=1.0)
 
@@ -107,7 +110,8 @@ def _reset_norms(block: nn.Module) -> None:
 transformer_block_normalised = builds_and_runs("transformer_block_normalised", (
     Runs(NORMALISED, (NORMALISED_CASE,), _reset_norms),), **OPTIONS)
 
-transformer_block_small_case = builds_and_runs("transformer_block_small_case", (Runs(Built("module", (4, 2), 1650), (
+transformer_block_small_case = builds_and_runs("transformer_block_small_case",
+                                               (Runs(Built(key="module", args=(4, 2), seed=1650), (
     module_case("y", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, no mask"),
     module_case("y_masked", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", mask="causal"),
     module_case("y_grad", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", mask="causal",
@@ -123,24 +127,25 @@ def _training_mode(block: nn.Module) -> None:
 
 
 #: dropout=1.0 in training mode: each sub-layer's output dropped before it is added, the block gives norm2(norm1(x))
-DROPOUT_RUNS = Runs(Built("dropout", (8, 2, 4, 1.0), 1560), (
+DROPOUT_RUNS = Runs(Built(key="dropout", args=(8, 2, 4, 1.0), seed=1560), (
     module_case("y_dropout", (2, 5, 8), 1561, "x of shape (2, 5, 8), heads=2, dropout=1.0 in training mode"),),
     _training_mode)
 transformer_block_oracle = builds_and_runs("transformer_block_oracle", (*(
-    Runs(Built(f"module{i}", (k, heads, ff_mult), 1400 + 50 * i),
+    Runs(Built(key=f"module{i}", args=(k, heads, ff_mult), seed=1400 + 50 * i),
          (module_case(f"y{i}", (b, t, k), 1390 + i, f"x of shape {(b, t, k)}, heads={heads}"),))
     for i, (b, t, k, heads, ff_mult) in enumerate(BLOCK_SHAPES)), DROPOUT_RUNS), **OPTIONS)
 
-transformer_block_mask = builds_and_runs("transformer_block_mask", (Runs(Built("module", (8, 2, 4), 1600), (
+transformer_block_mask = builds_and_runs("transformer_block_mask",
+                                         (Runs(Built(key="module", args=(8, 2, 4), seed=1600), (
     module_case("y_causal", (3, 6, 8), 1601, "causal mask (6, 6)", mask="causal"),
     module_case("y_padding", (3, 6, 8), 1601, "padding mask (3, 1, 6), lengths 6, 4, 2", mask="padding",
                 lengths=(6, 4, 2)))),), **OPTIONS)
 
 PERMUTATION = (5, 2, 0, 4, 1, 3)
 transformer_block_gradients = builds_and_runs("transformer_block_gradients", (
-    Runs(Built("module", (8, 2), 1700),
+    Runs(Built(key="module", args=(8, 2), seed=1700),
          (module_case("y", (2, 5, 8), 1701, "k=8, 2 heads, x (2, 5, 8)", upstream=1702),)),
-    Runs(Built("perm", (8, 2), 1800), (
+    Runs(Built(key="perm", args=(8, 2), seed=1800), (
         module_case("y_plain", (2, 6, 8), 1801, "x of shape (2, 6, 8), heads=2"),
         module_case("y_perm", (2, 6, 8), 1801, "permutation [5, 2, 0, 4, 1, 3]", order=PERMUTATION)))), **OPTIONS)
 
@@ -160,24 +165,25 @@ def token_case(key: str, vocab: int, shape: tuple[int, ...], seed: int, label: s
 
 CLASSIFIER_STRUCTURE = (11, 8, 2, 3, 4)  # (vocab, k, heads, depth, classes)
 transformer_classifier_structure = builds_and_runs("transformer_classifier_structure", (
-    Runs(Built("module", CLASSIFIER_STRUCTURE, 1900),
+    Runs(Built(key="module", args=CLASSIFIER_STRUCTURE, seed=1900),
          (token_case("y", 11, (5, 7), 1901, "tokens of shape (5, 7), depth=3"),)),), **OPTIONS)
 
 # (b, t, vocab, k, heads, depth, classes)
 CLASSIFIER_SHAPES = ((4, 6, 11, 8, 2, 2, 3), (3, 5, 7, 12, 3, 1, 2), (2, 9, 5, 6, 2, 3, 4))
 transformer_classifier_oracle = builds_and_runs("transformer_classifier_oracle", tuple(
-    Runs(Built(f"module{i}", (vocab, k, heads, depth, classes), 2100 + 100 * i),
+    Runs(Built(key=f"module{i}", args=(vocab, k, heads, depth, classes), seed=2100 + 100 * i),
          (token_case(f"y{i}", vocab, (b, t), 2050 + i, f"tokens of shape {(b, t)}, depth={depth}"),))
     for i, (b, t, vocab, k, heads, depth, classes) in enumerate(CLASSIFIER_SHAPES)), **OPTIONS)
 
 ORDER_SHAPE = (9, 8, 2, 2, 3)
 TOKEN_PERMUTATION = (6, 2, 0, 4, 1, 5, 3)
 transformer_classifier_order_blind = builds_and_runs("transformer_classifier_order_blind", (
-    Runs(Built("order", ORDER_SHAPE, 2200), (
+    Runs(Built(key="order", args=ORDER_SHAPE, seed=2200), (
         token_case("y", 9, (4, 7), 2201, "tokens of shape (4, 7), depth=2"),
         token_case("y_perm", 9, (4, 7), 2201, "positions permuted", TOKEN_PERMUTATION))),), **OPTIONS)
 
 transformer_classifier_gradients = builds_and_runs("transformer_classifier_gradients", (
-    Runs(Built("module", ORDER_SHAPE, 2300), (Case("y_grad", lambda: {"tokens": torch.arange(9).view(3, 3)},
-                                                    "tokens arange(9) as (3, 3), a random upstream gradient",
-                                                    upstream=partial(randn, 3, 3, seed=2301)),)),), **OPTIONS)
+    Runs(Built(key="module", args=ORDER_SHAPE, seed=2300),
+         (Case("y_grad", lambda: {"tokens": torch.arange(9).view(3, 3)},
+               "tokens arange(9) as (3, 3), a random upstream gradient",
+               upstream=partial(randn, 3, 3, seed=2301)),)),), **OPTIONS)

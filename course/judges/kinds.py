@@ -36,7 +36,7 @@ from course.checks.compare import (
     tensor,
     value_kind,
 )
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.kinds import (
     Built,
     CallCheck,
@@ -630,7 +630,7 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     found = [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
              if not right and matches_any(logits, [out], ev.device)]
     for j in run.changed:
-        expect_causal(ev, logits, model_logits(ev, oracle, f"{run.model}.changed{j}", case, what), j,
+        expect_causal(ev, logits, model_logits(ev, oracle, fact_key(run.model, f"changed{j}"), case, what), j,
                       f"{owner} is not causal", wrong, oracle.causal, oracle.reads_future)
     if not right and not found:
         fail(f"{owner} has the right parts, but it is not a language model with the check's weights: {oracle.hint}",
@@ -669,8 +669,8 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
         what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
         expect_tuple(ev, step, what, f"{what} should return a pair, (logits, cache)"
                      + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
-        out = model_logits(ev, oracle, f"{step}.0", case, what, end - start)
-        expect_tuple(ev, f"{step}.1", what, f"The cache {what} returned should be a list of {case.depth} (keys, "
+        out = model_logits(ev, oracle, item_key(step, 0), case, what, end - start)
+        expect_tuple(ev, item_key(step, 1), what, f"The cache {what} returned should be a list of {case.depth} (keys, "
                      f"values) pairs, one per block{explained}", case.depth, bad_cache)
         for i in range(case.depth):
             expect_tuple(ev, f"{step}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}",

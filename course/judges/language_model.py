@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from course.checks import compare, modules
 from course.checks import language_model as probes
 from course.checks.compare import Mistake, expect_equal, fail, generator, output
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, fact_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
@@ -41,7 +41,7 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     key, case = run.model, run.case
     vocab, k, depth = case.vocab, case.k, case.depth
     modules.built(ev, key, case.call)
-    parts = compare.recorded(ev, f"{key}.parts", f"the parts of {MODEL_NAME}")
+    parts = compare.recorded(ev, fact_key(key, "parts"), f"the parts of {MODEL_NAME}")
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
     if isinstance(position, dict) and position.get("kind") not in ("Embedding", "missing"):
         fail(f"{MODEL_NAME}.position_embedding is a {str(position.get('kind'))[:60]}: "
@@ -400,7 +400,7 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
              "prompt, then the new tokens.", compare.Rows(good[0]), compare.Rows(out), case, compare.WRONG_SHAPE)
     expect_equal(out, good, what=what, mistakes=mistakes, otherwise=hint, case=case,
                  differs="does not give the tokens of the step-by-step oracle")
-    calls = ev.facts.get(f"{key}.calls")
+    calls = ev.facts.get(fact_key(key, "calls"))
     if not isinstance(calls, list) or len(calls) < n:
         fail(f"{what} made {len(calls) if isinstance(calls, list) else 'no'} calls of the model for {n} new tokens.")
     expected = [[t0, 0, True], *([1, t0 + i, True] for i in range(n - 1))]

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from course.checks import compare, modules
 from course.checks import modern_decoder as probes
 from course.checks.compare import Mistake, OnGpus, expect_close, expect_close_batch, fail, matches_any, output
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.kinds import Built, Case, ModelRun
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModernCase
 from course.judges import judge, mistakes
@@ -127,7 +127,7 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
     t, s, base = inputs["t"], inputs["s"], inputs.get("base", DEFAULT_BASE)
     what = f"rotary_tables({t}, {s}, base={base:g})"
     compare.expect_tuple(ev, case.key, what, f"{what} should return a pair. {_TABLES_HINT}", 2, compare.NOT_A_TENSOR)
-    if any(getattr(compare.tensor(ev, f"{case.key}.{i}"), "dtype", None) == torch.float64 for i in range(2)):
+    if any(getattr(compare.tensor(ev, item_key(case.key, i)), "dtype", None) == torch.float64 for i in range(2)):
         fail(f"{what}: {M['rotary-tables-float64'].explanation}", mistake=M["rotary-tables-float64"])
     found = [output(ev, f"{case.key}.{i}", what=f"The {name} table of {what}", shape=(t, s // 2), dtype=torch.float32,
                     hint=_TABLES_HINT, shape_hints={(t, s): M["rotary-tables-full-width"]})
@@ -300,7 +300,7 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     k, heads, g = case.k, case.heads, case.kv_heads
     into = (k, k, "nn.Linear(k, k, bias=False)")
     kv = (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
-    w = _bias_free(ev, f"{case.key}.module", case.call, ATTENTION_NAME,
+    w = _bias_free(ev, fact_key(case.key, "module"), case.call, ATTENTION_NAME,
                    {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, M["gqa-bias"])
     x, cos, sin, mask = case.inputs().values()
     right, p = None, case.prefix
@@ -308,11 +308,11 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     for name, rows, shown in calls[:3 if p else 1]:
         past = right if name == "second" else None
         args = (k, heads, g, x[:, rows], cos, sin, mask[rows, :rows.stop], past)
-        key, label = f"{case.key}.{name}", f"x {tuple(args[3].shape)}, {case.mask} mask"
+        key, label = fact_key(case.key, name), f"x {tuple(args[3].shape)}, {case.mask} mask"
         what = f"{case.call}.forward({shown}, cos, sin, mask{f', past=(the cache of x[:, :{p}])' if past else ''})"
         compare.expect_tuple(ev, key, what, f"{what} should return (out, (keys, values)). {_GQA_HINT}", 2)
-        compare.expect_tuple(ev, f"{key}.1", what, f"Its cache should be (keys, values). {_GQA_HINT}", 2)
-        out = output(ev, f"{key}.0", what=what, shape=tuple(args[3].shape), hint=_GQA_HINT)
+        compare.expect_tuple(ev, item_key(key, 1), what, f"Its cache should be (keys, values). {_GQA_HINT}", 2)
+        out = output(ev, item_key(key, 0), what=what, shape=tuple(args[3].shape), hint=_GQA_HINT)
         shape = (x.shape[0], g, out.shape[1] + (0 if past is None else past[0].shape[2]), k // heads)
         repeated = {(x.shape[0], heads, *shape[2:]): M["gqa-cache-repeated"]} if heads != g else {}
         cache = [output(ev, f"{key}.1.{i}", what=f"The cached {part} of {what}", shape=shape, hint=_GQA_HINT,
@@ -363,7 +363,7 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
                                                    for name, how in zip(probes.BLOCK_PARTS, hows, strict=True)])
     modules.expect_part(ev, key, MODEL_NAME, "norm", "RMSNorm", "RMSNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size, bias=False)")
-    found = ev.facts.get(f"{key}.buffers")
+    found = ev.facts.get(fact_key(key, "buffers"))
     found = {e[0]: e[1:] for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
     for name in ("cos", "sin"):
         got, persistent = found.get(name, (None, None))
@@ -427,8 +427,9 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
     if run.chunks:
         expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, M["modern-cache-differs"], caches=False)
     if run.too_long:
-        compare.expect_value_error(ev, f"{run.model}.too_long", f"{MODEL_NAME}.forward on {run.case.max_len + 1} "
-                                   f"tokens with max_len={run.case.max_len}", M["modern-no-length-check"])
+        compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
+                                   f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
+                                   M["modern-no-length-check"])
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),

@@ -17,8 +17,8 @@ from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
 from course.judges import judge, kinds, mistakes, oracles
+from course.judges.attention_modules import anchored, expect_structure, mistake_combinations
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared, simulated
-from course.judges.qkv import anchored, expect_structure, mistake_combinations
 
 NARROW_NAME = "MultiHeadAttention"
 WIDE_NAME = "WideMultiHeadAttention"

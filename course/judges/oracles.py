@@ -162,3 +162,12 @@ def layer_norm(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor, eps: f
     """torch's F.layer_norm over the last dimension of x with the weights in w of the nn.LayerNorm `name`
     (name.weight, name.bias). Autograd reaches w."""
     return torch.nn.functional.layer_norm(x, x.shape[-1:], w[f"{name}.weight"], w[f"{name}.bias"], eps)
+
+
+def sinusoidal_table(max_len: int, k: int) -> torch.Tensor:
+    """PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(same), computed in float64 and returned as float32 (06's
+    judges also compute it with its typical mistakes: judges/positional_encoding.py's _formula)."""
+    p = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    i = torch.arange(k // 2, dtype=torch.float64)  # (k/2,) pair index; the column index of the sine is j = 2i
+    angles = p / torch.pow(torch.tensor(10000.0, dtype=torch.float64), 2 * i / k)  # (max_len, k/2)
+    return torch.stack([torch.sin(angles), torch.cos(angles)], dim=2).reshape(max_len, k).float()  # interleaved

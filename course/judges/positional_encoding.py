@@ -23,7 +23,7 @@ from course.checks.compare import (
     output,
     tensor,
 )
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, fact_key, gradient_key
 from course.checks.kinds import Built, Case, drawn
 from course.judges import judge, mistakes
 from course.judges.kinds import ForwardOracle, against_forward, each_case, expect_forward_case
@@ -55,11 +55,6 @@ def _formula(max_len: int, k: int, how: Mistake | None = None) -> torch.Tensor:
     if how is M["concatenated"]:
         return torch.cat([sin, cos], dim=1)  # (max_len, k)
     return torch.stack([sin, cos], dim=2).reshape(max_len, k)  # (max_len, k): sin, cos interleaved
-
-
-def reference_table(max_len: int, k: int) -> torch.Tensor:
-    """PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(same), computed in float64 and returned as float32."""
-    return _formula(max_len, k).float()
 
 
 def _table_mistakes(max_len: int, k: int) -> list[tuple[Mistake, torch.Tensor]]:
@@ -119,7 +114,7 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
     """No parameters, and a registered buffer holding max_len·k values with positions down the rows."""
     __tracebackhide__ = True
     modules.built(ev, key, what)
-    params, buffers = ev.facts.get(f"{key}.params"), ev.facts.get(f"{key}.buffers")
+    params, buffers = ev.facts.get(fact_key(key, "params")), ev.facts.get(fact_key(key, "buffers"))
     if not isinstance(params, list) or not isinstance(buffers, list):
         fail(f"The test recorded nothing about the buffers of {what}: the check did not run to the end.")
     if params:
@@ -127,7 +122,7 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
     found = [tuple(b[1]) for b in buffers if isinstance(b, list) and len(b) >= 2 and isinstance(b[1], list)
              and all(isinstance(n, int) for n in b[1]) and math.prod(b[1]) == max_len * k]
     if not found:
-        plain = ", ".join(str(name)[:40] for name in ev.facts.get(f"{key}.plain") or [])
+        plain = ", ".join(str(name)[:40] for name in ev.facts.get(fact_key(key, "plain")) or [])
         fail(f"{what} has no registered buffer holding the ({max_len}, {k}) table."
              + (f" The table is a plain tensor attribute ({plain}), which .to(device) does not move." if plain else "")
              + f" {M['table-not-a-buffer'].explanation}", mistake=M["table-not-a-buffer"])
@@ -161,7 +156,7 @@ def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool 
     else:
         modules.built(ev, key, what)
     if table:
-        found = tensor(ev, f"{key}.table")
+        found = tensor(ev, fact_key(key, "table"))
         if found is None or found.numel() != max_len * k:
             fail(f"The test recorded no table buffer of {what}: the check did not run to the end.")
         expect_close(found.reshape(max_len, k), _formula(max_len, k), what=f"{what}'s table buffer",
@@ -293,7 +288,7 @@ def _judge_learned_gradients(ev: Evidence) -> None:
     expect_forward_case(ev, w, run.module, dataclasses.replace(case, upstream=None), LEARNED)
     modules.expect_attached(ev, case.key, f"{LEARNED_NAME}.forward")
     ((name, weight),) = w.items()
-    w_grad = tensor(ev, f"grad.{name}", shape=tuple(weight.shape))
+    w_grad = tensor(ev, gradient_key(name), shape=tuple(weight.shape))
     if w_grad is None or not bool(w_grad.any()):
         fail(f"{LEARNED_NAME}: {M['embedding-cut-off'].explanation}", mistake=M["embedding-cut-off"])
     expect_forward_case(ev, w, run.module, case, LEARNED)

@@ -2,10 +2,8 @@
 nn.MultiheadAttention with one head (its 1/√k undone), and the typical mistakes; only the properties are written out."""
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from functools import partial
-from itertools import product
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -13,15 +11,21 @@ import torch.nn.functional as F
 from course.checks import modules
 from course.checks import qkv as probes
 from course.checks.compare import Mistake, expect_close, fail, matches_any, output
-from course.checks.evidence import Evidence
-from course.checks.kinds import Built, Runs, RunsCheck
+from course.checks.evidence import Evidence, fact_key
+from course.checks.kinds import Built
 from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, kinds, mistakes, oracles
-from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, anchor_forward, declared
+from course.judges.attention_modules import (
+    anchored,
+    expect_structure,
+    mistake_combinations,
+    projection_count,
+    projections,
+)
+from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
-PROJECTION = "nn.Linear(k, k, bias=False)"
 
 # ---------------------------------------------------------------- mistakes
 
@@ -112,26 +116,11 @@ def _projected(w: dict[str, torch.Tensor], k: int, x: torch.Tensor, *, roles: tu
     return _unscaled_attention(*(projected[r] for r in roles), how)
 
 
-def mistake_combinations(axes: Sequence[Sequence[tuple[tuple[Mistake, ...], Mapping[str, Any]]]],
-                         simulate: Callable[..., torch.Tensor],
-                         several: Mistake = M["several-mistakes"]) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """simulate switched by one choice (mistakes made, switches) per axis: single mistakes, then under several."""
-    single, combined = [], []
-    for choice in product(*axes):
-        parts = [m for made, _ in choice for m in made]
-        run = partial(simulate, **{name: value for _, switches in choice for name, value in switches.items()})
-        if len(parts) == 1:
-            single.append((parts[0], run))
-        elif parts:
-            combined.append((Mistake(several.id, "several things at once. " + " ".join(
-                f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), run))
-    return single + combined
-
-
 def _qkv_simulators(k: int, x: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
     """Each typical mistake alone, then one of the module's together with a mistake of the attention cell."""
     return mistake_combinations(((((), {}), *(((m,), {"roles": roles}) for m, roles in _ROLE_MISTAKES)),
-                                 (((), {}), *(((m,), {"how": m}) for m in _ATTENTION_MISTAKES))), _projected)
+                                 (((), {}), *(((m,), {"how": m}) for m in _ATTENTION_MISTAKES))), _projected,
+                                M["several-mistakes"])
 
 
 def _qkv_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -139,22 +128,11 @@ def _qkv_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     return oracles.course_module_attention(w, x, query_scale=oracles.unscaled(x.shape[-1]))
 
 
-def projections(ev: Evidence, built: Built, owner: str = MODULE_NAME, gains: Mapping[str, float] | None = None,
-                bias_mistake: Mistake = M["projection-bias"]) -> dict[str, torch.Tensor]:
-    """The module's three separate bias-free k×k projections (a bias is bias_mistake); their loaded weights."""
-    __tracebackhide__ = True
-    (k,) = built.args
-    return kinds.expect_linear_layers(ev, built.key, f"{owner}({k})", owner,
-                                      dict.fromkeys(ROLES, (k, k, False, PROJECTION)),
-                                      "Two of to_queries, to_keys, to_values are one layer: create three nn.Linear.",
-                                      dict.fromkeys(ROLES, bias_mistake), built.seed, gains)
-
-
 def _any_projections(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """The loaded projections, shared layers and biases allowed (a property keeps its credit for them)."""
     (k,) = built.args
     loaded = modules.loaded(ev, built.key, built.seed)
-    shared = ev.facts.get(f"{built.key}.shared")
+    shared = ev.facts.get(fact_key(built.key, "shared"))
     same_as = {e[0]: e[1] for e in shared if isinstance(e, list) and len(e) == 2} if isinstance(shared, list) else {}
     found = {}
     for role in ROLES:
@@ -169,37 +147,11 @@ def _any_projections(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 
 MODULE = ForwardOracle(
-    MODULE_NAME, "self-attention with the projections to_queries, to_keys and to_values", projections,
+    MODULE_NAME, "self-attention with the projections to_queries, to_keys and to_values",
+    partial(projections, owner=MODULE_NAME, bias_mistake=M["projection-bias"]),
     lambda w, k, x: _qkv_oracle(w, x), "nn.MultiheadAttention", simulators=_qkv_simulators,
     hint=lambda **_: _FORWARD_HINT,
     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
-
-
-def anchored(ev: Evidence, run: Runs, oracle: ForwardOracle, claim: str,
-             w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The outputs (b, t, k) of run's cases by key, each what the module computes with the weights w or what a
-    typical mistake does (anchor_forward, with claim)."""
-    __tracebackhide__ = True
-    outputs = {case.key: kinds.forward_output(ev, case.key, oracle, case.inputs()) for case in run.cases}
-    for case in run.cases:
-        anchor_forward(ev, outputs[case.key], oracle, w, run.module.args, case.inputs(), claim, case.label)
-    return outputs
-
-
-def expect_structure(ev: Evidence, check: RunsCheck, oracle: ForwardOracle, claim: str,
-                     count: tuple[int, str, str] | None = None) -> None:
-    """The module of check has the right layers and count (values, formula, hint), its outputs anchored."""
-    __tracebackhide__ = True
-    (run,) = check.runs
-    w = oracle.weights(ev, run.module)
-    if count is not None:
-        modules.expect_parameter_count(ev, run.module.key, kinds.block_call(run.module, oracle.owner), *count)
-    anchored(ev, run, oracle, claim, w)
-
-
-def projection_count(k: int) -> tuple[int, str, str]:
-    """What expect_structure's count is for three bias-free k×k projections: 3k² values."""
-    return 3 * k * k, "three k×k matrices make 3k²", "Extra layers or biases, or a projection kept outside the module?"
 
 
 # ---------------------------------------------------------------- the module

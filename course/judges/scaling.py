@@ -12,12 +12,12 @@ import torch.nn.functional as F
 from course.checks import compare, modules
 from course.checks import scaling as probes
 from course.checks.compare import Mistake, expect_close, expect_tuple, fail, matches_any, output, raised, randn, tensor
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, gradient_key, item_key
 from course.checks.kinds import Case
 from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
 from course.judges import judge, kinds, mistakes, oracles
+from course.judges.attention_modules import expect_structure, projection_count, projections
 from course.judges.kinds import ForwardOracle, against_forward, anchor_forward, each_case, expect_causal, forward_output
-from course.judges.qkv import expect_structure, projection_count, projections
 
 SDPA_NAME = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
@@ -117,10 +117,10 @@ def _result(ev: Evidence, case: Case) -> Pair:
     q, k, v = inputs["queries"], inputs["keys"], inputs["values"]
     lead, tq, tk, d, dv = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     swapped = "That is the shape of the {}: is the pair returned as (weights, output)?"
-    out = output(ev, f"{case.key}.0", what=f"the output of {SDPA_NAME}", shape=(*lead, tq, dv), shape_hints={
+    out = output(ev, item_key(case.key, 0), what=f"the output of {SDPA_NAME}", shape=(*lead, tq, dv), shape_hints={
         (*lead, tq, tk): swapped.format("weights"),
         (*lead, tq, d): "The output has the size of a key, not of a value: are the keys used as values?"})
-    w = output(ev, f"{case.key}.1", what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk),
+    w = output(ev, item_key(case.key, 1), what=f"the weights of {SDPA_NAME}", shape=(*lead, tq, tk),
                shape_hints={(*lead, tq, dv): swapped.format("output")})
     return out, w
 
@@ -167,7 +167,7 @@ def _expect_sdpa_gradients(ev: Evidence, case: Case, strict: bool = False) -> No
     which the other checks name)."""
     __tracebackhide__ = True
     out, w = _expect_sdpa(ev, case) if strict else _result(ev, case)
-    modules.expect_attached(ev, f"{case.key}.0", f"The output of {SDPA_NAME}")
+    modules.expect_attached(ev, item_key(case.key, 0), f"The output of {SDPA_NAME}")
     inputs = dict(case.inputs())
     computations = [_sdpa_oracle, *(partial(_simulated, m, zeroed) for m, zeroed in _typical("mask" in inputs))]
     found = [compute for compute in computations if all(
@@ -176,11 +176,11 @@ def _expect_sdpa_gradients(ev: Evidence, case: Case, strict: bool = False) -> No
         _expect_sdpa(ev, case)
         fail(f"The result of {SDPA_NAME} is not attention.", case=case.label)
     # the loss: sum(output · upstream), plus sum(weights · upstream) where the student's weights are in the graph
-    seeds = UPSTREAM_SEEDS[: 2 if compare.requires_grad(ev, f"{case.key}.1") else 1]
+    seeds = UPSTREAM_SEEDS[: 2 if compare.requires_grad(ev, item_key(case.key, 1)) else 1]
     grads = modules.autograd(lambda _, **given: found[0](**given), {}, inputs, lambda pair: sum(
         (t * randn(*t.shape, seed=seed)).sum() for t, seed in zip(pair, seeds, strict=False)))
     for name, want in grads.items():
-        got = tensor(ev, f"grad.{name}", shape=tuple(want.shape))
+        got = tensor(ev, gradient_key(name), shape=tuple(want.shape))
         if got is not None and not bool(torch.isfinite(got).all()):
             fail(f"The gradient of the {name} is not what was asked: {M['nan-gradients'].explanation}",
                  mistake=M["nan-gradients"])

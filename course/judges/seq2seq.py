@@ -29,7 +29,7 @@ from course.checks.compare import (
     raised,
     tensor,
 )
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built, Runs, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
 from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID
@@ -48,7 +48,6 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
-from course.judges.positional_encoding import reference_table
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -261,7 +260,7 @@ def _model_oracle(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k:
     scale = math.sqrt(k) if scaled else 1.0
     x = F.embedding(src, w["src_embedding.weight"]) * scale
     if src_positions:
-        x = x + reference_table(src.shape[1], k)
+        x = x + oracles.sinusoidal_table(src.shape[1], k)
     if use_encoder:
         for i in range(depth):
             x = oracles.course_layer(w, f"encoder.{i}.", heads, x, pad=src_mask if encoder_mask else None)
@@ -269,7 +268,7 @@ def _model_oracle(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k:
     table = w["tgt_embedding.weight"] if tgt_embedding == "tgt" else w["src_embedding.weight"]
     y = F.embedding(tgt, table) * scale
     if tgt_positions:
-        y = y + reference_table(tgt.shape[1], k)
+        y = y + oracles.sinusoidal_table(tgt.shape[1], k)
     for i in range(depth):
         y = oracles.course_layer(w, f"decoder.{i}.", heads, y, memory, causal=causal,
                                  pad=src_mask if memory_mask else None)
@@ -318,7 +317,7 @@ def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
         fail(f"{MODEL_NAME}.encoder should hold course TransformerBlock(k, heads), and .decoder your "
              f"DecoderBlock(k, heads); the encoder holds {str(parts['encoder']['items'])[:80]}.",
              mistake=WRONG_PART_TYPE)
-    if ev.facts[f"{key}.parts"].get("distinct_blocks") != 2 * depth:
+    if ev.facts[fact_key(key, "parts")].get("distinct_blocks") != 2 * depth:
         _not_asked(MODEL_NAME, M["shared-block"])
     shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k),
               **{n: s for i in range(depth) for n, s in modules.block_shapes(f"encoder.{i}.", k, 4 * k).items()},
@@ -516,13 +515,14 @@ def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
     if isinstance(fact, dict) and "more than one parameter group" in str(fact.get("message")):
         _not_asked(what, M["optimizer-parameter-twice"], f" It raised: {str(fact.get('message'))[:200]}")
     raised(ev, case.key, what)
-    if ev.facts.get(f"{case.key}.class") == "Adam":
+    if ev.facts.get(fact_key(case.key, "class")) == "Adam":
         _not_asked(what, M["optimizer-plain-adam"])
-    if ev.facts.get(f"{case.key}.class") != "AdamW":
+    if ev.facts.get(fact_key(case.key, "class")) != "AdamW":
         _returned(ev, case.key, what, "a torch.optim.AdamW")
     params = dict(probes.StandInNetwork(*sizes).named_parameters())
-    count, decay, rates = (tensor(ev, f"{case.key}.{name}", shape=(len(params),)) for name in ("count", "decay", "lr"))
-    foreign = tensor(ev, f"{case.key}.foreign", shape=())
+    count, decay, rates = (tensor(ev, fact_key(case.key, name), shape=(len(params),))
+                           for name in ("count", "decay", "lr"))
+    foreign = tensor(ev, fact_key(case.key, "foreign"), shape=())
     if (any(t is None for t in (count, decay, rates, foreign)) or count.dtype != torch.int64
             or not decay.is_floating_point() or not rates.is_floating_point() or foreign.is_floating_point()):
         fail(f"The test's record of {what} is inconsistent (its parameter groups).")
@@ -668,10 +668,10 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
     _, n_in, n_out = case.settings()
     what = f"train_step(model, optimizer, loss, lr, max_norm={case.max_norm:g})"
     for i in range(2):
-        raised(ev, f"{case.key}.norm{i}", f"{what} (call {i + 1})")
+        raised(ev, fact_key(case.key, f"norm{i}"), f"{what} (call {i + 1})")
     before = {name: p.detach().double() for name, p in case.model().named_parameters()}
-    actual = [{name: tensor(ev, f"{case.key}.after{i}.{name}", shape=tuple(p.shape)) for name, p in before.items()}
-              for i in range(2)]
+    actual = [{name: tensor(ev, fact_key(case.key, f"after{i}.{name}"), shape=tuple(p.shape))
+               for name, p in before.items()} for i in range(2)]
     if any(v is None or not v.is_floating_point() for after in actual for v in after.values()):
         fail(f"The test recorded no parameters of {what}: the check did not run to the end.")
     actual = [{name: v.double() for name, v in after.items()} for after in actual]
@@ -692,9 +692,9 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
         fail(f"{what} does not update the parameters as asked (call {wrong + 1}): set lr in every group, zero the "
              f"gradients, loss.backward(), clip_grad_norm_, then optimizer.step().{lrs}", *shown)
     for i in range(2):
-        got = tensor(ev, f"{case.key}.norm{i}")
+        got = tensor(ev, fact_key(case.key, f"norm{i}"))
         if got is None or got.numel() != 1:
-            _returned(ev, f"{case.key}.norm{i}", f"{what} (call {i + 1})", "the gradient norm before clipping")
+            _returned(ev, fact_key(case.key, f"norm{i}"), f"{what} (call {i + 1})", "the gradient norm before clipping")
         got = float(got.reshape(()))
         if math.isclose(got, norms[i], rel_tol=1e-3):
             continue

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from course.checks import modules
 from course.checks import transformer_block as probes
 from course.checks.compare import Mistake, expect_close, fail
-from course.checks.evidence import Evidence
+from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built
 from course.checks.modules import MISSING_PART, WRONG_LAYER_SIZE
 from course.judges import mistakes, oracles
@@ -113,7 +113,7 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
     """Map the block under prefix ("" for the module itself, "blocks.0." ...) to roles. strict = (heads, ff_mult):
     the exercise's structure exactly; None: any real block the judge can recompute (see STRICT and TOLERANT)."""
     __tracebackhide__ = True
-    facts = ev.facts.get(f"{key}.blocks")
+    facts = ev.facts.get(fact_key(key, "blocks"))
     fact = next((f for f in facts if isinstance(f, dict) and f.get("name") == prefix.removesuffix(".")), None) \
         if isinstance(facts, list) else None
     parts = fact.get("parts") if isinstance(fact, dict) else None
@@ -409,7 +409,7 @@ def _classifier_values(ev: Evidence, built: Built,
     key, (vocab, k, _, depth, classes) = built.key, built.args
     what = block_call(built, CLASSIFIER_NAME)
     modules.built(ev, key, what)
-    facts = ev.facts.get(f"{key}.blocks")
+    facts = ev.facts.get(fact_key(key, "blocks"))
     if not isinstance(facts, list):
         fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
     names = [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
