@@ -120,12 +120,14 @@ def outcome(run: Callable[[torch.device], Any], gpu: str) -> dict[str, str]:
 
 def on_gpus(probe: Callable[..., None], key: str, call: Callable[[Any, torch.device], Any]) -> Callable[..., None]:
     """A check's probe that runs probe(..., student, rec), then call(student, device) on the stand-in for each GPU,
-    recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge."""
+    recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge. PyTorch's
+    global generator is left as the probe left it (building a model there draws its weights)."""
 
     def probed(*args: Any) -> None:
         probe(*args)
         student, rec = args[-2:]
-        for gpu in GPUS:
-            rec.fact(f"{key}_on_{gpu}", outcome(lambda d: call(student, d), gpu))
+        with torch.random.fork_rng(devices=[]):
+            for gpu in GPUS:
+                rec.fact(f"{key}_on_{gpu}", outcome(lambda d: call(student, d), gpu))
 
     return probed
