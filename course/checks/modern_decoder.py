@@ -275,8 +275,21 @@ def _model_facts(model: nn.Module) -> dict:
 _probe_modern = partial(probe_models, facts=_model_facts)
 
 # head size != k, kv_heads < heads, batch > 1, odd lengths; ModernCase(b, t, vocab, k, heads, kv_heads, depth, max_len)
-modern_lm_structure = property_check("modern_lm_structure", _probe_modern, (
-    ModelRun(ModernCase(2, 5, 11, 24, 6, 2, 2, 9), 8000),))
+STRUCTURE_CASE = ModernCase(2, 5, 11, 24, 6, 2, 2, 9)
+
+
+def _modern_on_gpu(cls: Callable, d: torch.device) -> Any:
+    """STRUCTURE_CASE's model moved to d: 3 tokens there with use_cache=True, then 2 more with the cache."""
+    (args, keywords), tokens = STRUCTURE_CASE.constructor(), torch.randint(11, (2, 5), device=d)
+    model = cls(*args, **keywords).to(d)
+    _, cache = model(tokens[:, :3], use_cache=True)
+    return model(tokens[:, 3:], cache=cache, use_cache=True)
+
+
+#: the call run on each stand-in GPU (course/checks/device.py): do the tables follow .to(), is the mask made there?
+MODERN_ON_GPU = f"{STRUCTURE_CASE.call}.to(device): 3 tokens on device with use_cache=True, then 2 with the cache"
+modern_lm_structure = property_check("modern_lm_structure", device.on_gpus(_probe_modern, "model", _modern_on_gpu),
+                                     (ModelRun(STRUCTURE_CASE, 8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
     ModelRun(ModernCase(3, 7, 11, 24, 6, 3, 2, 12), 8100, "model0", "logits0"),
     ModelRun(ModernCase(2, 5, 13, 16, 4, 2, 1, 5), 8200, "model1", "logits1")))
