@@ -38,6 +38,7 @@ from torch import nn
 from course import language_model as lm
 from course import modern_decoder as md
 from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
+from course.checks import seq2seq as seq2seq_checks
 from course.checks.device import GPUS, DeviceRuleBroken, off_device, on_gpu, outcome
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,3 +263,29 @@ def test_a_graded_outcome_holds_against_a_student_only_what_the_gpu_refuses(gpu)
     assert outcome(lambda d: _scale_as_cpu_tensor(x(2, 5, 4, d=d)), gpu)["verdict"] == "kept"
     assert outcome(lambda d: _mask_made_on_the_cpu(x(2, 5, 4, d=d)), gpu)["verdict"] == "broke"
     assert outcome(lambda d: _device_ignored(5, device=d), gpu)["verdict"] == "left"
+
+
+def _greedy_decode_from_cpu_start_tokens(model, src, src_mask, max_len, bos, eos):
+    tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long)  # no device=: on the CPU
+    for _ in range(max_len):
+        tokens = torch.cat([tokens, model.decode(tokens, model.encode(src, src_mask), src_mask)[:, -1:].argmax(-1)], 1)
+    return tokens[:, 1:]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_greedy_decode_says_unknown_on_the_stand_in_and_cpu_start_tokens_break_before_it_asks(gpu):
+    """The graded greedy_decode check (07) stops on `finished.all()`, which a data-less tensor cannot answer: the
+    course's decode is "unknown" there (expect_on_gpus does not hold it against a student), and start tokens made on
+    the CPU are refused by the first step, before the question."""
+    assert outcome(lambda d: seq2seq_checks._decode_on_gpu(seq2seq.greedy_decode, d), gpu)["verdict"] == "unknown"
+    seen = outcome(lambda d: seq2seq_checks._decode_on_gpu(_greedy_decode_from_cpu_start_tokens, d), gpu)
+    assert seen["verdict"] == "broke", seen
+
+
+def test_a_broken_rule_is_located_in_the_notebook_cell_that_called_the_course():
+    """What the stand-in saw names the student's line (a cell's code, here a replay's <notebook:cell>) rather than the
+    course module it called, where both are on the stack."""
+    cell = {"torch": torch, "mask_made_on_the_cpu": _mask_made_on_the_cpu}
+    exec(compile("def student(x):\n    return mask_made_on_the_cpu(x)\n", "<nb.ipynb:cell>", "exec"), cell)  # noqa: S102
+    seen = outcome(lambda d: cell["student"](x(2, 5, 4, d=d)), "cuda")
+    assert seen["verdict"] == "broke" and "<nb.ipynb:cell>, line 2" in seen["detail"], seen

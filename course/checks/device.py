@@ -36,9 +36,16 @@ class DeviceRuleBroken(AssertionError):
     """A rule of the real GPU that the stand-in device would have let pass."""
 
 
+def _in_a_cell(filename: str) -> bool:
+    """True for code a notebook cell defined (a kernel's ipykernel_ file, or a replay's <notebook:cell>)."""
+    return "ipykernel_" in filename or filename.startswith("<")
+
+
 def _where() -> str:
-    """The innermost line on the stack outside torch and this module: the line that broke the rule."""
+    """The innermost line on the stack outside torch and this module, in a notebook cell where one is on the stack
+    (the student's line, rather than the course's module it called): the line that broke the rule."""
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_TORCH) and f.filename != __file__]
+    frames = [f for f in frames if _in_a_cell(f.filename)] or frames
     if not frames:
         return "(unknown line)"
     where = "a notebook cell" if "ipykernel_" in frames[-1].filename else frames[-1].filename
