@@ -28,18 +28,24 @@ What this layer cannot see (checked only by a run on a real GPU, or not at all):
 """
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
+from conftest import ASSIGNMENTS
+from replay import _exec_cell
 from torch import nn
 
+from autograder import course_dir
+from autograder.notebooks import answer
 from course import language_model as lm
 from course import modern_decoder as md
 from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
 from course.checks import seq2seq as seq2seq_checks
-from course.checks.device import GPUS, DeviceRuleBroken, off_device, on_gpu, outcome
+from course.checks.device import GPUS, STAND_IN, DeviceRuleBroken, DeviceRules, off_device, on_gpu, outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -289,3 +295,54 @@ def test_a_broken_rule_is_located_in_the_notebook_cell_that_called_the_course():
     exec(compile("def student(x):\n    return mask_made_on_the_cpu(x)\n", "<nb.ipynb:cell>", "exec"), cell)  # noqa: S102
     seen = outcome(lambda d: cell["student"](x(2, 5, 4, d=d)), "cuda")
     assert seen["verdict"] == "broke" and "<nb.ipynb:cell>, line 2" in seen["detail"], seen
+
+
+# ------------------------------------------------------------------ every probe, given the stand-in as its device
+
+class _RecordedOffTheDevice(DeviceRules):
+    """A graded stand-in CUDA on which a copy off the device lands on the CPU as zeros: the recorder copies every
+    value it keeps to the CPU, which a data-less tensor cannot do; what is copied is not what is checked here."""
+
+    def __init__(self):
+        super().__init__("cuda", strict=False)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and args[0].device == STAND_IN \
+                and kwargs.get("device", STAND_IN) != STAND_IN:
+            return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype, device=kwargs["device"])
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+#: what a probe given the stand-in may raise: a torch.Generator on the device (08's draws on the notebook's device)
+_NO_GENERATOR_ON_META = "META device type not an accelerator"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_probe_given_the_stand_in_mixes_no_cpu_input_into_the_solutions_computation(assignment):
+    """Each test cell's check probes the solution with rec.device the stand-in CUDA: a probe that made an input on the
+    CPU beside a module it moved (or a student's result) would be refused there. What runs on the CPU on purpose still
+    does (06's table and 07's masks made with no device, 07's optimizer and schedule, 08's sampling and generation
+    with a seeded CPU generator); greedy decoding says only "unknown" (it asks `.all()` of a data-less tensor)."""
+    seen = []
+    for notebook in course_dir.notebooks(assignment):
+        namespace: dict = {"__name__": "__main__"}
+        for cell in nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4).cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type != "code" or not meta.get("grade_id"):
+                continue
+            if meta.get("grade_id") == "setup" or meta.get("solution"):
+                _exec_cell(answer(cell.source), f"<{notebook}:{meta['grade_id']}>", namespace)
+                continue
+            for name, student in re.findall(r"check\.(\w+)\((\w+)", cell.source):
+                try:
+                    with _RecordedOffTheDevice():
+                        facts = getattr(namespace["check"], name).record(namespace[student], STAND_IN).facts
+                except RuntimeError as error:
+                    assert _NO_GENERATOR_ON_META in str(error), f"{name}'s probe on the stand-in raised {error}"
+                    continue
+                seen.append(name)
+                broke = {k: v["message"] for k, v in facts.items() if isinstance(v, dict)
+                         and v.get("kind") == "raised" and v.get("type") == DeviceRuleBroken.__name__}
+                assert not broke, f"{name}'s probe mixed a CPU tensor into the solution's computation: {broke}"
+    assert seen, f"no check of {assignment} was probed"
