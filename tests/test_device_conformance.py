@@ -18,7 +18,9 @@ What this layer cannot see (checked only by a run on a real GPU, or not at all):
   device-side assert that leaves the CUDA context unusable, on the CPU an IndexError (09's section 7 now shows that
   failure on a CPU copy of the model for this reason);
 - data-dependent control flow: `bool(t)`, `.item()` and `.tolist()` on a meta tensor raise, so greedy_decode (which
-  stops when every row has ended) is not run here;
+  stops when every row has ended) runs only up to that question: its graded outcome is "unknown" (see the test);
+- a copy from the device back to the CPU (`.cpu()`, a CPU tensor filled from device tensors): meta has no data to
+  copy, so such code is "unknown" too, and 08's generate, whose device mistakes go that way, is not graded on it;
 - kernels missing on a real backend: meta has a shape function for nearly every operation, so an operation MPS
   lacks (or that falls back to the CPU under PYTORCH_ENABLE_MPS_FALLBACK) passes here; fused AdamW needs a real
   CUDA/MPS device and refuses meta, so optimizer steps are not run;
