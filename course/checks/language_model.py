@@ -70,6 +70,7 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
 
 # head size != k, batch > 1, odd lengths, one case with t == max_len
 STRUCTURE_CASE = ModelCase(2, 6, 11, 16, 2, 2, 10)
+ON_GPU_CASE = replace(STRUCTURE_CASE, depth=1)  # on the stand-in GPU: one block shows what every block does
 ORACLE_CASES = (ModelCase(3, 7, 11, 16, 2, 2, 12), ModelCase(2, 5, 13, 12, 3, 1, 5))
 HIDDEN_CASES = (ModelCase(1, 9, 7, 8, 4, 3, 9), ModelCase(4, 4, 17, 20, 5, 2, 30))
 CAUSALITY_CASE = ModelCase(3, 7, 11, 16, 2, 2, 9)
@@ -92,8 +93,8 @@ _probe_model = partial(probe_models, facts=_FACTS, train=True)  # a run that can
 
 
 def _on_gpu(cls: Callable, d: torch.device, cached: bool = False) -> Any:
-    """STRUCTURE_CASE's model moved to d and run on 6 tokens there (cached: 4, then 2 more with the cache)."""
-    model, tokens = cls(*astuple(STRUCTURE_CASE)[2:]).to(d), torch.randint(11, (2, 6), device=d)
+    """ON_GPU_CASE's model moved to d and run on 6 tokens there (cached: 4, then 2 more with the cache)."""
+    model, tokens = cls(*astuple(ON_GPU_CASE)[2:]).to(d), torch.randint(11, (2, 6), device=d)
     if not cached:
         return model(tokens)
     _, cache = model(tokens[:, :4], use_cache=True)
@@ -101,7 +102,7 @@ def _on_gpu(cls: Callable, d: torch.device, cached: bool = False) -> Any:
 
 
 #: the calls run on each stand-in GPU (course/checks/device.py): are the positions and the mask made on the device?
-LM_ON_GPU = f"{STRUCTURE_CASE.call}.to(device)(tokens (2, 6) on device)"
+LM_ON_GPU = f"{ON_GPU_CASE.call}.to(device)(tokens (2, 6) on device)"
 CACHE_ON_GPU = f"{LM_ON_GPU.replace(MODEL_NAME, CACHED_NAME)[:-1]}: 4 with use_cache=True, then 2 with the cache)"
 lm_structure = property_check("lm_structure", device.on_gpus(_probe_model, "model", _on_gpu),
                               (ModelRun(STRUCTURE_CASE, 3000),))

@@ -4,7 +4,7 @@ course/judges/seq2seq.py. The stand-in models here are no answers: they only dri
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -440,15 +440,15 @@ def _model_check(name: str, *runs: Runs, probe: Callable = _probe_translator) ->
 
 
 def _translate_on_gpu(cls: Callable, d: torch.device) -> Any:
-    """MODEL_CASES[0]'s model moved to d, on a source (3, 7), its mask and a target (3, 5) there."""
-    c = MODEL_CASES[0]
+    """MODEL_CASES[0]'s model, one layer of each kind, moved to d, on a source (3, 7), its mask, a target (3, 5)."""
+    c = replace(MODEL_CASES[0], depth=1)
     model = cls(c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len).to(d)
     src, tgt = torch.randint(3, c.src_vocab, (c.b, c.s), device=d), torch.randint(3, c.tgt_vocab, (c.b, c.t), device=d)
     return model(src, tgt, torch.ones(c.b, c.s, dtype=torch.bool, device=d))
 
 
 #: the call run on each stand-in GPU (course/checks/device.py): are the masks inside forward made on the device?
-TRANSLATE_ON_GPU = "Seq2SeqTransformer(11, 9, 16, 2, 2, 20).to(device)(src, tgt, src_mask on device)"
+TRANSLATE_ON_GPU = "Seq2SeqTransformer(11, 9, 16, 2, 1, 20).to(device)(src, tgt, src_mask on device)"
 seq2seq_structure = _model_check("seq2seq_structure", model_runs(1600, "memory", "logits"),
                                  probe=device.on_gpus(_probe_translator, "model", _translate_on_gpu))
 seq2seq_causality = _model_check("seq2seq_causality", model_runs(1700, "logits", "logits_changed4", "logits_changed2"))
