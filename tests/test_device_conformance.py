@@ -47,7 +47,17 @@ from course import language_model as lm
 from course import modern_decoder as md
 from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
 from course.checks import seq2seq as seq2seq_checks
-from course.checks.device import GPUS, STAND_IN, DeviceRuleBroken, DeviceRules, off_device, on_gpu, outcome
+from course.checks.device import (
+    GPUS,
+    STAND_IN,
+    DeviceRuleBroken,
+    DeviceRules,
+    off_device,
+    on_gpu,
+    on_gpus,
+    outcome,
+)
+from course.checks.evidence import Recorder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -271,6 +281,19 @@ def test_a_graded_outcome_holds_against_a_student_only_what_the_gpu_refuses(gpu)
     assert outcome(lambda d: _scale_as_cpu_tensor(x(2, 5, 4, d=d)), gpu)["verdict"] == "kept"
     assert outcome(lambda d: _mask_made_on_the_cpu(x(2, 5, 4, d=d)), gpu)["verdict"] == "broke"
     assert outcome(lambda d: _device_ignored(5, device=d), gpu)["verdict"] == "left"
+
+
+@pytest.mark.parametrize("wrong", (_mask_made_on_the_cpu, _device_ignored, _angles_in_float64_on_the_device, None))
+def test_a_graded_probe_records_on_each_gpu_what_its_own_rules_give(wrong):
+    """on_gpus runs the student's call once, on MPS, whose rules are CUDA's and one more (no float64), and runs it
+    again on CUDA only after a float64: each GPU's fact is what outcome() gives under that GPU's own rules."""
+    def call(f, d):
+        return f(x(2, 5, 4, d=d)) if f is _mask_made_on_the_cpu else f(5, device=d)
+
+    rec, student = Recorder("check", "cpu"), wrong or (lambda t, device=None: torch.ones(t, device=device))
+    on_gpus(lambda student, rec: None, "f", call)(student, rec)
+    for gpu in GPUS:
+        assert rec.evidence.facts[f"f_on_{gpu}"] == outcome(lambda d: call(student, d), gpu)
 
 
 def _greedy_decode_from_cpu_start_tokens(model, src, src_mask, max_len, bos, eos):
