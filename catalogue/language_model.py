@@ -93,6 +93,8 @@ edit("lm-one-block-reused", LM, (BLOCKS, "self.blocks = nn.ModuleList([CausalBlo
 edit("lm-sinusoidal-positions", LM, ("self.position_embedding = nn.Embedding(max_len, k)",
                                      "self.position_embedding = Sinusoids(max_len, k)"),
      ("class CausalBlock(nn.Module):", SINUSOIDS), mistake="positions-not-learned")
+edit("lm-positions-on-the-cpu", LM, (POSITIONS, "positions = torch.arange(t)  # (t,)"), mistake="positions-on-the-cpu")
+edit("lm-mask-on-the-cpu", LM, (MASK, MASK.replace(", device=tokens.device", "")), mistake="mask-on-the-cpu")
 
 # ------------------------------------------------------------------ language_model: mistakes in the block
 
@@ -159,6 +161,10 @@ edit("lm-cache-in-half-precision", CACHED, (GROW_KEYS, "keys = torch.cat([past[0
 edit("cached-no-final-norm", CACHED, ("self.to_logits(self.norm(x))", "self.to_logits(x)"), mistake="lm-no-final-norm")
 edit("cached-block-without-residual", CACHED, (ATTENDED, "x = attention.unify_heads(merge_heads(out))"),
      (BLOCK_OUT, "return block.ff(block.norm2(x)), (keys, values)"), mistake="lm-no-residual")
+edit("cached-positions-on-the-cpu", CACHED, ("torch.arange(past, past + t, device=tokens.device)",
+                                           "torch.arange(past, past + t)"), mistake="positions-on-the-cpu")
+edit("cached-mask-on-the-cpu", CACHED, (CACHED_MASK, CACHED_MASK.replace(", device=tokens.device", "")),
+     mistake="mask-on-the-cpu")
 
 
 # ------------------------------------------------------------------ cached_language_model: correct alternatives
@@ -285,6 +291,8 @@ edit("sample-top-p-before-temperature", SAMPLE, (TOP_P, ""),
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before < top_p)
         logits = logits.masked_fill(~keep, float("-inf"))
 """ + DIVIDE), mistake="top-p-before-temperature")
+edit("sample-nucleus-on-the-cpu", SAMPLE, ("torch.zeros_like(probs, dtype=torch.bool)",
+                                         "torch.zeros(probs.shape, dtype=torch.bool)"), mistake="nucleus-on-the-cpu")
 
 
 # ------------------------------------------------------------------ sample_next_token: correct alternatives

@@ -195,6 +195,8 @@ edit("modern-tables-saved", MODEL, (COS_BUFFER, 'self.register_buffer("cos", cos
 edit("modern-tables-as-parameters", MODEL, (COS_BUFFER, "self.cos = nn.Parameter(cos, requires_grad=False)"),
      (SIN_BUFFER, "self.sin = nn.Parameter(sin, requires_grad=False)"), mistake="modern-tables-not-buffers")
 edit("modern-no-length-check", MODEL, (LENGTH, ""), mistake="modern-no-length-check")
+edit("modern-mask-on-the-cpu", MODEL, (", device=tokens.device).tril(diagonal=past)", ").tril(diagonal=past)"),
+     mistake="mask-on-the-cpu")
 
 edit("modern-comparison-mask-and-sequential", MODEL,
      ("mask = torch.ones(t, past + t, dtype=torch.bool, device=tokens.device).tril(diagonal=past)",

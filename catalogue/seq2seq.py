@@ -213,6 +213,8 @@ edit("model-decode-ignores-src-mask", "seq2seq_model",
      ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=torch.ones_like(src_mask).unsqueeze(1))"),
      mistake="model-memory-not-masked")
 edit("model-not-causal", "seq2seq_model", ("self_mask=self_mask, ", ""), mistake="model-not-causal")
+edit("model-causal-mask-on-the-cpu", "seq2seq_model",
+     ("causal_mask(tgt.shape[1], device=tgt.device)", "causal_mask(tgt.shape[1])"), mistake="mask-wrong-device")
 edit("model-encoder-not-masked", "seq2seq_model", ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
      mistake="model-encoder-not-masked")
 edit("model-mask-not-unsqueezed", "seq2seq_model",
@@ -438,6 +440,10 @@ edit("greedy-eos-overwritten-by-pad", "greedy_decode",
      mistake="greedy-eos-overwritten")
 edit("greedy-fills-with-eos", "greedy_decode",
      ("next_token.masked_fill(finished, PAD)", "next_token.masked_fill(finished, eos)"), mistake="greedy-eos-padded")
+edit("greedy-start-on-the-cpu", "greedy_decode", ("dtype=torch.long, device=src.device)", "dtype=torch.long)"),
+     mistake="greedy-made-on-the-cpu")
+edit("greedy-finished-on-the-cpu", "greedy_decode", ("dtype=torch.bool, device=src.device)", "dtype=torch.bool)"),
+     mistake="greedy-made-on-the-cpu")
 
 
 @mistake("greedy-not-ids", "greedy_decode")

@@ -18,7 +18,9 @@ What this layer cannot see (checked only by a run on a real GPU, or not at all):
   device-side assert that leaves the CUDA context unusable, on the CPU an IndexError (09's section 7 now shows that
   failure on a CPU copy of the model for this reason);
 - data-dependent control flow: `bool(t)`, `.item()` and `.tolist()` on a meta tensor raise, so greedy_decode (which
-  stops when every row has ended) is not run here;
+  stops when every row has ended) runs only up to that question: its graded outcome is "unknown" (see the test);
+- a copy from the device back to the CPU (`.cpu()`, a CPU tensor filled from device tensors): meta has no data to
+  copy, so such code is "unknown" too, and 08's generate, whose device mistakes go that way, is not graded on it;
 - kernels missing on a real backend: meta has a shape function for nearly every operation, so an operation MPS
   lacks (or that falls back to the CPU under PYTORCH_ENABLE_MPS_FALLBACK) passes here; fused AdamW needs a real
   CUDA/MPS device and refuses meta, so optimizer steps are not run;
@@ -28,17 +30,34 @@ What this layer cannot see (checked only by a run on a real GPU, or not at all):
 """
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
+from conftest import ASSIGNMENTS
+from replay import _exec_cell
 from torch import nn
 
+from autograder import course_dir
+from autograder.notebooks import answer
 from course import language_model as lm
 from course import modern_decoder as md
 from course import multi_head, positional_encoding, qkv, scaling, self_attention, seq2seq, transformer_block
-from course.checks.device import GPUS, DeviceRuleBroken, off_device, on_gpu, outcome
+from course.checks import seq2seq as seq2seq_checks
+from course.checks.device import (
+    GPUS,
+    STAND_IN,
+    DeviceRuleBroken,
+    DeviceRules,
+    off_device,
+    on_gpu,
+    on_gpus,
+    outcome,
+)
+from course.checks.evidence import Recorder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -262,3 +281,93 @@ def test_a_graded_outcome_holds_against_a_student_only_what_the_gpu_refuses(gpu)
     assert outcome(lambda d: _scale_as_cpu_tensor(x(2, 5, 4, d=d)), gpu)["verdict"] == "kept"
     assert outcome(lambda d: _mask_made_on_the_cpu(x(2, 5, 4, d=d)), gpu)["verdict"] == "broke"
     assert outcome(lambda d: _device_ignored(5, device=d), gpu)["verdict"] == "left"
+
+
+@pytest.mark.parametrize("wrong", (_mask_made_on_the_cpu, _device_ignored, _angles_in_float64_on_the_device, None))
+def test_a_graded_probe_records_on_each_gpu_what_its_own_rules_give(wrong):
+    """on_gpus runs the student's call once, on MPS, whose rules are CUDA's and one more (no float64), and runs it
+    again on CUDA only after a float64: each GPU's fact is what outcome() gives under that GPU's own rules."""
+    def call(f, d):
+        return f(x(2, 5, 4, d=d)) if f is _mask_made_on_the_cpu else f(5, device=d)
+
+    rec, student = Recorder("check", "cpu"), wrong or (lambda t, device=None: torch.ones(t, device=device))
+    on_gpus(lambda student, rec: None, "f", call)(student, rec)
+    for gpu in GPUS:
+        assert rec.evidence.facts[f"f_on_{gpu}"] == outcome(lambda d: call(student, d), gpu)
+
+
+def _greedy_decode_from_cpu_start_tokens(model, src, src_mask, max_len, bos, eos):
+    tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long)  # no device=: on the CPU
+    for _ in range(max_len):
+        tokens = torch.cat([tokens, model.decode(tokens, model.encode(src, src_mask), src_mask)[:, -1:].argmax(-1)], 1)
+    return tokens[:, 1:]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_greedy_decode_says_unknown_on_the_stand_in_and_cpu_start_tokens_break_before_it_asks(gpu):
+    """The graded greedy_decode check (07) stops on `finished.all()`, which a data-less tensor cannot answer: the
+    course's decode is "unknown" there (expect_on_gpus does not hold it against a student), and start tokens made on
+    the CPU are refused by the first step, before the question."""
+    assert outcome(lambda d: seq2seq_checks._decode_on_gpu(seq2seq.greedy_decode, d), gpu)["verdict"] == "unknown"
+    seen = outcome(lambda d: seq2seq_checks._decode_on_gpu(_greedy_decode_from_cpu_start_tokens, d), gpu)
+    assert seen["verdict"] == "broke", seen
+
+
+def test_a_broken_rule_is_located_in_the_notebook_cell_that_called_the_course():
+    """What the stand-in saw names the student's line (a cell's code, here a replay's <notebook:cell>) rather than the
+    course module it called, where both are on the stack."""
+    cell = {"torch": torch, "mask_made_on_the_cpu": _mask_made_on_the_cpu}
+    exec(compile("def student(x):\n    return mask_made_on_the_cpu(x)\n", "<nb.ipynb:cell>", "exec"), cell)  # noqa: S102
+    seen = outcome(lambda d: cell["student"](x(2, 5, 4, d=d)), "cuda")
+    assert seen["verdict"] == "broke" and "<nb.ipynb:cell>, line 2" in seen["detail"], seen
+
+
+# ------------------------------------------------------------------ every probe, given the stand-in as its device
+
+class _RecordedOffTheDevice(DeviceRules):
+    """A graded stand-in CUDA on which a copy off the device lands on the CPU as zeros: the recorder copies every
+    value it keeps to the CPU, which a data-less tensor cannot do; what is copied is not what is checked here."""
+
+    def __init__(self):
+        super().__init__("cuda", strict=False)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and args[0].device == STAND_IN \
+                and kwargs.get("device", STAND_IN) != STAND_IN:
+            return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype, device=kwargs["device"])
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+#: what a probe given the stand-in may raise: a torch.Generator on the device (08's draws on the notebook's device)
+_NO_GENERATOR_ON_META = "META device type not an accelerator"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_probe_given_the_stand_in_mixes_no_cpu_input_into_the_solutions_computation(assignment):
+    """Each test cell's check probes the solution with rec.device the stand-in CUDA: a probe that made an input on the
+    CPU beside a module it moved (or a student's result) would be refused there. What runs on the CPU on purpose still
+    does (06's table and 07's masks made with no device, 07's optimizer and schedule, 08's sampling and generation
+    with a seeded CPU generator); greedy decoding says only "unknown" (it asks `.all()` of a data-less tensor)."""
+    seen = []
+    for notebook in course_dir.notebooks(assignment):
+        namespace: dict = {"__name__": "__main__"}
+        for cell in nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4).cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type != "code" or not meta.get("grade_id"):
+                continue
+            if meta.get("grade_id") == "setup" or meta.get("solution"):
+                _exec_cell(answer(cell.source), f"<{notebook}:{meta['grade_id']}>", namespace)
+                continue
+            for name, student in re.findall(r"check\.(\w+)\((\w+)", cell.source):
+                try:
+                    with _RecordedOffTheDevice():
+                        facts = getattr(namespace["check"], name).record(namespace[student], STAND_IN).facts
+                except RuntimeError as error:
+                    assert _NO_GENERATOR_ON_META in str(error), f"{name}'s probe on the stand-in raised {error}"
+                    continue
+                seen.append(name)
+                broke = {k: v["message"] for k, v in facts.items() if isinstance(v, dict)
+                         and v.get("kind") == "raised" and v.get("type") == DeviceRuleBroken.__name__}
+                assert not broke, f"{name}'s probe mixed a CPU tensor into the solution's computation: {broke}"
+    assert seen, f"no check of {assignment} was probed"

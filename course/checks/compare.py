@@ -372,12 +372,15 @@ def expect_tuple(ev: Evidence, key: str, what: str, message: str, length: int,
 class OnGpus:
     """What a check ran on the stand-in GPUs of course/checks/device.py (device.on_gpus recorded it as the facts
     "<key>_on_<gpu>"): call, as the student reads it; left: the mistake of an output left on the CPU, or of a CPU
-    tensor mixed in; float64: the mistake of float64 made on mps (None: no float64 mistake is likely)."""
+    tensor mixed in; float64: the mistake of float64 made on mps (None: no float64 mistake is likely); named: (phrase,
+    mistake) pairs, the mistake named instead of left when the phrase is in what the stand-in saw (e.g. the operation
+    that refused a CPU tensor: "aten.embedding" reads positions, where a model also makes a mask)."""
 
     key: str
     call: str
     left: Mistake
     float64: Mistake | None = None
+    named: tuple[tuple[str, Mistake], ...] = ()
 
 
 def expect_on_gpus(ev: Evidence, seen_on: OnGpus) -> None:
@@ -393,6 +396,7 @@ def expect_on_gpus(ev: Evidence, seen_on: OnGpus) -> None:
             fail(f"{seen_on.call} returned {detail} when asked for {gpu}: {seen_on.left.explanation}",
                  mistake=seen_on.left)
         if seen["verdict"] == "broke":
-            mistake = seen_on.float64 if "has no 64-bit float" in detail else seen_on.left
+            mistake = next((m for phrase, m in seen_on.named if phrase in detail), seen_on.left)
+            mistake = seen_on.float64 if "has no 64-bit float" in detail else mistake
             fail(f"{seen_on.call} cannot run on {gpu}: {mistake.explanation} What the stand-in {gpu} saw: {detail}",
                  mistake=mistake)

@@ -36,9 +36,16 @@ class DeviceRuleBroken(AssertionError):
     """A rule of the real GPU that the stand-in device would have let pass."""
 
 
+def _in_a_cell(filename: str) -> bool:
+    """True for code a notebook cell defined (a kernel's ipykernel_ file, or a replay's <notebook:cell>)."""
+    return "ipykernel_" in filename or filename.startswith("<")
+
+
 def _where() -> str:
-    """The innermost line on the stack outside torch and this module: the line that broke the rule."""
+    """The innermost line on the stack outside torch and this module, in a notebook cell where one is on the stack
+    (the student's line, rather than the course's module it called): the line that broke the rule."""
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_TORCH) and f.filename != __file__]
+    frames = [f for f in frames if _in_a_cell(f.filename)] or frames
     if not frames:
         return "(unknown line)"
     where = "a notebook cell" if "ipykernel_" in frames[-1].filename else frames[-1].filename
@@ -120,12 +127,19 @@ def outcome(run: Callable[[torch.device], Any], gpu: str) -> dict[str, str]:
 
 def on_gpus(probe: Callable[..., None], key: str, call: Callable[[Any, torch.device], Any]) -> Callable[..., None]:
     """A check's probe that runs probe(..., student, rec), then call(student, device) on the stand-in for each GPU,
-    recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge."""
+    recorded as the fact "<key>_on_<gpu>" (outcome()'s plain data) for compare.expect_on_gpus to judge. PyTorch's
+    global generator is left as the probe left it (building a model there draws its weights)."""
 
     def probed(*args: Any) -> None:
         probe(*args)
         student, rec = args[-2:]
-        for gpu in GPUS:
-            rec.fact(f"{key}_on_{gpu}", outcome(lambda d: call(student, d), gpu))
+        with torch.random.fork_rng(devices=[]):
+            seen = outcome(lambda d: call(student, d), "mps")
+            # MPS's rules are CUDA's and one more (no float64), so CUDA's verdict is MPS's, except after a float64
+            if "has no 64-bit float" in seen["detail"]:
+                rec.fact(f"{key}_on_cuda", outcome(lambda d: call(student, d), "cuda"))
+            else:
+                rec.fact(f"{key}_on_cuda", {**seen, "detail": seen["detail"].replace(" on mps", " on cuda")})
+            rec.fact(f"{key}_on_mps", seen)
 
     return probed

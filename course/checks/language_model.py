@@ -3,13 +3,14 @@ generate_cached); judges in course/judges/language_model.py. Generation runs on 
 sampling and generation on the CPU, where a seeded generator draws the same numbers everywhere."""
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
+from course.checks import device
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator
 from course.checks.evidence import Recorder, fact_key
@@ -69,6 +70,7 @@ def lm_tokens(case: ModelCase, seed: int) -> torch.Tensor:
 
 # head size != k, batch > 1, odd lengths, one case with t == max_len
 STRUCTURE_CASE = ModelCase(b=2, t=6, vocab=11, k=16, heads=2, depth=2, max_len=10)
+ON_GPU_CASE = replace(STRUCTURE_CASE, depth=1)  # on the stand-in GPU: one block shows what every block does
 ORACLE_CASES = (ModelCase(b=3, t=7, vocab=11, k=16, heads=2, depth=2, max_len=12),
                 ModelCase(b=2, t=5, vocab=13, k=12, heads=3, depth=1, max_len=5))
 HIDDEN_CASES = (ModelCase(b=1, t=9, vocab=7, k=8, heads=4, depth=3, max_len=9),
@@ -93,21 +95,36 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 _FACTS = partial(model_facts, parts=MODEL_PARTS, block_parts=[name for name, _, _ in BLOCK_PARTS], kinds=_LM_KINDS)
 _probe_model = partial(probe_models, facts=_FACTS, train=True)  # a run that cannot be built ends the probe
 
-lm_structure = property_check("lm_structure", _probe_model, (ModelRun(case=STRUCTURE_CASE, seed=3000),))
+
+
+def _on_gpu(cls: Callable, d: torch.device, cached: bool = False) -> Any:
+    """ON_GPU_CASE's model moved to d and run on 6 tokens there (cached: 4, then 2 more with the cache)."""
+    model, tokens = cls(*astuple(ON_GPU_CASE)[2:]).to(d), torch.randint(11, (2, 6), device=d)
+    if not cached:
+        return model(tokens)
+    _, cache = model(tokens[:, :4], use_cache=True)
+    return model(tokens[:, 4:], cache=cache, use_cache=True)
+
+
+#: the calls run on each stand-in GPU (course/checks/device.py): are the positions and the mask made on the device?
+LM_ON_GPU = f"{ON_GPU_CASE.call}.to(device)(tokens (2, 6) on device)"
+CACHE_ON_GPU = f"{LM_ON_GPU.replace(MODEL_NAME, CACHED_NAME)[:-1]}: 4 with use_cache=True, then 2 with the cache)"
+lm_structure = property_check("lm_structure", device.on_gpus(_probe_model, "model", _on_gpu),
+                              (ModelRun(case=STRUCTURE_CASE, seed=3000),))
 lm_causality = property_check("lm_causality", _probe_model, (ModelRun(case=CAUSALITY_CASE, seed=3100, changed=(5, 2)),))
 lm_oracle = property_check("lm_oracle", _probe_model, numbered_runs(ORACLE_CASES, 3200))
 lm_hidden = property_check("lm_hidden", _probe_model, numbered_runs(HIDDEN_CASES, 3500))
 lm_gradients = property_check("lm_gradients", _probe_model, (ModelRun(case=GRADIENT_CASE, seed=3600, upstream=3620),))
 
 
-def _cache_check(name: str, cases: tuple[ModelRun, ...]) -> PropertyCheck:
+def _cache_check(name: str, cases: tuple[ModelRun, ...], probe: Callable = _probe_model) -> PropertyCheck:
     """A CachedLanguageModel check that also says when the cause may be the LanguageModel it inherits (exercise 1)."""
-    return property_check(name, _probe_model, cases, user=CACHED_NAME,
+    return property_check(name, probe, cases, user=CACHED_NAME,
                           prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),),
                           namespace=lambda cls: {c.__name__: c for c in reversed(getattr(cls, "__mro__", ())[1:])})
 
 
-lm_cache = _cache_check("lm_cache", (CACHE_CASE,))
+lm_cache = _cache_check("lm_cache", (CACHE_CASE,), device.on_gpus(_probe_model, "model", partial(_on_gpu, cached=True)))
 lm_cache_hidden = _cache_check("lm_cache_hidden", (HIDDEN_CACHE_CASE,))
 
 
@@ -210,7 +227,10 @@ SAMPLING_HIDDEN_CASES = numbered_sampling(((4700, 1, 5, 0.9, 2), (4710, 33, 40, 
                                            (4770, 36, 20, 1.2, 8, 0.95)))
 sampling_greedy = property_check("sampling_greedy", _probe_sampling, GREEDY_CASES)
 sampling_distribution = property_check("sampling_distribution", _probe_sampling, SAMPLING_CASES)
-sampling_top_p = property_check("sampling_top_p", _probe_sampling, TOP_P_CASES)
+#: the call run on each stand-in GPU: is every mask of the vocabulary made where the logits are?
+SAMPLE_ON_GPU = "sample_next_token(logits (4, 10) on device, temperature=0.8, top_k=3, top_p=0.9)"
+sampling_top_p = property_check("sampling_top_p", device.on_gpus(_probe_sampling, "sample", lambda f, d: f(
+    torch.randn(4, 10, device=d), temperature=0.8, top_k=3, top_p=0.9)), TOP_P_CASES)
 
 #: one case, drawn with the same generator under each global seed (tokens<i>)
 GENERATOR_CASE = SamplingCase(key="tokens", seed=4800, b=32, vocab=8, temperature=1.0, top_k=4, global_seeds=(11, 22))

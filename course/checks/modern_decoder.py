@@ -4,7 +4,7 @@ get tables of random angles, which any rotation must accept, so nothing here com
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -282,8 +282,22 @@ def _model_facts(model: nn.Module) -> dict:
 _probe_modern = partial(probe_models, facts=_model_facts)
 
 # head size != k, kv_heads < heads, batch > 1, odd lengths
-modern_lm_structure = property_check("modern_lm_structure", _probe_modern, (
-    ModelRun(case=ModernCase(b=2, t=5, vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=9), seed=8000),))
+STRUCTURE_CASE = ModernCase(b=2, t=5, vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=9)
+
+
+def _modern_on_gpu(cls: Callable, d: torch.device) -> Any:
+    """STRUCTURE_CASE's model, one block deep, moved to d: 3 tokens there with use_cache=True, then 2 with the cache."""
+    (args, keywords), tokens = replace(STRUCTURE_CASE, depth=1).constructor(), torch.randint(11, (2, 5), device=d)
+    model = cls(*args, **keywords).to(d)
+    _, cache = model(tokens[:, :3], use_cache=True)
+    return model(tokens[:, 3:], cache=cache, use_cache=True)
+
+
+#: the call run on each stand-in GPU (course/checks/device.py): do the tables follow .to(), is the mask made there?
+MODERN_ON_GPU = (f"{replace(STRUCTURE_CASE, depth=1).call}.to(device): 3 tokens on device with use_cache=True, then 2 "
+                 "with the cache")
+modern_lm_structure = property_check("modern_lm_structure", device.on_gpus(_probe_modern, "model", _modern_on_gpu),
+                                     (ModelRun(case=STRUCTURE_CASE, seed=8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
     ModelRun(case=ModernCase(b=3, t=7, vocab=11, k=24, heads=6, kv_heads=3, depth=2, max_len=12), seed=8100,
              model="model0", logits="logits0"),

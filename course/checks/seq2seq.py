@@ -4,7 +4,7 @@ course/judges/seq2seq.py. The stand-in models here are no answers: they only dri
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -408,7 +408,18 @@ def _probe_decodes(cases: tuple[SettingCase, ...], greedy_decode: Callable, rec:
                      _source_mask(src).to(rec.device), max_len, BOS_ID, EOS_ID)
 
 
-greedy_decode_scripted = property_check("greedy_decode_scripted", _probe_decodes, (
+def _decode_on_gpu(greedy_decode: Callable, d: torch.device) -> Any:
+    """greedy_decode on the scripted model, a source (2, 5) and its mask on d. Its loop stops on `finished.all()`,
+    which the data-less stand-in cannot answer: a decode that makes its tokens there says "unknown" (not held against
+    it), while start tokens or flags made on the CPU are refused by the first step, before that question."""
+    model, src, _ = _scripted(((3, 4, 5, 0, 0), (6, 0, 0, 0, 0)), (3, 1))
+    with torch.no_grad():
+        return greedy_decode(model.to(d), src.to(d), _source_mask(src).to(d), 9, BOS_ID, EOS_ID)
+
+
+DECODE_ON_GPU = "greedy_decode(model, src (2, 5), src_mask, 9, bos, eos), all on device"
+greedy_decode_scripted = property_check("greedy_decode_scripted", device.on_gpus(_probe_decodes, "tokens",
+                                                                                 _decode_on_gpu), (
     SettingCase(key="tokens",
                 setting=(partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9),
                 label="a stand-in model; the three sequences end after 3, 1 and 5 tokens"),
@@ -429,13 +440,24 @@ _PREREQUISITES = (("causal_mask", 1, (causal_mask_by_hand,)),
                   ("DecoderBlock", 3, (decoder_block_structure, decoder_block_oracle)))
 
 
-def _model_check(name: str, *runs: Runs) -> PropertyCheck:
+def _model_check(name: str, *runs: Runs, probe: Callable = _probe_translator) -> PropertyCheck:
     """A model check (_probe_translator on model_runs) that also names an earlier exercise the model uses as a cause."""
-    return property_check(name, _probe_translator, runs, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
+    return property_check(name, probe, runs, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
                           namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
-seq2seq_structure = _model_check("seq2seq_structure", model_runs(1600, "memory", "logits"))
+def _translate_on_gpu(cls: Callable, d: torch.device) -> Any:
+    """MODEL_CASES[0]'s model, one layer of each kind, moved to d, on a source (3, 7), its mask, a target (3, 5)."""
+    c = replace(MODEL_CASES[0], depth=1)
+    model = cls(c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len).to(d)
+    src, tgt = torch.randint(3, c.src_vocab, (c.b, c.s), device=d), torch.randint(3, c.tgt_vocab, (c.b, c.t), device=d)
+    return model(src, tgt, torch.ones(c.b, c.s, dtype=torch.bool, device=d))
+
+
+#: the call run on each stand-in GPU (course/checks/device.py): are the masks inside forward made on the device?
+TRANSLATE_ON_GPU = "Seq2SeqTransformer(11, 9, 16, 2, 1, 20).to(device)(src, tgt, src_mask on device)"
+seq2seq_structure = _model_check("seq2seq_structure", model_runs(1600, "memory", "logits"),
+                                 probe=device.on_gpus(_probe_translator, "model", _translate_on_gpu))
 seq2seq_causality = _model_check("seq2seq_causality", model_runs(1700, "logits", "logits_changed4", "logits_changed2"))
 seq2seq_small_case = _model_check("seq2seq_small_case", model_runs(2500, "logits", c=SMALL_MODEL, upstream=True))
 seq2seq_oracle = _model_check("seq2seq_oracle", *(model_runs(1800 + 100 * i, f"logits{i}", f"memory{i}", f"decoded{i}",

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from course.checks import compare, modules
 from course.checks import language_model as probes
-from course.checks.compare import Mistake, expect_equal, fail, generator, output
+from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator, output
 from course.checks.evidence import Evidence, fact_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.judges import mistakes, oracles
@@ -413,8 +413,10 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
 
 # ---------------------------------------------------------------- the checks
 
-each_case(probes.lm_structure, partial(expect_model, oracle=LM),
-          passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits.")
+_ON_GPU = dict(left=M["mask-on-the-cpu"], named=(("aten.embedding", M["positions-on-the-cpu"]),))
+each_case(probes.lm_structure, partial(expect_model, oracle=LM), on_gpus=OnGpus("model", probes.LM_ON_GPU, **_ON_GPU),
+          passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits; "
+                 "on a stand-in CUDA and MPS, positions and mask made on the tokens' device.")
 each_case(probes.lm_causality, partial(expect_model, oracle=LM),
           passed="Changing the tokens from position j on never changes the logits at positions before j.")
 each_case(probes.lm_oracle, partial(expect_model, oracle=LM, exact=True),
@@ -423,9 +425,10 @@ each_case(probes.lm_hidden, partial(expect_model, oracle=LM, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
 each_case(probes.lm_gradients, partial(expect_model, oracle=LM),
           passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
-each_case(probes.lm_cache, _expect_cached,
+each_case(probes.lm_cache, _expect_cached, on_gpus=OnGpus("model", probes.CACHE_ON_GPU, **_ON_GPU),
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
-                 "and a cache of (keys, values) per block, (b, heads, t, s), t growing.")
+                 "and a cache of (keys, values) per block, (b, heads, t, s), t growing; on a stand-in CUDA and MPS, "
+                 "positions and mask made on the tokens' device.")
 each_case(probes.lm_cache_hidden, _expect_cached,
           passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens.")
 each_case(probes.sampling_greedy, _expect_draws,
@@ -435,7 +438,9 @@ each_case(probes.sampling_generator, _expect_draws,
 each_case(probes.sampling_distribution, partial(_expect_draws, cases=probes.SAMPLING_CASES),
           passed="Temperatures below and above 1, with and without top_k: torch.multinomial's tokens.")
 each_case(probes.sampling_top_p, partial(_expect_draws, cases=probes.TOP_P_CASES),
-          passed="top_p at three temperatures, after top_k, and a small p: torch.multinomial's tokens.")
+          on_gpus=OnGpus("sample", probes.SAMPLE_ON_GPU, M["nucleus-on-the-cpu"]),
+          passed="top_p at three temperatures, after top_k, and a small p: torch.multinomial's tokens; on a stand-in "
+                 "CUDA and MPS, every mask made where the logits are.")
 each_case(probes.sampling_hidden, partial(_expect_draws, cases=probes.SAMPLING_HIDDEN_CASES),
           passed="Edge cases of top_k, top_p and temperature; 1,500 draws from one row never leave its top k.")
 each_case(probes.generate_greedy, _expect_generation,

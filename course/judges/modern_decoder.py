@@ -433,7 +433,9 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
-          passed="The named parts without biases, cos and sin non-persistent buffers, logits (b, t, vocab_size).")
+          on_gpus=OnGpus("model", probes.MODERN_ON_GPU, M["mask-on-the-cpu"]),
+          passed="The named parts without biases, cos and sin non-persistent buffers, logits (b, t, vocab_size); on a "
+                 "stand-in CUDA and MPS, the tables follow .to() and the mask is made on the tokens' device.")
 each_case(probes.modern_lm_oracle, _expect_model,
           passed="The logits of PyTorch's pieces composed pre-norm and causal, with your weights.")
 each_case(probes.modern_lm_cache, _expect_model,

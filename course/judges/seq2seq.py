@@ -384,7 +384,9 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
 
 
 each_case(probes.seq2seq_structure, partial(_expect_translator, False),
-          passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k).")
+          on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, M["mask-wrong-device"]),
+          passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k); on a stand-in CUDA "
+                 "and MPS, the masks are made on the device.")
 each_case(probes.seq2seq_causality, partial(_expect_translator, False),
           passed="Changing a later target token never changes the logits at earlier positions.")
 each_case(probes.seq2seq_oracle, partial(_expect_translator, True),
@@ -484,7 +486,9 @@ def _expect_decode(ev: Evidence, case: probes.SettingCase) -> None:
 
 
 each_case(probes.greedy_decode_scripted, _expect_decode,
-          passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, then 0s.")
+          on_gpus=OnGpus("tokens", probes.DECODE_ON_GPU, M["greedy-made-on-the-cpu"]),
+          passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, then 0s; on a "
+                 "stand-in CUDA and MPS, the tokens are made on the source's device.")
 each_case(probes.greedy_decode_step_by_step, _expect_decode,
           passed="A random stand-in translator against the step-by-step argmax; and max_len cuts long outputs.")
 
