@@ -98,8 +98,27 @@ RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_n
 
 against_forward(probes.rms_norm_oracle, RMS,
                 passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too.")
-against_forward(probes.rms_norm_hidden, RMS,
-                passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients.")
+
+
+def _expect_gain_of_ones(ev: Evidence) -> None:
+    """Each RMSNorm built starts with a gain of ones, as the exercise prescribes (recorded before the check's
+    weights replaced it)."""
+    __tracebackhide__ = True
+    for item in probes.rms_norm_hidden.runs:
+        built = item.module
+        if ev.facts.get(f"{built.key}.is_module") is not True:
+            continue
+        k, found = built.args[0], ev.facts.get(f"{built.key}.initial_gain")
+        if found != [1.0] * k:
+            shown = torch.tensor(found) if isinstance(found, list) and all(
+                isinstance(v, float | int) for v in found) else found
+            fail(f"{block_call(built, probes.NORM_NAME)}: {M['rms-gain-not-ones'].explanation}", torch.ones(k), shown,
+                 case=f"the gain as {block_call(built, probes.NORM_NAME)} builds it", mistake=M["rms-gain-not-ones"])
+
+
+against_forward(probes.rms_norm_hidden, RMS, then=_expect_gain_of_ones,
+                passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients, a gain that "
+                       "starts at ones.")
 
 
 # ---------------------------------------------------------------- rotary_tables
