@@ -157,9 +157,15 @@ def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstre
 
 
 def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> RunsCheck:
-    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train."""
-    return builds_and_runs(name, runs, dropout=0.0, train=train,
-                           facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
+    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train; a check
+    whose Built args are (k, heads, ff_mult, dropout) passes each its own dropout, fourth."""
+    dropout = {} if any(len(run.module.args) > 3 for run in runs) else {"dropout": 0.0}
+    return builds_and_runs(name, runs, **dropout, train=train, facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
+
+
+def _training_mode(block: nn.Module) -> None:
+    """Training mode, where a dropout of 1.0 zeroes all it is given (the check's blocks run in evaluation mode)."""
+    block.train()
 
 
 decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
@@ -169,11 +175,17 @@ decoder_block_causality = _decoder_check("decoder_block_causality", (Runs(Built(
     decoder_case("y", (2, 5, 7, 8), 1110), decoder_case("y_changed", (2, 5, 7, 8), 1110, change=3))),))
 # (b, t, s, k, heads, ff_mult): t != s, batch > 1, head size != k, odd lengths; then without masks
 BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 4, 9, 16, 4, 1))
+#: dropout=1.0 in training mode: each sub-layer's output dropped before it is added, the block gives
+#: norm3(norm2(norm1(x))), which shows where its dropout sits
+DROPOUT_RUNS = Runs(Built("block_dropout", (8, 2, 4, 1.0), 1420), (decoder_case("y_dropout", (2, 4, 5, 8), 1430),),
+                    _training_mode)
 decoder_block_oracle = _decoder_check("decoder_block_oracle", (
-    *(Runs(Built(f"block{i}", (k, heads, ff_mult), 1200 + 50 * i),
+    *(Runs(Built(f"block{i}", (k, heads, ff_mult, 0.0), 1200 + 50 * i),
            (decoder_case(f"y{i}", (b, t, s, k), 1230 + 10 * i),)) for i, (b, t, s, k, heads, ff_mult) in
       enumerate(BLOCK_CASES)),
-    Runs(Built("block_unmasked", (8, 2, 4), 1400), (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),))))
+    Runs(Built("block_unmasked", (8, 2, 4, 0.0), 1400), (decoder_case("y_unmasked", (2, 3, 5, 8), 1410,
+                                                                      masked=False),)),
+    DROPOUT_RUNS))
 decoder_block_small_case = _decoder_check("decoder_block_small_case", (Runs(Built("block", (4, 2, 4), 1450), (
     decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),), train=True)
 decoder_block_padding_gradients = _decoder_check("decoder_block_padding_gradients", (

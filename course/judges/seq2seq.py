@@ -122,11 +122,22 @@ def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
             **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
-def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: torch.Tensor, memory: torch.Tensor,
-             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None, *, layout: str = "torch",
-             context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True) -> torch.Tensor:
+def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, *dropout: float, x: torch.Tensor,
+             memory: torch.Tensor, self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
+             layout: str = "torch", context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True
+             ) -> torch.Tensor:
     """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (layout "torch"), else a typical
-    mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads)."""
+    mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads).
+    dropout: (1.0,) for a block built with dropout=1.0 and run in training mode, where every dropout zeroes what it
+    is given: the block gives norm3(norm2(norm1(x))), or with a layout of DROPOUT_LAYOUTS a misplaced or missing
+    dropout."""
+    norms = [partial(oracles.layer_norm, w, f"norm{i}") for i in (1, 2, 3)]
+    if dropout == (1.0,) and layout != "dropout-not-applied":
+        return {"dropout-on-sum": lambda: norms[2](torch.zeros_like(x)),  # norm3(dropout(x + ff(x))): its bias
+                "dropout-after-norm": lambda: torch.zeros_like(x),  # dropout(norm3(x + ff(x))): dropped whole
+                }.get(layout, lambda: norms[2](norms[1](norms[0](x))))()
+    if layout in DROPOUT_LAYOUTS:
+        layout = "torch"
     if layout == "torch":
         return oracles.course_layer(w, "", heads, x, memory, causal=self_mask is not None,
                                     pad=None if memory_mask is None else memory_mask[:, 0])
@@ -144,7 +155,6 @@ def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: to
         return oracles.attention(h, source, cross, heads, **oracles.course_attention(w, "cross_attention."))
 
     order = {"cross-first": (ca, sa, ff), "cross-on-input": (sa, lambda _: ca(x), ff)}.get(layout, (sa, ca, ff))
-    norms = [partial(oracles.layer_norm, w, f"norm{i}") for i in (1, 2, 3)]
     return block_layout(x, order, norms, {"pre": "pre", "no-residual": "post-no-residual"}.get(layout, "post"))
 
 
@@ -154,6 +164,17 @@ _BLOCK_MISTAKES = tuple((m, partial(_decoder, **{"layout": "post", **switches}))
     (M["block-memory-not-masked"], {"cross_mask": "none"}), (M["block-self-mask-ignored"], {"use_self_mask": False}),
     (M["block-no-residual"], {"layout": "no-residual"}), (M["block-pre-norm"], {"layout": "pre"}),
     (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
+#: where a dropout can sit instead of on each sub-layer's output before it is added (see _decoder)
+DROPOUT_LAYOUTS = ("dropout-on-sum", "dropout-after-norm", "dropout-not-applied")
+_DROPOUT_MISTAKES = tuple((M[m], partial(_decoder, layout=layout)) for m, layout in (
+    ("block-dropout-misplaced", "dropout-on-sum"), ("block-dropout-misplaced", "dropout-after-norm"),
+    ("block-dropout-not-applied", "dropout-not-applied")))
+
+
+def _block_simulators(*args: float, **_: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
+    """The typical mistakes of a block built with args (k, heads, ff_mult[, dropout]); where it dropped everything
+    (dropout 1.0 in training mode), those of where its dropout sits too."""
+    return list(_BLOCK_MISTAKES) + (list(_DROPOUT_MISTAKES) if args[3:] == (1.0,) else [])
 
 
 def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor, what: str,
@@ -181,9 +202,9 @@ _BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "
 def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """The block built (args (k, heads, ff_mult)) has the parts of _BLOCK_GROUPS; returns the weights loaded."""
     __tracebackhide__ = True
-    key, (k, heads, ff_mult) = built.key, built.args
+    key, (k, heads, ff_mult), dropout = built.key, built.args[:3], (*built.args[3:], 0.0)[0]
     what = f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
-    modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
+    modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout={dropout})")
     for names, kind, how, shared in _BLOCK_GROUPS:
         facts = [modules.expect_part(ev, key, BLOCK_NAME, name, kind, how) for name in names]
         if shared is not None and any(fact.get("same_as") for fact in facts):
@@ -200,7 +221,7 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 DECODER = ForwardOracle(
     BLOCK_NAME, "a decoder block", _block_weights, _decoder,
-    "nn.TransformerDecoderLayer with the same weights", lambda *_, **__: list(_BLOCK_MISTAKES),
+    "nn.TransformerDecoderLayer with the same weights", _block_simulators,
     hint=lambda **_: ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
                       "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...)."),
     otherwise="x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
@@ -215,7 +236,7 @@ against_block(probes.decoder_block_structure, DECODER_BLOCK, claim="has the righ
                      "(FeedForward).")
 against_block(probes.decoder_block_oracle, DECODER_BLOCK,
               passed="Random weights and inputs against nn.TransformerDecoderLayer (post-norm, ReLU) with the same "
-                     "weights.")
+                     "weights; with dropout=1.0 in training mode, norm3(norm2(norm1(x))).")
 against_block(probes.decoder_block_small_case, DECODER_BLOCK,
               passed="k=4, 2 heads, a target of 3 and a source of 5 positions (the second with 2 padded): the block "
                      "against nn.TransformerDecoderLayer with the same weights, with the causal and the padding "
