@@ -218,6 +218,14 @@ class block_sublayer_list(nn.Module):
 
 # ------------------------------------------------------------------ Seq2SeqTransformer: mistakes
 
+edit("model-positions-without-dropout", "seq2seq_model",
+     ("PositionalEncoding(k, max_len, dropout)", "PositionalEncoding(k, max_len)"), mistake="model-dropout-not-passed")
+edit("model-encoder-without-dropout", "seq2seq_model",
+     ("TransformerBlock(k, heads, dropout=dropout)", "TransformerBlock(k, heads)"), mistake="model-dropout-not-passed")
+edit("model-decoder-without-dropout", "seq2seq_model",
+     ("DecoderBlock(k, heads, dropout=dropout) for _ in range(depth)", "DecoderBlock(k, heads) for _ in range(depth)"),
+     mistake="model-dropout-not-passed")
+
 edit("model-memory-not-masked", "seq2seq_model",
      ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),
      mistake="model-memory-not-masked")

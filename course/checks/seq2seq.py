@@ -243,18 +243,20 @@ def _model_inputs(c: ModelCase, batch: int, change: int = -1, more: int = 0) -> 
 
 
 def model_runs(seed: int, *calls: str, key: str = "model", c: ModelCase = MODEL_CASES[0], batch: int | None = None,
-               upstream: bool = False) -> Runs:
+               upstream: bool = False, dropout: float | None = None) -> Runs:
     """Seq2SeqTransformer of c's sizes (under key, weights from seed) called on the batch drawn from seed batch
     (default seed + 10), once per key of calls: "memory…" encode, "decoded…" decode on that memory, "…changed<j>"
     another target token at j, "…longer" four more padded source positions, else forward; upstream: the logits'
-    gradient drawn from seed + 20."""
+    gradient drawn from seed + 20; dropout: the model built with it (its Built args' seventh) and run in training
+    mode."""
     batch = seed + 10 if batch is None else batch
     grad = partial(randn, c.b, c.t, c.tgt_vocab, seed=seed + 20) if upstream else None
     lengths = [max(1, c.s - (2 * i) % c.s) for i in range(c.b)]
     label = f"src ({c.b}, {c.s}) with lengths {lengths}, tgt ({c.b}, {c.t}), k={c.k}, heads={c.heads}, depth={c.depth}"
     cases = tuple(Case(call, partial(_model_inputs, c, batch, int(call.partition("changed")[2] or -1),
                                      4 * call.endswith("longer")), label, upstream=grad) for call in calls)
-    return Runs(Built(key, (c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len), seed), cases)
+    dropped = () if dropout is None else (dropout,)
+    return Runs(Built(key, (c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len, *dropped), seed), cases)
 
 
 def _probe_translator(runs: tuple[Runs, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
@@ -262,8 +264,9 @@ def _probe_translator(runs: tuple[Runs, ...], Seq2SeqTransformer: Callable, rec:
     upstream in training mode, recording the gradients of sum(logits · upstream)."""
     for run in runs:
         built = run.module
-        model = modules.build(rec, built.key, Seq2SeqTransformer, *built.args, dropout=0.0, seed=built.seed,
-                              train=False, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
+        dropout = (*built.args[6:], 0.0)[0]
+        model = modules.build(rec, built.key, Seq2SeqTransformer, *built.args[:6], dropout=dropout, seed=built.seed,
+                              train=dropout > 0, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
         if model is None:
             return
         memory = None
@@ -445,7 +448,10 @@ seq2seq_causality = _model_check("seq2seq_causality", model_runs(1700, "logits",
 seq2seq_small_case = _model_check("seq2seq_small_case", model_runs(2500, "logits", c=SMALL_MODEL, upstream=True))
 seq2seq_oracle = _model_check("seq2seq_oracle", *(model_runs(1800 + 100 * i, f"logits{i}", f"memory{i}", f"decoded{i}",
                                                              key=f"model{i}", c=c, batch=1850 + i)
-                                                  for i, c in enumerate(MODEL_CASES)))
+                                                  for i, c in enumerate(MODEL_CASES)),
+                              # dropout=1.0 in training mode: every dropout zeroes what it is given, so that each part
+                              # the model does not pass its dropout on to shows
+                              model_runs(2100, "memory_dropped", "logits_dropped", key="model_dropout", dropout=1.0))
 seq2seq_padding = _model_check("seq2seq_padding", model_runs(1900, "logits", "logits_longer"))
 seq2seq_gradients = _model_check("seq2seq_gradients", model_runs(2000, "logits", upstream=True))
 

@@ -21,6 +21,7 @@ from course.checks.compare import (
     Mistake,
     OnGpus,
     Rows,
+    expect_close,
     expect_close_batch,
     expect_equal,
     fail,
@@ -323,7 +324,7 @@ _MODEL_PARTS = (("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)"
 def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """The model built has its named parts, of the right kinds and sizes, none shared; returns its weights."""
     __tracebackhide__ = True
-    key, (src_vocab, tgt_vocab, k, heads, depth, max_len) = built.key, built.args
+    key, (src_vocab, tgt_vocab, k, heads, depth, max_len) = built.key, built.args[:6]
     modules.built(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
                            f"max_len={max_len})")
     parts = {name: modules.expect_part(ev, key, MODEL_NAME, name, kind, how) for name, kind, how in _MODEL_PARTS}
@@ -349,12 +350,69 @@ def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
                                      resized=M["wrong-size"])
 
 
+def _dropped_model(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k: int, heads: int, depth: int,
+                   max_len: int, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor, *, ignored: str = ""
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(memory, logits) of the model built with dropout=1.0 and run in training mode, where every dropout zeroes what
+    it is given: the positions give zeros and each block gives its norms of its input in turn (norm2(norm1(x)),
+    norm3(norm2(norm1(y)))). ignored: the part not given the dropout ("positions", "encoder" or "decoder")."""
+    def norms(prefix: str, x: torch.Tensor, n: int) -> torch.Tensor:
+        for j in range(1, n + 1):
+            x = oracles.layer_norm(w, f"{prefix}norm{j}", x)
+        return x
+
+    x = F.embedding(src, w["src_embedding.weight"]) + reference_table(src.shape[1], k)  # (b, s, k)
+    y = F.embedding(tgt, w["tgt_embedding.weight"]) + reference_table(tgt.shape[1], k)  # (b, t, k)
+    if ignored != "positions":
+        x, y = torch.zeros_like(x), torch.zeros_like(y)
+    for i in range(depth):
+        p = f"encoder.{i}."
+        x = oracles.course_layer(w, p, heads, x, pad=src_mask) if ignored == "encoder" else norms(p, x, 2)
+    for i in range(depth):
+        p = f"decoder.{i}."
+        y = oracles.course_layer(w, p, heads, y, x, causal=True, pad=src_mask) if ignored == "decoder" \
+            else norms(p, y, 3)
+    return x, oracles.dense(w, "to_logits", y)
+
+
+_DROPOUT_HOW = {"positions": "PositionalEncoding(k, max_len, dropout)", "encoder": "TransformerBlock(k, heads, "
+                "dropout=dropout)", "decoder": "DecoderBlock(k, heads, dropout=dropout)"}
+_DROPOUT_PART = {"positions": "positions", "encoder": "encoder's blocks", "decoder": "decoder's blocks"}
+
+
+def _expect_dropped(ev: Evidence, run: Runs) -> None:
+    """The run's model, built with dropout=1.0 and run in training mode: encode and forward as _dropped_model gives
+    them, else the part that was not given the dropout named."""
+    __tracebackhide__ = True
+    args = run.module.args[:6]
+    w = _model_weights(ev, run.module)
+    call = f"{MODEL_NAME}(..., dropout=1.0) in training mode"
+    for case in run.cases:
+        inputs = dict(case.inputs())
+        (b, s), t = inputs["src"].shape, inputs["tgt"].shape[1]
+        memory = case.key.startswith("memory")
+        parts = ("positions", "encoder") if memory else ("positions", "decoder")
+        with torch.no_grad():
+            right = _dropped_model(w, *args, **inputs)[0 if memory else 1]
+            wrong = [(Mistake(M["model-dropout-not-passed"].id, f"the {_DROPOUT_PART[part]} ignore the model's "
+                              f"dropout, which zeroes all it is given here: build them as {_DROPOUT_HOW[part]}."),
+                      _dropped_model(w, *args, **inputs, ignored=part)[0 if memory else 1]) for part in parts]
+        what = f"{call}: {'encode(src, src_mask)' if memory else 'forward(src, tgt, src_mask)'}"
+        y = output(ev, case.key, what=what, shape=(b, s, args[2]) if memory else (b, t, args[1]),
+                   hint=_MODEL_CALL_HINT)
+        expect_close(y, right, what=what, device=ev.device, mistakes=wrong, case=case.label, otherwise=(
+            "Every dropout zeroes what it is given, so the positions give zeros and each block the norms of its input "
+            "in turn: pass dropout on to " + ", ".join(_DROPOUT_HOW.values()) + "."))
+
+
 def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
     """The run's model (probes.model_runs): its structure; the logits of its first forward case against PyTorch's
     encoder and decoder layers with the check's weights, naming the typical mistake they match (strict), else only an
     encoder-decoder's, right or typically wrong, after what the other cases show (encode's shape, decode equal to
     forward, causality, padding ignored); then autograd's gradients where that case has an upstream."""
     __tracebackhide__ = True
+    if run.module.args[6:]:  # built with a dropout
+        return _expect_dropped(ev, run)
     args, first = run.module.args, None
     w = _model_weights(ev, run.module)
     for case in run.cases:
@@ -411,7 +469,8 @@ each_case(probes.seq2seq_causality, partial(_expect_translator, False),
           passed="Changing a later target token never changes the logits at earlier positions.")
 each_case(probes.seq2seq_oracle, partial(_expect_translator, True),
           passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
-                 "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward.")
+                 "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward; with dropout=1.0 in "
+                 "training mode, every part drops what it is given.")
 each_case(probes.seq2seq_padding, partial(_expect_translator, False),
           passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
 each_case(probes.seq2seq_gradients, partial(_expect_translator, False),
