@@ -111,6 +111,8 @@ edit("pe-dropout-ignored", MODULE, ("        self.dropout = nn.Dropout(dropout)\
      (ADDED, "x + self.table[:t]"), mistake="dropout-ignored")
 edit("pe-functional-dropout-always-on", MODULE, ("self.dropout = nn.Dropout(dropout)", "self.p = dropout"),
      (ADDED, "F.dropout(x + self.table[:t], self.p)"), mistake="dropout-in-eval")  # training=True, even in eval
+edit("pe-dropout-on-x", MODULE, (ADDED, "self.dropout(x) + self.table[:t]"), mistake="dropout-before-sum")
+edit("pe-dropout-on-the-table", MODULE, (ADDED, "x + self.dropout(self.table[:t])"), mistake="dropout-before-sum")
 
 # ------------------------------------------------------------------ LearnedPositionalEmbedding: mistakes
 

@@ -199,6 +199,12 @@ def _judge_too_long(ev: Evidence) -> None:
     _expect_encoding(ev, right, buffer=False, claim=f"{what} raises a ValueError for {long.label}")
 
 
+def _dropped_alone(found: torch.Tensor, part: torch.Tensor, device: str) -> bool:
+    """found is part after a dropout of 0.5: between 35 % and 65 % of it zeroed, the rest doubled."""
+    zeros, kept = float((found.abs() < 1e-5).to(torch.float64).mean()), found.abs() >= 1e-5
+    return 0.35 < zeros < 0.65 and matches_any(found[kept], [2 * part[kept]], device, TABLE_TOLERANCE)
+
+
 @judge("positional_encoding_dropout")
 def _judge_dropout(ev: Evidence) -> None:
     """With dropout=0.5, training zeroes about half of x + table and scales the rest by 2; evaluation does not."""
@@ -214,6 +220,12 @@ def _judge_dropout(ev: Evidence) -> None:
     y_train = output(ev, "y_train", what=f"{what} in training mode", shape=tuple(x.shape), hint=_MODULE_HINT)
     zeros, kept = float((y_train == 0).to(torch.float64).mean()), y_train != 0
     if not 0.35 < zeros < 0.65 or not matches_any(y_train[kept], [2 * expected[kept]], ev.device, TABLE_TOLERANCE):
+        table = expected - x
+        for part, rest, name in ((x, table, "x"), (table, x, "the table")):
+            if _dropped_alone(y_train - rest, part, ev.device):
+                fail(f"In training mode {what} drops {name} alone, before it is added: about half of {name} is "
+                     f"zeroed and the rest doubled, and the other term is added whole. "
+                     f"{M['dropout-before-sum'].explanation}", 2 * expected, y_train, mistake=M["dropout-before-sum"])
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
              f"outputs are zero. {M['dropout-ignored'].explanation}", 2 * expected, y_train,
              mistake=M["dropout-ignored"] if matches_any(y_train, [expected], ev.device, TABLE_TOLERANCE) else None)
