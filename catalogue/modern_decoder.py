@@ -74,6 +74,9 @@ edit("tables-duplicated-as-in-hugging-face", TABLES,
      mistake="rotary-tables-full-width")
 edit("tables-left-in-float64", TABLES, (TABLES_RETURN, "return angles.cos().to(device), angles.sin().to(device)"),
      mistake="rotary-tables-float64")
+edit("tables-angles-in-float32", TABLES, (THETA, "base ** (-torch.arange(0, s, 2, dtype=torch.float32) / s)"),
+     ("torch.arange(t, dtype=torch.float64)", "torch.arange(t, dtype=torch.float32)"),
+     mistake="rotary-angles-float32")
 edit("tables-sin-first", TABLES,
      (TABLES_RETURN, "return angles.sin().float().to(device), angles.cos().float().to(device)"),
      mistake="rotary-tables-swapped")

@@ -123,12 +123,12 @@ against_forward(probes.rms_norm_hidden, RMS, then=_expect_gain_of_ones,
 
 # ---------------------------------------------------------------- rotary_tables
 
-def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 0, sign: float = -1.0
-            ) -> torch.Tensor:
-    """cos and sin (t, s // 2) float32 of position · base^(sign · exponent · i / s), computed in float64, stacked
-    (2, t, s // 2): the formula (with the defaults) or a typical mistake."""
-    theta = base ** (sign * exponent * torch.arange(s // 2, dtype=torch.float64) / s)  # (s/2,)
-    angles = torch.arange(first, first + t, dtype=torch.float64)[:, None] * theta  # (t, s/2)
+def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 0, sign: float = -1.0,
+            dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """cos and sin (t, s // 2) float32 of position · base^(sign · exponent · i / s), computed in float64 (or dtype),
+    stacked (2, t, s // 2): the formula (with the defaults) or a typical mistake."""
+    theta = base ** (sign * exponent * torch.arange(s // 2, dtype=dtype) / s)  # (s/2,)
+    angles = torch.arange(first, first + t, dtype=dtype)[:, None] * theta  # (t, s/2)
     return torch.stack([angles.cos(), angles.sin()]).float()
 
 
@@ -136,7 +136,8 @@ _TABLES_HINT = ("Return (cos, sin), each (t, s // 2) float32: cos and sin of pos
                 "rows, θ_i = base^(−2i/s) for i = 0 .. s/2 − 1 as columns, computed in float64 on the CPU, then "
                 ".float().to(device).")
 _TABLES_MISTAKES = ((M["rotary-exponent-i"], {"exponent": 1.0}), (M["rotary-positions-from-one"], {"first": 1}),
-                    (M["rotary-positive-exponent"], {"sign": 1.0}), (M["rotary-base-ignored"], {"base": DEFAULT_BASE}))
+                    (M["rotary-positive-exponent"], {"sign": 1.0}), (M["rotary-base-ignored"], {"base": DEFAULT_BASE}),
+                    (M["rotary-angles-float32"], {"dtype": torch.float32}))
 
 
 def _expect_tables(ev: Evidence, case: Case) -> None:
