@@ -153,6 +153,12 @@ edit("gqa-caches-unrotated-keys", GQA, (KEYS, "keys = split_heads(self.to_keys(x
 edit("gqa-biases", GQA, ("self.to_queries = nn.Linear(k, k, bias=False)", "self.to_queries = nn.Linear(k, k)"),
      mistake="gqa-bias")
 edit("gqa-no-divisibility-check", GQA, (CHECK, ""), mistake="gqa-no-divisibility-check")
+edit("gqa-head-counts-under-other-names", GQA,
+     ("self.heads, self.kv_heads, s = heads, kv_heads, k // heads", "self.h, self.g, s = heads, kv_heads, k // heads"),
+     ("self.heads)", "self.h)"),
+     ("split_heads(self.to_keys(x), self.kv_heads)", "split_heads(self.to_keys(x), self.g)"),
+     ("split_heads(self.to_values(x), self.kv_heads)", "split_heads(self.to_values(x), self.g)"),
+     ("group = self.heads // self.kv_heads", "group = self.h // self.g"), mistake="gqa-heads-not-stored")
 edit("gqa-full-size-keys", GQA, ("self.to_keys = nn.Linear(k, kv_heads * s, bias=False)",
                                  "self.to_keys = nn.Linear(k, k, bias=False)"),
      ("self.to_values = nn.Linear(k, kv_heads * s, bias=False)", "self.to_values = nn.Linear(k, k, bias=False)"),

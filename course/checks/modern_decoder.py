@@ -209,6 +209,12 @@ def _is_pair(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and len(value) == 2
 
 
+def _head_counts(module: nn.Module) -> dict[str, Any]:
+    """self.heads and self.kv_heads as the module stores them (None where it has no such integer)."""
+    return {name: value if type(value := getattr(module, name, None)) is int else None
+            for name in ("heads", "kv_heads")}
+
+
 def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:
     for case in drawn(cases):
         if case == "indivisible":
@@ -216,7 +222,7 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
             rec.call("indivisible_heads", cls, 12, 4, 3)
             continue
         module = modules.build(rec, f"{case.key}.module", cls, case.k, case.heads, case.kv_heads, seed=case.seed,
-                               layers=LAYERS)
+                               layers=LAYERS, facts=_head_counts)
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())

@@ -322,6 +322,10 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     kv = (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
     w = _bias_free(ev, f"{case.key}.module", case.call, ATTENTION_NAME,
                    {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, M["gqa-bias"])
+    stored = {name: ev.facts.get(f"{case.key}.module.{name}") for name in ("heads", "kv_heads")}
+    if structure and stored != {"heads": heads, "kv_heads": g}:
+        fail(f"{case.call} stores self.heads = {stored['heads']} and self.kv_heads = {stored['kv_heads']} (None: no "
+             f"such integer attribute). {M['gqa-heads-not-stored'].explanation}", mistake=M["gqa-heads-not-stored"])
     x, cos, sin, mask = case.inputs().values()
     right, p = None, case.prefix
     calls = (("full", slice(None), "x"), ("first", slice(p), f"x[:, :{p}]"), ("second", slice(p, None), f"x[:, {p}:]"))
