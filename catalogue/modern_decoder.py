@@ -194,6 +194,8 @@ edit("modern-cache-in-half-precision", MODEL,
      ("new_cache.append(keys_values)", "new_cache.append(tuple(t.half() for t in keys_values))  # half the memory"),
      mistake="modern-cache-differs")
 edit("modern-mask-not-offset", MODEL, (MASK, ".tril()"), mistake="modern-cache-mask-not-offset")
+edit("modern-length-check-without-the-cache", MODEL, ("if past + t > self.cos.shape[0]:", "if t > self.cos.shape[0]:"),
+     mistake="modern-cache-length-unchecked")
 edit("modern-base-not-passed-on", MODEL,
      ("rotary_tables(max_len, k // heads, base)", "rotary_tables(max_len, k // heads)"), mistake="modern-base-ignored")
 edit("modern-tables-of-model-size", MODEL,

@@ -300,7 +300,26 @@ modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
     ModelRun(ModernCase(2, 5, 13, 16, 4, 2, 1, 5), 8200, "model1", "logits1")))
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
     ModelRun(ModernCase(2, 8, 11, 24, 6, 2, 2, 10), 8300, changed=(5, 2), chunks=(3, 2, 1, 2)),))
-modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern, (
+
+
+def _probe_modern_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder) -> None:
+    """_probe_modern, then the model of the first run (too_long) given a cache of max_len positions and one more
+    token: <model>.past_too_long must raise a ValueError, since t_past + t counts (weights left as built)."""
+    _probe_modern(runs, cls, rec)
+    run = runs[0]
+    args, keywords = run.case.constructor()
+    model = modules.build(rec, f"{run.model}.full", cls, *args, **keywords)
+    if model is None:
+        return
+    with torch.no_grad():
+        filled = rec.call(f"{run.model}.fill", model, torch.zeros(1, run.case.max_len, dtype=torch.long,
+                                                                  device=rec.device), use_cache=True)
+        if _is_pair(filled):
+            rec.call(f"{run.model}.past_too_long", model, torch.zeros(1, 1, dtype=torch.long, device=rec.device),
+                     cache=filled[1], use_cache=True)
+
+
+modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern_hidden, (
     ModelRun(ModernCase(1, 9, 7, 12, 3, 1, 3, 9), 8400, "model0", "logits0", too_long=True),
     ModelRun(ModernCase(2, 6, 9, 16, 4, 2, 2, 8), 8500, "model1", "logits1", upstream=8520),
     ModelRun(ModernCase(3, 6, 13, 20, 5, 5, 2, 12), 8600, "model2", "logits2", chunks=(4, 1, 1), secret=True),

@@ -444,8 +444,9 @@ MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of
                      _MODERN_MISTAKES, ((M["modern-cache-mask-not-offset"], {"mask_offset": False}),))
 
 
-def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
-    """The model kind's checks (structure: a typical mistake's logits will do), then the length check."""
+def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: bool = False) -> None:
+    """The model kind's checks (structure: a typical mistake's logits will do), then the length check (cached: also
+    one token past a cache of max_len positions, see probes._probe_modern_hidden)."""
     __tracebackhide__ = True
     w, logits = expect_model(ev, run, MODERN, exact=not structure)
     if run.chunks:
@@ -453,6 +454,10 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
     if run.too_long:
         compare.expect_value_error(ev, f"{run.model}.too_long", f"{MODEL_NAME}.forward on {run.case.max_len + 1} "
                                    f"tokens with max_len={run.case.max_len}", M["modern-no-length-check"])
+    if run.too_long and cached:
+        compare.expect_value_error(ev, f"{run.model}.past_too_long", f"{MODEL_NAME}.forward on 1 token with a cache "
+                                   f"of {run.case.max_len} positions, max_len={run.case.max_len}",
+                                   M["modern-cache-length-unchecked"])
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
@@ -461,5 +466,6 @@ each_case(probes.modern_lm_oracle, _expect_model,
           passed="The logits of PyTorch's pieces composed pre-norm and causal, with your weights.")
 each_case(probes.modern_lm_cache, _expect_model,
           passed="3 tokens, then 2, 1 and 2 with the cache: the logits of one call; later tokens change nothing.")
-each_case(probes.modern_lm_hidden, _expect_model,
-          passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len, base=100.")
+each_case(probes.modern_lm_hidden, partial(_expect_model, cached=True),
+          passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len (with a cache too), "
+                 "base=100.")
