@@ -54,6 +54,8 @@ edit("rms-layernorm-eps", NORM, ("eps=1e-6", "eps=1e-5"), mistake="rms-default-e
 GAIN = "self.gain = nn.Parameter(torch.ones(k))"
 edit("rms-gain-and-bias", NORM, (GAIN, GAIN + "\n        self.bias = nn.Parameter(torch.zeros(k))"),
      (" * self.gain", " * self.gain + self.bias"), mistake="parameter-count")
+edit("rms-eps-under-another-name", NORM, ("self.eps = eps", "self.epsilon = eps"), ("+ self.eps)", "+ self.epsilon)"),
+     mistake="rms-eps-not-stored")
 edit("rms-gain-starts-at-zero", NORM, (GAIN, "self.gain = nn.Parameter(torch.zeros(k))"), mistake="rms-gain-not-ones")
 
 edit("rms-divides-by-sqrt", NORM, (RMS_RETURN, "return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * "

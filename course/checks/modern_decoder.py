@@ -60,11 +60,13 @@ rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
 
 
 
-def initial_gain(module: nn.Module) -> dict[str, Any]:
+def as_built(module: nn.Module) -> dict[str, Any]:
     """The gain as the constructor left it, before the check's weights replace it (its first 64 values, or None
-    where there is no tensor `gain`): the exercise prescribes ones."""
-    gain = getattr(module, "gain", None)
-    return {"initial_gain": gain.detach().flatten()[:64].tolist() if isinstance(gain, torch.Tensor) else None}
+    where there is no tensor `gain`), and self.eps (None where it is no number): the exercise prescribes ones and
+    the eps given."""
+    gain, eps = getattr(module, "gain", None), getattr(module, "eps", None)
+    return {"initial_gain": gain.detach().flatten()[:64].tolist() if isinstance(gain, torch.Tensor) else None,
+            "eps": float(eps) if type(eps) in (float, int) else None}
 
 
 rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
@@ -73,7 +75,7 @@ rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
     Runs(Built("module1", (5, 1e-3), 6110), (x_case("y1", (3, 2, 4, 5), 6111, shift=0.3, scale=0.1),)),
     Runs(Built("module2", (10,), 6120), (x_case("y2", (2, 9, 10), 6121, shift=2.0, upstream=6122, secret=True),
                                          x_case("y2_small", (4, 10), 6123, scale=2e-4, secret=True)))),
-    facts=initial_gain)
+    facts=as_built)
 
 SWIGLU_LAYERS = ("gate", "up", "down")
 swiglu_oracle = builds_and_runs("swiglu_oracle", (

@@ -100,14 +100,18 @@ against_forward(probes.rms_norm_oracle, RMS,
                 passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too.")
 
 
-def _expect_gain_of_ones(ev: Evidence) -> None:
+def _expect_as_built(ev: Evidence) -> None:
     """Each RMSNorm built starts with a gain of ones, as the exercise prescribes (recorded before the check's
-    weights replaced it)."""
+    weights replaced it), and stores the eps it was given as self.eps."""
     __tracebackhide__ = True
     for item in probes.rms_norm_hidden.runs:
         built = item.module
         if ev.facts.get(f"{built.key}.is_module") is not True:
             continue
+        eps, stored = (*built.args[1:], DEFAULT_EPS)[0], ev.facts.get(f"{built.key}.eps")
+        if stored != eps:
+            fail(f"{block_call(built, probes.NORM_NAME)} stores self.eps = {stored} (None: no such number), not "
+                 f"{eps:g}. {M['rms-eps-not-stored'].explanation}", mistake=M["rms-eps-not-stored"])
         k, found = built.args[0], ev.facts.get(f"{built.key}.initial_gain")
         if found != [1.0] * k:
             shown = torch.tensor(found) if isinstance(found, list) and all(
@@ -116,9 +120,9 @@ def _expect_gain_of_ones(ev: Evidence) -> None:
                  case=f"the gain as {block_call(built, probes.NORM_NAME)} builds it", mistake=M["rms-gain-not-ones"])
 
 
-against_forward(probes.rms_norm_hidden, RMS, then=_expect_gain_of_ones,
+against_forward(probes.rms_norm_hidden, RMS, then=_expect_as_built,
                 passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients, a gain that "
-                       "starts at ones.")
+                       "starts at ones, self.eps.")
 
 
 # ---------------------------------------------------------------- rotary_tables
