@@ -350,6 +350,9 @@ edit("generate-forgets-generator", GENERATE, (SAMPLED, SAMPLED.replace(", genera
      mistake="generate-forgets-generator")
 edit("generate-ignores-settings", GENERATE, (SAMPLED, "sample_next_token(logits[:, -1], generator=generator)"),
      mistake="generate-ignores-settings")
+edit("generate-with-autograd-on", GENERATE, ("    with torch.no_grad():\n        tokens = prompt\n",
+                                           "    if True:  # no torch.no_grad(): the tokens are the same\n"
+                                           "        tokens = prompt\n"), mistake="generate-autograd-on")
 
 
 @mistake("generate-cache-when-not-asked", GENERATE)
@@ -404,6 +407,10 @@ edit("generate-stale-cache", GENERATE_CACHED,
             "            if cache is None:\n"
             "                cache = new_cache  # the prompt's, kept for every step"),
      mistake="generate-stale-cache")
+edit("generate-cached-with-autograd-on", GENERATE_CACHED,
+     ("    with torch.no_grad():\n        tokens, cache = prompt, None\n",
+      "    if True:  # no torch.no_grad(): the tokens are the same\n        tokens, cache = prompt, None\n"),
+     mistake="generate-autograd-on")
 
 
 @mistake("generate-cache-unused", GENERATE_CACHED)

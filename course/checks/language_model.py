@@ -233,11 +233,13 @@ class StandInLM(nn.Module):
         self.positions = fixed(torch.randint(-2, 3, (max_len, vocab_size), generator=g).float() / 2)
         self.tiebreak = fixed(torch.arange(vocab_size, dtype=torch.float32) / 997)
         self.calls: list[list] = []
+        self.autograd_on = False  # whether any call ran with autograd on (generation works inside torch.no_grad())
 
     def forward(self, tokens: torch.Tensor, cache: list | None = None, use_cache: bool = False):
         _b, t = tokens.shape
         past = 0 if cache is None else int(cache[0][0].shape[2])
         self.calls.append([int(t), past, bool(use_cache)])
+        self.autograd_on |= torch.is_grad_enabled()
         if past + t > self.max_len:
             raise ValueError(f"{past + t} positions exceed max_len={self.max_len}")
         rows = self.table[tokens]  # (b, t, V), small integers
@@ -290,6 +292,7 @@ def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) ->
         model, prompt = stand_in(spec)
         _seeded_call(rec, spec.key, generate, model, prompt, spec.new_tokens, **settings(spec))
         rec.fact(f"{spec.key}.calls", model.calls[:64])
+        rec.fact(f"{spec.key}.autograd_on", model.autograd_on)
 
 
 def _generate_check(name: str, cases: Sequence[Generation], user: str = "generate") -> PropertyCheck:

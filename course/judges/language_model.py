@@ -378,8 +378,9 @@ _GENERATE_MISTAKES = ((M["generate-first-position"], {"position": 0}),
                       (M["generate-stale-cache"], {"pattern": "stale"}))
 
 
-def _expect_generation(ev: Evidence, spec: Generation) -> None:
-    """The oracle's tokens on the case's stand-in, the model called as the cache (or its absence) asks."""
+def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) -> None:
+    """The oracle's tokens on the case's stand-in, the model called as the cache (or its absence) asks (no_grad: and
+    never with autograd on)."""
     __tracebackhide__ = True
     key, use_cache, b, t0, n = spec.key, spec.use_cache, spec.b, spec.t0, spec.new_tokens
     nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
@@ -409,6 +410,9 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
                                                     for c in calls)):
         fail(f"{what} gives the right tokens, but its calls of the model, [tokens fed, positions cached, use_cache], "
              f"were {calls[:6]}...: {mistake.explanation}", mistake=mistake)
+    if no_grad and ev.facts.get(f"{key}.autograd_on") is not False:
+        fail(f"{what} gives the right tokens, but it calls the model with autograd on: "
+             f"{M['generate-autograd-on'].explanation}", mistake=M["generate-autograd-on"])
 
 
 # ---------------------------------------------------------------- the checks
@@ -442,12 +446,14 @@ each_case(probes.generate_greedy, _expect_generation,
           passed="Temperature 0: the prompt, then the argmax of the last position, the whole sequence fed each step.")
 each_case(probes.generate_sampling, _expect_generation,
           passed="Temperature 0.8 with top_k 4, and 1.2 with top_p 0.8: each step draws with the given generator.")
-each_case(probes.generate_hidden, _expect_generation,
-          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the step-by-step tokens.")
+each_case(probes.generate_hidden, partial(_expect_generation, no_grad=True),
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the step-by-step tokens; "
+                 "the model called inside torch.no_grad().")
 each_case(probes.generate_cached, _expect_generation,
           passed="Greedy, sampled, top_k and top_p: generate's tokens, the prompt once, then one token with the cache.")
-each_case(probes.generate_cached_hidden, _expect_generation,
-          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: generate's tokens, cached.")
+each_case(probes.generate_cached_hidden, partial(_expect_generation, no_grad=True),
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: generate's tokens, cached; "
+                 "the model called inside torch.no_grad().")
 
 against_loss(probes.loss_oracle, NEXT_TOKEN_LOSS,
              passed="Random logits, then large ones: the mean cross-entropy against the next token, and its gradient.")
