@@ -3,15 +3,16 @@ generate_cached); judges in course/judges/language_model.py. Generation runs on 
 sampling and generation on the CPU, where a seeded generator draws the same numbers everywhere."""
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
+from course.checks import modules
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
-from course.checks.compare import generator
+from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder
 from course.checks.kinds import (
     Case,
@@ -95,15 +96,42 @@ lm_hidden = property_check("lm_hidden", _probe_model, numbered_runs(HIDDEN_CASES
 lm_gradients = property_check("lm_gradients", _probe_model, (ModelRun(GRADIENT_CASE, 3600, upstream=3620),))
 
 
-def _cache_check(name: str, cases: tuple[ModelRun, ...]) -> PropertyCheck:
+def _cache_check(name: str, cases: tuple[ModelRun, ...], probe: Callable = _probe_model) -> PropertyCheck:
     """A CachedLanguageModel check that also says when the cause may be the LanguageModel it inherits (exercise 1)."""
-    return property_check(name, _probe_model, cases, user=CACHED_NAME,
+    return property_check(name, probe, cases, user=CACHED_NAME,
                           prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),),
                           namespace=lambda cls: {c.__name__: c for c in reversed(getattr(cls, "__mro__", ())[1:])})
 
 
+#: CachedLanguageModel.run_block called directly on the first block of HIDDEN_CACHE_CASE's model: x (b, t, k) after a
+#: cache of t_past random positions, mask (t, t_past + t) (the exercise asks for the method, not only a forward)
+RUN_BLOCK = {"t": 3, "t_past": 4, "seed": 3450}
+
+
+def run_block_inputs(case: ModelCase) -> dict[str, Any]:
+    """x (b, t, k), mask (t, t_past + t) and past (keys, values), each (b, heads, t_past, s), from RUN_BLOCK's seed."""
+    b, t, past, seed = case.b, RUN_BLOCK["t"], RUN_BLOCK["t_past"], RUN_BLOCK["seed"]
+    shape = (b, case.heads, past, case.k // case.heads)
+    return {"x": randn(b, t, case.k, seed=seed), "mask": torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past),
+            "past": (randn(*shape, seed=seed + 1), randn(*shape, seed=seed + 2))}
+
+
+def _probe_cache_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder) -> None:
+    """_probe_model, then run_block on the first block of the run's model (its weights again), recorded as run_block."""
+    _probe_model(runs, cls, rec)
+    run = runs[0]
+    model = modules.build(rec, "run_block.model", cls, *astuple(run.case)[2:], seed=run.seed, train=False)
+    blocks = getattr(model, "blocks", None)
+    if model is None or not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or not len(blocks):
+        return
+    inputs = run_block_inputs(run.case)
+    with torch.no_grad():
+        rec.call("run_block", getattr(model, "run_block", None), next(iter(blocks)), inputs["x"].to(rec.device),
+                 inputs["mask"].to(rec.device), tuple(v.to(rec.device) for v in inputs["past"]))
+
+
 lm_cache = _cache_check("lm_cache", (CACHE_CASE,))
-lm_cache_hidden = _cache_check("lm_cache_hidden", (HIDDEN_CACHE_CASE,))
+lm_cache_hidden = _cache_check("lm_cache_hidden", (HIDDEN_CACHE_CASE,), _probe_cache_hidden)
 
 
 # ---------------------------------------------------------------- next_token_loss

@@ -149,12 +149,59 @@ _CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, M["cache
                  ("must match the size of tensor", 1, M["cache-mask-shape"]))
 
 
-def _expect_cached(ev: Evidence, run: probes.ModelRun) -> None:
-    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values."""
+def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
+    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values;
+    run_block: then the method run_block, called directly (:func:`_expect_run_block`)."""
     __tracebackhide__ = True
     w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
     expect_model_steps(ev, run, LM, w, full, run.case.heads, M["cache-differs"], owner=CACHED_NAME,
                        errors=_CACHE_ERRORS, not_returned=M["cache-not-returned"], bad_cache=M["cache-shape"])
+    if run_block:
+        _expect_run_block(ev, run.case, w)
+
+
+def _block_step(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, mask: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first block of the model with weights w on x (b, t, k) after the cached (keys, values) past, written out
+    from PyTorch's pieces: (x, keys, values), the keys and values of all t_past + t positions."""
+    p = "blocks.0."
+    h = layer_norm(w, f"{p}norm1", x)
+    q, k, v = (dense(w, f"{p}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
+               for name in ("queries", "keys", "values"))  # (b, h, t, s) each
+    k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (b, h, t_past + t, s)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (b, h, t, s)
+    x = x + dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
+    return x + dense(w, f"{p}ff.net.2", F.relu(dense(w, f"{p}ff.net.0", layer_norm(w, f"{p}norm2", x)))), k, v
+
+
+_RUN_BLOCK_HINT = ("run_block(block, x, mask, past) returns (x, (keys, values)): h = block.norm1(x); queries, keys and "
+                   "values split into block.attention.heads heads; keys and values appended to past along dim 2; "
+                   "attention under the mask; x + unify_heads(merge_heads(out)); then x + block.ff(block.norm2(x)).")
+
+
+def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tensor]) -> None:
+    """run_block on the model's first block (probes.RUN_BLOCK), which the exercise asks for by name: the block's
+    output and the keys and values of all t_past + t positions, as _block_step computes them."""
+    __tracebackhide__ = True
+    inputs = probes.run_block_inputs(case)
+    x, mask, past = inputs["x"], inputs["mask"], inputs["past"]
+    what = (f"{CACHED_NAME}.run_block(model.blocks[0], x {tuple(x.shape)}, mask {tuple(mask.shape)}, past=(keys, "
+            f"values) of {past[0].shape[2]} positions)")
+    fact = ev.facts.get("run_block")
+    if isinstance(fact, dict) and fact.get("not_implemented"):
+        fail(f"{what} is not implemented: {M['cached-run-block-missing'].explanation}",
+             mistake=M["cached-run-block-missing"])
+    compare.expect_tuple(ev, "run_block", what, f"{what} should return (x, (keys, values)). {_RUN_BLOCK_HINT}", 2)
+    compare.expect_tuple(ev, "run_block.1", what, f"Its second value should be (keys, values). {_RUN_BLOCK_HINT}", 2)
+    with torch.no_grad():
+        want = _block_step(w, case.heads, x, mask, past)
+    b, t, k = x.shape
+    cached = (b, case.heads, past[0].shape[2] + t, k // case.heads)
+    found = [output(ev, "run_block.0", what=what, shape=tuple(x.shape), hint=_RUN_BLOCK_HINT),
+             *(output(ev, f"run_block.1.{i}", what=f"The {part} {what} returns", shape=cached, hint=_RUN_BLOCK_HINT)
+               for i, part in enumerate(("keys", "values")))]
+    for got, expected, part in zip(found, want, ("output", "keys", "values"), strict=True):
+        compare.expect_close(got, expected, what=f"The {part} of {what}", device=ev.device, otherwise=_RUN_BLOCK_HINT)
 
 
 # ---------------------------------------------------------------- next_token_loss
@@ -430,8 +477,9 @@ each_case(probes.lm_gradients, partial(expect_model, oracle=LM),
 each_case(probes.lm_cache, _expect_cached,
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
                  "and a cache of (keys, values) per block, (b, heads, t, s), t growing.")
-each_case(probes.lm_cache_hidden, _expect_cached,
-          passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens.")
+each_case(probes.lm_cache_hidden, partial(_expect_cached, run_block=True),
+          passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens; run_block "
+                 "called on its own.")
 each_case(probes.sampling_greedy, _expect_draws,
           passed="Temperature 0 is greedy: the argmax of each row, (b,) token ids, with or without top_k.")
 each_case(probes.sampling_generator, _expect_draws,
