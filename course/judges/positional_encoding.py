@@ -4,6 +4,7 @@ the typical mistakes they can name."""
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from functools import partial
 from types import MappingProxyType
@@ -136,6 +137,19 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
              mistake=M["buffer-transposed"])
 
 
+def _expect_default_rows(ev: Evidence, key: str, max_len: int, k: int, what: str) -> None:
+    """Built without max_len, the module's buffers hold a table of the default max_len rows (else no table of k
+    columns at all, which _table_buffer names)."""
+    __tracebackhide__ = True
+    buffers = ev.facts.get(f"{key}.buffers")
+    shapes = [b[1] for b in buffers if isinstance(b, list) and len(b) >= 2 and isinstance(b[1], list)
+              and all(isinstance(n, int) for n in b[1])] if isinstance(buffers, list) else []
+    tables = [shape for shape in shapes if shape and shape[-1] == k]
+    if tables and all(math.prod(shape) != max_len * k for shape in tables):
+        fail(f"{what} holds a table buffer of shape {tuple(tables[0])}: {M['default-max-len'].explanation}",
+             mistake=M["default-max-len"])
+
+
 def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch.Tensor]]:
     """What typical mistakes of PositionalEncoding (or a typically wrong table inside it) give on x."""
     b, t, k = x.shape
@@ -156,6 +170,9 @@ def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool 
     inputs = case.inputs()
     key, x, max_len, k = inputs["module"], inputs["x"], inputs["max_len"], inputs["k"]
     what = f"{MODULE_NAME}({k}, max_len={max_len})"
+    if inputs.get("default"):
+        what = f"{MODULE_NAME}({k})"
+        _expect_default_rows(ev, key, max_len, k, what)
     if buffer:
         _table_buffer(ev, key, max_len, k, what)
     else:
@@ -185,7 +202,7 @@ each_case(probes.positional_encoding_adds, partial(_expect_encoding, buffer=Fals
           passed="Zeros in give the table out; the same table row is added at one position of every sequence.")
 each_case(probes.positional_encoding_oracle, _expect_encoding,
           passed="Random inputs of several shapes on the device: x + the sinusoidal table, the buffer moved with "
-                 ".to(device).")
+                 ".to(device); max_len 5,000 by default.")
 
 
 @judge("positional_encoding_too_long")
@@ -196,6 +213,10 @@ def _judge_too_long(ev: Evidence) -> None:
     what = f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
     modules.built(ev, inputs["module"], what)
     expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"])
+    message = str(ev.facts[long.key].get("message", ""))
+    if not {str(inputs["x"].shape[1]), str(inputs["max_len"])} <= set(re.findall(r"\d+", message)):
+        fail(f"{what} on {long.label} raises ValueError({message[:200]!r}): "
+             f"{M['length-error-unnamed'].explanation}", mistake=M["length-error-unnamed"])
     _expect_encoding(ev, right, buffer=False, claim=f"{what} raises a ValueError for {long.label}")
 
 
