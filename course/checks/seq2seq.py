@@ -163,11 +163,6 @@ def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> Ru
     return builds_and_runs(name, runs, **dropout, train=train, facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
 
 
-def _training_mode(block: nn.Module) -> None:
-    """Training mode, where a dropout of 1.0 zeroes all it is given (the check's blocks run in evaluation mode)."""
-    block.train()
-
-
 decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
     Runs(Built(f"block{i}", (k, heads, ff_mult), 1000 + i), (decoder_case(f"y{i}", (2, 3, 4, k), 1000 + k),))
     for i, (k, heads, ff_mult) in enumerate(((8, 2, 4), (12, 3, 2)))))
@@ -178,7 +173,7 @@ BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 
 #: dropout=1.0 in training mode: each sub-layer's output dropped before it is added, the block gives
 #: norm3(norm2(norm1(x))), which shows where its dropout sits
 DROPOUT_RUNS = Runs(Built("block_dropout", (8, 2, 4, 1.0), 1420), (decoder_case("y_dropout", (2, 4, 5, 8), 1430),),
-                    _training_mode)
+                    modules.training_mode)
 decoder_block_oracle = _decoder_check("decoder_block_oracle", (
     *(Runs(Built(f"block{i}", (k, heads, ff_mult, 0.0), 1200 + 50 * i),
            (decoder_case(f"y{i}", (b, t, s, k), 1230 + 10 * i),)) for i, (b, t, s, k, heads, ff_mult) in

@@ -167,9 +167,9 @@ _BLOCK_MISTAKES = tuple((m, partial(_decoder, **{"layout": "post", **switches}))
     (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
 #: where a dropout can sit instead of on each sub-layer's output before it is added (see _decoder)
 DROPOUT_LAYOUTS = ("dropout-on-sum", "dropout-after-norm", "dropout-not-applied")
-_DROPOUT_MISTAKES = tuple((M[m], partial(_decoder, layout=layout)) for m, layout in (
-    ("block-dropout-misplaced", "dropout-on-sum"), ("block-dropout-misplaced", "dropout-after-norm"),
-    ("block-dropout-not-applied", "dropout-not-applied")))
+_DROPOUT_MISTAKES = tuple((m, partial(_decoder, layout=layout)) for m, layout in (
+    (M["block-dropout-misplaced"], "dropout-on-sum"), (M["block-dropout-misplaced"], "dropout-after-norm"),
+    (M["block-dropout-not-applied"], "dropout-not-applied")))
 
 
 def _block_simulators(*args: float, **_: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
