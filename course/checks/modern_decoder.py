@@ -48,18 +48,6 @@ def x_case(key: str, shape: tuple[int, ...], seed: int, *, scale: float = 1.0, s
     return Case(key, lambda: {"x": scale * (randn(*shape, seed=seed) + shift)}, words, secret, grad)
 
 
-rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
-    Runs(Built("module0", (12,), 6000), (
-        x_case("y0", (3, 5, 12), 6001, shift=3.0, upstream=6002),
-        x_case("y0_scaled", (3, 5, 12), 6001, shift=3.0, scale=100.0,
-               label="100 times the same x: RMSNorm(100·x) = RMSNorm(x)"),
-        x_case("y0_small", (2, 3, 12), 6003, shift=1.0, scale=1e-3))),
-    Runs(Built("module1", (8, 0.1), 6010), (x_case("y1", (2, 4, 8), 6011, shift=0.5, scale=0.5,
-                                                   label="x of shape (2, 4, 8), eps=0.1"),)),
-    Runs(Built("module2", (6,), 6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))))
-
-
-
 def as_built(module: nn.Module) -> dict[str, Any]:
     """The gain as the constructor left it, before the check's weights replace it (its first 64 values, or None
     where there is no tensor `gain`), and self.eps (None where it is no number): the exercise prescribes ones and
@@ -69,13 +57,23 @@ def as_built(module: nn.Module) -> dict[str, Any]:
             "eps": float(eps) if type(eps) in (float, int) else None}
 
 
+rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
+    Runs(Built("module0", (12,), 6000), (
+        x_case("y0", (3, 5, 12), 6001, shift=3.0, upstream=6002),
+        x_case("y0_scaled", (3, 5, 12), 6001, shift=3.0, scale=100.0,
+               label="100 times the same x: RMSNorm(100·x) = RMSNorm(x)"),
+        x_case("y0_small", (2, 3, 12), 6003, shift=1.0, scale=1e-3))),
+    Runs(Built("module1", (8, 0.1), 6010), (x_case("y1", (2, 4, 8), 6011, shift=0.5, scale=0.5,
+                                                   label="x of shape (2, 4, 8), eps=0.1"),)),
+    Runs(Built("module2", (6,), 6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))), facts=as_built)
+
+
 rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
     Runs(Built("module0", (16,), 6100), (x_case("y0", (1, 7, 16), 6101, shift=1.0, scale=1e-4),
                                          x_case("y0_large", (2, 3, 16), 6102, shift=1.0, scale=1e4))),
     Runs(Built("module1", (5, 1e-3), 6110), (x_case("y1", (3, 2, 4, 5), 6111, shift=0.3, scale=0.1),)),
     Runs(Built("module2", (10,), 6120), (x_case("y2", (2, 9, 10), 6121, shift=2.0, upstream=6122, secret=True),
-                                         x_case("y2_small", (4, 10), 6123, scale=2e-4, secret=True)))),
-    facts=as_built)
+                                         x_case("y2_small", (4, 10), 6123, scale=2e-4, secret=True)))))
 
 SWIGLU_LAYERS = ("gate", "up", "down")
 swiglu_oracle = builds_and_runs("swiglu_oracle", (

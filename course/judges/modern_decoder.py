@@ -96,15 +96,12 @@ _RMS_HINT = "forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + e
 RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_norm, "F.rms_norm with your gain",
                     simulators=_rms_simulators, hint=lambda **_: _RMS_HINT, otherwise=_RMS_HINT)
 
-against_forward(probes.rms_norm_oracle, RMS,
-                passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too.")
-
 
 def _expect_as_built(ev: Evidence) -> None:
     """Each RMSNorm built starts with a gain of ones, as the exercise prescribes (recorded before the check's
     weights replaced it), and stores the eps it was given as self.eps."""
     __tracebackhide__ = True
-    for item in probes.rms_norm_hidden.runs:
+    for item in probes.rms_norm_oracle.runs:
         built = item.module
         if ev.facts.get(f"{built.key}.is_module") is not True:
             continue
@@ -120,9 +117,11 @@ def _expect_as_built(ev: Evidence) -> None:
                  case=f"the gain as {block_call(built, probes.NORM_NAME)} builds it", mistake=M["rms-gain-not-ones"])
 
 
-against_forward(probes.rms_norm_hidden, RMS, then=_expect_as_built,
-                passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients, a gain that "
-                       "starts at ones, self.eps.")
+against_forward(probes.rms_norm_oracle, RMS, then=_expect_as_built,
+                passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too; a gain "
+                       "that starts at ones, self.eps as given.")
+against_forward(probes.rms_norm_hidden, RMS,
+                passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients.")
 
 
 # ---------------------------------------------------------------- rotary_tables
