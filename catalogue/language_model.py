@@ -351,6 +351,24 @@ def sample_zero_and_renormalize(logits, temperature=1.0, top_k=None, top_p=None,
 
 # ------------------------------------------------------------------ generate: mistakes
 
+RUN_BLOCK_CALL = ("            x, keys_values = self.run_block(block, x, mask, None if cache is None else cache[i])\n"
+                  "            new_cache.append(keys_values)\n")
+RUN_BLOCK_BODY = ("        attention, h = block.attention, block.norm1(x)\n"
+                  "        queries = split_heads(attention.to_queries(h), attention.heads)  # (b, h, t, s)\n"
+                  "        keys = split_heads(attention.to_keys(h), attention.heads)  # (b, h, t, s)\n"
+                  "        values = split_heads(attention.to_values(h), attention.heads)  # (b, h, t, s)\n"
+                  "        if past is not None:\n"
+                  "            keys = torch.cat([past[0], keys], dim=2)  # (b, h, t_past + t, s): time is dim 2\n"
+                  "            values = torch.cat([past[1], values], dim=2)\n"
+                  "        out, _ = scaled_dot_product_attention(queries, keys, values, mask)  # (b, h, t, s)\n"
+                  "        x = x + attention.unify_heads(merge_heads(out))  # (b, t, k)\n"
+                  "        return x + block.ff(block.norm2(x)), (keys, values)\n")
+edit("cached-blocks-written-in-forward", CACHED,
+     (RUN_BLOCK_CALL, "".join("    " + line + "\n" for line in RUN_BLOCK_BODY.replace(
+         "past[", "cache[i][").replace("past is not None", "cache is not None").splitlines()[:-1])
+      + "            x = x + block.ff(block.norm2(x))\n            new_cache.append((keys, values))\n"),
+     (RUN_BLOCK_BODY, "        raise NotImplementedError()\n"), mistake="cached-run-block-missing")
+
 edit("generate-drops-prompt", GENERATE, ("    return tokens", "    return tokens[:, prompt.shape[1]:]"),
      mistake="generate-drops-prompt")
 edit("generate-first-position", GENERATE, (SAMPLED, SAMPLED.replace("logits[:, -1]", "logits[:, 0]")),
@@ -359,6 +377,9 @@ edit("generate-forgets-generator", GENERATE, (SAMPLED, SAMPLED.replace(", genera
      mistake="generate-forgets-generator")
 edit("generate-ignores-settings", GENERATE, (SAMPLED, "sample_next_token(logits[:, -1], generator=generator)"),
      mistake="generate-ignores-settings")
+edit("generate-with-autograd-on", GENERATE, ("    with torch.no_grad():\n        tokens = prompt\n",
+                                           "    if True:  # no torch.no_grad(): the tokens are the same\n"
+                                           "        tokens = prompt\n"), mistake="generate-autograd-on")
 
 
 @mistake("generate-cache-when-not-asked", GENERATE)
@@ -413,6 +434,10 @@ edit("generate-stale-cache", GENERATE_CACHED,
             "            if cache is None:\n"
             "                cache = new_cache  # the prompt's, kept for every step"),
      mistake="generate-stale-cache")
+edit("generate-cached-with-autograd-on", GENERATE_CACHED,
+     ("    with torch.no_grad():\n        tokens, cache = prompt, None\n",
+      "    if True:  # no torch.no_grad(): the tokens are the same\n        tokens, cache = prompt, None\n"),
+     mistake="generate-autograd-on")
 
 
 @mistake("generate-cache-unused", GENERATE_CACHED)

@@ -55,6 +55,9 @@ edit("rms-layernorm-eps", NORM, ("eps=1e-6", "eps=1e-5"), mistake="rms-default-e
 GAIN = "self.gain = nn.Parameter(torch.ones(k))"
 edit("rms-gain-and-bias", NORM, (GAIN, GAIN + "\n        self.bias = nn.Parameter(torch.zeros(k))"),
      (" * self.gain", " * self.gain + self.bias"), mistake="parameter-count")
+edit("rms-eps-under-another-name", NORM, ("self.eps = eps", "self.epsilon = eps"), ("+ self.eps)", "+ self.epsilon)"),
+     mistake="rms-eps-not-stored")
+edit("rms-gain-starts-at-zero", NORM, (GAIN, "self.gain = nn.Parameter(torch.zeros(k))"), mistake="rms-gain-not-ones")
 
 edit("rms-divides-by-sqrt", NORM, (RMS_RETURN, "return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * "
                                                "self.gain"))
@@ -74,6 +77,9 @@ edit("tables-duplicated-as-in-hugging-face", TABLES,
      mistake="rotary-tables-full-width")
 edit("tables-left-in-float64", TABLES, (TABLES_RETURN, "return angles.cos().to(device), angles.sin().to(device)"),
      mistake="rotary-tables-float64")
+edit("tables-angles-in-float32", TABLES, (THETA, "base ** (-torch.arange(0, s, 2, dtype=torch.float32) / s)"),
+     ("torch.arange(t, dtype=torch.float64)", "torch.arange(t, dtype=torch.float32)"),
+     mistake="rotary-angles-float32")
 edit("tables-sin-first", TABLES,
      (TABLES_RETURN, "return angles.sin().float().to(device), angles.cos().float().to(device)"),
      mistake="rotary-tables-swapped")
@@ -150,6 +156,12 @@ edit("gqa-caches-unrotated-keys", GQA, (KEYS, "keys = split_heads(self.to_keys(x
 edit("gqa-biases", GQA, ("self.to_queries = nn.Linear(k, k, bias=False)", "self.to_queries = nn.Linear(k, k)"),
      mistake="gqa-bias")
 edit("gqa-no-divisibility-check", GQA, (CHECK, ""), mistake="gqa-no-divisibility-check")
+edit("gqa-head-counts-under-other-names", GQA,
+     ("self.heads, self.kv_heads, s = heads, kv_heads, k // heads", "self.h, self.g, s = heads, kv_heads, k // heads"),
+     ("self.heads)", "self.h)"),
+     ("split_heads(self.to_keys(x), self.kv_heads)", "split_heads(self.to_keys(x), self.g)"),
+     ("split_heads(self.to_values(x), self.kv_heads)", "split_heads(self.to_values(x), self.g)"),
+     ("group = self.heads // self.kv_heads", "group = self.h // self.g"), mistake="gqa-heads-not-stored")
 edit("gqa-full-size-keys", GQA, ("self.to_keys = nn.Linear(k, kv_heads * s, bias=False)",
                                  "self.to_keys = nn.Linear(k, k, bias=False)"),
      ("self.to_values = nn.Linear(k, kv_heads * s, bias=False)", "self.to_values = nn.Linear(k, k, bias=False)"),
@@ -185,6 +197,8 @@ edit("modern-cache-in-half-precision", MODEL,
      ("new_cache.append(keys_values)", "new_cache.append(tuple(t.half() for t in keys_values))  # half the memory"),
      mistake="modern-cache-differs")
 edit("modern-mask-not-offset", MODEL, (MASK, ".tril()"), mistake="modern-cache-mask-not-offset")
+edit("modern-length-check-without-the-cache", MODEL, ("if past + t > self.cos.shape[0]:", "if t > self.cos.shape[0]:"),
+     mistake="modern-cache-length-unchecked")
 edit("modern-base-not-passed-on", MODEL,
      ("rotary_tables(max_len, k // heads, base)", "rotary_tables(max_len, k // heads)"), mistake="modern-base-ignored")
 edit("modern-tables-of-model-size", MODEL,

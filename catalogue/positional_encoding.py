@@ -108,10 +108,16 @@ edit("pe-rescaled", MODULE, ("x + self.table[:t]", "x * math.sqrt(x.shape[-1]) +
      mistake="input-rescaled")
 edit("pe-returns-table", MODULE, (ADDED, "self.dropout(self.table[:t].expand_as(x))"), mistake="table-returned")
 edit("pe-no-length-check", MODULE, (LENGTH_CHECK, ""), mistake="no-length-check")
+edit("pe-length-error-without-lengths", MODULE,
+     ('raise ValueError(f"sequence length {t} is longer than max_len={self.table.shape[0]}")',
+      'raise ValueError("the sequence is too long")'), mistake="length-error-unnamed")
+edit("pe-default-max-len-512", MODULE, ("max_len=5000", "max_len=512"), mistake="default-max-len")
 edit("pe-dropout-ignored", MODULE, ("        self.dropout = nn.Dropout(dropout)\n", ""),
      (ADDED, "x + self.table[:t]"), mistake="dropout-ignored")
 edit("pe-functional-dropout-always-on", MODULE, ("self.dropout = nn.Dropout(dropout)", "self.p = dropout"),
      (ADDED, "F.dropout(x + self.table[:t], self.p)"), mistake="dropout-in-eval")  # training=True, even in eval
+edit("pe-dropout-on-x", MODULE, (ADDED, "self.dropout(x) + self.table[:t]"), mistake="dropout-before-sum")
+edit("pe-dropout-on-the-table", MODULE, (ADDED, "x + self.dropout(self.table[:t])"), mistake="dropout-before-sum")
 
 # ------------------------------------------------------------------ LearnedPositionalEmbedding: mistakes
 

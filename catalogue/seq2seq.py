@@ -167,6 +167,19 @@ edit("block-shared-attention", "decoder_block",
      mistake="block-shared-attention")
 edit("block-shared-norm", "decoder_block", ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"),
      ("self.norm3 = nn.LayerNorm(k)", "self.norm3 = self.norm1"), mistake="shared-norm")
+SELF_SUBLAYER = "self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))"
+CROSS_SUBLAYER = "self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))"
+FF_SUBLAYER = "self.norm3(x + self.dropout(self.ff(x)))"
+edit("decoder-dropout-on-the-sum", "decoder_block",
+     (SELF_SUBLAYER, "self.norm1(self.dropout(x + self.self_attention(x, mask=self_mask)))"),
+     (CROSS_SUBLAYER, "self.norm2(self.dropout(x + self.cross_attention(x, context=memory, mask=memory_mask)))"),
+     (FF_SUBLAYER, "self.norm3(self.dropout(x + self.ff(x)))"), mistake="block-dropout-misplaced")
+edit("decoder-dropout-after-the-last-norm", "decoder_block", (FF_SUBLAYER, "self.dropout(self.norm3(x + self.ff(x)))"),
+     mistake="block-dropout-misplaced")
+edit("decoder-dropout-never-applied", "decoder_block",
+     (SELF_SUBLAYER, "self.norm1(x + self.self_attention(x, mask=self_mask))"),
+     (CROSS_SUBLAYER, "self.norm2(x + self.cross_attention(x, context=memory, mask=memory_mask))"),
+     (FF_SUBLAYER, "self.norm3(x + self.ff(x))"), mistake="block-dropout-not-applied")
 
 
 # ------------------------------------------------------------------ DecoderBlock: correct alternatives
@@ -205,6 +218,14 @@ class block_sublayer_list(nn.Module):
 
 
 # ------------------------------------------------------------------ Seq2SeqTransformer: mistakes
+
+edit("model-positions-without-dropout", "seq2seq_model",
+     ("PositionalEncoding(k, max_len, dropout)", "PositionalEncoding(k, max_len)"), mistake="model-dropout-not-passed")
+edit("model-encoder-without-dropout", "seq2seq_model",
+     ("TransformerBlock(k, heads, dropout=dropout)", "TransformerBlock(k, heads)"), mistake="model-dropout-not-passed")
+edit("model-decoder-without-dropout", "seq2seq_model",
+     ("DecoderBlock(k, heads, dropout=dropout) for _ in range(depth)", "DecoderBlock(k, heads) for _ in range(depth)"),
+     mistake="model-dropout-not-passed")
 
 edit("model-memory-not-masked", "seq2seq_model",
      ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),

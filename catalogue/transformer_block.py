@@ -223,6 +223,9 @@ class block_parts_declared_in_another_order(nn.Module):
 
 # ------------------------------------------------------------------ TransformerClassifier: mistakes
 
+edit("classifier-blocks-with-ff-mult-2", "transformer_classifier",
+     ("TransformerBlock(k, heads)", "TransformerBlock(k, heads, ff_mult=2)"), mistake="classifier-ff-mult")
+
 #: the solution's loop over the blocks, and its head
 BLOCKS = "        for block in self.blocks:\n            x = block(x)  # (b, t, k)\n"
 HEAD = "self.to_classes(x.mean(dim=1))"

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from course.checks import device
+from course.checks import device, modules
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
-from course.checks.compare import generator
+from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
     Case,
@@ -124,8 +124,35 @@ def _cache_check(name: str, cases: tuple[ModelRun, ...], probe: Callable = _prob
                           namespace=lambda cls: {c.__name__: c for c in reversed(getattr(cls, "__mro__", ())[1:])})
 
 
+#: CachedLanguageModel.run_block called directly on the first block of HIDDEN_CACHE_CASE's model: x (b, t, k) after a
+#: cache of t_past random positions, mask (t, t_past + t) (the exercise asks for the method, not only a forward)
+RUN_BLOCK = {"t": 3, "t_past": 4, "seed": 3450}
+
+
+def run_block_inputs(case: ModelCase) -> dict[str, Any]:
+    """x (b, t, k), mask (t, t_past + t) and past (keys, values), each (b, heads, t_past, s), from RUN_BLOCK's seed."""
+    b, t, past, seed = case.b, RUN_BLOCK["t"], RUN_BLOCK["t_past"], RUN_BLOCK["seed"]
+    shape = (b, case.heads, past, case.k // case.heads)
+    return {"x": randn(b, t, case.k, seed=seed), "mask": torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past),
+            "past": (randn(*shape, seed=seed + 1), randn(*shape, seed=seed + 2))}
+
+
+def _probe_cache_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder) -> None:
+    """_probe_model, then run_block on the first block of the run's model (its weights again), recorded as run_block."""
+    _probe_model(runs, cls, rec)
+    run = runs[0]
+    model = modules.build(rec, "run_block.model", cls, *astuple(run.case)[2:], seed=run.seed, train=False)
+    blocks = getattr(model, "blocks", None)
+    if model is None or not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or not len(blocks):
+        return
+    inputs = run_block_inputs(run.case)
+    with torch.no_grad():
+        rec.call("run_block", getattr(model, "run_block", None), next(iter(blocks)), inputs["x"].to(rec.device),
+                 inputs["mask"].to(rec.device), tuple(v.to(rec.device) for v in inputs["past"]))
+
+
 lm_cache = _cache_check("lm_cache", (CACHE_CASE,), device.on_gpus(_probe_model, "model", partial(_on_gpu, cached=True)))
-lm_cache_hidden = _cache_check("lm_cache_hidden", (HIDDEN_CACHE_CASE,))
+lm_cache_hidden = _cache_check("lm_cache_hidden", (HIDDEN_CACHE_CASE,), _probe_cache_hidden)
 
 
 # ---------------------------------------------------------------- next_token_loss
@@ -258,11 +285,13 @@ class StandInLM(nn.Module):
         self.positions = fixed(torch.randint(-2, 3, (max_len, vocab_size), generator=g).float() / 2)
         self.tiebreak = fixed(torch.arange(vocab_size, dtype=torch.float32) / 997)
         self.calls: list[list] = []
+        self.autograd_on = False  # whether any call ran with autograd on (generation works inside torch.no_grad())
 
     def forward(self, tokens: torch.Tensor, cache: list | None = None, use_cache: bool = False):
         _b, t = tokens.shape
         past = 0 if cache is None else int(cache[0][0].shape[2])
         self.calls.append([int(t), past, bool(use_cache)])
+        self.autograd_on |= torch.is_grad_enabled()
         if past + t > self.max_len:
             raise ValueError(f"{past + t} positions exceed max_len={self.max_len}")
         rows = self.table[tokens]  # (b, t, V), small integers
@@ -320,6 +349,7 @@ def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) ->
         model, prompt = stand_in(spec)
         _seeded_call(rec, spec.key, generate, model, prompt, spec.new_tokens, **settings(spec))
         rec.fact(fact_key(spec.key, "calls"), model.calls[:64])
+        rec.fact(fact_key(spec.key, "autograd_on"), model.autograd_on)
 
 
 def _generate_check(name: str, cases: Sequence[Generation], user: str = "generate") -> PropertyCheck:

@@ -48,6 +48,15 @@ def x_case(key: str, shape: tuple[int, ...], seed: int, *, scale: float = 1.0, s
     return Case(key, lambda: {"x": scale * (randn(*shape, seed=seed) + shift)}, words, secret, grad)
 
 
+def as_built(module: nn.Module) -> dict[str, Any]:
+    """The gain as the constructor left it, before the check's weights replace it (its first 64 values, or None
+    where there is no tensor `gain`), and self.eps (None where it is no number): the exercise prescribes ones and
+    the eps given."""
+    gain, eps = getattr(module, "gain", None), getattr(module, "eps", None)
+    return {"initial_gain": gain.detach().flatten()[:64].tolist() if isinstance(gain, torch.Tensor) else None,
+            "eps": float(eps) if type(eps) in (float, int) else None}
+
+
 rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
     Runs(Built(key="module0", args=(12,), seed=6000), (
         x_case("y0", (3, 5, 12), 6001, shift=3.0, upstream=6002),
@@ -56,7 +65,8 @@ rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
         x_case("y0_small", (2, 3, 12), 6003, shift=1.0, scale=1e-3))),
     Runs(Built(key="module1", args=(8, 0.1), seed=6010),
          (x_case("y1", (2, 4, 8), 6011, shift=0.5, scale=0.5, label="x of shape (2, 4, 8), eps=0.1"),)),
-    Runs(Built(key="module2", args=(6,), seed=6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))))
+    Runs(Built(key="module2", args=(6,), seed=6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))), facts=as_built)
+
 
 rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
     Runs(Built(key="module0", args=(16,), seed=6100), (x_case("y0", (1, 7, 16), 6101, shift=1.0, scale=1e-4),
@@ -108,6 +118,8 @@ rotary_tables = property_check("rotary_tables", device.on_gpus(_probe_tables, "t
                                (table_case("tables0", 7, 8), table_case("tables1", 5, 12, 100.0)))
 rotary_tables_hidden = property_check("rotary_tables_hidden", _probe_tables, (
     table_case("tables0", 64, 16), table_case("tables1", 1, 2, 500.0), table_case("tables2", 9, 6, 10.0),
+    # positions to 2,047, where angles computed in float32 are off by up to 7e-5 radians: the float64 clause
+    table_case("tables_long", 2048, 64),
     Case("tables_secret", partial(_secret_table_sizes, 6590), "secret sizes", secret=True)))
 
 
@@ -200,6 +212,12 @@ def _is_pair(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and len(value) == 2
 
 
+def _head_counts(module: nn.Module) -> dict[str, Any]:
+    """self.heads and self.kv_heads as the module stores them (None where it has no such integer)."""
+    return {name: value if type(value := getattr(module, name, None)) is int else None
+            for name in ("heads", "kv_heads")}
+
+
 def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:
     for case in drawn(cases):
         if case == "indivisible":
@@ -207,7 +225,7 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
             rec.call("indivisible_heads", cls, 12, 4, 3)
             continue
         module = modules.build(rec, fact_key(case.key, "module"), cls, case.k, case.heads, case.kv_heads,
-                               seed=case.seed, layers=LAYERS)
+                               seed=case.seed, layers=LAYERS, facts=_head_counts)
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
@@ -306,7 +324,26 @@ modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
     ModelRun(case=ModernCase(b=2, t=8, vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=10), seed=8300,
              changed=(5, 2), chunks=(3, 2, 1, 2)),))
-modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern, (
+
+
+def _probe_modern_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder) -> None:
+    """_probe_modern, then the model of the first run (too_long) given a cache of max_len positions and one more
+    token: <model>.past_too_long must raise a ValueError, since t_past + t counts (weights left as built)."""
+    _probe_modern(runs, cls, rec)
+    run = runs[0]
+    args, keywords = run.case.constructor()
+    model = modules.build(rec, fact_key(run.model, "full"), cls, *args, **keywords)
+    if model is None:
+        return
+    with torch.no_grad():
+        filled = rec.call(fact_key(run.model, "fill"), model,
+                          torch.zeros(1, run.case.max_len, dtype=torch.long, device=rec.device), use_cache=True)
+        if _is_pair(filled):
+            rec.call(fact_key(run.model, "past_too_long"), model,
+                     torch.zeros(1, 1, dtype=torch.long, device=rec.device), cache=filled[1], use_cache=True)
+
+
+modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern_hidden, (
     ModelRun(case=ModernCase(b=1, t=9, vocab=7, k=12, heads=3, kv_heads=1, depth=3, max_len=9), seed=8400,
              model="model0", logits="logits0", too_long=True),
     ModelRun(case=ModernCase(b=2, t=6, vocab=9, k=16, heads=4, kv_heads=2, depth=2, max_len=8), seed=8500,

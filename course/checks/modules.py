@@ -110,6 +110,12 @@ def build(rec: Recorder, key: str, cls: Callable, *args: Any, seed: int | None =
     return module
 
 
+def training_mode(module: nn.Module) -> None:
+    """Training mode, where a dropout of 1.0 zeroes all it is given (a Runs' setup: the checks' modules run in
+    evaluation mode)."""
+    module.train()
+
+
 def record_gradients(rec: Recorder, module: nn.Module) -> None:
     """Keep the gradient every parameter of module received (None where it received none)."""
     for name, p in module.named_parameters():

@@ -57,18 +57,25 @@ def _tensors(module: nn.Module) -> dict:
             "plain": sorted(name for name, v in vars(module).items() if isinstance(v, torch.Tensor))}
 
 
-def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, max_len: int, **kwargs: Any) -> nn.Module | None:
-    """cls(k, max_len=max_len, ...) built on the CPU, its parameters, buffers and plain tensors recorded, moved to
-    the device; the buffer holding max_len·k values (the table) recorded as key.table."""
-    module = modules.build(rec, key, cls, k, max_len=max_len, **kwargs, facts=_tensors)
+#: PositionalEncoding's default max_len, which the exercise gives
+DEFAULT_MAX_LEN = 5000
+
+
+def _make_encoding(cls: Callable, rec: Recorder, key: str, k: int, max_len: int, default: bool = False,
+                   **kwargs: Any) -> nn.Module | None:
+    """cls(k, max_len=max_len, ...) built on the CPU (default: cls(k), max_len being DEFAULT_MAX_LEN), its
+    parameters, buffers and plain tensors recorded, moved to the device; the buffer holding max_len·k values (the
+    table) recorded as key.table."""
+    sizes = {} if default else {"max_len": max_len}
+    module = modules.build(rec, key, cls, k, **sizes, **kwargs, facts=_tensors)
     tables = [b for _, b in module.named_buffers() if b.numel() == max_len * k] if module is not None else []
     if tables:
         rec.tensor(fact_key(key, "table"), tables[0])
     return module
 
 
-def _sized(module: str, k: int, max_len: int, x: Callable[[], torch.Tensor]) -> dict[str, Any]:
-    return {"module": module, "k": k, "max_len": max_len, "x": x()}
+def _sized(module: str, k: int, max_len: int, x: Callable[[], torch.Tensor], default: bool = False) -> dict[str, Any]:
+    return {"module": module, "k": k, "max_len": max_len, "x": x()} | ({"default": True} if default else {})
 
 
 def encoding(module: str, key: str, k: int, max_len: int, x: Callable[[], torch.Tensor], label: str, *,
@@ -76,6 +83,12 @@ def encoding(module: str, key: str, k: int, max_len: int, x: Callable[[], torch.
     """PositionalEncoding(k, max_len=max_len) built under the key module (inputs()["module"]), called on x() (its
     output under key)."""
     return Case(key, partial(_sized, module, k, max_len, x), label, secret)
+
+
+def default_encoding(module: str, key: str, k: int, x: Callable[[], torch.Tensor], label: str) -> Case:
+    """PositionalEncoding(k), max_len left at its default (inputs()["default"]), built under the key module and
+    called on x() (its output under key)."""
+    return Case(key, partial(_sized, module, k, DEFAULT_MAX_LEN, x, default=True), label)
 
 
 def _secret_sized(seed: int) -> dict[str, Any]:
@@ -90,7 +103,8 @@ def _probe_encodings(cases: tuple[Case, ...], PositionalEncoding: Callable, rec:
         inputs = case.inputs()
         name = inputs["module"]
         if name not in built:
-            built[name] = _make_encoding(PositionalEncoding, rec, name, inputs["k"], inputs["max_len"])
+            built[name] = _make_encoding(PositionalEncoding, rec, name, inputs["k"], inputs["max_len"],
+                                         inputs.get("default", False))
         if built[name] is not None:
             with torch.no_grad():
                 rec.call(case.key, built[name], inputs["x"].to(rec.device))
@@ -109,10 +123,12 @@ positional_encoding_adds = property_check("positional_encoding_adds", _probe_enc
 positional_encoding_too_long = property_check("positional_encoding_too_long", _probe_encodings, (
     encoding("module", "long", 4, 6, partial(torch.zeros, 2, 7, 4), "a sequence of length 7"),  # must raise
     encoding("module", "y", 4, 6, partial(randn, 2, 6, 4, seed=2950), "x of shape (2, 6, 4)")))
-positional_encoding_oracle = property_check("positional_encoding_oracle", _probe_encodings, tuple(
+positional_encoding_oracle = property_check("positional_encoding_oracle", _probe_encodings, (*(
     encoding(f"module{i}", f"y{i}", k, max_len, partial(randn, b, t, k, seed=3000 + i),
              f"x of shape {(b, t, k)}, max_len={max_len}")
-    for i, (b, t, k, max_len) in enumerate(((3, 5, 8, 16), (2, 16, 6, 16), (4, 1, 4, 10), (2, 9, 10, 50)))))
+    for i, (b, t, k, max_len) in enumerate(((3, 5, 8, 16), (2, 16, 6, 16), (4, 1, 4, 10), (2, 9, 10, 50)))),
+    default_encoding("module_default", "y_default", 4, partial(randn, 2, 7, 4, seed=3010),
+                     "x of shape (2, 7, 4), max_len left at its default")))
 
 DROPOUT = encoding("dropout", "y", 8, 32, partial(randn, 4, 32, 8, seed=3100), "x of shape (4, 32, 8)")
 

@@ -158,9 +158,10 @@ def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstre
 
 
 def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> RunsCheck:
-    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train."""
-    return builds_and_runs(name, runs, dropout=0.0, train=train,
-                           facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
+    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train; a check
+    whose Built args are (k, heads, ff_mult, dropout) passes each its own dropout, fourth."""
+    dropout = {} if any(len(run.module.args) > 3 for run in runs) else {"dropout": 0.0}
+    return builds_and_runs(name, runs, **dropout, train=train, facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
 
 
 decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
@@ -172,12 +173,17 @@ decoder_block_causality = _decoder_check("decoder_block_causality",
     decoder_case("y", (2, 5, 7, 8), 1110), decoder_case("y_changed", (2, 5, 7, 8), 1110, change=3))),))
 # (b, t, s, k, heads, ff_mult): t != s, batch > 1, head size != k, odd lengths; then without masks
 BLOCK_CASES = ((3, 5, 7, 8, 2, 4), (2, 1, 4, 12, 3, 2), (1, 6, 3, 6, 1, 4), (2, 4, 9, 16, 4, 1))
+#: dropout=1.0 in training mode: each sub-layer's output dropped before it is added, the block gives
+#: norm3(norm2(norm1(x))), which shows where its dropout sits
+DROPOUT_RUNS = Runs(Built(key="block_dropout", args=(8, 2, 4, 1.0), seed=1420),
+                    (decoder_case("y_dropout", (2, 4, 5, 8), 1430),), modules.training_mode)
 decoder_block_oracle = _decoder_check("decoder_block_oracle", (
-    *(Runs(Built(key=f"block{i}", args=(k, heads, ff_mult), seed=1200 + 50 * i),
+    *(Runs(Built(key=f"block{i}", args=(k, heads, ff_mult, 0.0), seed=1200 + 50 * i),
            (decoder_case(f"y{i}", (b, t, s, k), 1230 + 10 * i),)) for i, (b, t, s, k, heads, ff_mult) in
       enumerate(BLOCK_CASES)),
-    Runs(Built(key="block_unmasked", args=(8, 2, 4), seed=1400),
-         (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),))))
+    Runs(Built(key="block_unmasked", args=(8, 2, 4, 0.0), seed=1400),
+         (decoder_case("y_unmasked", (2, 3, 5, 8), 1410, masked=False),)),
+    DROPOUT_RUNS))
 decoder_block_small_case = _decoder_check("decoder_block_small_case",
                                           (Runs(Built(key="block", args=(4, 2, 4), seed=1450), (
     decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),), train=True)
@@ -237,18 +243,21 @@ def _model_inputs(c: ModelCase, batch: int, change: int = -1, more: int = 0) -> 
 
 
 def model_runs(seed: int, *calls: str, key: str = "model", c: ModelCase = MODEL_CASES[0], batch: int | None = None,
-               upstream: bool = False) -> Runs:
+               upstream: bool = False, dropout: float | None = None) -> Runs:
     """Seq2SeqTransformer of c's sizes (under key, weights from seed) called on the batch drawn from seed batch
     (default seed + 10), once per key of calls: "memory…" encode, "decoded…" decode on that memory, "…changed<j>"
     another target token at j, "…longer" four more padded source positions, else forward; upstream: the logits'
-    gradient drawn from seed + 20."""
+    gradient drawn from seed + 20; dropout: the model built with it (its Built args' seventh) and run in training
+    mode."""
     batch = seed + 10 if batch is None else batch
     grad = partial(randn, c.b, c.t, c.tgt_vocab, seed=seed + 20) if upstream else None
     lengths = [max(1, c.s - (2 * i) % c.s) for i in range(c.b)]
     label = f"src ({c.b}, {c.s}) with lengths {lengths}, tgt ({c.b}, {c.t}), k={c.k}, heads={c.heads}, depth={c.depth}"
     cases = tuple(Case(call, partial(_model_inputs, c, batch, int(call.partition("changed")[2] or -1),
                                      4 * call.endswith("longer")), label, upstream=grad) for call in calls)
-    return Runs(Built(key=key, args=(c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len), seed=seed), cases)
+    dropped = () if dropout is None else (dropout,)
+    return Runs(Built(key=key, args=(c.src_vocab, c.tgt_vocab, c.k, c.heads, c.depth, c.max_len, *dropped), seed=seed),
+                cases)
 
 
 def _probe_translator(runs: tuple[Runs, ...], Seq2SeqTransformer: Callable, rec: Recorder) -> None:
@@ -256,8 +265,9 @@ def _probe_translator(runs: tuple[Runs, ...], Seq2SeqTransformer: Callable, rec:
     upstream in training mode, recording the gradients of sum(logits · upstream)."""
     for run in runs:
         built = run.module
-        model = modules.build(rec, built.key, Seq2SeqTransformer, *built.args, dropout=0.0, seed=built.seed,
-                              train=False, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
+        dropout = (*built.args[6:], 0.0)[0]
+        model = modules.build(rec, built.key, Seq2SeqTransformer, *built.args[:6], dropout=dropout, seed=built.seed,
+                              train=dropout > 0, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
         if model is None:
             return
         memory = None
@@ -462,7 +472,10 @@ seq2seq_causality = _model_check("seq2seq_causality", model_runs(1700, "logits",
 seq2seq_small_case = _model_check("seq2seq_small_case", model_runs(2500, "logits", c=SMALL_MODEL, upstream=True))
 seq2seq_oracle = _model_check("seq2seq_oracle", *(model_runs(1800 + 100 * i, f"logits{i}", f"memory{i}", f"decoded{i}",
                                                              key=f"model{i}", c=c, batch=1850 + i)
-                                                  for i, c in enumerate(MODEL_CASES)))
+                                                  for i, c in enumerate(MODEL_CASES)),
+                              # dropout=1.0 in training mode: every dropout zeroes what it is given, so that each part
+                              # the model does not pass its dropout on to shows
+                              model_runs(2100, "memory_dropped", "logits_dropped", key="model_dropout", dropout=1.0))
 seq2seq_padding = _model_check("seq2seq_padding", model_runs(1900, "logits", "logits_longer"))
 seq2seq_gradients = _model_check("seq2seq_gradients", model_runs(2000, "logits", upstream=True))
 

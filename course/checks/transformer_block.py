@@ -8,6 +8,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
+from course.checks import modules
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, given, module_case
@@ -121,15 +122,10 @@ transformer_block_small_case = builds_and_runs("transformer_block_small_case",
 BLOCK_SHAPES = ((2, 5, 12, 3, 4), (3, 7, 8, 2, 2), (1, 4, 6, 1, 4), (2, 1, 8, 4, 3))
 
 
-def _training_mode(block: nn.Module) -> None:
-    """Training mode, where a dropout of 1.0 zeroes all it is given (the check's modules run in evaluation mode)."""
-    block.train()
-
-
 #: dropout=1.0 in training mode: each sub-layer's output dropped before it is added, the block gives norm2(norm1(x))
 DROPOUT_RUNS = Runs(Built(key="dropout", args=(8, 2, 4, 1.0), seed=1560), (
     module_case("y_dropout", (2, 5, 8), 1561, "x of shape (2, 5, 8), heads=2, dropout=1.0 in training mode"),),
-    _training_mode)
+    modules.training_mode)
 transformer_block_oracle = builds_and_runs("transformer_block_oracle", (*(
     Runs(Built(key=f"module{i}", args=(k, heads, ff_mult), seed=1400 + 50 * i),
          (module_case(f"y{i}", (b, t, k), 1390 + i, f"x of shape {(b, t, k)}, heads={heads}"),))

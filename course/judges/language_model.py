@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from course.checks import compare, modules
 from course.checks import language_model as probes
 from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator, output
-from course.checks.evidence import Evidence, fact_key
+from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
@@ -149,12 +149,59 @@ _CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, M["cache
                  ("must match the size of tensor", 1, M["cache-mask-shape"]))
 
 
-def _expect_cached(ev: Evidence, run: probes.ModelRun) -> None:
-    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values."""
+def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
+    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values;
+    run_block: then the method run_block, called directly (:func:`_expect_run_block`)."""
     __tracebackhide__ = True
     w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
     expect_model_steps(ev, run, LM, w, full, run.case.heads, M["cache-differs"], owner=CACHED_NAME,
                        errors=_CACHE_ERRORS, not_returned=M["cache-not-returned"], bad_cache=M["cache-shape"])
+    if run_block:
+        _expect_run_block(ev, run.case, w)
+
+
+def _block_step(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, mask: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first block of the model with weights w on x (b, t, k) after the cached (keys, values) past, written out
+    from PyTorch's pieces: (x, keys, values), the keys and values of all t_past + t positions."""
+    p = "blocks.0."
+    h = layer_norm(w, f"{p}norm1", x)
+    q, k, v = (dense(w, f"{p}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
+               for name in ("queries", "keys", "values"))  # (b, h, t, s) each
+    k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (b, h, t_past + t, s)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (b, h, t, s)
+    x = x + dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
+    return x + dense(w, f"{p}ff.net.2", F.relu(dense(w, f"{p}ff.net.0", layer_norm(w, f"{p}norm2", x)))), k, v
+
+
+_RUN_BLOCK_HINT = ("run_block(block, x, mask, past) returns (x, (keys, values)): h = block.norm1(x); queries, keys and "
+                   "values split into block.attention.heads heads; keys and values appended to past along dim 2; "
+                   "attention under the mask; x + unify_heads(merge_heads(out)); then x + block.ff(block.norm2(x)).")
+
+
+def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tensor]) -> None:
+    """run_block on the model's first block (probes.RUN_BLOCK), which the exercise asks for by name: the block's
+    output and the keys and values of all t_past + t positions, as _block_step computes them."""
+    __tracebackhide__ = True
+    inputs = probes.run_block_inputs(case)
+    x, mask, past = inputs["x"], inputs["mask"], inputs["past"]
+    what = (f"{CACHED_NAME}.run_block(model.blocks[0], x {tuple(x.shape)}, mask {tuple(mask.shape)}, past=(keys, "
+            f"values) of {past[0].shape[2]} positions)")
+    fact = ev.facts.get("run_block")
+    if isinstance(fact, dict) and fact.get("not_implemented"):
+        fail(f"{what} is not implemented: {M['cached-run-block-missing'].explanation}",
+             mistake=M["cached-run-block-missing"])
+    compare.expect_tuple(ev, "run_block", what, f"{what} should return (x, (keys, values)). {_RUN_BLOCK_HINT}", 2)
+    compare.expect_tuple(ev, "run_block.1", what, f"Its second value should be (keys, values). {_RUN_BLOCK_HINT}", 2)
+    with torch.no_grad():
+        want = _block_step(w, case.heads, x, mask, past)
+    b, t, k = x.shape
+    cached = (b, case.heads, past[0].shape[2] + t, k // case.heads)
+    found = [output(ev, "run_block.0", what=what, shape=tuple(x.shape), hint=_RUN_BLOCK_HINT),
+             *(output(ev, item_key(item_key("run_block", 1), i), what=f"The {part} {what} returns", shape=cached, hint=_RUN_BLOCK_HINT)
+               for i, part in enumerate(("keys", "values")))]
+    for got, expected, part in zip(found, want, ("output", "keys", "values"), strict=True):
+        compare.expect_close(got, expected, what=f"The {part} of {what}", device=ev.device, otherwise=_RUN_BLOCK_HINT)
 
 
 # ---------------------------------------------------------------- next_token_loss
@@ -378,8 +425,9 @@ _GENERATE_MISTAKES = ((M["generate-first-position"], {"position": 0}),
                       (M["generate-stale-cache"], {"pattern": "stale"}))
 
 
-def _expect_generation(ev: Evidence, spec: Generation) -> None:
-    """The oracle's tokens on the case's stand-in, the model called as the cache (or its absence) asks."""
+def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) -> None:
+    """The oracle's tokens on the case's stand-in, the model called as the cache (or its absence) asks (no_grad: and
+    never with autograd on)."""
     __tracebackhide__ = True
     key, use_cache, b, t0, n = spec.key, spec.use_cache, spec.b, spec.t0, spec.new_tokens
     nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
@@ -409,6 +457,9 @@ def _expect_generation(ev: Evidence, spec: Generation) -> None:
                                                     for c in calls)):
         fail(f"{what} gives the right tokens, but its calls of the model, [tokens fed, positions cached, use_cache], "
              f"were {calls[:6]}...: {mistake.explanation}", mistake=mistake)
+    if no_grad and ev.facts.get(fact_key(key, "autograd_on")) is not False:
+        fail(f"{what} gives the right tokens, but it calls the model with autograd on: "
+             f"{M['generate-autograd-on'].explanation}", mistake=M["generate-autograd-on"])
 
 
 # ---------------------------------------------------------------- the checks
@@ -429,8 +480,9 @@ each_case(probes.lm_cache, _expect_cached, on_gpus=OnGpus("model", probes.CACHE_
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
                  "and a cache of (keys, values) per block, (b, heads, t, s), t growing; on a stand-in CUDA and MPS, "
                  "positions and mask made on the tokens' device.")
-each_case(probes.lm_cache_hidden, _expect_cached,
-          passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens.")
+each_case(probes.lm_cache_hidden, partial(_expect_cached, run_block=True),
+          passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens; run_block "
+                 "called on its own.")
 each_case(probes.sampling_greedy, _expect_draws,
           passed="Temperature 0 is greedy: the argmax of each row, (b,) token ids, with or without top_k.")
 each_case(probes.sampling_generator, _expect_draws,
@@ -447,12 +499,14 @@ each_case(probes.generate_greedy, _expect_generation,
           passed="Temperature 0: the prompt, then the argmax of the last position, the whole sequence fed each step.")
 each_case(probes.generate_sampling, _expect_generation,
           passed="Temperature 0.8 with top_k 4, and 1.2 with top_p 0.8: each step draws with the given generator.")
-each_case(probes.generate_hidden, _expect_generation,
-          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the step-by-step tokens.")
+each_case(probes.generate_hidden, partial(_expect_generation, no_grad=True),
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: the step-by-step tokens; "
+                 "the model called inside torch.no_grad().")
 each_case(probes.generate_cached, _expect_generation,
           passed="Greedy, sampled, top_k and top_p: generate's tokens, the prompt once, then one token with the cache.")
-each_case(probes.generate_cached_hidden, _expect_generation,
-          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: generate's tokens, cached.")
+each_case(probes.generate_cached_hidden, partial(_expect_generation, no_grad=True),
+          passed="A one-token prompt, a batch of one, one new token, top_k = 1, top_p: generate's tokens, cached; "
+                 "the model called inside torch.no_grad().")
 
 against_loss(probes.loss_oracle, NEXT_TOKEN_LOSS,
              passed="Random logits, then large ones: the mean cross-entropy against the next token, and its gradient.")

@@ -96,20 +96,42 @@ _RMS_HINT = "forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + e
 RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_norm, "F.rms_norm with your gain",
                     simulators=_rms_simulators, hint=lambda **_: _RMS_HINT, otherwise=_RMS_HINT)
 
-against_forward(probes.rms_norm_oracle, RMS,
-                passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too.")
+
+def _expect_as_built(ev: Evidence) -> None:
+    """Each RMSNorm built starts with a gain of ones, as the exercise prescribes (recorded before the check's
+    weights replaced it), and stores the eps it was given as self.eps."""
+    __tracebackhide__ = True
+    for item in probes.rms_norm_oracle.runs:
+        built = item.module
+        if ev.facts.get(fact_key(built.key, "is_module")) is not True:
+            continue
+        eps, stored = (*built.args[1:], DEFAULT_EPS)[0], ev.facts.get(fact_key(built.key, "eps"))
+        if stored != eps:
+            fail(f"{block_call(built, probes.NORM_NAME)} stores self.eps = {stored} (None: no such number), not "
+                 f"{eps:g}. {M['rms-eps-not-stored'].explanation}", mistake=M["rms-eps-not-stored"])
+        k, found = built.args[0], ev.facts.get(fact_key(built.key, "initial_gain"))
+        if found != [1.0] * k:
+            shown = torch.tensor(found) if isinstance(found, list) and all(
+                isinstance(v, float | int) for v in found) else found
+            fail(f"{block_call(built, probes.NORM_NAME)}: {M['rms-gain-not-ones'].explanation}", torch.ones(k), shown,
+                 case=f"the gain as {block_call(built, probes.NORM_NAME)} builds it", mistake=M["rms-gain-not-ones"])
+
+
+against_forward(probes.rms_norm_oracle, RMS, then=_expect_as_built,
+                passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too; a gain "
+                       "that starts at ones, self.eps as given.")
 against_forward(probes.rms_norm_hidden, RMS,
                 passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients.")
 
 
 # ---------------------------------------------------------------- rotary_tables
 
-def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 0, sign: float = -1.0
-            ) -> torch.Tensor:
-    """cos and sin (t, s // 2) float32 of position · base^(sign · exponent · i / s), computed in float64, stacked
-    (2, t, s // 2): the formula (with the defaults) or a typical mistake."""
-    theta = base ** (sign * exponent * torch.arange(s // 2, dtype=torch.float64) / s)  # (s/2,)
-    angles = torch.arange(first, first + t, dtype=torch.float64)[:, None] * theta  # (t, s/2)
+def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 0, sign: float = -1.0,
+            dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """cos and sin (t, s // 2) float32 of position · base^(sign · exponent · i / s), computed in float64 (or dtype),
+    stacked (2, t, s // 2): the formula (with the defaults) or a typical mistake."""
+    theta = base ** (sign * exponent * torch.arange(s // 2, dtype=dtype) / s)  # (s/2,)
+    angles = torch.arange(first, first + t, dtype=dtype)[:, None] * theta  # (t, s/2)
     return torch.stack([angles.cos(), angles.sin()]).float()
 
 
@@ -117,7 +139,8 @@ _TABLES_HINT = ("Return (cos, sin), each (t, s // 2) float32: cos and sin of pos
                 "rows, θ_i = base^(−2i/s) for i = 0 .. s/2 − 1 as columns, computed in float64 on the CPU, then "
                 ".float().to(device).")
 _TABLES_MISTAKES = ((M["rotary-exponent-i"], {"exponent": 1.0}), (M["rotary-positions-from-one"], {"first": 1}),
-                    (M["rotary-positive-exponent"], {"sign": 1.0}), (M["rotary-base-ignored"], {"base": DEFAULT_BASE}))
+                    (M["rotary-positive-exponent"], {"sign": 1.0}), (M["rotary-base-ignored"], {"base": DEFAULT_BASE}),
+                    (M["rotary-angles-float32"], {"dtype": torch.float32}))
 
 
 def _expect_tables(ev: Evidence, case: Case) -> None:
@@ -302,6 +325,10 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     kv = (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
     w = _bias_free(ev, fact_key(case.key, "module"), case.call, ATTENTION_NAME,
                    {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, M["gqa-bias"])
+    stored = {name: ev.facts.get(fact_key(fact_key(case.key, "module"), name)) for name in ("heads", "kv_heads")}
+    if structure and stored != {"heads": heads, "kv_heads": g}:
+        fail(f"{case.call} stores self.heads = {stored['heads']} and self.kv_heads = {stored['kv_heads']} (None: no "
+             f"such integer attribute). {M['gqa-heads-not-stored'].explanation}", mistake=M["gqa-heads-not-stored"])
     x, cos, sin, mask = case.inputs().values()
     right, p = None, case.prefix
     calls = (("full", slice(None), "x"), ("first", slice(p), f"x[:, :{p}]"), ("second", slice(p, None), f"x[:, {p}:]"))
@@ -420,8 +447,9 @@ MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of
                      _MODERN_MISTAKES, ((M["modern-cache-mask-not-offset"], {"mask_offset": False}),))
 
 
-def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
-    """The model kind's checks (structure: a typical mistake's logits will do), then the length check."""
+def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: bool = False) -> None:
+    """The model kind's checks (structure: a typical mistake's logits will do), then the length check (cached: also
+    one token past a cache of max_len positions, see probes._probe_modern_hidden)."""
     __tracebackhide__ = True
     w, logits = expect_model(ev, run, MODERN, exact=not structure)
     if run.chunks:
@@ -430,6 +458,10 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False) -> None:
         compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
                                    f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
                                    M["modern-no-length-check"])
+    if run.too_long and cached:
+        compare.expect_value_error(ev, fact_key(run.model, "past_too_long"), f"{MODEL_NAME}.forward on 1 token with a "
+                                   f"cache of {run.case.max_len} positions, max_len={run.case.max_len}",
+                                   M["modern-cache-length-unchecked"])
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
@@ -440,5 +472,6 @@ each_case(probes.modern_lm_oracle, _expect_model,
           passed="The logits of PyTorch's pieces composed pre-norm and causal, with your weights.")
 each_case(probes.modern_lm_cache, _expect_model,
           passed="3 tokens, then 2, 1 and 2 with the cache: the logits of one call; later tokens change nothing.")
-each_case(probes.modern_lm_hidden, _expect_model,
-          passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len, base=100.")
+each_case(probes.modern_lm_hidden, partial(_expect_model, cached=True),
+          passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len (with a cache too), "
+                 "base=100.")

@@ -4,6 +4,7 @@ the typical mistakes they can name."""
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from functools import partial
 from types import MappingProxyType
@@ -131,6 +132,19 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
              mistake=M["buffer-transposed"])
 
 
+def _expect_default_rows(ev: Evidence, key: str, max_len: int, k: int, what: str) -> None:
+    """Built without max_len, the module's buffers hold a table of the default max_len rows (else no table of k
+    columns at all, which _table_buffer names)."""
+    __tracebackhide__ = True
+    buffers = ev.facts.get(fact_key(key, "buffers"))
+    shapes = [b[1] for b in buffers if isinstance(b, list) and len(b) >= 2 and isinstance(b[1], list)
+              and all(isinstance(n, int) for n in b[1])] if isinstance(buffers, list) else []
+    tables = [shape for shape in shapes if shape and shape[-1] == k]
+    if tables and all(math.prod(shape) != max_len * k for shape in tables):
+        fail(f"{what} holds a table buffer of shape {tuple(tables[0])}: {M['default-max-len'].explanation}",
+             mistake=M["default-max-len"])
+
+
 def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch.Tensor]]:
     """What typical mistakes of PositionalEncoding (or a typically wrong table inside it) give on x."""
     b, t, k = x.shape
@@ -151,6 +165,9 @@ def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool 
     inputs = case.inputs()
     key, x, max_len, k = inputs["module"], inputs["x"], inputs["max_len"], inputs["k"]
     what = f"{MODULE_NAME}({k}, max_len={max_len})"
+    if inputs.get("default"):
+        what = f"{MODULE_NAME}({k})"
+        _expect_default_rows(ev, key, max_len, k, what)
     if buffer:
         _table_buffer(ev, key, max_len, k, what)
     else:
@@ -164,7 +181,9 @@ def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool 
                      looser=TABLE_TOLERANCE, otherwise=f"Build it with sinusoidal_positional_encoding({max_len}, {k}).")
         claim = f"{what} holds the right table buffer"
     y = output(ev, case.key, what=f"{MODULE_NAME}.forward(x)", shape=tuple(x.shape), hint=_MODULE_HINT)
-    expected, typical = x + _formula(max_len, k)[: x.shape[1]], _encoding_mistakes(x, max_len)
+    # the default table's 5,000 rows are judged by their shape above; its output needs only the rows x reaches
+    rows = x.shape[1] if inputs.get("default") else max_len
+    expected, typical = x + _formula(rows, k)[: x.shape[1]], _encoding_mistakes(x, rows)
     if not claim:
         expect_close(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=typical,
                      otherwise=_MODULE_HINT, case=case.label, looser=TABLE_TOLERANCE)
@@ -180,7 +199,7 @@ each_case(probes.positional_encoding_adds, partial(_expect_encoding, buffer=Fals
           passed="Zeros in give the table out; the same table row is added at one position of every sequence.")
 each_case(probes.positional_encoding_oracle, _expect_encoding,
           passed="Random inputs of several shapes on the device: x + the sinusoidal table, the buffer moved with "
-                 ".to(device).")
+                 ".to(device); max_len 5,000 by default.")
 
 
 @judge("positional_encoding_too_long")
@@ -191,7 +210,17 @@ def _judge_too_long(ev: Evidence) -> None:
     what = f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
     modules.built(ev, inputs["module"], what)
     expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"])
+    message = str(ev.facts[long.key].get("message", ""))
+    if not {str(inputs["x"].shape[1]), str(inputs["max_len"])} <= set(re.findall(r"\d+", message)):
+        fail(f"{what} on {long.label} raises ValueError({message[:200]!r}): "
+             f"{M['length-error-unnamed'].explanation}", mistake=M["length-error-unnamed"])
     _expect_encoding(ev, right, buffer=False, claim=f"{what} raises a ValueError for {long.label}")
+
+
+def _dropped_alone(found: torch.Tensor, part: torch.Tensor, device: str) -> bool:
+    """found is part after a dropout of 0.5: between 35 % and 65 % of it zeroed, the rest doubled."""
+    zeros, kept = float((found.abs() < 1e-5).to(torch.float64).mean()), found.abs() >= 1e-5
+    return 0.35 < zeros < 0.65 and matches_any(found[kept], [2 * part[kept]], device, TABLE_TOLERANCE)
 
 
 @judge("positional_encoding_dropout")
@@ -209,6 +238,12 @@ def _judge_dropout(ev: Evidence) -> None:
     y_train = output(ev, "y_train", what=f"{what} in training mode", shape=tuple(x.shape), hint=_MODULE_HINT)
     zeros, kept = float((y_train == 0).to(torch.float64).mean()), y_train != 0
     if not 0.35 < zeros < 0.65 or not matches_any(y_train[kept], [2 * expected[kept]], ev.device, TABLE_TOLERANCE):
+        table = expected - x
+        for part, rest, name in ((x, table, "x"), (table, x, "the table")):
+            if _dropped_alone(y_train - rest, part, ev.device):
+                fail(f"In training mode {what} drops {name} alone, before it is added: about half of {name} is "
+                     f"zeroed and the rest doubled, and the other term is added whole. "
+                     f"{M['dropout-before-sum'].explanation}", 2 * expected, y_train, mistake=M["dropout-before-sum"])
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
              f"outputs are zero. {M['dropout-ignored'].explanation}", 2 * expected, y_train,
              mistake=M["dropout-ignored"] if matches_any(y_train, [expected], ev.device, TABLE_TOLERANCE) else None)

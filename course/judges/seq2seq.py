@@ -21,6 +21,7 @@ from course.checks.compare import (
     Mistake,
     OnGpus,
     Rows,
+    expect_close,
     expect_close_batch,
     expect_equal,
     fail,
@@ -121,11 +122,22 @@ def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
             **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
-def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: torch.Tensor, memory: torch.Tensor,
-             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None, *, layout: str = "torch",
-             context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True) -> torch.Tensor:
+def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, *dropout: float, x: torch.Tensor,
+             memory: torch.Tensor, self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
+             layout: str = "torch", context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True
+             ) -> torch.Tensor:
     """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (layout "torch"), else a typical
-    mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads)."""
+    mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads).
+    dropout: (1.0,) for a block built with dropout=1.0 and run in training mode, where every dropout zeroes what it
+    is given: the block gives norm3(norm2(norm1(x))), or with a layout of DROPOUT_LAYOUTS a misplaced or missing
+    dropout."""
+    norms = [partial(oracles.layer_norm, w, f"norm{i}") for i in (1, 2, 3)]
+    if dropout == (1.0,) and layout != "dropout-not-applied":
+        return {"dropout-on-sum": lambda: norms[2](torch.zeros_like(x)),  # norm3(dropout(x + ff(x))): its bias
+                "dropout-after-norm": lambda: torch.zeros_like(x),  # dropout(norm3(x + ff(x))): dropped whole
+                }.get(layout, lambda: norms[2](norms[1](norms[0](x))))()
+    if layout in DROPOUT_LAYOUTS:
+        layout = "torch"
     if layout == "torch":
         return oracles.course_layer(w, "", heads, x, memory, causal=self_mask is not None,
                                     pad=None if memory_mask is None else memory_mask[:, 0])
@@ -143,7 +155,6 @@ def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, x: to
         return oracles.attention(h, source, cross, heads, **oracles.course_attention(w, "cross_attention."))
 
     order = {"cross-first": (ca, sa, ff), "cross-on-input": (sa, lambda _: ca(x), ff)}.get(layout, (sa, ca, ff))
-    norms = [partial(oracles.layer_norm, w, f"norm{i}") for i in (1, 2, 3)]
     return block_layout(x, order, norms, {"pre": "pre", "no-residual": "post-no-residual"}.get(layout, "post"))
 
 
@@ -153,6 +164,17 @@ _BLOCK_MISTAKES = tuple((m, partial(_decoder, **{"layout": "post", **switches}))
     (M["block-memory-not-masked"], {"cross_mask": "none"}), (M["block-self-mask-ignored"], {"use_self_mask": False}),
     (M["block-no-residual"], {"layout": "no-residual"}), (M["block-pre-norm"], {"layout": "pre"}),
     (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
+#: where a dropout can sit instead of on each sub-layer's output before it is added (see _decoder)
+DROPOUT_LAYOUTS = ("dropout-on-sum", "dropout-after-norm", "dropout-not-applied")
+_DROPOUT_MISTAKES = tuple((m, partial(_decoder, layout=layout)) for m, layout in (
+    (M["block-dropout-misplaced"], "dropout-on-sum"), (M["block-dropout-misplaced"], "dropout-after-norm"),
+    (M["block-dropout-not-applied"], "dropout-not-applied")))
+
+
+def _block_simulators(*args: float, **_: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
+    """The typical mistakes of a block built with args (k, heads, ff_mult[, dropout]); where it dropped everything
+    (dropout 1.0 in training mode), those of where its dropout sits too."""
+    return list(_BLOCK_MISTAKES) + (list(_DROPOUT_MISTAKES) if args[3:] == (1.0,) else [])
 
 
 def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor, what: str,
@@ -180,9 +202,9 @@ _BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "
 def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """The block built (args (k, heads, ff_mult)) has the parts of _BLOCK_GROUPS; returns the weights loaded."""
     __tracebackhide__ = True
-    key, (k, heads, ff_mult) = built.key, built.args
+    key, (k, heads, ff_mult), dropout = built.key, built.args[:3], (*built.args[3:], 0.0)[0]
     what = f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult})"
-    modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout=0.0)")
+    modules.built(ev, key, f"{BLOCK_NAME}({k}, {heads}, ff_mult={ff_mult}, dropout={dropout})")
     for names, kind, how, shared in _BLOCK_GROUPS:
         facts = [modules.expect_part(ev, key, BLOCK_NAME, name, kind, how) for name in names]
         if shared is not None and any(fact.get("same_as") for fact in facts):
@@ -199,7 +221,7 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 DECODER = ForwardOracle(
     BLOCK_NAME, "a decoder block", _block_weights, _decoder,
-    "nn.TransformerDecoderLayer with the same weights", lambda *_, **__: list(_BLOCK_MISTAKES),
+    "nn.TransformerDecoderLayer with the same weights", _block_simulators,
     hint=lambda **_: ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
                       "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...)."),
     otherwise="x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
@@ -214,7 +236,7 @@ against_block(probes.decoder_block_structure, DECODER_BLOCK, claim="has the righ
                      "(FeedForward).")
 against_block(probes.decoder_block_oracle, DECODER_BLOCK,
               passed="Random weights and inputs against nn.TransformerDecoderLayer (post-norm, ReLU) with the same "
-                     "weights.")
+                     "weights; with dropout=1.0 in training mode, norm3(norm2(norm1(x))).")
 against_block(probes.decoder_block_small_case, DECODER_BLOCK,
               passed="k=4, 2 heads, a target of 3 and a source of 5 positions (the second with 2 padded): the block "
                      "against nn.TransformerDecoderLayer with the same weights, with the causal and the padding "
@@ -301,7 +323,7 @@ _MODEL_PARTS = (("src_embedding", "Embedding", "nn.Embedding(src_vocab_size, k)"
 def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     """The model built has its named parts, of the right kinds and sizes, none shared; returns its weights."""
     __tracebackhide__ = True
-    key, (src_vocab, tgt_vocab, k, heads, depth, max_len) = built.key, built.args
+    key, (src_vocab, tgt_vocab, k, heads, depth, max_len) = built.key, built.args[:6]
     modules.built(ev, key, f"{MODEL_NAME}({src_vocab}, {tgt_vocab}, k={k}, heads={heads}, depth={depth}, "
                            f"max_len={max_len})")
     parts = {name: modules.expect_part(ev, key, MODEL_NAME, name, kind, how) for name, kind, how in _MODEL_PARTS}
@@ -327,12 +349,69 @@ def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
                                      resized=M["wrong-size"])
 
 
+def _dropped_model(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k: int, heads: int, depth: int,
+                   max_len: int, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor, *, ignored: str = ""
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(memory, logits) of the model built with dropout=1.0 and run in training mode, where every dropout zeroes what
+    it is given: the positions give zeros and each block gives its norms of its input in turn (norm2(norm1(x)),
+    norm3(norm2(norm1(y)))). ignored: the part not given the dropout ("positions", "encoder" or "decoder")."""
+    def norms(prefix: str, x: torch.Tensor, n: int) -> torch.Tensor:
+        for j in range(1, n + 1):
+            x = oracles.layer_norm(w, f"{prefix}norm{j}", x)
+        return x
+
+    x = F.embedding(src, w["src_embedding.weight"]) + oracles.sinusoidal_table(src.shape[1], k)  # (b, s, k)
+    y = F.embedding(tgt, w["tgt_embedding.weight"]) + oracles.sinusoidal_table(tgt.shape[1], k)  # (b, t, k)
+    if ignored != "positions":
+        x, y = torch.zeros_like(x), torch.zeros_like(y)
+    for i in range(depth):
+        p = f"encoder.{i}."
+        x = oracles.course_layer(w, p, heads, x, pad=src_mask) if ignored == "encoder" else norms(p, x, 2)
+    for i in range(depth):
+        p = f"decoder.{i}."
+        y = oracles.course_layer(w, p, heads, y, x, causal=True, pad=src_mask) if ignored == "decoder" \
+            else norms(p, y, 3)
+    return x, oracles.dense(w, "to_logits", y)
+
+
+_DROPOUT_HOW = {"positions": "PositionalEncoding(k, max_len, dropout)", "encoder": "TransformerBlock(k, heads, "
+                "dropout=dropout)", "decoder": "DecoderBlock(k, heads, dropout=dropout)"}
+_DROPOUT_PART = {"positions": "positions", "encoder": "encoder's blocks", "decoder": "decoder's blocks"}
+
+
+def _expect_dropped(ev: Evidence, run: Runs) -> None:
+    """The run's model, built with dropout=1.0 and run in training mode: encode and forward as _dropped_model gives
+    them, else the part that was not given the dropout named."""
+    __tracebackhide__ = True
+    args = run.module.args[:6]
+    w = _model_weights(ev, run.module)
+    call = f"{MODEL_NAME}(..., dropout=1.0) in training mode"
+    for case in run.cases:
+        inputs = dict(case.inputs())
+        (b, s), t = inputs["src"].shape, inputs["tgt"].shape[1]
+        memory = case.key.startswith("memory")
+        parts = ("positions", "encoder") if memory else ("positions", "decoder")
+        with torch.no_grad():
+            right = _dropped_model(w, *args, **inputs)[0 if memory else 1]
+            wrong = [(Mistake(M["model-dropout-not-passed"].id, f"the {_DROPOUT_PART[part]} ignore the model's "
+                              f"dropout, which zeroes all it is given here: build them as {_DROPOUT_HOW[part]}."),
+                      _dropped_model(w, *args, **inputs, ignored=part)[0 if memory else 1]) for part in parts]
+        what = f"{call}: {'encode(src, src_mask)' if memory else 'forward(src, tgt, src_mask)'}"
+        y = output(ev, case.key, what=what, shape=(b, s, args[2]) if memory else (b, t, args[1]),
+                   hint=_MODEL_CALL_HINT)
+        expect_close(y, right, what=what, device=ev.device, mistakes=wrong, case=case.label, otherwise=(
+            "Every dropout zeroes what it is given, so the positions give zeros and each block the norms of its input "
+            "in turn: pass dropout on to " + ", ".join(_DROPOUT_HOW.values()) + "."))
+
+
 def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
     """The run's model (probes.model_runs): its structure; the logits of its first forward case against PyTorch's
     encoder and decoder layers with the check's weights, naming the typical mistake they match (strict), else only an
     encoder-decoder's, right or typically wrong, after what the other cases show (encode's shape, decode equal to
     forward, causality, padding ignored); then autograd's gradients where that case has an upstream."""
     __tracebackhide__ = True
+    if run.module.args[6:]:  # built with a dropout
+        return _expect_dropped(ev, run)
     args, first = run.module.args, None
     w = _model_weights(ev, run.module)
     for case in run.cases:
@@ -391,7 +470,8 @@ each_case(probes.seq2seq_causality, partial(_expect_translator, False),
           passed="Changing a later target token never changes the logits at earlier positions.")
 each_case(probes.seq2seq_oracle, partial(_expect_translator, True),
           passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
-                 "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward.")
+                 "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward; with dropout=1.0 in "
+                 "training mode, every part drops what it is given.")
 each_case(probes.seq2seq_padding, partial(_expect_translator, False),
           passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
 each_case(probes.seq2seq_gradients, partial(_expect_translator, False),

@@ -402,9 +402,10 @@ against_block(probes.transformer_block_gradients, TOLERANT, claim="is permutatio
 Classifier = tuple[Roles, tuple[Roles, ...]]
 
 
-def _classifier_values(ev: Evidence, built: Built,
-                       counted: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
-    """The classifier's roles: embedding, blocks in order, output layer (counted: nothing else); the weights loaded."""
+def _classifier_values(ev: Evidence, built: Built, counted: bool = False,
+                       default_ff: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
+    """The classifier's roles: embedding, blocks in order, output layer (counted: nothing else; default_ff: blocks
+    built with the default ff_mult, see _expect_default_ff_mult); the weights loaded."""
     __tracebackhide__ = True
     key, (vocab, k, _, depth, classes) = built.key, built.args
     what = block_call(built, CLASSIFIER_NAME)
@@ -426,6 +427,8 @@ def _classifier_values(ev: Evidence, built: Built,
     if not outputs:
         _wrong(what, M["no-output-layer"], f" Here nn.Linear({k}, {classes}), outside the blocks.")
     blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
+    if default_ff:
+        _expect_default_ff_mult(what, k, [block.named["f1w"][1][0] for block in blocks])
     out = outputs[-1]["name"]
     own = Roles(MappingProxyType({"e": (f"{embeddings[0]['name']}.weight", (vocab, k)),
                                   "ow": (f"{out}.weight", (classes, k)),
@@ -437,6 +440,15 @@ def _classifier_values(ev: Evidence, built: Built,
                                        f"the embedding ({vocab * k}), {depth} blocks ({per_block} each) and the "
                                        f"output layer ({k * classes + classes}) make", "Is an extra layer registered?")
     return (own, blocks), w
+
+
+def _expect_default_ff_mult(what: str, k: int, hidden: list[int]) -> None:
+    """The blocks' hidden sizes are 4·k, TransformerBlock's default ff_mult: one that is another multiple of k was
+    given another ff_mult (k itself and 16 are left to the block's own checks: FeedForward mistakes give them)."""
+    __tracebackhide__ = True
+    other = next((h for h in hidden if h != 4 * k and h % k == 0 and h not in (k, 16)), None)
+    if other is not None:
+        _wrong(f"{what}'s blocks have a hidden size of {other} = {other // k}·k", M["classifier-ff-mult"])
 
 
 def _classifier_logits(parts: Classifier, layout: str, ff: str, head: str, w: Mapping[str, torch.Tensor],
@@ -489,7 +501,8 @@ COUNTED_CLASSIFIER = BlockOracle(partial(_classifier_values, counted=True), _cla
 against_block(probes.transformer_classifier_structure, COUNTED_CLASSIFIER,
               passed="An embedding, depth separate registered blocks and a linear output layer; logits of shape "
                      "(b, num_classes).")
-against_block(probes.transformer_classifier_oracle, CLASSIFIER,
+against_block(probes.transformer_classifier_oracle, BlockOracle(partial(_classifier_values, default_ff=True),
+                                                                  _classifier_oracles, tolerant=False),
               passed="Random weights and tokens: embedding -> your blocks in order -> mean over positions -> "
                      "linear (the blocks recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock "
                      "computes them).")
