@@ -197,9 +197,9 @@ def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tenso
         want = _block_step(w, case.heads, x, mask, past)
     b, t, k = x.shape
     cached = (b, case.heads, past[0].shape[2] + t, k // case.heads)
-    found = [output(ev, "run_block.0", what=what, shape=tuple(x.shape), hint=_RUN_BLOCK_HINT),
-             *(output(ev, item_key(item_key("run_block", 1), i), what=f"The {part} {what} returns", shape=cached, hint=_RUN_BLOCK_HINT)
-               for i, part in enumerate(("keys", "values")))]
+    found = [output(ev, item_key("run_block", 0), what=what, shape=tuple(x.shape), hint=_RUN_BLOCK_HINT),
+             *(output(ev, item_key(item_key("run_block", 1), i), what=f"The {part} {what} returns", shape=cached,
+                      hint=_RUN_BLOCK_HINT) for i, part in enumerate(("keys", "values")))]
     for got, expected, part in zip(found, want, ("output", "keys", "values"), strict=True):
         compare.expect_close(got, expected, what=f"The {part} of {what}", device=ev.device, otherwise=_RUN_BLOCK_HINT)
 
