@@ -55,8 +55,8 @@ import math
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, replace
+from functools import cache, partial
 from types import ModuleType
 
 import torch
@@ -79,10 +79,24 @@ class Written:
     code: str  # the whole answer, as a student would write it
     reference: str  # the module of the reference answers, whose names the code may use (earlier answers)
 
+    calls: tuple[Written, ...] = ()  # earlier answers it calls written wrong too (mistakes made together)
+
     @property
     def run(self) -> Callable:
-        """The variant's function or class, defined as the notebook defines an answer."""
-        return _defined(self.code, self.answer, self.reference)
+        """The variant's function or class, defined as the notebook defines an answer (after the answers of calls)."""
+        return _defined(self.code, self.answer, self.reference, self._calls)
+
+    def forward(self, w: Mapping[str, torch.Tensor], *args: object, **inputs: torch.Tensor) -> torch.Tensor:
+        """The variant's module built with the constructor arguments args, carrying the weights w, run on the case's
+        inputs (:func:`module_output`): a simulator of ForwardOracle."""
+        return module_output(self.code, self.answer, self.reference, self._calls, w, *args, **inputs)
+
+    @property
+    def _calls(self) -> tuple[tuple[str, str], ...]:
+        return tuple((c.code, c.answer) for c in self.calls)
+
+
+Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs), as course/judges/kinds.py's ForwardOracle
 
 
 class Variants:
@@ -133,6 +147,10 @@ class Variants:
 
         return register
 
+    def mistake(self, mistake_id: str, says: str) -> Mistake:
+        """A mistake no variant here produces by output (a structure one, such as a bias), declared beside them."""
+        return self._declared(mistake_id, says)
+
     def of(self, answer: str) -> list[Written]:
         return [w for w in self.written if w.answer == answer]
 
@@ -148,6 +166,50 @@ class Variants:
                 continue
             if isinstance(out, torch.Tensor):
                 yield written.mistake, out
+
+
+    def simulators(self, answer: str, *, calling: tuple[str, ...] = (), several: Mistake | None = None
+                   ) -> list[tuple[Mistake, Simulator]]:
+        """The module answer's typical mistakes as ForwardOracle's simulators, in the order they are named: each
+        variant of answer, then the reference answer calling each variant named in calling (a mistake in the earlier
+        answer it calls, e.g. attention), then with several, each variant of answer calling each of those: two
+        mistakes together, named several, its message both of theirs."""
+        called = [w for w in self.written if w.name in calling]
+        if len(called) != len(calling):
+            raise ValueError(f"{self.module}: no variants named {sorted(set(calling) - {w.name for w in called})}")
+        own = self.of(answer)
+        right = reference_source(self.reference, answer)
+        found = [(w.mistake, w.forward) for w in own]
+        found += [(c.mistake, partial(module_output, right, answer, self.reference, ((c.code, c.answer),)))
+                  for c in called]
+        if several is not None:
+            found += [(both(several, w.mistake, c.mistake), replace(w, calls=(c,)).forward)
+                      for w in own for c in called]
+        return found
+
+
+def module_output(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...],
+                  w: Mapping[str, torch.Tensor], *args: object, **inputs: torch.Tensor) -> torch.Tensor:
+    """The module that code defines as answer (after the cells calls holds), built with the constructor arguments
+    args and carrying the weights w (the student's, by parameter name, as modules.expect_parameters reads them back),
+    run on inputs; a bias in w is added to a bias-free nn.Linear of the variant. Built on the meta device (no random
+    initialisation: the global generator is untouched), then called with w in place of its parameters
+    (torch.func.functional_call, strict: w names each, no more), so gradients reach w as autograd's through the
+    student's module would."""
+    with torch.device("meta"):
+        module = _defined(code, answer, reference, calls)(*args)
+        for name in w:  # the student's layers have a bias where their weights do (a property keeps credit for one)
+            owner, _, leaf = name.rpartition(".")
+            layer = module.get_submodule(owner)
+            if leaf == "bias" and isinstance(layer, nn.Linear) and layer.bias is None:
+                layer.bias = nn.Parameter(torch.empty(layer.out_features))
+    return torch.func.functional_call(module, dict(w), kwargs=inputs, strict=True)
+
+
+def both(several: Mistake, *parts: Mistake) -> Mistake:
+    """The mistake id several, its message each of parts' in turn."""
+    return Mistake(several.id, "several things at once. " + " ".join(
+        f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1)))
 
 
 def edited(solved: str, changes: tuple[tuple[str, str], ...], name: str) -> str:
@@ -184,8 +246,11 @@ def _names(reference: str) -> Mapping[str, object]:
 
 
 @cache
-def _defined(code: str, answer: str, reference: str) -> Callable:
-    """What code defines under the name answer, executed as a notebook cell after the reference's answers."""
+def _defined(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...] = ()) -> Callable:
+    """What code defines under the name answer, executed as a notebook cell after the reference's answers and the
+    cells calls holds as (code, answer)."""
     namespace = dict(_names(reference))
+    for earlier, name in calls:
+        namespace[name] = _defined(earlier, name, reference)
     exec(compile(code, f"<variant of {answer}>", "exec"), namespace)  # noqa: S102 - the course's own variants
     return namespace[answer]
