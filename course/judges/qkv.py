@@ -14,12 +14,7 @@ from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built
 from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, kinds, oracles
-from course.judges.attention_modules import (
-    anchored,
-    expect_structure,
-    projection_count,
-    projections,
-)
+from course.judges.attention_modules import anchored, expect_structure, projection_count, projections
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared
 from course.judges.variants import Variants
 

@@ -34,8 +34,11 @@ Decisions, and why:
 - How a variant runs: its code is executed as a notebook cell would be, in a namespace holding the notebook's imports
   (math, torch, F, nn) and the reference module's names, so a later answer calls the reference's earlier ones (a
   mistake in basic_self_attention uses a correct attention_weights). Without autograd, on the inputs the case
-  regenerates from its seed (as the oracle does); a module (assignments 02-09) will be built with the recorded
-  constructor arguments and given the recorded weights (modules.expect_parameters) before it runs.
+  regenerates from its seed (as the oracle does). A module's variants (Variants.simulators: a ForwardOracle's) are
+  built with the recorded constructor arguments and run with the student's recorded weights (module_output); a module
+  that calls an earlier answer (02's SelfAttentionQKV calls attention) is also run calling each variant named of it,
+  and with `several`, each of its own variants calling each: two mistakes together, named several with both messages.
+  The catalogue grades only the pairs it lists (02's module-fused-scaled-raw-values); the judge knows every pair.
 - A variant that raises on a case's inputs (x.T on a batch, a shape that no longer fits) matches nothing there: it
   is skipped. Variants run lazily, only once the student's output has missed the oracle, and stop at the first
   match: a right answer never runs them. They are the course's code on a check's small inputs, not the student's,
@@ -55,7 +58,7 @@ import math
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache, partial
 from types import ModuleType
 
@@ -79,21 +82,14 @@ class Written:
     code: str  # the whole answer, as a student would write it
     reference: str  # the module of the reference answers, whose names the code may use (earlier answers)
 
-    calls: tuple[Written, ...] = ()  # earlier answers it calls written wrong too (mistakes made together)
-
     @property
     def run(self) -> Callable:
-        """The variant's function or class, defined as the notebook defines an answer (after the answers of calls)."""
-        return _defined(self.code, self.answer, self.reference, self._calls)
+        """The variant's function or class, defined as the notebook defines an answer."""
+        return _defined(self.code, self.answer, self.reference)
 
     def forward(self, w: Mapping[str, torch.Tensor], *args: object, **inputs: torch.Tensor) -> torch.Tensor:
-        """The variant's module built with the constructor arguments args, carrying the weights w, run on the case's
-        inputs (:func:`module_output`): a simulator of ForwardOracle."""
-        return module_output(self.code, self.answer, self.reference, self._calls, w, *args, **inputs)
-
-    @property
-    def _calls(self) -> tuple[tuple[str, str], ...]:
-        return tuple((c.code, c.answer) for c in self.calls)
+        """A simulator of ForwardOracle: the variant's module with the weights w on inputs (:func:`module_output`)."""
+        return module_output(self.code, self.answer, self.reference, (), w, *args, **inputs)
 
 
 Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs), as course/judges/kinds.py's ForwardOracle
@@ -167,7 +163,6 @@ class Variants:
             if isinstance(out, torch.Tensor):
                 yield written.mistake, out
 
-
     def simulators(self, answer: str, *, calling: tuple[str, ...] = (), several: Mistake | None = None
                    ) -> list[tuple[Mistake, Simulator]]:
         """The module answer's typical mistakes as ForwardOracle's simulators, in the order they are named: each
@@ -177,25 +172,23 @@ class Variants:
         called = [w for w in self.written if w.name in calling]
         if len(called) != len(calling):
             raise ValueError(f"{self.module}: no variants named {sorted(set(calling) - {w.name for w in called})}")
-        own = self.of(answer)
-        right = reference_source(self.reference, answer)
+        own, right = self.of(answer), reference_source(self.reference, answer)
         found = [(w.mistake, w.forward) for w in own]
         found += [(c.mistake, partial(module_output, right, answer, self.reference, ((c.code, c.answer),)))
                   for c in called]
         if several is not None:
-            found += [(both(several, w.mistake, c.mistake), replace(w, calls=(c,)).forward)
+            found += [(both(several, w.mistake, c.mistake),
+                       partial(module_output, w.code, answer, self.reference, ((c.code, c.answer),)))
                       for w in own for c in called]
         return found
 
 
 def module_output(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...],
                   w: Mapping[str, torch.Tensor], *args: object, **inputs: torch.Tensor) -> torch.Tensor:
-    """The module that code defines as answer (after the cells calls holds), built with the constructor arguments
-    args and carrying the weights w (the student's, by parameter name, as modules.expect_parameters reads them back),
-    run on inputs; a bias in w is added to a bias-free nn.Linear of the variant. Built on the meta device (no random
-    initialisation: the global generator is untouched), then called with w in place of its parameters
-    (torch.func.functional_call, strict: w names each, no more), so gradients reach w as autograd's through the
-    student's module would."""
+    """The module code defines as answer (after the cells in calls), built with the constructor arguments args on
+    the meta device (no weights drawn: the global generator untouched), run on inputs with the weights w (the
+    student's, as modules.expect_parameters reads them) as its parameters, strictly (w names each, no more; a bias in w
+    is given to a bias-free nn.Linear), by torch.func.functional_call: gradients reach w as through the student's."""
     with torch.device("meta"):
         module = _defined(code, answer, reference, calls)(*args)
         for name in w:  # the student's layers have a bias where their weights do (a property keeps credit for one)
