@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course.checks import compare
-from course.judges.variants import Variants
+from course.judges.variants import Variants, module_output, simulators
 
 ANSWER = "sliding_window_weights"
 
@@ -70,6 +70,7 @@ def qkv(monkeypatch):
 
 
 def test_a_module_variant_computes_what_the_students_module_with_those_weights_computes(qkv):
+    """module_output builds the variant with the recorded constructor arguments, runs it with the recorded weights."""
     qkv.edit("raw-values", MODULE, (PROJECTED, "attention(self.to_queries(x), self.to_keys(x), x)"),
              mistake="made-up-raw-values", says="raw values.")
     (variant,) = qkv.of(MODULE)
@@ -80,7 +81,7 @@ def test_a_module_variant_computes_what_the_students_module_with_those_weights_c
     w = {name: p.detach().clone().requires_grad_() for name, p in student.named_parameters()}
     x = torch.randn(2, 5, 4)
     before = torch.get_rng_state()
-    y = variant.forward(w, 4, x=x)
+    y = module_output(variant.code, MODULE, "course.qkv", (), w, 4, x=x)
     assert torch.equal(torch.get_rng_state(), before)  # built without drawing weights: grading seeds stay put
     assert torch.allclose(y, student(x), atol=1e-6)
     y.sum().backward()  # the weights are leaves of the graph, as the student's parameters are
@@ -94,7 +95,7 @@ def test_module_simulators_name_its_mistakes_then_the_called_answers_then_both_t
                                          "queries @ keys.transpose(-2, -1)"), mistake="made-up-no-softmax",
              says="no softmax.")
     several = qkv.mistake("made-up-several", "two at once.")
-    found = qkv.simulators(MODULE, calling=("no-softmax",), several=several)
+    found = simulators(qkv, MODULE, calling=("no-softmax",), several=several)
     assert [m.id for m, _ in found] == ["made-up-raw-values", "made-up-no-softmax", "made-up-several"]
     assert found[2][0].explanation == "several things at once. (1) Raw values. (2) No softmax."
     w = {f"{role}.weight": torch.randn(3, 3) for role in ("to_queries", "to_keys", "to_values")}
@@ -102,4 +103,4 @@ def test_module_simulators_name_its_mistakes_then_the_called_answers_then_both_t
     q, k = x @ w["to_queries.weight"].T, x @ w["to_keys.weight"].T
     assert torch.allclose(found[2][1](w, 3, x=x), q @ k.transpose(1, 2) @ x, atol=1e-5)  # both mistakes made
     with pytest.raises(ValueError, match="no variants named"):
-        qkv.simulators(MODULE, calling=("never-written",))
+        simulators(qkv, MODULE, calling=("never-written",))

@@ -34,7 +34,7 @@ Decisions, and why:
 - How a variant runs: its code is executed as a notebook cell would be, in a namespace holding the notebook's imports
   (math, torch, F, nn) and the reference module's names, so a later answer calls the reference's earlier ones (a
   mistake in basic_self_attention uses a correct attention_weights). Without autograd, on the inputs the case
-  regenerates from its seed (as the oracle does). A module's variants (Variants.simulators: a ForwardOracle's) are
+  regenerates from its seed (as the oracle does). A module's variants (simulators(): a ForwardOracle's) are
   built with the recorded constructor arguments and run with the student's recorded weights (module_output); a module
   that calls an earlier answer (02's SelfAttentionQKV calls attention) is also run calling each variant named of it,
   and with `several`, each of its own variants calling each: two mistakes together, named several with both messages.
@@ -86,10 +86,6 @@ class Written:
     def run(self) -> Callable:
         """The variant's function or class, defined as the notebook defines an answer."""
         return _defined(self.code, self.answer, self.reference)
-
-    def forward(self, w: Mapping[str, torch.Tensor], *args: object, **inputs: torch.Tensor) -> torch.Tensor:
-        """A simulator of ForwardOracle: the variant's module with the weights w on inputs (:func:`module_output`)."""
-        return module_output(self.code, self.answer, self.reference, (), w, *args, **inputs)
 
 
 Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs), as course/judges/kinds.py's ForwardOracle
@@ -163,24 +159,25 @@ class Variants:
             if isinstance(out, torch.Tensor):
                 yield written.mistake, out
 
-    def simulators(self, answer: str, *, calling: tuple[str, ...] = (), several: Mistake | None = None
-                   ) -> list[tuple[Mistake, Simulator]]:
-        """The module answer's typical mistakes as ForwardOracle's simulators, in the order they are named: each
-        variant of answer, then the reference answer calling each variant named in calling (a mistake in the earlier
-        answer it calls, e.g. attention), then with several, each variant of answer calling each of those: two
-        mistakes together, named several, its message both of theirs."""
-        called = [w for w in self.written if w.name in calling]
-        if len(called) != len(calling):
-            raise ValueError(f"{self.module}: no variants named {sorted(set(calling) - {w.name for w in called})}")
-        own, right = self.of(answer), reference_source(self.reference, answer)
-        found = [(w.mistake, w.forward) for w in own]
-        found += [(c.mistake, partial(module_output, right, answer, self.reference, ((c.code, c.answer),)))
-                  for c in called]
-        if several is not None:
-            found += [(both(several, w.mistake, c.mistake),
-                       partial(module_output, w.code, answer, self.reference, ((c.code, c.answer),)))
-                      for w in own for c in called]
-        return found
+
+def simulators(variants: Variants, answer: str, *, calling: tuple[str, ...] = (), several: Mistake | None = None
+               ) -> list[tuple[Mistake, Simulator]]:
+    """The module answer's typical mistakes as ForwardOracle's simulators, in the order they are named: each variant
+    of answer, then the reference answer calling each variant named in calling (a mistake in the earlier answer it
+    calls, e.g. attention), then with several, each variant of answer calling each of those: two mistakes together,
+    named several, its message both of theirs."""
+    called = [w for w in variants.written if w.name in calling]
+    if len(called) != len(calling):
+        raise ValueError(f"{variants.module}: no variants named {sorted(set(calling) - {w.name for w in called})}")
+    own, right = variants.of(answer), reference_source(variants.reference, answer)
+    found = [(w.mistake, partial(module_output, w.code, answer, variants.reference, ())) for w in own]
+    found += [(c.mistake, partial(module_output, right, answer, variants.reference, ((c.code, c.answer),)))
+              for c in called]
+    if several is not None:
+        found += [(both(several, w.mistake, c.mistake),
+                   partial(module_output, w.code, answer, variants.reference, ((c.code, c.answer),)))
+                  for w in own for c in called]
+    return found
 
 
 def module_output(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...],
