@@ -39,6 +39,7 @@ Decisions, and why:
   that calls an earlier answer (02's SelfAttentionQKV calls attention) is also run calling each variant named of it,
   and with `several`, each of its own variants calling each: two mistakes together, named several with both messages.
   The catalogue grades only the pairs it lists (02's module-fused-scaled-raw-values); the judge knows every pair.
+  A module's variant is not skipped when it raises: built from the recorded weights, it fits every case, or is wrong.
 - A variant that raises on a case's inputs (x.T on a batch, a shape that no longer fits) matches nothing there: it
   is skipped. Variants run lazily, only once the student's output has missed the oracle, and stop at the first
   match: a right answer never runs them. They are the course's code on a check's small inputs, not the student's,
