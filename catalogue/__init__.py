@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -90,12 +90,13 @@ def edits(module: str) -> Callable[..., None]:
     return edit
 
 
-def written(variants: Variants) -> None:
+def written(variants: Variants, cells: Mapping[str, str] | None = None) -> None:
     """The mistakes a judges module wrote as code (course/judges/variants.py), each expected to be named by its id:
-    the judge names them by running the same code, so the catalogue proves what the judge knows."""
+    the judge names them by running the same code, so the catalogue proves what the judge knows. cells: the grade id
+    of the answer cell of a class, e.g. {"SelfAttentionQKV": "self_attention_qkv"} (a function's cell is its name)."""
     module = f"{__name__}.{variants.reference.rsplit('.', 1)[1]}"  # course.self_attention -> catalogue.self_attention
     for w in variants.written:
-        _REGISTRY.append(_Entry(module, w.name, w.answer, w.mistake.id, code=w.code))
+        _REGISTRY.append(_Entry(module, w.name, (cells or {}).get(w.answer, w.answer), w.mistake.id, code=w.code))
 
 
 

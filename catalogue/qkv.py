@@ -1,45 +1,21 @@
 """Variants of the answers of assignment 02_qkv."""
 # ruff: noqa: F821 - variants use the notebook's names (torch, F, nn, math, attention), as a student's cell does
 
-import math
 
 import torch
 import torch.nn.functional as F
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
+from course.judges.qkv import WRITTEN
 
 ASSIGNMENT = "02_qkv"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
+# the mistakes course/judges/qkv.py writes as code and names by running them
+written(WRITTEN, cells={"SelfAttentionQKV": "self_attention_qkv"})
+
 
 # ------------------------------------------------------------------ attention: mistakes
-
-@mistake("softmax-over-queries", "attention")
-def attention_softmax_queries(queries, keys, values):
-    return F.softmax(queries @ keys.transpose(1, 2), dim=1) @ values
-
-
-@mistake("no-softmax", "attention")
-def attention_no_softmax(queries, keys, values):
-    return (queries @ keys.transpose(1, 2)) @ values
-
-
-@mistake("wrong-shape", "attention")
-def attention_keys_as_values(queries, keys, values):
-    return F.softmax(queries @ keys.transpose(1, 2), dim=-1) @ keys
-
-
-@mistake("raised", "attention")
-def attention_transposed(queries, keys, values):
-    w = F.softmax(queries @ keys.transpose(1, 2), dim=-1)
-    return w.transpose(1, 2) @ values
-
-
-@mistake("scaled", "attention")
-def attention_scaled(queries, keys, values):
-    s = queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])
-    return F.softmax(s, dim=-1) @ values
-
 
 @mistake("wrong-shape", "attention")
 def attention_returns_weights(queries, keys, values):
@@ -59,17 +35,6 @@ edit("module-bias", MODULE, *((line, line.replace("bias=False", "bias=True")) fo
 edit("module-shared-projection", MODULE,
      (f"{Q}\n        {K}\n        {V}", f"self.to_queries = self.to_keys = self.{V[5:]}"),
      mistake="shared-layer")
-edit("module-values-not-projected", MODULE, (RETURN, "return attention(queries, keys, x)"),
-     mistake="values-not-projected")
-edit("module-keys-as-values", MODULE, (RETURN, "return attention(queries, keys, keys)"), mistake="keys-as-values")
-edit("module-queries-as-values", MODULE, (RETURN, "return attention(queries, keys, queries)"),
-     mistake="queries-as-values")
-edit("module-queries-for-all", MODULE, (RETURN, "return attention(queries, queries, queries)"),
-     mistake="queries-for-every-role")
-edit("module-keys-from-queries", MODULE, (RETURN, "return attention(queries, queries, values)"),
-     mistake="keys-from-queries")
-edit("module-queries-keys-swapped", MODULE, (RETURN, "return attention(keys, queries, values)"),
-     mistake="queries-keys-swapped")
 edit("module-scaled", MODULE, (RETURN, "return attention(queries / math.sqrt(x.shape[-1]), keys, values)"),
      mistake="scaled")
 edit("module-wrong-size", MODULE, *((line, line.replace("(k, k,", "(k, 2 * k,")) for line in (Q, K, V)),

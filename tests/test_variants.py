@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course.checks import compare
-from course.judges.variants import Variants
+from course.judges.variants import Variants, module_output, simulators
 
 ANSWER = "sliding_window_weights"
 
@@ -55,3 +55,52 @@ def test_variants_run_only_as_far_as_the_judge_asks(written, capsys):
     assert next(outputs)[0].id == "made-up-first"
     assert capsys.readouterr().out == ""  # the second has not run: a right answer, which matches none, runs none
     assert next(outputs)[0].id == "made-up-late" and capsys.readouterr().out == "ran\n"
+
+
+# ------------------------------------------------------------------ modules: built with the student's recorded weights
+
+MODULE = "SelfAttentionQKV"  # assignment 02's reference module (course/qkv.py), which calls its attention
+PROJECTED = "attention(self.to_queries(x), self.to_keys(x), self.to_values(x))"
+
+
+@pytest.fixture
+def qkv(monkeypatch):
+    monkeypatch.setattr(compare, "_DECLARED", {})
+    return Variants("judges_made_up", reference="course.qkv")
+
+
+def test_a_module_variant_computes_what_the_students_module_with_those_weights_computes(qkv):
+    """module_output builds the variant with the recorded constructor arguments, runs it with the recorded weights."""
+    qkv.edit("raw-values", MODULE, (PROJECTED, "attention(self.to_queries(x), self.to_keys(x), x)"),
+             mistake="made-up-raw-values", says="raw values.")
+    (variant,) = qkv.of(MODULE)
+    torch.manual_seed(0)
+    student = variant.run(4)  # the class a student with this mistake writes, given their own weights
+    with torch.no_grad():
+        student.to_keys.bias = torch.nn.Parameter(torch.randn(4))  # a bias the judge tolerates in a property
+    w = {name: p.detach().clone().requires_grad_() for name, p in student.named_parameters()}
+    x = torch.randn(2, 5, 4)
+    before = torch.get_rng_state()
+    y = module_output(variant.code, MODULE, "course.qkv", (), w, 4, x=x)
+    assert torch.equal(torch.get_rng_state(), before)  # built without drawing weights: grading seeds stay put
+    assert torch.allclose(y, student(x), atol=1e-6)
+    y.sum().backward()  # the weights are leaves of the graph, as the student's parameters are
+    assert w["to_queries.weight"].grad is not None and w["to_values.weight"].grad is None
+
+
+def test_module_simulators_name_its_mistakes_then_the_called_answers_then_both_together(qkv):
+    qkv.edit("raw-values", MODULE, (PROJECTED, "attention(self.to_queries(x), self.to_keys(x), x)"),
+             mistake="made-up-raw-values", says="raw values.")
+    qkv.edit("no-softmax", "attention", ("F.softmax(queries @ keys.transpose(-2, -1), dim=-1)",
+                                         "queries @ keys.transpose(-2, -1)"), mistake="made-up-no-softmax",
+             says="no softmax.")
+    several = qkv.mistake("made-up-several", "two at once.")
+    found = simulators(qkv, MODULE, calling=("no-softmax",), several=several)
+    assert [m.id for m, _ in found] == ["made-up-raw-values", "made-up-no-softmax", "made-up-several"]
+    assert found[2][0].explanation == "several things at once. (1) Raw values. (2) No softmax."
+    w = {f"{role}.weight": torch.randn(3, 3) for role in ("to_queries", "to_keys", "to_values")}
+    x = torch.randn(2, 4, 3)
+    q, k = x @ w["to_queries.weight"].T, x @ w["to_keys.weight"].T
+    assert torch.allclose(found[2][1](w, 3, x=x), q @ k.transpose(1, 2) @ x, atol=1e-5)  # both mistakes made
+    with pytest.raises(ValueError, match="no variants named"):
+        simulators(qkv, MODULE, calling=("never-written",))

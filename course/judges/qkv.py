@@ -2,7 +2,6 @@
 nn.MultiheadAttention with one head (its 1/√k undone), and the typical mistakes; only the properties are written out."""
 
 import math
-from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -10,50 +9,70 @@ import torch.nn.functional as F
 
 from course.checks import modules
 from course.checks import qkv as probes
-from course.checks.compare import Mistake, expect_close, fail, matches_any, output
+from course.checks.compare import expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built
 from course.checks.qkv import PERMUTATION, ROLES
-from course.judges import judge, kinds, mistakes, oracles
-from course.judges.attention_modules import (
-    anchored,
-    expect_structure,
-    mistake_combinations,
-    projection_count,
-    projections,
-)
+from course.judges import judge, kinds, oracles
+from course.judges.attention_modules import anchored, expect_structure, projection_count, projections
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared
+from course.judges.variants import Variants, simulators
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
-
-# ---------------------------------------------------------------- mistakes
-
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/qkv.txt
-
 _FORWARD_HINT = "forward should compute attention(to_queries(x), to_keys(x), to_values(x))."
 
+# ---------------------------------------------------------------- mistakes
+# Edits change the reference answers of course/qkv.py:
+#     attention:        weights = F.softmax(queries @ keys.transpose(-2, -1), dim=-1); return weights @ values
+#     SelfAttentionQKV: return attention(self.to_queries(x), self.to_keys(x), self.to_values(x))
+# When an output matches two of them, the first declared is named. Mistakes every check names (a wrong shape, an
+# error, a detached output, a missing or shared layer) are in catalogue/qkv.py.
 
-# ---------------------------------------------------------------- attention written out, with its mistakes
+WRITTEN = Variants(__name__, reference="course.qkv")
+edit = WRITTEN.edit
+SCORES = "queries @ keys.transpose(-2, -1)"
 
-def _unscaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        how: Mistake | None = None) -> torch.Tensor:
-    """Unscaled attention with plain torch ops, or one typical mistake in it. (b, tq, k), (b, tk, k), (b, tk, v)."""
-    raw = q @ k.transpose(-2, -1)  # (b, tq, tk)
-    scores = raw / math.sqrt(q.shape[-1]) if how is M["scaled"] else raw
-    w = raw if how is M["no-softmax"] else F.softmax(scores, dim=-2 if how is M["softmax-over-queries"] else -1)
-    if how is M["weights-transposed"]:
-        w = w.transpose(-2, -1)  # only fits the values when tq == tk
-    return w @ (k if how is M["keys-as-values"] else v)
+edit("attention-softmax-queries", "attention", ("dim=-1", "dim=1"), mistake="softmax-over-queries",
+     says="the softmax runs over the queries (dim=1). Each query's weights over the keys must sum to 1: use dim=-1.")
+edit("attention-no-softmax", "attention", (f"F.softmax({SCORES}, dim=-1)", SCORES), mistake="no-softmax",
+     says="the raw scores queries·keysᵀ are used as weights: the softmax is missing.")
+edit("attention-scaled", "attention", (SCORES, f"{SCORES} / math.sqrt(queries.shape[-1])"), mistake="scaled",
+     says="the scores are divided by √k; this assignment is unscaled (scaling is assignment 03).")
+# transposed weights only fit the values when tq == tk: elsewhere the variant raises, and matches nothing
+edit("attention-transposed", "attention", ("weights @ values", "weights.transpose(-2, -1) @ values"),
+     mistake="weights-transposed",
+     says="the weights are transposed: row i of the weights belongs to query i, so the output is weights·values, "
+          "without a transpose.")
+edit("attention-keys-as-values", "attention", ("weights @ values", "weights @ keys"), mistake="keys-as-values",
+     says="the keys are used as values: the weights should multiply the values (to_values(x) in the module).")
+
+PROJECTED = "attention(self.to_queries(x), self.to_keys(x), self.to_values(x))"
 
 
-def _attention_mistakes(queries: torch.Tensor, keys: torch.Tensor,
-                        values: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    fits = {M["weights-transposed"]: queries.shape[-2] == keys.shape[-2],
-            M["keys-as-values"]: keys.shape[-1] == values.shape[-1]}
-    return [(m, _unscaled_attention(queries, keys, values, m)) for m in (
-        M["softmax-over-queries"], M["no-softmax"], M["scaled"], M["weights-transposed"], M["keys-as-values"])
-        if fits.get(m, True)]
+def roles(name: str, queries: str, keys: str, values: str, mistake: str, says: str | None = None) -> None:
+    """SelfAttentionQKV.forward giving attention the queries, keys and values written here."""
+    edit(name, "SelfAttentionQKV", (PROJECTED, f"attention({queries}, {keys}, {values})"), mistake=mistake, says=says)
+
+
+Q, K, V = "self.to_queries(x)", "self.to_keys(x)", "self.to_values(x)"
+roles("module-values-not-projected", Q, K, "x", "values-not-projected",
+      says="the values are the raw inputs x; they should go through to_values first.")
+roles("module-keys-as-values", Q, K, K, "keys-as-values")
+roles("module-queries-as-values", Q, K, Q, "queries-as-values",
+      says="the queries are used as values: the weights should multiply to_values(x).")
+roles("module-queries-for-all", Q, Q, Q, "queries-for-every-role",
+      says="to_queries is used for every role: keys and values need their own projections.")
+roles("module-keys-from-queries", Q, Q, V, "keys-from-queries",
+      says="queries and keys both come from to_queries: the keys need to_keys.")
+roles("module-queries-keys-swapped", K, Q, V, "queries-keys-swapped",
+      says="queries and keys are swapped (to_keys(x) is used as the queries and to_queries(x) as the keys), so the "
+           "weights are transposed.")
+
+#: the module calls the notebook's attention: a mistake there, alone or with one of the module's above (several)
+CALLED = ("attention-softmax-queries", "attention-no-softmax", "attention-scaled", "attention-transposed")
+SEVERAL = WRITTEN.mistake("several-mistakes", "two things at once: a mistake in attention and one in the module.")
+PROJECTION_BIAS = WRITTEN.mistake("projection-bias", "the projections have a bias: use nn.Linear(k, k, bias=False).")
 
 
 def _shape_hints(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> dict[tuple[int, ...], str]:
@@ -66,7 +85,7 @@ def _shape_hints(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
 ATTENTION = Oracle(
     ATTENTION_NAME, lambda queries, keys, values: F.scaled_dot_product_attention(queries, keys, values, scale=1.0),
     "F.scaled_dot_product_attention", shape=lambda queries, keys, values: (*queries.shape[:2], values.shape[-1]),
-    mistakes=_attention_mistakes, shape_hints=_shape_hints,
+    mistakes=lambda **inputs: WRITTEN.outputs("attention", **inputs), shape_hints=_shape_hints,
     otherwise="weights = softmax(queries·keysᵀ) over the keys (last dimension), output = weights·values.",
     hint="Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). The "
          "numbers of queries and keys differ here, so transposed weights do not fit the values.")
@@ -93,35 +112,12 @@ def _judge_average(ev: Evidence) -> None:
     y = output(ev, different.key, what=ATTENTION_NAME, shape=ATTENTION.shape(**inputs),
                shape_hints=_shape_hints(**inputs), hint=ATTENTION.hint)
     expected = ATTENTION.compute(**inputs)
-    if not matches_any(y, [expected, *(m for _, m in _attention_mistakes(**inputs))], ev.device):
+    if not matches_any(y, [expected, *(m for _, m in WRITTEN.outputs("attention", **inputs))], ev.device):
         fail(f"{ATTENTION_NAME} averages identical values, but it is not attention: {ATTENTION.otherwise}",
              expected, y, case=different.label)
 
 
 # ---------------------------------------------------------------- the module: oracle and typical mistakes
-
-#: the module's typical mistakes: which of x, to_queries(x), to_keys(x), to_values(x) plays queries, keys, values
-_ROLE_MISTAKES = ((M["values-not-projected"], ("q", "k", "x")), (M["keys-as-values"], ("q", "k", "k")),
-                  (M["queries-as-values"], ("q", "k", "q")), (M["queries-for-every-role"], ("q", "q", "q")),
-                  (M["keys-from-queries"], ("q", "q", "v")), (M["queries-keys-swapped"], ("k", "q", "v")))
-#: mistakes of the attention cell, which the module calls (tq == tk here, so transposed weights fit)
-_ATTENTION_MISTAKES = (M["softmax-over-queries"], M["no-softmax"], M["scaled"], M["weights-transposed"])
-
-
-def _projected(w: dict[str, torch.Tensor], k: int, x: torch.Tensor, *, roles: tuple[str, str, str] = ("q", "k", "v"),
-               how: Mistake | None = None) -> torch.Tensor:
-    """Unscaled attention (mistake how) of x's projections (or x) that roles name as q, k, v. (b, t, k)"""
-    projected = {"x": x, **{r: F.linear(x, w[f"{role}.weight"], w.get(f"{role}.bias"))
-                            for r, role in zip("qkv", ROLES, strict=True)}}
-    return _unscaled_attention(*(projected[r] for r in roles), how)
-
-
-def _qkv_simulators(k: int, x: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """Each typical mistake alone, then one of the module's together with a mistake of the attention cell."""
-    return mistake_combinations(((((), {}), *(((m,), {"roles": roles}) for m, roles in _ROLE_MISTAKES)),
-                                 (((), {}), *(((m,), {"how": m}) for m in _ATTENTION_MISTAKES))), _projected,
-                                M["several-mistakes"])
-
 
 def _qkv_oracle(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """nn.MultiheadAttention with one head, the projections w and its 1/√k undone. (b, t, k) -> (b, t, k)"""
@@ -146,10 +142,11 @@ def _any_projections(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     return found
 
 
+MODULE_MISTAKES = simulators(WRITTEN, "SelfAttentionQKV", calling=CALLED, several=SEVERAL)
 MODULE = ForwardOracle(
     MODULE_NAME, "self-attention with the projections to_queries, to_keys and to_values",
-    partial(projections, owner=MODULE_NAME, bias_mistake=M["projection-bias"]),
-    lambda w, k, x: _qkv_oracle(w, x), "nn.MultiheadAttention", simulators=_qkv_simulators,
+    partial(projections, owner=MODULE_NAME, bias_mistake=PROJECTION_BIAS),
+    lambda w, k, x: _qkv_oracle(w, x), "nn.MultiheadAttention", simulators=lambda *_, **__: MODULE_MISTAKES,
     hint=lambda **_: _FORWARD_HINT,
     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
 

@@ -34,8 +34,12 @@ Decisions, and why:
 - How a variant runs: its code is executed as a notebook cell would be, in a namespace holding the notebook's imports
   (math, torch, F, nn) and the reference module's names, so a later answer calls the reference's earlier ones (a
   mistake in basic_self_attention uses a correct attention_weights). Without autograd, on the inputs the case
-  regenerates from its seed (as the oracle does); a module (assignments 02-09) will be built with the recorded
-  constructor arguments and given the recorded weights (modules.expect_parameters) before it runs.
+  regenerates from its seed (as the oracle does). A module's variants (simulators(): a ForwardOracle's) are
+  built with the recorded constructor arguments and run with the student's recorded weights (module_output); a module
+  that calls an earlier answer (02's SelfAttentionQKV calls attention) is also run calling each variant named of it,
+  and with `several`, each of its own variants calling each: two mistakes together, named several with both messages.
+  The catalogue grades only the pairs it lists (02's module-fused-scaled-raw-values); the judge knows every pair.
+  A module's variant is not skipped when it raises: built from the recorded weights, it fits every case, or is wrong.
 - A variant that raises on a case's inputs (x.T on a batch, a shape that no longer fits) matches nothing there: it
   is skipped. Variants run lazily, only once the student's output has missed the oracle, and stop at the first
   match: a right answer never runs them. They are the course's code on a check's small inputs, not the student's,
@@ -56,7 +60,7 @@ import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from types import ModuleType
 
 import torch
@@ -83,6 +87,9 @@ class Written:
     def run(self) -> Callable:
         """The variant's function or class, defined as the notebook defines an answer."""
         return _defined(self.code, self.answer, self.reference)
+
+
+Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs), as course/judges/kinds.py's ForwardOracle
 
 
 class Variants:
@@ -133,6 +140,10 @@ class Variants:
 
         return register
 
+    def mistake(self, mistake_id: str, says: str) -> Mistake:
+        """A mistake no variant here produces by output (a structure one, such as a bias), declared beside them."""
+        return self._declared(mistake_id, says)
+
     def of(self, answer: str) -> list[Written]:
         return [w for w in self.written if w.answer == answer]
 
@@ -148,6 +159,48 @@ class Variants:
                 continue
             if isinstance(out, torch.Tensor):
                 yield written.mistake, out
+
+
+def simulators(variants: Variants, answer: str, *, calling: tuple[str, ...] = (), several: Mistake | None = None
+               ) -> list[tuple[Mistake, Simulator]]:
+    """The module answer's typical mistakes as ForwardOracle's simulators, in the order they are named: each variant
+    of answer, then the reference answer calling each variant named in calling (a mistake in the earlier answer it
+    calls, e.g. attention), then with several, each variant of answer calling each of those: two mistakes together,
+    named several, its message both of theirs."""
+    called = [w for w in variants.written if w.name in calling]
+    if len(called) != len(calling):
+        raise ValueError(f"{variants.module}: no variants named {sorted(set(calling) - {w.name for w in called})}")
+    own, right = variants.of(answer), reference_source(variants.reference, answer)
+    found = [(w.mistake, partial(module_output, w.code, answer, variants.reference, ())) for w in own]
+    found += [(c.mistake, partial(module_output, right, answer, variants.reference, ((c.code, c.answer),)))
+              for c in called]
+    if several is not None:
+        found += [(both(several, w.mistake, c.mistake),
+                   partial(module_output, w.code, answer, variants.reference, ((c.code, c.answer),)))
+                  for w in own for c in called]
+    return found
+
+
+def module_output(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...],
+                  w: Mapping[str, torch.Tensor], *args: object, **inputs: torch.Tensor) -> torch.Tensor:
+    """The module code defines as answer (after the cells in calls), built with the constructor arguments args on
+    the meta device (no weights drawn: the global generator untouched), run on inputs with the weights w (the
+    student's, as modules.expect_parameters reads them) as its parameters, strictly (w names each, no more; a bias in w
+    is given to a bias-free nn.Linear), by torch.func.functional_call: gradients reach w as through the student's."""
+    with torch.device("meta"):
+        module = _defined(code, answer, reference, calls)(*args)
+        for name in w:  # the student's layers have a bias where their weights do (a property keeps credit for one)
+            owner, _, leaf = name.rpartition(".")
+            layer = module.get_submodule(owner)
+            if leaf == "bias" and isinstance(layer, nn.Linear) and layer.bias is None:
+                layer.bias = nn.Parameter(torch.empty(layer.out_features))
+    return torch.func.functional_call(module, dict(w), kwargs=inputs, strict=True)
+
+
+def both(several: Mistake, *parts: Mistake) -> Mistake:
+    """The mistake id several, its message each of parts' in turn."""
+    return Mistake(several.id, "several things at once. " + " ".join(
+        f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1)))
 
 
 def edited(solved: str, changes: tuple[tuple[str, str], ...], name: str) -> str:
@@ -184,8 +237,11 @@ def _names(reference: str) -> Mapping[str, object]:
 
 
 @cache
-def _defined(code: str, answer: str, reference: str) -> Callable:
-    """What code defines under the name answer, executed as a notebook cell after the reference's answers."""
+def _defined(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...] = ()) -> Callable:
+    """What code defines under the name answer, executed as a notebook cell after the reference's answers and the
+    cells calls holds as (code, answer)."""
     namespace = dict(_names(reference))
+    for earlier, name in calls:
+        namespace[name] = _defined(earlier, name, reference)
     exec(compile(code, f"<variant of {answer}>", "exec"), namespace)  # noqa: S102 - the course's own variants
     return namespace[answer]
