@@ -349,9 +349,8 @@ def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
                                      resized=M["wrong-size"])
 
 
-def _dropped_model(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k: int, heads: int, depth: int,
-                   max_len: int, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor, *, ignored: str = ""
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _dropped_model(w: dict[str, torch.Tensor], k: int, heads: int, depth: int, src: torch.Tensor, tgt: torch.Tensor,
+                   src_mask: torch.Tensor, *, ignored: str = "") -> tuple[torch.Tensor, torch.Tensor]:
     """(memory, logits) of the model built with dropout=1.0 and run in training mode, where every dropout zeroes what
     it is given: the positions give zeros and each block gives its norms of its input in turn (norm2(norm1(x)),
     norm3(norm2(norm1(y)))). ignored: the part not given the dropout ("positions", "encoder" or "decoder")."""
@@ -392,10 +391,10 @@ def _expect_dropped(ev: Evidence, run: Runs) -> None:
         memory = case.key.startswith("memory")
         parts = ("positions", "encoder") if memory else ("positions", "decoder")
         with torch.no_grad():
-            right = _dropped_model(w, *args, **inputs)[0 if memory else 1]
+            right = _dropped_model(w, *args[2:5], **inputs)[0 if memory else 1]
             wrong = [(Mistake(M["model-dropout-not-passed"].id, f"the {_DROPOUT_PART[part]} ignore the model's "
                               f"dropout, which zeroes all it is given here: build them as {_DROPOUT_HOW[part]}."),
-                      _dropped_model(w, *args, **inputs, ignored=part)[0 if memory else 1]) for part in parts]
+                      _dropped_model(w, *args[2:5], **inputs, ignored=part)[0 if memory else 1]) for part in parts]
         what = f"{call}: {'encode(src, src_mask)' if memory else 'forward(src, tgt, src_mask)'}"
         y = output(ev, case.key, what=what, shape=(b, s, args[2]) if memory else (b, t, args[1]),
                    hint=_MODEL_CALL_HINT)
