@@ -207,9 +207,14 @@ def build_site(out: Path, root: Path = course_dir.ROOT) -> Path:
         staging = Path(tmp) / "course"
         stage(root, staging)
         # a process of its own: Sphinx registers its nodes and roles in docutils for the life of a process
+        # Sphinx writes into tmp, then the site is copied to out: MyST-NB puts the notebooks' images in a
+        # jupyter_execute/ folder beside its output folder, which would otherwise land beside out (in the checkout)
+        html = Path(tmp) / "html"
         command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-j", "1",
-                   "-c", str(staging / "docs"), "-d", str(Path(tmp) / "doctrees"), str(staging), str(out)]
+                   "-c", str(staging / "docs"), "-d", str(Path(tmp) / "doctrees"), str(staging), str(html)]
         done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode == 0:
+            shutil.copytree(html, out, dirs_exist_ok=True)
     (out / LOG).write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()

@@ -59,6 +59,13 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+def test_the_build_writes_nothing_beside_the_site(site):
+    """MyST-NB keeps the notebooks' images in a jupyter_execute/ folder beside its output folder: built straight into
+    --out, that folder appeared in the checkout, untracked."""
+    assert [p.name for p in site.parent.iterdir()] == ["site"]
+    assert list(site.rglob("*.png")), "the notebooks' figures are in the site"
+
+
 @pytest.fixture(scope="module")
 def pages(site) -> list[Page]:
     return [Page(path) for path in sorted(site.rglob("*.html"))]
