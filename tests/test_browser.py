@@ -325,7 +325,7 @@ def test_a_student_runs_fills_in_and_validates_a_release_notebook(notebook):
     wrong = next(v for v in mistakes(ASSIGNMENT) if v.name == WRONG)
     _type_into(page, index[wrong.cell], wrong.code)
     seen = _validate(page)
-    explanation = judges_module(ASSIGNMENT).M[wrong.mistake].explanation
+    explanation = judges_module(ASSIGNMENT).WRITTEN[wrong.mistake].explanation  # 01 writes its mistakes as code
     assert "The following cell failed" in seen["text"]
     assert _words(explanation) in _words(seen["text"]), f"the dialog does not say {explanation!r}:\n{seen['text']}"
     assert "softmax" in seen["text"]

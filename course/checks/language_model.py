@@ -5,6 +5,7 @@ sampling and generation on the CPU, where a seeded generator draws the same numb
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, replace
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -126,7 +127,7 @@ def _cache_check(name: str, cases: tuple[ModelRun, ...], probe: Callable = _prob
 
 #: CachedLanguageModel.run_block called directly on the first block of HIDDEN_CACHE_CASE's model: x (b, t, k) after a
 #: cache of t_past random positions, mask (t, t_past + t) (the exercise asks for the method, not only a forward)
-RUN_BLOCK = {"t": 3, "t_past": 4, "seed": 3450}
+RUN_BLOCK = MappingProxyType({"t": 3, "t_past": 4, "seed": 3450})
 
 
 def run_block_inputs(case: ModelCase) -> dict[str, Any]:
