@@ -39,6 +39,12 @@ edit("weights-softmax-batch", "attention_weights", ("dim=-1", "dim=0"), mistake=
      says="the softmax runs over the batch dimension (dim=0); each row of each matrix should sum to 1, so use "
           "dim=-1.")
 
+edit("weights-exp-overflows", "attention_weights",
+     (f"F.softmax({RAW}, dim=-1)", f"torch.exp({RAW}) / torch.exp({RAW}).sum(-1, keepdim=True)"),
+     mistake="softmax-overflow",
+     says="exp of the raw dot products overflows once they pass about 88 (float32), and the rows turn to NaN. Use "
+          "torch.softmax, which subtracts each row's maximum before exponentiating.")
+
 
 @rewrite("attention_weights", "normalised-without-exp",
          says="rows are divided by their sum without exponentiating first: use torch.softmax, which takes exp before "
