@@ -294,7 +294,6 @@ def expect_close(actual: torch.Tensor, expected: torch.Tensor, *, what: str, dev
     tol = tolerance(device, looser)
     if close(actual, expected, **tol):
         return
-    # a NaN is named too when a typical mistake gives the same NaNs (close() matches them): an overflowing exp
     for mistake, candidate in mistakes:
         if close(actual, candidate, **tol):
             fail(f"{what} is not what was asked: {mistake.explanation}", expected, actual, case, mistake.id)

@@ -355,8 +355,7 @@ loss_hidden = losses("loss_hidden", (*_loss_cases("loss0", 2200, 0), *_loss_case
 
 _SCRIPT_VOCAB = 11
 _AFTER_EOS = 8  # what the scripted model says once a sequence is over: never <eos>, never <pad>
-#: the <bos> and <eos> of a case that passes ids other than the notebook's, so that BOS and EOS written in place of
-#: the arguments show
+#: <bos> and <eos> other than the notebook's, so that its BOS and EOS used in place of the arguments show
 OTHER_IDS = (9, 10)
 
 
