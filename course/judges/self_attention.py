@@ -135,7 +135,8 @@ against(probes.attention_weights_vs_pytorch, WEIGHTS,
         passed="A batch of two against PyTorch's fused attention (unscaled, values = identity); the gradient of a "
                "loss on the weights reaches x as autograd through the oracle gives it.")
 against(probes.attention_weights_oracle, WEIGHTS,
-        passed="Random inputs of several shapes against PyTorch's fused attention (unscaled, values = identity).")
+        passed="Random inputs of several shapes, and dot products in the hundreds, against PyTorch's fused attention "
+               "(unscaled, values = identity).")
 against(probes.basic_self_attention_by_hand, OUTPUT, answers={"y": lambda: _hand_weights() @ hand_x()},
         passed="The notebook's 3-vector example: y = w·x with the weights worked out on paper.")
 against(probes.basic_self_attention_vs_pytorch, OUTPUT,
