@@ -294,11 +294,11 @@ def expect_close(actual: torch.Tensor, expected: torch.Tensor, *, what: str, dev
     tol = tolerance(device, looser)
     if close(actual, expected, **tol):
         return
-    if not bool(torch.isfinite(actual.detach()).all()):
-        fail(f"{what} contains NaN or infinite values. {otherwise}", expected, actual, case)
     for mistake, candidate in mistakes:
         if close(actual, candidate, **tol):
             fail(f"{what} is not what was asked: {mistake.explanation}", expected, actual, case, mistake.id)
+    if not bool(torch.isfinite(actual.detach()).all()):
+        fail(f"{what} contains NaN or infinite values. {otherwise}", expected, actual, case)
     fail(f"{what} does not match the reference. {otherwise}", expected, actual, case)
 
 

@@ -9,8 +9,9 @@ comes from the grader's secret seed, and the cases worked by hand add a secret r
 import torch
 
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
+from course.checks.compare import randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import calls, given, random_case, shapes
+from course.checks.kinds import Case, calls, given, random_case, shapes
 
 # batch > 1, t != k, a single position, k = 1: shapes that expose swapped or missing dimensions
 SHAPES = ((3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1))
@@ -34,7 +35,16 @@ attention_weights_by_hand = calls("attention_weights_by_hand", by_hand("w"))
 attention_weights_vs_pytorch = calls("attention_weights_vs_pytorch",
                                      (random_case("w", (2, 4, 3), 50, upstream=((2, 4, 4), 51)),))
 attention_weights_rows = calls("attention_weights_rows", (random_case("w", (2, 5, 4), 11),))
-attention_weights_oracle = calls("attention_weights_oracle", shapes("w", SHAPES, seed=100))
+
+
+def _large() -> dict[str, torch.Tensor]:
+    """Inputs 10 times larger: dot products in the hundreds, where float32's exp overflows (past about 88)."""
+    return {"x": 10.0 * randn(2, 5, 4, seed=150)}  # (2, 5, 4)
+
+
+#: the shapes, and dot products in the hundreds, which a softmax (it subtracts each row's maximum first) survives
+attention_weights_oracle = calls("attention_weights_oracle", (
+    *shapes("w", SHAPES, seed=100), Case("w_large", _large, "x of shape (2, 5, 4) times 10")))
 
 # ------------------------------------------------------------------------------------------- basic_self_attention
 

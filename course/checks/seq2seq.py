@@ -353,37 +353,51 @@ loss_hidden = losses("loss_hidden", (*_loss_cases("loss0", 2200, 0), *_loss_case
 
 # ---------------------------------------------------------------- greedy decoding
 
-_SCRIPT_VOCAB = 9
+_SCRIPT_VOCAB = 11
 _AFTER_EOS = 8  # what the scripted model says once a sequence is over: never <eos>, never <pad>
+#: <bos> and <eos> other than the notebook's, so that its BOS and EOS used in place of the arguments show
+OTHER_IDS = (9, 10)
 
 
 class ScriptedModel(nn.Module):
     """A stand-in for a trained Seq2SeqTransformer whose greedy output is known exactly: after <bos>, one token per
     real source token, each depending on it and on the previous target token (its predictions must be fed back),
-    then <eos>, then token 8 forever; without <bos> first it never stops. Exact logits: every device agrees."""
+    then <eos>, then token 8 forever; without <bos> first it never stops. Exact logits: every device agrees.
+    bos, eos: its start and end ids; autograd_on: whether any call ran with autograd on (decoding belongs inside
+    torch.no_grad())."""
+
+    def __init__(self, bos: int = BOS_ID, eos: int = EOS_ID) -> None:
+        super().__init__()
+        self.bos, self.eos, self.autograd_on = bos, eos, False
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return torch.stack([src.float(), src_mask.float()], dim=-1)  # (b, s, 2)
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         b, t = tgt.shape
+        self.autograd_on |= torch.is_grad_enabled()
         src = memory[..., 0].long()  # (b, s)
         lengths = memory[..., 1].sum(dim=1).long()  # (b,)
         position = torch.arange(t, device=tgt.device).expand(b, t)  # (b, t)
         src_token = src.gather(1, position.clamp(max=src.shape[1] - 1))  # (b, t)
         token = 3 + (src_token + tgt) % 5  # (b, t) values 3..7
-        token = token.masked_fill(position == lengths.unsqueeze(1), EOS_ID)
-        token = token.masked_fill((position > lengths.unsqueeze(1)) | (tgt[:, :1] != BOS_ID), _AFTER_EOS)
+        token = token.masked_fill(position == lengths.unsqueeze(1), self.eos)
+        token = token.masked_fill((position > lengths.unsqueeze(1)) | (tgt[:, :1] != self.bos), _AFTER_EOS)
         return 10.0 * F.one_hot(token, _SCRIPT_VOCAB).float()  # (b, t, vocab)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
 
-def _scripted(src: tuple[tuple[int, ...], ...],
-              lengths: tuple[int, ...]) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """The scripted model, a source (b, s) and its lengths (b,)."""
-    return ScriptedModel(), torch.tensor(src), torch.tensor(lengths)
+def _scripted(src: tuple[tuple[int, ...], ...], lengths: tuple[int, ...],
+              ids: tuple[int, int] = (BOS_ID, EOS_ID)) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The scripted model (its <bos> and <eos> ids), a source (b, s) and its lengths (b,)."""
+    return ScriptedModel(*ids), torch.tensor(src), torch.tensor(lengths)
+
+
+def ids_of(model: nn.Module) -> tuple[int, int]:
+    """The <bos> and <eos> a case passes: the scripted model's own, the notebook's for the random translator."""
+    return getattr(model, "bos", BOS_ID), getattr(model, "eos", EOS_ID)
 
 
 def secret_scripted_source(seed: int, first: tuple[int, int], s: int, b: int,
@@ -407,15 +421,20 @@ def _random_translator() -> tuple[StandInTranslator, torch.Tensor, torch.Tensor]
     return model, src.masked_fill(torch.arange(7) >= lengths.unsqueeze(1), PAD_ID), lengths
 
 
-def _probe_decodes(cases: tuple[SettingCase, ...], greedy_decode: Callable, rec: Recorder) -> None:
-    """greedy_decode(model, src, src_mask, max_len, BOS_ID, EOS_ID) for settings (source, max_len), source() giving
-    (model, src (b, s), source lengths (b,)); the label is formatted with {lengths} and {max_len}."""
+def _probe_decodes(cases: tuple[SettingCase, ...], greedy_decode: Callable, rec: Recorder,
+                   autograd: bool = False) -> None:
+    """greedy_decode(model, src, src_mask, max_len, bos, eos) for settings (source, max_len), source() giving
+    (model, src (b, s), source lengths (b,)), bos and eos the model's (ids_of); the label is formatted with {lengths}
+    and {max_len}. autograd: called with autograd on, as the notebook calls it, recording whether a scripted model
+    ran under it (fact autograd_on); otherwise called inside torch.no_grad()."""
     for case in drawn(cases):
         source, max_len = case.settings()
         model, src, _ = source()
-        with torch.no_grad():
+        with torch.set_grad_enabled(autograd):
             rec.call(case.key, greedy_decode, model.to(rec.device), src.to(rec.device),
-                     _source_mask(src).to(rec.device), max_len, BOS_ID, EOS_ID)
+                     _source_mask(src).to(rec.device), max_len, *ids_of(model))
+        if autograd and isinstance(model, ScriptedModel):
+            rec.fact(fact_key(case.key, "autograd_on"), model.autograd_on)
 
 
 def _decode_on_gpu(greedy_decode: Callable, d: torch.device) -> Any:
@@ -428,17 +447,21 @@ def _decode_on_gpu(greedy_decode: Callable, d: torch.device) -> Any:
 
 
 DECODE_ON_GPU = "greedy_decode(model, src (2, 5), src_mask, 9, bos, eos), all on device"
-greedy_decode_scripted = property_check("greedy_decode_scripted", device.on_gpus(_probe_decodes, "tokens",
-                                                                                 _decode_on_gpu), (
+#: called with autograd on, as the notebook calls it, so that decoding outside torch.no_grad() shows while working
+greedy_decode_scripted = property_check("greedy_decode_scripted", device.on_gpus(
+    partial(_probe_decodes, autograd=True), "tokens", _decode_on_gpu), (
     SettingCase(key="tokens",
                 setting=(partial(_scripted, ((3, 4, 5, 0, 0), (6, 0, 0, 0, 0), (3, 3, 7, 5, 4)), (3, 1, 5)), 9),
                 label="a stand-in model; the three sequences end after 3, 1 and 5 tokens"),
     SettingCase(key="tokens_secret", setting=(partial(secret_scripted_source, 3040, (1, 5), 5, 3), 9), secret=True,
                 label="a stand-in model; source lengths {lengths}")))
-#: a first translation longer than max_len (cut); under grading, the others of lengths 1 to 3
-greedy_decode_step_by_step = property_check("greedy_decode_step_by_step", _probe_decodes, (
-    SettingCase(key="short", setting=(partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1)), 4),
-                label="a stand-in model, max_len=4 shorter than the first translation"),
+#: a first translation longer than max_len (cut), with <bos> and <eos> ids other than the notebook's; under grading,
+#: the others of lengths 1 to 3; all called with autograd on, as the notebook calls greedy_decode
+greedy_decode_step_by_step = property_check("greedy_decode_step_by_step", partial(_probe_decodes, autograd=True), (
+    SettingCase(key="short", setting=(partial(_scripted, ((3, 4, 5, 6, 7, 3), (6, 0, 0, 0, 0, 0)), (6, 1), OTHER_IDS),
+                                      4),
+                label=f"a stand-in model, max_len=4 shorter than the first translation, bos={OTHER_IDS[0]}, "
+                      f"eos={OTHER_IDS[1]}"),
     SettingCase(key="random", setting=(_random_translator, 10), label="a stand-in translator with random weights"),
     SettingCase(key="short_secret", setting=(partial(secret_scripted_source, 3050, (4, 6), 6, 2, at_most=3), 4),
                 secret=True, label="a stand-in model, source lengths {lengths}, max_len={max_len}")))

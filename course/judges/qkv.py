@@ -37,6 +37,11 @@ edit("attention-softmax-queries", "attention", ("dim=-1", "dim=1"), mistake="sof
      says="the softmax runs over the queries (dim=1). Each query's weights over the keys must sum to 1: use dim=-1.")
 edit("attention-no-softmax", "attention", (f"F.softmax({SCORES}, dim=-1)", SCORES), mistake="no-softmax",
      says="the raw scores queries·keysᵀ are used as weights: the softmax is missing.")
+edit("attention-exp-overflows", "attention",
+     (f"F.softmax({SCORES}, dim=-1)", f"torch.exp({SCORES}) / torch.exp({SCORES}).sum(-1, keepdim=True)"),
+     mistake="softmax-overflow",
+     says="exp of the raw scores overflows once they pass about 88 (float32), and the rows turn to NaN. Use "
+          "torch.softmax, which subtracts each row's maximum before exponentiating.")
 edit("attention-scaled", "attention", (SCORES, f"{SCORES} / math.sqrt(queries.shape[-1])"), mistake="scaled",
      says="the scores are divided by √k; this assignment is unscaled (scaling is assignment 03).")
 # transposed weights only fit the values when tq == tk: elsewhere the variant raises, and matches nothing

@@ -39,6 +39,12 @@ edit("weights-softmax-batch", "attention_weights", ("dim=-1", "dim=0"), mistake=
      says="the softmax runs over the batch dimension (dim=0); each row of each matrix should sum to 1, so use "
           "dim=-1.")
 
+edit("weights-exp-overflows", "attention_weights",
+     (f"F.softmax({RAW}, dim=-1)", f"torch.exp({RAW}) / torch.exp({RAW}).sum(-1, keepdim=True)"),
+     mistake="softmax-overflow",
+     says="exp of the raw dot products overflows once they pass about 88 (float32), and the rows turn to NaN. Use "
+          "torch.softmax, which subtracts each row's maximum before exponentiating.")
+
 
 @rewrite("attention_weights", "normalised-without-exp",
          says="rows are divided by their sum without exponentiating first: use torch.softmax, which takes exp before "
@@ -129,7 +135,8 @@ against(probes.attention_weights_vs_pytorch, WEIGHTS,
         passed="A batch of two against PyTorch's fused attention (unscaled, values = identity); the gradient of a "
                "loss on the weights reaches x as autograd through the oracle gives it.")
 against(probes.attention_weights_oracle, WEIGHTS,
-        passed="Random inputs of several shapes against PyTorch's fused attention (unscaled, values = identity).")
+        passed="Random inputs of several shapes, and dot products in the hundreds, against PyTorch's fused attention "
+               "(unscaled, values = identity).")
 against(probes.basic_self_attention_by_hand, OUTPUT, answers={"y": lambda: _hand_weights() @ hand_x()},
         passed="The notebook's 3-vector example: y = w·x with the weights worked out on paper.")
 against(probes.basic_self_attention_vs_pytorch, OUTPUT,

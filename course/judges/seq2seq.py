@@ -540,7 +540,8 @@ def _expect_decode(ev: Evidence, case: probes.SettingCase) -> None:
     source, max_len = case.settings()
     model, src, lengths = source()
     label = case.label.format(lengths=lengths.tolist(), max_len=max_len)
-    decoded = partial(_step_by_step, model, src, _padding(lengths, src.shape[1]), max_len)
+    bos, eos = probes.ids_of(model)
+    decoded = partial(_step_by_step, model, src, _padding(lengths, src.shape[1]), max_len, bos=bos, eos=eos)
     expected = decoded()  # (b, n)
     out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
@@ -548,20 +549,25 @@ def _expect_decode(ev: Evidence, case: probes.SettingCase) -> None:
     if out.dim() != 2 or out.shape[0] != expected.shape[0]:
         fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}, not ({len(src)}, n <= max_len).", mistake=WRONG_SHAPE)
     width, shown = out.shape[1], (Rows(expected), Rows(out), label)
-    with_bos = _fit(torch.cat([torch.full_like(expected[:, :1], BOS_ID), expected], dim=1), width)
+    with_bos = _fit(torch.cat([torch.full_like(expected[:, :1], bos), expected], dim=1), width)
     if width > max_len:
         mistake = M["greedy-returns-bos"] if torch.equal(out, with_bos) else M["greedy-too-long"]
         _not_asked(DECODE_NAME, mistake, f" (max_len={max_len})", *shown)
     if width < expected.shape[1]:
         _not_asked(DECODE_NAME, M["greedy-stops-early"], f" (it stopped after {width} tokens)", *shown)
     target = _fit(expected, width)
-    mistakes = ((M["greedy-never-stops"], decoded(pad_after_eos=False, stop=False)),
+    # the notebook's ids in place of the arguments first: only the case with other ids tells them apart, and there
+    # they also look like never stopping or forgetting <bos>
+    mistakes = (*((M["greedy-ids-hard-coded"], decoded(**ids)) for ids in ({"bos": BOS_ID}, {"eos": EOS_ID})),
+                (M["greedy-never-stops"], decoded(pad_after_eos=False, stop=False)),
                 (M["greedy-returns-bos"], with_bos),
                 (M["greedy-eos-padded"], target.masked_fill(target == PAD_ID, EOS_ID)),
                 (M["greedy-eos-overwritten"], target.masked_fill(target == EOS_ID, PAD_ID)),
-                (M["greedy-forgets-bos"], decoded(PAD_ID)), (M["greedy-first-position"], decoded(position=0)))
+                (M["greedy-forgets-bos"], decoded(bos=PAD_ID)), (M["greedy-first-position"], decoded(position=0)))
     expect_equal(out, target, what=DECODE_NAME, mistakes=[(m, _fit(v, width)) for m, v in mistakes], case=label,
                  otherwise=_DECODE_HINT, differs="does not agree with the step-by-step argmax of the model")
+    if ev.facts.get(fact_key(case.key, "autograd_on")):
+        _not_asked(DECODE_NAME, M["greedy-not-under-no-grad"], f" (the right tokens, {label})")
 
 
 each_case(probes.greedy_decode_scripted, _expect_decode,
