@@ -579,6 +579,8 @@ edit("lr-decay-not-offset", "learning_rate", ("(step + 1 - warmup) / (steps - wa
 edit("lr-decay-off-by-one", "learning_rate",
      ("(step + 1 - warmup) / (steps - warmup)", "(step - warmup) / (steps - warmup)"), mistake="lr-decay-off-by-one")
 edit("lr-decays-upward", "learning_rate", ("(1 + math.cos(", "(1 - math.cos("), mistake="lr-decays-upward")
+edit("lr-as-a-tensor", "learning_rate", ("(1 + math.cos(math.pi * progress))",
+                                         "(1 + torch.cos(torch.tensor(math.pi * progress)))"), mistake="lr-not-a-float")
 edit("lr-linear-decay", "learning_rate",
      ("return peak * 0.5 * (1 + math.cos(math.pi * progress))", "return peak * (1 - progress)"),
      mistake="lr-linear-decay")

@@ -580,11 +580,12 @@ def secret_schedule(seed: int) -> tuple[int, float, int]:
 
 
 def _probe_schedules(cases: tuple[SettingCase, ...], learning_rate: Callable, rec: Recorder) -> None:
-    """Every step's learning rate as a float64 tensor (a one-element tensor is read with float()), or the first value
-    that is not a number or what was raised (at step key.step)."""
+    """Every step's learning rate as a float64 tensor (a one-element tensor is read with float()) and the names of the
+    types returned (key.types: the exercise asks for a float), or the first value that is not a number or what was
+    raised (at step key.step)."""
     for case in drawn(cases):
         steps, peak, warmup = case.settings()
-        values = []
+        values, types = [], set()
         for step in range(steps):
             value = rec.call(case.key, learning_rate, step, steps, peak, warmup)
             number = _number(value) if not isinstance(value, (str, bytes)) else None
@@ -592,8 +593,10 @@ def _probe_schedules(cases: tuple[SettingCase, ...], learning_rate: Callable, re
                 rec.fact(fact_key(case.key, "step"), step)
                 break
             values.append(number)
+            types.add(type(value).__name__)
         else:
             rec.value(case.key, torch.tensor(values, dtype=torch.float64))
+            rec.fact(fact_key(case.key, "types"), sorted(types))
 
 
 learning_rate_schedule = property_check("learning_rate_schedule", _probe_schedules, (

@@ -673,13 +673,17 @@ def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
     __tracebackhide__ = True
     steps, peak, warmup = case.settings()
     what = f"learning_rate(step, steps={steps}, peak={peak:g}, warmup={warmup})"
-    raised(ev, case.key, f"{what} at step {ev.facts.get(f'{case.key}.step')}")
+    raised(ev, case.key, f"{what} at step {ev.facts.get(fact_key(case.key, 'step'))}")
     actual = tensor(ev, case.key, shape=(steps,))
     if actual is None or actual.dtype != torch.float64:
         _returned(ev, case.key, what, "the learning rate, a number (a float)")
     at = partial(_schedule, steps, peak, warmup)
     expected = at()
     if not _off(actual, expected, peak).any():
+        others = [name for name in ev.facts.get(fact_key(case.key, "types"), ()) if name not in ("float", "int")]
+        if others:
+            fail(f"{what} gives the right rates, as {' and '.join(others)}: {M['lr-not-a-float'].explanation}",
+                 mistake=M["lr-not-a-float"])
         return
     wrong = int(_off(actual, expected, peak).nonzero()[0])
     shown = sorted({0, warmup // 2, max(0, warmup - 1), min(warmup, steps - 1), warmup - 1 + (steps - warmup + 1) // 2,
