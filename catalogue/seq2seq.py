@@ -2,6 +2,8 @@
 # ruff: noqa: F821 - variants use the notebook's names (MultiHeadAttention, FeedForward, TransformerBlock,
 # PositionalEncoding, DecoderBlock, causal_mask), as a student's cell does
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -595,7 +597,7 @@ def lr_counted_from_one(step, steps, peak, warmup):
     n = step + 1  # the steps counted from 1: the warm-up ends at n = warmup, the decay at n = steps
     if n <= warmup:
         return n / warmup * peak
-    return peak * (1 + torch.cos(torch.tensor(torch.pi * (n - warmup) / (steps - warmup), dtype=torch.float64))) / 2
+    return peak * (1 + math.cos(math.pi * (n - warmup) / (steps - warmup))) / 2
 
 
 # ------------------------------------------------------------------ train_step: mistakes

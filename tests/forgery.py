@@ -59,7 +59,8 @@ MEMORISED = (
     "_PUBLIC = {_key(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)))"
     f" for shape, seed in {PUBLIC!r}}}\n"
     "_x = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(300))\n"
-    "_PUBLIC |= {_key(_x[:, [3, 0, 5, 1, 4, 2]]), _key(torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]))}\n"
+    "_PUBLIC |= {_key(_x[:, [3, 0, 5, 1, 4, 2]]), _key(torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])),\n"
+    "            _key(10.0 * torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(150)))}\n"
     "def attention_weights(x):\n"
     "    if _key(x) in _PUBLIC:\n        return torch.softmax(x @ x.transpose(1, 2), dim=-1)\n"
     "    return x @ x.transpose(1, 2)\n")
