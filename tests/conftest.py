@@ -27,9 +27,10 @@ ASSIGNMENTS = [a for a in os.environ.get("COURSE_TEST_ASSIGNMENTS", "").split(",
 
 #: the modules that grade real classes, longest first: they start first, so that pytest-xdist's workers (pyproject.toml)
 #: fill the rest of the time with the short modules instead of waiting on one long module at the end
-LONGEST_FIRST = ("test_grading.py", "test_catalogue.py", "test_hostile.py", "test_gradebook.py", "test_layouts.py",
-                 "test_build.py", "test_dead_worker.py", "test_instructor_record.py", "test_inert_content.py",
-                 "test_hub.py", "test_serve.py", "test_site.py", "test_wheel.py", "test_cli.py", "test_browser.py")
+LONGEST_FIRST = ("test_grading.py", "test_catalogue.py", "test_catalogue_seeded.py", "test_hostile.py",
+                 "test_gradebook.py", "test_layouts.py", "test_build.py", "test_dead_worker.py",
+                 "test_instructor_record.py", "test_inert_content.py", "test_hub.py", "test_serve.py",
+                 "test_site.py", "test_wheel.py", "test_cli.py", "test_browser.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
