@@ -7,15 +7,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
+from course.judges.positional_encoding import WRITTEN
 
 ASSIGNMENT = "06_positional_encoding"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
+# the mistakes course/judges/positional_encoding.py writes as code and names by running them
+written(WRITTEN, cells={"PositionalEncoding": "positional_encoding",
+                        "LearnedPositionalEmbedding": "learned_positional_embedding"})
+
 TABLE = "sinusoidal_positional_encoding"
 MODULE = "positional_encoding"
 LEARNED = "learned_positional_embedding"
-SINE_COLUMNS = "table[:, 0::2] = torch.sin(angles)\n    table[:, 1::2] = torch.cos(angles)"
 ODD_CHECK = ('    if k % 2 != 0:\n        raise ValueError(f"k must be even (sines and cosines come in pairs), '
              'got k={k}")\n')
 BUFFER = 'self.register_buffer("table", sinusoidal_positional_encoding(max_len, k))'
@@ -28,35 +32,6 @@ LOOKED_UP = "x + self.embedding(positions)"
 
 
 # ------------------------------------------------------------------ sinusoidal_positional_encoding: mistakes
-
-edit("table-sin-cos-swapped", TABLE,
-     (SINE_COLUMNS, "table[:, 0::2] = torch.cos(angles)\n    table[:, 1::2] = torch.sin(angles)"),
-     mistake="sin-cos-swapped")
-edit("table-exponent-i", TABLE, ("torch.arange(0, k, 2, dtype", "torch.arange(k // 2, dtype"),
-     mistake="exponent-i-over-k")
-edit("table-exponent-column-index", TABLE,
-     ("(torch.arange(0, k, 2, dtype=torch.float32) / k)", "(2 * torch.arange(0, k, 2, dtype=torch.float32) / k)"),
-     mistake="exponent-column-index")
-edit("table-concatenated", TABLE,
-     (f"table = torch.zeros(max_len, k)\n    {SINE_COLUMNS}\n    return table",
-      "return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)"),
-     mistake="concatenated")
-edit("table-positions-from-1", TABLE, ("torch.arange(max_len, dtype", "torch.arange(1, max_len + 1, dtype"),
-     mistake="positions-from-1")
-
-
-@mistake("every-row-position-0", TABLE)
-def table_position_never_advances(max_len, k):
-    if k % 2:
-        raise ValueError(f"k must be even, got {k}")
-    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
-    table = torch.zeros(max_len, k)
-    position = 0
-    for row in table:
-        row[0::2] = torch.sin(position * frequencies)
-        row[1::2] = torch.cos(position * frequencies)
-    return table
-
 
 @mistake("float64", TABLE)
 def table_float64_numpy(max_len, k):

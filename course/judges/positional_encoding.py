@@ -5,8 +5,9 @@ the typical mistakes they can name."""
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
+from itertools import chain
 from types import MappingProxyType
 
 import torch
@@ -28,6 +29,7 @@ from course.checks.evidence import Evidence, fact_key, gradient_key
 from course.checks.kinds import Built, Case, drawn
 from course.judges import judge, mistakes
 from course.judges.kinds import ForwardOracle, against_forward, each_case, expect_forward_case
+from course.judges.variants import Variants
 
 TABLE_NAME = "sinusoidal_positional_encoding(max_len, k)"
 MODULE_NAME = "PositionalEncoding"
@@ -37,30 +39,71 @@ LEARNED_NAME = "LearnedPositionalEmbedding"
 TABLE_TOLERANCE = MappingProxyType({"rtol": 1e-4, "atol": 2e-4})
 
 # ---------------------------------------------------------------- typical mistakes
+# Edits change the reference answers of course/positional_encoding.py:
+#     sinusoidal_positional_encoding:
+#         positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
+#         frequencies = torch.exp(torch.arange(0, k, 2, dtype=torch.float32) * (-math.log(10000.0) / k))  # (k/2,)
+#         table[:, 0::2] = torch.sin(positions * frequencies); table[:, 1::2] = torch.cos(positions * frequencies)
+# When an output matches two of them, the first declared is named. Mistakes every check names (a wrong shape, an
+# error, a detached output) and those named by a structure, not an output (a dtype, a buffer), are in
+# catalogue/positional_encoding.py.
 
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/positional_encoding.txt
+WRITTEN = Variants(__name__, reference="course.positional_encoding")
+edit, rewrite = WRITTEN.edit, WRITTEN.rewrite
+
+# ---------------------------------------------------------------- the table: mistakes and oracle
+
+TABLE = "sinusoidal_positional_encoding"
+SINES, COSINES = "table[:, 0::2] = torch.sin(", "table[:, 1::2] = torch.cos("
+ANGLES = "positions * frequencies"
+
+edit("table-sin-cos-swapped", TABLE, (SINES, "table[:, 0::2] = torch.cos("), (COSINES, "table[:, 1::2] = torch.sin("),
+     mistake="sin-cos-swapped",
+     says="sin and cos are swapped: the even columns 0, 2, 4, … hold the sines, the odd ones the cosines.")
+edit("table-exponent-i", TABLE, ("torch.arange(0, k, 2, dtype", "torch.arange(k // 2, dtype"),
+     mistake="exponent-i-over-k",
+     says="the exponent is i/k instead of 2i/k (i = 0, 1, …, k/2 − 1 counts the sin/cos pairs).")
+edit("table-exponent-column-index", TABLE, ("torch.exp(torch.arange(0, k, 2", "torch.exp(2 * torch.arange(0, k, 2"),
+     mistake="exponent-column-index",
+     says="the exponent uses 2j/k with j the column index; it is 2i/k with i the pair index, i.e. the column index "
+          "of the sine, j = 2i, over k.")
+edit("table-concatenated", TABLE,
+     (f"{SINES}{ANGLES})  # (max_len, k/2)\n    {COSINES}{ANGLES})",
+      f"table = torch.cat([torch.sin({ANGLES}), torch.cos({ANGLES})], dim=1)"),
+     mistake="concatenated",
+     says="the sines and cosines are concatenated (all sines, then all cosines); they should be interleaved: column "
+          "2i holds a sine, column 2i + 1 the cosine of the same angle.")
+edit("table-positions-from-1", TABLE, ("torch.arange(max_len, dtype", "torch.arange(1, max_len + 1, dtype"),
+     mistake="positions-from-1", says="the positions start at 1; the first row is position 0 (sin 0 = 0, cos 0 = 1).")
 
 
-# ---------------------------------------------------------------- the table by the formula
+@rewrite(TABLE, "every-row-position-0",
+         says="every row is the encoding of position 0: are the positions a column (max_len, 1) that broadcasts "
+              "against the frequencies (k/2,)?")
+def table_position_never_advances(max_len, k):
+    if k % 2:
+        raise ValueError(f"k must be even, got {k}")
+    frequencies = 1.0 / 10000 ** (torch.arange(0, k, 2, dtype=torch.float32) / k)
+    table = torch.zeros(max_len, k)
+    position = 0
+    for row in table:
+        row[0::2] = torch.sin(position * frequencies)
+        row[1::2] = torch.cos(position * frequencies)
+    return table
 
-def _formula(max_len: int, k: int, how: Mistake | None = None) -> torch.Tensor:
-    """The table (max_len, k) by the formula in float64, or as the typical mistake `how` computes it."""
-    p = torch.arange(max_len, dtype=torch.float64).unsqueeze(1) + (how is M["positions-from-1"])  # (max_len, 1)
-    p = p * 0 if how is M["every-row-position-0"] else p
+
+def _formula(max_len: int, k: int) -> torch.Tensor:
+    """The table (max_len, k) by the formula, in float64."""
+    p = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     i = torch.arange(k // 2, dtype=torch.float64)  # (k/2,) pair index; the column index of the sine is j = 2i
-    exponent = {M["exponent-i-over-k"]: i, M["exponent-column-index"]: 4 * i}.get(how, 2 * i) / k
-    angles = p / torch.pow(torch.tensor(10000.0, dtype=torch.float64), exponent)  # (max_len, k/2)
-    sin, cos = torch.sin(angles), torch.cos(angles)
-    if how is M["sin-cos-swapped"]:
-        sin, cos = cos, sin
-    if how is M["concatenated"]:
-        return torch.cat([sin, cos], dim=1)  # (max_len, k)
-    return torch.stack([sin, cos], dim=2).reshape(max_len, k)  # (max_len, k): sin, cos interleaved
+    angles = p / torch.pow(torch.tensor(10000.0, dtype=torch.float64), 2 * i / k)  # (max_len, k/2)
+    return torch.stack([torch.sin(angles), torch.cos(angles)], dim=2).reshape(max_len, k)  # sin, cos interleaved
 
 
-def _table_mistakes(max_len: int, k: int) -> list[tuple[Mistake, torch.Tensor]]:
-    return [(m, _formula(max_len, k, m)) for m in (M["sin-cos-swapped"], M["exponent-i-over-k"],
-            M["exponent-column-index"], M["concatenated"], M["positions-from-1"], M["every-row-position-0"])]
+def _table_mistakes(max_len: int, k: int) -> Iterator[tuple[Mistake, torch.Tensor]]:
+    """What the written mistakes of the table give for these sizes, lazily, in declaration order."""
+    return WRITTEN.outputs(TABLE, max_len=max_len, k=k)
 
 
 _TABLE_HINT = "It does not match the formula PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(p / 10000^(2i/k))."
@@ -75,7 +118,7 @@ def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
     expected, typical = _formula(max_len, k), _table_mistakes(max_len, k)
     if anchor:
         table = output(ev, case.key, what=what, device=False)
-        if not matches_any(table, [expected, expected.T, *(m for _, m in typical)], "cpu", TABLE_TOLERANCE):
+        if not matches_any(table, chain([expected, expected.T], (m for _, m in typical)), "cpu", TABLE_TOLERANCE):
             fail(f"{TABLE_NAME} raises a ValueError for an odd k, but for an even k it does not compute the "
                  f"sinusoidal table. {_TABLE_HINT}", expected, table, case=label)
         return
@@ -187,7 +230,7 @@ def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool 
     if not claim:
         expect_close(y, expected, what=f"{MODULE_NAME}.forward(x)", device=ev.device, mistakes=typical,
                      otherwise=_MODULE_HINT, case=case.label, looser=TABLE_TOLERANCE)
-    elif not matches_any(y, [expected, *(m for _, m in typical)], ev.device, TABLE_TOLERANCE):
+    elif not matches_any(y, chain([expected], (m for _, m in typical)), ev.device, TABLE_TOLERANCE):
         fail(f"{claim}, but it is not the positional encoding: {_MODULE_HINT}", expected, y, case=case.label)
 
 
