@@ -77,11 +77,6 @@ edit("pe-buffer-transposed", MODULE,
 edit("pe-seq-first-layout", MODULE,
      (BUFFER, 'self.register_buffer("table", sinusoidal_positional_encoding(max_len, k).unsqueeze(1))'),
      ("self.table[:t]", "self.table[:x.size(0)]"), mistake="first-row-everywhere")
-edit("pe-batch-indexed", MODULE, ("self.table[:t]", "self.table[:x.shape[0]].unsqueeze(1)"),
-     mistake="batch-indexed")
-edit("pe-rescaled", MODULE, ("x + self.table[:t]", "x * math.sqrt(x.shape[-1]) + self.table[:t]"),
-     mistake="input-rescaled")
-edit("pe-returns-table", MODULE, (ADDED, "self.dropout(self.table[:t].expand_as(x))"), mistake="table-returned")
 edit("pe-no-length-check", MODULE, (LENGTH_CHECK, ""), mistake="no-length-check")
 edit("pe-length-error-without-lengths", MODULE,
      ('raise ValueError(f"sequence length {t} is longer than max_len={self.table.shape[0]}")',
@@ -96,21 +91,11 @@ edit("pe-dropout-on-the-table", MODULE, (ADDED, "x + self.dropout(self.table[:t]
 
 # ------------------------------------------------------------------ LearnedPositionalEmbedding: mistakes
 
-edit("learned-returned-not-added", LEARNED, (LOOKED_UP, "self.embedding(positions).expand_as(x)"),
-     mistake="embedding-returned")
 edit("learned-swapped-sizes", LEARNED, (EMBEDDING, "nn.Embedding(k, max_len)"), mistake="embedding-sizes-swapped")
 edit("learned-row-reserved-for-padding", LEARNED, (EMBEDDING, "nn.Embedding(max_len + 1, k, padding_idx=0)"),
      (POSITIONS, "torch.arange(1, x.shape[1] + 1, device=x.device)"), mistake="embedding-size")
 edit("learned-batch-positions", LEARNED, (POSITIONS, "torch.arange(x.shape[0], device=x.device)"), mistake="raised")
-edit("learned-batch-indexed", LEARNED, (POSITIONS, "torch.arange(x.shape[0], device=x.device)"),
-     (LOOKED_UP, "x + self.embedding(positions).unsqueeze(1)"), mistake="embedding-batch-indexed")
 edit("learned-positions-on-the-cpu", LEARNED, (POSITIONS, "torch.arange(x.shape[1])"), mistake="positions-on-the-cpu")
-edit("learned-positions-from-1", LEARNED, (POSITIONS, "torch.arange(1, x.shape[1] + 1, device=x.device)"),
-     mistake="embedding-positions-from-1")
-edit("learned-first-row", LEARNED, (LOOKED_UP, "x + self.embedding.weight[0]"),
-     mistake="embedding-first-row-everywhere")
-edit("learned-rescaled", LEARNED, (LOOKED_UP, "x * math.sqrt(x.shape[-1]) + self.embedding(positions)"),
-     mistake="embedding-input-rescaled")
 edit("learned-parameter-table", LEARNED,
      (f"self.embedding = {EMBEDDING}", "self.table = nn.Parameter(torch.randn(max_len, k))"),
      ("self.embedding(positions)", "self.table[:x.shape[1]]"), mistake="not-one-embedding")

@@ -5,7 +5,7 @@ the typical mistakes they can name."""
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from itertools import chain
 from types import MappingProxyType
@@ -29,7 +29,7 @@ from course.checks.evidence import Evidence, fact_key, gradient_key
 from course.checks.kinds import Built, Case, drawn
 from course.judges import judge, mistakes
 from course.judges.kinds import ForwardOracle, against_forward, each_case, expect_forward_case
-from course.judges.variants import Variants
+from course.judges.variants import Simulator, Variants, simulators
 
 TABLE_NAME = "sinusoidal_positional_encoding(max_len, k)"
 MODULE_NAME = "PositionalEncoding"
@@ -153,6 +153,23 @@ each_case(probes.table_oracle, _expect_table, passed="Several sizes against the 
 _MODULE_HINT = ("forward(x) should return dropout(x + table[:t]) with t = x.shape[1], the table broadcast over the "
                 "batch.")
 
+# Edits change the reference's forward: return self.dropout(x + self.table[:t]), t = x.shape[1]
+ADDED = "x + self.table[:t]"
+
+edit("pe-first-row", MODULE_NAME, ("self.table[:t]", "self.table[0]"), mistake="first-row-everywhere",
+     says="every position gets the encoding of position 0. The whole table[:t] — one row per position — is added, "
+          "not a single row. (A (max_len, 1, k) table indexed by x.shape[0] does this for a batch of 1.)")
+# (b, 1, k): row i in sequence i; a batch longer than the table does not broadcast, and matches nothing
+edit("pe-batch-indexed", MODULE_NAME, ("self.table[:t]", "self.table[:x.shape[0]].unsqueeze(1)"),
+     mistake="batch-indexed",
+     says="sequence i of the batch gets the encoding of position i at every position: the table is indexed by the "
+          "batch dimension (table[:x.shape[0]]) instead of the positions (table[:x.shape[1]]).")
+edit("pe-rescaled", MODULE_NAME, (ADDED, "x * math.sqrt(x.shape[-1]) + self.table[:t]"), mistake="input-rescaled",
+     says="the input is rescaled inside the encoding (x·√k + table). Only the table is added; any scaling of the "
+          "embeddings belongs to the embedding layer.")
+edit("pe-returns-table", MODULE_NAME, (ADDED, "self.table[:t].expand_as(x)"), mistake="table-returned",
+     says="the table is returned instead of added to x: return x + table[:t].")
+
 
 def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> None:
     """No parameters, and a registered buffer holding max_len·k values with positions down the rows."""
@@ -188,15 +205,20 @@ def _expect_default_rows(ev: Evidence, key: str, max_len: int, k: int, what: str
              mistake=M["default-max-len"])
 
 
-def _encoding_mistakes(x: torch.Tensor, max_len: int) -> list[tuple[Mistake, torch.Tensor]]:
-    """What typical mistakes of PositionalEncoding (or a typically wrong table inside it) give on x."""
-    b, t, k = x.shape
-    table = _formula(max_len, k)
-    return [(M["first-row-everywhere"], x + table[0]),
-            *([(M["batch-indexed"], x + table[:b, None])] if b <= max_len else []),  # (b, 1, k): row i in sequence i
-            (M["input-rescaled"], x * math.sqrt(k) + table[:t]), (M["table-returned"], table[:t].expand(b, t, k)),
-            *((Mistake(m.id, f"the table it adds is not the sinusoidal encoding: {m.explanation}"), x + bad[:t])
-              for m, bad in _table_mistakes(max_len, k))]
+def _encoding_mistakes(x: torch.Tensor, max_len: int) -> Iterator[tuple[Mistake, torch.Tensor]]:
+    """What the written mistakes of PositionalEncoding, built with (k, max_len), give on x, then the reference with
+    each written mistake of the table inside it; lazily, in that order. A variant that cannot run on x (a batch
+    longer than the table indexed by it) matches nothing."""
+    k, t = x.shape[-1], x.shape[1]
+    for written in WRITTEN.of(MODULE_NAME):
+        try:
+            with torch.no_grad():
+                found = written.run(k, max_len=max_len)(x)
+        except Exception:  # noqa: BLE001, S112 - a variant that cannot run on these inputs matches nothing
+            continue
+        yield written.mistake, found
+    for m, bad in _table_mistakes(max_len, k):
+        yield Mistake(m.id, f"the table it adds is not the sinusoidal encoding: {m.explanation}"), x + bad[:t]
 
 
 def _expect_encoding(ev: Evidence, case: Case, buffer: bool = True, table: bool = False, claim: str = "") -> None:
@@ -319,28 +341,48 @@ def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     return modules.expect_parameters(ev, built.key, what, {name: (max_len, k)}, built.seed)
 
 
-#: the typical mistakes of LearnedPositionalEmbedding: what each gives from the embedding weight (max_len, k) and x
-#: (b, t, k)
-_LEARNED_MISTAKES = (
-    (M["embedding-returned"], lambda weight, x: weight[: x.shape[1]].expand(x.shape)),
-    (M["embedding-first-row-everywhere"], lambda weight, x: x + weight[0]),
-    (M["embedding-positions-from-1"], lambda weight, x: x + weight[1: x.shape[1] + 1]),
-    (M["embedding-batch-indexed"], lambda weight, x: x + weight[: x.shape[0], None]),  # (b, 1, k): position i
-    (M["embedding-input-rescaled"], lambda weight, x: x * math.sqrt(x.shape[-1]) + weight[: x.shape[1]]),
-)
-
-
-def _learned(w: dict[str, torch.Tensor], max_len: int, k: int, x: torch.Tensor,
-             how: Callable | None = None) -> torch.Tensor:
-    """x (b, t, k) + the embedding (max_len, k) of positions 0 … t − 1, or how(weight, x), a typical mistake."""
+def _learned(w: dict[str, torch.Tensor], max_len: int, k: int, x: torch.Tensor) -> torch.Tensor:
+    """x (b, t, k) + the embedding (max_len, k) of positions 0 … t − 1."""
     (weight,) = w.values()
-    return x + weight[: x.shape[1]] if how is None else how(weight, x)
+    return x + weight[: x.shape[1]]
 
 
-def _learned_simulators(max_len: int, k: int, x: torch.Tensor) -> list[tuple[Mistake, partial]]:
-    b, t, _ = x.shape
-    unfit = {M["embedding-positions-from-1"]: t >= max_len, M["embedding-batch-indexed"]: b > max_len}  # too few rows
-    return [(m, partial(_learned, how=how)) for m, how in _LEARNED_MISTAKES if not unfit.get(m)]
+# Edits change the reference's forward: return x + self.embedding(torch.arange(t, device=x.device)), t = x.shape[1]
+LOOKED_UP = "x + self.embedding(torch.arange(t, device=x.device))"
+
+edit("learned-returned-not-added", LEARNED_NAME,
+     (LOOKED_UP, "self.embedding(torch.arange(t, device=x.device)).expand_as(x)"), mistake="embedding-returned",
+     says="the position embeddings are returned instead of added to x: return x + embedding(positions).")
+edit("learned-first-row", LEARNED_NAME, (LOOKED_UP, "x + self.embedding.weight[0]"),
+     mistake="embedding-first-row-everywhere",
+     says="every position gets the embedding of position 0: look up torch.arange(t), one row per position.")
+# positions 1 … t need t + 1 rows, and a batch indexed needs b rows: where the table is shorter, it raises
+edit("learned-positions-from-1", LEARNED_NAME, ("torch.arange(t, device", "torch.arange(1, t + 1, device"),
+     mistake="embedding-positions-from-1", says="the positions start at 1; the first position is 0: torch.arange(t).")
+edit("learned-batch-indexed", LEARNED_NAME,
+     (LOOKED_UP, "x + self.embedding(torch.arange(x.shape[0], device=x.device)).unsqueeze(1)"),
+     mistake="embedding-batch-indexed",
+     says="sequence i of the batch gets the embedding of position i: the positions come from x.shape[0] (the batch) "
+          "instead of x.shape[1].")
+edit("learned-rescaled", LEARNED_NAME, ("x + self.embedding", "x * math.sqrt(x.shape[-1]) + self.embedding"),
+     mistake="embedding-input-rescaled",
+     says="the input is rescaled (x·√k + embedding): only the position embedding is added.")
+_LEARNED_VARIANTS = simulators(WRITTEN, LEARNED_NAME)
+
+
+def _as_reference(simulate: Simulator, w: dict[str, torch.Tensor], *args: object, **inputs: torch.Tensor
+                  ) -> torch.Tensor:
+    """simulate run with the student's embedding weight under the reference's name (embedding.weight); a variant
+    that cannot run on these inputs (a position past the table) gives an empty tensor, which matches nothing."""
+    (weight,) = w.values()
+    try:
+        return simulate({"embedding.weight": weight}, *args, **inputs)
+    except Exception:  # noqa: BLE001 - a variant that cannot run on these inputs matches nothing
+        return torch.empty(0)
+
+
+def _learned_simulators(*_: object, **__: object) -> list[tuple[Mistake, Simulator]]:
+    return [(m, partial(_as_reference, simulate)) for m, simulate in _LEARNED_VARIANTS]
 
 
 LEARNED = ForwardOracle(LEARNED_NAME, "the learned positional embedding", _embedding_weight, _learned,
