@@ -1,6 +1,8 @@
 """Judges for assignment 06 (probes in course/checks/positional_encoding.py): the sinusoidal table from its formula in
 float64, PositionalEncoding as x + that table, LearnedPositionalEmbedding as x + the check's embedding weights, and
-the typical mistakes they can name."""
+the typical mistakes they can name: those seen in an output written as a student writes them
+(course/judges/variants.py), each before the judges that run it; those seen in a structure (a dtype, a buffer, an
+error) declared beside the judge that names them."""
 
 import dataclasses
 import math
@@ -27,7 +29,7 @@ from course.checks.compare import (
 )
 from course.checks.evidence import Evidence, fact_key, gradient_key
 from course.checks.kinds import Built, Case, drawn
-from course.judges import judge, mistakes
+from course.judges import judge
 from course.judges.kinds import ForwardOracle, against_forward, each_case, expect_forward_case
 from course.judges.variants import Simulator, Variants, simulators
 
@@ -44,11 +46,10 @@ TABLE_TOLERANCE = MappingProxyType({"rtol": 1e-4, "atol": 2e-4})
 #         positions = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
 #         frequencies = torch.exp(torch.arange(0, k, 2, dtype=torch.float32) * (-math.log(10000.0) / k))  # (k/2,)
 #         table[:, 0::2] = torch.sin(positions * frequencies); table[:, 1::2] = torch.cos(positions * frequencies)
-# When an output matches two of them, the first declared is named. Mistakes every check names (a wrong shape, an
-# error, a detached output) and those named by a structure, not an output (a dtype, a buffer), are in
+# When an output matches two of them, the first declared is named. The code of the mistakes named by a structure, not
+# an output, and of those every check names (a wrong shape, an error, a detached output) is in
 # catalogue/positional_encoding.py.
 
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/positional_encoding.txt
 WRITTEN = Variants(__name__, reference="course.positional_encoding")
 edit, rewrite = WRITTEN.edit, WRITTEN.rewrite
 
@@ -109,6 +110,12 @@ def _table_mistakes(max_len: int, k: int) -> Iterator[tuple[Mistake, torch.Tenso
 _TABLE_HINT = "It does not match the formula PE[p, 2i] = sin(p / 10000^(2i/k)), PE[p, 2i+1] = cos(p / 10000^(2i/k))."
 
 
+TABLE_TRANSPOSED = WRITTEN.mistake("table-transposed", "positions should run down the rows: the table has shape "
+                                   "(max_len, k) and row p is the encoding of position p.")
+FLOAT64 = WRITTEN.mistake("float64", "it should be torch.float32 like the embeddings it is added to. (NumPy and math "
+                          "computations give float64: convert with .float().)")
+
+
 def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
     """The table recorded for case: a float32 tensor of shape (max_len, k) (positions down the rows) holding the
     formula's values; anchor: only the formula's values, right or typically wrong (in any shape or dtype)."""
@@ -123,9 +130,9 @@ def _expect_table(ev: Evidence, case: Case, anchor: bool = False) -> None:
                  f"sinusoidal table. {_TABLE_HINT}", expected, table, case=label)
         return
     table = output(ev, case.key, what=what, device=False, shape=(max_len, k),
-                   shape_hints={(k, max_len): M["table-transposed"]})
+                   shape_hints={(k, max_len): TABLE_TRANSPOSED})
     if table.dtype != torch.float32:
-        fail(f"{what} returned {table.dtype}; {M['float64'].explanation}", mistake=M["float64"])
+        fail(f"{what} returned {table.dtype}; {FLOAT64.explanation}", mistake=FLOAT64)
     expect_close(table, expected, what=TABLE_NAME, device="cpu", mistakes=typical, otherwise=_TABLE_HINT,
                  case=label if case.secret else case.label, looser=TABLE_TOLERANCE)
 
@@ -136,11 +143,17 @@ each_case(probes.table_by_hand, _expect_table,
           passed="max_len=3, k=4: the frequencies are 1 and 1/100, so the rows are sin/cos of (p, p/100).")
 
 
+ODD_K_ACCEPTED = WRITTEN.mistake("odd-k-accepted", "an odd k was accepted. The sines and cosines come in pairs, so k "
+                                 "must be even: raise a ValueError that says so.")
+ODD_K_WRONG_ERROR = WRITTEN.mistake("odd-k-wrong-error", "An odd k should be caught first, with a clear message: `if "
+                                    "k % 2: raise ValueError(...)`.")
+
+
 @judge("table_odd_size")
 def _judge_table_odd_size(ev: Evidence) -> None:
     """An odd k has no cosine partner for its last sine: raise a ValueError that says so."""
-    expect_value_error(ev, probes.ODD.key, "sinusoidal_positional_encoding(10, 5)", M["odd-k-accepted"],
-                       M["odd-k-wrong-error"])
+    expect_value_error(ev, probes.ODD.key, "sinusoidal_positional_encoding(10, 5)", ODD_K_ACCEPTED,
+                       ODD_K_WRONG_ERROR)
     for case in drawn(probes.table_odd_size.cases[1:]):
         _expect_table(ev, case, anchor=True)
 
@@ -171,6 +184,15 @@ edit("pe-returns-table", MODULE_NAME, (ADDED, "self.table[:t].expand_as(x)"), mi
      says="the table is returned instead of added to x: return x + table[:t].")
 
 
+TABLE_IS_PARAMETER = WRITTEN.mistake("table-is-parameter", "The sinusoidal table is fixed, not a parameter: register "
+                                     "it with self.register_buffer('table', ...), which moves it with .to(device) and "
+                                     "saves it, but never trains it.")
+TABLE_NOT_A_BUFFER = WRITTEN.mistake("table-not-a-buffer", "Use self.register_buffer('table', "
+                                     "sinusoidal_positional_encoding(max_len, k)).")
+BUFFER_TRANSPOSED = WRITTEN.mistake("buffer-transposed", "positions should run down the rows of the table buffer: "
+                                    "(max_len, k).")
+
+
 def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> None:
     """No parameters, and a registered buffer holding max_len·k values with positions down the rows."""
     __tracebackhide__ = True
@@ -179,17 +201,22 @@ def _table_buffer(ev: Evidence, key: str, max_len: int, k: int, what: str) -> No
     if not isinstance(params, list) or not isinstance(buffers, list):
         fail(f"The test recorded nothing about the buffers of {what}: the check did not run to the end.")
     if params:
-        fail(f"{what} registers parameters. {M['table-is-parameter'].explanation}", mistake=M["table-is-parameter"])
+        fail(f"{what} registers parameters. {TABLE_IS_PARAMETER.explanation}", mistake=TABLE_IS_PARAMETER)
     found = [tuple(b[1]) for b in buffers if isinstance(b, list) and len(b) >= 2 and isinstance(b[1], list)
              and all(isinstance(n, int) for n in b[1]) and math.prod(b[1]) == max_len * k]
     if not found:
         plain = ", ".join(str(name)[:40] for name in ev.facts.get(fact_key(key, "plain")) or [])
         fail(f"{what} has no registered buffer holding the ({max_len}, {k}) table."
              + (f" The table is a plain tensor attribute ({plain}), which .to(device) does not move." if plain else "")
-             + f" {M['table-not-a-buffer'].explanation}", mistake=M["table-not-a-buffer"])
+             + f" {TABLE_NOT_A_BUFFER.explanation}", mistake=TABLE_NOT_A_BUFFER)
     if max_len > 1 and tuple(n for n in found[0] if n != 1) == (k, max_len) and k != max_len:
-        fail(f"{what}'s table buffer has shape {found[0]}: {M['buffer-transposed'].explanation}",
-             mistake=M["buffer-transposed"])
+        fail(f"{what}'s table buffer has shape {found[0]}: {BUFFER_TRANSPOSED.explanation}",
+             mistake=BUFFER_TRANSPOSED)
+
+
+OTHER_DEFAULT = WRITTEN.mistake("default-max-len", "built without max_len, the module should hold the table of the "
+                                "default the exercise gives, max_len=5000: keep the signature PositionalEncoding(k, "
+                                "max_len=5000, dropout=0.0).")
 
 
 def _expect_default_rows(ev: Evidence, key: str, max_len: int, k: int, what: str) -> None:
@@ -201,8 +228,8 @@ def _expect_default_rows(ev: Evidence, key: str, max_len: int, k: int, what: str
               and all(isinstance(n, int) for n in b[1])] if isinstance(buffers, list) else []
     tables = [shape for shape in shapes if shape and shape[-1] == k]
     if tables and all(math.prod(shape) != max_len * k for shape in tables):
-        fail(f"{what} holds a table buffer of shape {tuple(tables[0])}: {M['default-max-len'].explanation}",
-             mistake=M["default-max-len"])
+        fail(f"{what} holds a table buffer of shape {tuple(tables[0])}: {OTHER_DEFAULT.explanation}",
+             mistake=OTHER_DEFAULT)
 
 
 def _encoding_mistakes(x: torch.Tensor, max_len: int) -> Iterator[tuple[Mistake, torch.Tensor]]:
@@ -214,7 +241,7 @@ def _encoding_mistakes(x: torch.Tensor, max_len: int) -> Iterator[tuple[Mistake,
         try:
             with torch.no_grad():
                 found = written.run(k, max_len=max_len)(x)
-        except Exception:  # noqa: BLE001, S112 - a variant that cannot run on these inputs matches nothing
+        except Exception:  # noqa: BLE001 - a variant that cannot run on these inputs matches nothing
             continue
         yield written.mistake, found
     for m, bad in _table_mistakes(max_len, k):
@@ -267,6 +294,13 @@ each_case(probes.positional_encoding_oracle, _expect_encoding,
                  ".to(device); max_len 5,000 by default.")
 
 
+NO_LENGTH_CHECK = WRITTEN.mistake("no-length-check", "Check the length first and raise a ValueError that names it and "
+                                  "max_len.")
+LENGTH_ERROR_UNNAMED = WRITTEN.mistake("length-error-unnamed", "the ValueError should name both lengths, the "
+                                       'sequence\'s t and max_len, e.g. f"sequence length {t} is longer than '
+                                       'max_len={max_len}", so that whoever meets it knows what to change.')
+
+
 @judge("positional_encoding_too_long")
 def _judge_too_long(ev: Evidence) -> None:
     """A sequence longer than max_len has no row in the table: a ValueError that says so."""
@@ -274,11 +308,11 @@ def _judge_too_long(ev: Evidence) -> None:
     inputs = long.inputs()
     what = f"{MODULE_NAME}({inputs['k']}, max_len={inputs['max_len']})"
     modules.built(ev, inputs["module"], what)
-    expect_value_error(ev, long.key, f"{what} on {long.label}", M["no-length-check"])
+    expect_value_error(ev, long.key, f"{what} on {long.label}", NO_LENGTH_CHECK)
     message = str(ev.facts[long.key].get("message", ""))
     if not {str(inputs["x"].shape[1]), str(inputs["max_len"])} <= set(re.findall(r"\d+", message)):
         fail(f"{what} on {long.label} raises ValueError({message[:200]!r}): "
-             f"{M['length-error-unnamed'].explanation}", mistake=M["length-error-unnamed"])
+             f"{LENGTH_ERROR_UNNAMED.explanation}", mistake=LENGTH_ERROR_UNNAMED)
     _expect_encoding(ev, right, buffer=False, claim=f"{what} raises a ValueError for {long.label}")
 
 
@@ -286,6 +320,14 @@ def _dropped_alone(found: torch.Tensor, part: torch.Tensor, device: str) -> bool
     """found is part after a dropout of 0.5: between 35 % and 65 % of it zeroed, the rest doubled."""
     zeros, kept = float((found.abs() < 1e-5).to(torch.float64).mean()), found.abs() >= 1e-5
     return 0.35 < zeros < 0.65 and matches_any(found[kept], [2 * part[kept]], device, TABLE_TOLERANCE)
+
+
+DROPOUT_IGNORED = WRITTEN.mistake("dropout-ignored", "Apply nn.Dropout(dropout) to the sum x + table.")
+DROPOUT_IN_EVAL = WRITTEN.mistake("dropout-in-eval", "use nn.Dropout (or F.dropout(..., training=self.training)), "
+                                  "which is off in eval mode.")
+DROPOUT_BEFORE_SUM = WRITTEN.mistake("dropout-before-sum", "the dropout sits on one term of the sum. Apply it to the "
+                                     "sum itself, dropout(x + table[:t]), as the original transformer does with the "
+                                     "sums of the embeddings and the positional encodings.")
 
 
 @judge("positional_encoding_dropout")
@@ -298,8 +340,8 @@ def _judge_dropout(ev: Evidence) -> None:
     expected = x + _formula(max_len, k)[: x.shape[1]]
     y_eval = output(ev, "y_eval", what=f"{what} in eval mode", shape=tuple(x.shape), hint=_MODULE_HINT)
     if not matches_any(y_eval, [expected], ev.device, TABLE_TOLERANCE):
-        fail(f"In eval mode {what} should return x + table unchanged: {M['dropout-in-eval'].explanation}", expected,
-             y_eval, mistake=M["dropout-in-eval"] if float((y_eval == 0).double().mean()) > 0.2 else None)
+        fail(f"In eval mode {what} should return x + table unchanged: {DROPOUT_IN_EVAL.explanation}", expected,
+             y_eval, mistake=DROPOUT_IN_EVAL if float((y_eval == 0).double().mean()) > 0.2 else None)
     y_train = output(ev, "y_train", what=f"{what} in training mode", shape=tuple(x.shape), hint=_MODULE_HINT)
     zeros, kept = float((y_train == 0).to(torch.float64).mean()), y_train != 0
     if not 0.35 < zeros < 0.65 or not matches_any(y_train[kept], [2 * expected[kept]], ev.device, TABLE_TOLERANCE):
@@ -308,16 +350,24 @@ def _judge_dropout(ev: Evidence) -> None:
             if _dropped_alone(y_train - rest, part, ev.device):
                 fail(f"In training mode {what} drops {name} alone, before it is added: about half of {name} is "
                      f"zeroed and the rest doubled, and the other term is added whole. "
-                     f"{M['dropout-before-sum'].explanation}", 2 * expected, y_train, mistake=M["dropout-before-sum"])
+                     f"{DROPOUT_BEFORE_SUM.explanation}", 2 * expected, y_train, mistake=DROPOUT_BEFORE_SUM)
         fail(f"In training mode {what} should zero about half of x + table and double the rest; {zeros:.0%} of the "
-             f"outputs are zero. {M['dropout-ignored'].explanation}", 2 * expected, y_train,
-             mistake=M["dropout-ignored"] if matches_any(y_train, [expected], ev.device, TABLE_TOLERANCE) else None)
+             f"outputs are zero. {DROPOUT_IGNORED.explanation}", 2 * expected, y_train,
+             mistake=DROPOUT_IGNORED if matches_any(y_train, [expected], ev.device, TABLE_TOLERANCE) else None)
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
 
 _LEARNED_HINT = ("forward(x) should return x + embedding(positions) with positions = torch.arange(t, device=x.device) "
                  "and t = x.shape[1].")
+
+
+NOT_ONE_EMBEDDING = WRITTEN.mistake("not-one-embedding", "it should hold one nn.Embedding(max_len, k).")
+EMBEDDING_SIZES_SWAPPED = WRITTEN.mistake("embedding-sizes-swapped", "the arguments are swapped: nn.Embedding(number "
+                                          "of positions, size).")
+EMBEDDING_SIZE = WRITTEN.mistake("embedding-size", "it should be nn.Embedding(max_len, k): one learned row per "
+                                 "position.")
+PARAMETER_COUNT = WRITTEN.mistake("parameter-count", "one embedding of max_len × k values is all it needs.")
 
 
 def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
@@ -328,15 +378,15 @@ def _embedding_weight(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     modules.built(ev, built.key, what)
     embeddings = [m for m in modules.described(ev, built.key).values() if "num_embeddings" in m]
     if len(embeddings) != 1:
-        fail(f"{what} holds {len(embeddings)} nn.Embedding layers: {M['not-one-embedding'].explanation}",
-             mistake=M["not-one-embedding"])
+        fail(f"{what} holds {len(embeddings)} nn.Embedding layers: {NOT_ONE_EMBEDDING.explanation}",
+             mistake=NOT_ONE_EMBEDDING)
     sizes = (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim"))
     if sizes != (max_len, k):
-        wrong = M["embedding-sizes-swapped"] if sizes == (k, max_len) else M["embedding-size"]
+        wrong = EMBEDDING_SIZES_SWAPPED if sizes == (k, max_len) else EMBEDDING_SIZE
         fail(f"{what} holds nn.Embedding{sizes}: {wrong.explanation}", mistake=wrong)
     if modules.parameter_count(ev, built.key) != max_len * k:
         fail(f"{what} has {modules.parameter_count(ev, built.key)} parameter values; "
-             f"{M['parameter-count'].explanation} (= {max_len * k})", mistake=M["parameter-count"])
+             f"{PARAMETER_COUNT.explanation} (= {max_len * k})", mistake=PARAMETER_COUNT)
     name = f"{embeddings[0].get('name')}.weight" if embeddings[0].get("name") else "weight"
     return modules.expect_parameters(ev, built.key, what, {name: (max_len, k)}, built.seed)
 
@@ -367,6 +417,7 @@ edit("learned-batch-indexed", LEARNED_NAME,
 edit("learned-rescaled", LEARNED_NAME, ("x + self.embedding", "x * math.sqrt(x.shape[-1]) + self.embedding"),
      mistake="embedding-input-rescaled",
      says="the input is rescaled (x·√k + embedding): only the position embedding is added.")
+
 _LEARNED_VARIANTS = simulators(WRITTEN, LEARNED_NAME)
 
 
@@ -389,13 +440,22 @@ LEARNED = ForwardOracle(LEARNED_NAME, "the learned positional embedding", _embed
                         "x + weight[:t]", simulators=_learned_simulators, hint=lambda **_: _LEARNED_HINT,
                         otherwise=_LEARNED_HINT)
 
+POSITIONS_ON_THE_CPU = WRITTEN.mistake("positions-on-the-cpu", "the positions are made on the CPU (torch.arange(t) "
+                                       "with no device=): make them where x is, with torch.arange(t, "
+                                       "device=x.device). A CPU grader would pass it; on a GPU the embedding refuses "
+                                       "CPU indices.")
 against_forward(probes.learned_structure, LEARNED,
                 passed="One nn.Embedding(max_len, k); ones in give 1 + its first t rows; on a stand-in CUDA and MPS, "
                        "positions made on x's device.",
                 then=partial(expect_on_gpus, seen_on=OnGpus("module", probes.LEARNED_ON_GPU,
-                                                            M["positions-on-the-cpu"])))
+                                                            POSITIONS_ON_THE_CPU)))
 against_forward(probes.learned_oracle, LEARNED,
                 passed="The check's weights and random inputs of several shapes on the device: x + weight[:t].")
+
+
+EMBEDDING_CUT_OFF = WRITTEN.mistake("embedding-cut-off", "the embedding receives no gradient, so it never learns. "
+                                    "Look up torch.arange(t) in the embedding (or slice embedding.weight, without "
+                                    ".data or .detach()) and add the result to x.")
 
 
 @judge("learned_gradients")
@@ -410,5 +470,5 @@ def _judge_learned_gradients(ev: Evidence) -> None:
     ((name, weight),) = w.items()
     w_grad = tensor(ev, gradient_key(name), shape=tuple(weight.shape))
     if w_grad is None or not bool(w_grad.any()):
-        fail(f"{LEARNED_NAME}: {M['embedding-cut-off'].explanation}", mistake=M["embedding-cut-off"])
+        fail(f"{LEARNED_NAME}: {EMBEDDING_CUT_OFF.explanation}", mistake=EMBEDDING_CUT_OFF)
     expect_forward_case(ev, w, run.module, case, LEARNED)
