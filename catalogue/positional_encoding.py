@@ -13,7 +13,9 @@ from course.judges.positional_encoding import WRITTEN
 ASSIGNMENT = "06_positional_encoding"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
-# the mistakes course/judges/positional_encoding.py writes as code and names by running them
+# the mistakes course/judges/positional_encoding.py writes as code and names by running them; below, those it names
+# by a structure (a dtype, a buffer, an error: their messages beside the judge that names them) and those every
+# check names
 written(WRITTEN, cells={"PositionalEncoding": "positional_encoding",
                         "LearnedPositionalEmbedding": "learned_positional_embedding"})
 
@@ -74,6 +76,8 @@ edit("pe-buffer-transposed", MODULE,
       'self.register_buffer("table", sinusoidal_positional_encoding(max_len, k).T.contiguous())  # (k, max_len)'),
      ("if t > self.table.shape[0]:", "if t > self.table.shape[1]:"), ("self.table[:t]", "self.table[:, :t].T"),
      mistake="buffer-transposed")
+# named first-row-everywhere on a batch of one, batch-indexed on a larger one (the judge's pe-first-row and
+# pe-batch-indexed)
 edit("pe-seq-first-layout", MODULE,
      (BUFFER, 'self.register_buffer("table", sinusoidal_positional_encoding(max_len, k).unsqueeze(1))'),
      ("self.table[:t]", "self.table[:x.size(0)]"), mistake="first-row-everywhere")

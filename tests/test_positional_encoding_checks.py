@@ -4,6 +4,7 @@ error without the computation behind it earn nothing."""
 import forgery
 import pytest
 import torch
+from replay import grade
 
 from course.checks import positional_encoding as check
 from course.checks.compare import CheckFailed
@@ -67,3 +68,22 @@ def test_renamed_parameters_change_the_judge_s_weights_not_the_verdict():
     ev.facts["module.params"] = [["emb.weight", [10, 6]]]
     with pytest.raises(CheckFailed, match="does not match"):
         check.learned_structure.judge(ev)
+
+
+ROWS_FROM_ONE = """class LearnedPositionalEmbedding(nn.Module):
+    def __init__(self, max_len, k):
+        super().__init__()
+        self.rows = nn.Embedding(max_len, k)
+
+    def forward(self, x):
+        return x + self.rows(torch.arange(1, x.shape[1] + 1, device=x.device))
+"""
+
+
+def test_a_learned_mistake_is_named_whatever_the_student_calls_the_embedding():
+    """The judge runs its written mistakes (edits of course/positional_encoding.py, whose layer is `embedding`) with
+    the student's embedding weight, whatever its name; positions from 1 raise where t = max_len, which matches
+    nothing, and are named on the other cases."""
+    result = grade(A, {"learned_positional_embedding": ROWS_FROM_ONE}, from_cell="learned_positional_embedding")
+    assert {result.verdicts[f"test_learned_{name}"].mistake for name in ("structure", "oracle", "gradients")} == {
+        "embedding-positions-from-1"}, result.failures()
