@@ -8,34 +8,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
 from course.dates import PAD
+from course.judges.seq2seq import WRITTEN
 
 ASSIGNMENT = "07_seq2seq"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
-
-# ------------------------------------------------------------------ causal_mask: mistakes
-
-@mistake("causal-inverted", "causal_mask")
-def causal_inverted(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
+# the mistakes course/judges/seq2seq.py writes as code and names by running them
+written(WRITTEN, cells={"DecoderBlock": "decoder_block", "Seq2SeqTransformer": "seq2seq_model"})
 
 
-@mistake("causal-no-diagonal", "causal_mask")
-def causal_no_diagonal(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device).tril(-1)
-
-
-@mistake("causal-transposed", "causal_mask")
-def causal_transposed(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device).triu()
-
-
-@mistake("causal-all-true", "causal_mask")
-def causal_all_true(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device)
-
+# ------------------------------------------------------------------ causal_mask: mistakes every check names
 
 @mistake("float-mask", "causal_mask")
 def causal_float(t, device=None):
@@ -45,6 +29,11 @@ def causal_float(t, device=None):
 @mistake("additive-mask", "causal_mask")
 def causal_additive(t, device=None):
     return torch.full((t, t), float('-inf'), device=device).triu(1)
+
+
+@mistake("mask-wrong-device", "causal_mask")
+def causal_device_ignored(t, device=None):
+    return torch.ones(t, t, dtype=torch.bool).tril()  # device accepted, never used: the mask stays on the CPU
 
 
 # ------------------------------------------------------------------ causal_mask: correct alternatives
@@ -60,31 +49,11 @@ def causal_not_future(t, device=None):
     return ~torch.ones(t, t, device=device).triu(diagonal=1).bool()
 
 
-@mistake("mask-wrong-device", "causal_mask")
-def causal_device_ignored(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool).tril()  # device accepted, never used: the mask stays on the CPU
-
-
-# ------------------------------------------------------------------ padding_mask: mistakes
+# ------------------------------------------------------------------ padding_mask: mistakes every check names
 
 @mistake("mask-wrong-device", "padding_mask")
 def padding_positions_on_the_cpu(lengths, t):
     return torch.arange(t) < lengths[:, None]  # arange on the CPU, lengths on the GPU: refused there
-
-
-@mistake("padding-inverted", "padding_mask")
-def padding_inverted(lengths, t):
-    return torch.arange(t, device=lengths.device) >= lengths[:, None]
-
-
-@mistake("padding-one-too-many", "padding_mask")
-def padding_off_by_one(lengths, t):
-    return torch.arange(t, device=lengths.device) <= lengths[:, None]
-
-
-@mistake("padding-one-too-few", "padding_mask")
-def padding_one_too_few(lengths, t):
-    return torch.arange(t, device=lengths.device) < lengths[:, None] - 1
 
 
 @mistake("float-mask", "padding_mask")

@@ -49,6 +49,7 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
+from course.judges.variants import Variants
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -58,8 +59,53 @@ DECODE_NAME = "greedy_decode(model, src, src_mask, max_len, bos, eos)"
 
 
 # ---------------------------------------------------------------- mistakes
+# Written as code (course/judges/variants.py): edits of the reference answers of course/seq2seq.py, named by running
+# them, each beside its message; when an output matches two, the first declared is named. Mistakes every check names
+# (a wrong shape, an error, a detached output) are in catalogue/seq2seq.py. Those not moved yet are explained in
+# course/judges/mistakes/seq2seq.txt (M) and simulated below.
 
+WRITTEN = Variants(__name__, reference="course.seq2seq")
+edit = WRITTEN.edit
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/seq2seq.txt
+
+#     causal_mask:  return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+TRIL = ".tril()"
+edit("causal-inverted", "causal_mask", (TRIL, ".triu(1)"), mistake="causal-inverted",
+     says="the mask is inverted: True marks the future (j > i). In this course True means 'may attend', so row i must "
+          "be True for j <= i.")
+edit("causal-no-diagonal", "causal_mask", (TRIL, ".tril(-1)"), mistake="causal-no-diagonal",
+     says="the mask excludes the diagonal: position i must be allowed to attend to itself (j <= i, not j < i); "
+          "without it the first position has nothing to attend to.")
+edit("causal-transposed", "causal_mask", (TRIL, ".triu()"), mistake="causal-transposed",
+     says="the mask is transposed: True where j >= i lets every position read the future. Use the lower triangle "
+          "(torch.tril), row i = query, column j = key.")
+edit("causal-all-true", "causal_mask", (TRIL, ""), mistake="causal-all-true",
+     says="nothing is masked: every entry is True, so the decoder can read the future.")
+
+#     padding_mask: return torch.arange(t, device=lengths.device) < lengths.unsqueeze(1)
+LESS = " < lengths.unsqueeze(1)"
+edit("padding-inverted", "padding_mask", (LESS, " >= lengths.unsqueeze(1)"), mistake="padding-inverted",
+     says="the mask is inverted: True marks the padding. True must mark the real tokens (position < length).")
+edit("padding-off-by-one", "padding_mask", (LESS, " <= lengths.unsqueeze(1)"), mistake="padding-one-too-many",
+     says="the mask is off by one: it marks one position too many (position <= length). Row i has lengths[i] real "
+          "tokens at positions 0 .. lengths[i] - 1.")
+edit("padding-one-too-few", "padding_mask", (LESS, f"{LESS} - 1"), mistake="padding-one-too-few",
+     says="the mask is off by one: it marks one real token too few (position < length - 1). Row i has lengths[i] real "
+          "tokens at positions 0 .. lengths[i] - 1.")
+
+# named from the mask's dtype, shape or device (catalogue/seq2seq.py holds the answers that make them)
+FLOAT_MASK = WRITTEN.mistake("float-mask", "the mask is a tensor of numbers; a boolean mask is asked, True where "
+                                           "attention is allowed.")
+ADDITIVE_MASK = WRITTEN.mistake(
+    "additive-mask", "the mask is an additive float mask of 0 and -inf (nn.Transformer's convention); a boolean mask "
+                     "is asked, True where attention is allowed.")
+PADDING_TRANSPOSED = WRITTEN.mistake("padding-transposed", "the padding mask is transposed: one row per sequence, one "
+                                                           "column per position, (b, t).")
+MASK_WRONG_DEVICE = WRITTEN.mistake(
+    "mask-wrong-device", "the mask is not on the device of its input: make it there (device=device in causal_mask, "
+                         "device=lengths.device for padding_mask's torch.arange, causal_mask(tgt.shape[1], "
+                         "device=tgt.device) in the model's decode). A CPU grader would pass it; a GPU refuses to mix "
+                         "it with the scores.")
 
 
 def _not_asked(what: str, mistake: Mistake, more: str = "", *shown: Any) -> NoReturn:
@@ -83,34 +129,32 @@ def _expect_mask(ev: Evidence, case: probes.SettingCase) -> None:
     if lengths:
         lengths = torch.tensor(lengths[0])
         what, expected = PADDING_NAME, _padding(lengths, t)
-        mistakes = [(M["padding-inverted"], ~expected), (M["padding-one-too-many"], _padding(lengths + 1, t)),
-                    (M["padding-one-too-few"], _padding(lengths - 1, t))]
+        mistakes = WRITTEN.outputs("padding_mask", lengths=lengths, t=t)
         b, label = len(lengths), case.label or f"lengths={lengths.tolist()}, t={t}"
-        hints = {(t, b): M["padding-transposed"], **dict.fromkeys(((b, t, 1), (b, 1, t)), "Return a plain (b, t).")}
+        hints = {(t, b): PADDING_TRANSPOSED, **dict.fromkeys(((b, t, 1), (b, 1, t)), "Return a plain (b, t).")}
         otherwise = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
     else:
         what = f"causal_mask({t}, device={ev.device!r})" if case.on_device else f"causal_mask({t})"
         expected, label, hints = oracles.causal_mask(t), case.label or f"t={t}", {}
-        mistakes = [(M["causal-inverted"], ~expected), (M["causal-no-diagonal"], expected.tril(-1)),
-                    (M["causal-transposed"], expected.T.contiguous()), (M["causal-all-true"], expected | True)]
+        mistakes = WRITTEN.outputs("causal_mask", t=t)
         otherwise = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
     mask = output(ev, case.key, what=what, floating=False, device=False)
     if mask.dtype != torch.bool:
-        mistake = M["additive-mask"] if mask.is_floating_point() and bool(torch.isinf(mask).any()) else M["float-mask"]
+        mistake = ADDITIVE_MASK if mask.is_floating_point() and bool(torch.isinf(mask).any()) else FLOAT_MASK
         _not_asked(what, mistake, f" (it returned dtype {mask.dtype})")
     output(ev, case.key, what=what, shape=tuple(expected.shape), shape_hints=hints, floating=False, device=False)
     if ev.facts[case.key].get("device") != device:
-        _not_asked(what, M["mask-wrong-device"], f" (it is on {ev.facts[case.key].get('device')}, not {device})")
+        _not_asked(what, MASK_WRONG_DEVICE, f" (it is on {ev.facts[case.key].get('device')}, not {device})")
     expect_equal(mask, expected, what=what, mistakes=mistakes, otherwise=otherwise, case=label)
 
 
 each_case(probes.causal_mask_by_hand, _expect_mask,
-          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[0], M["mask-wrong-device"]),
+          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[0], MASK_WRONG_DEVICE),
           passed="t = 4: the lower triangle, diagonal included, as bools; made on the device asked for (a stand-in "
                  "CUDA and MPS).")
 each_case(probes.causal_mask_oracle, _expect_mask, passed="Several lengths and devices: True where j <= i.")
 each_case(probes.padding_mask_by_hand, _expect_mask,
-          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[1], M["mask-wrong-device"]),
+          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[1], MASK_WRONG_DEVICE),
           passed="lengths [3, 1, 4], t = 5; made on the device of lengths (a stand-in CUDA and MPS).")
 each_case(probes.padding_mask_oracle, _expect_mask, passed="Several batches: lengths 1 to t, a batch of one.")
 
@@ -462,7 +506,7 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
 
 
 each_case(probes.seq2seq_structure, partial(_expect_translator, False),
-          on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, M["mask-wrong-device"]),
+          on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, MASK_WRONG_DEVICE),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k); on a stand-in CUDA "
                  "and MPS, the masks are made on the device.")
 each_case(probes.seq2seq_causality, partial(_expect_translator, False),
