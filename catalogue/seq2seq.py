@@ -541,22 +541,10 @@ def optimizer_by_name(model, lr, weight_decay):
                               {"params": groups["decay"], "weight_decay": weight_decay}], lr=lr)
 
 
-# ------------------------------------------------------------------ learning_rate: mistakes
+# ------------------------------------------------------------------ learning_rate: mistakes every check names
 
-edit("lr-warmup-off-by-one", "learning_rate", ("peak * (step + 1) / warmup", "peak * step / warmup"),
-     mistake="lr-warmup-off-by-one")
-edit("lr-decay-not-offset", "learning_rate", ("(step + 1 - warmup) / (steps - warmup)", "(step + 1) / steps"),
-     mistake="lr-decay-not-offset")
-edit("lr-decay-off-by-one", "learning_rate",
-     ("(step + 1 - warmup) / (steps - warmup)", "(step - warmup) / (steps - warmup)"), mistake="lr-decay-off-by-one")
-edit("lr-decays-upward", "learning_rate", ("(1 + math.cos(", "(1 - math.cos("), mistake="lr-decays-upward")
 edit("lr-as-a-tensor", "learning_rate", ("(1 + math.cos(math.pi * progress))",
                                          "(1 + torch.cos(torch.tensor(math.pi * progress)))"), mistake="lr-not-a-float")
-edit("lr-linear-decay", "learning_rate",
-     ("return peak * 0.5 * (1 + math.cos(math.pi * progress))", "return peak * (1 - progress)"),
-     mistake="lr-linear-decay")
-edit("lr-no-warmup", "learning_rate", ("    if step < warmup:\n        return peak * (step + 1) / warmup\n", ""),
-     mistake="lr-no-warmup")
 
 
 # ------------------------------------------------------------------ learning_rate: correct alternatives
