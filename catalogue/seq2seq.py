@@ -82,44 +82,8 @@ def padding_expand(lengths, t):
     return torch.arange(t, device=lengths.device).expand(b, t) < lengths.unsqueeze(-1).expand(b, t)
 
 
-# ------------------------------------------------------------------ DecoderBlock: mistakes
+# ------------------------------------------------------------------ DecoderBlock: mistakes named from its parts
 
-edit("block-cross-reads-itself", "decoder_block", ("context=memory, mask=memory_mask)))", "mask=self_mask)))"),
-     mistake="block-cross-reads-itself")
-edit("block-cross-reads-itself-unmasked", "decoder_block",
-     ("cross_attention(x, context=memory, mask=memory_mask)", "cross_attention(x)"), mistake="block-cross-reads-itself")
-edit("block-memory-not-masked", "decoder_block", ("context=memory, mask=memory_mask)))", "context=memory)))"),
-     mistake="block-memory-not-masked")
-edit("block-self-mask-ignored", "decoder_block",
-     ("self.dropout(self.self_attention(x, mask=self_mask)))", "self.dropout(self.self_attention(x)))"),
-     mistake="block-self-mask-ignored")
-edit("block-pre-norm", "decoder_block",
-     ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
-      "x + self.self_attention(self.norm1(x), mask=self_mask)"),
-     ("self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "x + self.cross_attention(self.norm2(x), context=memory, mask=memory_mask)"),
-     ("self.norm3(x + self.dropout(self.ff(x)))", "x + self.ff(self.norm3(x))"),
-     mistake="block-pre-norm")
-edit("block-no-residual", "decoder_block",
-     ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
-      "self.norm1(self.self_attention(x, mask=self_mask))"),
-     ("self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "self.norm2(self.cross_attention(x, context=memory, mask=memory_mask))"),
-     ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(self.ff(x))"),
-     mistake="block-no-residual")
-edit("block-cross-first", "decoder_block",
-     ("self.dropout(self.self_attention(x, mask=self_mask)))",
-      "self.cross_attention(x, context=memory, mask=memory_mask))"),
-     ("self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "self.self_attention(x, mask=self_mask))"),
-     mistake="block-cross-first")
-edit("block-cross-on-input", "decoder_block",
-     ("x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
-      "h = self.norm1(x + self.self_attention(x, mask=self_mask))"),
-     ("x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "h = self.norm2(h + self.cross_attention(x, context=memory, mask=memory_mask))"),
-     ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(h + self.ff(h))"),
-     mistake="block-cross-on-input")
 edit("block-masks-in-pytorch-convention", "decoder_block",
      ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n",
       ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n"
@@ -138,19 +102,6 @@ edit("block-shared-attention", "decoder_block",
      mistake="block-shared-attention")
 edit("block-shared-norm", "decoder_block", ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"),
      ("self.norm3 = nn.LayerNorm(k)", "self.norm3 = self.norm1"), mistake="shared-norm")
-SELF_SUBLAYER = "self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))"
-CROSS_SUBLAYER = "self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))"
-FF_SUBLAYER = "self.norm3(x + self.dropout(self.ff(x)))"
-edit("decoder-dropout-on-the-sum", "decoder_block",
-     (SELF_SUBLAYER, "self.norm1(self.dropout(x + self.self_attention(x, mask=self_mask)))"),
-     (CROSS_SUBLAYER, "self.norm2(self.dropout(x + self.cross_attention(x, context=memory, mask=memory_mask)))"),
-     (FF_SUBLAYER, "self.norm3(self.dropout(x + self.ff(x)))"), mistake="block-dropout-misplaced")
-edit("decoder-dropout-after-the-last-norm", "decoder_block", (FF_SUBLAYER, "self.dropout(self.norm3(x + self.ff(x)))"),
-     mistake="block-dropout-misplaced")
-edit("decoder-dropout-never-applied", "decoder_block",
-     (SELF_SUBLAYER, "self.norm1(x + self.self_attention(x, mask=self_mask))"),
-     (CROSS_SUBLAYER, "self.norm2(x + self.cross_attention(x, context=memory, mask=memory_mask))"),
-     (FF_SUBLAYER, "self.norm3(x + self.ff(x))"), mistake="block-dropout-not-applied")
 
 
 # ------------------------------------------------------------------ DecoderBlock: correct alternatives

@@ -41,7 +41,6 @@ from course.judges.kinds import (
     LossOracle,
     against_block,
     against_loss,
-    block_layout,
     declared,
     each_case,
     expect_block_runs,
@@ -49,7 +48,7 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
-from course.judges.variants import Variants
+from course.judges.variants import Variants, simulators
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -162,59 +161,91 @@ def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
             **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
-def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, *dropout: float, x: torch.Tensor,
-             memory: torch.Tensor, self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
-             layout: str = "torch", context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True
-             ) -> torch.Tensor:
-    """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (layout "torch"), else a typical
-    mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads).
-    dropout: (1.0,) for a block built with dropout=1.0 and run in training mode, where every dropout zeroes what it
-    is given: the block gives norm3(norm2(norm1(x))), or with a layout of DROPOUT_LAYOUTS a misplaced or missing
-    dropout."""
-    norms = [partial(oracles.layer_norm, w, f"norm{i}") for i in (1, 2, 3)]
-    if dropout == (1.0,) and layout != "dropout-not-applied":
-        return {"dropout-on-sum": lambda: norms[2](torch.zeros_like(x)),  # norm3(dropout(x + ff(x))): its bias
-                "dropout-after-norm": lambda: torch.zeros_like(x),  # dropout(norm3(x + ff(x))): dropped whole
-                }.get(layout, lambda: norms[2](norms[1](norms[0](x))))()
-    if layout in DROPOUT_LAYOUTS:
-        layout = "torch"
-    if layout == "torch":
-        return oracles.course_layer(w, "", heads, x, memory, causal=self_mask is not None,
-                                    pad=None if memory_mask is None else memory_mask[:, 0])
-    cross = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
-    source = memory if context == "memory" else None
+#     DecoderBlock.forward: x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
+#                           x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
+#                           return self.norm3(x + self.dropout(self.ff(x)))
+# Each is built with the check's constructor arguments and run with the student's weights (variants.module_output).
+SELF = "self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))"
+CROSS = "self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))"
+FF = "self.norm3(x + self.dropout(self.ff(x)))"
+edit("block-cross-reads-itself", "DecoderBlock", ("context=memory, mask=memory_mask)))", "mask=self_mask)))"),
+     mistake="block-cross-reads-itself",
+     says="cross-attention reads the decoder's own states: its keys and values must come from `memory` "
+          "(cross_attention(x, context=memory, mask=memory_mask)).")
+edit("block-cross-reads-itself-unmasked", "DecoderBlock",
+     ("cross_attention(x, context=memory, mask=memory_mask)", "cross_attention(x)"), mistake="block-cross-reads-itself")
+edit("block-memory-not-masked", "DecoderBlock", ("context=memory, mask=memory_mask)))", "context=memory)))"),
+     mistake="block-memory-not-masked",
+     says="source padding is not masked in cross-attention: pass memory_mask to cross_attention, so no target position "
+          "reads a padded source position.")
+edit("block-self-mask-ignored", "DecoderBlock",
+     ("self.dropout(self.self_attention(x, mask=self_mask)))", "self.dropout(self.self_attention(x)))"),
+     mistake="block-self-mask-ignored",
+     says="self_mask is not used in self-attention, so every target position reads the future: self_attention(x, "
+          "mask=self_mask).")
+edit("block-no-residual", "DecoderBlock", (SELF, "self.norm1(self.self_attention(x, mask=self_mask))"),
+     (CROSS, "self.norm2(self.cross_attention(x, context=memory, mask=memory_mask))"), (FF, "self.norm3(self.ff(x))"),
+     mistake="block-no-residual",
+     says="the residual connections are missing: each sublayer's output is added to its input before the norm, x = "
+          "norm(x + sublayer(x)).")
+edit("block-pre-norm", "DecoderBlock", (SELF, "x + self.self_attention(self.norm1(x), mask=self_mask)"),
+     (CROSS, "x + self.cross_attention(self.norm2(x), context=memory, mask=memory_mask)"),
+     (FF, "x + self.ff(self.norm3(x))"), mistake="block-pre-norm",
+     says="the block is pre-norm (x + sublayer(norm(x))); this course's blocks are post-norm: x = norm(x + "
+          "sublayer(x)).")
+edit("block-cross-first", "DecoderBlock",
+     ("self.dropout(self.self_attention(x, mask=self_mask)))",
+      "self.cross_attention(x, context=memory, mask=memory_mask))"),
+     ("self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
+      "self.self_attention(x, mask=self_mask))"), mistake="block-cross-first",
+     says="cross-attention comes before self-attention: the decoder first reads its own past (self-attention, norm1), "
+          "then the source (cross-attention, norm2), then the feed-forward (norm3).")
+edit("block-cross-on-input", "DecoderBlock",
+     (f"x = {SELF}", "h = self.norm1(x + self.self_attention(x, mask=self_mask))"),
+     (f"x = {CROSS}", "h = self.norm2(h + self.cross_attention(x, context=memory, mask=memory_mask))"),
+     (FF, "self.norm3(h + self.ff(h))"), mistake="block-cross-on-input",
+     says="cross-attention is applied to the block's input x instead of to the output of the self-attention "
+          "sublayer, so the self-attention result is lost in the second sublayer.")
+# these differ from the right block only where it drops what it is given: built with dropout=1.0, in training mode
+edit("decoder-dropout-on-the-sum", "DecoderBlock",
+     (SELF, "self.norm1(self.dropout(x + self.self_attention(x, mask=self_mask)))"),
+     (CROSS, "self.norm2(self.dropout(x + self.cross_attention(x, context=memory, mask=memory_mask)))"),
+     (FF, "self.norm3(self.dropout(x + self.ff(x)))"), mistake="block-dropout-misplaced",
+     says="the dropout is not where it belongs. Built with dropout=1.0 and run in training mode, where a dropout "
+          "zeroes all it is given, the block should give norm3(norm2(norm1(x))); yours drops the residual sum or the "
+          "normalised output instead. Apply the dropout to each sub-layer's output before it is added: x = norm1(x + "
+          "dropout(self_attention(x, mask=self_mask))).")
+edit("decoder-dropout-after-the-last-norm", "DecoderBlock", (FF, "self.dropout(self.norm3(x + self.ff(x)))"),
+     mistake="block-dropout-misplaced")
+edit("decoder-dropout-never-applied", "DecoderBlock",
+     (SELF, "self.norm1(x + self.self_attention(x, mask=self_mask))"),
+     (CROSS, "self.norm2(x + self.cross_attention(x, context=memory, mask=memory_mask))"),
+     (FF, "self.norm3(x + self.ff(x))"), mistake="block-dropout-not-applied",
+     says="the sub-layers' outputs do not pass through the dropout: built with dropout=1.0 and run in training mode, "
+          "the block should drop all three and give norm3(norm2(norm1(x))). Apply nn.Dropout(dropout) to each "
+          "sub-layer's output before it is added.")
+BLOCK_MISTAKES = simulators(WRITTEN, "DecoderBlock")
+# named from the structure recorded, or from a property (catalogue/seq2seq.py makes each)
+WRITTEN.mistake("block-shared-attention",
+                "self_attention and cross_attention are one module: create two MultiHeadAttention modules.")
+WRITTEN.mistake("shared-norm", "two of the block's norms are one module: each sublayer needs its own LayerNorm(k).")
+WRITTEN.mistake("block-not-causal",
+                "the block reads the future: changing later target positions changes earlier outputs.")
+WRITTEN.mistake("block-reads-padding", "the block reads padded memory positions, which memory_mask masks out.")
 
-    def ff(h: torch.Tensor) -> torch.Tensor:
-        return oracles.dense(w, "ff.net.2", F.relu(oracles.dense(w, "ff.net.0", h)))
 
-    def sa(h: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(h, None, self_mask if use_self_mask else None, heads,
-                                 **oracles.course_attention(w, "self_attention."))
-
-    def ca(h: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(h, source, cross, heads, **oracles.course_attention(w, "cross_attention."))
-
-    order = {"cross-first": (ca, sa, ff), "cross-on-input": (sa, lambda _: ca(x), ff)}.get(layout, (sa, ca, ff))
-    return block_layout(x, order, norms, {"pre": "pre", "no-residual": "post-no-residual"}.get(layout, "post"))
-
-
-_BLOCK_MISTAKES = tuple((m, partial(_decoder, **{"layout": "post", **switches})) for m, switches in (
-    (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "self"}),
-    (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "none"}),
-    (M["block-memory-not-masked"], {"cross_mask": "none"}), (M["block-self-mask-ignored"], {"use_self_mask": False}),
-    (M["block-no-residual"], {"layout": "no-residual"}), (M["block-pre-norm"], {"layout": "pre"}),
-    (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
-#: where a dropout can sit instead of on each sub-layer's output before it is added (see _decoder)
-DROPOUT_LAYOUTS = ("dropout-on-sum", "dropout-after-norm", "dropout-not-applied")
-_DROPOUT_MISTAKES = tuple((m, partial(_decoder, layout=layout)) for m, layout in (
-    (M["block-dropout-misplaced"], "dropout-on-sum"), (M["block-dropout-misplaced"], "dropout-after-norm"),
-    (M["block-dropout-not-applied"], "dropout-not-applied")))
-
-
-def _block_simulators(*args: float, **_: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """The typical mistakes of a block built with args (k, heads, ff_mult[, dropout]); where it dropped everything
-    (dropout 1.0 in training mode), those of where its dropout sits too."""
-    return list(_BLOCK_MISTAKES) + (list(_DROPOUT_MISTAKES) if args[3:] == (1.0,) else [])
+def _decoder(w: dict[str, torch.Tensor], *args: int | float, x: torch.Tensor, memory: torch.Tensor,
+             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The block built with args (k, heads, ff_mult[, dropout]) on x (b, t, k) and memory (b, s, k):
+    nn.TransformerDecoderLayer with the weights w. Built with dropout=1.0 and run in training mode, where every
+    dropout zeroes what it is given, the block gives norm3(norm2(norm1(x)))."""
+    heads, dropout = args[1], args[3:]
+    if dropout == (1.0,):
+        for i in (1, 2, 3):
+            x = oracles.layer_norm(w, f"norm{i}", x)
+        return x
+    return oracles.course_layer(w, "", heads, x, memory, causal=self_mask is not None,
+                                pad=None if memory_mask is None else memory_mask[:, 0])
 
 
 def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor, what: str,
@@ -234,8 +265,8 @@ def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor,
 
 #: the block's parts in groups: their kind, how each is made, the mistake of one module used twice
 _BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "MultiHeadAttention(k, heads)",
-                  M["block-shared-attention"]),
-                 (("norm1", "norm2", "norm3"), "LayerNorm", "nn.LayerNorm(k)", M["shared-norm"]),
+                  WRITTEN["block-shared-attention"]),
+                 (("norm1", "norm2", "norm3"), "LayerNorm", "nn.LayerNorm(k)", WRITTEN["shared-norm"]),
                  (("ff",), "FeedForward", "FeedForward(k, ff_mult * k)", None))
 
 
@@ -261,7 +292,7 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 DECODER = ForwardOracle(
     BLOCK_NAME, "a decoder block", _block_weights, _decoder,
-    "nn.TransformerDecoderLayer with the same weights", _block_simulators,
+    "nn.TransformerDecoderLayer with the same weights", lambda *_, **__: BLOCK_MISTAKES,
     hint=lambda **_: ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
                       "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...)."),
     otherwise="x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
@@ -294,10 +325,10 @@ def _expect_block_property(check: RunsCheck, ev: Evidence) -> None:
     causal = check is probes.decoder_block_causality
     if causal:
         expect_causal(ev, y, other, 3, f"{BLOCK_NAME}.forward with a causal self_mask", leaks,
-                      M["block-self-mask-ignored"].explanation, M["block-not-causal"])
+                      WRITTEN["block-self-mask-ignored"].explanation, WRITTEN["block-not-causal"])
     else:
         _expect_padding_ignored(ev, y, other, BLOCK_NAME, leaks, "Pass memory_mask to cross-attention.",
-                                M["block-reads-padding"])
+                                WRITTEN["block-reads-padding"])
     expect_block_runs(ev, check.runs, DECODER_BLOCK, claim="is causal" if causal else "ignores padded memory")
 
 
