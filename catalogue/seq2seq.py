@@ -272,52 +272,7 @@ edit("model-forward-by-hand", "seq2seq_model",
        "        return logits\n")))
 
 
-# ------------------------------------------------------------------ teacher_forcing_loss: mistakes
-
-@mistake("loss-not-shifted", "teacher_forcing_loss")
-def loss_not_shifted(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt, src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=pad)
-
-
-@mistake("loss-counts-padding", "teacher_forcing_loss")
-def loss_counts_padding(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:])
-
-
-@mistake("loss-wrong-shift", "teacher_forcing_loss")
-def loss_wrong_shift(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, 1:], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, :-1], ignore_index=pad)
-
-
-@mistake("loss-sum", "teacher_forcing_loss")
-def loss_sum(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad, reduction='sum')
-
-
-@mistake("loss-per-sequence", "teacher_forcing_loss")
-def loss_per_sequence(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    labels = tgt[:, 1:]
-    per_token = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad, reduction='none')
-    real = (labels != pad).float()
-    return ((per_token * real).sum(1) / real.sum(1)).mean()
-
-
-@mistake("loss-softmax", "teacher_forcing_loss")
-def loss_softmax_twice(model, src, src_mask, tgt, pad=PAD):
-    probs = model(src, tgt[:, :-1], src_mask).softmax(dim=-1)
-    return F.cross_entropy(probs.transpose(1, 2), tgt[:, 1:], ignore_index=pad)
-
-
-@mistake("loss-pad-hard-coded", "teacher_forcing_loss")
-def loss_pad_hard_coded(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=0)
-
+# ------------------------------------------------------------------ teacher_forcing_loss: mistakes every check names
 
 @mistake("raised", "teacher_forcing_loss")
 def loss_classes_last(model, src, src_mask, tgt, pad=PAD):

@@ -34,6 +34,7 @@ from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built, Runs, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
 from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID
+from course.dates import PAD
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
@@ -562,11 +563,45 @@ def _translator_logits(feed: str, model: nn.Module, src, src_mask, tgt, pad) -> 
     return model(src, read, src_mask)
 
 
+#     teacher_forcing_loss: logits = model(src, tgt[:, :-1], src_mask)
+#                           return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)
+# first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
+edit("loss-pad-hard-coded", "teacher_forcing_loss", ("ignore_index=pad", "ignore_index=0"),
+     mistake="loss-pad-hard-coded",
+     says="the padding id is hard-coded as 0 (or the padding is not ignored at all): ignore the labels equal to the "
+          "`pad` argument (ignore_index=pad).")
+edit("loss-not-shifted", "teacher_forcing_loss", ("model(src, tgt[:, :-1], src_mask)", "model(src, tgt, src_mask)"),
+     ("tgt[:, 1:], ignore_index", "tgt, ignore_index"), mistake="loss-not-shifted",
+     says="the targets are not shifted: the decoder reads tgt and is scored on tgt itself, so at every position the "
+          "answer is already in its input and the model learns to copy its input. Feed tgt[:, :-1], score against "
+          "tgt[:, 1:].")
+edit("loss-counts-padding", "teacher_forcing_loss", (", ignore_index=pad)", ")"), mistake="loss-counts-padding",
+     says="the loss counts the padding: pass ignore_index=pad to F.cross_entropy (or average over real tokens only).")
+edit("loss-wrong-shift", "teacher_forcing_loss", ("tgt[:, :-1], src_mask", "tgt[:, 1:], src_mask"),
+     ("tgt[:, 1:], ignore_index", "tgt[:, :-1], ignore_index"), mistake="loss-wrong-shift",
+     says="the shift goes the wrong way: the decoder reads tgt[:, :-1] (starting with <bos>) and predicts tgt[:, 1:].")
+edit("loss-sum", "teacher_forcing_loss", ("ignore_index=pad)", "ignore_index=pad, reduction='sum')"),
+     mistake="loss-sum", says="the loss is a sum, not a mean over the real target tokens.")
+
+
+@WRITTEN.rewrite("teacher_forcing_loss", "loss-per-sequence",
+                 says="the loss is averaged per sequence first; the task asks for the mean over all real target tokens "
+                      "of the batch (what F.cross_entropy(..., ignore_index=pad) gives).")
+def loss_per_sequence(model, src, src_mask, tgt, pad=PAD):
+    logits = model(src, tgt[:, :-1], src_mask)
+    labels = tgt[:, 1:]
+    per_token = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad, reduction='none')
+    real = (labels != pad).float()
+    return ((per_token * real).sum(1) / real.sum(1)).mean()
+
+
+edit("loss-softmax-twice", "teacher_forcing_loss", ("logits.transpose(1, 2)", "logits.softmax(dim=-1).transpose(1, 2)"),
+     mistake="loss-softmax",
+     says="a softmax is applied before F.cross_entropy, which applies log-softmax itself: pass the raw logits.")
+
 TEACHER_FORCING = LossOracle(
     LOSS_NAME, _translator_logits, tokens="tgt", pad="pad",
-    # first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
-    mistakes=(M["loss-pad-hard-coded"], M["loss-not-shifted"], M["loss-counts-padding"], M["loss-wrong-shift"],
-              M["loss-sum"], M["loss-per-sequence"], M["loss-softmax"]),
+    written=lambda **inputs: WRITTEN.outputs("teacher_forcing_loss", **inputs),
     hint="logits = model(src, tgt[:, :-1], src_mask); loss = F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], "
          "ignore_index=pad). F.cross_entropy wants the classes in dimension 1.",
     name="F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)")
