@@ -463,27 +463,13 @@ def lr_counted_from_one(step, steps, peak, warmup):
     return peak * (1 + math.cos(math.pi * (n - warmup) / (steps - warmup))) / 2
 
 
-# ------------------------------------------------------------------ train_step: mistakes
+# ------------------------------------------------------------------ train_step: mistakes named from the norms
 
-edit("train-step-no-zero-grad", "train_step", ("    optimizer.zero_grad()\n", ""), mistake="train-step-no-zero-grad")
-edit("train-step-clips-after-step", "train_step",
-     ("    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # the norm before clipping\n"
-      "    optimizer.step()\n",
-      "    optimizer.step()\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"),
-     mistake="train-step-clips-after-step")
 edit("train-step-clips-before-backward", "train_step",
      ("    loss.backward()\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # the norm before "
       "clipping\n",
       "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    loss.backward()\n"),
      mistake="train-step-clips-before-backward")
-edit("train-step-clips-values", "train_step",
-     ("norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
-      "norm = torch.nn.utils.clip_grad_value_(model.parameters(), max_norm)"),
-     mistake="train-step-clips-values")
-_SETS_LR = '    for group in optimizer.param_groups:\n        group["lr"] = lr\n'
-edit("train-step-lr-not-set", "train_step", (_SETS_LR, ""), mistake="train-step-lr-not-set")
-edit("train-step-lr-one-group", "train_step", (_SETS_LR, '    optimizer.param_groups[0]["lr"] = lr\n'),
-     mistake="train-step-lr-one-group")
 
 
 @mistake("train-step-norm-after-clipping", "train_step")

@@ -884,34 +884,75 @@ each_case(probes.learning_rate_hidden, _expect_schedule,
           passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
 
-def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm",
-                 lr_set: str = "all") -> tuple[list[dict[str, torch.Tensor]], list[float]]:
-    """The parameters after each of two calls of train_step on case and the norms before clipping, by PyTorch's SGD
-    in float64: the oracle with the defaults, else a mistake: zero (zero_grad first), clip ("norm", "values" or
-    "none"), lr_set (in "all" groups, the "first" or "none")."""
+#     train_step: for group in optimizer.param_groups: group["lr"] = lr
+#                 optimizer.zero_grad(); loss.backward()
+#                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); return norm
+# Each is run as the oracle is (_train_steps), and named by the parameters after its calls.
+SETS_LR, ZEROES = '    for group in optimizer.param_groups:\n        group["lr"] = lr\n', "    optimizer.zero_grad()\n"
+CLIPS = "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+edit("train-step-lr-not-set", "train_step", (SETS_LR, ""), mistake="train-step-lr-not-set",
+     says="the step uses the learning rate the optimizer was created with, not the lr argument. Set it in every "
+          "parameter group first: for group in optimizer.param_groups: group['lr'] = lr.")
+edit("train-step-lr-one-group", "train_step", (SETS_LR, '    optimizer.param_groups[0]["lr"] = lr\n'),
+     mistake="train-step-lr-one-group",
+     says="only the first parameter group gets the new lr: the optimizer has one group per kind of parameter (here "
+          "two). Set it in every group: for group in optimizer.param_groups: group['lr'] = lr.")
+edit("train-step-no-zero-grad", "train_step", (ZEROES, ""), mistake="train-step-no-zero-grad",
+     says="the gradients are not zeroed: loss.backward() adds to the .grad the previous step left, so the second step "
+          "moves along the sum of both gradients. Call optimizer.zero_grad() before loss.backward().")
+edit("train-step-clips-values", "train_step", ("clip_grad_norm_", "clip_grad_value_"),
+     mistake="train-step-clips-values",
+     says="each gradient entry is clamped to [-max_norm, max_norm] (clip_grad_value_), which changes the gradient's "
+          "direction. Scale the whole gradient so that its total norm is at most max_norm: "
+          "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).")
+edit("train-step-clips-after-step", "train_step", (f"{CLIPS}    optimizer.step()\n", f"    optimizer.step()\n{CLIPS}"),
+     mistake="train-step-clips-after-step",
+     says="the gradient is clipped after optimizer.step(), which has already used the unclipped gradient. Clip "
+          "between loss.backward() and optimizer.step().")
+# named from the norms returned (catalogue/seq2seq.py makes each): clipping before backward moves the parameters as
+# clipping after the step does, but measures no gradient
+WRITTEN.mistake("train-step-clips-before-backward",
+                "the gradient is clipped before loss.backward() computes it: clipping then sees no gradient (or the "
+                "previous step's), and the step uses the unclipped one. Clip between loss.backward() and "
+                "optimizer.step().")
+WRITTEN.mistake("train-step-norm-after-clipping",
+                "the norm returned is the one after clipping (at most max_norm). Return the norm before clipping: it "
+                "is what torch.nn.utils.clip_grad_norm_ returns, and what tells how often clipping acts.")
+
+
+def _clipped_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float,
+                  max_norm: float) -> torch.Tensor:
+    """The oracle's update: lr in every group, the gradients zeroed, backward, the total norm clipped, one step."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad()
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def _train_steps(case: probes.StepCase, step: Callable = _clipped_step) -> tuple[list[dict[str, torch.Tensor]], list]:
+    """The parameters after each of two calls of step (the oracle's, or a variant's train_step) on case and what each
+    call returned, by PyTorch's SGD in float64."""
     model = case.model().double()
     optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=probes.INITIAL_LR)
-    after, norms = [], []
+    after, returned = [], []
     for i, lr in enumerate(case.lrs):
-        for group in optimizer.param_groups[:{"all": 2, "first": 1, "none": 0}[lr_set]]:
-            group["lr"] = lr
-        if zero:
-            optimizer.zero_grad()
         x, y = (v.double() for v in case.batch(i))
-        ((model(x) - y) ** 2).mean().backward()
-        total = float(nn.utils.clip_grad_norm_(model.parameters(), case.max_norm if clip == "norm" else math.inf))
-        if clip == "values":
-            nn.utils.clip_grad_value_(model.parameters(), case.max_norm)
-        optimizer.step()
+        returned.append(step(model, optimizer, ((model(x) - y) ** 2).mean(), lr, case.max_norm))
         after.append({name: p.detach().clone() for name, p in model.named_parameters()})
-        norms.append(total)
-    return after, norms
+    return after, returned
 
 
-_STEP_MISTAKES = ((M["train-step-lr-not-set"], {"lr_set": "none"}), (M["train-step-lr-one-group"], {"lr_set": "first"}),
-                  (M["train-step-no-zero-grad"], {"zero": False}), (M["train-step-clips-values"], {"clip": "values"}),
-                  (M["train-step-clips-after-step"], {"clip": "none"}),  # the step used the unclipped gradient
-                  (M["train-step-no-zero-grad"], {"zero": False, "lr_set": "none"}))
+def _variant_steps(case: probes.StepCase) -> Iterator[tuple[Mistake, list[dict[str, torch.Tensor]]]]:
+    """(mistake, the parameters after each call) of each written variant of train_step, in order, lazily; one that
+    raises is skipped."""
+    for written in WRITTEN.of("train_step"):
+        try:
+            yield written.mistake, _train_steps(case, written.run)[0]
+        except Exception:  # noqa: BLE001, PERF203 - a variant that cannot run on this case matches nothing
+            continue
 
 
 def _moved_as(actual: list[dict[str, torch.Tensor]], expected: list[dict[str, torch.Tensor]],
@@ -943,17 +984,18 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
         fail(f"The test recorded no parameters of {what}: the check did not run to the end.")
     actual = [{name: v.double() for name, v in after.items()} for after in actual]
     expected, norms = _train_steps(case)
+    norms = [float(norm) for norm in norms]
     wrong = next((i for i in range(2) if not _moved_as(actual, expected, before, ev.device, i + 1)), None)
     if wrong is not None:
         shown = (expected[wrong]["weight"][0], actual[wrong]["weight"][0], f"nn.Linear({n_in}, {n_out}), SGD created "
                  f"at lr {probes.INITIAL_LR:g}, called at lr {case.lrs[0]:g} then {case.lrs[1]:g}; weight[0] shown")
         lrs = f" After call {wrong + 1} the optimizer's groups have lr {ev.facts.get(f'{case.key}.lrs{wrong}')}."
-        mistake = next((m for m, changes in _STEP_MISTAKES
-                        if _moved_as(actual, _train_steps(case, **changes)[0], before, ev.device, wrong + 1)), None)
+        mistake = next((m for m, after in _variant_steps(case)
+                        if _moved_as(actual, after, before, ev.device, wrong + 1)), None)
         first = tensor(ev, f"{case.key}.norm0")
-        if mistake is M["train-step-clips-after-step"] and first is not None and first.numel() == 1 \
+        if mistake is WRITTEN["train-step-clips-after-step"] and first is not None and first.numel() == 1 \
                 and float(first.reshape(())) == 0.0:
-            mistake = M["train-step-clips-before-backward"]  # clipping found no gradient to measure
+            mistake = WRITTEN["train-step-clips-before-backward"]  # clipping found no gradient to measure
         if mistake is not None:
             _not_asked(what, mistake, lrs, *shown)
         fail(f"{what} does not update the parameters as asked (call {wrong + 1}): set lr in every group, zero the "
@@ -967,9 +1009,9 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
             continue
         shown = torch.tensor(norms[i]), torch.tensor(got), f"call {i + 1}, max_norm {case.max_norm:g}"
         if math.isclose(got, min(norms[i], case.max_norm), rel_tol=1e-3):
-            _not_asked(what, M["train-step-norm-after-clipping"], "", *shown)
+            _not_asked(what, WRITTEN["train-step-norm-after-clipping"], "", *shown)
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
-            _not_asked(what, M["train-step-clips-before-backward"], "", *shown)
+            _not_asked(what, WRITTEN["train-step-clips-before-backward"], "", *shown)
         fail(f"{what} returned {got:.6g} (call {i + 1}), not the total norm before clipping that "
              "torch.nn.utils.clip_grad_norm_ returns.", *shown)
 
