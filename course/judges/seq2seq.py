@@ -1,7 +1,11 @@
 """Judges for assignment 07 (probes in course/checks/seq2seq.py): the masks against their definitions, DecoderBlock
 and Seq2SeqTransformer against nn.TransformerDecoderLayer / nn.TransformerEncoderLayer carrying the check's weights
 (whose boolean masks mean True = NOT allowed, so ours are inverted), the loss against F.cross_entropy, greedy decoding
-against a step-by-step argmax, each with the simulators of its typical mistakes.
+against a step-by-step argmax, the training loop's parts against PyTorch's SGD, learning rates and groups.
+
+The typical mistakes of the masks, DecoderBlock, the loss, learning_rate and train_step are written as code beside
+their judges (course/judges/variants.py), named by running them; configure_optimizer's are declared beside its judge;
+Seq2SeqTransformer's and greedy_decode's are still explained in mistakes/seq2seq.txt (M) and simulated.
 """
 
 import math
@@ -59,10 +63,10 @@ DECODE_NAME = "greedy_decode(model, src, src_mask, max_len, bos, eos)"
 
 
 # ---------------------------------------------------------------- mistakes
-# Written as code (course/judges/variants.py): edits of the reference answers of course/seq2seq.py, named by running
-# them, each beside its message; when an output matches two, the first declared is named. Mistakes every check names
-# (a wrong shape, an error, a detached output) are in catalogue/seq2seq.py. Those not moved yet are explained in
-# course/judges/mistakes/seq2seq.txt (M) and simulated below.
+# Written as code (course/judges/variants.py): edits of the reference answers of course/seq2seq.py, each exercise's
+# at the head of its section with the message beside it, named by running them; when an output matches two, the first
+# declared is named. Mistakes every check names (a wrong shape, an error, a detached output) are in
+# catalogue/seq2seq.py. Those not moved yet are explained in course/judges/mistakes/seq2seq.txt (M) and simulated.
 
 WRITTEN = Variants(__name__, reference="course.seq2seq")
 edit = WRITTEN.edit
