@@ -8,34 +8,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
 from course.dates import PAD
+from course.judges.seq2seq import WRITTEN
 
 ASSIGNMENT = "07_seq2seq"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
-
-# ------------------------------------------------------------------ causal_mask: mistakes
-
-@mistake("causal-inverted", "causal_mask")
-def causal_inverted(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
+# the mistakes course/judges/seq2seq.py writes as code and names by running them
+written(WRITTEN, cells={"DecoderBlock": "decoder_block", "Seq2SeqTransformer": "seq2seq_model"})
 
 
-@mistake("causal-no-diagonal", "causal_mask")
-def causal_no_diagonal(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device).tril(-1)
-
-
-@mistake("causal-transposed", "causal_mask")
-def causal_transposed(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device).triu()
-
-
-@mistake("causal-all-true", "causal_mask")
-def causal_all_true(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool, device=device)
-
+# ------------------------------------------------------------------ causal_mask: mistakes every check names
 
 @mistake("float-mask", "causal_mask")
 def causal_float(t, device=None):
@@ -45,6 +29,11 @@ def causal_float(t, device=None):
 @mistake("additive-mask", "causal_mask")
 def causal_additive(t, device=None):
     return torch.full((t, t), float('-inf'), device=device).triu(1)
+
+
+@mistake("mask-wrong-device", "causal_mask")
+def causal_device_ignored(t, device=None):
+    return torch.ones(t, t, dtype=torch.bool).tril()  # device accepted, never used: the mask stays on the CPU
 
 
 # ------------------------------------------------------------------ causal_mask: correct alternatives
@@ -60,31 +49,11 @@ def causal_not_future(t, device=None):
     return ~torch.ones(t, t, device=device).triu(diagonal=1).bool()
 
 
-@mistake("mask-wrong-device", "causal_mask")
-def causal_device_ignored(t, device=None):
-    return torch.ones(t, t, dtype=torch.bool).tril()  # device accepted, never used: the mask stays on the CPU
-
-
-# ------------------------------------------------------------------ padding_mask: mistakes
+# ------------------------------------------------------------------ padding_mask: mistakes every check names
 
 @mistake("mask-wrong-device", "padding_mask")
 def padding_positions_on_the_cpu(lengths, t):
     return torch.arange(t) < lengths[:, None]  # arange on the CPU, lengths on the GPU: refused there
-
-
-@mistake("padding-inverted", "padding_mask")
-def padding_inverted(lengths, t):
-    return torch.arange(t, device=lengths.device) >= lengths[:, None]
-
-
-@mistake("padding-one-too-many", "padding_mask")
-def padding_off_by_one(lengths, t):
-    return torch.arange(t, device=lengths.device) <= lengths[:, None]
-
-
-@mistake("padding-one-too-few", "padding_mask")
-def padding_one_too_few(lengths, t):
-    return torch.arange(t, device=lengths.device) < lengths[:, None] - 1
 
 
 @mistake("float-mask", "padding_mask")
@@ -113,44 +82,8 @@ def padding_expand(lengths, t):
     return torch.arange(t, device=lengths.device).expand(b, t) < lengths.unsqueeze(-1).expand(b, t)
 
 
-# ------------------------------------------------------------------ DecoderBlock: mistakes
+# ------------------------------------------------------------------ DecoderBlock: mistakes named from its parts
 
-edit("block-cross-reads-itself", "decoder_block", ("context=memory, mask=memory_mask)))", "mask=self_mask)))"),
-     mistake="block-cross-reads-itself")
-edit("block-cross-reads-itself-unmasked", "decoder_block",
-     ("cross_attention(x, context=memory, mask=memory_mask)", "cross_attention(x)"), mistake="block-cross-reads-itself")
-edit("block-memory-not-masked", "decoder_block", ("context=memory, mask=memory_mask)))", "context=memory)))"),
-     mistake="block-memory-not-masked")
-edit("block-self-mask-ignored", "decoder_block",
-     ("self.dropout(self.self_attention(x, mask=self_mask)))", "self.dropout(self.self_attention(x)))"),
-     mistake="block-self-mask-ignored")
-edit("block-pre-norm", "decoder_block",
-     ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
-      "x + self.self_attention(self.norm1(x), mask=self_mask)"),
-     ("self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "x + self.cross_attention(self.norm2(x), context=memory, mask=memory_mask)"),
-     ("self.norm3(x + self.dropout(self.ff(x)))", "x + self.ff(self.norm3(x))"),
-     mistake="block-pre-norm")
-edit("block-no-residual", "decoder_block",
-     ("self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
-      "self.norm1(self.self_attention(x, mask=self_mask))"),
-     ("self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "self.norm2(self.cross_attention(x, context=memory, mask=memory_mask))"),
-     ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(self.ff(x))"),
-     mistake="block-no-residual")
-edit("block-cross-first", "decoder_block",
-     ("self.dropout(self.self_attention(x, mask=self_mask)))",
-      "self.cross_attention(x, context=memory, mask=memory_mask))"),
-     ("self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "self.self_attention(x, mask=self_mask))"),
-     mistake="block-cross-first")
-edit("block-cross-on-input", "decoder_block",
-     ("x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))",
-      "h = self.norm1(x + self.self_attention(x, mask=self_mask))"),
-     ("x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
-      "h = self.norm2(h + self.cross_attention(x, context=memory, mask=memory_mask))"),
-     ("self.norm3(x + self.dropout(self.ff(x)))", "self.norm3(h + self.ff(h))"),
-     mistake="block-cross-on-input")
 edit("block-masks-in-pytorch-convention", "decoder_block",
      ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n",
       ("    def forward(self, x, memory, self_mask=None, memory_mask=None):\n"
@@ -169,19 +102,6 @@ edit("block-shared-attention", "decoder_block",
      mistake="block-shared-attention")
 edit("block-shared-norm", "decoder_block", ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"),
      ("self.norm3 = nn.LayerNorm(k)", "self.norm3 = self.norm1"), mistake="shared-norm")
-SELF_SUBLAYER = "self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))"
-CROSS_SUBLAYER = "self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))"
-FF_SUBLAYER = "self.norm3(x + self.dropout(self.ff(x)))"
-edit("decoder-dropout-on-the-sum", "decoder_block",
-     (SELF_SUBLAYER, "self.norm1(self.dropout(x + self.self_attention(x, mask=self_mask)))"),
-     (CROSS_SUBLAYER, "self.norm2(self.dropout(x + self.cross_attention(x, context=memory, mask=memory_mask)))"),
-     (FF_SUBLAYER, "self.norm3(self.dropout(x + self.ff(x)))"), mistake="block-dropout-misplaced")
-edit("decoder-dropout-after-the-last-norm", "decoder_block", (FF_SUBLAYER, "self.dropout(self.norm3(x + self.ff(x)))"),
-     mistake="block-dropout-misplaced")
-edit("decoder-dropout-never-applied", "decoder_block",
-     (SELF_SUBLAYER, "self.norm1(x + self.self_attention(x, mask=self_mask))"),
-     (CROSS_SUBLAYER, "self.norm2(x + self.cross_attention(x, context=memory, mask=memory_mask))"),
-     (FF_SUBLAYER, "self.norm3(x + self.ff(x))"), mistake="block-dropout-not-applied")
 
 
 # ------------------------------------------------------------------ DecoderBlock: correct alternatives
@@ -352,52 +272,7 @@ edit("model-forward-by-hand", "seq2seq_model",
        "        return logits\n")))
 
 
-# ------------------------------------------------------------------ teacher_forcing_loss: mistakes
-
-@mistake("loss-not-shifted", "teacher_forcing_loss")
-def loss_not_shifted(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt, src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=pad)
-
-
-@mistake("loss-counts-padding", "teacher_forcing_loss")
-def loss_counts_padding(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:])
-
-
-@mistake("loss-wrong-shift", "teacher_forcing_loss")
-def loss_wrong_shift(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, 1:], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, :-1], ignore_index=pad)
-
-
-@mistake("loss-sum", "teacher_forcing_loss")
-def loss_sum(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad, reduction='sum')
-
-
-@mistake("loss-per-sequence", "teacher_forcing_loss")
-def loss_per_sequence(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    labels = tgt[:, 1:]
-    per_token = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad, reduction='none')
-    real = (labels != pad).float()
-    return ((per_token * real).sum(1) / real.sum(1)).mean()
-
-
-@mistake("loss-softmax", "teacher_forcing_loss")
-def loss_softmax_twice(model, src, src_mask, tgt, pad=PAD):
-    probs = model(src, tgt[:, :-1], src_mask).softmax(dim=-1)
-    return F.cross_entropy(probs.transpose(1, 2), tgt[:, 1:], ignore_index=pad)
-
-
-@mistake("loss-pad-hard-coded", "teacher_forcing_loss")
-def loss_pad_hard_coded(model, src, src_mask, tgt, pad=PAD):
-    logits = model(src, tgt[:, :-1], src_mask)
-    return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=0)
-
+# ------------------------------------------------------------------ teacher_forcing_loss: mistakes every check names
 
 @mistake("raised", "teacher_forcing_loss")
 def loss_classes_last(model, src, src_mask, tgt, pad=PAD):
@@ -572,22 +447,10 @@ def optimizer_by_name(model, lr, weight_decay):
                               {"params": groups["decay"], "weight_decay": weight_decay}], lr=lr)
 
 
-# ------------------------------------------------------------------ learning_rate: mistakes
+# ------------------------------------------------------------------ learning_rate: mistakes every check names
 
-edit("lr-warmup-off-by-one", "learning_rate", ("peak * (step + 1) / warmup", "peak * step / warmup"),
-     mistake="lr-warmup-off-by-one")
-edit("lr-decay-not-offset", "learning_rate", ("(step + 1 - warmup) / (steps - warmup)", "(step + 1) / steps"),
-     mistake="lr-decay-not-offset")
-edit("lr-decay-off-by-one", "learning_rate",
-     ("(step + 1 - warmup) / (steps - warmup)", "(step - warmup) / (steps - warmup)"), mistake="lr-decay-off-by-one")
-edit("lr-decays-upward", "learning_rate", ("(1 + math.cos(", "(1 - math.cos("), mistake="lr-decays-upward")
 edit("lr-as-a-tensor", "learning_rate", ("(1 + math.cos(math.pi * progress))",
                                          "(1 + torch.cos(torch.tensor(math.pi * progress)))"), mistake="lr-not-a-float")
-edit("lr-linear-decay", "learning_rate",
-     ("return peak * 0.5 * (1 + math.cos(math.pi * progress))", "return peak * (1 - progress)"),
-     mistake="lr-linear-decay")
-edit("lr-no-warmup", "learning_rate", ("    if step < warmup:\n        return peak * (step + 1) / warmup\n", ""),
-     mistake="lr-no-warmup")
 
 
 # ------------------------------------------------------------------ learning_rate: correct alternatives
@@ -600,27 +463,13 @@ def lr_counted_from_one(step, steps, peak, warmup):
     return peak * (1 + math.cos(math.pi * (n - warmup) / (steps - warmup))) / 2
 
 
-# ------------------------------------------------------------------ train_step: mistakes
+# ------------------------------------------------------------------ train_step: mistakes named from the norms
 
-edit("train-step-no-zero-grad", "train_step", ("    optimizer.zero_grad()\n", ""), mistake="train-step-no-zero-grad")
-edit("train-step-clips-after-step", "train_step",
-     ("    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # the norm before clipping\n"
-      "    optimizer.step()\n",
-      "    optimizer.step()\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"),
-     mistake="train-step-clips-after-step")
 edit("train-step-clips-before-backward", "train_step",
      ("    loss.backward()\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # the norm before "
       "clipping\n",
       "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    loss.backward()\n"),
      mistake="train-step-clips-before-backward")
-edit("train-step-clips-values", "train_step",
-     ("norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
-      "norm = torch.nn.utils.clip_grad_value_(model.parameters(), max_norm)"),
-     mistake="train-step-clips-values")
-_SETS_LR = '    for group in optimizer.param_groups:\n        group["lr"] = lr\n'
-edit("train-step-lr-not-set", "train_step", (_SETS_LR, ""), mistake="train-step-lr-not-set")
-edit("train-step-lr-one-group", "train_step", (_SETS_LR, '    optimizer.param_groups[0]["lr"] = lr\n'),
-     mistake="train-step-lr-one-group")
 
 
 @mistake("train-step-norm-after-clipping", "train_step")

@@ -41,10 +41,8 @@ WIDE = {
     ("course/judges/modern_decoder.py", "modern_lm"),
     ("course/judges/multi_head.py", "_forward"),
     ("course/judges/oracles.py", "attention_parameters"),
-    ("course/judges/seq2seq.py", "_decoder"),
     ("course/judges/seq2seq.py", "_model_oracle"),
     ("course/judges/seq2seq.py", "_step_by_step"),
-    ("course/judges/seq2seq.py", "_schedule"),
     ("course/judges/transformer_block.py", "_block_forward"),
 }
 

@@ -409,6 +409,9 @@ class LossOracle:
     mistakes: tuple[Mistake, ...] = ()
     hint: str = ""  # the advice when the loss is wrong (or not a scalar)
     name: str = "F.cross_entropy"  # the oracle in words, for gradient messages
+    #: written(**inputs): (mistake, loss) of the mistakes written as code (course/judges/variants.py), in place of
+    #: the simulated ones: e.g. lambda **inputs: WRITTEN.outputs("teacher_forcing_loss", **inputs)
+    written: Callable[..., Iterable[tuple[Mistake, torch.Tensor]]] | None = None
 
     def __post_init__(self) -> None:
         unknown = [m.id for m in self.mistakes if m.id not in LOSS_MISTAKE_IDS]
@@ -430,7 +433,9 @@ def token_loss(oracle: LossOracle, inputs: Mapping) -> torch.Tensor:
 def token_loss_mistakes(oracle: LossOracle, inputs: Mapping) -> list[tuple[Mistake, torch.Tensor]]:
     """What each of the oracle's mistakes gives on the inputs: not shifted, shifted the wrong way, a sum, a mean per
     sequence first, a softmax before F.cross_entropy, F.nll_loss on logits, in bits, the last position only, the
-    padding counted, the padding id hard-coded as 0."""
+    padding counted, the padding id hard-coded as 0. With oracle.written, what the written mistakes give instead."""
+    if oracle.written is not None:
+        return list(oracle.written(**inputs))
     tokens, ignore = inputs[oracle.tokens], _ignored(oracle, inputs)
     labels = tokens[:, 1:]  # (b, t - 1)
     with torch.no_grad():

@@ -1,11 +1,15 @@
 """Judges for assignment 07 (probes in course/checks/seq2seq.py): the masks against their definitions, DecoderBlock
 and Seq2SeqTransformer against nn.TransformerDecoderLayer / nn.TransformerEncoderLayer carrying the check's weights
 (whose boolean masks mean True = NOT allowed, so ours are inverted), the loss against F.cross_entropy, greedy decoding
-against a step-by-step argmax, each with the simulators of its typical mistakes.
+against a step-by-step argmax, the training loop's parts against PyTorch's SGD, learning rates and groups.
+
+The typical mistakes of the masks, DecoderBlock, the loss, learning_rate and train_step are written as code beside
+their judges (course/judges/variants.py), named by running them; configure_optimizer's are declared beside its judge;
+Seq2SeqTransformer's and greedy_decode's are still explained in mistakes/seq2seq.txt (M) and simulated.
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, NoReturn
 
@@ -34,6 +38,7 @@ from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built, Runs, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
 from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID
+from course.dates import PAD
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
     BlockOracle,
@@ -41,7 +46,6 @@ from course.judges.kinds import (
     LossOracle,
     against_block,
     against_loss,
-    block_layout,
     declared,
     each_case,
     expect_block_runs,
@@ -49,6 +53,7 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
+from course.judges.variants import Variants, simulators
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -58,8 +63,49 @@ DECODE_NAME = "greedy_decode(model, src, src_mask, max_len, bos, eos)"
 
 
 # ---------------------------------------------------------------- mistakes
+# Written as code (course/judges/variants.py): edits of the reference answers of course/seq2seq.py, each exercise's
+# at the head of its section with the message beside it, named by running them; when an output matches two, the first
+# declared is named. Mistakes every check names (a wrong shape, an error, a detached output) are in
+# catalogue/seq2seq.py. Those not moved yet are explained in course/judges/mistakes/seq2seq.txt (M) and simulated.
 
+WRITTEN = Variants(__name__, reference="course.seq2seq")
+edit = WRITTEN.edit
 M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/seq2seq.txt
+
+#     causal_mask:  return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+TRIL = ".tril()"
+edit("causal-inverted", "causal_mask", (TRIL, ".triu(1)"), mistake="causal-inverted",
+     says="the mask is inverted: True marks the future (j > i). In this course True means 'may attend', so row i must "
+          "be True for j <= i.")
+edit("causal-no-diagonal", "causal_mask", (TRIL, ".tril(-1)"), mistake="causal-no-diagonal",
+     says="the mask excludes the diagonal: position i must be allowed to attend to itself (j <= i, not j < i); "
+          "without it the first position has nothing to attend to.")
+edit("causal-transposed", "causal_mask", (TRIL, ".triu()"), mistake="causal-transposed",
+     says="the mask is transposed: True where j >= i lets every position read the future. Use the lower triangle "
+          "(torch.tril), row i = query, column j = key.")
+edit("causal-all-true", "causal_mask", (TRIL, ""), mistake="causal-all-true",
+     says="nothing is masked: every entry is True, so the decoder can read the future.")
+
+#     padding_mask: return torch.arange(t, device=lengths.device) < lengths.unsqueeze(1)
+LESS = " < lengths.unsqueeze(1)"
+edit("padding-inverted", "padding_mask", (LESS, " >= lengths.unsqueeze(1)"), mistake="padding-inverted",
+     says="the mask is inverted: True marks the padding. True must mark the real tokens (position < length).")
+edit("padding-off-by-one", "padding_mask", (LESS, " <= lengths.unsqueeze(1)"), mistake="padding-one-too-many",
+     says="the mask is off by one: it marks one position too many (position <= length). Row i has lengths[i] real "
+          "tokens at positions 0 .. lengths[i] - 1.")
+edit("padding-one-too-few", "padding_mask", (LESS, f"{LESS} - 1"), mistake="padding-one-too-few",
+     says="the mask is off by one: it marks one real token too few (position < length - 1). Row i has lengths[i] real "
+          "tokens at positions 0 .. lengths[i] - 1.")
+
+# named from the mask's dtype or shape (catalogue/seq2seq.py holds the answers that make them); mask-wrong-device,
+# which Seq2SeqTransformer's checks name too, stays in the table until they move
+FLOAT_MASK = WRITTEN.mistake("float-mask", "the mask is a tensor of numbers; a boolean mask is asked, True where "
+                                           "attention is allowed.")
+ADDITIVE_MASK = WRITTEN.mistake(
+    "additive-mask", "the mask is an additive float mask of 0 and -inf (nn.Transformer's convention); a boolean mask "
+                     "is asked, True where attention is allowed.")
+PADDING_TRANSPOSED = WRITTEN.mistake("padding-transposed", "the padding mask is transposed: one row per sequence, one "
+                                                           "column per position, (b, t).")
 
 
 def _not_asked(what: str, mistake: Mistake, more: str = "", *shown: Any) -> NoReturn:
@@ -83,20 +129,18 @@ def _expect_mask(ev: Evidence, case: probes.SettingCase) -> None:
     if lengths:
         lengths = torch.tensor(lengths[0])
         what, expected = PADDING_NAME, _padding(lengths, t)
-        mistakes = [(M["padding-inverted"], ~expected), (M["padding-one-too-many"], _padding(lengths + 1, t)),
-                    (M["padding-one-too-few"], _padding(lengths - 1, t))]
+        mistakes = WRITTEN.outputs("padding_mask", lengths=lengths, t=t)
         b, label = len(lengths), case.label or f"lengths={lengths.tolist()}, t={t}"
-        hints = {(t, b): M["padding-transposed"], **dict.fromkeys(((b, t, 1), (b, 1, t)), "Return a plain (b, t).")}
+        hints = {(t, b): PADDING_TRANSPOSED, **dict.fromkeys(((b, t, 1), (b, 1, t)), "Return a plain (b, t).")}
         otherwise = "Entry (i, p) is True exactly when p < lengths[i]: compare torch.arange(t) with lengths[:, None]."
     else:
         what = f"causal_mask({t}, device={ev.device!r})" if case.on_device else f"causal_mask({t})"
         expected, label, hints = oracles.causal_mask(t), case.label or f"t={t}", {}
-        mistakes = [(M["causal-inverted"], ~expected), (M["causal-no-diagonal"], expected.tril(-1)),
-                    (M["causal-transposed"], expected.T.contiguous()), (M["causal-all-true"], expected | True)]
+        mistakes = WRITTEN.outputs("causal_mask", t=t)
         otherwise = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
     mask = output(ev, case.key, what=what, floating=False, device=False)
     if mask.dtype != torch.bool:
-        mistake = M["additive-mask"] if mask.is_floating_point() and bool(torch.isinf(mask).any()) else M["float-mask"]
+        mistake = ADDITIVE_MASK if mask.is_floating_point() and bool(torch.isinf(mask).any()) else FLOAT_MASK
         _not_asked(what, mistake, f" (it returned dtype {mask.dtype})")
     output(ev, case.key, what=what, shape=tuple(expected.shape), shape_hints=hints, floating=False, device=False)
     if ev.facts[case.key].get("device") != device:
@@ -122,59 +166,91 @@ def _block_shapes(p: str, k: int, ff_mult: int) -> dict[str, tuple[int, ...]]:
             **modules.norm_shapes(p, k, ("norm1", "norm2", "norm3")), **modules.feed_forward_shapes(p, k, ff_mult * k)}
 
 
-def _decoder(w: dict[str, torch.Tensor], k: int, heads: int, ff_mult: int, *dropout: float, x: torch.Tensor,
-             memory: torch.Tensor, self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
-             layout: str = "torch", context: str = "memory", cross_mask: str = "memory", use_self_mask: bool = True
-             ) -> torch.Tensor:
-    """The block on x (b, t, k) and memory (b, s, k): nn.TransformerDecoderLayer (layout "torch"), else a typical
-    mistake written out from PyTorch's attention: a layout, context and cross_mask (what cross-attention reads).
-    dropout: (1.0,) for a block built with dropout=1.0 and run in training mode, where every dropout zeroes what it
-    is given: the block gives norm3(norm2(norm1(x))), or with a layout of DROPOUT_LAYOUTS a misplaced or missing
-    dropout."""
-    norms = [partial(oracles.layer_norm, w, f"norm{i}") for i in (1, 2, 3)]
-    if dropout == (1.0,) and layout != "dropout-not-applied":
-        return {"dropout-on-sum": lambda: norms[2](torch.zeros_like(x)),  # norm3(dropout(x + ff(x))): its bias
-                "dropout-after-norm": lambda: torch.zeros_like(x),  # dropout(norm3(x + ff(x))): dropped whole
-                }.get(layout, lambda: norms[2](norms[1](norms[0](x))))()
-    if layout in DROPOUT_LAYOUTS:
-        layout = "torch"
-    if layout == "torch":
-        return oracles.course_layer(w, "", heads, x, memory, causal=self_mask is not None,
-                                    pad=None if memory_mask is None else memory_mask[:, 0])
-    cross = {"memory": memory_mask, "self": self_mask, "none": None}[cross_mask]
-    source = memory if context == "memory" else None
+#     DecoderBlock.forward: x = self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))
+#                           x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))
+#                           return self.norm3(x + self.dropout(self.ff(x)))
+# Each is built with the check's constructor arguments and run with the student's weights (variants.module_output).
+SELF = "self.norm1(x + self.dropout(self.self_attention(x, mask=self_mask)))"
+CROSS = "self.norm2(x + self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))"
+FF = "self.norm3(x + self.dropout(self.ff(x)))"
+edit("block-cross-reads-itself", "DecoderBlock", ("context=memory, mask=memory_mask)))", "mask=self_mask)))"),
+     mistake="block-cross-reads-itself",
+     says="cross-attention reads the decoder's own states: its keys and values must come from `memory` "
+          "(cross_attention(x, context=memory, mask=memory_mask)).")
+edit("block-cross-reads-itself-unmasked", "DecoderBlock",
+     ("cross_attention(x, context=memory, mask=memory_mask)", "cross_attention(x)"), mistake="block-cross-reads-itself")
+edit("block-memory-not-masked", "DecoderBlock", ("context=memory, mask=memory_mask)))", "context=memory)))"),
+     mistake="block-memory-not-masked",
+     says="source padding is not masked in cross-attention: pass memory_mask to cross_attention, so no target position "
+          "reads a padded source position.")
+edit("block-self-mask-ignored", "DecoderBlock",
+     ("self.dropout(self.self_attention(x, mask=self_mask)))", "self.dropout(self.self_attention(x)))"),
+     mistake="block-self-mask-ignored",
+     says="self_mask is not used in self-attention, so every target position reads the future: self_attention(x, "
+          "mask=self_mask).")
+edit("block-no-residual", "DecoderBlock", (SELF, "self.norm1(self.self_attention(x, mask=self_mask))"),
+     (CROSS, "self.norm2(self.cross_attention(x, context=memory, mask=memory_mask))"), (FF, "self.norm3(self.ff(x))"),
+     mistake="block-no-residual",
+     says="the residual connections are missing: each sublayer's output is added to its input before the norm, x = "
+          "norm(x + sublayer(x)).")
+edit("block-pre-norm", "DecoderBlock", (SELF, "x + self.self_attention(self.norm1(x), mask=self_mask)"),
+     (CROSS, "x + self.cross_attention(self.norm2(x), context=memory, mask=memory_mask)"),
+     (FF, "x + self.ff(self.norm3(x))"), mistake="block-pre-norm",
+     says="the block is pre-norm (x + sublayer(norm(x))); this course's blocks are post-norm: x = norm(x + "
+          "sublayer(x)).")
+edit("block-cross-first", "DecoderBlock",
+     ("self.dropout(self.self_attention(x, mask=self_mask)))",
+      "self.cross_attention(x, context=memory, mask=memory_mask))"),
+     ("self.dropout(self.cross_attention(x, context=memory, mask=memory_mask)))",
+      "self.self_attention(x, mask=self_mask))"), mistake="block-cross-first",
+     says="cross-attention comes before self-attention: the decoder first reads its own past (self-attention, norm1), "
+          "then the source (cross-attention, norm2), then the feed-forward (norm3).")
+edit("block-cross-on-input", "DecoderBlock",
+     (f"x = {SELF}", "h = self.norm1(x + self.self_attention(x, mask=self_mask))"),
+     (f"x = {CROSS}", "h = self.norm2(h + self.cross_attention(x, context=memory, mask=memory_mask))"),
+     (FF, "self.norm3(h + self.ff(h))"), mistake="block-cross-on-input",
+     says="cross-attention is applied to the block's input x instead of to the output of the self-attention "
+          "sublayer, so the self-attention result is lost in the second sublayer.")
+# these differ from the right block only where it drops what it is given: built with dropout=1.0, in training mode
+edit("decoder-dropout-on-the-sum", "DecoderBlock",
+     (SELF, "self.norm1(self.dropout(x + self.self_attention(x, mask=self_mask)))"),
+     (CROSS, "self.norm2(self.dropout(x + self.cross_attention(x, context=memory, mask=memory_mask)))"),
+     (FF, "self.norm3(self.dropout(x + self.ff(x)))"), mistake="block-dropout-misplaced",
+     says="the dropout is not where it belongs. Built with dropout=1.0 and run in training mode, where a dropout "
+          "zeroes all it is given, the block should give norm3(norm2(norm1(x))); yours drops the residual sum or the "
+          "normalised output instead. Apply the dropout to each sub-layer's output before it is added: x = norm1(x + "
+          "dropout(self_attention(x, mask=self_mask))).")
+edit("decoder-dropout-after-the-last-norm", "DecoderBlock", (FF, "self.dropout(self.norm3(x + self.ff(x)))"),
+     mistake="block-dropout-misplaced")
+edit("decoder-dropout-never-applied", "DecoderBlock",
+     (SELF, "self.norm1(x + self.self_attention(x, mask=self_mask))"),
+     (CROSS, "self.norm2(x + self.cross_attention(x, context=memory, mask=memory_mask))"),
+     (FF, "self.norm3(x + self.ff(x))"), mistake="block-dropout-not-applied",
+     says="the sub-layers' outputs do not pass through the dropout: built with dropout=1.0 and run in training mode, "
+          "the block should drop all three and give norm3(norm2(norm1(x))). Apply nn.Dropout(dropout) to each "
+          "sub-layer's output before it is added.")
+BLOCK_MISTAKES = simulators(WRITTEN, "DecoderBlock")
+# named from the structure recorded, or from a property (catalogue/seq2seq.py makes each)
+WRITTEN.mistake("block-shared-attention",
+                "self_attention and cross_attention are one module: create two MultiHeadAttention modules.")
+WRITTEN.mistake("shared-norm", "two of the block's norms are one module: each sublayer needs its own LayerNorm(k).")
+WRITTEN.mistake("block-not-causal",
+                "the block reads the future: changing later target positions changes earlier outputs.")
+WRITTEN.mistake("block-reads-padding", "the block reads padded memory positions, which memory_mask masks out.")
 
-    def ff(h: torch.Tensor) -> torch.Tensor:
-        return oracles.dense(w, "ff.net.2", F.relu(oracles.dense(w, "ff.net.0", h)))
 
-    def sa(h: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(h, None, self_mask if use_self_mask else None, heads,
-                                 **oracles.course_attention(w, "self_attention."))
-
-    def ca(h: torch.Tensor) -> torch.Tensor:
-        return oracles.attention(h, source, cross, heads, **oracles.course_attention(w, "cross_attention."))
-
-    order = {"cross-first": (ca, sa, ff), "cross-on-input": (sa, lambda _: ca(x), ff)}.get(layout, (sa, ca, ff))
-    return block_layout(x, order, norms, {"pre": "pre", "no-residual": "post-no-residual"}.get(layout, "post"))
-
-
-_BLOCK_MISTAKES = tuple((m, partial(_decoder, **{"layout": "post", **switches})) for m, switches in (
-    (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "self"}),
-    (M["block-cross-reads-itself"], {"context": "self", "cross_mask": "none"}),
-    (M["block-memory-not-masked"], {"cross_mask": "none"}), (M["block-self-mask-ignored"], {"use_self_mask": False}),
-    (M["block-no-residual"], {"layout": "no-residual"}), (M["block-pre-norm"], {"layout": "pre"}),
-    (M["block-cross-first"], {"layout": "cross-first"}), (M["block-cross-on-input"], {"layout": "cross-on-input"})))
-#: where a dropout can sit instead of on each sub-layer's output before it is added (see _decoder)
-DROPOUT_LAYOUTS = ("dropout-on-sum", "dropout-after-norm", "dropout-not-applied")
-_DROPOUT_MISTAKES = tuple((m, partial(_decoder, layout=layout)) for m, layout in (
-    (M["block-dropout-misplaced"], "dropout-on-sum"), (M["block-dropout-misplaced"], "dropout-after-norm"),
-    (M["block-dropout-not-applied"], "dropout-not-applied")))
-
-
-def _block_simulators(*args: float, **_: torch.Tensor) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """The typical mistakes of a block built with args (k, heads, ff_mult[, dropout]); where it dropped everything
-    (dropout 1.0 in training mode), those of where its dropout sits too."""
-    return list(_BLOCK_MISTAKES) + (list(_DROPOUT_MISTAKES) if args[3:] == (1.0,) else [])
+def _decoder(w: dict[str, torch.Tensor], *args: int | float, x: torch.Tensor, memory: torch.Tensor,
+             self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The block built with args (k, heads, ff_mult[, dropout]) on x (b, t, k) and memory (b, s, k):
+    nn.TransformerDecoderLayer with the weights w. Built with dropout=1.0 and run in training mode, where every
+    dropout zeroes what it is given, the block gives norm3(norm2(norm1(x)))."""
+    heads, dropout = args[1], args[3:]
+    if dropout == (1.0,):
+        for i in (1, 2, 3):
+            x = oracles.layer_norm(w, f"norm{i}", x)
+        return x
+    return oracles.course_layer(w, "", heads, x, memory, causal=self_mask is not None,
+                                pad=None if memory_mask is None else memory_mask[:, 0])
 
 
 def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor, what: str,
@@ -194,8 +270,8 @@ def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor,
 
 #: the block's parts in groups: their kind, how each is made, the mistake of one module used twice
 _BLOCK_GROUPS = ((("self_attention", "cross_attention"), "MultiHeadAttention", "MultiHeadAttention(k, heads)",
-                  M["block-shared-attention"]),
-                 (("norm1", "norm2", "norm3"), "LayerNorm", "nn.LayerNorm(k)", M["shared-norm"]),
+                  WRITTEN["block-shared-attention"]),
+                 (("norm1", "norm2", "norm3"), "LayerNorm", "nn.LayerNorm(k)", WRITTEN["shared-norm"]),
                  (("ff",), "FeedForward", "FeedForward(k, ff_mult * k)", None))
 
 
@@ -221,7 +297,7 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 DECODER = ForwardOracle(
     BLOCK_NAME, "a decoder block", _block_weights, _decoder,
-    "nn.TransformerDecoderLayer with the same weights", _block_simulators,
+    "nn.TransformerDecoderLayer with the same weights", lambda *_, **__: BLOCK_MISTAKES,
     hint=lambda **_: ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
                       "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...)."),
     otherwise="x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
@@ -254,10 +330,10 @@ def _expect_block_property(check: RunsCheck, ev: Evidence) -> None:
     causal = check is probes.decoder_block_causality
     if causal:
         expect_causal(ev, y, other, 3, f"{BLOCK_NAME}.forward with a causal self_mask", leaks,
-                      M["block-self-mask-ignored"].explanation, M["block-not-causal"])
+                      WRITTEN["block-self-mask-ignored"].explanation, WRITTEN["block-not-causal"])
     else:
         _expect_padding_ignored(ev, y, other, BLOCK_NAME, leaks, "Pass memory_mask to cross-attention.",
-                                M["block-reads-padding"])
+                                WRITTEN["block-reads-padding"])
     expect_block_runs(ev, check.runs, DECODER_BLOCK, claim="is causal" if causal else "ignores padded memory")
 
 
@@ -491,11 +567,45 @@ def _translator_logits(feed: str, model: nn.Module, src, src_mask, tgt, pad) -> 
     return model(src, read, src_mask)
 
 
+#     teacher_forcing_loss: logits = model(src, tgt[:, :-1], src_mask)
+#                           return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)
+# first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
+edit("loss-pad-hard-coded", "teacher_forcing_loss", ("ignore_index=pad", "ignore_index=0"),
+     mistake="loss-pad-hard-coded",
+     says="the padding id is hard-coded as 0 (or the padding is not ignored at all): ignore the labels equal to the "
+          "`pad` argument (ignore_index=pad).")
+edit("loss-not-shifted", "teacher_forcing_loss", ("model(src, tgt[:, :-1], src_mask)", "model(src, tgt, src_mask)"),
+     ("tgt[:, 1:], ignore_index", "tgt, ignore_index"), mistake="loss-not-shifted",
+     says="the targets are not shifted: the decoder reads tgt and is scored on tgt itself, so at every position the "
+          "answer is already in its input and the model learns to copy its input. Feed tgt[:, :-1], score against "
+          "tgt[:, 1:].")
+edit("loss-counts-padding", "teacher_forcing_loss", (", ignore_index=pad)", ")"), mistake="loss-counts-padding",
+     says="the loss counts the padding: pass ignore_index=pad to F.cross_entropy (or average over real tokens only).")
+edit("loss-wrong-shift", "teacher_forcing_loss", ("tgt[:, :-1], src_mask", "tgt[:, 1:], src_mask"),
+     ("tgt[:, 1:], ignore_index", "tgt[:, :-1], ignore_index"), mistake="loss-wrong-shift",
+     says="the shift goes the wrong way: the decoder reads tgt[:, :-1] (starting with <bos>) and predicts tgt[:, 1:].")
+edit("loss-sum", "teacher_forcing_loss", ("ignore_index=pad)", "ignore_index=pad, reduction='sum')"),
+     mistake="loss-sum", says="the loss is a sum, not a mean over the real target tokens.")
+
+
+@WRITTEN.rewrite("teacher_forcing_loss", "loss-per-sequence",
+                 says="the loss is averaged per sequence first; the task asks for the mean over all real target tokens "
+                      "of the batch (what F.cross_entropy(..., ignore_index=pad) gives).")
+def loss_per_sequence(model, src, src_mask, tgt, pad=PAD):
+    logits = model(src, tgt[:, :-1], src_mask)
+    labels = tgt[:, 1:]
+    per_token = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad, reduction='none')
+    real = (labels != pad).float()
+    return ((per_token * real).sum(1) / real.sum(1)).mean()
+
+
+edit("loss-softmax-twice", "teacher_forcing_loss", ("logits.transpose(1, 2)", "logits.softmax(dim=-1).transpose(1, 2)"),
+     mistake="loss-softmax",
+     says="a softmax is applied before F.cross_entropy, which applies log-softmax itself: pass the raw logits.")
+
 TEACHER_FORCING = LossOracle(
     LOSS_NAME, _translator_logits, tokens="tgt", pad="pad",
-    # first: with pad != 0 and no label 0, ignoring 0 and ignoring nothing give the same number
-    mistakes=(M["loss-pad-hard-coded"], M["loss-not-shifted"], M["loss-counts-padding"], M["loss-wrong-shift"],
-              M["loss-sum"], M["loss-per-sequence"], M["loss-softmax"]),
+    written=lambda **inputs: WRITTEN.outputs("teacher_forcing_loss", **inputs),
     hint="logits = model(src, tgt[:, :-1], src_mask); loss = F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], "
          "ignore_index=pad). F.cross_entropy wants the classes in dimension 1.",
     name="F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad)")
@@ -595,6 +705,39 @@ def _returned(ev: Evidence, key: str, what: str, asked: str) -> NoReturn:
          f"{asked}.")
 
 
+# configure_optimizer's mistakes, named from the parameter groups recorded (catalogue/seq2seq.py makes each)
+WRITTEN.mistake(
+    "optimizer-decay-everything",
+    "weight decay is applied to every parameter, the biases and the LayerNorm gains and offsets too (as "
+    "AdamW(model.parameters(), weight_decay=...) does). Those set scales and offsets: shrinking them towards 0 "
+    "regularises nothing. Put the parameters of two or more dimensions in a group with weight_decay, the others in a "
+    "group with weight_decay=0.")
+WRITTEN.mistake(
+    "optimizer-decay-swapped",
+    "the groups are swapped: the biases and LayerNorm parameters (fewer than two dimensions) are decayed and the "
+    "weight matrices and embeddings are not. Decay the parameters with p.dim() >= 2.")
+WRITTEN.mistake(
+    "optimizer-plain-adam",
+    "the optimizer is torch.optim.Adam, whose weight_decay adds weight_decay * p to the gradient, where Adam's "
+    "scaling then shrinks it for the parameters with large gradients: not a decay of every weight at the same rate. "
+    "Use torch.optim.AdamW, which decouples the decay from the gradient.")
+WRITTEN.mistake(
+    "optimizer-parameter-twice",
+    "a parameter is in both groups (PyTorch refuses that). Split the parameters by p.dim() >= 2: each goes to exactly "
+    "one group.")
+WRITTEN.mistake(
+    "optimizer-parameter-missing",
+    "a trainable parameter is in no group, so the optimizer never updates it. Go through model.parameters() (or "
+    "model.named_parameters()) and put every trainable parameter in one of the two groups.")
+WRITTEN.mistake(
+    "optimizer-frozen-included",
+    "a frozen parameter (requires_grad=False) is in a group. Leave out the parameters that do not require gradients: "
+    "they are not trained.")
+WRITTEN.mistake(
+    "optimizer-lr-not-set",
+    "the groups do not have the lr given: pass lr=lr to torch.optim.AdamW (its default is 1e-3).")
+
+
 def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
     """An AdamW whose groups hold every trainable parameter once: weight_decay if p.dim() >= 2, else 0; the lr given."""
     __tracebackhide__ = True
@@ -602,10 +745,10 @@ def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
     what = f"configure_optimizer(model, lr={lr:g}, weight_decay={weight_decay:g})"
     fact = ev.facts.get(case.key)
     if isinstance(fact, dict) and "more than one parameter group" in str(fact.get("message")):
-        _not_asked(what, M["optimizer-parameter-twice"], f" It raised: {str(fact.get('message'))[:200]}")
+        _not_asked(what, WRITTEN["optimizer-parameter-twice"], f" It raised: {str(fact.get('message'))[:200]}")
     raised(ev, case.key, what)
     if ev.facts.get(fact_key(case.key, "class")) == "Adam":
-        _not_asked(what, M["optimizer-plain-adam"])
+        _not_asked(what, WRITTEN["optimizer-plain-adam"])
     if ev.facts.get(fact_key(case.key, "class")) != "AdamW":
         _returned(ev, case.key, what, "a torch.optim.AdamW")
     params = dict(probes.StandInNetwork(*sizes).named_parameters())
@@ -625,20 +768,21 @@ def _expect_optimizer(ev: Evidence, case: probes.SettingCase) -> None:
     decayed = {name: held[name] == 1 and math.isclose(wd[name], weight_decay, rel_tol=1e-6) for name in dims}
     plain = {name: held[name] == 1 and wd[name] == 0.0 for name in dims}
     if all(decayed.values()):
-        _not_asked(what, M["optimizer-decay-everything"], table)
+        _not_asked(what, WRITTEN["optimizer-decay-everything"], table)
     if all(decayed[n] if d < 2 else plain[n] for n, d in dims.items()):
-        _not_asked(what, M["optimizer-decay-swapped"], table)
+        _not_asked(what, WRITTEN["optimizer-decay-swapped"], table)
     if int(foreign) != 0:
         fail(f"{what} holds tensors that are not parameters of the model: use model.parameters().{table}")
     if any(held[name] for name in params if name not in dims):
-        _not_asked(what, M["optimizer-frozen-included"], table)
+        _not_asked(what, WRITTEN["optimizer-frozen-included"], table)
     if any(held[name] == 0 for name in dims):
-        _not_asked(what, M["optimizer-parameter-missing"], table)
+        _not_asked(what, WRITTEN["optimizer-parameter-missing"], table)
     if not all(decayed[n] if d >= 2 else plain[n] for n, d in dims.items()):
         fail(f"{what} gives parameters the wrong weight decay: weight_decay if p.dim() >= 2, else 0.{table}")
     lrs = sorted({float(rates[i]) for i, name in enumerate(params) if name in dims})
     if not all(math.isclose(v, lr, rel_tol=1e-6) for v in lrs):
-        _not_asked(what, M["optimizer-lr-not-set"], f" The groups have lr {', '.join(f'{v:g}' for v in lrs[:4])}.")
+        _not_asked(what, WRITTEN["optimizer-lr-not-set"],
+                   f" The groups have lr {', '.join(f'{v:g}' for v in lrs[:4])}.")
 
 
 each_case(probes.configure_optimizer_groups, _expect_optimizer,
@@ -647,19 +791,60 @@ each_case(probes.configure_optimizer_hidden, _expect_optimizer,
           passed="Other stand-ins (blocks in an nn.ModuleList), learning rates and weight decays.")
 
 
-def _schedule(steps: int, peak: float, warmup: int, *, first: int = 1, until: int | None = None, ahead: int = 1,
-              start: int | None = None, span: int | None = None, shape: str = "cosine") -> torch.Tensor:
-    """Every step's learning rate (steps,) float64: the oracle with the defaults, a typical mistake otherwise: a
-    warm-up peak * (step + first) / warmup while step < until, then a decay of progress (step + ahead - start) /
-    (steps - span) shaped "cosine", "upward" (1 - cos) or "linear"; until, start and span default to warmup."""
-    until, start, span = (warmup if v is None else v for v in (until, start, span))
-    out = []
-    for step in range(steps):
-        progress = (step + ahead - start) / max(1, steps - span)
-        cos = math.cos(math.pi * progress)
-        decay = {"cosine": 0.5 * (1 + cos), "upward": 0.5 * (1 - cos), "linear": 1 - progress}[shape]
-        out.append(peak * (step + first) / warmup if step < until else peak * decay)
-    return torch.tensor(out, dtype=torch.float64)
+#     learning_rate: if step < warmup: return peak * (step + 1) / warmup
+#                    progress = (step + 1 - warmup) / (steps - warmup)
+#                    return peak * 0.5 * (1 + math.cos(math.pi * progress))
+WARMUP, PROGRESS = "peak * (step + 1) / warmup", "(step + 1 - warmup) / (steps - warmup)"
+NO_WARMUP = ("    if step < warmup:\n        return peak * (step + 1) / warmup\n", "")
+edit("lr-warmup-off-by-one", "learning_rate", (WARMUP, "peak * step / warmup"), mistake="lr-warmup-off-by-one",
+     says="the warm-up is one step off: step 0 must already have peak / warmup, and step warmup - 1 the peak, lr = "
+          "peak * (step + 1) / warmup for step < warmup.")
+edit("lr-warmup-one-step-long", "learning_rate", ("if step < warmup:", "if step <= warmup:"),
+     mistake="lr-warmup-off-by-one")
+edit("lr-decay-not-offset", "learning_rate", (PROGRESS, "(step + 1) / steps"), mistake="lr-decay-not-offset",
+     says="the cosine decay does not start where the warm-up ends: its progress must count the steps after the "
+          "warm-up, (step + 1 - warmup) / (steps - warmup), so it is 0 at the peak and 1 at the last step.")
+edit("lr-decay-counted-from-zero", "learning_rate", (PROGRESS, "(step + 1) / (steps - warmup)"),
+     mistake="lr-decay-not-offset")
+edit("lr-decay-off-by-one", "learning_rate", (PROGRESS, "(step - warmup) / (steps - warmup)"),
+     mistake="lr-decay-off-by-one",
+     says="the decay is one step off: with progress (step + 1 - warmup) / (steps - warmup) the first step after the "
+          "warm-up is already below the peak and the last step (steps - 1) has exactly 0.")
+edit("lr-decay-off-by-one-twice", "learning_rate", (PROGRESS, "(step - warmup) / (steps - warmup - 1)"),
+     mistake="lr-decay-off-by-one")
+edit("lr-decays-upward", "learning_rate", ("(1 + math.cos(", "(1 - math.cos("), mistake="lr-decays-upward",
+     says="the learning rate rises after the warm-up instead of falling: the decay is peak * (1 + cos(pi * progress)) "
+          "/ 2, which is peak at progress 0 and 0 at progress 1 (not 1 - cos).")
+edit("lr-linear-decay", "learning_rate",
+     ("return peak * 0.5 * (1 + math.cos(math.pi * progress))", "return peak * (1 - progress)"),
+     mistake="lr-linear-decay", says="the decay is linear; a cosine is asked: peak * (1 + cos(pi * progress)) / 2.")
+edit("lr-no-warmup", "learning_rate", NO_WARMUP, mistake="lr-no-warmup",
+     says="there is no warm-up: the first warmup steps must rise linearly, peak * (step + 1) / warmup, before the "
+          "cosine decay starts.")
+edit("lr-no-warmup-decay-from-zero", "learning_rate", NO_WARMUP, (PROGRESS, "(step + 1) / steps"),
+     mistake="lr-no-warmup")
+# named from the type recorded (catalogue/seq2seq.py's lr-as-a-tensor makes it)
+LR_NOT_A_FLOAT = WRITTEN.mistake("lr-not-a-float", "the exercise asks for the rate as a Python float: compute it "
+                                                   "with math.cos and math.pi (torch.cos takes and returns a tensor).")
+
+
+def _schedule(steps: int, peak: float, warmup: int) -> torch.Tensor:
+    """Every step's learning rate (steps,) float64: peak * (step + 1) / warmup while step < warmup, then a cosine
+    decay of progress (step + 1 - warmup) / (steps - warmup)."""
+    progress = [(step + 1 - warmup) / max(1, steps - warmup) for step in range(steps)]
+    return torch.tensor([peak * (step + 1) / warmup if step < warmup else peak * 0.5 * (1 + math.cos(math.pi * p))
+                         for step, p in enumerate(progress)], dtype=torch.float64)
+
+
+def _schedules(steps: int, peak: float, warmup: int) -> Iterator[tuple[Mistake, torch.Tensor]]:
+    """(mistake, every step's rate) of each written variant of learning_rate, in order, lazily; one that raises at a
+    step is skipped."""
+    for written in WRITTEN.of("learning_rate"):
+        try:
+            rates = [float(written.run(step, steps, peak, warmup)) for step in range(steps)]
+        except Exception:  # noqa: BLE001 - a variant that cannot run on these settings matches nothing
+            continue
+        yield written.mistake, torch.tensor(rates, dtype=torch.float64)
 
 
 def _off(actual: torch.Tensor, expected: torch.Tensor, peak: float) -> torch.Tensor:
@@ -677,13 +862,12 @@ def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
     actual = tensor(ev, case.key, shape=(steps,))
     if actual is None or actual.dtype != torch.float64:
         _returned(ev, case.key, what, "the learning rate, a number (a float)")
-    at = partial(_schedule, steps, peak, warmup)
-    expected = at()
+    expected = _schedule(steps, peak, warmup)
     if not _off(actual, expected, peak).any():
         others = [name for name in ev.facts.get(fact_key(case.key, "types"), ()) if name not in ("float", "int")]
         if others:
-            fail(f"{what} gives the right rates, as {' and '.join(others)}: {M['lr-not-a-float'].explanation}",
-                 mistake=M["lr-not-a-float"])
+            fail(f"{what} gives the right rates, as {' and '.join(others)}: {LR_NOT_A_FLOAT.explanation}",
+                 mistake=LR_NOT_A_FLOAT)
         return
     wrong = int(_off(actual, expected, peak).nonzero()[0])
     shown = sorted({0, warmup // 2, max(0, warmup - 1), min(warmup, steps - 1), warmup - 1 + (steps - warmup + 1) // 2,
@@ -691,13 +875,7 @@ def _expect_schedule(ev: Evidence, case: probes.SettingCase) -> None:
     table = _table([("step", "expected", "yours"), *((str(s), f"{float(expected[s]):.6g}", f"{float(actual[s]):.6g}")
                                                      for s in shown)], str.rjust)
     more = f"\n\nOn a small case ({steps} steps, peak {peak:g}, warmup {warmup}; first difference at step {wrong}):\n"
-    mistake = next((m for m, v in (
-        (M["lr-warmup-off-by-one"], at(first=0)), (M["lr-warmup-off-by-one"], at(until=warmup + 1)),
-        (M["lr-decay-not-offset"], at(start=0, span=0)), (M["lr-decay-not-offset"], at(start=0)),
-        (M["lr-decay-off-by-one"], at(ahead=0)), (M["lr-decay-off-by-one"], at(ahead=0, span=warmup + 1)),
-        (M["lr-decays-upward"], at(shape="upward")), (M["lr-linear-decay"], at(shape="linear")),
-        (M["lr-no-warmup"], at(until=0)), (M["lr-no-warmup"], at(until=0, start=0, span=0)))
-        if not _off(actual, v, peak).any()), None)
+    mistake = next((m for m, v in _schedules(steps, peak, warmup) if not _off(actual, v, peak).any()), None)
     if mistake is not None:
         _not_asked(what, mistake, more + table)
     fail(f"{what} does not follow the schedule: lr = peak * (step + 1) / warmup for step < warmup, else "
@@ -710,34 +888,75 @@ each_case(probes.learning_rate_hidden, _expect_schedule,
           passed="The notebook's 800 steps, a single warm-up step, a warm-up of all steps but the last.")
 
 
-def _train_steps(case: probes.StepCase, *, zero: bool = True, clip: str = "norm",
-                 lr_set: str = "all") -> tuple[list[dict[str, torch.Tensor]], list[float]]:
-    """The parameters after each of two calls of train_step on case and the norms before clipping, by PyTorch's SGD
-    in float64: the oracle with the defaults, else a mistake: zero (zero_grad first), clip ("norm", "values" or
-    "none"), lr_set (in "all" groups, the "first" or "none")."""
+#     train_step: for group in optimizer.param_groups: group["lr"] = lr
+#                 optimizer.zero_grad(); loss.backward()
+#                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); optimizer.step(); return norm
+# Each is run as the oracle is (_train_steps), and named by the parameters after its calls.
+SETS_LR, ZEROES = '    for group in optimizer.param_groups:\n        group["lr"] = lr\n', "    optimizer.zero_grad()\n"
+CLIPS = "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+edit("train-step-lr-not-set", "train_step", (SETS_LR, ""), mistake="train-step-lr-not-set",
+     says="the step uses the learning rate the optimizer was created with, not the lr argument. Set it in every "
+          "parameter group first: for group in optimizer.param_groups: group['lr'] = lr.")
+edit("train-step-lr-one-group", "train_step", (SETS_LR, '    optimizer.param_groups[0]["lr"] = lr\n'),
+     mistake="train-step-lr-one-group",
+     says="only the first parameter group gets the new lr: the optimizer has one group per kind of parameter (here "
+          "two). Set it in every group: for group in optimizer.param_groups: group['lr'] = lr.")
+edit("train-step-no-zero-grad", "train_step", (ZEROES, ""), mistake="train-step-no-zero-grad",
+     says="the gradients are not zeroed: loss.backward() adds to the .grad the previous step left, so the second step "
+          "moves along the sum of both gradients. Call optimizer.zero_grad() before loss.backward().")
+edit("train-step-clips-values", "train_step", ("clip_grad_norm_", "clip_grad_value_"),
+     mistake="train-step-clips-values",
+     says="each gradient entry is clamped to [-max_norm, max_norm] (clip_grad_value_), which changes the gradient's "
+          "direction. Scale the whole gradient so that its total norm is at most max_norm: "
+          "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).")
+edit("train-step-clips-after-step", "train_step", (f"{CLIPS}    optimizer.step()\n", f"    optimizer.step()\n{CLIPS}"),
+     mistake="train-step-clips-after-step",
+     says="the gradient is clipped after optimizer.step(), which has already used the unclipped gradient. Clip "
+          "between loss.backward() and optimizer.step().")
+# named from the norms returned (catalogue/seq2seq.py makes each): clipping before backward moves the parameters as
+# clipping after the step does, but measures no gradient
+WRITTEN.mistake("train-step-clips-before-backward",
+                "the gradient is clipped before loss.backward() computes it: clipping then sees no gradient (or the "
+                "previous step's), and the step uses the unclipped one. Clip between loss.backward() and "
+                "optimizer.step().")
+WRITTEN.mistake("train-step-norm-after-clipping",
+                "the norm returned is the one after clipping (at most max_norm). Return the norm before clipping: it "
+                "is what torch.nn.utils.clip_grad_norm_ returns, and what tells how often clipping acts.")
+
+
+def _clipped_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float,
+                  max_norm: float) -> torch.Tensor:
+    """The oracle's update: lr in every group, the gradients zeroed, backward, the total norm clipped, one step."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad()
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return norm
+
+
+def _train_steps(case: probes.StepCase, step: Callable = _clipped_step) -> tuple[list[dict[str, torch.Tensor]], list]:
+    """The parameters after each of two calls of step (the oracle's, or a variant's train_step) on case and what each
+    call returned, by PyTorch's SGD in float64."""
     model = case.model().double()
     optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=probes.INITIAL_LR)
-    after, norms = [], []
+    after, returned = [], []
     for i, lr in enumerate(case.lrs):
-        for group in optimizer.param_groups[:{"all": 2, "first": 1, "none": 0}[lr_set]]:
-            group["lr"] = lr
-        if zero:
-            optimizer.zero_grad()
         x, y = (v.double() for v in case.batch(i))
-        ((model(x) - y) ** 2).mean().backward()
-        total = float(nn.utils.clip_grad_norm_(model.parameters(), case.max_norm if clip == "norm" else math.inf))
-        if clip == "values":
-            nn.utils.clip_grad_value_(model.parameters(), case.max_norm)
-        optimizer.step()
+        returned.append(step(model, optimizer, ((model(x) - y) ** 2).mean(), lr, case.max_norm))
         after.append({name: p.detach().clone() for name, p in model.named_parameters()})
-        norms.append(total)
-    return after, norms
+    return after, returned
 
 
-_STEP_MISTAKES = ((M["train-step-lr-not-set"], {"lr_set": "none"}), (M["train-step-lr-one-group"], {"lr_set": "first"}),
-                  (M["train-step-no-zero-grad"], {"zero": False}), (M["train-step-clips-values"], {"clip": "values"}),
-                  (M["train-step-clips-after-step"], {"clip": "none"}),  # the step used the unclipped gradient
-                  (M["train-step-no-zero-grad"], {"zero": False, "lr_set": "none"}))
+def _variant_steps(case: probes.StepCase) -> Iterator[tuple[Mistake, list[dict[str, torch.Tensor]]]]:
+    """(mistake, the parameters after each call) of each written variant of train_step, in order, lazily; one that
+    raises is skipped."""
+    for written in WRITTEN.of("train_step"):
+        try:
+            yield written.mistake, _train_steps(case, written.run)[0]
+        except Exception:  # noqa: BLE001, PERF203 - a variant that cannot run on this case matches nothing
+            continue
 
 
 def _moved_as(actual: list[dict[str, torch.Tensor]], expected: list[dict[str, torch.Tensor]],
@@ -769,17 +988,18 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
         fail(f"The test recorded no parameters of {what}: the check did not run to the end.")
     actual = [{name: v.double() for name, v in after.items()} for after in actual]
     expected, norms = _train_steps(case)
+    norms = [float(norm) for norm in norms]
     wrong = next((i for i in range(2) if not _moved_as(actual, expected, before, ev.device, i + 1)), None)
     if wrong is not None:
         shown = (expected[wrong]["weight"][0], actual[wrong]["weight"][0], f"nn.Linear({n_in}, {n_out}), SGD created "
                  f"at lr {probes.INITIAL_LR:g}, called at lr {case.lrs[0]:g} then {case.lrs[1]:g}; weight[0] shown")
         lrs = f" After call {wrong + 1} the optimizer's groups have lr {ev.facts.get(f'{case.key}.lrs{wrong}')}."
-        mistake = next((m for m, changes in _STEP_MISTAKES
-                        if _moved_as(actual, _train_steps(case, **changes)[0], before, ev.device, wrong + 1)), None)
+        mistake = next((m for m, after in _variant_steps(case)
+                        if _moved_as(actual, after, before, ev.device, wrong + 1)), None)
         first = tensor(ev, f"{case.key}.norm0")
-        if mistake is M["train-step-clips-after-step"] and first is not None and first.numel() == 1 \
+        if mistake is WRITTEN["train-step-clips-after-step"] and first is not None and first.numel() == 1 \
                 and float(first.reshape(())) == 0.0:
-            mistake = M["train-step-clips-before-backward"]  # clipping found no gradient to measure
+            mistake = WRITTEN["train-step-clips-before-backward"]  # clipping found no gradient to measure
         if mistake is not None:
             _not_asked(what, mistake, lrs, *shown)
         fail(f"{what} does not update the parameters as asked (call {wrong + 1}): set lr in every group, zero the "
@@ -793,9 +1013,9 @@ def _expect_steps(ev: Evidence, case: probes.StepCase) -> None:
             continue
         shown = torch.tensor(norms[i]), torch.tensor(got), f"call {i + 1}, max_norm {case.max_norm:g}"
         if math.isclose(got, min(norms[i], case.max_norm), rel_tol=1e-3):
-            _not_asked(what, M["train-step-norm-after-clipping"], "", *shown)
+            _not_asked(what, WRITTEN["train-step-norm-after-clipping"], "", *shown)
         if got == 0.0 or (i == 1 and math.isclose(got, norms[0], rel_tol=1e-3)):
-            _not_asked(what, M["train-step-clips-before-backward"], "", *shown)
+            _not_asked(what, WRITTEN["train-step-clips-before-backward"], "", *shown)
         fail(f"{what} returned {got:.6g} (call {i + 1}), not the total norm before clipping that "
              "torch.nn.utils.clip_grad_norm_ returns.", *shown)
 
