@@ -246,6 +246,19 @@ def _catalogue_cell(node: ast.stmt) -> str | None:
     return None
 
 
+def _written_cells(catalogue: Module | None) -> dict[str, str]:
+    """The answer cell of each class whose mistakes a judges module writes, from the catalogue's
+    ``written(WRITTEN, cells={"DecoderBlock": "decoder_block"})``: a written mistake names the class, the notebook
+    the cell's grade id."""
+    for node in ast.walk(catalogue.tree) if catalogue is not None else ():
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "written":
+            for keyword in node.keywords:
+                if keyword.arg == "cells" and isinstance(keyword.value, ast.Dict):
+                    return {k.value: v.value for k, v in zip(keyword.value.keys, keyword.value.values, strict=True)
+                            if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return {}
+
+
 @dataclass(frozen=True)
 class TestCell:
     assignment: str
@@ -278,13 +291,16 @@ def starts(cell: TestCell) -> set[Unit]:
     probe = module(f"course.checks.{cell.module}")
     found = {unit for node, unit in probe.units if cell.check in _targets(node)}
     judges = module(f"course.judges.{cell.module}")
+    catalogue = module(f"catalogue.{cell.module}")
     if judges is not None:
         aliases = {alias for alias, (source, name) in judges.imports.items()
                    if (name is None and source == f"course.checks.{cell.module}")
                    or (source == "course.checks" and name == cell.module)}
-        found |= {unit for node, unit in judges.units if _names_check(node, cell.check, aliases)
-                  or (cell.answer is not None and _catalogue_cell(node) == cell.answer)}
-    catalogue = module(f"catalogue.{cell.module}")
+        cells = _written_cells(catalogue)
+        for node, unit in judges.units:
+            answer = _catalogue_cell(node)  # a function's cell is its name; a class's is found in cells
+            if _names_check(node, cell.check, aliases) or (answer and cells.get(answer, answer) == cell.answer):
+                found.add(unit)
     if catalogue is not None and cell.answer is not None:
         found |= {unit for node, unit in catalogue.units if _catalogue_cell(node) == cell.answer}
     return found

@@ -81,6 +81,15 @@ def test_a_closure_follows_imports_into_the_machinery_and_stops_at_torch():
     assert any(unit.name.startswith('edit("weights-softmax-dim1"') for unit in reached)  # a mistake it can name
 
 
+def test_a_class_s_written_mistakes_are_in_the_closure_of_its_cell_s_checks():
+    """A mistake written in a judges module names the class (DecoderBlock); the notebook's cell has a grade id
+    (decoder_block): the catalogue's written(WRITTEN, cells=...) joins the two."""
+    (cell,) = [c for c in reading_closure.test_cells() if c.check == "decoder_block_oracle"]
+    reached = reading_closure.closure(reading_closure.starts(cell))
+    assert any(unit.path == "course/judges/seq2seq.py" and unit.name.startswith('edit("block-no-residual"')
+               for unit in reached)
+
+
 def test_nothing_in_the_check_machinery_inspects_the_callers_frame():
     """Where a check, a mistake or a catalogue edit belongs is said where it is written (or found from where it is
     bound), never guessed from the frame that called: a reader follows names, not the call stack."""
