@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 from nbgrader.utils import parse_utc
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # replays run setup cells that import pyplot
@@ -19,6 +20,11 @@ from autograder.notebooks import answer_cells, filled
 from autograder.results import Grade
 from autograder.secret import course_secret
 from catalogue import mistakes
+
+# pytest-xdist runs four workers on CI's two cores; each worker's PyTorch would start a thread per core for matrices of
+# a few dozen entries, and the threads wait on each other. One thread per worker process (the kernels it starts keep
+# their own settings).
+torch.set_num_threads(1)
 
 ROOT = course_dir.ROOT
 #: Developer convenience: COURSE_TEST_ASSIGNMENTS=03_scaling,04_multi_head grades only those in the batch.
