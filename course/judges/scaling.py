@@ -54,7 +54,7 @@ edit("scaling-d-from-size-1", SDPA, ("d = queries.shape[-1]", "d = queries.size(
 SCALES = tuple(written.name for written in WRITTEN.of(SDPA))  # the module's mask dropped leaks with these too
 edit("scaling-softmax-over-queries", SDPA, NO_FILL, NO_ZEROED_ROWS, (SOFTMAX, SOFTMAX.replace("-1", "-2")),
      mistake="softmax-over-queries", says="the softmax runs over the queries (dim=-2). Each query's weights over the "
-                                          "keys must sum to 1: use dim=-1.")
+     "keys must sum to 1: use dim=-1.")  # and no mask yet: the first version a student writes, as it was simulated
 edit("scaling-softmax-by-hand", SDPA, (SOFTMAX, "weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)"),
      mistake="softmax-overflow", says="the softmax is written as exp(scores) / sum(exp(scores)): on large scores (past "
      "about 88 in float32) exp is infinite and the weights come out NaN. Subtract each row's maximum before exp, or "
