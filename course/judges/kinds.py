@@ -219,6 +219,8 @@ def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tens
     claim: the property y has, e.g. "MultiHeadAttention respects the causal mask"."""
     __tracebackhide__ = True
     want = expected_output(oracle, w, args, inputs)
+    if matches_any(y, [want], ev.device):  # a right output runs no mistake's computation
+        return
     with torch.no_grad():
         candidates = [want, *(t for _, t in simulated(oracle, w, args, inputs)), *oracle.anchors(w, *args, **inputs)]
     if not matches_any(y, candidates, ev.device):

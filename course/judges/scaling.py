@@ -1,9 +1,10 @@
 """Judges for assignment 03 (probes in course/checks/scaling.py): F.scaled_dot_product_attention for the function
 (its weights are its output when the values are the identity), nn.MultiheadAttention with one head for the module,
-and the typical mistakes they can name; only the properties are written out."""
+and the typical mistakes they can name, each written as a student writes it with the message beside it
+(course/judges/variants.py); only the properties are written out."""
 
-import math
-from collections.abc import Callable
+import contextlib
+from collections.abc import Iterable
 from functools import partial
 
 import torch
@@ -14,18 +15,104 @@ from course.checks import scaling as probes
 from course.checks.compare import Mistake, expect_close, expect_tuple, fail, matches_any, output, raised, randn, tensor
 from course.checks.evidence import Evidence, gradient_key, item_key
 from course.checks.kinds import Case
-from course.checks.scaling import CHANGED, GAINS, ROLES, UPSTREAM_SEEDS
-from course.judges import judge, kinds, mistakes, oracles
+from course.checks.scaling import CHANGED, GAINS, UPSTREAM_SEEDS
+from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import expect_structure, projection_count, projections
 from course.judges.kinds import ForwardOracle, against_forward, anchor_forward, each_case, expect_causal, forward_output
+from course.judges.variants import Simulator, Variants, Written, module_output, simulators
 
-SDPA_NAME = "scaled_dot_product_attention"
+SDPA_NAME = SDPA = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
 
 # ---------------------------------------------------------------- mistakes
+# Edits of the reference answers in course/scaling.py; of two that match, the first declared is named. Mistakes every
+# check names (a shape, an error, a detached output) and those named by a property here are in catalogue/scaling.py.
 
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/scaling.txt
+WRITTEN = Variants(__name__, reference="course.scaling")
+edit = WRITTEN.edit
+SCORES = "scores = queries @ keys.transpose(-2, -1) / math.sqrt(d)"
+FILL = 'scores = scores.masked_fill(~mask, float("-inf"))'
+SOFTMAX = "weights = F.softmax(scores, dim=-1)"
+ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
+NO_FILL = (f"if mask is not None:\n        {FILL}\n    ", "")
+NO_ZEROED_ROWS = (f"\n    if mask is not None:\n        {ZERO_ROWS}", "")
+RETURN = "return weights @ values, weights"
 
+# the scale, and the softmax: these show without a mask
+edit("scaling-unscaled", SDPA, (SCORES, "scores = queries @ keys.transpose(-2, -1)"), mistake="unscaled",
+     says="the scores are not scaled. Divide queries·keysᵀ by √d, d the size of a query (queries.shape[-1]).")
+edit("scaling-divided-by-d", SDPA, ("/ math.sqrt(d)", "/ d"), mistake="divided-by-d",
+     says="the scores are divided by d; divide by √d (math.sqrt(d)), the standard deviation of q·k. (Did the queries "
+          "get scaled before calling a function that scales again?)")
+edit("scaling-by-value-size", SDPA, ("math.sqrt(d)", "math.sqrt(values.shape[-1])"), mistake="scaled-by-value-size",
+     says="the scores are divided by the square root of the value size; the scale is √d with d the size of a query "
+          "and a key (queries.shape[-1]), not of a value.")
+# on one matrix (tq, d) size(1) is d; declared after the value size, which it equals when tq == dv
+edit("scaling-d-from-size-1", SDPA, ("d = queries.shape[-1]", "d = queries.size(1)"), mistake="scaled-by-size-1",
+     says="the scores are divided by √(queries.size(1)): on a batch (b, tq, d) that is the number of queries, not "
+          "their size (on one matrix (tq, d) it happens to be d). Take d from the last dimension: queries.size(-1).")
+SCALES = tuple(written.name for written in WRITTEN.of(SDPA))  # the module's mask dropped leaks with these too
+edit("scaling-softmax-over-queries", SDPA, NO_FILL, NO_ZEROED_ROWS, (SOFTMAX, SOFTMAX.replace("-1", "-2")),
+     mistake="softmax-over-queries", says="the softmax runs over the queries (dim=-2). Each query's weights over the "
+     "keys must sum to 1: use dim=-1.")  # and no mask yet: the first version a student writes, as it was simulated
+edit("scaling-softmax-by-hand", SDPA, (SOFTMAX, "weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)"),
+     mistake="softmax-overflow", says="the softmax is written as exp(scores) / sum(exp(scores)): on large scores (past "
+     "about 88 in float32) exp is infinite and the weights come out NaN. Subtract each row's maximum before exp, or "
+     "use F.softmax, which does.")
+
+#: the mistakes above show without a mask; those below only with one (without, they compute what the reference does)
+WITHOUT_A_MASK = tuple(written.name for written in WRITTEN.of(SDPA))
+edit("scaling-large-negative-fill", SDPA, (FILL, "scores = scores.masked_fill(~mask, -1e9)"), NO_ZEROED_ROWS,
+     mistake="large-negative-fill", says="a query that may attend to nothing gets equal weights on every key. That "
+     "happens when masked scores are filled with a large negative number instead of −∞ and such rows are not zeroed; "
+     "the convention is all-zero weights and a zero output for them.")
+edit("scaling-mask-inverted", SDPA, (FILL, FILL.replace("~mask", "mask")),
+     (ZERO_ROWS, ZERO_ROWS.replace("~mask", "~(~mask)")), mistake="mask-inverted", says="the mask is inverted. True "
+     "means attention is ALLOWED (PyTorch's convention): fill the scores where the mask is False (~mask) with −∞.")
+MASKED_WITH_ZERO = (FILL, "scores = scores.masked_fill(~mask, 0.0)")
+edit("scaling-mask-with-zero-rows-not-zeroed", SDPA, MASKED_WITH_ZERO, NO_ZEROED_ROWS, mistake="mask-filled-with-zero",
+     says="masked scores are set to 0 instead of −∞. A score of 0 is an ordinary score (e⁰ = 1), so masked keys "
+          "still get weight: use float('-inf').")
+edit("scaling-mask-after-softmax", SDPA, NO_FILL, (ZERO_ROWS, "weights = weights * mask"), mistake="mask-after-softmax",
+     says="the mask is applied after the softmax without renormalising, so the weights of a row no longer sum to 1. "
+          "Mask the scores with −∞ before the softmax.")
+edit("scaling-mask-ignored", SDPA, NO_FILL, NO_ZEROED_ROWS, mistake="mask-ignored",
+     says="the mask is ignored: masked keys still get weight. Is the mask passed on, and are the scores where it is "
+          "False filled with −∞ before the softmax?")
+edit("scaling-mask-with-zero", SDPA, MASKED_WITH_ZERO, mistake="mask-filled-with-zero")
+edit("scaling-mask-ignored-rows-zeroed", SDPA, NO_FILL, mistake="mask-ignored")
+
+#: the mistakes above change the output, and the module's through it; those below only the weights returned
+OUTPUT_MISTAKES = tuple(written.name for written in WRITTEN.of(SDPA))
+edit("scaling-raw-scores-as-weights", SDPA, (RETURN, "return weights @ values, scores"), mistake="weights-are-scores",
+     says="the weights returned are the scores (before the softmax): return the softmax of the scaled, masked scores.")
+edit("scaling-unmasked-scores-as-weights", SDPA, (FILL, FILL.replace("scores =", "masked =")),
+     (SOFTMAX, "weights = F.softmax(scores if mask is None else masked, dim=-1)"),
+     (RETURN, "return weights @ values, scores"), mistake="weights-are-scores")
+
+# named by the checks' properties, not by running a variant
+NOT_A_PAIR = WRITTEN.mistake("not-a-pair", "scaled_dot_product_attention should return a pair (output, weights).")
+NAN_IN_EMPTY_ROWS = WRITTEN.mistake("nan-in-empty-rows", "a query that may attend to nothing gets NaN weights and "
+                                    "output instead of zeros. The softmax of a row of −∞ is 0/0; the convention "
+                                    "(PyTorch's too) is all-zero weights and a zero output for such a row: after the "
+                                    "softmax, zero the rows where mask.any(dim=-1, keepdim=True) is False.")
+NAN_GRADIENTS = WRITTEN.mistake("nan-gradients", "NaN gradients flow back from a query that may attend to nothing. "
+                                "The forward pass can hide a NaN that the backward pass still sees: adding −∞ to the "
+                                "scores (scores + where(mask, 0, −inf)) and repairing the NaN weights afterwards "
+                                "sends NaN back through the addition. Use scores.masked_fill(~mask, float('-inf')), "
+                                "whose gradient is zero at masked positions.")
+
+# ScaledSelfAttention.forward: its own mistakes; one of scaled_dot_product_attention's it calls is named as that
+CALL = "scaled_dot_product_attention(queries, keys, values, mask)"
+edit("scaling-module-mask-dropped", MODULE_NAME, (CALL, CALL.replace(", mask)", ")")), mistake="mask-ignored")
+edit("scaling-module-values-not-projected", MODULE_NAME, (CALL, CALL.replace("values,", "x,")),
+     mistake="values-not-projected", says="the values are the raw inputs x; they should go through to_values first.")
+PROJECTION_BIAS = WRITTEN.mistake("projection-bias", "the projections have a bias: use nn.Linear(k, k, bias=False).")
+NO_MASK_ARGUMENT = WRITTEN.mistake("no-mask-argument", "forward takes no mask argument: def forward(self, x, "
+                                   "mask=None).")
+CAUSAL_LEAK = WRITTEN.mistake("causal-leak", "with a causal mask, a later position still changes an earlier output.")
+MASKS_WITHOUT_A_MASK = WRITTEN.mistake("masks-without-a-mask", "without a mask, forward still masks: every position "
+                                       "should see every other one.")
 
 _SDPA_HINT = ("The inputs may have any number of leading dimensions (..., tq, d): use keys.transpose(-2, -1) "
               "(or keys.mT) rather than transpose(1, 2), and a mask that broadcasts to (..., tq, tk).")
@@ -39,70 +126,26 @@ _MODULE_FORWARD_HINT = ("forward should return the output of scaled_dot_product_
 Pair = tuple[torch.Tensor, torch.Tensor]  # (output, weights)
 
 
-def _zero_empty_rows(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """The course's convention for a query that may attend to nothing: all-zero weights, zero output."""
-    return t if mask is None else torch.where(~mask.any(dim=-1, keepdim=True), torch.zeros_like(t), t)
-
-
 def _sdpa_oracle(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                  mask: torch.Tensor | None = None) -> Pair:
-    """PyTorch's fused attention: the output, and the weights (the output when the values are the identity)."""
+    """PyTorch's fused attention: the output, and the weights (the output when the values are the identity); a query
+    that may attend to nothing gets all-zero weights and a zero output (the course's convention)."""
     tk = keys.shape[-2]
     eye = torch.eye(tk).expand(*keys.shape[:-2], tk, tk)  # (..., tk, tk)
-    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
-    w = F.scaled_dot_product_attention(queries, keys, eye, attn_mask=mask)
-    return _zero_empty_rows(out, mask), _zero_empty_rows(w, mask)
+    pair = [F.scaled_dot_product_attention(queries, keys, v, attn_mask=mask) for v in (values, eye)]
+    return tuple(t if mask is None else torch.where(~mask.any(dim=-1, keepdim=True), torch.zeros_like(t), t)
+                 for t in pair)
 
 
-def _simulated(how: Mistake | None, zeroed: bool, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-               mask: torch.Tensor | None = None) -> Pair:
-    """(output, weights) of scaled attention written out (how None) or with one typical mistake; zeroed: rows where
-    the mask allows nothing zeroed as asked. Differentiable in queries (..., tq, d), keys (..., tk, d), values."""
-    d, dv = queries.shape[-1], values.shape[-1]
-    divisor = {M["unscaled"]: 1.0, M["divided-by-d"]: d, M["scaled-by-value-size"]: math.sqrt(dv),
-               M["scaled-by-size-1"]: math.sqrt(queries.shape[1])}.get(how, math.sqrt(d))
-    scores = queries @ keys.transpose(-2, -1) / divisor  # (..., tq, tk)
-    mask = ~mask if how is M["mask-inverted"] and mask is not None else mask
-    if how is M["softmax-overflow"]:  # exp of the scores as they are: past about 88, float32's exp is infinite
-        e = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).exp()
-        w = e / e.sum(dim=-1, keepdim=True)
-    elif how is M["softmax-over-queries"]:
-        w = F.softmax(scores, dim=-2)
-    elif mask is None or how is M["mask-ignored"]:
-        w = F.softmax(scores, dim=-1)
-    elif how is M["mask-after-softmax"]:
-        w = F.softmax(scores, dim=-1) * mask
-    else:
-        fill = {M["large-negative-fill"]: -1e9, M["mask-filled-with-zero"]: 0.0}.get(how, float("-inf"))
-        w = F.softmax(scores.masked_fill(~mask, fill), dim=-1)
-    w = _zero_empty_rows(w, mask) if zeroed else w
-    return w @ values, w
-
-
-#: the typical mistakes of the function, each with whether its empty rows come out zeroed; those after the first
-#: six need a mask
-_SDPA_MISTAKES = ((M["unscaled"], True), (M["divided-by-d"], True), (M["scaled-by-value-size"], True),
-                  (M["scaled-by-size-1"], True), (M["softmax-over-queries"], False), (M["softmax-overflow"], True),
-                  (M["large-negative-fill"], False), (M["mask-inverted"], True), (M["mask-filled-with-zero"], False),
-                  (M["mask-after-softmax"], False), (M["mask-ignored"], False), (M["mask-filled-with-zero"], True),
-                  (M["mask-ignored"], True))
-
-
-def _typical(masked: bool) -> tuple[tuple[Mistake, bool], ...]:
-    """The typical mistakes that show on a call with a mask (all of them) or without one (the first six)."""
-    return _SDPA_MISTAKES[: None if masked else 6]
-
-
-def _sdpa_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, Pair]]:
-    """(mistake, its (output, weights) on the inputs) for the typical mistakes that show on them."""
-    return [(m, _simulated(m, zeroed, **inputs)) for m, zeroed in _typical("mask" in inputs)]
-
-
-def _sdpa_weight_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Mistake, torch.Tensor]]:
-    scores = inputs["queries"] @ inputs["keys"].transpose(-2, -1) / math.sqrt(inputs["queries"].shape[-1])
-    masked = scores if "mask" not in inputs else scores.masked_fill(~inputs["mask"], float("-inf"))
-    return [*((m, w) for m, (_, w) in _sdpa_mistakes(inputs)), (M["weights-are-scores"], masked),
-            (M["weights-are-scores"], scores)]
+def _sdpa_mistakes(inputs: dict[str, torch.Tensor]) -> list[tuple[Written, Pair]]:
+    """(variant, its (output, weights) on the inputs) for each written mistake of the function that shows on them
+    and runs, in declaration order, without autograd (a variant that raises matches nothing)."""
+    found = []
+    for written in WRITTEN.of(SDPA):
+        if "mask" in inputs or written.name in WITHOUT_A_MASK or written.name not in OUTPUT_MISTAKES:
+            with torch.no_grad(), contextlib.suppress(Exception):
+                found.append((written, written.run(**inputs)))
+    return found
 
 
 # ---------------------------------------------------------------- the function
@@ -112,7 +155,7 @@ def _result(ev: Evidence, case: Case) -> Pair:
     __tracebackhide__ = True
     raised(ev, case.key, SDPA_NAME, _SDPA_HINT)
     expect_tuple(ev, case.key, SDPA_NAME, f"{SDPA_NAME} should return a pair (output, weights): end with "
-                 "`return weights @ values, weights`.", 2, M["not-a-pair"])
+                 "`return weights @ values, weights`.", 2, NOT_A_PAIR)
     inputs = dict(case.inputs())
     q, k, v = inputs["queries"], inputs["keys"], inputs["values"]
     lead, tq, tk, d, dv = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -131,7 +174,8 @@ def _expect_sdpa(ev: Evidence, case: Case) -> Pair:
     out, w = _result(ev, case)
     inputs = dict(case.inputs())
     expected_out, expected_w = _sdpa_oracle(**inputs)
-    weight_mistakes = _sdpa_weight_mistakes(inputs)
+    mistakes = [(written.mistake, pair) for written, pair in _sdpa_mistakes(inputs)]
+    weight_mistakes = [(m, weights) for m, (_, weights) in mistakes]
     if not bool(torch.isfinite(w).all()):  # name a mistake whose weights hold −∞ before saying "NaN or infinite"
         for m, candidate in weight_mistakes:
             if not bool(torch.isfinite(candidate).all()) and matches_any(w, [candidate], ev.device):
@@ -140,12 +184,12 @@ def _expect_sdpa(ev: Evidence, case: Case) -> Pair:
     mask = inputs.get("mask")
     if mask is not None and not bool(mask.any(dim=-1).all()) and not (
             bool(torch.isfinite(w).all()) and bool(torch.isfinite(out).all())):
-        fail(f"{SDPA_NAME} is not what was asked: {M['nan-in-empty-rows'].explanation}", expected_w, w,
-             case=case.label, mistake=M["nan-in-empty-rows"])
+        fail(f"{SDPA_NAME} is not what was asked: {NAN_IN_EMPTY_ROWS.explanation}", expected_w, w,
+             case=case.label, mistake=NAN_IN_EMPTY_ROWS)
     expect_close(w, expected_w, what=f"the weights of {SDPA_NAME}", device=ev.device, mistakes=weight_mistakes,
                  otherwise=_SDPA_RECIPE, case=case.label)
     expect_close(out, expected_out, what=f"the output of {SDPA_NAME}", device=ev.device, case=case.label,
-                 mistakes=[(m, o) for m, (o, _) in _sdpa_mistakes(inputs)], otherwise=_SDPA_RECIPE)
+                 mistakes=[(m, o) for m, (o, _) in mistakes], otherwise=_SDPA_RECIPE)
     return out, w
 
 
@@ -169,9 +213,11 @@ def _expect_sdpa_gradients(ev: Evidence, case: Case, strict: bool = False) -> No
     out, w = _expect_sdpa(ev, case) if strict else _result(ev, case)
     modules.expect_attached(ev, item_key(case.key, 0), f"The output of {SDPA_NAME}")
     inputs = dict(case.inputs())
-    computations = [_sdpa_oracle, *(partial(_simulated, m, zeroed) for m, zeroed in _typical("mask" in inputs))]
-    found = [compute for compute in computations if all(
-        matches_any(got, [want], ev.device) for got, want in zip((out, w), compute(**inputs), strict=True))]
+    # a mistake only in the weights returned is named by the other checks: its gradients are not attention's
+    computations = [(_sdpa_oracle, _sdpa_oracle(**inputs)), *(
+        (written.run, pair) for written, pair in _sdpa_mistakes(inputs) if written.name in OUTPUT_MISTAKES)]
+    found = [compute for compute, pair in computations if all(
+        matches_any(got, [want], ev.device) for got, want in zip((out, w), pair, strict=True))]
     if not found:  # not attention, nor a typical mistake of it
         _expect_sdpa(ev, case)
         fail(f"The result of {SDPA_NAME} is not attention.", case=case.label)
@@ -182,8 +228,8 @@ def _expect_sdpa_gradients(ev: Evidence, case: Case, strict: bool = False) -> No
     for name, want in grads.items():
         got = tensor(ev, gradient_key(name), shape=tuple(want.shape))
         if got is not None and not bool(torch.isfinite(got).all()):
-            fail(f"The gradient of the {name} is not what was asked: {M['nan-gradients'].explanation}",
-                 mistake=M["nan-gradients"])
+            fail(f"The gradient of the {name} is not what was asked: {NAN_GRADIENTS.explanation}",
+                 mistake=NAN_GRADIENTS)
     modules.expect_gradients(ev, grads, owner=SDPA_NAME, case=case.label, oracle="F.scaled_dot_product_attention")
 
 
@@ -196,39 +242,32 @@ each_case(probes.sdpa_vs_pytorch, partial(_expect_sdpa_gradients, strict=True),
 
 # ---------------------------------------------------------------- ScaledSelfAttention: oracle and typical mistakes
 
-_scaled_projections = partial(projections, owner=MODULE_NAME, gains=GAINS, bias_mistake=M["projection-bias"])
+_scaled_projections = partial(projections, owner=MODULE_NAME, gains=GAINS, bias_mistake=PROJECTION_BIAS)
+_SHOWN = {False: WITHOUT_A_MASK, True: OUTPUT_MISTAKES}  # the function's mistakes that show without a mask, with one
+#: the module's own mistakes, then the reference module calling each of the function's that shows
+_MODULE_MISTAKES = {masked: simulators(WRITTEN, MODULE_NAME, calling=names) for masked, names in _SHOWN.items()}
 
 
-def _through_module(how: Mistake | None, zeroed: bool, w: dict[str, torch.Tensor], k: int, x: torch.Tensor,
-                    mask: torch.Tensor | None = None, *, raw_values: bool = False,
-                    unmasked: bool = False) -> torch.Tensor:
-    """The module's output when scaled_dot_product_attention is simulated(how, zeroed); raw_values: x used as the
-    values; unmasked: the mask not passed on. (b, t, k)"""
-    q, keys, v = (F.linear(x, w[f"{role}.weight"]) for role in ROLES)
-    return _simulated(how, zeroed, q, keys, x if raw_values else v, None if unmasked else mask)[0]
+def _module_calling(name: str, called: Iterable[str]) -> list[tuple[Mistake, Simulator]]:
+    """The module's variant `name` calling each variant of the function in called: named as the module's."""
+    (module,) = (written for written in WRITTEN.written if written.name == name)
+    return [(module.mistake, partial(module_output, module.code, MODULE_NAME, WRITTEN.reference, ((f.code, SDPA),)))
+            for f in WRITTEN.of(SDPA) if f.name in called]
 
 
-def _module_simulators(k: int, x: torch.Tensor, mask: torch.Tensor | None = None) -> list[tuple[Mistake, Callable]]:
-    """The mistakes of scaled_dot_product_attention (which the module calls), and the module's own."""
-    found = [(m, partial(_through_module, m, zeroed)) for m, zeroed in _typical(mask is not None)]
-    found.append((M["values-not-projected"], partial(_through_module, None, True, raw_values=True)))
-    if mask is not None:  # the mask dropped in forward: attention without a mask
-        found.append((M["mask-ignored"], partial(_through_module, None, True, unmasked=True)))
-    return found
-
-
-def _both_mistakes(w: dict[str, torch.Tensor], k: int, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> list[torch.Tensor]:
-    """A mistake of the function together with the values not projected: a real computation no check names."""
-    return [_through_module(m, zeroed, w, k, x, mask, raw_values=True) for m, zeroed in _typical(mask is not None)]
+#: the values not projected together with a mistake of the function: real computations no check names
+_RAW_VALUES_AND = {m: _module_calling("scaling-module-values-not-projected", shown) for m, shown in _SHOWN.items()}
+#: the mask dropped together with a mistake of the scale: it leaks as the mask dropped does
+_MASK_DROPPED_AND = _module_calling("scaling-module-mask-dropped", SCALES)
 
 
 MODULE = ForwardOracle(
     MODULE_NAME, "scaled self-attention with the projections to_queries, to_keys and to_values", _scaled_projections,
     lambda w, k, x, mask=None: oracles.course_module_attention(w, x, mask=mask), "nn.MultiheadAttention",
-    simulators=_module_simulators, anchors=_both_mistakes,
-    hint=lambda x, mask=None: _MODULE_FORWARD_HINT + ("" if mask is None else " " + M["no-mask-argument"].explanation),
-    keyword_mistake=M["no-mask-argument"],
+    simulators=lambda *_, mask=None, **__: _MODULE_MISTAKES[mask is not None],
+    anchors=lambda w, *args, **inputs: [run(w, *args, **inputs) for _, run in _RAW_VALUES_AND["mask" in inputs]],
+    hint=lambda x, mask=None: _MODULE_FORWARD_HINT + ("" if mask is None else " " + NO_MASK_ARGUMENT.explanation),
+    keyword_mistake=NO_MASK_ARGUMENT,
     otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _MODULE_FORWARD_HINT)
 
 against_forward(probes.scaled_self_attention_vs_pytorch, MODULE,
@@ -254,15 +293,13 @@ def _judge_scaled_causal(ev: Evidence) -> None:
     inputs = [dict(case.inputs()) for case in run.cases]
     y, y_changed, y_free, y_free_changed = (forward_output(ev, case.key, MODULE, given)
                                             for case, given in zip(run.cases, inputs, strict=True))
-    leaks = [(m, simulate(w, *args, **inputs[0])) for m, simulate in _module_simulators(*args, **inputs[0])]
-    leaks += [(M["mask-ignored"], _through_module(m, zeroed, w, *args, **inputs[0], unmasked=True))
-              for m, zeroed in _SDPA_MISTAKES[:4]]  # the mask dropped together with a mistake of the function
+    leaks = [(m, simulate(w, *args, **inputs[0])) for m, simulate in [*_MODULE_MISTAKES[True], *_MASK_DROPPED_AND]]
     expect_causal(ev, y, y_changed, CHANGED, f"{MODULE_NAME}.forward with a causal mask", leaks,
                   "Later positions leak through the mask. Is the mask passed on to scaled_dot_product_attention, and "
-                  "is True 'allowed'?", M["causal-leak"])
+                  "is True 'allowed'?", CAUSAL_LEAK)
     if matches_any(y_free_changed[:, :CHANGED], [y_free[:, :CHANGED]], ev.device):
         fail(f"Without a mask, {MODULE_NAME} should let every position see every other one, but changing input 4 "
              "changed no earlier output. Does forward use a mask when none is given?",
-             mistake=M["masks-without-a-mask"])
+             mistake=MASKS_WITHOUT_A_MASK)
     for value, case, given in zip((y, y_changed, y_free, y_free_changed), run.cases, inputs, strict=True):
         anchor_forward(ev, value, MODULE, w, args, given, f"{MODULE_NAME} respects the causal mask", case.label)
