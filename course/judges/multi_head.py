@@ -96,16 +96,11 @@ against(probes.merge_heads_oracle, MERGE,
         passed="Random shapes against torch.cat(x.unbind(1), -1), the inverse of split_heads.")
 
 # ---------------------------------------------------------------- the modules: typical mistakes
-# Edits change the reference modules of course/multi_head.py, whose forward is
-#         context = x if context is None else context
-#         queries = split_heads(self.to_queries(x), self.heads)  # (b, h, tq, s), keys and values likewise
+# Edits change the reference modules of course/multi_head.py, whose forward ends
 #         out = attend(queries, keys, values, _heads_mask(mask))  # (b, h, tq, s)
 #         return self.unify_heads(merge_heads(out))  # (b, tq, k)
-# attend and _heads_mask are course/multi_head.py's own, not the notebook's: every mistake writes the attention out
-# (BY_HAND), as a notebook cell does, so that its code runs there too. A mistake is of one of three kinds (the scale,
-# the heads' layout, the rest: _KINDS); mistakes of different kinds together are named several-mistakes, with each
-# one's message. Structure mistakes (a bias, no divisibility check, a loop over the heads) are named by the checks
-# below; those every check names (a wrong shape, an error, a wrong layer) are in catalogue/multi_head.py.
+# attend and _heads_mask are not the notebook's: every mistake writes the attention out (BY_HAND), so that its code
+# runs there too. Mistakes of different kinds (_KINDS) together are named several-mistakes, with each one's message.
 
 SCALE = "math.sqrt(queries.shape[-1])"  # the head size: k // heads (narrow), k (wide)
 MASKED = ("        if mask is not None:\n"
@@ -123,7 +118,7 @@ SEVERAL = WRITTEN.mistake("several-mistakes", "several things at once, among the
 def forward_mistake(kind: str, answer: str, name: str | None, *changes: tuple[str, str], mistake: str,
                     says: str | None = None) -> None:
     """answer's reference with its attention written out (BY_HAND) and changes: mistake, of kind (scale, layout,
-    other). name: its catalogue name; None: not catalogued (the same change is, in the other module, or in 03)."""
+    other). name: its catalogue name; None: not catalogued (the other module's same change is)."""
     if name is None:
         named = WRITTEN.mistake(mistake, says) if says else WRITTEN[mistake]
     else:
@@ -148,12 +143,12 @@ forward_mistake("scale", WIDE_NAME, "wide-scaled-by-projected-size", (SCALE, "ma
 forward_mistake("scale", WIDE_NAME, "wide-scaled-by-head-fraction", (SCALE, "math.sqrt(self.k / self.heads)"),
                 mistake="scaled-by-head-fraction",
                 says="the scores are divided by √(k / heads); a wide head has the full size k: divide by √k.")
-UNSCALED = WRITTEN.mistake("unscaled", "the scores are not scaled: divide them by the square root of the head size.")
-for answer in (NARROW_NAME, WIDE_NAME):
-    forward_mistake("scale", answer, None, (f" / {SCALE}", ""), mistake="unscaled")
+# not catalogued here: 03's scaling-unscaled makes the same mistake
+forward_mistake("scale", NARROW_NAME, None, (f" / {SCALE}", ""), mistake="unscaled",
+                says="the scores are not scaled: divide them by the square root of the head size.")
+forward_mistake("scale", WIDE_NAME, None, (f" / {SCALE}", ""), mistake="unscaled")
 
 # the heads' layout: the projections split, or the heads merged, by hand without the transpose or interleaved
-#: the three projections split into heads, as the reference writes them: (layer, source)
 PROJECTIONS = (("to_queries", "x"), ("to_keys", "context"), ("to_values", "context"))
 
 
@@ -192,12 +187,10 @@ BOTH = {
         "the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the contiguous block "
         "i·s to (i+1)·s − 1, as nn.MultiheadAttention does.")}
 CATALOGUED = {  # the catalogue names of the layout mistakes graded end to end
-    NARROW_NAME: {"heads-split-without-transpose": "mh-split-by-reshape",
-          "heads-split-interleaved": "mh-split-interleaved-inline",
-          "heads-merged-without-transpose": "mh-merge-by-reshape",
-          "heads-merged-interleaved": "mh-merge-interleaved-inline",
-          "heads-reshaped-without-transpose": "mh-reshape-without-transpose",
-          "heads-interleaved": "mh-interleaved-heads"},
+    NARROW_NAME: {"heads-split-without-transpose": "mh-split-by-reshape", "heads-merged-without-transpose":
+                  "mh-merge-by-reshape", "heads-reshaped-without-transpose": "mh-reshape-without-transpose",
+                  "heads-split-interleaved": "mh-split-interleaved-inline", "heads-merged-interleaved":
+                  "mh-merge-interleaved-inline", "heads-interleaved": "mh-interleaved-heads"},
     WIDE_NAME: {"heads-reshaped-without-transpose": "wide-reshape-without-transpose"}}
 for answer in (NARROW_NAME, WIDE_NAME):
     for split, merge in product((None, *SPLIT_BY), (None, *MERGE_BY)):
@@ -256,18 +249,16 @@ def _changed(answer: str, changes: tuple[tuple[str, str], ...]) -> str:
 
 @cache
 def _module(answer: str, changes: tuple[tuple[str, str], ...], args: tuple, names: tuple[str, ...]) -> nn.Module:
-    """answer with changes, built once per constructor arguments and weights' names on the meta device (no weights
-    drawn): _mistaken gives it the weights of each call. 179 combinations per case, so not module_output, which
-    builds the module anew and calls it through torch.func (ten times slower here)."""
+    """answer with changes, built once per arguments and weights' names on the meta device; not module_output,
+    which builds it anew per call: ten times slower for 179 combinations per case."""
     with torch.device("meta"):
         return Written(answer, answer, SEVERAL, _changed(answer, changes), WRITTEN.reference).run(*args)
 
 
 def _mistaken(answer: str, w: dict[str, torch.Tensor], *args: object, scale: tuple = (), layout: tuple = (),
               other: tuple = (), **inputs: torch.Tensor) -> torch.Tensor:
-    """What answer with the changes of each kind computes with the weights w (the rest's first: unify-skipped
-    changes the text that a merge by hand then changes). w names every parameter (a bias in w is given to a bias-free
-    nn.Linear, as the student's layers have one where their weights do); gradients reach w."""
+    """What answer with the changes of each kind (the rest's first: unify-skipped changes what a merge by hand then
+    changes) computes with the weights w, which name every parameter (a bias-free nn.Linear takes a bias in w)."""
     module = _module(answer, (*other, *layout, *scale), args, tuple(sorted(w)))
     for name, tensor in w.items():  # as parameters, the tensors themselves: not copied, so autograd reaches them
         owner, _, leaf = name.rpartition(".")
