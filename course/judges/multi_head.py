@@ -242,28 +242,39 @@ LOOP_OVER_HEADS = WRITTEN.mistake(
 
 
 @cache
-def _changed(answer: str, changes: tuple[tuple[str, str], ...]) -> str:
-    """answer's reference with its attention written out and changes (those of several kinds, in kind order)."""
-    return edited(reference_source(WRITTEN.reference, answer), (BY_HAND, *changes), f"{answer} with {changes}")
+def _reference(answer: str) -> str:
+    return reference_source(WRITTEN.reference, answer)  # inspect.getsource takes 10 ms
 
 
 @cache
-def _module(answer: str, changes: tuple[tuple[str, str], ...], args: tuple, names: tuple[str, ...]) -> nn.Module:
-    """answer with changes, built once per arguments and weights' names on the meta device; not module_output,
-    which builds it anew per call: ten times slower for 179 combinations per case."""
+def _changed(answer: str, changes: tuple[tuple[str, str], ...]) -> str:
+    """answer's reference with its attention written out and changes (those of several kinds, in kind order)."""
+    return edited(_reference(answer), (BY_HAND, *changes), f"{answer} with {changes}")
+
+
+@cache
+def _built(answer: str, args: tuple, names: tuple[str, ...]) -> nn.Module:
+    """The reference answer built once per constructor arguments and weights' names, on the meta device (no weights
+    drawn): every change in _KINDS is in forward, so each combination runs its own forward on this module."""
     with torch.device("meta"):
-        return Written(answer, answer, SEVERAL, _changed(answer, changes), WRITTEN.reference).run(*args)
+        return Written(answer, answer, SEVERAL, _reference(answer), WRITTEN.reference).run(*args)
+
+
+@cache
+def _forward_of(answer: str, changes: tuple[tuple[str, str], ...]) -> Callable[..., torch.Tensor]:
+    return Written(answer, answer, SEVERAL, _changed(answer, changes), WRITTEN.reference).run.forward
 
 
 def _mistaken(answer: str, w: dict[str, torch.Tensor], *args: object, scale: tuple = (), layout: tuple = (),
               other: tuple = (), **inputs: torch.Tensor) -> torch.Tensor:
     """What answer with the changes of each kind (the rest's first: unify-skipped changes what a merge by hand then
-    changes) computes with the weights w, which name every parameter (a bias-free nn.Linear takes a bias in w)."""
-    module = _module(answer, (*other, *layout, *scale), args, tuple(sorted(w)))
+    changes) computes with the weights w, which name every parameter (a bias-free nn.Linear takes a bias in w). Not
+    module_output, which builds a module per call: ten times slower for 179 combinations per case."""
+    module = _built(answer, args, tuple(sorted(w)))
     for name, tensor in w.items():  # as parameters, the tensors themselves: not copied, so autograd reaches them
         owner, _, leaf = name.rpartition(".")
         module.get_submodule(owner)._parameters[leaf] = tensor  # noqa: SLF001 - no copy, no check, for speed
-    return module(**inputs)
+    return _forward_of(answer, (*other, *layout, *scale))(module, **inputs)
 
 
 def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
