@@ -6,25 +6,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
+from course.judges.multi_head import WRITTEN
 
 ASSIGNMENT = "04_multi_head"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
+# the mistakes course/judges/multi_head.py writes as code and names by running them
+written(WRITTEN, cells={"MultiHeadAttention": "multi_head_attention",
+                        "WideMultiHeadAttention": "wide_multi_head_attention"})
+
 
 # ------------------------------------------------------------------ split_heads: mistakes
-
-@mistake("split-without-transpose", "split_heads")
-def mh_split_no_transpose(x, heads):
-    b, t, k = x.shape
-    return x.reshape(b, heads, t, k // heads)
-
-
-@mistake("split-interleaved", "split_heads")
-def mh_split_interleaved(x, heads):
-    b, t, k = x.shape
-    return x.view(b, t, k // heads, heads).permute(0, 3, 1, 2)
-
 
 @mistake("wrong-shape", "split_heads")
 def mh_split_transpose_missing(x, heads):
@@ -34,51 +27,24 @@ def mh_split_transpose_missing(x, heads):
 
 # ------------------------------------------------------------------ merge_heads: mistakes
 
-@mistake("merge-without-transpose", "merge_heads")
-def mh_merge_no_transpose(x):
-    b, h, t, s = x.shape
-    return x.reshape(b, t, h * s)
-
-
-@mistake("merge-interleaved", "merge_heads")
-def mh_merge_interleaved(x):
-    b, h, t, s = x.shape
-    return x.permute(0, 2, 3, 1).reshape(b, t, h * s)
-
-
 @mistake("wrong-shape", "merge_heads")
 def mh_merge_not_flattened(x):
     return x.transpose(1, 2)
 
 
 # ------------------------------------------------------------------ the modules: texts of the solved cells they change
+# (the mistakes the judge names by output are course/judges/multi_head.py's, above; these are the checks' shared ones)
 
 MHA, WIDE = "multi_head_attention", "wide_multi_head_attention"
 SDPA = "out, _ = scaled_dot_product_attention(queries, keys, values, mask)"
-MERGE = "self.unify_heads(merge_heads(out))"
-CONTEXT = "context = x if context is None else context"
 #: the three projections split into heads, as the solution writes them: (layer, source, number of positions)
 SPLITS = (("to_queries", "x", "tq"), ("to_keys", "context", "tk"), ("to_values", "context", "tk"))
-
-
-def by_hand(scale: str, dim: int = -1) -> tuple[str, str]:
-    """The attention call written out, the scores divided by `scale` and the softmax over `dim`."""
-    return SDPA, (f"scores = queries @ keys.transpose(-2, -1) / {scale}  # (b, h, tq, tk)\n"
-                  "        if mask is not None:\n"
-                  "            scores = scores.masked_fill(~mask, float(\"-inf\"))\n"
-                  f"        out = F.softmax(scores, dim={dim}) @ values")
 
 
 def splits(how: str) -> tuple[tuple[str, str], ...]:
     """Each projection split into heads by `how` (formatted with layer, source, t) instead of split_heads."""
     return tuple((f"split_heads(self.{layer}({source}), self.heads)", how.format(layer=layer, source=source, t=t))
                  for layer, source, t in SPLITS)
-
-
-RESHAPED = "self.{layer}({source}).reshape(b, self.heads, {t}, -1)"  # (b, h, t, s) without the transpose
-INTERLEAVED = "self.{layer}({source}).view(b, {t}, -1, self.heads).permute(0, 3, 1, 2)"  # head i: i, i+h, ...
-MERGED_BY_RESHAPE = (MERGE, "self.unify_heads(out.reshape(b, tq, -1))")
-MERGED_INTERLEAVED = (MERGE, "self.unify_heads(out.permute(0, 2, 3, 1).reshape(b, tq, -1))")
 
 
 def wide_layers(projection: str, unify: str) -> tuple[tuple[str, str], ...]:
@@ -105,29 +71,10 @@ def einsum(scale: str, fill: str) -> tuple[str, str]:
 
 # ------------------------------------------------------------------ MultiHeadAttention: mistakes
 
-edit("mh-scaled-by-model-size", MHA, by_hand("math.sqrt(self.k)"), mistake="scaled-by-model-size")
-edit("mh-reshape-without-transpose", MHA, *splits(RESHAPED), MERGED_BY_RESHAPE,
-     mistake="heads-reshaped-without-transpose")
-edit("mh-interleaved-heads", MHA, *splits(INTERLEAVED), MERGED_INTERLEAVED, mistake="heads-interleaved")
-edit("mh-split-by-reshape", MHA, *splits(RESHAPED), mistake="heads-split-without-transpose")
-edit("mh-merge-by-reshape", MHA, MERGED_BY_RESHAPE, mistake="heads-merged-without-transpose")
-edit("mh-split-interleaved-inline", MHA, *splits(INTERLEAVED), mistake="heads-split-interleaved")
-edit("mh-merge-interleaved-inline", MHA, MERGED_INTERLEAVED, mistake="heads-merged-interleaved")
-edit("mh-scaled-by-k-times-heads", MHA, by_hand("math.sqrt(self.k * self.heads)"),
-     mistake="scaled-by-k-times-heads")
-# two mistakes at once: the scale of the whole model, and the heads merged without a transpose
-edit("mh-scaled-by-model-size-merged-by-reshape", MHA, by_hand("math.sqrt(self.k)"), MERGED_BY_RESHAPE,
-     mistake="several-mistakes")
-edit("mh-context-ignored", MHA, (CONTEXT, "context = x"), mistake="context-ignored")
-edit("mh-mask-ignored", MHA, (SDPA, "out, _ = scaled_dot_product_attention(queries, keys, values)"),
-     mistake="mask-ignored")
 # a (b, tq, tk) mask passed on as it is: it does not broadcast against (b, heads, tq, tk) scores
 edit("mh-mask-not-broadcast-over-heads", MHA, ("torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1)", "mask"),
      mistake="raised")
-edit("mh-softmax-over-queries", MHA, by_hand("math.sqrt(queries.shape[-1])", dim=-2),
-     mistake="softmax-over-queries")
 edit("mh-unify-without-bias", MHA, (UNIFY, UNIFY.replace("(k, k)", "(k, k, bias=False)")), mistake="unify-no-bias")
-edit("mh-unify-skipped", MHA, (MERGE, "merge_heads(out)"), mistake="unify-skipped")
 DIVISIBLE = ("if k % heads != 0:\n"
              "            raise ValueError(f\"the embedding size k={k} is not divisible by heads={heads}\")\n        ")
 edit("mh-no-divisibility-check", MHA, (DIVISIBLE, ""), mistake="no-divisibility-check")
@@ -143,19 +90,12 @@ edit("mh-extra-layer-registered", MHA, extra_layer("nn.ModuleList([{layer}])"), 
 
 # ------------------------------------------------------------------ WideMultiHeadAttention: mistakes
 
-edit("wide-scaled-by-projected-size", WIDE, by_hand("math.sqrt(self.to_queries.out_features)"),
-     mistake="scaled-by-projected-size")
-edit("wide-scaled-by-head-fraction", WIDE, by_hand("math.sqrt(self.k / self.heads)"),
-     mistake="scaled-by-head-fraction")
 edit("wide-narrow-projections", WIDE, *wide_layers("nn.Linear(k, k, bias=False)", "nn.Linear(k, k)"),
      mistake="wrong-layer-size")
 # each head its own k -> k projection, kept in an nn.ModuleList instead of one nn.Linear(k, k * heads)
 edit("wide-one-layer-per-head", WIDE,
      *wide_layers("nn.ModuleList([nn.Linear(k, k, bias=False) for _ in range(heads)])", "nn.Linear(k * heads, k)"),
      *splits("torch.stack([layer({source}) for layer in self.{layer}], dim=1)"), mistake="wrong-layer-type")
-edit("wide-context-ignored", WIDE, (CONTEXT, "context = x"), mistake="context-ignored")
-edit("wide-reshape-without-transpose", WIDE, *splits(RESHAPED), MERGED_BY_RESHAPE,
-     mistake="heads-reshaped-without-transpose")
 
 
 # ------------------------------------------------------------------ correct, written differently

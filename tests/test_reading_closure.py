@@ -39,7 +39,6 @@ WIDE = {
     ("course/judges/language_model.py", "_lm_step"),
     ("course/judges/modern_decoder.py", "gqa"),
     ("course/judges/modern_decoder.py", "modern_lm"),
-    ("course/judges/multi_head.py", "_forward"),
     ("course/judges/oracles.py", "attention_parameters"),
     ("course/judges/seq2seq.py", "_model_oracle"),
     ("course/judges/seq2seq.py", "_step_by_step"),

@@ -2,23 +2,23 @@
 nn.MultiheadAttention (narrow) and F.scaled_dot_product_attention on the projections (wide), the typical mistakes
 they can name; only the structure, the context, the causal mask and the loop over the heads are written out."""
 
-import math
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from itertools import product
-from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from course.checks import multi_head as probes
 from course.checks.compare import Mistake, expect_close, expect_value_error, fail
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
-from course.judges import judge, kinds, mistakes, oracles
+from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import anchored, expect_structure, mistake_combinations
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared, simulated
+from course.judges.variants import Variants, Written, edited, reference_source
 
 NARROW_NAME = "MultiHeadAttention"
 WIDE_NAME = "WideMultiHeadAttention"
@@ -26,43 +26,54 @@ WIDE_NAME = "WideMultiHeadAttention"
 #: more matrix products than this in the graph of an 8-head forward pass: a Python loop over the heads
 MAX_MATMULS = 12
 
-# ---------------------------------------------------------------- mistakes
-
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/multi_head.txt
-
-
 _MASK_HINT = ("The mask broadcasts to (b, tq, tk), the scores are (b, heads, tq, tk): give it a heads axis, e.g. "
               "torch.broadcast_to(mask, (b, tq, tk)).unsqueeze(1).")
 _SHAPES_RECIPE = ("Follow the shapes: project (b, t, k), split_heads to (b, heads, t, s), attention, merge_heads to "
                  "(b, t, k), unify_heads.")
 
 
-# ---------------------------------------------------------------- split_heads and merge_heads
+# ---------------------------------------------------------------- split_heads and merge_heads: typical mistakes
+# Edits change the reference answers of course/multi_head.py:
+#     split_heads: return x.view(b, t, heads, k // heads).transpose(1, 2)  # (b, h, t, s)
+#     merge_heads: return x.transpose(1, 2).reshape(b, t, h * s)  # (b, t, k)
+# When an output matches two of them, the first declared is named. Mistakes every check names (a wrong shape, an
+# error) are in catalogue/multi_head.py.
 
-def _split(x: torch.Tensor, heads: int, how: str = "right") -> torch.Tensor:
-    """Head i holds the i-th block of features, or a mistake's layout how. (b, t, k) -> (b, h, t, s)"""
-    b, t, k = x.shape
-    if how == "no transpose":
-        return x.reshape(b, heads, t, k // heads)  # (b, h, t, s) without the transpose
-    if how == "interleaved":
-        return x.reshape(b, t, k // heads, heads).permute(0, 3, 1, 2)  # (b, h, t, s), interleaved
+WRITTEN = Variants(__name__, reference="course.multi_head")
+edit = WRITTEN.edit
+VIEW = "x.view(b, t, heads, k // heads).transpose(1, 2)"
+
+edit("mh-split-no-transpose", "split_heads", (VIEW, "x.reshape(b, heads, t, k // heads)"),
+     mistake="split-without-transpose",
+     says="the tensor is reshaped to (b, heads, t, s) without a transpose, so a 'head' holds pieces of several "
+          "positions. View it as (b, t, heads, s) first, then swap the middle axes: .transpose(1, 2).")
+edit("mh-split-interleaved", "split_heads", (VIEW, "x.view(b, t, k // heads, heads).permute(0, 3, 1, 2)"),
+     mistake="split-interleaved",
+     says="the heads are split interleaved (head i gets features i, i+heads, i+2·heads, ...). Head i takes the "
+          "contiguous block of features i·s to (i+1)·s − 1, as in nn.MultiheadAttention: view as (b, t, heads, s).")
+edit("mh-merge-no-transpose", "merge_heads", ("x.transpose(1, 2).reshape", "x.reshape"),
+     mistake="merge-without-transpose",
+     says="the tensor is reshaped to (b, t, k) without a transpose, so the positions and heads get mixed up. Move the "
+          "heads next to the features first: .transpose(1, 2), then reshape (or .contiguous().view).")
+edit("mh-merge-interleaved", "merge_heads", ("x.transpose(1, 2)", "x.permute(0, 2, 3, 1)"),
+     mistake="merge-interleaved",
+     says="the heads are merged interleaved (feature j·heads + i comes from head i). Head i's features must be the "
+          "contiguous block i·s to (i+1)·s − 1, the inverse of split_heads.")
+
+
+def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Head i holds the i-th block of features. (b, t, k) -> (b, h, t, s)"""
     return torch.stack(x.chunk(heads, dim=-1), dim=1)  # (b, h, t, s)
 
 
-def _merge(x: torch.Tensor, how: str = "right") -> torch.Tensor:
-    """The heads' features side by side, or how a typical mistake lays them out. (b, h, t, s) -> (b, t, h·s)."""
-    b, h, t, s = x.shape
-    if how == "no transpose":
-        return x.reshape(b, t, h * s)  # (b, t, h·s) without the transpose
-    if how == "interleaved":
-        return x.permute(0, 2, 3, 1).reshape(b, t, h * s)  # (b, t, h·s), interleaved
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    """The heads' features side by side. (b, h, t, s) -> (b, t, h·s)."""
     return torch.cat(x.unbind(dim=1), dim=-1)  # (b, t, h·s)
 
 
 SPLIT = Oracle("split_heads(x, heads)", _split, "torch.stack(x.chunk(heads, -1), 1)",
                shape=lambda x, heads: (x.shape[0], heads, x.shape[1], x.shape[2] // heads),
-               mistakes=lambda x, heads: [(M["split-without-transpose"], _split(x, heads, "no transpose")),
-                                          (M["split-interleaved"], _split(x, heads, "interleaved"))],
+               mistakes=lambda **inputs: WRITTEN.outputs("split_heads", **inputs),
                shape_hints=lambda x, heads: {
                    (x.shape[0], x.shape[1], heads, x.shape[2] // heads): "That is (b, t, heads, s): swap the middle "
                    "axes with .transpose(1, 2) to get (b, heads, t, s).",
@@ -70,8 +81,7 @@ SPLIT = Oracle("split_heads(x, heads)", _split, "torch.stack(x.chunk(heads, -1),
                otherwise="Head i should hold features i·s to (i+1)·s − 1 of every position, positions in order.")
 MERGE = Oracle("merge_heads(x)", _merge, "torch.cat(x.unbind(1), -1)",
                shape=lambda x: (x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
-               mistakes=lambda x: [(M["merge-without-transpose"], _merge(x, "no transpose")),
-                                   (M["merge-interleaved"], _merge(x, "interleaved"))],
+               mistakes=lambda **inputs: WRITTEN.outputs("merge_heads", **inputs),
                shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1], x.shape[3]): "Flatten the last two "
                                       "dimensions (heads, s) into one of size heads·s."},
                otherwise="merge_heads must undo split_heads: merge_heads(split_heads(x, h)) == x.")
@@ -85,7 +95,199 @@ against(probes.merge_heads_by_hand, MERGE, answers={"y": hand_x},
 against(probes.merge_heads_oracle, MERGE,
         passed="Random shapes against torch.cat(x.unbind(1), -1), the inverse of split_heads.")
 
-# ---------------------------------------------------------------- the modules: oracles and typical mistakes
+# ---------------------------------------------------------------- the modules: typical mistakes
+# Edits change the reference modules of course/multi_head.py, whose forward ends
+#         out = attend(queries, keys, values, _heads_mask(mask))  # (b, h, tq, s)
+#         return self.unify_heads(merge_heads(out))  # (b, tq, k)
+# attend and _heads_mask are not the notebook's: every mistake writes the attention out (BY_HAND), so that its code
+# runs there too. Mistakes of different kinds (_KINDS) together are named several-mistakes, with each one's message.
+
+SCALE = "math.sqrt(queries.shape[-1])"  # the head size: k // heads (narrow), k (wide)
+MASKED = ("        if mask is not None:\n"
+          "            heads_mask = mask.unsqueeze(1) if mask.dim() == 3 else mask  # (b, tq, tk) -> (b, 1, tq, tk)\n"
+          "            scores = scores.masked_fill(~heads_mask, float(\"-inf\"))\n")
+BY_HAND = ("out = attend(queries, keys, values, _heads_mask(mask))",
+           f"scores = queries @ keys.transpose(-2, -1) / {SCALE}  # (b, h, tq, tk)\n{MASKED}"
+           "        out = F.softmax(scores, dim=-1) @ values")
+#: each module's typical mistakes by kind, tried in this order: (the mistakes made, the changes after BY_HAND)
+_KINDS: dict[str, dict[str, list[tuple[tuple[Mistake, ...], tuple[tuple[str, str], ...]]]]] = {
+    answer: {"scale": [], "layout": [], "other": []} for answer in (NARROW_NAME, WIDE_NAME)}
+SEVERAL = WRITTEN.mistake("several-mistakes", "several things at once, among the mistakes above.")
+
+
+def forward_mistake(kind: str, answer: str, name: str | None, *changes: tuple[str, str], mistake: str,
+                    says: str | None = None) -> None:
+    """answer's reference with its attention written out (BY_HAND) and changes: mistake, of kind (scale, layout,
+    other). name: its catalogue name; None: not catalogued (the other module's same change is)."""
+    if name is None:
+        named = WRITTEN.mistake(mistake, says) if says else WRITTEN[mistake]
+    else:
+        edit(name, answer, BY_HAND, *changes, mistake=mistake, says=says)
+        named = WRITTEN[mistake]
+    _KINDS[answer][kind].append(((named,), changes))
+
+
+# the scale: each module's own wrong sizes, then none
+MODEL_SIZE = (SCALE, "math.sqrt(self.k)")
+forward_mistake("scale", NARROW_NAME, "mh-scaled-by-model-size", MODEL_SIZE, mistake="scaled-by-model-size",
+                says="the scores are divided by √k, the model size; each head's dot products are over s = k // heads "
+                     "features, so divide by √(k // heads), the head size.")
+forward_mistake("scale", NARROW_NAME, "mh-scaled-by-k-times-heads", (SCALE, "math.sqrt(self.k * self.heads)"),
+                mistake="scaled-by-k-times-heads",
+                says="the scores are divided by √(k·heads); each head's dot products are over s = k // heads "
+                     "features, so divide by √(k // heads).")
+forward_mistake("scale", WIDE_NAME, "wide-scaled-by-projected-size", (SCALE, "math.sqrt(self.to_queries.out_features)"),
+                mistake="scaled-by-projected-size",
+                says="the scores are divided by √(k·heads), the size of the projected queries before they are split. "
+                     "Each head here has size k: divide by √k.")
+forward_mistake("scale", WIDE_NAME, "wide-scaled-by-head-fraction", (SCALE, "math.sqrt(self.k / self.heads)"),
+                mistake="scaled-by-head-fraction",
+                says="the scores are divided by √(k / heads); a wide head has the full size k: divide by √k.")
+# not catalogued here: 03's scaling-unscaled makes the same mistake
+forward_mistake("scale", NARROW_NAME, None, (f" / {SCALE}", ""), mistake="unscaled",
+                says="the scores are not scaled: divide them by the square root of the head size.")
+forward_mistake("scale", WIDE_NAME, None, (f" / {SCALE}", ""), mistake="unscaled")
+
+# the heads' layout: the projections split, or the heads merged, by hand without the transpose or interleaved
+PROJECTIONS = (("to_queries", "x"), ("to_keys", "context"), ("to_values", "context"))
+
+
+def splits(how: str) -> tuple[tuple[str, str], ...]:
+    """Each projection split into heads by how (formatted with layer and source) instead of split_heads."""
+    return tuple((f"split_heads(self.{layer}({source}), self.heads)", how.format(layer=layer, source=source))
+                 for layer, source in PROJECTIONS)
+
+
+SPLIT_BY = {  # mistake id -> changes
+    WRITTEN.mistake("heads-split-without-transpose",
+                    "the heads are split with a reshape to (b, heads, t, s) without a transpose. Use split_heads: "
+                    "view as (b, t, heads, s), then .transpose(1, 2)."):
+        splits("self.{layer}({source}).reshape({source}.shape[0], self.heads, {source}.shape[1], -1)"),
+    WRITTEN.mistake("heads-split-interleaved",
+                    "the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the "
+                    "contiguous block i·s to (i+1)·s − 1: view as (b, t, heads, s), then .transpose(1, 2)."):
+        splits("self.{layer}({source}).unflatten(-1, (-1, self.heads)).permute(0, 3, 1, 2)")}
+MERGE_BY = {
+    WRITTEN.mistake("heads-merged-without-transpose",
+                    "the heads are merged with a reshape to (b, t, k) without a transpose. Use merge_heads: "
+                    ".transpose(1, 2) first, then reshape."):
+        (("merge_heads(out)", "out.reshape(out.shape[0], out.shape[2], -1)"),),
+    WRITTEN.mistake("heads-merged-interleaved",
+                    "the heads are merged interleaved (feature j·heads + i comes from head i). Head i's features must "
+                    "be the contiguous block i·s to (i+1)·s − 1: .transpose(1, 2), then reshape."):
+        (("merge_heads(out)", "out.permute(0, 2, 3, 1).flatten(2)"),)}
+#: the same layout mistake on both sides, named as one
+BOTH = {
+    ("heads-split-without-transpose", "heads-merged-without-transpose"): WRITTEN.mistake(
+        "heads-reshaped-without-transpose",
+        "the projections are reshaped to (b, heads, t, s) without a transpose, so each 'head' mixes pieces of "
+        "different positions. Use split_heads: view as (b, t, heads, s), then .transpose(1, 2)."),
+    ("heads-split-interleaved", "heads-merged-interleaved"): WRITTEN.mistake(
+        "heads-interleaved",
+        "the heads are split interleaved (head i gets features i, i+heads, ...). Head i takes the contiguous block "
+        "i·s to (i+1)·s − 1, as nn.MultiheadAttention does.")}
+CATALOGUED = {  # the catalogue names of the layout mistakes graded end to end
+    NARROW_NAME: {"heads-split-without-transpose": "mh-split-by-reshape", "heads-merged-without-transpose":
+                  "mh-merge-by-reshape", "heads-reshaped-without-transpose": "mh-reshape-without-transpose",
+                  "heads-split-interleaved": "mh-split-interleaved-inline", "heads-merged-interleaved":
+                  "mh-merge-interleaved-inline", "heads-interleaved": "mh-interleaved-heads"},
+    WIDE_NAME: {"heads-reshaped-without-transpose": "wide-reshape-without-transpose"}}
+for answer in (NARROW_NAME, WIDE_NAME):
+    for split, merge in product((None, *SPLIT_BY), (None, *MERGE_BY)):
+        made = [m for m in (split, merge) if m is not None]
+        changes = (*SPLIT_BY.get(split, ()), *MERGE_BY.get(merge, ()))
+        if split and merge and (split.id, merge.id) in BOTH:
+            made = [BOTH[split.id, merge.id]]
+        if len(made) == 1:
+            forward_mistake("layout", answer, CATALOGUED[answer].get(made[0].id), *changes, mistake=made[0].id)
+        elif made:  # one of each kind of layout mistake: named several-mistakes
+            _KINDS[answer]["layout"].append((tuple(made), changes))
+
+# the rest
+OTHERS = (  # (catalogue names of NARROW_NAME and WIDE_NAME, the change, mistake id, says)
+    (("mh-softmax-over-queries", None), ("dim=-1", "dim=-2"), "softmax-over-queries",
+     "the softmax runs over the queries (dim=-2). Each query's weights over the keys must sum to 1: softmax over the "
+     "last dimension."),
+    (("mh-unify-skipped", None), ("self.unify_heads(merge_heads(out))", "merge_heads(out)"), "unify-skipped",
+     "unify_heads is not applied: the merged heads must go through self.unify_heads."),
+    (("mh-context-ignored", "wide-context-ignored"), ("context = x if context is None else context", "context = x"),
+     "context-ignored",
+     "the context is ignored: keys and values must come from the context (x only when context is None)."),
+    (("mh-mask-ignored", None), (MASKED, ""), "mask-ignored",
+     "the mask is ignored: pass it on to the attention, broadcast over the heads — (b, tq, tk) becomes (b, 1, tq, "
+     "tk)."))
+for names, change, mistake, says in OTHERS:
+    for answer, name in zip((NARROW_NAME, WIDE_NAME), names, strict=True):
+        forward_mistake("other", answer, name, change, mistake=mistake, says=says if answer == NARROW_NAME else None)
+
+# two mistakes at once, graded end to end: the scale of the whole model, and the heads merged without a transpose
+edit("mh-scaled-by-model-size-merged-by-reshape", NARROW_NAME, BY_HAND, MODEL_SIZE,
+     *MERGE_BY[WRITTEN["heads-merged-without-transpose"]], mistake="several-mistakes")
+
+# structure mistakes, named by the checks below
+PROJECTION_BIAS = WRITTEN.mistake("projection-bias", "the projections have a bias: create them with bias=False.")
+UNIFY_NO_BIAS = WRITTEN.mistake("unify-no-bias",
+                                "unify_heads has no bias: use nn.Linear(k, k), whose bias is on by default.")
+NO_DIVISIBILITY_CHECK = WRITTEN.mistake(
+    "no-divisibility-check",
+    "the constructor accepts a model size that the heads do not divide: raise a ValueError when k % heads != 0.")
+NOT_A_VALUE_ERROR = WRITTEN.mistake(
+    "not-a-value-error",
+    "the constructor rejects k % heads != 0, but not with a ValueError, the exception Python uses for an argument of "
+    "the right type and a wrong value. (An assert is not the way: it is switched off by python -O, and an "
+    "AssertionError says the code is wrong, not its input.)")
+LOOP_OVER_HEADS = WRITTEN.mistake(
+    "loop-over-heads", "the heads are computed one by one in a Python loop, not together in one (b, heads, t, s) "
+                       "tensor.")
+
+
+@cache
+def _reference(answer: str) -> str:
+    return reference_source(WRITTEN.reference, answer)  # inspect.getsource takes 10 ms
+
+
+@cache
+def _changed(answer: str, changes: tuple[tuple[str, str], ...]) -> str:
+    """answer's reference with its attention written out and changes (those of several kinds, in kind order)."""
+    return edited(_reference(answer), (BY_HAND, *changes), f"{answer} with {changes}")
+
+
+@cache
+def _built(answer: str, args: tuple, names: tuple[str, ...]) -> nn.Module:
+    """The reference answer built once per constructor arguments and weights' names, on the meta device (no weights
+    drawn): every change in _KINDS is in forward, so each combination runs its own forward on this module."""
+    with torch.device("meta"):
+        return Written(answer, answer, SEVERAL, _reference(answer), WRITTEN.reference).run(*args)
+
+
+@cache
+def _forward_of(answer: str, changes: tuple[tuple[str, str], ...]) -> Callable[..., torch.Tensor]:
+    return Written(answer, answer, SEVERAL, _changed(answer, changes), WRITTEN.reference).run.forward
+
+
+def _mistaken(answer: str, w: dict[str, torch.Tensor], *args: object, scale: tuple = (), layout: tuple = (),
+              other: tuple = (), **inputs: torch.Tensor) -> torch.Tensor:
+    """What answer with the changes of each kind (the rest's first: unify-skipped changes what a merge by hand then
+    changes) computes with the weights w, which name every parameter (a bias-free nn.Linear takes a bias in w). Not
+    module_output, which builds a module per call: ten times slower for 179 combinations per case."""
+    module = _built(answer, args, tuple(sorted(w)))
+    for name, tensor in w.items():  # as parameters, the tensors themselves: not copied, so autograd reaches them
+        owner, _, leaf = name.rpartition(".")
+        module.get_submodule(owner)._parameters[leaf] = tensor  # noqa: SLF001 - no copy, no check, for speed
+    return _forward_of(answer, (*other, *layout, *scale))(module, **inputs)
+
+
+def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, *, answer: str) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
+    """answer's typical mistakes that these inputs can show, alone then together (named part by part)."""
+    unseen = set()
+    if context is None or (mask is not None and context.shape[1] != x.shape[1]):
+        unseen.add("context-ignored")  # nothing to ignore, or keys from x no longer fit the mask
+    if mask is None:
+        unseen.add("mask-ignored")
+    axes = [[((), {}), *((made, {kind: changes}) for made, changes in found
+                         if not {m.id for m in made} & unseen)] for kind, found in _KINDS[answer].items()]
+    return mistake_combinations(axes, partial(_mistaken, answer), SEVERAL)
 
 
 def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, torch.Tensor]:
@@ -98,8 +300,8 @@ def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, 
     layers = {**dict.fromkeys(LAYERS[:3], projection), "unify_heads": (width, k, True, f"nn.Linear({spec}, k)")}
     return kinds.expect_linear_layers(ev, built.key, f"{owner}({k}, {heads})", owner, layers,
                                       f"Two of {owner}'s layers are the same object: each needs its own nn.Linear.",
-                                      {**dict.fromkeys(LAYERS[:3], M["projection-bias"]),
-                                       "unify_heads": M["unify-no-bias"]}, built.seed, GAINS)
+                                      {**dict.fromkeys(LAYERS[:3], PROJECTION_BIAS),
+                                       "unify_heads": UNIFY_NO_BIAS}, built.seed, GAINS)
 
 
 def _wide_attention(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor,
@@ -111,47 +313,6 @@ def _wide_attention(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Ten
     m = None if mask is None else torch.broadcast_to(mask, (x.shape[0], x.shape[1], source.shape[1]))[:, None]
     out = F.scaled_dot_product_attention(q, keys, v, attn_mask=m)  # (b, h, tq, k)
     return F.linear(_merge(out), w["unify_heads.weight"], w["unify_heads.bias"])
-
-
-def _forward(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
-             mask: torch.Tensor | None = None, *, scale: float, split: str = "right", merge: str = "right",
-             use_context: bool = True, use_mask: bool = True, softmax_dim: int = -1,
-             unify: bool = True) -> torch.Tensor:
-    """Multi-head attention with switches for the typical mistakes. x (b, tq, k), context (b, tk, k)."""
-    source = x if context is None or not use_context else context
-    q = _split(F.linear(x, w["to_queries.weight"]), heads, split)  # (b, h, tq, s)
-    keys = _split(F.linear(source, w["to_keys.weight"]), heads, split)  # (b, h, tk, s)
-    v = _split(F.linear(source, w["to_values.weight"]), heads, split)  # (b, h, tk, s)
-    scores = q @ keys.transpose(-2, -1) / scale  # (b, h, tq, tk)
-    if mask is not None and use_mask:
-        m = torch.broadcast_to(mask, (x.shape[0], q.shape[-2], keys.shape[-2]))[:, None]  # (b, 1, tq, tk)
-        scores = scores.masked_fill(~m, float("-inf"))
-    out = _merge(F.softmax(scores, dim=softmax_dim) @ v, merge)  # (b, tq, h·s)
-    return F.linear(out, w["unify_heads.weight"], w["unify_heads.bias"]) if unify else out
-
-
-def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, *, wide: bool) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """The typical mistakes as switches of _forward, alone then together (named part by part)."""
-    wrong = (((M["scaled-by-projected-size"], math.sqrt(k * heads)),
-              (M["scaled-by-head-fraction"], math.sqrt(k / heads))) if wide
-             else ((M["scaled-by-model-size"], math.sqrt(k)), (M["scaled-by-k-times-heads"], math.sqrt(k * heads))))
-    scales = [((), {"scale": math.sqrt(k if wide else k // heads)}),
-              *(((m,), {"scale": scale}) for m, scale in (*wrong, (M["unscaled"], 1.0)))]
-    splits = ((None, "right"), (M["heads-split-without-transpose"], "no transpose"),
-              (M["heads-split-interleaved"], "interleaved"))
-    merges = ((None, "right"), (M["heads-merged-without-transpose"], "no transpose"),
-              (M["heads-merged-interleaved"], "interleaved"))
-    both = {"no transpose": M["heads-reshaped-without-transpose"], "interleaved": M["heads-interleaved"]}
-    layouts = [((both[split],) if m_split and m_merge and split == merge else tuple(m for m in (m_split, m_merge) if m),
-                {"split": split, "merge": merge}) for (m_split, split), (m_merge, merge) in product(splits, merges)]
-    others: list[tuple[tuple[Mistake, ...], dict[str, Any]]] = [
-        ((), {}), ((M["softmax-over-queries"],), {"softmax_dim": -2}), ((M["unify-skipped"],), {"unify": False})]
-    if context is not None and (mask is None or context.shape[1] == x.shape[1]):
-        others.append(((M["context-ignored"],), {"use_context": False}))
-    if mask is not None:
-        others.append(((M["mask-ignored"],), {"use_mask": False}))
-    return mistake_combinations((scales, layouts, others), _forward, M["several-mistakes"])
 
 
 def _head_layout_hint(x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> str:
@@ -169,12 +330,12 @@ def _output_shape_hints(x: torch.Tensor, context: torch.Tensor | None = None,
 NARROW = ForwardOracle(
     NARROW_NAME, "multi-head attention", partial(_multi_head_weights, wide=False),
     lambda w, k, heads, x, context=None, mask=None: oracles.course_module_attention(w, x, context, mask, heads=heads),
-    "nn.MultiheadAttention", simulators=partial(_simulators, wide=False), hint=_head_layout_hint,
+    "nn.MultiheadAttention", simulators=partial(_simulators, answer=NARROW_NAME), hint=_head_layout_hint,
     shape_hints=_output_shape_hints,
     otherwise="It differs from nn.MultiheadAttention with your weights. " + _SHAPES_RECIPE)
 WIDE = ForwardOracle(
     WIDE_NAME, "multi-head attention", partial(_multi_head_weights, wide=True), _wide_attention,
-    "PyTorch's fused attention on your projections", simulators=partial(_simulators, wide=True),
+    "PyTorch's fused attention on your projections", simulators=partial(_simulators, answer=WIDE_NAME),
     hint=_head_layout_hint, shape_hints=_output_shape_hints,
     otherwise="It differs from PyTorch's fused attention on your projections. " + _SHAPES_RECIPE)
 
@@ -189,7 +350,7 @@ def _expect_no_loop(ev: Evidence) -> None:
         fail(f"The test recorded nothing about {NARROW_NAME}.forward's graph: the check did not run to the end.")
     if count > MAX_MATMULS:
         fail(f"{NARROW_NAME}.forward with {GRAD_HEADS} heads performs {count} matrix products, where the heads "
-             f"computed together need about 6: {M['loop-over-heads'].explanation}", mistake=M["loop-over-heads"])
+             f"computed together need about 6: {LOOP_OVER_HEADS.explanation}", mistake=LOOP_OVER_HEADS)
 
 
 against_forward(probes.multi_head_oracle, NARROW,
@@ -220,7 +381,7 @@ def _indivisible(ev: Evidence) -> None:
     """MultiHeadAttention(10, 4) cannot split 10 features into 4 equal heads: construction raises a ValueError."""
     __tracebackhide__ = True
     call = f"{NARROW_NAME}(10, 4)"
-    expect_value_error(ev, "indivisible", call, M["no-divisibility-check"], M["not-a-value-error"])
+    expect_value_error(ev, "indivisible", call, NO_DIVISIBILITY_CHECK, NOT_A_VALUE_ERROR)
     expect_structure(ev, probes.multi_head_structure, NARROW, f"{call} raises a ValueError")
 
 
@@ -235,7 +396,7 @@ def _expect_context(ev: Evidence, *, check: RunsCheck, oracle: ForwardOracle) ->
                                                "forward(x, context=x) must agree.")
     if torch.allclose(y["y_cross"], y["y_self"], atol=1e-5):
         fail(f"{oracle.owner}.forward(x, context=c) gives the same result as forward(x): "
-             f"{M['context-ignored'].explanation}", mistake=M["context-ignored"])
+             f"{WRITTEN['context-ignored'].explanation}", mistake=WRITTEN["context-ignored"])
 
 
 for check, oracle in ((probes.multi_head_context, NARROW), (probes.wide_context, WIDE)):
