@@ -393,6 +393,19 @@ _SAMPLE_HINT = ("probs = softmax(logits / temperature), all but the top_k logits
 _NOT_DRAWN = "does not give the tokens torch.multinomial draws with the given generator"
 
 
+# named by a structure: an error, a dtype, where a mask was made
+NO_DISTRIBUTION = WRITTEN.mistake(
+    "no-distribution", "Some row had no token left to draw: all its probabilities were 0, NaN or infinite. Is top-k "
+    "taken over the vocabulary of each row (dim=-1), so that every row keeps k tokens?")
+GREEDY_DIVIDES = WRITTEN.mistake("greedy-divides-by-zero",
+                                 "temperature 0 divides the logits by zero: treat it first, as the argmax.")
+NOT_IDS = WRITTEN.mistake("generate-not-ids", "the tokens are not torch.long ids.")
+NUCLEUS_ON_THE_CPU = WRITTEN.mistake(
+    "nucleus-on-the-cpu", "a mask of the vocabulary is made on the CPU (torch.zeros(probs.shape, ...) with no "
+    "device=): make it where the probabilities are, keep = torch.zeros_like(probs, dtype=torch.bool). A CPU grader "
+    "would pass it; a GPU refuses to scatter the sorted order into a CPU tensor.")
+
+
 def _no_distribution(ev: Evidence, key: str) -> str:
     """The error of the call under key when torch.multinomial refused its probabilities, else ""."""
     message = str(ev.facts[key].get("message"))[:200] if compare.value_kind(ev, key) == "raised" else ""
@@ -400,7 +413,7 @@ def _no_distribution(ev: Evidence, key: str) -> str:
 
 
 def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows: int | None = None,
-               refused: Mistake = M["no-distribution"]) -> torch.Tensor:
+               refused: Mistake = NO_DISTRIBUTION) -> torch.Tensor:
     """The token ids (int64, as argmax and multinomial give them) returned under key; rows: a sampler's, one per row
     of the logits (b,), probabilities multinomial refused named as `refused`."""
     __tracebackhide__ = True
@@ -408,7 +421,7 @@ def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows
         fail(f"{what} raised {message}. The likely cause: {refused.explanation}", mistake=refused)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
-        fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
+        fail(f"{what} returned dtype {out.dtype}: {NOT_IDS.explanation}", mistake=NOT_IDS)
     if rows is not None and tuple(out.shape) != (rows,):
         column = " One id per COLUMN? Take the argmax or the top-k over the vocabulary." if out.dim() == 1 else ""
         fail(f"{what} returned shape {tuple(out.shape)}; expected ({rows},), one token id per row.{column}",
@@ -437,7 +450,7 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     # where the call raised, a mistake that leaves a row with no token to draw is named (top-k over the batch first)
     emptied = [m for m in (TOP_K_WRONG_DIM, TOP_P_ITSELF)
                if not spec.global_seeds and any(mistake is m and tokens is None for mistake, tokens in drawn)]
-    refused = [*emptied, M["greedy-divides-by-zero"] if greedy else M["no-distribution"]][0]
+    refused = [*emptied, GREEDY_DIVIDES if greedy else NO_DISTRIBUTION][0]
     keys = [f"{spec.key}{i}" for i in range(len(spec.global_seeds))] or [spec.key]
     outs = [_token_ids(ev, key, spec.call, rows=spec.b, refused=refused) for key in keys]
     if not torch.equal(outs[0], outs[-1]):
@@ -557,7 +570,7 @@ each_case(probes.sampling_generator, _expect_draws,
 each_case(probes.sampling_distribution, partial(_expect_draws, cases=probes.SAMPLING_CASES),
           passed="Temperatures below and above 1, with and without top_k: torch.multinomial's tokens.")
 each_case(probes.sampling_top_p, partial(_expect_draws, cases=probes.TOP_P_CASES),
-          on_gpus=OnGpus("sample", probes.SAMPLE_ON_GPU, M["nucleus-on-the-cpu"]),
+          on_gpus=OnGpus("sample", probes.SAMPLE_ON_GPU, NUCLEUS_ON_THE_CPU),
           passed="top_p at three temperatures, after top_k, and a small p: torch.multinomial's tokens; on a stand-in "
                  "CUDA and MPS, every mask made where the logits are.")
 each_case(probes.sampling_hidden, partial(_expect_draws, cases=probes.SAMPLING_HIDDEN_CASES),
