@@ -13,10 +13,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
+from course.judges.language_model import WRITTEN
 
 ASSIGNMENT = "08_language_model"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
+
+# the mistakes course/judges/language_model.py writes as code and names by running them (sample_next_token's)
+written(WRITTEN)
 
 LM = "language_model"
 CACHED = "cached_language_model"
@@ -36,14 +40,9 @@ GROW_VALUES = "values = torch.cat([past[1], values], dim=2)"
 ATTENDED = "x = x + attention.unify_heads(merge_heads(out))"
 BLOCK_OUT = "return x + block.ff(block.norm2(x)), (keys, values)"
 ATTEND = "        out, _ = scaled_dot_product_attention(queries, keys, values, mask)  # (b, h, t, s)\n"
-KTH = "kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (b, 1): the k-th largest logit of each row"
-TOP_K = "    if top_k is not None and top_k < logits.shape[-1]:\n"
-TOP_K_MASK = '        logits = logits.masked_fill(logits < kth, float("-inf"))\n'
 DIVIDE = "    logits = logits / temperature\n"
 PROBS = "probs = F.softmax(logits, dim=-1)"
 GREEDY = "return logits.argmax(dim=-1)  # (b,)"
-RANKED = "ranked, order = probs.sort(dim=-1, descending=True)  # (b, V): most likely first"
-BEFORE = "before = ranked.cumsum(dim=-1) - ranked  # (b, V): the probability of the tokens ranked before"
 TOP_P = """    if top_p is not None:
         ranked, order = probs.sort(dim=-1, descending=True)  # (b, V): most likely first
         before = ranked.cumsum(dim=-1) - ranked  # (b, V): the probability of the tokens ranked before
@@ -256,34 +255,19 @@ def loss_nll_of_log_softmax(logits, tokens):
 
 # ------------------------------------------------------------------ sample_next_token: mistakes
 
+# the others are written in course/judges/language_model.py (written(WRITTEN) above); below, other ways of writing
+# its mistakes, and those it names by a structure (an error, a dtype, a device) and those every check names
+edit("sample-global-generator", SAMPLE, (", generator=generator)", ")"), mistake="sampling-global-rng")
 edit("sample-softmax-then-divide", SAMPLE, (DIVIDE, ""), (PROBS, f"{PROBS} / temperature"),
      mistake="softmax-before-temperature")
-edit("sample-softmax-twice", SAMPLE, (DIVIDE, ""),
-     (PROBS, "probs = F.softmax(F.softmax(logits, dim=-1) / temperature, dim=-1)"),
-     mistake="softmax-before-temperature")
-edit("sample-top-k-over-batch", SAMPLE, (TOP_K, "    if top_k is not None:\n"),
-     (KTH, "kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column"),
-     mistake="top-k-wrong-dim")
-edit("sample-global-generator", SAMPLE, (", generator=generator)", ")"), mistake="sampling-global-rng")
-edit("sample-times-temperature", SAMPLE, ("logits = logits / temperature", "logits = logits * temperature"),
-     mistake="temperature-multiplies")
-edit("sample-top-k-smallest", SAMPLE, (KTH, "kth = logits.topk(top_k, dim=-1, largest=False).values[:, -1:]"),
-     ("logits < kth", "logits > kth"), mistake="top-k-smallest")
-edit("sample-ignores-top-k", SAMPLE, (TOP_K + "        " + KTH + "\n" + TOP_K_MASK, ""), mistake="top-k-ignored")
 edit("sample-no-greedy-case", SAMPLE, ("    if temperature == 0:\n        " + GREEDY + "\n", ""),
      mistake="greedy-divides-by-zero")
 edit("sample-top-k-on-probabilities", SAMPLE, ("    " + PROBS + "  # (b, V)\n", ""),
      (DIVIDE, DIVIDE + "    " + PROBS + "  # (b, V)\n"), ("kth = logits.topk", "kth = probs.topk"),
      ("logits = logits.masked_fill(logits < kth", "probs = probs.masked_fill(probs < kth"), mistake="no-distribution")
-edit("sample-top-k-minus-one", SAMPLE, ("logits < kth", "logits <= kth"), mistake="top-k-too-few")
 edit("sample-greedy-max-values", SAMPLE, (GREEDY, "return logits.max(dim=-1)[0]"), mistake="generate-not-ids")
 edit("sample-keeps-last-dim", SAMPLE, (GREEDY, "return logits.argmax(dim=-1, keepdim=True)"),
      (".squeeze(1)  # (b,)", "  # (b, 1)"), mistake="wrong-shape")
-edit("sample-top-p-includes-itself", SAMPLE, (BEFORE, "before = ranked.cumsum(dim=-1)  # (b, V): up to each token"),
-     mistake="top-p-includes-itself")
-edit("sample-top-p-ascending", SAMPLE, (RANKED, "ranked, order = probs.sort(dim=-1)  # (b, V)"),
-     mistake="top-p-ascending")
-edit("sample-ignores-top-p", SAMPLE, (TOP_P, ""), mistake="top-p-ignored")
 edit("sample-top-p-before-temperature", SAMPLE, (TOP_P, ""),
      (DIVIDE, """    if top_p is not None:  # the nucleus first, from the model's own probabilities
         ranked, order = F.softmax(logits, dim=-1).sort(dim=-1, descending=True)

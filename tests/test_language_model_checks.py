@@ -64,7 +64,7 @@ def test_sampling_under_another_global_seed_is_named_as_the_global_generator():
 
     with pytest.raises(CheckFailed) as failure:
         lm.sampling_generator(from_global)
-    assert failure.value.mistake == judges.M["sampling-global-rng"].id
+    assert failure.value.mistake == judges.GLOBAL_RNG.id
 
 
 GENERATE_WITH_THE_NOTEBOOKS_SAMPLER = """

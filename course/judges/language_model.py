@@ -27,10 +27,13 @@ from course.judges.kinds import (
     run_steps,
 )
 from course.judges.oracles import dense, layer_norm
+from course.judges.variants import Variants
 
 # ---------------------------------------------------------------- mistakes
 
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_model.txt
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_model.txt; the rest are written below
+WRITTEN = Variants(__name__, reference="course.language_model")  # as the code a student writes (variants.py)
+edit = WRITTEN.edit
 
 
 # ---------------------------------------------------------------- the model: structure
@@ -220,25 +223,128 @@ NEXT_TOKEN_LOSS = LossOracle(
          "or in dimension 1.")
 
 
-# ---------------------------------------------------------------- sample_next_token
+# ---------------------------------------------------------------- sample_next_token: mistakes
+# Edits change the reference answer of course/language_model.py:
+#     if temperature == 0: return logits.argmax(dim=-1)
+#     logits = logits / temperature; all but the top_k of each row at -inf (logits < kth); probs = F.softmax(logits)
+#     with top_p: ranked, order = probs.sort(descending=True); keep while before = ranked.cumsum - ranked < top_p
+#     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+# Each draws with a generator seeded as the case's (_sample_mistakes). When two give the student's tokens, the first
+# declared is named. A draw from PyTorch's global generator is named by the oracle's own ways drawn from it.
 
-def _top_k_mask(logits: torch.Tensor, top_k: int | None, largest: bool = True) -> torch.Tensor:
-    """logits (b, V) with all but the top_k of each row set to -inf (largest=False: all but the bottom top_k)."""
+SAMPLE = "sample_next_token"
+DIVIDE = "    logits = logits / temperature\n"
+PROBS = "probs = F.softmax(logits, dim=-1)  # (b, V)"
+TOP_K = "    if top_k is not None and top_k < logits.shape[-1]:\n"
+KTH = "kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (b, 1): the k-th largest logit of each row"
+TOP_K_BLOCK = TOP_K + "        " + KTH + "\n" + '        logits = logits.masked_fill(logits < kth, float("-inf"))\n'
+RANKED = "ranked, order = probs.sort(dim=-1, descending=True)  # (b, V): most likely first"
+BEFORE = "before = ranked.cumsum(dim=-1) - ranked  # (b, V): the probability of the tokens ranked before"
+TOP_P_BLOCK = """    if top_p is not None:
+        ranked, order = probs.sort(dim=-1, descending=True)  # (b, V): most likely first
+        before = ranked.cumsum(dim=-1) - ranked  # (b, V): the probability of the tokens ranked before
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)  # (b, V)
+        probs = probs * keep
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+"""
+
+GLOBAL_RNG = WRITTEN.mistake(
+    "sampling-global-rng", "the draw comes from PyTorch's global random generator, not from the `generator` argument: "
+    "pass it on, torch.multinomial(probs, 1, generator=generator), so the same generator gives the same tokens.")
+edit("sample-temperature-on-probabilities", SAMPLE, (DIVIDE, ""),
+     ("torch.multinomial(probs, num_samples", "torch.multinomial(probs / temperature, num_samples"),
+     mistake="softmax-before-temperature",
+     says="the temperature is applied after the softmax. Dividing probabilities by T and renormalizing changes "
+          "nothing (and a second softmax gives another distribution): divide the LOGITS by T, then take the softmax.")
+edit("sample-softmax-twice", SAMPLE, (DIVIDE, ""),
+     (PROBS, "probs = F.softmax(F.softmax(logits, dim=-1) / temperature, dim=-1)"),
+     mistake="softmax-before-temperature")
+edit("sample-times-temperature", SAMPLE, ("logits = logits / temperature", "logits = logits * temperature"),
+     mistake="temperature-multiplies",
+     says="the logits are multiplied by the temperature; divide them by it, so that T < 1 sharpens and T > 1 flattens.")
+edit("sample-ignores-top-p", SAMPLE, (TOP_P_BLOCK, ""), mistake="top-p-ignored",
+     says="top_p is ignored: only the nucleus may be drawn, the most likely tokens whose probabilities first reach "
+          "top_p together.")
+edit("sample-top-p-includes-itself", SAMPLE, (BEFORE, "before = ranked.cumsum(dim=-1)  # (b, V): up to each token"),
+     mistake="top-p-includes-itself",
+     says="top-p keeps a token only when the probability up to AND including it is below top_p: that drops the token "
+          "that crosses top_p (and every token of a row whose most likely token alone reaches it). Keep a token when "
+          "the probability of the tokens ranked BEFORE it is below top_p: cumsum - probs < top_p.")
+edit("sample-top-p-ascending", SAMPLE, (RANKED, "ranked, order = probs.sort(dim=-1)  # (b, V)"),
+     mistake="top-p-ascending",
+     says="the probabilities are sorted in ascending order, so top-p keeps the LEAST likely tokens: sort each row in "
+          "descending order, most likely first.")
+edit("sample-top-p-before-temperature-after-top-k", SAMPLE, (DIVIDE, ""),
+     (PROBS, "probs = F.softmax(logits / temperature, dim=-1)  # (b, V)"),
+     (RANKED, "ranked, order = F.softmax(logits, dim=-1).sort(dim=-1, descending=True)  # untempered"),
+     mistake="top-p-before-temperature",
+     says="the nucleus is chosen from the probabilities before the temperature (a softmax of the raw logits). Choose "
+          "it from the distribution the draw uses: divide the logits by the temperature and keep the top_k first, then "
+          "take the softmax and the nucleus.")
+edit("sample-top-p-before-temperature-and-top-k", SAMPLE, (DIVIDE, "    raw = logits  # for the nucleus\n" + DIVIDE),
+     (RANKED, "ranked, order = F.softmax(raw, dim=-1).sort(dim=-1, descending=True)  # the model's own"),
+     mistake="top-p-before-temperature")
+edit("sample-ignores-top-k", SAMPLE, (TOP_K_BLOCK, ""), mistake="top-k-ignored",
+     says="top_k is ignored: only the k most likely tokens of each row may be drawn; set the other logits to -inf "
+          "before the softmax.")
+edit("sample-top-k-smallest", SAMPLE, (KTH, "kth = logits.topk(top_k, dim=-1, largest=False).values[:, -1:]"),
+     ("logits < kth", "logits > kth"), mistake="top-k-smallest",
+     says="top-k keeps the k LEAST likely tokens (largest=False): keep the k largest logits of each row.")
+edit("sample-top-k-over-batch", SAMPLE, (TOP_K, "    if top_k is not None:\n"),
+     (KTH, "kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column"),
+     mistake="top-k-wrong-dim",
+     says="top-k is taken over the batch (dim 0), not over the vocabulary: each ROW keeps its own k largest logits, "
+          "logits.topk(top_k, dim=-1).")
+# last, so that it changes no diagnosis above
+edit("sample-top-k-minus-one", SAMPLE, ("logits < kth", "logits <= kth"), mistake="top-k-too-few",
+     says="fewer than top_k tokens of a row can be drawn: the k-th largest logit is masked too. Keep all k largest, "
+          "the k-th included: set to -inf only the logits below it (logits < kth, not logits <= kth).")
+
+TOP_K_WRONG_DIM = WRITTEN["top-k-wrong-dim"]
+TOP_K_IGNORED, TOP_K_TOO_FEW, TOP_P_ITSELF = (WRITTEN[i] for i in ("top-k-ignored", "top-k-too-few",
+                                                                  "top-p-includes-itself"))
+
+
+def _refused(message: str) -> bool:
+    """Whether an error's message is torch.multinomial refusing probabilities that are no distribution."""
+    return "probability tensor contains" in message or "invalid multinomial" in message
+
+
+def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor | None]]:
+    """(mistake, the tokens it draws on the case), in the order they are named: each right way of sampling (_ways)
+    drawn from PyTorch's global generator (seeded GLOBAL_SEED, as the probe seeds it), then each written mistake
+    called as the probe calls the student's: with a generator seeded as the case's. None where torch.multinomial
+    refused a variant's probabilities; a variant that fails otherwise is left out."""
+    drawn: list[tuple[Mistake, torch.Tensor | None]] = [(GLOBAL_RNG, way) for way in _draws(spec, GLOBAL_SEED)]
+    for written in WRITTEN.of(SAMPLE):
+        try:
+            with torch.no_grad():
+                drawn.append((written.mistake, written.run(spec.logits(), **probes.settings(spec))))
+        except RuntimeError as error:
+            if _refused(str(error)):
+                drawn.append((written.mistake, None))
+        except Exception:  # noqa: BLE001, S112 - a variant that cannot run on these inputs matches nothing
+            continue
+    return drawn
+
+
+# ---------------------------------------------------------------- sample_next_token: the oracle
+
+def _top_k_mask(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
+    """logits (b, V) with all but the top_k of each row set to -inf."""
     if top_k is None or top_k >= logits.shape[-1]:
         return logits
-    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k, largest=largest).indices, True)
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k).indices, True)
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def _nucleus(probs: torch.Tensor, top_p: float | None, *, through: bool = False,
-             descending: bool = True) -> torch.Tensor:
+def _nucleus(probs: torch.Tensor, top_p: float | None) -> torch.Tensor:
     """probs (b, V) renormalized over each row's nucleus: a token ranked (descending) is kept while the probability
-    ranked before it (through: up to and including it) is below top_p. A row keeping nothing comes out NaN."""
+    ranked before it is below top_p. A row keeping nothing comes out NaN."""
     if top_p is None:
         return probs
-    ranked, order = probs.sort(dim=-1, descending=descending, stable=True)  # (b, V)
-    upto = ranked.cumsum(dim=-1)
-    kept = (upto < top_p) if through else (upto - ranked < top_p)
+    ranked, order = probs.sort(dim=-1, descending=True, stable=True)  # (b, V)
+    kept = ranked.cumsum(dim=-1) - ranked < top_p
     kept = probs * torch.zeros_like(kept).scatter(-1, order, kept)
     return kept / kept.sum(dim=-1, keepdim=True)
 
@@ -281,58 +387,33 @@ def _draws(spec: SamplingCase, seed: int | None = None) -> list[torch.Tensor]:
             for how, way in _ways(spec.top_p)]
 
 
-def _multinomial(probs: torch.Tensor, seed: int) -> torch.Tensor | None:
-    """A typical mistake's draw; None where its "probabilities" are no distribution (multinomial refuses them)."""
-    if not bool(torch.isfinite(probs).all()) or not bool((probs.sum(dim=-1) > 0).all()):
-        return None
-    return torch.multinomial(probs, 1, generator=generator(seed)).squeeze(-1)
-
-
-def _sample_mistakes(spec: SamplingCase) -> list[tuple[Mistake, torch.Tensor | None]]:
-    """The tokens of the typical mistakes on the case with its generator; None where multinomial refuses them."""
-    logits, temperature, top_k, top_p, seed = spec.logits(), spec.temperature, spec.top_k, spec.top_p, spec.seed + 1
-    masked = _top_k_mask(logits, top_k)
-
-    def draw(scaled: torch.Tensor) -> torch.Tensor | None:
-        return _multinomial(_nucleus(F.softmax(scaled, dim=-1), top_p), seed)
-
-    out = [(M["sampling-global-rng"], drawn) for drawn in _draws(spec, GLOBAL_SEED)]
-    out += [(M["softmax-before-temperature"], draw(masked)),
-            (M["softmax-before-temperature"], draw(F.softmax(masked, dim=-1) / temperature)),
-            (M["temperature-multiplies"], draw(masked * temperature))]
-    if top_p is not None:
-        probs = F.softmax(masked / temperature, dim=-1)
-        out += [(M["top-p-ignored"], _draw(logits, temperature, top_k, generator(seed))),
-                (M["top-p-includes-itself"], _multinomial(_nucleus(probs, top_p, through=True), seed)),
-                (M["top-p-ascending"], _multinomial(_nucleus(probs, top_p, descending=False), seed))]
-        for untempered in (F.softmax(masked, dim=-1), F.softmax(logits, dim=-1)):  # after top-k, or before it too
-            kept = probs * (_nucleus(untempered, top_p) > 0)
-            out.append((M["top-p-before-temperature"], _multinomial(kept / kept.sum(dim=-1, keepdim=True), seed)))
-    if top_k is not None and top_k < logits.shape[-1]:
-        out += [(M["top-k-ignored"], _draw(logits, temperature, None, generator(seed), top_p=top_p)),
-                (M["top-k-smallest"], draw(_top_k_mask(logits, top_k, largest=False) / temperature))]
-        if top_k <= logits.shape[0]:  # top-k over the batch: all but the top_k of each COLUMN at -inf
-            kth = logits.topk(top_k, dim=0).values[-1]  # (V,): the k-th largest logit of each column
-            out.append((M["top-k-wrong-dim"], draw(logits.masked_fill(logits < kth, float("-inf")) / temperature)))
-        # last, so that it changes no diagnosis above: the k-th largest masked too (logits <= kth), k - 1 kept
-        out.append((M["top-k-too-few"], draw(_top_k_mask(logits, top_k - 1) / temperature)))
-    return out
-
-
 _SAMPLE_HINT = ("probs = softmax(logits / temperature), all but the top_k logits of each row at -inf; with top_p only "
                 "the nucleus (sorted descending, a token kept while the probability ranked before it is below top_p), "
                 "renormalized; then torch.multinomial(probs, 1, generator=generator).squeeze(1); at T = 0, argmax.")
 _NOT_DRAWN = "does not give the tokens torch.multinomial draws with the given generator"
 
 
+# named by a structure: an error, a dtype, where a mask was made
+NO_DISTRIBUTION = WRITTEN.mistake(
+    "no-distribution", "Some row had no token left to draw: all its probabilities were 0, NaN or infinite. Is top-k "
+    "taken over the vocabulary of each row (dim=-1), so that every row keeps k tokens?")
+GREEDY_DIVIDES = WRITTEN.mistake("greedy-divides-by-zero",
+                                 "temperature 0 divides the logits by zero: treat it first, as the argmax.")
+NOT_IDS = WRITTEN.mistake("generate-not-ids", "the tokens are not torch.long ids.")
+NUCLEUS_ON_THE_CPU = WRITTEN.mistake(
+    "nucleus-on-the-cpu", "a mask of the vocabulary is made on the CPU (torch.zeros(probs.shape, ...) with no "
+    "device=): make it where the probabilities are, keep = torch.zeros_like(probs, dtype=torch.bool). A CPU grader "
+    "would pass it; a GPU refuses to scatter the sorted order into a CPU tensor.")
+
+
 def _no_distribution(ev: Evidence, key: str) -> str:
     """The error of the call under key when torch.multinomial refused its probabilities, else ""."""
     message = str(ev.facts[key].get("message"))[:200] if compare.value_kind(ev, key) == "raised" else ""
-    return message if "probability tensor contains" in message or "invalid multinomial" in message else ""
+    return message if _refused(message) else ""
 
 
 def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows: int | None = None,
-               refused: Mistake = M["no-distribution"]) -> torch.Tensor:
+               refused: Mistake = NO_DISTRIBUTION) -> torch.Tensor:
     """The token ids (int64, as argmax and multinomial give them) returned under key; rows: a sampler's, one per row
     of the logits (b,), probabilities multinomial refused named as `refused`."""
     __tracebackhide__ = True
@@ -340,7 +421,7 @@ def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows
         fail(f"{what} raised {message}. The likely cause: {refused.explanation}", mistake=refused)
     out = output(ev, key, what=what, floating=False, hint=hint, device=False)
     if out.dtype != torch.long:
-        fail(f"{what} returned dtype {out.dtype}: {M['generate-not-ids'].explanation}", mistake=M["generate-not-ids"])
+        fail(f"{what} returned dtype {out.dtype}: {NOT_IDS.explanation}", mistake=NOT_IDS)
     if rows is not None and tuple(out.shape) != (rows,):
         column = " One id per COLUMN? Take the argmax or the top-k over the vocabulary." if out.dim() == 1 else ""
         fail(f"{what} returned shape {tuple(out.shape)}; expected ({rows},), one token id per row.{column}",
@@ -357,20 +438,19 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
         allowed, what = set(spec.logits()[0].topk(spec.top_k).indices.tolist()), spec.call.replace("logits", "one row")
         for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
             drawn = set(_token_ids(ev, key, what, rows=spec.b).tolist())
-            for mistake, wrong in ((M["top-k-ignored"], not drawn <= allowed),
-                                   (M["top-k-too-few"], len(drawn) < spec.top_k)):
+            for mistake, wrong in ((TOP_K_IGNORED, not drawn <= allowed), (TOP_K_TOO_FEW, len(drawn) < spec.top_k)):
                 if wrong:
                     fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top "
                          f"{spec.top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
         expect_equal(_token_ids(ev, spec.key, what, rows=spec.b), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
                      case=f"top_k={spec.top_k}", differs=_NOT_DRAWN)
         return
-    greedy, rng = spec.temperature == 0, M["sampling-global-rng"]
+    greedy, rng = spec.temperature == 0, GLOBAL_RNG
     drawn = [] if greedy else _sample_mistakes(spec)
     # where the call raised, a mistake that leaves a row with no token to draw is named (top-k over the batch first)
-    emptied = [m for m in (M["top-k-wrong-dim"], M["top-p-includes-itself"])
+    emptied = [m for m in (TOP_K_WRONG_DIM, TOP_P_ITSELF)
                if not spec.global_seeds and any(mistake is m and tokens is None for mistake, tokens in drawn)]
-    refused = [*emptied, M["greedy-divides-by-zero"] if greedy else M["no-distribution"]][0]
+    refused = [*emptied, GREEDY_DIVIDES if greedy else NO_DISTRIBUTION][0]
     keys = [f"{spec.key}{i}" for i in range(len(spec.global_seeds))] or [spec.key]
     outs = [_token_ids(ev, key, spec.call, rows=spec.b, refused=refused) for key in keys]
     if not torch.equal(outs[0], outs[-1]):
@@ -380,7 +460,7 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
     if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
-        mistakes.sort(key=lambda pair: pair[0] is not M["top-k-wrong-dim"])  # stable: only it moves ahead
+        mistakes.sort(key=lambda pair: pair[0] is not TOP_K_WRONG_DIM)  # stable: only it moves ahead
     expect_equal(outs[0], _draws(spec), what=spec.call, mistakes=mistakes, case=f"logits ({spec.b}, {spec.vocab})",
                  otherwise=_SAMPLE_HINT, differs=_NOT_DRAWN)
     if spec.global_seeds and ev.facts.get("global_state_changed") != [False] * len(keys):
@@ -490,7 +570,7 @@ each_case(probes.sampling_generator, _expect_draws,
 each_case(probes.sampling_distribution, partial(_expect_draws, cases=probes.SAMPLING_CASES),
           passed="Temperatures below and above 1, with and without top_k: torch.multinomial's tokens.")
 each_case(probes.sampling_top_p, partial(_expect_draws, cases=probes.TOP_P_CASES),
-          on_gpus=OnGpus("sample", probes.SAMPLE_ON_GPU, M["nucleus-on-the-cpu"]),
+          on_gpus=OnGpus("sample", probes.SAMPLE_ON_GPU, NUCLEUS_ON_THE_CPU),
           passed="top_p at three temperatures, after top_k, and a small p: torch.multinomial's tokens; on a stand-in "
                  "CUDA and MPS, every mask made where the logits are.")
 each_case(probes.sampling_hidden, partial(_expect_draws, cases=probes.SAMPLING_HIDDEN_CASES),
