@@ -389,9 +389,8 @@ def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: s
 
 #: the typical mistakes of a next-token loss that token_loss_mistakes simulates, by id ("loss-unstable" is judged
 #: from a loss that is not finite)
-LOSS_MISTAKE_IDS = ("loss-not-shifted", "loss-wrong-shift", "loss-sum", "loss-per-sequence", "loss-softmax",
-                    "loss-nll-on-logits", "loss-bits", "loss-last-position", "loss-counts-padding",
-                    "loss-pad-hard-coded", "loss-unstable")
+LOSS_MISTAKE_IDS = ("loss-not-shifted", "loss-wrong-shift", "loss-sum", "loss-softmax", "loss-nll-on-logits",
+                    "loss-bits", "loss-last-position", "loss-unstable")
 
 
 @dataclass(frozen=True)
@@ -433,9 +432,9 @@ def token_loss(oracle: LossOracle, inputs: Mapping) -> torch.Tensor:
 
 
 def token_loss_mistakes(oracle: LossOracle, inputs: Mapping) -> list[tuple[Mistake, torch.Tensor]]:
-    """What each of the oracle's mistakes gives on the inputs: not shifted, shifted the wrong way, a sum, a mean per
-    sequence first, a softmax before F.cross_entropy, F.nll_loss on logits, in bits, the last position only, the
-    padding counted, the padding id hard-coded as 0. With oracle.written, what the written mistakes give instead."""
+    """What each of the oracle's mistakes gives on the inputs: not shifted, shifted the wrong way, a sum, a softmax
+    before F.cross_entropy, F.nll_loss on logits, in bits, the last position only. With oracle.written, what the
+    written mistakes give instead (07's, course/judges/seq2seq.py)."""
     if oracle.written is not None:
         return list(oracle.written(**inputs))
     tokens, ignore = inputs[oracle.tokens], _ignored(oracle, inputs)
@@ -445,18 +444,14 @@ def token_loss_mistakes(oracle: LossOracle, inputs: Mapping) -> list[tuple[Mista
         unshifted = oracle.logits("unshifted", **inputs).transpose(1, 2)  # (b, vocab, t)
         backwards = oracle.logits("backwards", **inputs).transpose(1, 2)  # (b, vocab, t - 1)
     per_token = F.cross_entropy(shifted, labels, ignore_index=ignore, reduction="none")  # (b, t - 1)
-    real = (labels != ignore).float()  # (b, t - 1)
     simulated = {
         "loss-not-shifted": F.cross_entropy(unshifted, tokens, ignore_index=ignore),
         "loss-wrong-shift": F.cross_entropy(backwards, tokens[:, :-1], ignore_index=ignore),
         "loss-sum": per_token.sum(),
-        "loss-per-sequence": ((per_token * real).sum(1) / real.sum(1)).mean(),
         "loss-softmax": F.cross_entropy(F.softmax(shifted, dim=1), labels, ignore_index=ignore),
         "loss-nll-on-logits": F.nll_loss(shifted, labels, ignore_index=ignore),
         "loss-bits": F.cross_entropy(shifted, labels, ignore_index=ignore) / math.log(2),
         "loss-last-position": F.cross_entropy(shifted[:, :, -1], labels[:, -1], ignore_index=ignore),
-        "loss-counts-padding": F.cross_entropy(shifted, labels),
-        "loss-pad-hard-coded": F.cross_entropy(shifted, labels, ignore_index=0),
     }
     return [(m, simulated[m.id]) for m in oracle.mistakes if m.id in simulated]
 
