@@ -7,11 +7,12 @@ name (``attention_weights``, ``MultiHeadAttention``...). Names a variant uses bu
 ``F``, earlier answers) come from the notebook, as in a student's cell. ``helpers`` adds other functions'
 source before it, for answer cells that hold more than one definition.
 
-Most mistakes change a line or two of the solution, and are written as that change (with ``edit = edits(__name__)``
-once, at the top of the module)::
+The mistakes a judge names by running them are written once, in its judges module (course/judges/variants.py), and
+taken here with ``written(WRITTEN, cells=...)``. The others (those a shared check names: a wrong shape, an error; those
+named from a structure) change a line or two of the solution, and are written as that change (with
+``edit = edits(__name__)`` once, at the top of the module)::
 
-    edit("mh-scaled-by-model-size", "multi_head_attention",
-         ("/ math.sqrt(s)", "/ math.sqrt(self.k)"), mistake="scaled-by-model-size")
+    edit("lm-no-final-norm", LM, ("self.to_logits(self.norm(x))", "self.to_logits(x)"), mistake="lm-no-final-norm")
 
 Each (old, new) pair replaces text that must occur exactly once in the solved cell, so an edit that no longer applies
 to the solution fails loudly instead of testing something else.
