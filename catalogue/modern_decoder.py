@@ -5,10 +5,14 @@ Most mistakes change a line or two of the solved cell and are written as that ch
 alternatives are edits too: another way to write the same computation.
 """
 
-from catalogue import edits
+from catalogue import edits, written
+from course.judges.modern_decoder import WRITTEN
 
 ASSIGNMENT = "09_modern_decoder"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
+
+# the mistakes course/judges/modern_decoder.py writes as code and names by running them
+written(WRITTEN)
 
 NORM = "rms_norm"
 TABLES = "rotary_tables"
@@ -43,15 +47,6 @@ SIN_BUFFER = 'self.register_buffer("sin", sin, persistent=False)'
 
 # ------------------------------------------------------------------ RMSNorm
 
-edit("rms-eps-outside-the-root", NORM, (RMS, "1 / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps)"),
-     mistake="rms-eps-outside-root")
-edit("rms-subtracts-the-mean", NORM, (RMS_RETURN, "x = x - x.mean(dim=-1, keepdim=True)\n        " + RMS_RETURN),
-     mistake="rms-mean-subtracted")
-edit("rms-sum-of-squares", NORM, (".mean(dim=-1, keepdim=True)", ".sum(dim=-1, keepdim=True)"),
-     mistake="rms-sum-not-mean")
-edit("rms-forgets-the-gain", NORM, (" * self.gain", ""), mistake="rms-no-gain")
-edit("rms-over-positions", NORM, ("mean(dim=-1, keepdim=True)", "mean(dim=1, keepdim=True)"), mistake="rms-wrong-dim")
-edit("rms-layernorm-eps", NORM, ("eps=1e-6", "eps=1e-5"), mistake="rms-default-eps")
 GAIN = "self.gain = nn.Parameter(torch.ones(k))"
 edit("rms-gain-and-bias", NORM, (GAIN, GAIN + "\n        self.bias = nn.Parameter(torch.zeros(k))"),
      (" * self.gain", " * self.gain + self.bias"), mistake="parameter-count")

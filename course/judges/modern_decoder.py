@@ -34,10 +34,13 @@ from course.judges.kinds import (
     expect_model_steps,
 )
 from course.judges.oracles import dense
+from course.judges.variants import Variants, simulators
 
 DEFAULT_EPS = 1e-6
 DEFAULT_BASE = 10000.0
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_decoder.txt
+M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_decoder.txt (the parts not moved yet)
+WRITTEN = Variants(__name__, reference="course.modern_decoder")
+edit = WRITTEN.edit
 
 
 def _bias_free(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[str, tuple[int, int, str]], seed: int,
@@ -52,34 +55,50 @@ def _bias_free(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[st
 
 
 # ---------------------------------------------------------------- RMSNorm
+# Edits change the reference RMSNorm of course/modern_decoder.py:
+#     def __init__(self, k: int, eps: float = 1e-6): ... self.gain = nn.Parameter(torch.ones(k))
+#     forward: return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.gain
+# A gain or eps under another name, and a bias, are structure: catalogue/modern_decoder.py writes them.
+
+RMS_ROOT = "torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)"
+RMS_RETURN = f"return x * {RMS_ROOT} * self.gain"
+
+edit("rms-eps-outside-the-root", "RMSNorm", (RMS_ROOT, "1 / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps)"),
+     mistake="rms-eps-outside-root",
+     says="eps is added outside the square root, x / (sqrt(mean(x²)) + eps); it belongs inside: x / sqrt(mean(x²) + "
+          "eps), so that it still protects inputs near 0.")
+edit("rms-subtracts-the-mean", "RMSNorm",
+     (RMS_RETURN, "x = x - x.mean(dim=-1, keepdim=True)\n        " + RMS_RETURN), mistake="rms-mean-subtracted",
+     says="the mean is subtracted, as LayerNorm does. RMSNorm only divides by the root mean square: x / sqrt(mean(x²) "
+          "+ eps) · gain, the mean kept.")
+edit("rms-sum-of-squares", "RMSNorm", (".mean(dim=-1, keepdim=True)", ".sum(dim=-1, keepdim=True)"),
+     mistake="rms-sum-not-mean", says="the squares are summed, not averaged: x.pow(2).mean(dim=-1, keepdim=True).")
+edit("rms-forgets-the-gain", "RMSNorm", (" * self.gain", ""), mistake="rms-no-gain",
+     says="the gain is not applied: multiply the normalised x by self.gain.")
+edit("rms-over-positions", "RMSNorm", ("mean(dim=-1, keepdim=True)", "mean(dim=1, keepdim=True)"),
+     mistake="rms-wrong-dim",
+     says="the mean square is taken over the wrong dimension: each position's k features are normalised together, "
+          "mean(dim=-1, keepdim=True).")
+edit("rms-over-everything", "RMSNorm", ("mean(dim=-1, keepdim=True)", "mean()"), mistake="rms-wrong-dim")
+edit("rms-layernorm-eps", "RMSNorm", ("eps: float = 1e-6", "eps: float = 1e-5"), mistake="rms-default-eps",
+     says="the default eps is not 1e-6: __init__(self, k, eps=1e-6).")
+edit("rms-adam-eps", "RMSNorm", ("eps: float = 1e-6", "eps: float = 1e-8"), mistake="rms-default-eps")
+RMS_EPS_NOT_STORED = WRITTEN.mistake(
+    "rms-eps-not-stored", says="the exercise asks RMSNorm to store the eps it is given as self.eps (the default 1e-6), "
+                               "where anyone reading the module finds it.")
+RMS_GAIN_NOT_ONES = WRITTEN.mistake(
+    "rms-gain-not-ones", says="the gain does not start at ones: a new RMSNorm should only rescale its input (a gain of "
+                              "zeros outputs zeros and passes no gradient back to x). Create it as self.gain = "
+                              "nn.Parameter(torch.ones(k)).")
+
 
 def _rms_norm(w: Mapping[str, torch.Tensor], k: int, eps: float = DEFAULT_EPS, x: torch.Tensor | None = None, *,
-              prefix: str = "", how: str = "right", default: float | None = None) -> torch.Tensor:
-    """F.rms_norm with the gain in w (after prefix) and eps (or another default), else a typical mistake (how): eps
-    outside the root, the mean subtracted, the mean square summed or over the wrong dimensions, or no gain."""
-    eps = eps if default is None else default
-    if how == "right":
-        return F.rms_norm(x, (k,), w[f"{prefix}gain"], eps)
-    if how == "eps-outside":
-        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w["gain"]
-    if how == "mean":
-        return F.layer_norm(x, (k,), w["gain"], None, eps)
-    dim = {"all": tuple(range(x.dim())), "dim0": 0, "dim-2": -2}.get(how, -1)
-    square = x.pow(2).sum(dim, keepdim=True) if how == "sum" else x.pow(2).mean(dim, keepdim=True)
-    return x * torch.rsqrt(square + eps) * (1.0 if how == "no-gain" else w["gain"])
+              prefix: str = "") -> torch.Tensor:
+    """F.rms_norm with the gain in w (after prefix) and eps."""
+    return F.rms_norm(x, (k,), w[f"{prefix}gain"], eps)
 
 
-_RMS_MISTAKES = ((M["rms-eps-outside-root"], "eps-outside"), (M["rms-mean-subtracted"], "mean"),
-                 (M["rms-sum-not-mean"], "sum"), (M["rms-no-gain"], "no-gain"), (M["rms-wrong-dim"], "all"),
-                 (M["rms-wrong-dim"], "dim0"), (M["rms-wrong-dim"], "dim-2"))
-
-
-def _rms_simulators(k: int, eps: float | None = None, x: torch.Tensor | None = None
-                    ) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """The typical mistakes; another default eps only where the module was built with the default."""
-    defaults = () if eps is not None else (1e-5, 1e-8, 0.0, torch.finfo(torch.float32).eps)
-    return [(m, partial(_rms_norm, how=how)) for m, how in _RMS_MISTAKES] + \
-        [(M["rms-default-eps"], partial(_rms_norm, default=other)) for other in defaults]
+_RMS_MISTAKES = simulators(WRITTEN, "RMSNorm")
 
 
 def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
@@ -94,7 +113,7 @@ def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 _RMS_HINT = "forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, over any leading dimensions."
 RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_norm, "F.rms_norm with your gain",
-                    simulators=_rms_simulators, hint=lambda **_: _RMS_HINT, otherwise=_RMS_HINT)
+                    simulators=lambda *_, **__: _RMS_MISTAKES, hint=lambda **_: _RMS_HINT, otherwise=_RMS_HINT)
 
 
 def _expect_as_built(ev: Evidence) -> None:
@@ -108,13 +127,13 @@ def _expect_as_built(ev: Evidence) -> None:
         eps, stored = (*built.args[1:], DEFAULT_EPS)[0], ev.facts.get(fact_key(built.key, "eps"))
         if stored != eps:
             fail(f"{block_call(built, probes.NORM_NAME)} stores self.eps = {stored} (None: no such number), not "
-                 f"{eps:g}. {M['rms-eps-not-stored'].explanation}", mistake=M["rms-eps-not-stored"])
+                 f"{eps:g}. {RMS_EPS_NOT_STORED.explanation}", mistake=RMS_EPS_NOT_STORED)
         k, found = built.args[0], ev.facts.get(fact_key(built.key, "initial_gain"))
         if found != [1.0] * k:
             shown = torch.tensor(found) if isinstance(found, list) and all(
                 isinstance(v, float | int) for v in found) else found
-            fail(f"{block_call(built, probes.NORM_NAME)}: {M['rms-gain-not-ones'].explanation}", torch.ones(k), shown,
-                 case=f"the gain as {block_call(built, probes.NORM_NAME)} builds it", mistake=M["rms-gain-not-ones"])
+            fail(f"{block_call(built, probes.NORM_NAME)}: {RMS_GAIN_NOT_ONES.explanation}", torch.ones(k), shown,
+                 case=f"the gain as {block_call(built, probes.NORM_NAME)} builds it", mistake=RMS_GAIN_NOT_ONES)
 
 
 against_forward(probes.rms_norm_oracle, RMS, then=_expect_as_built,
