@@ -26,7 +26,6 @@ RMS_RETURN = f"return x * {RMS} * self.gain"
 THETA = "base ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)"
 TABLES_RETURN = "return angles.cos().float().to(device), angles.sin().float().to(device)"
 ROTATED = "first * cos - second * sin, first * sin + second * cos"
-HALVES = "first, second = x[..., :half], x[..., half:]"
 SWIGLU_RETURN = "return self.down(F.silu(self.gate(x)) * self.up(x))"
 KEYS = "keys = apply_rotary(split_heads(self.to_keys(x), self.kv_heads), cos, sin, offset)"
 VALUES = "values = split_heads(self.to_values(x), self.kv_heads)"
@@ -60,24 +59,11 @@ edit("rms-pytorch-functional", NORM, (RMS_RETURN, "return F.rms_norm(x, (x.shape
 
 # ------------------------------------------------------------------ rotary_tables
 
-edit("tables-exponent-i-over-s", TABLES, ("torch.arange(0, s, 2, dtype", "torch.arange(0, s // 2, dtype"),
-     mistake="rotary-exponent-i")
-edit("tables-growing-frequencies", TABLES, ("base ** (-torch.arange", "base ** (torch.arange"),
-     mistake="rotary-positive-exponent")
-edit("tables-positions-from-one", TABLES, ("torch.arange(t, dtype", "torch.arange(1, t + 1, dtype"),
-     mistake="rotary-positions-from-one")
-edit("tables-base-hard-coded", TABLES, ("theta = base **", "theta = 10000.0 **"), mistake="rotary-base-ignored")
 edit("tables-duplicated-as-in-hugging-face", TABLES,
      (TABLES_RETURN, "angles = torch.cat([angles, angles], dim=-1)  # (t, s)\n    " + TABLES_RETURN),
      mistake="rotary-tables-full-width")
 edit("tables-left-in-float64", TABLES, (TABLES_RETURN, "return angles.cos().to(device), angles.sin().to(device)"),
      mistake="rotary-tables-float64")
-edit("tables-angles-in-float32", TABLES, (THETA, "base ** (-torch.arange(0, s, 2, dtype=torch.float32) / s)"),
-     ("torch.arange(t, dtype=torch.float64)", "torch.arange(t, dtype=torch.float32)"),
-     mistake="rotary-angles-float32")
-edit("tables-sin-first", TABLES,
-     (TABLES_RETURN, "return angles.sin().float().to(device), angles.cos().float().to(device)"),
-     mistake="rotary-tables-swapped")
 
 # device mistakes a CPU grader sees through the stand-in GPUs of course/checks/device.py
 edit("tables-float64-on-the-device", TABLES,
@@ -93,15 +79,6 @@ edit("tables-outer-product", TABLES,
       "torch.outer(torch.arange(t).double(), theta)"))
 
 # ------------------------------------------------------------------ apply_rotary
-
-edit("rotary-interleaved-pairs", ROTARY, (HALVES, "first, second = x[..., 0::2], x[..., 1::2]"),
-     mistake="rotary-interleaved")
-edit("rotary-turns-backwards", ROTARY, (ROTATED, "first * cos + second * sin, -first * sin + second * cos"),
-     mistake="rotary-backwards")
-edit("rotary-halves-swapped", ROTARY, (ROTATED, "first * sin + second * cos, first * cos - second * sin"),
-     mistake="rotary-halves-swapped")
-edit("rotary-offset-ignored", ROTARY, ("cos[offset : offset + t], sin[offset : offset + t]", "cos[:t], sin[:t]"),
-     mistake="rotary-offset-ignored")
 
 edit("rotary-as-complex-numbers", ROTARY,
      ("return torch.cat([" + ROTATED + "], dim=-1)",

@@ -144,22 +144,71 @@ against_forward(probes.rms_norm_hidden, RMS,
 
 
 # ---------------------------------------------------------------- rotary_tables
+# Edits change the reference rotary_tables of course/modern_decoder.py:
+#     theta = base ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)
+#     angles = torch.arange(t, dtype=torch.float64).unsqueeze(1) * theta
+#     return angles.cos().float().to(device), angles.sin().float().to(device)
+# Float64 tables, full-width tables and the device are named by what the tables are (dtype, shape, the stand-in
+# GPUs), not by their values: catalogue/modern_decoder.py writes those mistakes.
 
-def _tables(t: int, s: int, base: float, *, exponent: float = 2.0, first: int = 0, sign: float = -1.0,
-            dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """cos and sin (t, s // 2) float32 of position · base^(sign · exponent · i / s), computed in float64 (or dtype),
-    stacked (2, t, s // 2): the formula (with the defaults) or a typical mistake."""
-    theta = base ** (sign * exponent * torch.arange(s // 2, dtype=dtype) / s)  # (s/2,)
-    angles = torch.arange(first, first + t, dtype=dtype)[:, None] * theta  # (t, s/2)
+THETA = "base ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)"
+TABLES_RETURN = "return angles.cos().float().to(device), angles.sin().float().to(device)"
+
+edit("tables-exponent-i-over-s", "rotary_tables", ("torch.arange(0, s, 2, dtype", "torch.arange(0, s // 2, dtype"),
+     mistake="rotary-exponent-i",
+     says="the frequencies are base^(−i/s); they are θ_i = base^(−2i/s) for i = 0 .. s/2 − 1, i.e. base ** "
+          "(-torch.arange(0, s, 2) / s).")
+edit("tables-positions-from-one", "rotary_tables", ("torch.arange(t, dtype", "torch.arange(1, t + 1, dtype"),
+     mistake="rotary-positions-from-one",
+     says="the positions start at 1; they are 0 .. t − 1 (torch.arange(t)), so position 0 is not rotated.")
+edit("tables-growing-frequencies", "rotary_tables", ("base ** (-torch.arange", "base ** (torch.arange"),
+     mistake="rotary-positive-exponent",
+     says="the frequencies are base^(+2i/s), which grow with i; they shrink: θ_i = base^(−2i/s).")
+edit("tables-base-hard-coded", "rotary_tables", ("theta = base **", "theta = 10000.0 **"),
+     mistake="rotary-base-ignored", says="the base is fixed at 10000 instead of taken from the `base` argument.")
+edit("tables-angles-in-float32", "rotary_tables",
+     (THETA, "base ** (-torch.arange(0, s, 2, dtype=torch.float32) / s)"),
+     ("torch.arange(t, dtype=torch.float64)", "torch.arange(t, dtype=torch.float32)"), mistake="rotary-angles-float32",
+     says="the angles are computed in float32, which keeps about seven significant digits: at position 2,047 an angle "
+          "is off by up to 7e-5 radians. Compute theta and the positions in torch.float64 on the CPU, and convert the "
+          "tables with .float() only at the end.")
+edit("tables-sin-first", "rotary_tables",
+     (TABLES_RETURN, "return angles.sin().float().to(device), angles.cos().float().to(device)"),
+     mistake="rotary-tables-swapped", says="cos and sin are swapped: return (cos, sin), in that order.")
+TABLES_FLOAT64 = WRITTEN.mistake(
+    "rotary-tables-float64",
+    says="the tables are float64: compute the angles in float64 on the CPU for precision, then return cos and sin as "
+         "float32 on the device (.float().to(device)): Apple's GPU has no float64.")
+TABLES_FULL_WIDTH = WRITTEN.mistake(
+    "rotary-tables-full-width",
+    says="the tables are (t, s): the angles repeated for both halves. Each pair (x_i, x_{i+s/2}) shares one angle, "
+         "so the tables are (t, s // 2).")
+TABLES_DEVICE_IGNORED = WRITTEN.mistake(
+    "rotary-tables-device-ignored",
+    says="the tables are not on the device asked for: move them there with .to(device) at the end (a CPU grader "
+         "passes them, the student's GPU then refuses to mix them with the queries and keys).")
+TABLES_FLOAT64_ON_MPS = WRITTEN.mistake(
+    "rotary-tables-float64-on-mps",
+    says="float64 was computed on the device: compute the angles in float64 on the CPU (no device= on the aranges), "
+         "then .float().to(device), as Apple's GPU (MPS) has no float64.")
+
+
+def _tables(t: int, s: int, base: float) -> torch.Tensor:
+    """cos and sin (t, s // 2) float32 of position · base^(−2i/s), computed in float64, stacked (2, t, s // 2)."""
+    theta = base ** (-2.0 * torch.arange(s // 2, dtype=torch.float64) / s)  # (s/2,)
+    angles = torch.arange(t, dtype=torch.float64)[:, None] * theta  # (t, s/2)
     return torch.stack([angles.cos(), angles.sin()]).float()
+
+
+def _tables_mistakes(t: int, s: int, base: float) -> list[tuple[Mistake, torch.Tensor]]:
+    """What each written mistake of rotary_tables returns, (cos, sin) stacked as _tables stacks them."""
+    with torch.no_grad():
+        return [(w.mistake, torch.stack(w.run(t, s, base)).float()) for w in WRITTEN.of("rotary_tables")]
 
 
 _TABLES_HINT = ("Return (cos, sin), each (t, s // 2) float32: cos and sin of position · θ_i, positions 0 .. t − 1 as "
                 "rows, θ_i = base^(−2i/s) for i = 0 .. s/2 − 1 as columns, computed in float64 on the CPU, then "
                 ".float().to(device).")
-_TABLES_MISTAKES = ((M["rotary-exponent-i"], {"exponent": 1.0}), (M["rotary-positions-from-one"], {"first": 1}),
-                    (M["rotary-positive-exponent"], {"sign": 1.0}), (M["rotary-base-ignored"], {"base": DEFAULT_BASE}),
-                    (M["rotary-angles-float32"], {"dtype": torch.float32}))
 
 
 def _expect_tables(ev: Evidence, case: Case) -> None:
@@ -170,60 +219,70 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
     what = f"rotary_tables({t}, {s}, base={base:g})"
     compare.expect_tuple(ev, case.key, what, f"{what} should return a pair. {_TABLES_HINT}", 2, compare.NOT_A_TENSOR)
     if any(getattr(compare.tensor(ev, item_key(case.key, i)), "dtype", None) == torch.float64 for i in range(2)):
-        fail(f"{what}: {M['rotary-tables-float64'].explanation}", mistake=M["rotary-tables-float64"])
+        fail(f"{what}: {TABLES_FLOAT64.explanation}", mistake=TABLES_FLOAT64)
     found = [output(ev, f"{case.key}.{i}", what=f"The {name} table of {what}", shape=(t, s // 2), dtype=torch.float32,
-                    hint=_TABLES_HINT, shape_hints={(t, s): M["rotary-tables-full-width"]})
+                    hint=_TABLES_HINT, shape_hints={(t, s): TABLES_FULL_WIDTH})
              for i, name in enumerate(("cos", "sin"))]
-    right = _tables(t, s, base)
-    wrong = [(m, _tables(t, s, **({"base": base} | switch))) for m, switch in _TABLES_MISTAKES]
     # the CPU's tolerance on every grader: the exercise computes the tables in float64 on the CPU whatever the device,
     # so a GPU grader must still tell float32 angles (7e-5 rad off at position 2,047) from right ones
-    expect_close(torch.stack(found), right, what=f"{what}, (cos, sin) stacked,", device="cpu",
-                 mistakes=[*wrong, (M["rotary-tables-swapped"], right.flip(0))], otherwise=_TABLES_HINT)
+    expect_close(torch.stack(found), _tables(t, s, base), what=f"{what}, (cos, sin) stacked,", device="cpu",
+                 mistakes=_tables_mistakes(t, s, base), otherwise=_TABLES_HINT)
 
 
 each_case(probes.rotary_tables, _expect_tables,
           passed="cos and sin of position · base^(−2i/s), float32 (t, s // 2), for two bases; on a stand-in CUDA and "
                  "MPS the tables are made on the device asked for, with no float64 there.",
           on_gpus=OnGpus("tables", "rotary_tables({}, {}, device=...)".format(*probes.TABLES_ON_GPU),
-                         M["rotary-tables-device-ignored"], M["rotary-tables-float64-on-mps"]))
+                         TABLES_DEVICE_IGNORED, TABLES_FLOAT64_ON_MPS))
 each_case(probes.rotary_tables_hidden, _expect_tables,
           passed="More sizes (64 positions, one position, another base), on the notebook's device.")
 
 
 # ---------------------------------------------------------------- apply_rotary
+# Edits change the reference apply_rotary of course/modern_decoder.py:
+#     cos, sin = cos[offset : offset + t], sin[offset : offset + t]
+#     first, second = x[..., :half], x[..., half:]
+#     return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0, *, pairs: str = "halves",
-           sign: float = 1.0, swap: bool = False) -> torch.Tensor:
+ROTATED = "first * cos - second * sin, first * sin + second * cos"
+HALVES = "first, second = x[..., :half], x[..., half:]"
+EVEN_ODD = "first, second = x[..., 0::2], x[..., 1::2]"
+
+# GPT-J's convention: even and odd features paired, the output interleaved again
+edit("rotary-interleaved-as-gpt-j", "apply_rotary", (HALVES, EVEN_ODD),
+     (f"torch.cat([{ROTATED}], dim=-1)", f"torch.stack([{ROTATED}], dim=-1).flatten(-2)"), mistake="rotary-interleaved",
+     says="the pairs are interleaved, (x_{2i}, x_{2i+1}); this course rotates halves: feature i with feature i + s/2, "
+          "x[..., :s//2] with x[..., s//2:].")
+edit("rotary-interleaved-pairs", "apply_rotary", (HALVES, EVEN_ODD), mistake="rotary-interleaved")
+edit("rotary-turns-backwards", "apply_rotary", (ROTATED, "first * cos + second * sin, -first * sin + second * cos"),
+     mistake="rotary-backwards",
+     says="the rotation goes backwards (the sign of sin is flipped): the first half becomes x1·cos − x2·sin and the "
+          "second x1·sin + x2·cos.")
+edit("rotary-halves-swapped", "apply_rotary", (ROTATED, "first * sin + second * cos, first * cos - second * sin"),
+     mistake="rotary-halves-swapped",
+     says="the two halves of the output are swapped: torch.cat([x1·cos − x2·sin, x1·sin + x2·cos], dim=-1), the first "
+          "half first.")
+# with offset 0 it is right; named only where an offset is given
+edit("rotary-offset-ignored", "apply_rotary",
+     ("cos[offset : offset + t], sin[offset : offset + t]", "cos[:t], sin[:t]"), mistake="rotary-offset-ignored",
+     says="the offset is ignored: x holds positions offset .. offset + t − 1, so use rows cos[offset : offset + t] "
+          "and sin[offset : offset + t].")
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0) -> torch.Tensor:
     """The oracle: (x1 + i·x2) · (cos + i·sin) on the halves of x (..., t, s), table rows offset .. offset + t − 1;
-    [real, imag] concatenated (..., t, s). Switches: even/odd pairs (kept interleaved or as halves), -sin, swapped."""
+    [real, imag] concatenated (..., t, s)."""
     t, half = x.shape[-2], x.shape[-1] // 2
-    x1, x2 = (x[..., :half], x[..., half:]) if pairs == "halves" else (x[..., 0::2], x[..., 1::2])
-    z = torch.complex(x1, x2) * torch.complex(cos[offset:offset + t], sign * sin[offset:offset + t])
-    parts = [z.imag, z.real] if swap else [z.real, z.imag]
-    if pairs == "interleaved":
-        return torch.stack(parts, dim=-1).flatten(-2)  # (..., t, s/2, 2) -> (..., t, s)
-    return torch.cat(parts, dim=-1)  # (..., t, s)
-
-
-_ROTARY_MISTAKES = ((M["rotary-interleaved"], {"pairs": "interleaved"}),
-                    (M["rotary-interleaved"], {"pairs": "even-odd"}),
-                    (M["rotary-backwards"], {"sign": -1.0}), (M["rotary-halves-swapped"], {"swap": True}))
-
-
-def _rotary_mistakes(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offset: int = 0
-                     ) -> list[tuple[Mistake, torch.Tensor]]:
-    """The typical mistakes' outputs; for an offset, also the rows from 0."""
-    found = [(m, rotate(x, cos, sin, offset, **switch)) for m, switch in _ROTARY_MISTAKES]
-    return found + ([(M["rotary-offset-ignored"], rotate(x, cos, sin, 0))] if offset else [])
+    z = torch.complex(x[..., :half], x[..., half:]) * torch.complex(cos[offset:offset + t], sin[offset:offset + t])
+    return torch.cat([z.real, z.imag], dim=-1)  # (..., t, s)
 
 
 _ROTARY_HINT = ("Take rows offset .. offset + t − 1 of cos and sin (one angle per pair (x_i, x_{i+s/2})) and return "
                 "torch.cat([x1·cos − x2·sin, x1·sin + x2·cos], dim=-1), x1 = x[..., :s//2], x2 = x[..., s//2:].")
 
 ROTARY = Oracle("apply_rotary(x, cos, sin, offset)", rotate, "rotation as complex multiplication",
-                shape=lambda x, **_: tuple(x.shape), mistakes=_rotary_mistakes, otherwise=_ROTARY_HINT,
-                hint=_ROTARY_HINT)
+                shape=lambda x, **_: tuple(x.shape), otherwise=_ROTARY_HINT, hint=_ROTARY_HINT,
+                mistakes=lambda **inputs: WRITTEN.outputs("apply_rotary", **inputs))
 
 against(probes.apply_rotary_oracle, ROTARY,
         passed="3-D and 4-D x, random angles, offsets 0 and 4: each pair (x_i, x_{i+s/2}) rotated.")
@@ -242,7 +301,7 @@ def _expect_relative(ev: Evidence) -> None:
     keys_in, cos, sin = given["keys"].values()
     first, last, start = given["q2"]["offset"], given["q5"]["offset"], given["rows"]["offset"]
     end, keys = start + given["rows"]["x"].shape[-2], got["keys"]
-    ignored = [(M["rotary-offset-ignored"], rotate(keys_in[..., start:end, :], cos, sin, 0))]
+    ignored = [(WRITTEN["rotary-offset-ignored"], rotate(keys_in[..., start:end, :], cos, sin, 0))]
     for found, want, what, wrong in (
             (keys.norm(dim=-1), keys_in.norm(dim=-1), "The lengths of the rotated keys", []),
             (got["rows"], keys[..., start:end, :], f"Rows {start} .. {end - 1} of the keys rotated with offset={start}",
@@ -252,7 +311,8 @@ def _expect_relative(ev: Evidence) -> None:
         expect_close(found, want, what=what, device=ev.device, mistakes=wrong, otherwise="A rotation keeps lengths, "
                      "and with rows offset .. offset + t − 1 of cos and sin, q·k depends only on the distance.")
     right = rotate(keys_in, cos, sin)
-    if not matches_any(keys, [right, *(out for _, out in _rotary_mistakes(keys_in, cos, sin))], ev.device):
+    if not matches_any(keys, [right, *(out for _, out in WRITTEN.outputs("apply_rotary", x=keys_in, cos=cos, sin=sin))],
+                       ev.device):
         fail("apply_rotary keeps lengths and is relative, but it is not a rotation of pairs by the tables' angles: "
              + _ROTARY_HINT, right, keys, case="the keys")
 
