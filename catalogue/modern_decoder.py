@@ -91,12 +91,6 @@ edit("rotary-rotate-half", ROTARY,
 
 # ------------------------------------------------------------------ SwiGLU
 
-edit("swiglu-silu-on-up", SWIGLU, (SWIGLU_RETURN, "return self.down(F.silu(self.up(x)) * self.gate(x))"),
-     mistake="swiglu-gate-swapped")
-edit("swiglu-relu", SWIGLU, ("F.silu(", "F.relu("), mistake="swiglu-relu")
-edit("swiglu-sigmoid-as-glu", SWIGLU, ("F.silu(", "torch.sigmoid("), mistake="swiglu-sigmoid")
-edit("swiglu-without-the-product", SWIGLU, (SWIGLU_RETURN, "return self.down(F.silu(self.up(x)))"),
-     mistake="swiglu-no-gate")
 edit("swiglu-with-biases", SWIGLU, ("self.gate = nn.Linear(k, hidden, bias=False)", "self.gate = nn.Linear(k, hidden)"),
      ("self.up = nn.Linear(k, hidden, bias=False)", "self.up = nn.Linear(k, hidden)"), mistake="swiglu-bias")
 

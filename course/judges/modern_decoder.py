@@ -6,7 +6,7 @@ composition), switches for the typical mistakes, one declaration per check.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 
 import torch
@@ -318,21 +318,34 @@ def _expect_relative(ev: Evidence) -> None:
 
 
 # ---------------------------------------------------------------- SwiGLU
+# Edits change the reference SwiGLU of course/modern_decoder.py:
+#     forward: return self.down(F.silu(self.gate(x)) * self.up(x))
+# Biases are structure: catalogue/modern_decoder.py writes them.
 
-def _swiglu(w: Mapping[str, torch.Tensor], k: int, hidden: int, x: torch.Tensor | None = None, *, prefix: str = "",
-            act: Callable[[torch.Tensor], torch.Tensor] = F.silu, swapped: bool = False, gated: str = "both"
+SWIGLU_RETURN = "return self.down(F.silu(self.gate(x)) * self.up(x))"
+
+edit("swiglu-silu-on-up", "SwiGLU", (SWIGLU_RETURN, "return self.down(F.silu(self.up(x)) * self.gate(x))"),
+     mistake="swiglu-gate-swapped",
+     says="silu is applied to the wrong branch: silu(gate(x)) * up(x), the gate through silu, not up.")
+edit("swiglu-relu", "SwiGLU", ("F.silu(", "F.relu("), mistake="swiglu-relu",
+     says="a ReLU is used where SwiGLU uses silu (x · sigmoid(x), F.silu).")
+edit("swiglu-sigmoid-as-glu", "SwiGLU", ("F.silu(", "torch.sigmoid("), mistake="swiglu-sigmoid",
+     says="a sigmoid is used (the original GLU); SwiGLU uses silu(x) = x · sigmoid(x).")
+edit("swiglu-gate-without-up", "SwiGLU", (SWIGLU_RETURN, "return self.down(F.silu(self.gate(x)))"),
+     mistake="swiglu-no-gate",
+     says="there is no gating product: SwiGLU multiplies silu(gate(x)) with up(x) before down.")
+edit("swiglu-without-the-product", "SwiGLU", (SWIGLU_RETURN, "return self.down(F.silu(self.up(x)))"),
+     mistake="swiglu-no-gate")
+SWIGLU_BIAS = WRITTEN.mistake("swiglu-bias", says="the layers have biases: create them with bias=False.")
+
+
+def _swiglu(w: Mapping[str, torch.Tensor], k: int, hidden: int, x: torch.Tensor | None = None, *, prefix: str = ""
             ) -> torch.Tensor:
-    """down(act(gate(x)) * up(x)) with the weights in w (after prefix); switches for the typical mistakes."""
-    gate, up = dense(w, f"{prefix}gate", x), dense(w, f"{prefix}up", x)
-    if swapped:
-        gate, up = up, gate
-    inner = act(gate) * up if gated == "both" else act(gate if gated == "gate" else up)
-    return dense(w, f"{prefix}down", inner)
+    """down(silu(gate(x)) * up(x)) with the weights in w (after prefix)."""
+    return dense(w, f"{prefix}down", F.silu(dense(w, f"{prefix}gate", x)) * dense(w, f"{prefix}up", x))
 
 
-_SWIGLU_MISTAKES = ((M["swiglu-gate-swapped"], {"swapped": True}), (M["swiglu-relu"], {"act": F.relu}),
-                    (M["swiglu-sigmoid"], {"act": torch.sigmoid}), (M["swiglu-no-gate"], {"gated": "gate"}),
-                    (M["swiglu-no-gate"], {"gated": "up"}))
+_SWIGLU_MISTAKES = simulators(WRITTEN, "SwiGLU")
 
 
 def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
@@ -341,13 +354,13 @@ def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     into = (k, hidden, "nn.Linear(k, hidden, bias=False)")
     layers = {"gate": into, "up": into, "down": (hidden, k, "nn.Linear(hidden, k, bias=False)")}
     return _bias_free(ev, built.key, block_call(built, probes.SWIGLU_NAME), probes.SWIGLU_NAME, layers, built.seed,
-                      M["swiglu-bias"])
+                      SWIGLU_BIAS)
 
 
 _SWIGLU_HINT = "forward should compute self.down(F.silu(self.gate(x)) * self.up(x))."
 SWIGLU = ForwardOracle(probes.SWIGLU_NAME, "SwiGLU", _swiglu_weights, _swiglu, "F.linear and F.silu with your weights",
-                       simulators=lambda *_, **__: [(m, partial(_swiglu, **sw)) for m, sw in _SWIGLU_MISTAKES],
-                       hint=lambda **_: _SWIGLU_HINT, otherwise=_SWIGLU_HINT)
+                       simulators=lambda *_, **__: _SWIGLU_MISTAKES, hint=lambda **_: _SWIGLU_HINT,
+                       otherwise=_SWIGLU_HINT)
 
 against_forward(probes.swiglu_oracle, SWIGLU,
                 passed="down(silu(gate(x)) · up(x)) on 3-D and 4-D inputs; gradients reach x and every weight.")
