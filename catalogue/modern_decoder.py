@@ -27,8 +27,6 @@ THETA = "base ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)"
 TABLES_RETURN = "return angles.cos().float().to(device), angles.sin().float().to(device)"
 ROTATED = "first * cos - second * sin, first * sin + second * cos"
 SWIGLU_RETURN = "return self.down(F.silu(self.gate(x)) * self.up(x))"
-KEYS = "keys = apply_rotary(split_heads(self.to_keys(x), self.kv_heads), cos, sin, offset)"
-VALUES = "values = split_heads(self.to_values(x), self.kv_heads)"
 REPEATED_KEYS = "queries, keys.repeat_interleave(group, dim=1),"
 REPEATED_VALUES = "values.repeat_interleave(group, dim=1), attn_mask=mask)"
 SDPA = ("out = F.scaled_dot_product_attention(queries, keys.repeat_interleave(group, dim=1),\n"
@@ -99,26 +97,11 @@ edit("swiglu-sigmoid-written-out", SWIGLU,
 
 # ------------------------------------------------------------------ GroupedQueryAttention
 
-edit("gqa-repeat-tiles-heads", GQA, (REPEATED_KEYS, "queries, keys.repeat(1, group, 1, 1),"),
-     (REPEATED_VALUES, "values.repeat(1, group, 1, 1), attn_mask=mask)"), mistake="gqa-repeat-order")
-edit("gqa-rotates-values", GQA, (VALUES, "values = apply_rotary(split_heads(self.to_values(x), self.kv_heads), cos, "
-                                         "sin, offset)"), mistake="gqa-values-rotated")
-edit("gqa-keys-not-rotated", GQA, (KEYS, "keys = split_heads(self.to_keys(x), self.kv_heads)"),
-     mistake="gqa-not-rotated")
-edit("gqa-scaled-by-model-size", GQA, (REPEATED_VALUES, REPEATED_VALUES[:-1] + ",\n" + " " * 45
-                                       + "scale=1 / math.sqrt(x.shape[-1]))"),
-     mistake="gqa-scaled-by-model-size")
-edit("gqa-mask-ignored", GQA, (", attn_mask=mask)", ")"), mistake="gqa-mask-ignored")
-edit("gqa-offset-ignored", GQA, ("offset = 0 if past is None else past[0].shape[2]", "offset = 0"),
-     mistake="gqa-cache-offset-ignored")
 edit("gqa-caches-repeated-heads", GQA, (REPEATED_KEYS, "queries, keys,"), (REPEATED_VALUES, "values, attn_mask=mask)"),
      ("        if past is not None:\n",
       "        keys = keys.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (b, h, t, s)\n"
       "        values = values.repeat_interleave(self.heads // self.kv_heads, dim=1)\n"
       "        if past is not None:\n"), mistake="gqa-cache-repeated")
-edit("gqa-caches-unrotated-keys", GQA, (KEYS, "keys = split_heads(self.to_keys(x), self.kv_heads)  # rotated below"),
-     (REPEATED_KEYS, "queries, apply_rotary(keys, cos, sin).repeat_interleave(group, dim=1),"),
-     mistake="gqa-cache-unrotated")
 edit("gqa-biases", GQA, ("self.to_queries = nn.Linear(k, k, bias=False)", "self.to_queries = nn.Linear(k, k)"),
      mistake="gqa-bias")
 edit("gqa-no-divisibility-check", GQA, (CHECK, ""), mistake="gqa-no-divisibility-check")

@@ -5,7 +5,6 @@ composition), switches for the typical mistakes, one declaration per check.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from functools import partial
 
@@ -369,40 +368,101 @@ against_forward(probes.swiglu_hidden, SWIGLU,
 
 
 # ---------------------------------------------------------------- grouped-query attention
+# Edits change the reference GroupedQueryAttention.forward of course/modern_decoder.py:
+#     offset = 0 if past is None else past[0].shape[2]
+#     queries = apply_rotary(split_heads(self.to_queries(x), self.heads), cos, sin, offset)  (keys the same, g heads)
+#     values = split_heads(self.to_values(x), self.kv_heads); past's keys and values concatenated before them
+#     out = F.scaled_dot_product_attention(queries, keys.repeat_interleave(group, dim=1),
+#                                          values.repeat_interleave(group, dim=1), attn_mask=mask)
+# Each runs with the check's weights on the case's inputs, and the oracle's cache as past. A cache of every query
+# head is named by its shape; biases, sizes not checked, head counts not stored are structure: catalogue/ writes them.
 
-def gqa(w: Mapping[str, torch.Tensor], k: int, heads: int, kv_heads: int, x: torch.Tensor, cos: torch.Tensor,
-        sin: torch.Tensor, mask: torch.Tensor, past: tuple | None = None, *, prefix: str = "",
-        repeat: str = "interleave", rotated: str = "qk", scale: float | None = None, use_mask: bool = True,
-        offset: bool = True, cache_rotated: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+QUERIES = "queries = apply_rotary(split_heads(self.to_queries(x), self.heads), cos, sin, offset)"
+KEYS = "keys = apply_rotary(split_heads(self.to_keys(x), self.kv_heads), cos, sin, offset)"
+VALUES = "values = split_heads(self.to_values(x), self.kv_heads)"
+REPEATED_KEYS = "queries, keys.repeat_interleave(group, dim=1),"
+REPEATED_VALUES = "values.repeat_interleave(group, dim=1), attn_mask=mask)"
+
+# first: its output is right where no cache is given, and its keys are those of the unrotated keys below
+edit("gqa-caches-unrotated-keys", "GroupedQueryAttention",
+     (KEYS, "keys = split_heads(self.to_keys(x), self.kv_heads)  # rotated below"),
+     (REPEATED_KEYS, "queries, apply_rotary(keys, cos, sin).repeat_interleave(group, dim=1),"),
+     mistake="gqa-cache-unrotated",
+     says="the cache holds the keys before their rotation; cache the rotated keys, so that a later call rotates only "
+          "its new keys.")
+edit("gqa-offset-ignored", "GroupedQueryAttention", ("offset = 0 if past is None else past[0].shape[2]", "offset = 0"),
+     mistake="gqa-cache-offset-ignored",
+     says="with a cache of t_past positions, the new queries and keys are rotated from position 0: they sit at "
+          "positions t_past .. t_past + t − 1, so rotate with offset = past[0].shape[2].")
+edit("gqa-repeat-tiles-heads", "GroupedQueryAttention", (REPEATED_KEYS, "queries, keys.repeat(1, group, 1, 1),"),
+     (REPEATED_VALUES, "values.repeat(1, group, 1, 1), attn_mask=mask)"), mistake="gqa-repeat-order",
+     says="the key/value heads are repeated in the wrong order (.repeat tiles them, so query head j reads kv head j % "
+          "kv_heads). Each kv head serves a run of heads/kv_heads consecutive query heads: repeat_interleave(heads // "
+          "kv_heads, dim=1).")
+edit("gqa-rotates-values", "GroupedQueryAttention",
+     (VALUES, "values = apply_rotary(split_heads(self.to_values(x), self.kv_heads), cos, sin, offset)"),
+     mistake="gqa-values-rotated",
+     says="the values are rotated too: rotation encodes positions in the queries and keys, whose dot products it "
+          "makes relative; the values are not rotated.")
+edit("gqa-keys-not-rotated", "GroupedQueryAttention", (KEYS, "keys = split_heads(self.to_keys(x), self.kv_heads)"),
+     mistake="gqa-not-rotated",
+     says="the queries or the keys are not rotated: apply_rotary to both, at the positions they hold.")
+edit("gqa-queries-not-rotated", "GroupedQueryAttention",
+     (QUERIES, "queries = split_heads(self.to_queries(x), self.heads)"), mistake="gqa-not-rotated")
+edit("gqa-nothing-rotated", "GroupedQueryAttention", (QUERIES, "queries = split_heads(self.to_queries(x), self.heads)"),
+     (KEYS, "keys = split_heads(self.to_keys(x), self.kv_heads)"), mistake="gqa-not-rotated")
+edit("gqa-mask-ignored", "GroupedQueryAttention", (", attn_mask=mask)", ")"), mistake="gqa-mask-ignored",
+     says="the mask is ignored: pass it on, attn_mask=mask.")
+edit("gqa-scaled-by-model-size", "GroupedQueryAttention",
+     (REPEATED_VALUES, REPEATED_VALUES[:-1] + ",\n" + " " * 45 + "scale=1 / math.sqrt(x.shape[-1]))"),
+     mistake="gqa-scaled-by-model-size",
+     says="the scores are divided by √k, the model size; each head's dot products are over s = k // heads features: "
+          "divide by √s (the default of F.scaled_dot_product_attention).")
+GQA_CACHE_REPEATED = WRITTEN.mistake(
+    "gqa-cache-repeated",
+    says="the cache holds the keys and values after they were repeated for every query head, (b, heads, t, s); "
+         "grouped-query attention caches only the kv_heads heads, (b, kv_heads, t, s): that is the memory it saves. "
+         "Repeat them after caching.")
+GQA_BIAS = WRITTEN.mistake("gqa-bias", says="the projections have biases: create them with bias=False.")
+GQA_NO_DIVISIBILITY_CHECK = WRITTEN.mistake(
+    "gqa-no-divisibility-check",
+    says="the constructor accepts sizes that do not divide: raise a ValueError unless heads divides k and kv_heads "
+         "divides heads.")
+GQA_HEADS_NOT_STORED = WRITTEN.mistake(
+    "gqa-heads-not-stored",
+    says="the exercise asks the layer to store the numbers it was built with, as integers: self.heads = heads and "
+         "self.kv_heads = kv_heads (a model, and anyone reading the layer, finds its sizes there).")
+_GQA_MISTAKES = simulators(WRITTEN, "GroupedQueryAttention")
+
+
+def gqa(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+        mask: torch.Tensor, past: tuple | None = None, *, prefix: str = ""
+        ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Rotated queries and keys, then F.scaled_dot_product_attention(enable_gqa=True): (out (b, t, k), (keys, values)
-    (b, kv_heads, T, s)); the keywords switch on the typical mistakes (rotated: which of q, k, v are)."""
-    start = past[0].shape[2] if past is not None and offset else 0
+    (b, kv_heads, T, s)), kv_heads as many as the weights of to_keys (after prefix) make."""
+    start, s = 0 if past is None else past[0].shape[2], x.shape[-1] // heads
 
-    def project(name: str, n: int, rotate_it: bool) -> torch.Tensor:
+    def project(name: str) -> torch.Tensor:
         y = dense(w, prefix + name, x)  # (b, t, n·s)
-        y = y.view(*y.shape[:2], n, -1).transpose(1, 2)  # (b, n, t, s)
-        return rotate(y, cos, sin, start) if rotate_it else y
+        return y.view(*y.shape[:2], -1, s).transpose(1, 2)  # (b, n, t, s)
 
-    q, raw, values = project("to_queries", heads, "q" in rotated), project("to_keys", kv_heads, False), \
-        project("to_values", kv_heads, "v" in rotated)
-    keys = rotate(raw, cos, sin, start) if "k" in rotated else raw
+    q, keys, values = rotate(project("to_queries"), cos, sin, start), rotate(project("to_keys"), cos, sin, start), \
+        project("to_values")
     if past is not None:
         keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)  # (b, g, T, s)
-        raw = torch.cat([past[0], raw], dim=2)
-    group = 1 if repeat == "interleave" else heads // kv_heads  # .repeat: query head j reads kv head j % kv_heads
-    out = F.scaled_dot_product_attention(q, keys.repeat(1, group, 1, 1), values.repeat(1, group, 1, 1),
-                                         attn_mask=mask if use_mask else None, scale=scale, enable_gqa=True)
-    out = dense(w, f"{prefix}unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
-    return out, ((keys if cache_rotated else raw), values)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)  # (b, h, t, s)
+    return dense(w, f"{prefix}unify_heads", out.transpose(1, 2).flatten(2)), (keys, values)  # (b, t, k)
+
+
+def _gqa_mistakes(w: Mapping[str, torch.Tensor], case: AttentionCase, **inputs: object
+                  ) -> list[tuple[Mistake, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]]:
+    """(mistake, out, (keys, values)) of each written mistake, built as the case builds the layer, run on inputs."""
+    with torch.no_grad():
+        return [(m, *run(w, case.k, case.heads, case.kv_heads, **inputs)) for m, run in _GQA_MISTAKES]
 
 
 _GQA_HINT = ("forward(x, cos, sin, mask, past=None): rotate queries and keys at offset t_past, cache (keys, values) "
              "of kv_heads heads, repeat_interleave them to `heads`, sdpa(attn_mask=mask), unify_heads; return both.")
-
-
-_GQA_MISTAKES = ((M["gqa-repeat-order"], {"repeat": "tile"}), (M["gqa-values-rotated"], {"rotated": "qkv"}),
-                 (M["gqa-not-rotated"], {"rotated": "q"}), (M["gqa-not-rotated"], {"rotated": "k"}),
-                 (M["gqa-not-rotated"], {"rotated": ""}), (M["gqa-mask-ignored"], {"use_mask": False}))
 
 
 def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = False) -> None:
@@ -412,48 +472,46 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
     __tracebackhide__ = True
     if case == "indivisible":
         for key, sizes in (("indivisible_k", "10, heads=4, kv_heads=2"), ("indivisible_heads", "12, 4, 3")):
-            compare.expect_value_error(ev, key, f"{ATTENTION_NAME}({sizes})", M["gqa-no-divisibility-check"])
+            compare.expect_value_error(ev, key, f"{ATTENTION_NAME}({sizes})", GQA_NO_DIVISIBILITY_CHECK)
         return
     k, heads, g = case.k, case.heads, case.kv_heads
     into = (k, k, "nn.Linear(k, k, bias=False)")
     kv = (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
     w = _bias_free(ev, fact_key(case.key, "module"), case.call, ATTENTION_NAME,
-                   {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, M["gqa-bias"])
+                   {"to_queries": into, "to_keys": kv, "to_values": kv, "unify_heads": into}, case.seed, GQA_BIAS)
     stored = {name: ev.facts.get(fact_key(fact_key(case.key, "module"), name)) for name in ("heads", "kv_heads")}
     if structure and stored != {"heads": heads, "kv_heads": g}:
         fail(f"{case.call} stores self.heads = {stored['heads']} and self.kv_heads = {stored['kv_heads']} (None: no "
-             f"such integer attribute). {M['gqa-heads-not-stored'].explanation}", mistake=M["gqa-heads-not-stored"])
+             f"such integer attribute). {GQA_HEADS_NOT_STORED.explanation}", mistake=GQA_HEADS_NOT_STORED)
     x, cos, sin, mask = case.inputs().values()
     right, p = None, case.prefix
     calls = (("full", slice(None), "x"), ("first", slice(p), f"x[:, :{p}]"), ("second", slice(p, None), f"x[:, {p}:]"))
     for name, rows, shown in calls[:3 if p else 1]:
         past = right if name == "second" else None
-        args = (k, heads, g, x[:, rows], cos, sin, mask[rows, :rows.stop], past)
-        key, label = fact_key(case.key, name), f"x {tuple(args[3].shape)}, {case.mask} mask"
+        inputs = {"x": x[:, rows], "cos": cos, "sin": sin, "mask": mask[rows, :rows.stop], "past": past}
+        key, label = fact_key(case.key, name), f"x {tuple(inputs['x'].shape)}, {case.mask} mask"
         what = f"{case.call}.forward({shown}, cos, sin, mask{f', past=(the cache of x[:, :{p}])' if past else ''})"
         compare.expect_tuple(ev, key, what, f"{what} should return (out, (keys, values)). {_GQA_HINT}", 2)
         compare.expect_tuple(ev, item_key(key, 1), what, f"Its cache should be (keys, values). {_GQA_HINT}", 2)
-        out = output(ev, item_key(key, 0), what=what, shape=tuple(args[3].shape), hint=_GQA_HINT)
+        out = output(ev, item_key(key, 0), what=what, shape=tuple(inputs["x"].shape), hint=_GQA_HINT)
         shape = (x.shape[0], g, out.shape[1] + (0 if past is None else past[0].shape[2]), k // heads)
-        repeated = {(x.shape[0], heads, *shape[2:]): M["gqa-cache-repeated"]} if heads != g else {}
+        repeated = {(x.shape[0], heads, *shape[2:]): GQA_CACHE_REPEATED} if heads != g else {}
         cache = [output(ev, f"{key}.1.{i}", what=f"The cached {part} of {what}", shape=shape, hint=_GQA_HINT,
                         shape_hints=repeated) for i, part in enumerate(("keys", "values"))]
-        switches = ((M["gqa-cache-offset-ignored"], {"offset": False}),) if past is not None else ()
-        switches += (*_GQA_MISTAKES, (M["gqa-scaled-by-model-size"], {"scale": 1 / math.sqrt(k)}))
         with torch.no_grad():
-            want, right = gqa(w, *args)
-            wrong = [(m, gqa(w, *args, **sw)[0]) for m, sw in switches]
-            cache_wrong = [[(M["gqa-cache-unrotated"], gqa(w, *args, cache_rotated=False)[1][0])],
-                           [(M["gqa-values-rotated"], gqa(w, *args, rotated="qkv")[1][1])]]
-        if structure and matches_any(out, [want, *(found for _, found in wrong)], ev.device):
+            want, right = gqa(w, heads, **inputs)
+        wrong = _gqa_mistakes(w, case, **inputs)
+        if structure and matches_any(out, [want, *(found for _, found, _ in wrong)], ev.device):
             continue  # the structure's check: a typical mistake's output will do, another check names it
-        expect_close_batch(out, want, what=what, device=ev.device, mistakes=wrong, case=label, otherwise=_GQA_HINT)
-        for got, expected, part, named in zip(cache, right, ("key", "value"), cache_wrong, strict=True):
+        expect_close_batch(out, want, what=what, device=ev.device, mistakes=[(m, found) for m, found, _ in wrong],
+                           case=label, otherwise=_GQA_HINT)
+        for i, (got, expected, part) in enumerate(zip(cache, right, ("key", "value"), strict=True)):
+            named = [(m, cached[i]) for m, _, cached in wrong] if past is None else []
             expect_close(got, expected, what=f"The {part} cache of {what}", device=ev.device, case=label,
-                         mistakes=named if past is None else [], otherwise=_GQA_HINT)
+                         mistakes=named, otherwise=_GQA_HINT)
     if case.upstream:
         modules.expect_attached(ev, f"{case.key}.full.0", f"{case.call}.forward")
-        grads = modules.autograd(lambda leaves, x: gqa(leaves, k, heads, g, x, cos, sin, mask)[0], w, {"x": x},
+        grads = modules.autograd(lambda leaves, x: gqa(leaves, heads, x, cos, sin, mask)[0], w, {"x": x},
                                  case.upstream_gradient())
         modules.expect_gradients(ev, grads, owner=ATTENTION_NAME, case=f"{case.call}, x {tuple(x.shape)}",
                                  oracle="F.scaled_dot_product_attention(enable_gqa=True) with your weights")
@@ -519,8 +577,7 @@ def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Ten
     mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
     x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
     return decoder(w, x, case.depth, cache,
-                   lambda h, i, old: gqa(w, k, case.heads, case.kv_heads, h, cos, sin, mask, old,
-                                         prefix=f"blocks.{i}.attention."),
+                   lambda h, i, old: gqa(w, case.heads, h, cos, sin, mask, old, prefix=f"blocks.{i}.attention."),
                    lambda name, h: _swiglu(w, k, 0, h, prefix=f"{name}."),
                    lambda name, h: _rms_norm(w, k, x=h, prefix=f"{name}."), layout=layout, final_norm=final_norm)
 
