@@ -1,8 +1,9 @@
-"""Variants of the answers of assignment 09_modern_decoder.
+"""Variants of the answers of assignment 09_modern_decoder: the mistakes its judges write as code (named by running
+them, course/judges/modern_decoder.py), the mistakes named by what the probe records (structure, dtype, device,
+length checks, the mistakes every check names), and correct answers written differently.
 
-Most mistakes change a line or two of the solved cell and are written as that change (`edit`): the answer cell
-`modern_language_model` holds ModernBlock and ModernLanguageModel, and an edit may change either. The correct
-alternatives are edits too: another way to write the same computation.
+These are edits of the solved cell (`edit`): the answer cell `modern_language_model` holds ModernBlock and
+ModernLanguageModel, and an edit may change either (a written mistake of ModernBlock replaces only that class there).
 """
 
 from catalogue import edits, written
@@ -12,7 +13,7 @@ ASSIGNMENT = "09_modern_decoder"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
 # the mistakes course/judges/modern_decoder.py writes as code and names by running them
-written(WRITTEN)
+written(WRITTEN, cells={"ModernBlock": "modern_language_model"})
 
 NORM = "rms_norm"
 TABLES = "rotary_tables"
@@ -34,8 +35,6 @@ SDPA = ("out = F.scaled_dot_product_attention(queries, keys.repeat_interleave(gr
 CHECK = ("        if k % heads or heads % kv_heads:\n"
          '            raise ValueError(f"k = {k} must divide into heads = {heads}, and heads into kv_heads = '
          '{kv_heads}")\n')
-ATTENDED = "x = x + attended  # (b, t, k)"
-BLOCK_RETURN = "return x + self.ff(self.norm2(x)), keys_values"
 MASK = ".tril(diagonal=past)"
 LENGTH = ("        if past + t > self.cos.shape[0]:\n"
           '            raise ValueError(f"{past + t} positions exceed the {self.cos.shape[0]} of the rotary tables")\n')
@@ -131,25 +130,19 @@ edit("gqa-softmax-written-out", GQA,
 
 # ------------------------------------------------------------------ ModernBlock and ModernLanguageModel
 
-edit("modern-post-norm", MODEL,
+# two mistakes the judge names as one, as the original transformer was written: post-norm blocks, no final norm
+edit("modern-post-norm-as-in-2017", MODEL,
      ("attended, keys_values = self.attention(self.norm1(x), cos, sin, mask, past)",
       "attended, keys_values = self.attention(x, cos, sin, mask, past)"),
-     (ATTENDED, "x = self.norm1(x + attended)"), (BLOCK_RETURN, "return self.norm2(x + self.ff(x)), keys_values"),
-     mistake="modern-post-norm")
-edit("modern-no-final-norm", MODEL, ("self.to_logits(self.norm(x))", "self.to_logits(x)"),
-     mistake="modern-no-final-norm")
-edit("modern-no-residual", MODEL, (ATTENDED, "x = attended"),
-     (BLOCK_RETURN, "return self.ff(self.norm2(x)), keys_values"), mistake="modern-no-residual")
-edit("modern-no-causal-mask", MODEL, (MASK, ""), mistake="modern-no-causal-mask")
+     ("x = x + attended  # (b, t, k)", "x = self.norm1(x + attended)"),
+     ("return x + self.ff(self.norm2(x)), keys_values", "return self.norm2(x + self.ff(x)), keys_values"),
+     ("self.to_logits(self.norm(x))", "self.to_logits(x)"), mistake="modern-post-norm")
 edit("modern-upper-triangle-mask", MODEL, (MASK, ".triu(diagonal=past)"), mistake="modern-reads-future")
 edit("modern-cache-in-half-precision", MODEL,
      ("new_cache.append(keys_values)", "new_cache.append(tuple(t.half() for t in keys_values))  # half the memory"),
      mistake="modern-cache-differs")
-edit("modern-mask-not-offset", MODEL, (MASK, ".tril()"), mistake="modern-cache-mask-not-offset")
 edit("modern-length-check-without-the-cache", MODEL, ("if past + t > self.cos.shape[0]:", "if t > self.cos.shape[0]:"),
      mistake="modern-cache-length-unchecked")
-edit("modern-base-not-passed-on", MODEL,
-     ("rotary_tables(max_len, k // heads, base)", "rotary_tables(max_len, k // heads)"), mistake="modern-base-ignored")
 edit("modern-tables-of-model-size", MODEL,
      ("rotary_tables(max_len, k // heads, base)", "rotary_tables(max_len, k, base)"),
      mistake="modern-tables-head-size")

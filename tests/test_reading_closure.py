@@ -37,7 +37,6 @@ WIDE = {
     ("course/judges/kinds.py", "expect_model_steps"),
     ("course/judges/kinds.py", "decoder"),
     ("course/judges/language_model.py", "_lm_step"),
-    ("course/judges/modern_decoder.py", "modern_lm"),
     ("course/judges/multi_head.py", "_forward"),
     ("course/judges/oracles.py", "attention_parameters"),
     ("course/judges/seq2seq.py", "_decoder"),

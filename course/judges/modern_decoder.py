@@ -1,15 +1,23 @@
 """Judges for assignment 09 (probes in course/checks/modern_decoder.py): oracles made of PyTorch's pieces with the
 check's weights (F.rms_norm, F.silu, complex multiplication, F.scaled_dot_product_attention(enable_gqa=True), their
-composition), switches for the typical mistakes, one declaration per check.
+composition), one declaration per check.
+
+The typical mistakes are written once, beside each part's oracle, as edits of the reference answers in
+course/modern_decoder.py with the message a student reads (course/judges/variants.py): the judges name a mistake by
+running its variant on the case's inputs with the check's weights; catalogue/modern_decoder.py grades the same
+variants. When two variants match, the first declared is named. Mistakes named by what the probe recorded (a dtype,
+a shape, a stored attribute, a raised error) are declared with WRITTEN.mistake; catalogue/ writes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
+from dataclasses import dataclass
+from functools import lru_cache, partial
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from course.checks import compare, modules
 from course.checks import modern_decoder as probes
@@ -17,7 +25,7 @@ from course.checks.compare import Mistake, OnGpus, expect_close, expect_close_ba
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.kinds import Built, Case, ModelRun
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModernCase
-from course.judges import judge, mistakes
+from course.judges import judge
 from course.judges.kinds import (
     ForwardOracle,
     ModelOracle,
@@ -33,11 +41,10 @@ from course.judges.kinds import (
     expect_model_steps,
 )
 from course.judges.oracles import dense
-from course.judges.variants import Variants, simulators
+from course.judges.variants import Variants, defined, reference_source, simulators
 
 DEFAULT_EPS = 1e-6
 DEFAULT_BASE = 10000.0
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/modern_decoder.txt (the parts not moved yet)
 WRITTEN = Variants(__name__, reference="course.modern_decoder")
 edit = WRITTEN.edit
 
@@ -500,7 +507,9 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
                         shape_hints=repeated) for i, part in enumerate(("keys", "values"))]
         with torch.no_grad():
             want, right = gqa(w, heads, **inputs)
-        wrong = _gqa_mistakes(w, case, **inputs)
+        fits = all(matches_any(got, [expected], ev.device)
+                   for got, expected in zip((out, *cache), (want, *right), strict=True))
+        wrong = [] if fits else _gqa_mistakes(w, case, **inputs)  # the variants run only for a wrong output or cache
         if structure and matches_any(out, [want, *(found for _, found, _ in wrong)], ev.device):
             continue  # the structure's check: a typical mistake's output will do, another check names it
         expect_close_batch(out, want, what=what, device=ev.device, mistakes=[(m, found) for m, found, _ in wrong],
@@ -528,6 +537,123 @@ each_case(probes.gqa_hidden, _expect_gqa_case,
 
 
 # ---------------------------------------------------------------- ModernLanguageModel
+# Edits change the reference ModernBlock and ModernLanguageModel of course/modern_decoder.py (the notebook's answer
+# cell holds both):
+#     ModernBlock.forward: attended, keys_values = self.attention(self.norm1(x), cos, sin, mask, past)
+#                          x = x + attended; return x + self.ff(self.norm2(x)), keys_values
+#     ModernLanguageModel: rotary_tables(max_len, k // heads, base) as buffers; mask = torch.ones(t, past + t, ...)
+#                          .tril(diagonal=past); logits = self.to_logits(self.norm(x))
+# A model variant is built on the CPU (its constructor computes its rotary tables) and run with the check's weights
+# and its own cache, as the reference model calling the block variant where one is named (_ModelVariant). The
+# tables' kind and shape, the length checks, the mask's device and a cache that differs are named by what the probe
+# recorded: catalogue/modern_decoder.py writes those mistakes.
+
+BLOCK_RETURN = "return x + self.ff(self.norm2(x)), keys_values"
+ATTENDED = "x = x + attended  # (b, t, k)"
+MASK = ".tril(diagonal=past)"
+
+edit("modern-post-norm", "ModernBlock",
+     ("attended, keys_values = self.attention(self.norm1(x), cos, sin, mask, past)",
+      "attended, keys_values = self.attention(x, cos, sin, mask, past)"),
+     (ATTENDED, "x = self.norm1(x + attended)"), (BLOCK_RETURN, "return self.norm2(x + self.ff(x)), keys_values"),
+     mistake="modern-post-norm",
+     says="the blocks are post-norm, x = norm(x + sublayer(x)); this model is pre-norm: x = x + attention(norm1(x)), "
+          "then x = x + ff(norm2(x)), and the final norm after the last block.")
+edit("modern-no-residual", "ModernBlock", (ATTENDED, "x = attended"),
+     (BLOCK_RETURN, "return self.ff(self.norm2(x)), keys_values"), mistake="modern-no-residual",
+     says="the residual connections are missing: x = x + attention(norm1(x)), then x = x + ff(norm2(x)).")
+edit("modern-no-final-norm", "ModernLanguageModel", ("self.to_logits(self.norm(x))", "self.to_logits(x)"),
+     mistake="modern-no-final-norm", says="the final RMSNorm is missing: apply self.norm before to_logits.")
+edit("modern-no-causal-mask", "ModernLanguageModel", (MASK, ""), mistake="modern-no-causal-mask",
+     says="nothing is masked: every position reads the tokens after it. Build the causal mask, True where key j <= "
+          "query i (shifted by the cache).")
+edit("modern-base-not-passed-on", "ModernLanguageModel",
+     ("rotary_tables(max_len, k // heads, base)", "rotary_tables(max_len, k // heads)"), mistake="modern-base-ignored",
+     says="the rotary tables are built with the base 10000 whatever the model is given: pass the constructor's base "
+          "on, rotary_tables(max_len, k // heads, base).")
+edit("modern-mask-not-offset", "ModernLanguageModel", (MASK, ".tril()"), mistake="modern-cache-mask-not-offset",
+     says="the causal mask is not shifted by the cache: query i of the new tokens is position t_past + i, so it may "
+          "read keys j <= t_past + i: torch.ones(t, t_past + t).tril(diagonal=t_past).")
+TABLES_HEAD_SIZE = WRITTEN.mistake(
+    "modern-tables-head-size",
+    says="the rotary tables are made for the model size k; the rotation acts on each head, so they are "
+         "rotary_tables(max_len, k // heads).")
+TABLES_PERSISTENT = WRITTEN.mistake(
+    "modern-tables-persistent",
+    says="the rotary tables are saved in the state_dict: they are computed from the sizes, so register them with "
+         "persistent=False.")
+TABLES_NOT_BUFFERS = WRITTEN.mistake(
+    "modern-tables-not-buffers",
+    says="cos and sin are not buffers: register them with self.register_buffer(\"cos\", cos, persistent=False) (a "
+         "parameter would be trained, a plain attribute would not follow .to(device)).")
+NO_LENGTH_CHECK = WRITTEN.mistake(
+    "modern-no-length-check",
+    says="past max_len positions the model does not raise a ValueError: the tables hold max_len positions, so check "
+         "t_past + t first.")
+CACHE_LENGTH_UNCHECKED = WRITTEN.mistake(
+    "modern-cache-length-unchecked",
+    says="the length check leaves the cache out: the new tokens sit at positions t_past .. t_past + t - 1, so raise "
+         "the ValueError when t_past + t exceeds max_len, not only when t does.")
+READS_FUTURE = WRITTEN.mistake(
+    "modern-reads-future",
+    says="the model reads the future. The mask must be causal, True where key j <= query i: torch.ones(t, t_past + "
+         "t).tril(diagonal=t_past).")
+CACHE_DIFFERS = WRITTEN.mistake(
+    "modern-cache-differs", says="a call with the cache does not give what one call on all the tokens gives.")
+MASK_ON_THE_CPU = WRITTEN.mistake(
+    "mask-on-the-cpu",
+    says="the causal mask is made on the CPU (torch.ones with no device=): make it where the tokens are, "
+         "torch.ones(t, past + t, dtype=torch.bool, device=tokens.device).tril(diagonal=past). A CPU grader would "
+         "pass it; on a GPU the attention refuses to mix it with the scores.")
+
+
+@dataclass(frozen=True)
+class _ModelVariant:
+    """ModernLanguageModel as the variant `model` writes it (None: the reference's), its blocks as the variant `block`
+    writes ModernBlock (None: the reference's)."""
+
+    model: str | None = None
+    block: str | None = None
+
+    def run(self, w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None
+            ) -> tuple[torch.Tensor, list]:
+        """(logits, cache) of the model built for case on the CPU, with the weights w (each of its parameters), on
+        tokens after cache."""
+        model, names = _model(self, case)
+        if set(w) != names:
+            raise ValueError(f"the weights {sorted(w)} are not the parameters of {self}")
+        return torch.func.functional_call(model, dict(w), (tokens,), {"cache": cache, "use_cache": True})
+
+
+@lru_cache(maxsize=256)
+def _model(variant: _ModelVariant, case: ModernCase) -> tuple[nn.Module, set[str]]:
+    """The ModernLanguageModel variant writes, built for case once (building is most of a small model's cost;
+    functional_call only lends it weights for a call), and its parameters' names; the weights it draws are never used,
+    and the global generator is left as it was."""
+    written = {v.name: v for v in WRITTEN.written}
+    code = written[variant.model].code if variant.model else reference_source(WRITTEN.reference, MODEL_NAME)
+    calls = ((written[variant.block].code, "ModernBlock"),) if variant.block else ()
+    args, keywords = case.constructor()
+    with torch.random.fork_rng(devices=[]):
+        model = defined(code, MODEL_NAME, WRITTEN.reference, calls)(*args, **keywords)
+    return model, {name for name, _ in model.named_parameters()}
+
+
+def _variant(mistake: str, model: str | None = None, block: str | None = None) -> tuple[Mistake, dict]:
+    """(the mistake, the switches that make modern_lm run that variant)."""
+    return WRITTEN[mistake], {"variant": _ModelVariant(model, block)}
+
+
+# when they differ only there: a post-norm or residual-free block with the final norm left out too, as the original
+# post-norm transformer leaves it out, is named after the block
+_MODERN_MISTAKES = (_variant("modern-post-norm", "modern-no-final-norm", "modern-post-norm"),
+                    _variant("modern-post-norm", block="modern-post-norm"),
+                    _variant("modern-no-final-norm", "modern-no-final-norm"),
+                    _variant("modern-no-residual", block="modern-no-residual"),
+                    _variant("modern-no-residual", "modern-no-final-norm", "modern-no-residual"),
+                    _variant("modern-no-causal-mask", "modern-no-causal-mask"),
+                    _variant("modern-base-ignored", "modern-base-not-passed-on"))
+
 
 def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     """The notebook's parts, registered, of the right sizes; cos and sin non-persistent buffers (max_len, s/2); the
@@ -546,10 +672,10 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     found = {e[0]: e[1:] for e in found if isinstance(e, list) and len(e) == 3} if isinstance(found, list) else {}
     for name in ("cos", "sin"):
         got, persistent = found.get(name, (None, None))
-        head = M["modern-tables-head-size"] if got == [case.max_len, k // 2] and case.heads > 1 else None
-        for wrong, mistake in ((name not in found, M["modern-tables-not-buffers"]),
+        head = TABLES_HEAD_SIZE if got == [case.max_len, k // 2] and case.heads > 1 else None
+        for wrong, mistake in ((name not in found, TABLES_NOT_BUFFERS),
                                (got != [case.max_len, k // case.heads // 2], head),
-                               (persistent is not False, M["modern-tables-persistent"])):
+                               (persistent is not False, TABLES_PERSISTENT)):
             if wrong:
                 seen = f"a buffer of shape {got}, persistent={persistent}" if name in found else "not a buffer"
                 fail(f"{MODEL_NAME}.{name} is {seen} for {case.call}: "
@@ -566,27 +692,21 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
 
 
 def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None = None, *,
-              layout: str = "pre", final_norm: bool = True, causal: bool = True, mask_offset: bool = True,
-              base: float | None = None) -> tuple[torch.Tensor, list]:
-    """The model composed of the oracles above: (logits (b, t, vocab), cache); the keywords: typical mistakes (base:
-    the tables' base instead of the case's)."""
+              variant: _ModelVariant | None = None) -> tuple[torch.Tensor, list]:
+    """The model composed of the oracles above: (logits (b, t, vocab), cache); variant: a typical mistake's model
+    instead, run with the same weights."""
+    if variant is not None:
+        return variant.run(w, case, tokens, cache)
     t, k = tokens.shape[1], case.k
     past = 0 if cache is None else cache[0][0].shape[2]
-    cos, sin = _tables(case.max_len, k // case.heads, case.base if base is None else base)
-    mask = torch.ones(t, past + t, dtype=torch.bool)
-    mask = mask.tril(diagonal=past if mask_offset else 0) if causal else mask
+    cos, sin = _tables(case.max_len, k // case.heads, case.base)
+    mask = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past)  # (t, past + t)
     x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
     return decoder(w, x, case.depth, cache,
                    lambda h, i, old: gqa(w, case.heads, h, cos, sin, mask, old, prefix=f"blocks.{i}.attention."),
                    lambda name, h: _swiglu(w, k, 0, h, prefix=f"{name}."),
-                   lambda name, h: _rms_norm(w, k, x=h, prefix=f"{name}."), layout=layout, final_norm=final_norm)
+                   lambda name, h: _rms_norm(w, k, x=h, prefix=f"{name}."))
 
-
-_MODERN_MISTAKES = ((M["modern-post-norm"], {"layout": "post", "final_norm": False}),
-                    (M["modern-post-norm"], {"layout": "post"}), (M["modern-no-final-norm"], {"final_norm": False}),
-                    (M["modern-no-residual"], {"layout": "no-residual"}),
-                    (M["modern-no-residual"], {"layout": "no-residual", "final_norm": False}),
-                    (M["modern-no-causal-mask"], {"causal": False}), (M["modern-base-ignored"], {"base": DEFAULT_BASE}))
 
 _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm1(x), cos, sin, mask, past), then "
                 "x = x + ff(norm2(x)); finally to_logits(norm(x)); the mask is causal, (t, t_past + t), "
@@ -594,8 +714,8 @@ _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm
 
 
 MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of PyTorch's pieces with your weights",
-                     _MODERN_HINT, "The " + M["modern-reads-future"].explanation[4:], M["modern-reads-future"],
-                     _MODERN_MISTAKES, ((M["modern-cache-mask-not-offset"], {"mask_offset": False}),))
+                     _MODERN_HINT, "The " + READS_FUTURE.explanation[4:], READS_FUTURE, _MODERN_MISTAKES,
+                     (_variant("modern-cache-mask-not-offset", "modern-mask-not-offset"),))
 
 
 def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: bool = False) -> None:
@@ -604,19 +724,19 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: 
     __tracebackhide__ = True
     w, logits = expect_model(ev, run, MODERN, exact=not structure)
     if run.chunks:
-        expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, M["modern-cache-differs"], caches=False)
+        expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, CACHE_DIFFERS, caches=False)
     if run.too_long:
         compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
                                    f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
-                                   M["modern-no-length-check"])
+                                   NO_LENGTH_CHECK)
     if run.too_long and cached:
         compare.expect_value_error(ev, fact_key(run.model, "past_too_long"), f"{MODEL_NAME}.forward on 1 token with a "
                                    f"cache of {run.case.max_len} positions, max_len={run.case.max_len}",
-                                   M["modern-cache-length-unchecked"])
+                                   CACHE_LENGTH_UNCHECKED)
 
 
 each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
-          on_gpus=OnGpus("model", probes.MODERN_ON_GPU, M["mask-on-the-cpu"]),
+          on_gpus=OnGpus("model", probes.MODERN_ON_GPU, MASK_ON_THE_CPU),
           passed="The named parts without biases, cos and sin non-persistent buffers, logits (b, t, vocab_size); on a "
                  "stand-in CUDA and MPS, the tables follow .to() and the mask is made on the tokens' device.")
 each_case(probes.modern_lm_oracle, _expect_model,
