@@ -122,6 +122,19 @@ def defined_name(source: str) -> str | None:
     return None
 
 
+def _in_cell(solved: str, code: str) -> str:
+    """A written mistake's code as its answer cell holds it: where the solved cell defines other functions or classes
+    too (09's swiglu cell holds swiglu_hidden, its model cell ModernBlock), code replaces only the definition it
+    makes, and the others stay as solved."""
+    tree, name = ast.parse(solved or "pass"), defined_name(code)
+    defined = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    if len(defined) < 2 or name not in {node.name for node in defined}:
+        return code
+    node = next(node for node in defined if node.name == name)
+    lines, start = solved.splitlines(), min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+    return "\n".join([*lines[:start], code.rstrip("\n"), *lines[node.end_lineno:]]) + "\n"
+
+
 @cache
 def _solved() -> dict[tuple[str, str], str]:
     """(assignment, grade_id) -> the solved source of every answer cell."""
@@ -160,7 +173,7 @@ def _cell(entry: _Entry, assignment: str) -> str:
 
 def _code(entry: _Entry, assignment: str) -> str:
     if entry.code:
-        return entry.code
+        return _in_cell(_solved().get((assignment, _cell(entry, assignment)), ""), entry.code)
     if entry.obj is None:
         return edited(_solved()[assignment, entry.cell], entry.changes, entry.name)
     code = "".join(cell_source(h) + "\n\n" for h in entry.helpers)

@@ -1,14 +1,19 @@
-"""Variants of the answers of assignment 09_modern_decoder.
+"""Variants of the answers of assignment 09_modern_decoder: the mistakes its judges write as code (named by running
+them, course/judges/modern_decoder.py), the mistakes named by what the probe records (structure, dtype, device,
+length checks, the mistakes every check names), and correct answers written differently.
 
-Most mistakes change a line or two of the solved cell and are written as that change (`edit`): the answer cell
-`modern_language_model` holds ModernBlock and ModernLanguageModel, and an edit may change either. The correct
-alternatives are edits too: another way to write the same computation.
+These are edits of the solved cell (`edit`): the answer cell `modern_language_model` holds ModernBlock and
+ModernLanguageModel, and an edit may change either (a written mistake of ModernBlock replaces only that class there).
 """
 
-from catalogue import edits
+from catalogue import edits, written
+from course.judges.modern_decoder import WRITTEN
 
 ASSIGNMENT = "09_modern_decoder"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
+
+# the mistakes course/judges/modern_decoder.py writes as code and names by running them
+written(WRITTEN, cells={"ModernBlock": "modern_language_model"})
 
 NORM = "rms_norm"
 TABLES = "rotary_tables"
@@ -22,10 +27,7 @@ RMS_RETURN = f"return x * {RMS} * self.gain"
 THETA = "base ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)"
 TABLES_RETURN = "return angles.cos().float().to(device), angles.sin().float().to(device)"
 ROTATED = "first * cos - second * sin, first * sin + second * cos"
-HALVES = "first, second = x[..., :half], x[..., half:]"
 SWIGLU_RETURN = "return self.down(F.silu(self.gate(x)) * self.up(x))"
-KEYS = "keys = apply_rotary(split_heads(self.to_keys(x), self.kv_heads), cos, sin, offset)"
-VALUES = "values = split_heads(self.to_values(x), self.kv_heads)"
 REPEATED_KEYS = "queries, keys.repeat_interleave(group, dim=1),"
 REPEATED_VALUES = "values.repeat_interleave(group, dim=1), attn_mask=mask)"
 SDPA = ("out = F.scaled_dot_product_attention(queries, keys.repeat_interleave(group, dim=1),\n"
@@ -33,8 +35,6 @@ SDPA = ("out = F.scaled_dot_product_attention(queries, keys.repeat_interleave(gr
 CHECK = ("        if k % heads or heads % kv_heads:\n"
          '            raise ValueError(f"k = {k} must divide into heads = {heads}, and heads into kv_heads = '
          '{kv_heads}")\n')
-ATTENDED = "x = x + attended  # (b, t, k)"
-BLOCK_RETURN = "return x + self.ff(self.norm2(x)), keys_values"
 MASK = ".tril(diagonal=past)"
 LENGTH = ("        if past + t > self.cos.shape[0]:\n"
           '            raise ValueError(f"{past + t} positions exceed the {self.cos.shape[0]} of the rotary tables")\n')
@@ -43,15 +43,6 @@ SIN_BUFFER = 'self.register_buffer("sin", sin, persistent=False)'
 
 # ------------------------------------------------------------------ RMSNorm
 
-edit("rms-eps-outside-the-root", NORM, (RMS, "1 / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps)"),
-     mistake="rms-eps-outside-root")
-edit("rms-subtracts-the-mean", NORM, (RMS_RETURN, "x = x - x.mean(dim=-1, keepdim=True)\n        " + RMS_RETURN),
-     mistake="rms-mean-subtracted")
-edit("rms-sum-of-squares", NORM, (".mean(dim=-1, keepdim=True)", ".sum(dim=-1, keepdim=True)"),
-     mistake="rms-sum-not-mean")
-edit("rms-forgets-the-gain", NORM, (" * self.gain", ""), mistake="rms-no-gain")
-edit("rms-over-positions", NORM, ("mean(dim=-1, keepdim=True)", "mean(dim=1, keepdim=True)"), mistake="rms-wrong-dim")
-edit("rms-layernorm-eps", NORM, ("eps=1e-6", "eps=1e-5"), mistake="rms-default-eps")
 GAIN = "self.gain = nn.Parameter(torch.ones(k))"
 edit("rms-gain-and-bias", NORM, (GAIN, GAIN + "\n        self.bias = nn.Parameter(torch.zeros(k))"),
      (" * self.gain", " * self.gain + self.bias"), mistake="parameter-count")
@@ -65,24 +56,11 @@ edit("rms-pytorch-functional", NORM, (RMS_RETURN, "return F.rms_norm(x, (x.shape
 
 # ------------------------------------------------------------------ rotary_tables
 
-edit("tables-exponent-i-over-s", TABLES, ("torch.arange(0, s, 2, dtype", "torch.arange(0, s // 2, dtype"),
-     mistake="rotary-exponent-i")
-edit("tables-growing-frequencies", TABLES, ("base ** (-torch.arange", "base ** (torch.arange"),
-     mistake="rotary-positive-exponent")
-edit("tables-positions-from-one", TABLES, ("torch.arange(t, dtype", "torch.arange(1, t + 1, dtype"),
-     mistake="rotary-positions-from-one")
-edit("tables-base-hard-coded", TABLES, ("theta = base **", "theta = 10000.0 **"), mistake="rotary-base-ignored")
 edit("tables-duplicated-as-in-hugging-face", TABLES,
      (TABLES_RETURN, "angles = torch.cat([angles, angles], dim=-1)  # (t, s)\n    " + TABLES_RETURN),
      mistake="rotary-tables-full-width")
 edit("tables-left-in-float64", TABLES, (TABLES_RETURN, "return angles.cos().to(device), angles.sin().to(device)"),
      mistake="rotary-tables-float64")
-edit("tables-angles-in-float32", TABLES, (THETA, "base ** (-torch.arange(0, s, 2, dtype=torch.float32) / s)"),
-     ("torch.arange(t, dtype=torch.float64)", "torch.arange(t, dtype=torch.float32)"),
-     mistake="rotary-angles-float32")
-edit("tables-sin-first", TABLES,
-     (TABLES_RETURN, "return angles.sin().float().to(device), angles.cos().float().to(device)"),
-     mistake="rotary-tables-swapped")
 
 # device mistakes a CPU grader sees through the stand-in GPUs of course/checks/device.py
 edit("tables-float64-on-the-device", TABLES,
@@ -99,15 +77,6 @@ edit("tables-outer-product", TABLES,
 
 # ------------------------------------------------------------------ apply_rotary
 
-edit("rotary-interleaved-pairs", ROTARY, (HALVES, "first, second = x[..., 0::2], x[..., 1::2]"),
-     mistake="rotary-interleaved")
-edit("rotary-turns-backwards", ROTARY, (ROTATED, "first * cos + second * sin, -first * sin + second * cos"),
-     mistake="rotary-backwards")
-edit("rotary-halves-swapped", ROTARY, (ROTATED, "first * sin + second * cos, first * cos - second * sin"),
-     mistake="rotary-halves-swapped")
-edit("rotary-offset-ignored", ROTARY, ("cos[offset : offset + t], sin[offset : offset + t]", "cos[:t], sin[:t]"),
-     mistake="rotary-offset-ignored")
-
 edit("rotary-as-complex-numbers", ROTARY,
      ("return torch.cat([" + ROTATED + "], dim=-1)",
       "z = torch.complex(first, second) * torch.complex(cos, sin)  # (..., t, s/2)\n"
@@ -119,12 +88,6 @@ edit("rotary-rotate-half", ROTARY,
 
 # ------------------------------------------------------------------ SwiGLU
 
-edit("swiglu-silu-on-up", SWIGLU, (SWIGLU_RETURN, "return self.down(F.silu(self.up(x)) * self.gate(x))"),
-     mistake="swiglu-gate-swapped")
-edit("swiglu-relu", SWIGLU, ("F.silu(", "F.relu("), mistake="swiglu-relu")
-edit("swiglu-sigmoid-as-glu", SWIGLU, ("F.silu(", "torch.sigmoid("), mistake="swiglu-sigmoid")
-edit("swiglu-without-the-product", SWIGLU, (SWIGLU_RETURN, "return self.down(F.silu(self.up(x)))"),
-     mistake="swiglu-no-gate")
 edit("swiglu-with-biases", SWIGLU, ("self.gate = nn.Linear(k, hidden, bias=False)", "self.gate = nn.Linear(k, hidden)"),
      ("self.up = nn.Linear(k, hidden, bias=False)", "self.up = nn.Linear(k, hidden)"), mistake="swiglu-bias")
 
@@ -133,26 +96,11 @@ edit("swiglu-sigmoid-written-out", SWIGLU,
 
 # ------------------------------------------------------------------ GroupedQueryAttention
 
-edit("gqa-repeat-tiles-heads", GQA, (REPEATED_KEYS, "queries, keys.repeat(1, group, 1, 1),"),
-     (REPEATED_VALUES, "values.repeat(1, group, 1, 1), attn_mask=mask)"), mistake="gqa-repeat-order")
-edit("gqa-rotates-values", GQA, (VALUES, "values = apply_rotary(split_heads(self.to_values(x), self.kv_heads), cos, "
-                                         "sin, offset)"), mistake="gqa-values-rotated")
-edit("gqa-keys-not-rotated", GQA, (KEYS, "keys = split_heads(self.to_keys(x), self.kv_heads)"),
-     mistake="gqa-not-rotated")
-edit("gqa-scaled-by-model-size", GQA, (REPEATED_VALUES, REPEATED_VALUES[:-1] + ",\n" + " " * 45
-                                       + "scale=1 / math.sqrt(x.shape[-1]))"),
-     mistake="gqa-scaled-by-model-size")
-edit("gqa-mask-ignored", GQA, (", attn_mask=mask)", ")"), mistake="gqa-mask-ignored")
-edit("gqa-offset-ignored", GQA, ("offset = 0 if past is None else past[0].shape[2]", "offset = 0"),
-     mistake="gqa-cache-offset-ignored")
 edit("gqa-caches-repeated-heads", GQA, (REPEATED_KEYS, "queries, keys,"), (REPEATED_VALUES, "values, attn_mask=mask)"),
      ("        if past is not None:\n",
       "        keys = keys.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (b, h, t, s)\n"
       "        values = values.repeat_interleave(self.heads // self.kv_heads, dim=1)\n"
       "        if past is not None:\n"), mistake="gqa-cache-repeated")
-edit("gqa-caches-unrotated-keys", GQA, (KEYS, "keys = split_heads(self.to_keys(x), self.kv_heads)  # rotated below"),
-     (REPEATED_KEYS, "queries, apply_rotary(keys, cos, sin).repeat_interleave(group, dim=1),"),
-     mistake="gqa-cache-unrotated")
 edit("gqa-biases", GQA, ("self.to_queries = nn.Linear(k, k, bias=False)", "self.to_queries = nn.Linear(k, k)"),
      mistake="gqa-bias")
 edit("gqa-no-divisibility-check", GQA, (CHECK, ""), mistake="gqa-no-divisibility-check")
@@ -182,25 +130,19 @@ edit("gqa-softmax-written-out", GQA,
 
 # ------------------------------------------------------------------ ModernBlock and ModernLanguageModel
 
-edit("modern-post-norm", MODEL,
+# two mistakes the judge names as one, as the original transformer was written: post-norm blocks, no final norm
+edit("modern-post-norm-as-in-2017", MODEL,
      ("attended, keys_values = self.attention(self.norm1(x), cos, sin, mask, past)",
       "attended, keys_values = self.attention(x, cos, sin, mask, past)"),
-     (ATTENDED, "x = self.norm1(x + attended)"), (BLOCK_RETURN, "return self.norm2(x + self.ff(x)), keys_values"),
-     mistake="modern-post-norm")
-edit("modern-no-final-norm", MODEL, ("self.to_logits(self.norm(x))", "self.to_logits(x)"),
-     mistake="modern-no-final-norm")
-edit("modern-no-residual", MODEL, (ATTENDED, "x = attended"),
-     (BLOCK_RETURN, "return self.ff(self.norm2(x)), keys_values"), mistake="modern-no-residual")
-edit("modern-no-causal-mask", MODEL, (MASK, ""), mistake="modern-no-causal-mask")
+     ("x = x + attended  # (b, t, k)", "x = self.norm1(x + attended)"),
+     ("return x + self.ff(self.norm2(x)), keys_values", "return self.norm2(x + self.ff(x)), keys_values"),
+     ("self.to_logits(self.norm(x))", "self.to_logits(x)"), mistake="modern-post-norm")
 edit("modern-upper-triangle-mask", MODEL, (MASK, ".triu(diagonal=past)"), mistake="modern-reads-future")
 edit("modern-cache-in-half-precision", MODEL,
      ("new_cache.append(keys_values)", "new_cache.append(tuple(t.half() for t in keys_values))  # half the memory"),
      mistake="modern-cache-differs")
-edit("modern-mask-not-offset", MODEL, (MASK, ".tril()"), mistake="modern-cache-mask-not-offset")
 edit("modern-length-check-without-the-cache", MODEL, ("if past + t > self.cos.shape[0]:", "if t > self.cos.shape[0]:"),
      mistake="modern-cache-length-unchecked")
-edit("modern-base-not-passed-on", MODEL,
-     ("rotary_tables(max_len, k // heads, base)", "rotary_tables(max_len, k // heads)"), mistake="modern-base-ignored")
 edit("modern-tables-of-model-size", MODEL,
      ("rotary_tables(max_len, k // heads, base)", "rotary_tables(max_len, k, base)"),
      mistake="modern-tables-head-size")

@@ -37,8 +37,6 @@ WIDE = {
     ("course/judges/kinds.py", "expect_model_steps"),
     ("course/judges/kinds.py", "decoder"),
     ("course/judges/language_model.py", "_lm_step"),
-    ("course/judges/modern_decoder.py", "gqa"),
-    ("course/judges/modern_decoder.py", "modern_lm"),
     ("course/judges/oracles.py", "attention_parameters"),
     ("course/judges/seq2seq.py", "_model_oracle"),
     ("course/judges/seq2seq.py", "_step_by_step"),

@@ -60,7 +60,7 @@ import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 from types import ModuleType
 
 import torch
@@ -187,14 +187,23 @@ def module_output(code: str, answer: str, reference: str, calls: tuple[tuple[str
     the meta device (no weights drawn: the global generator untouched), run on inputs with the weights w (the
     student's, as modules.expect_parameters reads them) as its parameters, strictly (w names each, no more; a bias in w
     is given to a bias-free nn.Linear), by torch.func.functional_call: gradients reach w as through the student's."""
+    module = _built_once(code, answer, reference, calls, args, tuple(sorted(w)))
+    return torch.func.functional_call(module, dict(w), kwargs=inputs, strict=True)
+
+
+@lru_cache(maxsize=512)
+def _built_once(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...], args: tuple,
+           names: tuple[str, ...]) -> nn.Module:
+    """module_output's module, built once for these constructor arguments and weight names: building is most of a
+    small module's cost (a check runs every variant on every case), and functional_call only lends it w for a call."""
     with torch.device("meta"):
         module = _defined(code, answer, reference, calls)(*args)
-        for name in w:  # the student's layers have a bias where their weights do (a property keeps credit for one)
+        for name in names:  # the student's layers have a bias where their weights do (a property keeps credit for one)
             owner, _, leaf = name.rpartition(".")
             layer = module.get_submodule(owner)
             if leaf == "bias" and isinstance(layer, nn.Linear) and layer.bias is None:
                 layer.bias = nn.Parameter(torch.empty(layer.out_features))
-    return torch.func.functional_call(module, dict(w), kwargs=inputs, strict=True)
+    return module
 
 
 def both(several: Mistake, *parts: Mistake) -> Mistake:
@@ -228,6 +237,13 @@ def cell_source(obj: Callable, rename_to: str | None = None) -> str:
         keyword = "class" if isinstance(node, ast.ClassDef) else "def"
         body[0] = body[0].replace(f"{keyword} {node.name}", f"{keyword} {rename_to}", 1)
     return "\n".join(body) + "\n"
+
+
+def defined(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...] = ()) -> Callable:
+    """What code defines under the name answer, run as a notebook cell after the reference's answers and the cells in
+    calls, (code, answer) each: for a judge that runs a variant its own way (09's language model is built on the CPU,
+    its rotary tables computed by its constructor, and run with a cache)."""
+    return _defined(code, answer, reference, calls)
 
 
 @cache
