@@ -246,10 +246,18 @@ def _catalogue_cell(node: ast.stmt) -> str | None:
     return None
 
 
+def _defined_names(source: str) -> frozenset[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    return frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef))
+
+
 def _written_cells(catalogue: Module | None) -> dict[str, str]:
     """The answer cell of each class whose mistakes a judges module writes, from the catalogue's
     ``written(WRITTEN, cells={"DecoderBlock": "decoder_block"})``: a written mistake names the class, the notebook
-    the cell's grade id."""
+    the cell's grade id (where the cell does not define the class itself: 09's ModernBlock, in the model's cell)."""
     for node in ast.walk(catalogue.tree) if catalogue is not None else ():
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "written":
             for keyword in node.keywords:
@@ -265,6 +273,7 @@ class TestCell:
     module: str  # course/checks/<module>.py
     check: str
     answer: str | None  # the grade_id of the answer cell above it
+    defines: frozenset[str] = frozenset()  # the functions and classes its solved answer cell defines
 
 
 def test_cells() -> list[TestCell]:
@@ -275,14 +284,14 @@ def test_cells() -> list[TestCell]:
     for assignment in course_dir.assignments():
         name = course_dir.module_name(assignment)
         for notebook in course_dir.notebooks(assignment):
-            answer = None
+            answer, defines = None, frozenset()
             nb = nbformat.read(course_dir.source_dir() / assignment / notebook, as_version=4)
             for cell in nb.cells:
                 meta = cell.get("metadata", {}).get("nbgrader", {})
                 if meta.get("solution") and not meta.get("grade"):
-                    answer = meta.get("grade_id")
+                    answer, defines = meta.get("grade_id"), _defined_names(cell.source)
                 elif meta.get("grade"):
-                    found.append(TestCell(assignment, name, meta["grade_id"].removeprefix("test_"), answer))
+                    found.append(TestCell(assignment, name, meta["grade_id"].removeprefix("test_"), answer, defines))
     return found
 
 
@@ -299,7 +308,8 @@ def starts(cell: TestCell) -> set[Unit]:
         cells = _written_cells(catalogue)
         for node, unit in judges.units:
             answer = _catalogue_cell(node)  # a function's cell is its name; a class's is found in cells
-            if _names_check(node, cell.check, aliases) or (answer and cells.get(answer, answer) == cell.answer):
+            of_cell = answer and (cells.get(answer, answer) == cell.answer or answer in cell.defines)
+            if _names_check(node, cell.check, aliases) or of_cell:
                 found.add(unit)
     if catalogue is not None and cell.answer is not None:
         found |= {unit for node, unit in catalogue.units if _catalogue_cell(node) == cell.answer}
