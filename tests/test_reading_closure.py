@@ -41,7 +41,6 @@ WIDE = {
     ("course/judges/modern_decoder.py", "modern_lm"),
     ("course/judges/oracles.py", "attention_parameters"),
     ("course/judges/seq2seq.py", "_model_oracle"),
-    ("course/judges/seq2seq.py", "_step_by_step"),
     ("course/judges/transformer_block.py", "_block_forward"),
 }
 
