@@ -3,9 +3,9 @@ and Seq2SeqTransformer against nn.TransformerDecoderLayer / nn.TransformerEncode
 (whose boolean masks mean True = NOT allowed, so ours are inverted), the loss against F.cross_entropy, greedy decoding
 against a step-by-step argmax, the training loop's parts against PyTorch's SGD, learning rates and groups.
 
-The typical mistakes of the masks, DecoderBlock, the loss, learning_rate and train_step are written as code beside
-their judges (course/judges/variants.py), named by running them; configure_optimizer's are declared beside its judge;
-Seq2SeqTransformer's and greedy_decode's are still explained in mistakes/seq2seq.txt (M) and simulated.
+The typical mistakes of the masks, DecoderBlock, the loss, greedy_decode, learning_rate and train_step are written as
+code beside their judges (course/judges/variants.py), named by running them; configure_optimizer's are declared beside
+its judge; Seq2SeqTransformer's are still explained in mistakes/seq2seq.txt (M) and simulated.
 """
 
 import math
@@ -37,7 +37,7 @@ from course.checks.compare import (
 from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built, Runs, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
-from course.checks.seq2seq import BOS_ID, EOS_ID, PAD_ID
+from course.checks.seq2seq import BOS_ID, PAD_ID
 from course.dates import PAD
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
@@ -617,21 +617,76 @@ against_loss(probes.loss_gradients, TEACHER_FORCING,
 against_loss(probes.loss_hidden, TEACHER_FORCING, passed="Other batches, with padding ids 0 and 5.")
 
 
-def _step_by_step(model: nn.Module, src, src_mask, max_len: int, bos: int = BOS_ID, eos: int = EOS_ID, *,
-                  position: int = -1, pad_after_eos: bool = True, stop: bool = True) -> torch.Tensor:
-    """The tokens (b, n) of greedy decoding: run the whole model on the prefix, append the argmax at position, <pad>
-    after <eos>, stop when every sequence has its <eos> (the oracle); a typical mistake with other switches."""
+#     greedy_decode: with torch.no_grad():
+#                        memory = model.encode(src, src_mask); tokens = torch.full((b, 1), bos, ...); done = zeros(b)
+#                        for _ in range(max_len):
+#                            next_token = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1)
+#                            next_token = next_token.masked_fill(done, PAD); tokens = torch.cat([tokens, next_token...])
+#                            done |= next_token == eos; if bool(done.all()): break
+#                    return tokens[:, 1:]
+# Each is run on the case's model and inputs, its tokens cut or padded to the student's width. First the notebook's
+# ids in place of the arguments: only the case with other ids tells them apart, and there they also look like never
+# stopping or forgetting <bos> (BOS in place of bos is named too, by the oracle given BOS: not catalogued, see there).
+MASK_DONE, MARK_DONE = "next_token = next_token.masked_fill(done, PAD)", "            done |= next_token == eos\n"
+edit("greedy-notebook-eos", "greedy_decode", ("== eos", "== EOS"), mistake="greedy-ids-hard-coded",
+     says="the notebook's BOS or EOS is used in place of the `bos` and `eos` arguments: start every sequence with "
+          "`bos`, and finish it at `eos`, whichever ids the caller passes.")
+edit("greedy-never-stops", "greedy_decode", (f"            {MASK_DONE}\n", ""),
+     ("            if bool(done.all()):\n                break\n", ""), mistake="greedy-never-stops",
+     says="decoding never stops at <eos>: the tokens after a sequence's <eos> must be <pad> (0) — keep a `finished` "
+          "flag per sequence and write <pad> once it is set.")
+edit("greedy-returns-bos", "greedy_decode", ("return tokens[:, 1:]", "return tokens"), mistake="greedy-returns-bos",
+     says="the output starts with <bos>: return only the generated tokens (drop column 0).")
+edit("greedy-fills-with-eos", "greedy_decode", ("masked_fill(done, PAD)", "masked_fill(done, eos)"),
+     mistake="greedy-eos-padded",
+     says="after <eos> the sequence is filled with <eos>; fill it with <pad> (0) instead.")
+edit("greedy-eos-overwritten-by-pad", "greedy_decode", (MARK_DONE, ""),
+     (MASK_DONE, f"{MARK_DONE.strip()}\n            {MASK_DONE}"), mistake="greedy-eos-overwritten",
+     says="the <eos> itself is replaced by <pad>: a sequence is marked finished before its <eos> is appended. Append "
+          "the token first, then set `finished` where it is <eos>, so only the tokens after it become <pad>.")
+edit("greedy-forgets-bos", "greedy_decode", ("(src.shape[0], 1), bos,", "(src.shape[0], 1), 0,"),
+     mistake="greedy-forgets-bos",
+     says="the decoder does not start from <bos>: the first input of every sequence is the <bos> token.")
+edit("greedy-first-position", "greedy_decode", ("[:, -1].argmax(dim=-1)", "[:, 0].argmax(dim=-1)"),
+     mistake="greedy-first-position",
+     says="the next token is the argmax at the FIRST position of the decoder's output; the prediction for the next "
+          "token is at the LAST position: logits[:, -1].argmax(-1).")
+# named from the width, the dtype, the autograd fact or the device (catalogue/seq2seq.py makes each)
+TOO_LONG = WRITTEN.mistake("greedy-too-long", "more than max_len tokens are returned per sequence.")
+STOPS_EARLY = WRITTEN.mistake("greedy-stops-early", "decoding stops before every sequence has written <eos>.")
+NOT_IDS = WRITTEN.mistake("greedy-not-ids", "the tokens are not torch.long ids.")
+WITH_AUTOGRAD = WRITTEN.mistake(
+    "greedy-not-under-no-grad", "the model runs with autograd on: decode inside `with torch.no_grad():`, so that no "
+                                "graph of every step is kept (the notebook's instructions ask for it).")
+MADE_ON_THE_CPU = WRITTEN.mistake(
+    "greedy-made-on-the-cpu", "the start tokens or the finished flags are made on the CPU (no device=): make them "
+                              "where the source is, torch.full((b, 1), bos, dtype=torch.long, device=src.device) and "
+                              "torch.zeros(b, dtype=torch.bool, device=src.device). A CPU grader would pass it; on a "
+                              "GPU the model refuses CPU tokens.")
+
+
+def _step_by_step(model: nn.Module, src, src_mask, max_len: int, bos: int, eos: int) -> torch.Tensor:
+    """The tokens (b, n) of greedy decoding (the oracle): run the whole model on the prefix, append the argmax at the
+    last position, <pad> after <eos>, stop when every sequence has its <eos>."""
     tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long)  # (b, 1)
     finished = torch.zeros(src.shape[0], dtype=torch.bool)
     with torch.no_grad():
         for _ in range(max_len):
-            nxt = model(src, tokens, src_mask)[:, position].argmax(dim=-1)  # (b,)
-            nxt = nxt.masked_fill(finished & pad_after_eos, PAD_ID)
+            nxt = model(src, tokens, src_mask)[:, -1].argmax(dim=-1)  # (b,)
+            nxt = nxt.masked_fill(finished, PAD_ID)
             tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
             finished = finished | (nxt == eos)
-            if stop and bool(finished.all()):
+            if bool(finished.all()):
                 break
     return tokens[:, 1:]  # (b, n)
+
+
+def _decode_mistakes(inputs: dict[str, Any], bos: int, eos: int) -> Iterator[tuple[Mistake, torch.Tensor]]:
+    """(mistake, its tokens) lazily: first the notebook's BOS in place of bos, the oracle given BOS (no variant of it:
+    only the hidden case tells it apart, and 07's catalogue keeps nine in ten of its mistakes caught while working),
+    then each written variant of greedy_decode."""
+    yield WRITTEN["greedy-ids-hard-coded"], _step_by_step(**inputs, bos=BOS_ID, eos=eos)
+    yield from WRITTEN.outputs("greedy_decode", **inputs, bos=bos, eos=eos)
 
 
 def _fit(tokens: torch.Tensor, width: int) -> torch.Tensor:
@@ -651,37 +706,29 @@ def _expect_decode(ev: Evidence, case: probes.SettingCase) -> None:
     model, src, lengths = source()
     label = case.label.format(lengths=lengths.tolist(), max_len=max_len)
     bos, eos = probes.ids_of(model)
-    decoded = partial(_step_by_step, model, src, _padding(lengths, src.shape[1]), max_len, bos=bos, eos=eos)
-    expected = decoded()  # (b, n)
+    inputs = {"model": model, "src": src, "src_mask": _padding(lengths, src.shape[1]), "max_len": max_len}
+    expected = _step_by_step(**inputs, bos=bos, eos=eos)  # (b, n)
     out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
     if out.dtype != torch.long:
-        _not_asked(DECODE_NAME, M["greedy-not-ids"], f" It returned dtype {out.dtype}; argmax gives torch.long.")
+        _not_asked(DECODE_NAME, NOT_IDS, f" It returned dtype {out.dtype}; argmax gives torch.long.")
     if out.dim() != 2 or out.shape[0] != expected.shape[0]:
         fail(f"{DECODE_NAME} returned shape {tuple(out.shape)}, not ({len(src)}, n <= max_len).", mistake=WRONG_SHAPE)
     width, shown = out.shape[1], (Rows(expected), Rows(out), label)
-    with_bos = _fit(torch.cat([torch.full_like(expected[:, :1], bos), expected], dim=1), width)
     if width > max_len:
-        mistake = M["greedy-returns-bos"] if torch.equal(out, with_bos) else M["greedy-too-long"]
+        with_bos = _fit(torch.cat([torch.full_like(expected[:, :1], bos), expected], dim=1), width)
+        mistake = WRITTEN["greedy-returns-bos"] if torch.equal(out, with_bos) else TOO_LONG
         _not_asked(DECODE_NAME, mistake, f" (max_len={max_len})", *shown)
     if width < expected.shape[1]:
-        _not_asked(DECODE_NAME, M["greedy-stops-early"], f" (it stopped after {width} tokens)", *shown)
-    target = _fit(expected, width)
-    # the notebook's ids in place of the arguments first: only the case with other ids tells them apart, and there
-    # they also look like never stopping or forgetting <bos>
-    mistakes = (*((M["greedy-ids-hard-coded"], decoded(**ids)) for ids in ({"bos": BOS_ID}, {"eos": EOS_ID})),
-                (M["greedy-never-stops"], decoded(pad_after_eos=False, stop=False)),
-                (M["greedy-returns-bos"], with_bos),
-                (M["greedy-eos-padded"], target.masked_fill(target == PAD_ID, EOS_ID)),
-                (M["greedy-eos-overwritten"], target.masked_fill(target == EOS_ID, PAD_ID)),
-                (M["greedy-forgets-bos"], decoded(bos=PAD_ID)), (M["greedy-first-position"], decoded(position=0)))
-    expect_equal(out, target, what=DECODE_NAME, mistakes=[(m, _fit(v, width)) for m, v in mistakes], case=label,
-                 otherwise=_DECODE_HINT, differs="does not agree with the step-by-step argmax of the model")
+        _not_asked(DECODE_NAME, STOPS_EARLY, f" (it stopped after {width} tokens)", *shown)
+    mistakes = _decode_mistakes(inputs, bos, eos)
+    expect_equal(out, _fit(expected, width), what=DECODE_NAME, mistakes=((m, _fit(v, width)) for m, v in mistakes),
+                 case=label, otherwise=_DECODE_HINT, differs="does not agree with the step-by-step argmax of the model")
     if ev.facts.get(fact_key(case.key, "autograd_on")):
-        _not_asked(DECODE_NAME, M["greedy-not-under-no-grad"], f" (the right tokens, {label})")
+        _not_asked(DECODE_NAME, WITH_AUTOGRAD, f" (the right tokens, {label})")
 
 
 each_case(probes.greedy_decode_scripted, _expect_decode,
-          on_gpus=OnGpus("tokens", probes.DECODE_ON_GPU, M["greedy-made-on-the-cpu"]),
+          on_gpus=OnGpus("tokens", probes.DECODE_ON_GPU, MADE_ON_THE_CPU),
           passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, then 0s; on a "
                  "stand-in CUDA and MPS, the tokens are made on the source's device.")
 each_case(probes.greedy_decode_step_by_step, _expect_decode,
