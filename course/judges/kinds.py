@@ -14,9 +14,9 @@ through the oracle. Cases worked by hand in the notebook compare with the hand-w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import torch
@@ -199,11 +199,14 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
                   shape_hints=oracle.shape_hints(**inputs), hint=oracle.hint(**inputs))
 
 
-def simulated(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> list[tuple[Mistake, torch.Tensor]]:
+def simulated(oracle: ForwardOracle, w: Tensors, args: tuple,
+              inputs: Tensors) -> Iterator[tuple[Mistake, torch.Tensor]]:
     """The outputs of oracle's typical mistakes with the weights w and constructor arguments args on these
-    inputs, without autograd."""
-    with torch.no_grad():
-        return [(mistake, simulate(w, *args, **inputs)) for mistake, simulate in oracle.simulators(*args, **inputs)]
+    inputs, without autograd; lazily, in order, so that a right output (or the first match) runs no more of them."""
+    for mistake, simulate in oracle.simulators(*args, **inputs):
+        with torch.no_grad():  # not around the yield: the caller's code runs with autograd as it was
+            out = simulate(w, *args, **inputs)
+        yield mistake, out
 
 
 def expected_output(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
@@ -286,7 +289,7 @@ def against_forward(check: RunsCheck, oracle: ForwardOracle, *, passed: str, tol
 
 
 def expect_causal(ev: Evidence, y: torch.Tensor, y_changed: torch.Tensor, position: int, what: str,
-                  leaks: list[tuple[Mistake, torch.Tensor]], advice: str, mistake: Mistake | None = None) -> None:
+                  leaks: Iterable[tuple[Mistake, torch.Tensor]], advice: str, mistake: Mistake | None = None) -> None:
     """Outputs (b, t, ...) y on an input and y_changed on it with position `position` changed: no earlier output
     changed. Else fail naming the first typical mistake in leaks (mistake, its output on the unchanged input) that
     y is, or with advice and mistake. what: the call, e.g. "M.forward with a causal mask of shape (6, 6)"."""
@@ -616,6 +619,17 @@ def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, cas
     return logits, caches
 
 
+class Lazily:
+    """An iterable made by make() the first time it is iterated: typical mistakes' outputs, which a right answer
+    never needs."""
+
+    def __init__(self, make: Callable[[], Iterable]) -> None:
+        self.make = make
+
+    def __iter__(self) -> Iterator:
+        return iter(self.make())
+
+
 def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False,
                  owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
@@ -627,10 +641,16 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     logits = model_logits(ev, oracle, run.logits, case, what)
     with torch.no_grad():
         expected = (oracle.reference or (lambda *given: oracle.compute(*given)[0]))(w, case, tokens)
-        wrong = [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes]
+
+    @cache
+    def mistaken() -> list[tuple[Mistake, torch.Tensor]]:  # only once the logits are wrong somewhere, and once
+        with torch.no_grad():
+            return [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes]
+
+    wrong = Lazily(mistaken)
     right = matches_any(logits, [expected], ev.device)
-    found = [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
-             if not right and matches_any(logits, [out], ev.device)]
+    found = [] if right else [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
+                              if matches_any(logits, [out], ev.device)]
     for j in run.changed:
         expect_causal(ev, logits, model_logits(ev, oracle, fact_key(run.model, f"changed{j}"), case, what), j,
                       f"{owner} is not causal", wrong, oracle.causal, oracle.reads_future)

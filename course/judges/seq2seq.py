@@ -9,7 +9,7 @@ its judge; Seq2SeqTransformer's are still explained in mistakes/seq2seq.txt (M) 
 """
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, NoReturn
 
@@ -254,7 +254,7 @@ def _decoder(w: dict[str, torch.Tensor], *args: int | float, x: torch.Tensor, me
 
 
 def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor, what: str,
-                            leaks: list[tuple[Mistake, torch.Tensor]], advice: str, mistake: Mistake) -> None:
+                            leaks: Iterable[tuple[Mistake, torch.Tensor]], advice: str, mistake: Mistake) -> None:
     """Outputs (b, t, ...) y, and longer on the same inputs with more padding, masked out: equal. Else fail naming
     the first typical mistake in leaks (mistake, its output on the plain inputs) that y is, or advice and mistake."""
     __tracebackhide__ = True
