@@ -13,7 +13,8 @@ from course.judges.kinds import ForwardOracle, anchor_forward, expect_forward_ca
 
 W = {"scale": torch.tensor(2.0)}
 X = torch.arange(6.0).reshape(1, 2, 3)
-ARGS = (3,)
+ARGS = (3,)  # the constructor arguments: k
+BUILT = Built("m", ARGS, seed=0)
 
 
 def _oracle(ran: list[str]) -> ForwardOracle:
@@ -62,10 +63,10 @@ def test_a_forward_case_runs_no_mistake_for_a_right_output_and_names_the_first_i
     ran: list[str] = []
     case = Case("y", lambda: {"x": X}, "x (1, 2, 3)")
     if named is None:
-        expect_forward_case(_evidence(y), W, Built("m", ARGS, 0), case, _oracle(ran))
+        expect_forward_case(_evidence(y), W, BUILT, case, _oracle(ran))
     else:
         with pytest.raises(CheckFailed) as failed:
-            expect_forward_case(_evidence(y), W, Built("m", ARGS, 0), case, _oracle(ran))
+            expect_forward_case(_evidence(y), W, BUILT, case, _oracle(ran))
         assert failed.value.mistake == named
     assert ran == runs
 
