@@ -202,9 +202,10 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
 def simulated(oracle: ForwardOracle, w: Tensors, args: tuple,
               inputs: Tensors) -> Iterator[tuple[Mistake, torch.Tensor]]:
     """The outputs of oracle's typical mistakes with the weights w and constructor arguments args on these
-    inputs, without autograd; lazily, in order, so that a right output (or the first match) runs no more of them."""
+    inputs, without autograd, lazily in order: whoever looks for the first match runs no mistake after it (04 has 179
+    per case), and a right output none (expect_close returns before reading them)."""
     for mistake, simulate in oracle.simulators(*args, **inputs):
-        with torch.no_grad():  # not around the yield: the caller's code runs with autograd as it was
+        with torch.no_grad():  # per call: a generator's no_grad would stay on in its reader between two outputs
             out = simulate(w, *args, **inputs)
         yield mistake, out
 
@@ -213,6 +214,14 @@ def expected_output(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tens
     """The oracle's output with the weights w and constructor arguments args on these inputs, without autograd."""
     with torch.no_grad():
         return oracle.compute(w, *args, **inputs)
+
+
+def _candidates(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> Iterator[torch.Tensor]:
+    """The outputs of oracle's typical mistakes, then its anchors, lazily: matches_any stops at the first match."""
+    yield from (out for _, out in simulated(oracle, w, args, inputs))
+    with torch.no_grad():
+        anchors = oracle.anchors(w, *args, **inputs)
+    yield from anchors
 
 
 def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors,
@@ -224,9 +233,7 @@ def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tens
     want = expected_output(oracle, w, args, inputs)
     if matches_any(y, [want], ev.device):  # a right output runs no mistake's computation
         return
-    with torch.no_grad():
-        candidates = [want, *(t for _, t in simulated(oracle, w, args, inputs)), *oracle.anchors(w, *args, **inputs)]
-    if not matches_any(y, candidates, ev.device):
+    if not matches_any(y, _candidates(oracle, w, args, inputs), ev.device):
         fail(f"{claim}, but it is not {oracle.kind}: its output matches neither the reference nor a known mistake. "
              f"{oracle.hint(**inputs)}", want, y, case=label)
 
