@@ -45,7 +45,6 @@ WIDE = {
     ("course/judges/seq2seq.py", "_model_oracle"),
     ("course/judges/seq2seq.py", "_step_by_step"),
     ("course/judges/seq2seq.py", "_schedule"),
-    ("course/judges/transformer_block.py", "_block_forward"),
 }
 
 
