@@ -70,6 +70,23 @@ FF_SUBLAYER = "self.norm2(x + self.dropout(self.ff(x)))"
 edit("block-mask-not-passed", BLOCK_NAME, ("self.attention(x, mask=mask)", "self.attention(x)"),
      mistake="mask-not-passed", says="the mask is not passed on to the attention: self.attention(x, mask=mask).")
 MASK_NOT_PASSED = WRITTEN["mask-not-passed"]
+# the dropouts, declared before the wiring: the check builds a block with dropout=1.0 and runs it in training mode,
+# where a dropout zeroes all it is given, so the right block gives norm2(norm1(x)), a misplaced dropout zeros or a
+# norm of zeros (its bias), which a wiring mistake (no-residual) gives there too
+DROPOUT_MISPLACED = ("the dropout is not where it belongs. Built with dropout=1.0 and run in training mode, where a "
+                     "dropout zeroes all it is given, the block should give norm2(norm1(x)); yours drops the sum or "
+                     "the normalised output instead. Apply nn.Dropout(dropout) to each sub-layer's output before it "
+                     "is added: x = norm1(x + dropout(attention(x, mask))).")
+edit("block-dropout-after-the-norm", BLOCK_NAME,
+     (ATTENTION_SUBLAYER, "self.dropout(self.norm1(x + self.attention(x, mask=mask)))"),
+     (FF_SUBLAYER, "self.dropout(self.norm2(x + self.ff(x)))"), mistake="dropout-misplaced", says=DROPOUT_MISPLACED)
+edit("block-dropout-on-the-sum", BLOCK_NAME, (FF_SUBLAYER, "self.norm2(self.dropout(x + self.ff(x)))"),
+     mistake="dropout-misplaced")
+edit("block-dropout-never-applied", BLOCK_NAME,
+     (ATTENTION_SUBLAYER, "self.norm1(x + self.attention(x, mask=mask))"), (FF_SUBLAYER, "self.norm2(x + self.ff(x))"),
+     mistake="dropout-not-applied", says="the sub-layers' outputs do not pass through nn.Dropout(dropout): built "
+     "with dropout=1.0 and run in training mode, the block should drop both and give norm2(norm1(x)). Apply the "
+     "dropout to each sub-layer's output before it is added.")
 edit("block-prenorm-wiring", BLOCK_NAME,
      (ATTENTION_SUBLAYER, "x + self.dropout(self.attention(self.norm1(x), mask=mask))"),
      (FF_SUBLAYER, "x + self.dropout(self.ff(self.norm2(x)))"), mistake="pre-norm",
@@ -109,23 +126,6 @@ edit("block-without-final-norm", BLOCK_NAME, (FF_SUBLAYER, "x + self.dropout(sel
 edit("block-sublayers-swapped", BLOCK_NAME, (ATTENTION_SUBLAYER, "self.norm1(x + self.dropout(self.ff(x)))"),
      (FF_SUBLAYER, "self.norm2(x + self.dropout(self.attention(x, mask=mask)))"), mistake="sublayers-swapped",
      says="the two sub-layers are in the wrong order: attention comes first, then the feed-forward layer.")
-# the dropouts: the check builds a block with dropout=1.0 and runs it in training mode, where a dropout zeroes all it
-# is given, so the right block gives norm2(norm1(x)) and a misplaced dropout zeros or a norm of zeros (its bias)
-DROPOUT_MISPLACED = ("the dropout is not where it belongs. Built with dropout=1.0 and run in training mode, where a "
-                     "dropout zeroes all it is given, the block should give norm2(norm1(x)); yours drops the sum or "
-                     "the normalised output instead. Apply nn.Dropout(dropout) to each sub-layer's output before it "
-                     "is added: x = norm1(x + dropout(attention(x, mask))).")
-edit("block-dropout-after-the-norm", BLOCK_NAME,
-     (ATTENTION_SUBLAYER, "self.dropout(self.norm1(x + self.attention(x, mask=mask)))"),
-     (FF_SUBLAYER, "self.dropout(self.norm2(x + self.ff(x)))"), mistake="dropout-misplaced", says=DROPOUT_MISPLACED)
-edit("block-dropout-on-the-sum", BLOCK_NAME, (FF_SUBLAYER, "self.norm2(self.dropout(x + self.ff(x)))"),
-     mistake="dropout-misplaced")
-edit("block-dropout-never-applied", BLOCK_NAME,
-     (ATTENTION_SUBLAYER, "self.norm1(x + self.attention(x, mask=mask))"), (FF_SUBLAYER, "self.norm2(x + self.ff(x))"),
-     mistake="dropout-not-applied", says="the sub-layers' outputs do not pass through nn.Dropout(dropout): built "
-     "with dropout=1.0 and run in training mode, the block should drop both and give norm2(norm1(x)). Apply the "
-     "dropout to each sub-layer's output before it is added.")
-
 # TransformerClassifier: x = embedding(tokens) -> [positions] -> each block in turn -> to_classes(x.mean(dim=1))
 HEAD = "self.to_classes(x.mean(dim=1))"
 LOOP = "        for block in self.blocks:\n            x = block(x, mask=mask)\n"
