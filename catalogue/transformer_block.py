@@ -6,37 +6,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from catalogue import alternative, edits, mistake
+from catalogue import alternative, edits, mistake, written
+from course.judges.transformer_block import WRITTEN
 
 ASSIGNMENT = "05_transformer_block"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
 
 
+# the mistakes course/judges/transformer_block.py writes as code and names by running them
+written(WRITTEN)
+
+
 # ------------------------------------------------------------------ FeedForward: mistakes
 
-edit("ff-relu-after-second", "feed_forward", ("nn.Linear(hidden, k))", "nn.Linear(hidden, k), nn.ReLU())"),
-     mistake="relu-after-output")
 edit("ff-relu-around-the-net", "feed_forward", ("return self.net(x)", "return F.relu(self.net(x))"),
      mistake="relu-after-output")
-edit("ff-gelu", "feed_forward", ("nn.ReLU()", "nn.GELU()"), mistake="gelu")
-
-
-@mistake("gelu-tanh", "feed_forward")
-class ff_gelu_tanh(nn.Module):
-    def __init__(self, k, hidden):
-        super().__init__()
-        self.first = nn.Linear(k, hidden)
-        self.second = nn.Linear(hidden, k)
-
-    def forward(self, x):
-        return self.second(F.gelu(self.first(x), approximate="tanh"))
-
-
-edit("ff-no-relu", "feed_forward", ("nn.ReLU(), ", ""), mistake="no-relu")
-edit("ff-relu-on-input", "feed_forward", ("nn.Sequential(nn.Linear(k, hidden), nn.ReLU(), ",
-                                          "nn.Sequential(nn.ReLU(), nn.Linear(k, hidden), "), mistake="relu-on-input")
-edit("ff-residual-inside", "feed_forward", ("return self.net(x)", "return x + self.net(x)"),
-     mistake="residual-inside-ff")
 edit("ff-hidden-ignored", "feed_forward", ("nn.Linear(k, hidden), nn.ReLU(), nn.Linear(hidden, k)",
                                            "nn.Linear(k, 4 * k), nn.ReLU(), nn.Linear(4 * k, k)"),
      mistake="hidden-ignored")
@@ -101,17 +85,6 @@ edit("block-hidden-equals-k", "transformer_block", ("FeedForward(k, ff_mult * k)
      mistake="hidden-equals-k")
 edit("block-hidden-ignores-ff-mult", "transformer_block", ("FeedForward(k, ff_mult * k)", "FeedForward(k, 4 * k)"),
      mistake="hidden-ignores-ff-mult")
-edit("block-residual-after-norm", "transformer_block",
-     (ATTENTION_SUBLAYER, "x + self.norm1(self.dropout(self.attention(x, mask=mask)))"),
-     (FF_SUBLAYER, "x + self.norm2(self.dropout(self.ff(x)))"), mistake="residual-after-norm")
-edit("block-without-residuals", "transformer_block", ("self.norm1(x + ", "self.norm1("),
-     ("self.norm2(x + ", "self.norm2("), mistake="no-residual")
-edit("block-without-attention-residual", "transformer_block", ("self.norm1(x + ", "self.norm1("),
-     mistake="no-attention-residual")
-edit("block-norm-plus-sublayer", "transformer_block",
-     (ATTENTION_SUBLAYER, "self.norm1(x) + self.dropout(self.attention(x, mask=mask))"),
-     (FF_SUBLAYER, "self.norm2(x) + self.dropout(self.ff(x))"), mistake="norm-plus-sublayer")
-edit("block-without-ff-residual", "transformer_block", ("self.norm2(x + ", "self.norm2("), mistake="no-ff-residual")
 edit("block-one-norm-module", "transformer_block", (NORMS, "self.norm1 = self.norm2 = nn.LayerNorm(k)"),
      mistake="shared-norm")
 edit("block-batch-norm", "transformer_block",
@@ -122,29 +95,6 @@ edit("block-batch-norm", "transformer_block",
 edit("block-norms-without-bias", "transformer_block",
      (NORMS, "self.norm1 = nn.LayerNorm(k, bias=False)\n        self.norm2 = nn.LayerNorm(k, bias=False)"),
      mistake="missing-parameter")
-edit("block-dropout-after-the-norm", "transformer_block",
-     (ATTENTION_SUBLAYER, "self.dropout(self.norm1(x + self.attention(x, mask=mask)))"), mistake="dropout-misplaced")
-edit("block-dropout-on-the-sum", "transformer_block",
-     (FF_SUBLAYER, "self.norm2(self.dropout(x + self.ff(x)))"), mistake="dropout-misplaced")
-edit("block-dropout-never-applied", "transformer_block",
-     (ATTENTION_SUBLAYER, "self.norm1(x + self.attention(x, mask=mask))"), (FF_SUBLAYER, "self.norm2(x + self.ff(x))"),
-     mistake="dropout-not-applied")
-edit("block-norm1-twice", "transformer_block", ("return self.norm2(", "return self.norm1("), mistake="norm1-twice")
-edit("block-norms-swapped", "transformer_block", ("x = self.norm1(", "x = self.norm2("),
-     ("return self.norm2(", "return self.norm1("), mistake="norms-swapped")
-edit("block-prenorm-wiring", "transformer_block",
-     (ATTENTION_SUBLAYER, "x + self.dropout(self.attention(self.norm1(x), mask=mask))"),
-     (FF_SUBLAYER, "x + self.dropout(self.ff(self.norm2(x)))"), mistake="pre-norm")
-edit("block-without-final-norm", "transformer_block", (FF_SUBLAYER, "x + self.dropout(self.ff(x))"),
-     mistake="no-final-norm")
-edit("block-sublayers-swapped", "transformer_block", (ATTENTION_SUBLAYER, "self.norm1(x + self.dropout(self.ff(x)))"),
-     (FF_SUBLAYER, "self.norm2(x + self.dropout(self.attention(x, mask=mask)))"), mistake="sublayers-swapped")
-edit("block-mask-not-passed", "transformer_block", ("self.attention(x, mask=mask)", "self.attention(x)"),
-     mistake="mask-not-passed")
-edit("block-ff-on-input", "transformer_block", ("x = self.norm1(", "h = self.norm1("),
-     (FF_SUBLAYER, "self.norm2(h + self.dropout(self.ff(x)))"), mistake="ff-on-input")
-edit("block-second-residual-from-input", "transformer_block", ("x = self.norm1(", "h = self.norm1("),
-     (FF_SUBLAYER, "self.norm2(x + self.dropout(self.ff(h)))"), mistake="second-residual-from-input")
 edit("block-torch-attention", "transformer_block",
      ("MultiHeadAttention(k, heads)", "nn.MultiheadAttention(k, heads, batch_first=True)"),
      ("self.attention(x, mask=mask)", "self.attention(x, x, x, need_weights=False)[0]"),
@@ -226,8 +176,7 @@ class block_parts_declared_in_another_order(nn.Module):
 edit("classifier-blocks-with-ff-mult-2", "transformer_classifier",
      ("TransformerBlock(k, heads)", "TransformerBlock(k, heads, ff_mult=2)"), mistake="classifier-ff-mult")
 
-#: the solution's loop over the blocks, and its head
-BLOCKS = "        for block in self.blocks:\n            x = block(x)  # (b, t, k)\n"
+#: the solution's head
 HEAD = "self.to_classes(x.mean(dim=1))"
 
 edit("clf-python-list", "transformer_classifier",
@@ -241,20 +190,7 @@ edit("clf-embedding-sizes-swapped", "transformer_classifier",
      ("nn.Embedding(vocab_size, k)", "nn.Embedding(k, vocab_size)"), mistake="wrong-embedding")
 edit("clf-output-layer-sizes-swapped", "transformer_classifier",
      ("nn.Linear(k, num_classes)", "nn.Linear(num_classes, k)"), mistake="no-output-layer")
-edit("clf-sum-pooling", "transformer_classifier", ("x.mean(dim=1)", "x.sum(dim=1)"), mistake="sum-pooling")
-edit("clf-first-token", "transformer_classifier", ("x.mean(dim=1)", "x[:, 0]"), mistake="first-token")
-edit("clf-last-token", "transformer_classifier", ("x.mean(dim=1)", "x[:, -1]"), mistake="last-token")
-edit("clf-max-pooling", "transformer_classifier", ("x.mean(dim=1)", "x.max(dim=1).values"), mistake="max-pooling")
-edit("clf-softmax", "transformer_classifier", (HEAD, f"F.softmax({HEAD}, dim=-1)"), mistake="softmax-on-logits")
-edit("clf-log-softmax", "transformer_classifier", (HEAD, f"F.log_softmax({HEAD}, dim=-1)"),
-     mistake="log-softmax-on-logits")
 edit("clf-mean-over-batch", "transformer_classifier", ("x.mean(dim=1)", "x.mean(dim=0)"), mistake="wrong-shape")
-edit("clf-blocks-not-chained", "transformer_classifier", ("x = block(x)", "h = block(x)"),
-     (HEAD, "self.to_classes(h.mean(dim=1))"), mistake="blocks-not-chained")
-edit("clf-blocks-skipped", "transformer_classifier", (BLOCKS, ""), mistake="blocks-skipped")
-edit("clf-first-block-only", "transformer_classifier", ("x = self.embedding(tokens)  # (b, t, k)\n" + BLOCKS,
-                                                        "x = self.blocks[0](self.embedding(tokens))\n"),
-     mistake="first-block-only")
 edit("clf-detached-embeddings", "transformer_classifier", (HEAD, f"{HEAD}.detach()"), mistake="detached")
 
 

@@ -39,7 +39,6 @@ WIDE = {
     ("course/judges/language_model.py", "_lm_step"),
     ("course/judges/oracles.py", "attention_parameters"),
     ("course/judges/seq2seq.py", "_model_oracle"),
-    ("course/judges/transformer_block.py", "_block_forward"),
 }
 
 

@@ -10,6 +10,7 @@ from course.checks import transformer_block
 from course.checks.compare import CheckFailed
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built
+from course.judges import oracles
 from course.judges import transformer_block as judges
 
 A = "05_transformer_block"
@@ -60,20 +61,26 @@ def test_a_claimed_number_of_heads_needs_real_outputs():
         transformer_block.transformer_block_oracle.judge(Evidence(honest.check, "cpu", dict(honest.tensors), facts))
 
 
-def test_the_oracle_layer_agrees_with_the_functional_block():
-    """nn.TransformerEncoderLayer (the oracle, and with norm_first the pre-norm mistake) and the block written out
-    with torch.nn.functional (used for the other mistakes) agree, so a mistake differs from the oracle only by the
-    mistake."""
+def test_the_oracle_layer_agrees_with_the_block_run_as_its_variants_run():
+    """nn.TransformerEncoderLayer (the oracle) and the reference block run as the judge runs its variants (built on the
+    meta device, the check's weights given by role) agree, and with norm_first so does the pre-norm variant: a
+    variant's output differs from the oracle's only by its mistake."""
     honest = forgery.honest(A, "transformer_block_oracle")
     roles, w = judges._encoder_block_weights(honest, Built(key="module0", args=(12, 3, 4), seed=1400), strict=True)
     v = judges._values(roles, w)
     x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(1))
+    (pre_norm,) = (variant for variant in judges.WRITTEN.of("TransformerBlock") if variant.mistake.id == "pre-norm")
+    params = oracles.layer_parameters({"self_attn": {role: v[role] for role in judges.ATTENTION_ROLES}},
+                                      [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
+                                      (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
     with torch.no_grad():
         for mask in (None, torch.ones(5, 5, dtype=torch.bool).tril()):
-            for layout in ("post", "pre-norm"):
-                layer = judges._block_forward(v, x, mask, 3, 1e-5, layout)
-                functional = judges._block_forward(v, x, mask, 3, 1e-5, layout, oracle=False)
-                assert (layer - functional).abs().max() < 1e-5
+            oracle = judges._block(v, x, mask, 3, 1e-5)
+            assert (judges._run_block(None, None, v, x, mask, 3, 1e-5, 0.0) - oracle).abs().max() < 1e-5
+            pre = torch.func.functional_call(oracles.encoder_layer(12, 3, 48, 1e-5, norm_first=True), params, (x,),
+                                             {"src_mask": oracles.torch_mask(mask, 2, 5, 5, 3)})
+            assert (judges._run_block(pre_norm, None, v, x, mask, 3, 1e-5, 0.0) - pre).abs().max() < 1e-5
+            assert (pre - oracle).abs().max() > 1e-2
 
 
 def test_the_oracle_is_the_reference_block():
@@ -85,5 +92,5 @@ def test_the_oracle_is_the_reference_block():
         for name, p in block.named_parameters():
             p.copy_(w[name])
         x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(2))
-        expected = judges._block_forward(judges._values(roles, w), x, None, 3, 1e-5)
+        expected = judges._block(judges._values(roles, w), x, None, 3, 1e-5)
         assert (block(x) - expected).abs().max() < 1e-5

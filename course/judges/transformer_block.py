@@ -2,22 +2,23 @@
 TransformerClassifier, their parts' roles mapped from the recorded structure whatever they are called; the oracles
 are nn.TransformerEncoderLayer (post-norm, ReLU) and F.linear / F.relu."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from types import MappingProxyType
 from typing import NoReturn
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from course.checks import modules
+from course.checks import modules, weights
 from course.checks import transformer_block as probes
 from course.checks.compare import Mistake, expect_close, fail
 from course.checks.evidence import Evidence, fact_key
 from course.checks.kinds import Built
 from course.checks.modules import MISSING_PART, WRONG_LAYER_SIZE
-from course.judges import mistakes, oracles
+from course.judges import oracles
 from course.judges.kinds import (
     BlockOracle,
     ForwardOracle,
@@ -25,6 +26,8 @@ from course.judges.kinds import (
     against_block,
     block_call,
 )
+from course.judges.variants import Variants, Written
+from course.transformer_block import FeedForward, TransformerBlock
 
 FF_NAME = "FeedForward"
 BLOCK_NAME = "TransformerBlock"
@@ -35,18 +38,120 @@ ATTENTION_LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 ATTENTION_ROLES = ("wq", "wk", "wv", "wo", "bo", "bq", "bk", "bv")
 
 # ---------------------------------------------------------------- mistakes
+# Edits change the reference answers of course/transformer_block.py (quoted above each group), run with the student's
+# weights in the roles their recorded structure gives (_run_ff, _run_block, _run_classifier); the first declared of two
+# that match is named. Mistakes of structure are declared beside the code reading them; those every check names (a
+# wrong shape, an error, a detached output, a missing part) are in catalogue/transformer_block.py.
 
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/transformer_block.txt
-#: each id also names the feed-forward computation in _ff; "relu" is the right one
-FF_MISTAKES = (M["relu-after-output"], M["gelu"], M["gelu-tanh"], M["no-relu"], M["relu-on-input"],
-               M["residual-inside-ff"])
-#: the block's wiring mistakes; each id also names the computation in _block_forward
-LAYOUT_MISTAKES = (M["pre-norm"], M["residual-after-norm"], M["norm-plus-sublayer"], M["no-residual"],
-                   M["no-attention-residual"], M["no-ff-residual"], M["norm1-twice"], M["norms-swapped"],
-                   M["ff-on-input"], M["second-residual-from-input"], M["no-final-norm"], M["sublayers-swapped"])
-#: each id also names the computation in _head; "mean" is the right one
-CLASSIFIER_MISTAKES = (M["sum-pooling"], M["first-token"], M["last-token"], M["max-pooling"], M["softmax-on-logits"],
-                       M["log-softmax-on-logits"], M["blocks-skipped"], M["first-block-only"], M["blocks-not-chained"])
+WRITTEN = Variants(__name__, reference="course.transformer_block")
+edit = WRITTEN.edit
+
+# FeedForward: self.net = nn.Sequential(nn.Linear(k, hidden), nn.ReLU(), nn.Linear(hidden, k)); return self.net(x)
+
+edit("ff-relu-after-second", FF_NAME, ("nn.Linear(hidden, k))", "nn.Linear(hidden, k), nn.ReLU())"),
+     mistake="relu-after-output", says="the ReLU is applied after the second linear layer too (or instead). The "
+                                       "output layer is linear: Linear -> ReLU -> Linear, nothing after it.")
+edit("ff-gelu", FF_NAME, ("nn.ReLU()", "nn.GELU()"), mistake="gelu",
+     says="a GELU is used where a ReLU is asked (the original transformer uses ReLU; GELU came with BERT and GPT).")
+edit("ff-gelu-tanh", FF_NAME, ("nn.ReLU()", 'nn.GELU(approximate="tanh")'), mistake="gelu-tanh",
+     says="the tanh approximation of GELU is used where a ReLU is asked.")
+edit("ff-no-relu", FF_NAME, ("nn.ReLU(), ", ""), mistake="no-relu",
+     says="the ReLU is missing: two linear layers in a row collapse into one linear map.")
+edit("ff-relu-on-input", FF_NAME, ("(nn.Linear(k, hidden), nn.ReLU(), ", "(nn.ReLU(), nn.Linear(k, hidden), "),
+     mistake="relu-on-input", says="the ReLU is applied to the input, before the first linear layer.")
+edit("ff-residual-inside", FF_NAME, ("return self.net(x)", "return x + self.net(x)"), mistake="residual-inside-ff",
+     says="there is a residual connection inside the feed-forward layer; the block adds it, not FeedForward.")
+
+# TransformerBlock: x = self.norm1(x + self.dropout(self.attention(x, mask=mask)))
+#                  return self.norm2(x + self.dropout(self.ff(x)))
+ATTENTION_SUBLAYER = "self.norm1(x + self.dropout(self.attention(x, mask=mask)))"
+FF_SUBLAYER = "self.norm2(x + self.dropout(self.ff(x)))"
+
+edit("block-mask-not-passed", BLOCK_NAME, ("self.attention(x, mask=mask)", "self.attention(x)"),
+     mistake="mask-not-passed", says="the mask is not passed on to the attention: self.attention(x, mask=mask).")
+MASK_NOT_PASSED = WRITTEN["mask-not-passed"]
+# the dropouts, declared before the wiring: the check builds a block with dropout=1.0 and runs it in training mode,
+# where a dropout zeroes all it is given, so the right block gives norm2(norm1(x)), a misplaced dropout zeros or a
+# norm of zeros (its bias), which a wiring mistake (no-residual) gives there too
+DROPOUT_MISPLACED = ("the dropout is not where it belongs. Built with dropout=1.0 and run in training mode, where a "
+                     "dropout zeroes all it is given, the block should give norm2(norm1(x)); yours drops the sum or "
+                     "the normalised output instead. Apply nn.Dropout(dropout) to each sub-layer's output before it "
+                     "is added: x = norm1(x + dropout(attention(x, mask))).")
+edit("block-dropout-after-the-norm", BLOCK_NAME,
+     (ATTENTION_SUBLAYER, "self.dropout(self.norm1(x + self.attention(x, mask=mask)))"),
+     (FF_SUBLAYER, "self.dropout(self.norm2(x + self.ff(x)))"), mistake="dropout-misplaced", says=DROPOUT_MISPLACED)
+edit("block-dropout-on-the-sum", BLOCK_NAME, (FF_SUBLAYER, "self.norm2(self.dropout(x + self.ff(x)))"),
+     mistake="dropout-misplaced")
+edit("block-dropout-never-applied", BLOCK_NAME,
+     (ATTENTION_SUBLAYER, "self.norm1(x + self.attention(x, mask=mask))"), (FF_SUBLAYER, "self.norm2(x + self.ff(x))"),
+     mistake="dropout-not-applied", says="the sub-layers' outputs do not pass through nn.Dropout(dropout): built "
+     "with dropout=1.0 and run in training mode, the block should drop both and give norm2(norm1(x)). Apply the "
+     "dropout to each sub-layer's output before it is added.")
+edit("block-prenorm-wiring", BLOCK_NAME,
+     (ATTENTION_SUBLAYER, "x + self.dropout(self.attention(self.norm1(x), mask=mask))"),
+     (FF_SUBLAYER, "x + self.dropout(self.ff(self.norm2(x)))"), mistake="pre-norm",
+     says="this is the pre-norm block x = x + attention(norm1(x)); x = x + ff(norm2(x)). This exercise asks for the "
+          "original post-norm block: x = norm1(x + attention(x)); x = norm2(x + ff(x)).")
+edit("block-residual-after-norm", BLOCK_NAME,
+     (ATTENTION_SUBLAYER, "x + self.norm1(self.dropout(self.attention(x, mask=mask)))"),
+     (FF_SUBLAYER, "x + self.norm2(self.dropout(self.ff(x)))"), mistake="residual-after-norm",
+     says="the residual is added after the norm: x + norm(sublayer(x)). The norm comes last, around the sum: norm1(x "
+          "+ attention(x)).")
+edit("block-norm-plus-sublayer", BLOCK_NAME,
+     (ATTENTION_SUBLAYER, "self.norm1(x) + self.dropout(self.attention(x, mask=mask))"),
+     (FF_SUBLAYER, "self.norm2(x) + self.dropout(self.ff(x))"), mistake="norm-plus-sublayer",
+     says="the residual is added after the norm: norm(x) + sublayer(x). Add first, then normalise the sum: norm1(x + "
+          "attention(x)).")
+edit("block-without-residuals", BLOCK_NAME, ("self.norm1(x + ", "self.norm1("), ("self.norm2(x + ", "self.norm2("),
+     mistake="no-residual", says="there is no residual connection: norm1(attention(x)) and norm2(ff(x)) drop the "
+                                 "input. Add x back before each norm.")
+edit("block-without-attention-residual", BLOCK_NAME, ("self.norm1(x + ", "self.norm1("),
+     mistake="no-attention-residual",
+     says="the residual connection around the attention is missing: norm1(x + attention(x)), not norm1(attention(x)).")
+edit("block-without-ff-residual", BLOCK_NAME, ("self.norm2(x + ", "self.norm2("), mistake="no-ff-residual",
+     says="the residual connection around the feed-forward layer is missing: norm2(x + ff(x)), not norm2(ff(x)).")
+edit("block-norm1-twice", BLOCK_NAME, ("return self.norm2(", "return self.norm1("), mistake="norm1-twice",
+     says="norm1 is used in both places; the second sum goes through norm2.")
+edit("block-norms-swapped", BLOCK_NAME, ("x = self.norm1(", "x = self.norm2("),
+     ("return self.norm2(", "return self.norm1("), mistake="norms-swapped",
+     says="norm1 and norm2 are swapped: norm1 follows the attention, norm2 the feed-forward layer.")
+edit("block-ff-on-input", BLOCK_NAME, ("x = self.norm1(", "h = self.norm1("),
+     (FF_SUBLAYER, "self.norm2(h + self.dropout(self.ff(x)))"), mistake="ff-on-input",
+     says="the feed-forward layer is applied to the block's input x instead of the attention sub-layer's output.")
+edit("block-second-residual-from-input", BLOCK_NAME, ("x = self.norm1(", "h = self.norm1("),
+     (FF_SUBLAYER, "self.norm2(x + self.dropout(self.ff(h)))"), mistake="second-residual-from-input",
+     says="the second residual adds the block's input x instead of the attention sub-layer's output.")
+edit("block-without-final-norm", BLOCK_NAME, (FF_SUBLAYER, "x + self.dropout(self.ff(x))"), mistake="no-final-norm",
+     says="the final norm2 is missing: x = norm2(x + ff(x)).")
+edit("block-sublayers-swapped", BLOCK_NAME, (ATTENTION_SUBLAYER, "self.norm1(x + self.dropout(self.ff(x)))"),
+     (FF_SUBLAYER, "self.norm2(x + self.dropout(self.attention(x, mask=mask)))"), mistake="sublayers-swapped",
+     says="the two sub-layers are in the wrong order: attention comes first, then the feed-forward layer.")
+# TransformerClassifier: x = embedding(tokens) -> [positions] -> each block in turn -> to_classes(x.mean(dim=1))
+HEAD = "self.to_classes(x.mean(dim=1))"
+LOOP = "        for block in self.blocks:\n            x = block(x, mask=mask)\n"
+ONE_MEAN = "average over all positions with .mean(dim=1)."
+CROSS_ENTROPY = "Return the raw logits: F.cross_entropy applies log-softmax itself."
+
+edit("clf-sum-pooling", CLASSIFIER_NAME, ("x.mean(dim=1)", "x.sum(dim=1)"), mistake="sum-pooling",
+     says="the positions are summed instead of averaged: use .mean(dim=1).")
+edit("clf-first-token", CLASSIFIER_NAME, ("x.mean(dim=1)", "x[:, 0]"), mistake="first-token",
+     says=f"only the first position is classified; {ONE_MEAN}")
+edit("clf-last-token", CLASSIFIER_NAME, ("x.mean(dim=1)", "x[:, -1]"), mistake="last-token",
+     says=f"only the last position is classified; {ONE_MEAN}")
+edit("clf-max-pooling", CLASSIFIER_NAME, ("x.mean(dim=1)", "x.max(dim=1).values"), mistake="max-pooling",
+     says="max-pooling is used; this model averages over the positions with .mean(dim=1).")
+edit("clf-softmax", CLASSIFIER_NAME, (HEAD, f"F.softmax({HEAD}, dim=-1)"), mistake="softmax-on-logits",
+     says=f"a softmax is applied to the output. {CROSS_ENTROPY}")
+edit("clf-log-softmax", CLASSIFIER_NAME, (HEAD, f"F.log_softmax({HEAD}, dim=-1)"), mistake="log-softmax-on-logits",
+     says=f"a log-softmax is applied to the output. {CROSS_ENTROPY}")
+edit("clf-blocks-skipped", CLASSIFIER_NAME, (LOOP, ""), mistake="blocks-skipped",
+     says="the blocks are skipped: the embeddings go straight to the mean.")
+edit("clf-first-block-only", CLASSIFIER_NAME, (LOOP, "        x = self.blocks[0](x, mask=mask)\n"),
+     mistake="first-block-only", says="only the first block is used; apply every block, in order.")
+edit("clf-blocks-not-chained", CLASSIFIER_NAME, ("x = block(x, mask=mask)", "h = block(x, mask=mask)"),
+     (HEAD, "self.to_classes(h.mean(dim=1))"), mistake="blocks-not-chained",
+     says="each block is applied to the embeddings rather than to the previous block's output: write x = block(x) in "
+          "the loop.")
 
 
 _FF_HINT = "forward should compute second(relu(first(x))): Linear(k, hidden), ReLU, Linear(hidden, k)."
@@ -71,13 +176,26 @@ def _is_linear(entry: dict | None) -> bool:
 Named = dict[str, tuple[str | None, tuple[int, ...]]]  # role -> (the parameter playing it or None, its shape)
 
 
+LINEAR_COUNT = WRITTEN.mistake(
+    "linear-count", "the feed-forward layer does not hold exactly two registered nn.Linear layers (a plain Python list "
+                    "does not register them).")
+HIDDEN_IGNORED = WRITTEN.mistake(
+    "hidden-ignored", "the hidden size is fixed inside FeedForward instead of taken from the `hidden` argument.")
+HIDDEN_4X4 = WRITTEN.mistake("hidden-4x4", "the hidden size is 4·4 = 16; it is a multiple of k, ff_mult·k.")
+HIDDEN_EQUALS_K = WRITTEN.mistake("hidden-equals-k", "the hidden size equals k; it is ff_mult·k.")
+HIDDEN_IGNORES_FF_MULT = WRITTEN.mistake("hidden-ignores-ff-mult",
+                                         "the hidden size is 4·k whatever ff_mult is: use ff_mult·k.")
+FF_NO_BIAS = WRITTEN.mistake(
+    "ff-no-bias", "the feed-forward layer's linear layers have no biases (nn.Linear has them by default).")
+
+
 def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | None, what: str,
               in_block: bool) -> Named:
     """Roles f1 (k -> hidden), f2 (hidden -> k): the two nn.Linear under prefix; hidden None: any, biases optional."""
     __tracebackhide__ = True
     layers = [m for name, m in described.items() if name.startswith(prefix) and _is_linear(m)]
     if len(layers) != 2:
-        _wrong(what, M["linear-count"], f" Found {len(layers)}: Linear(k, hidden), then Linear(hidden, k).")
+        _wrong(what, LINEAR_COUNT, f" Found {len(layers)}: Linear(k, hidden), then Linear(hidden, k).")
     first, second = layers
     if (first["in_features"], second["out_features"]) != (k, k) and (second["in_features"], first["out_features"]) \
             == (k, k) and second["out_features"] == first["in_features"]:
@@ -86,14 +204,14 @@ def _ff_roles(described: Mapping[str, dict], prefix: str, k: int, hidden: int | 
     sizes = (first["in_features"], h, second["in_features"], second["out_features"])
     if sizes != (k, hidden or h, hidden or h, k):
         # the first hidden size that tells a typical mistake
-        mistake = next((m for m, seen in ((M["hidden-ignored"], not in_block), (M["hidden-4x4"], in_block and h == 16),
-                                          (M["hidden-equals-k"], in_block and h == k),
-                                          (M["hidden-ignores-ff-mult"], in_block and h == 4 * k))
+        mistake = next((m for m, seen in ((HIDDEN_IGNORED, not in_block), (HIDDEN_4X4, in_block and h == 16),
+                                          (HIDDEN_EQUALS_K, in_block and h == k),
+                                          (HIDDEN_IGNORES_FF_MULT, in_block and h == 4 * k))
                         if seen and hidden not in (None, h)), WRONG_LAYER_SIZE)
         _wrong(f"{what}'s linear layers map {sizes[0]} -> {h} -> {sizes[3]}, not {k} -> {hidden or 'hidden'} -> {k}",
                mistake)
     if hidden is not None and (first.get("bias") is not True or second.get("bias") is not True):
-        _wrong(what, M["ff-no-bias"])
+        _wrong(what, FF_NO_BIAS)
     return {"f1w": (f"{first['name']}.weight", (h, k)), "f2w": (f"{second['name']}.weight", (k, h)),
             "f1b": (f"{first['name']}.bias" if first.get("bias") else None, (h,)),
             "f2b": (f"{second['name']}.bias" if second.get("bias") else None, (k,))}
@@ -106,6 +224,18 @@ class Roles:
     named: Mapping[str, tuple[str | None, tuple[int, ...]]]
     heads: int = 1
     eps: float = 1e-5
+
+
+NOT_COURSE_ATTENTION = WRITTEN.mistake(
+    "not-course-attention", "the attention is not the course's MultiHeadAttention(k, heads) (from course.multi_head "
+                            "import MultiHeadAttention).")
+HEADS_NOT_PASSED = WRITTEN.mistake(
+    "heads-not-passed", "the attention has another number of heads than the block: pass `heads` on, "
+                        "MultiHeadAttention(k, heads).")
+WRONG_NORM = WRITTEN.mistake("wrong-norm", "a norm is not nn.LayerNorm(k), which normalises each position's k "
+                                           "features.")
+SHARED_NORM = WRITTEN.mistake("shared-norm", "norm1 and norm2 are one LayerNorm: each place needs its own gain and "
+                                             "bias.")
 
 
 def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
@@ -134,24 +264,24 @@ def _block_roles(ev: Evidence, key: str, prefix: str, k: int, what: str,
             entry = described.get(a + layer)
             if not _is_linear(entry) or (entry["in_features"], entry["out_features"]) != (k, k):
                 _wrong(f"{what}.attention is a {str(parts['attention'])[:60]} without a {k} -> {k} nn.Linear "
-                       f"`{layer}`", M["not-course-attention"])
+                       f"`{layer}`", NOT_COURSE_ATTENTION)
             named[f"w{role}"] = (f"{a}{layer}.weight", (k, k))
             named[f"b{role}"] = (f"{a}{layer}.bias" if entry.get("bias") else None, (k,))
     heads = fact.get("heads")
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1 or k % heads:
-        _wrong(f"{what}.attention has no attribute `heads` dividing k={k}", M["not-course-attention"])
+        _wrong(f"{what}.attention has no attribute `heads` dividing k={k}", NOT_COURSE_ATTENTION)
     if strict is not None and heads != strict[0]:
-        _wrong(f"{what}.attention has {heads} heads, not {strict[0]}", M["heads-not-passed"])
+        _wrong(f"{what}.attention has {heads} heads, not {strict[0]}", HEADS_NOT_PASSED)
     shared = fact.get("shared_norms") is True
     for i in (1, 2):
         norm = described.get(f"{prefix}norm{1 if shared else i}")
         if not isinstance(norm, dict) or norm.get("type") != "LayerNorm" or norm.get("shape") != [k] \
                 or norm.get("affine") is not True:
             shown = f"a {str(norm.get('type'))[:60]}" if isinstance(norm, dict) else "missing"
-            _wrong(f"{what}.norm{i} is {shown}, not nn.LayerNorm({k})", M["wrong-norm"])
+            _wrong(f"{what}.norm{i} is {shown}, not nn.LayerNorm({k})", WRONG_NORM)
         named[f"n{i}w"], named[f"n{i}b"] = (f"{norm['name']}.weight", (k,)), (f"{norm['name']}.bias", (k,))
     if shared and strict is not None:
-        _wrong(what, M["shared-norm"])
+        _wrong(what, SHARED_NORM)
     eps = described[f"{prefix}norm1"].get("eps")
     named |= _ff_roles(described, f"{prefix}ff.", k, None if strict is None else strict[1] * k, f"{what}.ff", True)
     return Roles(MappingProxyType(named), heads, eps if isinstance(eps, float) and 0 < eps <= 1e-2 else 1e-5)
@@ -176,79 +306,80 @@ def _values(roles: Roles, w: Mapping[str, torch.Tensor]) -> dict[str, torch.Tens
 
 # ================================================================ oracles and typical mistakes
 
-def _ff(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, kind: str = "relu") -> torch.Tensor:
-    """The feed-forward layer with these weights: the right one ("relu") or a typical mistake."""
-    a = F.linear(F.relu(x) if kind == "relu-on-input" else x, v["f1w"], v["f1b"])
-    if kind in ("gelu", "gelu-tanh"):
-        a = F.gelu(a, approximate="tanh" if kind == "gelu-tanh" else "none")
-    elif kind not in ("no-relu", "relu-on-input"):
-        a = F.relu(a)
-    y = F.linear(a, v["f2w"], v["f2b"])
-    if kind == "relu-after-output":
-        return F.relu(y)
-    return x + y if kind == "residual-inside-ff" else y
+def _run_ff(variant: Written, v: Mapping[str, torch.Tensor | None], x: torch.Tensor) -> torch.Tensor:
+    """The FeedForward variant built for these weights on the meta device (nothing drawn), run with the weights v
+    in the roles its own structure gives (as the student's is read: _ff_roles), a missing bias as zeros."""
+    module, own = _built_ff(variant, *reversed(v["f1w"].shape))
+    given = {name: x.new_zeros(shape) if v[role] is None else v[role] for role, (name, shape) in own.items()}
+    return torch.func.functional_call(module, given, (x,), strict=True)
 
 
-def _block_forward(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int,
-                   eps: float, layout: str = "post", ff: str = "relu", oracle: bool = True,
-                   dropped: bool = False) -> torch.Tensor:
-    """The block with these weights on x (b, t, k): the right one (layout "post", ff "relu", PyTorch's encoder
-    layer), or a typical mistake (layout: a LAYOUT_MISTAKES id or "mask-not-passed"; ff: a FF_MISTAKES id).
-    oracle=False writes the right block and the pre-norm one out with torch.nn.functional too (for tests).
-    dropped: built with dropout=1.0 and run in training mode, where every dropout zeroes what it is given (layout:
-    one of DROPOUT_LAYOUTS for a misplaced or missing dropout)."""
-    if layout == M["mask-not-passed"].id:
-        layout, mask = "post", None
+@cache
+def _built_ff(variant: Written, k: int, hidden: int) -> tuple[nn.Module, Named]:
+    with torch.device("meta"):
+        module = variant.run(k, hidden)
+    return module, _ff_roles({m["name"]: m for m in weights.describe(module)}, "", k, hidden, variant.name, False)
+
+
+def _block(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int, eps: float,
+           dropout: float = 0.0, variant: Written | None = None, ff: Written | None = None) -> torch.Tensor:
+    """The block with these weights by role on x (b, t, k): the right one (variant and ff None: PyTorch's encoder
+    layer; built with dropout=1.0 and run in training mode, where every dropout zeroes what it is given,
+    norm2(norm1(x))), a TransformerBlock variant, or the right block calling the FeedForward variant ff."""
+    if variant is not None or ff is not None:
+        return _run_block(variant, ff, v, x, mask, heads, eps, dropout)
     b, t, k = x.shape
-    if dropped and layout != "dropout-not-applied":
-        n1 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n1w"], bias=v["n1b"], eps=eps)
-        n2 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n2w"], bias=v["n2b"], eps=eps)
-        if layout == "dropout-after-norm":  # x = dropout(norm1(x + attention(x))): the output dropped whole
-            return torch.zeros_like(x)
-        if layout == "dropout-on-sum":  # x = norm1(dropout(x + attention(x))): a norm of zeros is its bias
-            return n2(torch.zeros_like(x))
-        return n2(n1(x))  # x = norm1(x + dropout(attention(x))): both sub-layers' outputs dropped
-    if layout in DROPOUT_LAYOUTS:
-        layout = "post"
-    attention = {role: v[role] for role in ATTENTION_ROLES}
-    if oracle and ff == "relu" and layout in ("post", "pre-norm"):
-        params = oracles.layer_parameters({"self_attn": attention}, [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
-                                          (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
-        layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps, layout == "pre-norm")
-        return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
-    a = partial(oracles.attention, context=None, mask=mask, heads=heads, **attention)
-    f = partial(_ff, v, kind=ff)
-    n1 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n1w"], bias=v["n1b"], eps=eps)
-    n2 = partial(F.layer_norm, normalized_shape=(k,), weight=v["n2w"], bias=v["n2b"], eps=eps)
-    # the attention sub-layer's output g, then the block's output
-    g = {"pre-norm": lambda: x + a(n1(x)), "residual-after-norm": lambda: x + n1(a(x)),
-         "norm-plus-sublayer": lambda: n1(x) + a(x), "no-residual": lambda: n1(a(x)),
-         "no-attention-residual": lambda: n1(a(x)), "sublayers-swapped": lambda: n1(x + f(x)),
-         "norms-swapped": lambda: n2(x + a(x))}.get(layout, lambda: n1(x + a(x)))()
-    return {"pre-norm": lambda: g + f(n2(g)), "residual-after-norm": lambda: g + n2(f(g)),
-            "norm-plus-sublayer": lambda: n2(g) + f(g), "no-residual": lambda: n2(f(g)),
-            "no-ff-residual": lambda: n2(f(g)), "sublayers-swapped": lambda: n2(g + a(g)),
-            "norms-swapped": lambda: n1(g + f(g)), "norm1-twice": lambda: n1(g + f(g)),
-            "ff-on-input": lambda: n2(g + f(x)), "second-residual-from-input": lambda: n2(x + f(g)),
-            "no-final-norm": lambda: g + f(g)}.get(layout, lambda: n2(g + f(g)))()
+    if dropout == 1.0:  # x = norm1(x + dropout(attention(x))): both sub-layers' outputs dropped
+        norm = partial(F.layer_norm, normalized_shape=(k,), eps=eps)
+        return norm(norm(x, weight=v["n1w"], bias=v["n1b"]), weight=v["n2w"], bias=v["n2b"])
+    params = oracles.layer_parameters({"self_attn": {role: v[role] for role in ATTENTION_ROLES}},
+                                      [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
+                                      (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
+    layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps)
+    return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
 
 
-#: where a dropout can sit instead of on each sub-layer's output before it is added (see _block_forward)
-DROPOUT_LAYOUTS = ("dropout-after-norm", "dropout-on-sum", "dropout-not-applied")
+def _run_block(variant: Written | None, ff: Written | None, v: Mapping[str, torch.Tensor | None], x: torch.Tensor,
+               mask: torch.Tensor | None, heads: int, eps: float, dropout: float) -> torch.Tensor:
+    """The TransformerBlock variant (None: the reference) calling the FeedForward variant ff (None: the reference),
+    run with the weights v by role, a missing bias as zeros (see _built_block)."""
+    biases = tuple(v[f"b{r}"] is not None for r in "qkvo")
+    module, role_of = _built_block(variant, ff, x.shape[-1], heads, v["f1w"].shape[0], dropout, eps, biases)
+    given = {name: x.new_zeros(p.shape) if v[role_of[name]] is None else v[role_of[name]]
+             for name, p in module.named_parameters()}
+    return torch.func.functional_call(module, given, (x,), {"mask": mask}, strict=True)
 
 
-def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, str, str]]:
-    """(mistake or None for the right block, layout, ff) of every computation a block check recognises; a
-    FeedForward mistake seen in the block keeps its id, with the advice to fix FeedForward first."""
-    specs: list[tuple[Mistake | None, str, str]] = [(None, "post", "relu")]
-    if mask is not None:
-        specs.append((M["mask-not-passed"], M["mask-not-passed"].id, "relu"))
-    specs += [(m, m.id, "relu") for m in LAYOUT_MISTAKES]
-    specs += [(M["dropout-misplaced"], "dropout-after-norm", "relu"),
-              (M["dropout-misplaced"], "dropout-on-sum", "relu"),
-              (M["dropout-not-applied"], "dropout-not-applied", "relu")]
-    return specs + [(Mistake(m.id, f"its feed-forward layer is wrong: {m.explanation} Make your {FF_NAME} pass its "
-                             "tests (exercise 1) first."), "post", m.id) for m in FF_MISTAKES]
+@cache
+def _built_block(variant: Written | None, ff: Written | None, k: int, heads: int, hidden: int, dropout: float,
+                 eps: float, biases: tuple[bool, ...]) -> tuple[nn.Module, dict[str, str]]:
+    """The block variant built on the meta device (nothing drawn) as the student's was, its feed-forward layer the
+    variant ff of hidden size `hidden`, a bias on each attention projection whose role has one (biases: q, k, v, o),
+    the norms' eps the student's; and the role of each of its parameters. A fresh module trains, so a dropout of 1.0
+    zeroes what it is given, as in the check's training-mode run."""
+    with torch.device("meta"):
+        module = (variant.run if variant else TransformerBlock)(k, heads, 1, dropout)
+        module.ff = (ff.run if ff else FeedForward)(k, hidden)
+        for layer, has_bias in zip(ATTENTION_LAYERS, biases, strict=True):
+            linear = module.attention.get_submodule(layer)
+            if has_bias and linear.bias is None:
+                linear.bias = nn.Parameter(torch.empty(k))
+    module.norm1.eps = module.norm2.eps = eps
+    role_of = {f"attention.{layer}.{p}": f"{p[0]}{r}" for layer, r in zip(ATTENTION_LAYERS, "qkvo", strict=True)
+               for p in ("weight", "bias")}
+    role_of |= {f"norm{i}.{p}": f"n{i}{p[0]}" for i in (1, 2) for p in ("weight", "bias")}
+    ff_roles = _ff_roles({m["name"]: m for m in weights.describe(module)}, "ff.", k, None, "ff", in_block=True)
+    return module, role_of | {name: role for role, (name, _) in ff_roles.items()}
+
+
+def _block_specs(mask: torch.Tensor | None) -> list[tuple[Mistake | None, Written | None, Written | None]]:
+    """(mistake or None for the right block, TransformerBlock variant, FeedForward variant) of every computation a
+    block check recognises (without a mask, not passing it changes nothing); a FeedForward mistake seen in the block
+    keeps its id, with the advice to fix FeedForward first."""
+    specs: list[tuple[Mistake | None, Written | None, Written | None]] = [(None, None, None)]
+    specs += [(w.mistake, w, None) for w in WRITTEN.of(BLOCK_NAME) if mask is not None or w.mistake != MASK_NOT_PASSED]
+    return specs + [(Mistake(w.mistake.id, f"its feed-forward layer is wrong: {w.mistake.explanation} Make your "
+                             f"{FF_NAME} pass its tests (exercise 1) first."), None, w) for w in WRITTEN.of(FF_NAME)]
 
 
 # ================================================================ FeedForward
@@ -269,15 +400,19 @@ def _ff_weights(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tens
     return roles, _recreated(ev, built, what, roles)
 
 
-def _ff_of(roles: Roles, kind: str, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor) -> torch.Tensor:
-    """The feed-forward layer with the weights w in these roles, computed as kind says (see _ff)."""
-    return _ff(_values(roles, w), x, kind)
+def _ff_of(roles: Roles, variant: Written | None, w: Mapping[str, torch.Tensor], *_: int, x: torch.Tensor
+           ) -> torch.Tensor:
+    """The feed-forward layer with the weights w in these roles: the right one (variant None), or the variant."""
+    v = _values(roles, w)
+    if variant is None:
+        return F.linear(F.relu(F.linear(x, v["f1w"], v["f1b"])), v["f2w"], v["f2b"])
+    return _run_ff(variant, v, x)
 
 
 def _ff_oracle(roles: Roles) -> ForwardOracle:
     return ForwardOracle(FF_NAME, "the feed-forward layer", lambda ev, built: _ff_weights(ev, built)[1],
-                         partial(_ff_of, roles, "relu"), "F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)",
-                         lambda *_, **__: [(m, partial(_ff_of, roles, m.id)) for m in FF_MISTAKES],
+                         partial(_ff_of, roles, None), "F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)",
+                         lambda *_, **__: [(w.mistake, partial(_ff_of, roles, w)) for w in WRITTEN.of(FF_NAME)],
                          hint=lambda **_: _FF_HINT, otherwise=_FF_HINT)
 
 
@@ -318,20 +453,20 @@ def _encoder_block_weights(ev: Evidence, built: Built, strict: bool,
     return roles, w
 
 
-def _block_of(roles: Roles, layout: str, ff: str, w: Mapping[str, torch.Tensor], *args: float, x: torch.Tensor,
-              mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The block with the weights w in these roles, computed as (layout, ff) say (see _block_forward); args: the
-    block's (k, heads, ff_mult, dropout), a dropout of 1.0 meaning the check ran it in training mode."""
-    dropped = len(args) > 3 and args[3] == 1.0
-    return _block_forward(_values(roles, w), x, mask, roles.heads, roles.eps, layout, ff, dropped=dropped)
+def _block_of(roles: Roles, variant: Written | None, ff: Written | None, w: Mapping[str, torch.Tensor],
+              *args: float, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The block with the weights w in these roles, computed as (variant, ff) say (see _block); args: the block's
+    (k, heads, ff_mult, dropout), a dropout of 1.0 meaning the check ran it in training mode."""
+    dropout = float(args[3]) if len(args) > 3 else 0.0
+    return _block(_values(roles, w), x, mask, roles.heads, roles.eps, dropout, variant, ff)
 
 
 def _encoder_block_oracle(roles: Roles) -> ForwardOracle:
     return ForwardOracle(
         BLOCK_NAME, "a transformer block", lambda ev, built: _encoder_block_weights(ev, built, strict=False)[1],
-        partial(_block_of, roles, "post", "relu"), "nn.TransformerEncoderLayer with the same weights",
-        lambda *_, x, mask=None: [(m, partial(_block_of, roles, layout, ff))
-                                  for m, layout, ff in _block_specs(mask)[1:]],
+        partial(_block_of, roles, None, None), "nn.TransformerEncoderLayer with the same weights",
+        lambda *_, x, mask=None: [(m, partial(_block_of, roles, variant, ff))
+                                  for m, variant, ff in _block_specs(mask)[1:]],
         hint=lambda x, mask=None: _BLOCK_HINT + ("" if mask is None else
                                                  " forward's signature is forward(self, x, mask=None)."),
         shape_hints=lambda x, mask=None: {(len(x), x.shape[1], x.shape[1]):
@@ -402,6 +537,21 @@ against_block(probes.transformer_block_gradients, TOLERANT, claim="is permutatio
 Classifier = tuple[Roles, tuple[Roles, ...]]
 
 
+BLOCKS_NOT_REGISTERED = WRITTEN.mistake(
+    "blocks-not-registered", "the blocks are kept in a plain Python list, which does not register them: use "
+                             "nn.ModuleList or nn.Sequential.")
+REPEATED_BLOCK = WRITTEN.mistake(
+    "repeated-block", "one block is repeated depth times ([TransformerBlock(...)] * depth): create a new block for "
+                      "each layer.")
+BLOCK_COUNT = WRITTEN.mistake("block-count", "the classifier does not hold depth separate blocks.")
+WRONG_EMBEDDING = WRITTEN.mistake("wrong-embedding", "the classifier should have one nn.Embedding(vocab_size, k).")
+NO_OUTPUT_LAYER = WRITTEN.mistake("no-output-layer",
+                                  "the classifier has no nn.Linear(k, num_classes) after the blocks.")
+CLASSIFIER_FF_MULT = WRITTEN.mistake(
+    "classifier-ff-mult", "the classifier builds its blocks with another ff_mult: the exercise asks for "
+                          "TransformerBlock(k, heads) with its default ff_mult, a hidden size of 4·k.")
+
+
 def _classifier_values(ev: Evidence, built: Built, counted: bool = False,
                        default_ff: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
     """The classifier's roles: embedding, blocks in order, output layer (counted: nothing else; default_ff: blocks
@@ -415,17 +565,17 @@ def _classifier_values(ev: Evidence, built: Built, counted: bool = False,
         fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
     names = [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
     if len(names) != depth:
-        _wrong(what, {0: M["blocks-not-registered"], 1: M["repeated-block"]}.get(len(names), M["block-count"]),
+        _wrong(what, {0: BLOCKS_NOT_REGISTERED, 1: REPEATED_BLOCK}.get(len(names), BLOCK_COUNT),
                f" Found {len(names)} registered blocks, depth={depth}.")
     described = modules.described(ev, key).values()
     embeddings = [m for m in described if m.get("type") == "Embedding"]
     if len(embeddings) != 1 or (embeddings[0].get("num_embeddings"), embeddings[0].get("embedding_dim")) != (vocab, k):
         shown = [f"Embedding({m.get('num_embeddings')}, {m.get('embedding_dim')})" for m in embeddings[:4]]
-        _wrong(what, M["wrong-embedding"], f" Here nn.Embedding({vocab}, {k}); found {shown}.")
+        _wrong(what, WRONG_EMBEDDING, f" Here nn.Embedding({vocab}, {k}); found {shown}.")
     outputs = [m for m in described if _is_linear(m) and not any(m["name"].startswith(n + ".") for n in names)
                and (m["in_features"], m["out_features"]) == (k, classes)]
     if not outputs:
-        _wrong(what, M["no-output-layer"], f" Here nn.Linear({k}, {classes}), outside the blocks.")
+        _wrong(what, NO_OUTPUT_LAYER, f" Here nn.Linear({k}, {classes}), outside the blocks.")
     blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
     if default_ff:
         _expect_default_ff_mult(what, k, [block.named["f1w"][1][0] for block in blocks])
@@ -448,29 +598,54 @@ def _expect_default_ff_mult(what: str, k: int, hidden: list[int]) -> None:
     __tracebackhide__ = True
     other = next((h for h in hidden if h != 4 * k and h % k == 0 and h not in (k, 16)), None)
     if other is not None:
-        _wrong(f"{what}'s blocks have a hidden size of {other} = {other // k}·k", M["classifier-ff-mult"])
+        _wrong(f"{what}'s blocks have a hidden size of {other} = {other // k}·k", CLASSIFIER_FF_MULT)
 
 
-def _classifier_logits(parts: Classifier, layout: str, ff: str, head: str, w: Mapping[str, torch.Tensor],
-                       *_: int, tokens: torch.Tensor) -> torch.Tensor:
-    """The logits (b, classes) for tokens (b, t), the blocks computed as (layout, ff) (see _block_forward): head
-    "mean" is the right head, any other a CLASSIFIER_MISTAKES id."""
+def _classifier_logits(parts: Classifier, block: Written | None, ff: Written | None, head: Written | None,
+                       w: Mapping[str, torch.Tensor], *_: int, tokens: torch.Tensor) -> torch.Tensor:
+    """The logits (b, classes) for tokens (b, t), the blocks computed as (block, ff) say (see _block): the right
+    classifier (head None: embedding, each block in turn, mean over positions, linear), or the TransformerClassifier
+    variant head calling those blocks."""
     own, blocks = parts
     v = _values(own, w)
-    x = h = F.embedding(tokens, v["e"])  # (b, t, k)
-    for roles in {"blocks-skipped": (), "first-block-only": blocks[:1]}.get(head, blocks):
-        h = _block_forward(_values(roles, w), x if head == "blocks-not-chained" else h, None, roles.heads, roles.eps,
-                           layout, ff)
-    pooled = {"sum-pooling": lambda: h.sum(dim=1), "first-token": lambda: h[:, 0], "last-token": lambda: h[:, -1],
-              "max-pooling": lambda: h.amax(dim=1)}.get(head, lambda: h.mean(dim=1))()  # (b, k)
-    logits = F.linear(pooled, v["ow"], v["ob"])  # (b, classes)
-    return {"softmax-on-logits": lambda: F.softmax(logits, dim=-1),
-            "log-softmax-on-logits": lambda: F.log_softmax(logits, dim=-1)}.get(head, lambda: logits)()
+    computed = [partial(_block, _values(roles, w), heads=roles.heads, eps=roles.eps, variant=block, ff=ff)
+                for roles in blocks]
+    if head is not None:
+        return _run_classifier(head, computed, v, tokens)
+    x = F.embedding(tokens, v["e"])  # (b, t, k)
+    for run in computed:
+        x = run(x, None)
+    return F.linear(x.mean(dim=1), v["ow"], v["ob"])  # (b, classes)
 
 
-def _heads(parts: Classifier, layout: str, ff: str, *_: int, **__: torch.Tensor) -> list[tuple[Mistake, Simulator]]:
-    """The classifier's typical head mistakes on blocks computed as (layout, ff) say."""
-    return [(m, partial(_classifier_logits, parts, layout, ff, m.id)) for m in CLASSIFIER_MISTAKES]
+class _Computed(nn.Module):
+    """A block as the judge computes it with the student's weights, run(x, mask), standing in a variant's blocks."""
+
+    def __init__(self, run: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]):
+        super().__init__()
+        self.run = run
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.run(x, mask)
+
+
+def _run_classifier(head: Written, computed: list[Callable], v: Mapping[str, torch.Tensor | None],
+                    tokens: torch.Tensor) -> torch.Tensor:
+    """The TransformerClassifier variant built on the meta device (nothing drawn), its blocks the computed ones, run
+    with the embedding and output layer v by role (a missing output bias as zeros)."""
+    (vocab, k), classes = v["e"].shape, v["ow"].shape[0]
+    with torch.device("meta"):
+        module = head.run(vocab, k, 1, len(computed), classes)
+    module.blocks = nn.ModuleList(_Computed(run) for run in computed)
+    bias = v["ob"] if v["ob"] is not None else v["ow"].new_zeros(classes)
+    return torch.func.functional_call(module, {"embedding.weight": v["e"], "to_classes.weight": v["ow"],
+                                               "to_classes.bias": bias}, (tokens,), strict=True)
+
+
+def _heads(parts: Classifier, block: Written | None, ff: Written | None, *_: int,
+           **__: torch.Tensor) -> list[tuple[Mistake, Simulator]]:
+    """The classifier's typical mistakes on blocks computed as (block, ff) say."""
+    return [(w.mistake, partial(_classifier_logits, parts, block, ff, w)) for w in WRITTEN.of(CLASSIFIER_NAME)]
 
 
 def _classifier_oracles(parts: Classifier) -> list[ForwardOracle]:
@@ -481,8 +656,8 @@ def _classifier_oracles(parts: Classifier) -> list[ForwardOracle]:
     hint = f"Make your {BLOCK_NAME} pass its tests first (exercise 2): a block cut off from autograd stops it."
     return [ForwardOracle(
         CLASSIFIER_NAME, "a transformer classifier", lambda *_: {},
-        partial(_classifier_logits, parts, layout, ff, "mean"), "the classifier's layers",
-        partial(_heads, parts, layout, ff), hint=lambda **_: _CLASSIFIER_HINT,
+        partial(_classifier_logits, parts, block, ff, None), "the classifier's layers",
+        partial(_heads, parts, block, ff), hint=lambda **_: _CLASSIFIER_HINT,
         shape=lambda tokens: (len(tokens), classes), otherwise=_CLASSIFIER_HINT,
         shape_hints=lambda tokens: {
             (tokens.shape[1], classes): "There is one row per position: the mean runs over the batch (dim=0), not the "
@@ -490,7 +665,7 @@ def _classifier_oracles(parts: Classifier) -> list[ForwardOracle]:
             (*tokens.shape, classes): "There is one row per position: average over the positions (dim=1) before the "
                                       "output layer."},
         gradient_hints={name: hint for r in (own, *blocks) for name, _ in r.named.values() if name not in head})
-        for _, layout, ff in _block_specs(None)]
+        for _, block, ff in _block_specs(None)]
 
 
 #: the check's classifier (counted: and nothing else with parameters), its blocks computed as the student's compute
