@@ -3,9 +3,9 @@
 course/judges/<assignment>.py holds the mistakes its judges can name, the oracles and one judge per check of
 course/checks/<assignment>.py, registered with :func:`judge`. A mistake is written as the code a student writes, with
 its message beside it (variants.py: every assignment but 07's Seq2SeqTransformer and 08's models, loss and generate),
-or, until those move, explained in mistakes/<assignment>.txt and simulated in the judge. The grading sandbox hides this package from the student's
-kernel: the grader judges in its own process (autograder/judging.py); while a student works, a test cell imports its
-judge from here.
+or, until those move, explained in mistakes/<assignment>.txt and simulated in the judge. The grading sandbox hides
+this package from the student's kernel: the grader judges in its own process (autograder/judging.py); while a student
+works, a test cell imports its judge from here.
 """
 
 from __future__ import annotations
