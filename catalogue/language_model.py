@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from catalogue import alternative, edits, mistake, written
+from course.judges.language_model import TOP_P_BLOCK as TOP_P  # the same text in the solved cell
 from course.judges.language_model import WRITTEN
 
 ASSIGNMENT = "08_language_model"
@@ -43,13 +44,6 @@ ATTEND = "        out, _ = scaled_dot_product_attention(queries, keys, values, m
 DIVIDE = "    logits = logits / temperature\n"
 PROBS = "probs = F.softmax(logits, dim=-1)"
 GREEDY = "return logits.argmax(dim=-1)  # (b,)"
-TOP_P = """    if top_p is not None:
-        ranked, order = probs.sort(dim=-1, descending=True)  # (b, V): most likely first
-        before = ranked.cumsum(dim=-1) - ranked  # (b, V): the probability of the tokens ranked before
-        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)  # (b, V)
-        probs = probs * keep
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-"""
 SAMPLED = "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)"
 STEP = "logits, cache = model(step_input, cache=cache, use_cache=True)"
 STEP_INPUT = "step_input = tokens if cache is None else tokens[:, -1:]  # the prompt once, then one token\n"
