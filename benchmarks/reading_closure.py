@@ -343,6 +343,13 @@ def own_lines(found: list[Closure]) -> dict[tuple[str, str], int]:
     return {(c.cell.assignment, c.cell.check): sum(u.lines for u in c.units if counts[u] == 1) for c in found}
 
 
+def shared_core(found: list[Closure]) -> frozenset[Unit]:
+    """The units at least half of the checks reach (compare.py's `output`, `Check`, `Recorder`, ...): a library
+    a reader learns once, like torch's, not again for every check. Printed apart so that both views are seen."""
+    counts = Counter(unit for item in found for unit in item.units)
+    return frozenset(unit for unit, n in counts.items() if 2 * n >= len(found))
+
+
 def machinery_lines() -> int:
     """Lines of course/checks, course/judges (its mistakes tables included) and catalogue/."""
     files = [p for folder in MACHINERY for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".txt")]
@@ -403,6 +410,13 @@ def report(assignment: str | None = None, quiet: bool = False) -> dict:
           f"({worst.cell.assignment} {worst.cell.check}).")
     for (a, check), (f, n, alone) in figures["examples"].items():
         print(f"  {a} {check}: {f} files, {n} lines, {alone} of them its own")
+    core = shared_core(found)
+    beyond = [sum(u.lines for u in c.units - core) for c in found]
+    figures.update(core_lines=sum(u.lines for u in core), core_files=len({u.path for u in core}),
+                   beyond_median=statistics.median(beyond), beyond_worst=max(beyond))
+    print(f"Shared core (reached by at least half of the checks): {figures['core_lines']} lines in "
+          f"{figures['core_files']} files. Beyond it, a check reads: median {figures['beyond_median']:g} lines, "
+          f"worst {figures['beyond_worst']}.")
     print(f"Check machinery (course/checks, course/judges with its mistakes tables, catalogue/): {machinery} lines, "
           f"{machinery / len(found):.0f} per graded test cell.")
     print(f"\n{len(figures['wide'])} functions or dataclasses with more than {MOST_PARAMETERS} parameters or fields:")

@@ -49,6 +49,7 @@ def test_the_script_prints_every_graded_cell_and_the_figures(capsys):
     for assignment, check in reading_closure.EXAMPLES:
         assert f"{assignment} {check}:" in printed
     assert "Reading closure: median" in printed and "per graded test cell" in printed
+    assert "Shared core" in printed and figures["core_lines"] > 0 and figures["beyond_median"] < figures["median_lines"]
 
 
 def test_the_worst_reading_closure_never_grows():
