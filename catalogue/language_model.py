@@ -8,8 +8,6 @@ alternatives, and the few mistakes that are other code, are written out.
 # ruff: noqa: F821 - variants use the notebook's names (MultiHeadAttention, FeedForward, split_heads, merge_heads,
 # scaled_dot_product_attention, sample_next_token), as a student's cell does
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -173,49 +171,7 @@ edit("cached-comparison-mask-and-tuples", CACHED,
 
 # ------------------------------------------------------------------ next_token_loss: mistakes
 
-@mistake("loss-not-shifted", LOSS)
-def loss_not_shifted(logits, tokens):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
-
-
-@mistake("loss-wrong-shift", LOSS)
-def loss_wrong_shift(logits, tokens):
-    return F.cross_entropy(logits[:, 1:].reshape(-1, logits.shape[-1]), tokens[:, :-1].reshape(-1))
-
-
-@mistake("loss-sum", LOSS)
-def loss_sum(logits, tokens):
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="sum")
-
-
-@mistake("loss-softmax", LOSS)
-def loss_softmax_first(logits, tokens):
-    probs = logits.softmax(dim=-1)
-    return F.cross_entropy(probs[:, :-1].reshape(-1, probs.shape[-1]), tokens[:, 1:].reshape(-1))
-
-
-@mistake("loss-nll-on-logits", LOSS)
-def loss_nll_on_logits(logits, tokens):
-    return F.nll_loss(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-
-
-@mistake("loss-bits", LOSS)
-def loss_in_bits(logits, tokens):
-    nats = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-    return nats / math.log(2)
-
-
-@mistake("loss-last-position", LOSS)
-def loss_last_position(logits, tokens):
-    return F.cross_entropy(logits[:, -2], tokens[:, -1])
-
-
-@mistake("loss-unstable", LOSS)
-def loss_softmax_then_log(logits, tokens):
-    probs = logits[:, :-1].softmax(dim=-1)
-    picked = probs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return -picked.log().mean()
-
+# the others are written in course/judges/language_model.py (written(WRITTEN) above); below, those every check names
 
 @mistake("raised", LOSS)
 def loss_classes_last(logits, tokens):

@@ -53,7 +53,9 @@ class CausalBlock(nn.Module):
 def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting tokens[:, i + 1] from the logits at position i: (b, t, V), (b, t) -> ()."""
     vocab = logits.shape[-1]
-    return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+    predictions = logits[:, :-1].reshape(-1, vocab)  # (b * (t - 1), V): positions 0 .. t - 2
+    labels = tokens[:, 1:].reshape(-1)  # (b * (t - 1),): tokens 1 .. t - 1
+    return F.cross_entropy(predictions, labels)
 
 
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,

@@ -208,16 +208,44 @@ def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tenso
 
 
 # ---------------------------------------------------------------- next_token_loss
+# Edits change the reference answer of course/language_model.py:
+#     predictions = logits[:, :-1].reshape(-1, vocab); labels = tokens[:, 1:].reshape(-1)
+#     return F.cross_entropy(predictions, labels)
+# Each is run on the case's logits and tokens (LossOracle's written); the first whose loss is the student's is named.
 
-def _next_token_logits(feed: str, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """The logits (b, n, vocab) scored against tokens[:, 1:], all of tokens or tokens[:, :-1]."""
-    return {"shifted": logits[:, :-1], "unshifted": logits, "backwards": logits[:, 1:]}[feed]
-
+LOSS = "next_token_loss"
+SHIFTED, LABELS = "logits[:, :-1].reshape(-1, vocab)", "tokens[:, 1:].reshape(-1)"
+CROSS_ENTROPY = "F.cross_entropy(predictions, labels)"
+edit("loss-not-shifted", LOSS, (SHIFTED, "logits.reshape(-1, vocab)"), (LABELS, "tokens.reshape(-1)"),
+     mistake="loss-not-shifted",
+     says="the loss is not shifted: the logits at position i are scored against token i, which the model has just "
+          "read, so it learns to copy its input. Score logits[:, :-1] against tokens[:, 1:].")
+edit("loss-wrong-shift", LOSS, (SHIFTED, "logits[:, 1:].reshape(-1, vocab)"), (LABELS, "tokens[:, :-1].reshape(-1)"),
+     mistake="loss-wrong-shift",
+     says="the shift goes the wrong way: the logits at position i predict token i + 1, so score logits[:, :-1] "
+          "against tokens[:, 1:], not logits[:, 1:] against tokens[:, :-1].")
+edit("loss-sum", LOSS, (CROSS_ENTROPY, 'F.cross_entropy(predictions, labels, reduction="sum")'), mistake="loss-sum",
+     says="the loss is a sum over all predicted tokens; the task asks for their mean.")
+edit("loss-softmax-first", LOSS, (SHIFTED, "logits[:, :-1].softmax(dim=-1).reshape(-1, vocab)"),
+     mistake="loss-softmax",
+     says="a softmax is applied before F.cross_entropy, which applies log-softmax itself: pass the raw logits.")
+edit("loss-nll-on-logits", LOSS, (CROSS_ENTROPY, "F.nll_loss(predictions, labels)"), mistake="loss-nll-on-logits",
+     says="F.nll_loss is applied to raw logits: it expects log-probabilities. Use F.cross_entropy on the logits (or "
+          "F.nll_loss on F.log_softmax(logits, -1)).")
+edit("loss-in-bits", LOSS, (CROSS_ENTROPY, f"{CROSS_ENTROPY} / math.log(2)"), mistake="loss-bits",
+     says="the loss is in bits (divided by ln 2); train with nats, the natural log that F.cross_entropy uses. Convert "
+          "to bits only when you report it.")
+edit("loss-last-position", LOSS, (SHIFTED, "logits[:, -2]"), (LABELS, "tokens[:, -1]"), mistake="loss-last-position",
+     says="only the last position is scored; every position i < t - 1 predicts token i + 1, and all of them count.")
+# the right loss where the logits are small: named from a loss that is not finite (kinds.expect_loss_case)
+edit("loss-softmax-then-log", LOSS,
+     (CROSS_ENTROPY, "-predictions.softmax(dim=-1).gather(-1, labels[:, None]).log().mean()"), mistake="loss-unstable",
+     says="the loss takes the log of a softmax, which underflows for large logits: use F.cross_entropy (or "
+          "F.log_softmax).")
 
 NEXT_TOKEN_LOSS = LossOracle(
-    "next_token_loss(logits, tokens)", _next_token_logits, "tokens",
-    mistakes=(M["loss-not-shifted"], M["loss-wrong-shift"], M["loss-sum"], M["loss-softmax"], M["loss-nll-on-logits"],
-              M["loss-bits"], M["loss-last-position"], M["loss-unstable"]),
+    "next_token_loss(logits, tokens)", lambda feed, logits, tokens: logits[:, :-1], "tokens",  # the oracle's feed
+    mistakes=(WRITTEN["loss-unstable"],), written=partial(WRITTEN.outputs, LOSS),
     hint="loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)): the logits at position i "
          "against token i + 1, the mean over all of them. F.cross_entropy wants the classes last of two dimensions, "
          "or in dimension 1.")
