@@ -502,9 +502,7 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
 #     generate: with torch.no_grad(): tokens = prompt; each step logits = model(tokens),
 #               next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), appended
 #     generate_cached: the same, the prompt fed once with use_cache=True, then tokens[:, -1:] with the cache returned
-# Each is called as the probe calls the student's (_generated), once per right way of sampling (_ways). On the
-# stand-in, cached and uncached calls give the same logits: generate_cached's check names generate's mistakes (the
-# first position, the generator, the settings) by generate's variants, then its own.
+# Each is called as the probe calls the student's (_generated), once per right way of sampling (_ways).
 
 GENERATE, GENERATE_CACHED = "generate", "generate_cached"
 SAMPLED = "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)"
@@ -527,6 +525,13 @@ edit("generate-ignores-settings", GENERATE, (SAMPLED, "sample_next_token(logits[
      says="temperature, top_k and top_p are not passed on to sample_next_token: every step must draw with the "
           "settings it was given.")
 edit("generate-cached-drops-prompt", GENERATE_CACHED, DROPPED, mistake="generate-drops-prompt")
+# the prompt's first position, then the one token fed: not what generate's mistake draws
+edit("generate-cached-first-position", GENERATE_CACHED, (SAMPLED, SAMPLED.replace("logits[:, -1]", "logits[:, 0]")),
+     mistake="generate-first-position")
+edit("generate-cached-forgets-generator", GENERATE_CACHED, (SAMPLED, SAMPLED.replace(", generator)", ")")),
+     mistake="generate-forgets-generator")
+edit("generate-cached-ignores-settings", GENERATE_CACHED,
+     (SAMPLED, "sample_next_token(logits[:, -1], generator=generator)"), mistake="generate-ignores-settings")
 edit("generate-refeeds-everything", GENERATE_CACHED, (STEP_INPUT, "step_input = tokens\n"),
      mistake="generate-cache-refeeds",
      says="with the cache, the whole sequence is fed again at every step: the cache already holds the keys and values "
@@ -582,10 +587,9 @@ def _generated(spec: Generation, written: Written, how: str, renormalize: str) -
 
 
 def _generate_mistakes(spec: Generation) -> Iterator[tuple[Mistake, torch.Tensor]]:
-    """(mistake, its tokens) of each variant of generate (and with the cache, then generate_cached's) on the case,
-    drawn each right way, lazily, in declaration order."""
-    answers = WRITTEN.of(GENERATE) + (WRITTEN.of(GENERATE_CACHED) if spec.use_cache else [])
-    for written in answers:
+    """(mistake, its tokens) of each variant of generate (with the cache, generate_cached) on the case, drawn each
+    right way, lazily, in declaration order."""
+    for written in WRITTEN.of(GENERATE_CACHED if spec.use_cache else GENERATE):
         for how, renormalize in _ways(spec.top_p):
             tokens = _generated(spec, written, how, renormalize)
             if isinstance(tokens, torch.Tensor):
