@@ -216,19 +216,20 @@ def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tenso
 # Each is run on the case's logits and tokens (LossOracle's written); the first whose loss is the student's is named.
 
 LOSS = "next_token_loss"
-SHIFTED, LABELS = "logits[:, :-1].reshape(-1, vocab)", "tokens[:, 1:].reshape(-1)"
+SHIFTED = "logits[:, :-1].reshape(-1, vocab)  # (b * (t - 1), V): positions 0 .. t - 2"
+LABELS = "tokens[:, 1:].reshape(-1)  # (b * (t - 1),): tokens 1 .. t - 1"
 CROSS_ENTROPY = "F.cross_entropy(predictions, labels)"
-edit("loss-not-shifted", LOSS, (SHIFTED, "logits.reshape(-1, vocab)"), (LABELS, "tokens.reshape(-1)"),
-     mistake="loss-not-shifted",
+edit("loss-not-shifted", LOSS, (SHIFTED, "logits.reshape(-1, vocab)  # (b * t, V)"),
+     (LABELS, "tokens.reshape(-1)  # (b * t,)"), mistake="loss-not-shifted",
      says="the loss is not shifted: the logits at position i are scored against token i, which the model has just "
           "read, so it learns to copy its input. Score logits[:, :-1] against tokens[:, 1:].")
-edit("loss-wrong-shift", LOSS, (SHIFTED, "logits[:, 1:].reshape(-1, vocab)"), (LABELS, "tokens[:, :-1].reshape(-1)"),
-     mistake="loss-wrong-shift",
+edit("loss-wrong-shift", LOSS, (SHIFTED, "logits[:, 1:].reshape(-1, vocab)  # positions 1 .. t - 1"),
+     (LABELS, "tokens[:, :-1].reshape(-1)  # tokens 0 .. t - 2"), mistake="loss-wrong-shift",
      says="the shift goes the wrong way: the logits at position i predict token i + 1, so score logits[:, :-1] "
           "against tokens[:, 1:], not logits[:, 1:] against tokens[:, :-1].")
 edit("loss-sum", LOSS, (CROSS_ENTROPY, 'F.cross_entropy(predictions, labels, reduction="sum")'), mistake="loss-sum",
      says="the loss is a sum over all predicted tokens; the task asks for their mean.")
-edit("loss-softmax-first", LOSS, (SHIFTED, "logits[:, :-1].softmax(dim=-1).reshape(-1, vocab)"),
+edit("loss-softmax-first", LOSS, ("logits[:, :-1].reshape", "logits[:, :-1].softmax(dim=-1).reshape"),
      mistake="loss-softmax",
      says="a softmax is applied before F.cross_entropy, which applies log-softmax itself: pass the raw logits.")
 edit("loss-nll-on-logits", LOSS, (CROSS_ENTROPY, "F.nll_loss(predictions, labels)"), mistake="loss-nll-on-logits",
@@ -237,7 +238,8 @@ edit("loss-nll-on-logits", LOSS, (CROSS_ENTROPY, "F.nll_loss(predictions, labels
 edit("loss-in-bits", LOSS, (CROSS_ENTROPY, f"{CROSS_ENTROPY} / math.log(2)"), mistake="loss-bits",
      says="the loss is in bits (divided by ln 2); train with nats, the natural log that F.cross_entropy uses. Convert "
           "to bits only when you report it.")
-edit("loss-last-position", LOSS, (SHIFTED, "logits[:, -2]"), (LABELS, "tokens[:, -1]"), mistake="loss-last-position",
+edit("loss-last-position", LOSS, (SHIFTED, "logits[:, -2]  # (b, V): position t - 2"),
+     (LABELS, "tokens[:, -1]  # (b,): the last token"), mistake="loss-last-position",
      says="only the last position is scored; every position i < t - 1 predicts token i + 1, and all of them count.")
 # the right loss where the logits are small: named from a loss that is not finite (kinds.expect_loss_case)
 edit("loss-softmax-then-log", LOSS,
