@@ -8,8 +8,6 @@ alternatives, and the few mistakes that are other code, are written out.
 # ruff: noqa: F821 - variants use the notebook's names (MultiHeadAttention, FeedForward, split_heads, merge_heads,
 # scaled_dot_product_attention, sample_next_token), as a student's cell does
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -44,9 +42,6 @@ ATTEND = "        out, _ = scaled_dot_product_attention(queries, keys, values, m
 DIVIDE = "    logits = logits / temperature\n"
 PROBS = "probs = F.softmax(logits, dim=-1)"
 GREEDY = "return logits.argmax(dim=-1)  # (b,)"
-SAMPLED = "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)"
-STEP = "logits, cache = model(step_input, cache=cache, use_cache=True)"
-STEP_INPUT = "step_input = tokens if cache is None else tokens[:, -1:]  # the prompt once, then one token\n"
 SINUSOIDS = '''class Sinusoids(nn.Module):
     def __init__(self, max_len, k):
         super().__init__()
@@ -173,49 +168,7 @@ edit("cached-comparison-mask-and-tuples", CACHED,
 
 # ------------------------------------------------------------------ next_token_loss: mistakes
 
-@mistake("loss-not-shifted", LOSS)
-def loss_not_shifted(logits, tokens):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
-
-
-@mistake("loss-wrong-shift", LOSS)
-def loss_wrong_shift(logits, tokens):
-    return F.cross_entropy(logits[:, 1:].reshape(-1, logits.shape[-1]), tokens[:, :-1].reshape(-1))
-
-
-@mistake("loss-sum", LOSS)
-def loss_sum(logits, tokens):
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="sum")
-
-
-@mistake("loss-softmax", LOSS)
-def loss_softmax_first(logits, tokens):
-    probs = logits.softmax(dim=-1)
-    return F.cross_entropy(probs[:, :-1].reshape(-1, probs.shape[-1]), tokens[:, 1:].reshape(-1))
-
-
-@mistake("loss-nll-on-logits", LOSS)
-def loss_nll_on_logits(logits, tokens):
-    return F.nll_loss(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-
-
-@mistake("loss-bits", LOSS)
-def loss_in_bits(logits, tokens):
-    nats = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-    return nats / math.log(2)
-
-
-@mistake("loss-last-position", LOSS)
-def loss_last_position(logits, tokens):
-    return F.cross_entropy(logits[:, -2], tokens[:, -1])
-
-
-@mistake("loss-unstable", LOSS)
-def loss_softmax_then_log(logits, tokens):
-    probs = logits[:, :-1].softmax(dim=-1)
-    picked = probs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return -picked.log().mean()
-
+# the others are written in course/judges/language_model.py (written(WRITTEN) above); below, those every check names
 
 @mistake("raised", LOSS)
 def loss_classes_last(logits, tokens):
@@ -347,14 +300,8 @@ edit("cached-blocks-written-in-forward", CACHED,
       + "            x = x + block.ff(block.norm2(x))\n            new_cache.append((keys, values))\n"),
      (RUN_BLOCK_BODY, "        raise NotImplementedError()\n"), mistake="cached-run-block-missing")
 
-edit("generate-drops-prompt", GENERATE, ("    return tokens", "    return tokens[:, prompt.shape[1]:]"),
-     mistake="generate-drops-prompt")
-edit("generate-first-position", GENERATE, (SAMPLED, SAMPLED.replace("logits[:, -1]", "logits[:, 0]")),
-     mistake="generate-first-position")
-edit("generate-forgets-generator", GENERATE, (SAMPLED, SAMPLED.replace(", generator)", ")")),
-     mistake="generate-forgets-generator")
-edit("generate-ignores-settings", GENERATE, (SAMPLED, "sample_next_token(logits[:, -1], generator=generator)"),
-     mistake="generate-ignores-settings")
+# the others are written in course/judges/language_model.py (written(WRITTEN) above); below, those it names from
+# the model's calls and from autograd
 edit("generate-with-autograd-on", GENERATE, ("    with torch.no_grad():\n        tokens = prompt\n",
                                            "    if True:  # no torch.no_grad(): the tokens are the same\n"
                                            "        tokens = prompt\n"), mistake="generate-autograd-on")
@@ -400,18 +347,6 @@ def generate_in_inference_mode(model, prompt, max_new_tokens, temperature=1.0, t
 
 # ------------------------------------------------------------------ generate_cached: mistakes
 
-edit("generate-cached-drops-prompt", GENERATE_CACHED, ("    return tokens", "    return tokens[:, prompt.shape[1]:]"),
-     mistake="generate-drops-prompt")
-edit("generate-refeeds-everything", GENERATE_CACHED, (STEP_INPUT, "step_input = tokens\n"),
-     mistake="generate-cache-refeeds")
-edit("generate-cache-not-passed", GENERATE_CACHED, ("for _ in range", "for step in range"),
-     (STEP_INPUT + "            " + STEP, "logits = model(tokens if step == 0 else tokens[:, -1:])  # no cache"),
-     mistake="generate-cache-not-passed")
-edit("generate-stale-cache", GENERATE_CACHED,
-     (STEP, "logits, new_cache = model(step_input, cache=cache, use_cache=True)\n"
-            "            if cache is None:\n"
-            "                cache = new_cache  # the prompt's, kept for every step"),
-     mistake="generate-stale-cache")
 edit("generate-cached-with-autograd-on", GENERATE_CACHED,
      ("    with torch.no_grad():\n        tokens, cache = prompt, None\n",
       "    if True:  # no torch.no_grad(): the tokens are the same\n        tokens, cache = prompt, None\n"),

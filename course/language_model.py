@@ -53,7 +53,9 @@ class CausalBlock(nn.Module):
 def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting tokens[:, i + 1] from the logits at position i: (b, t, V), (b, t) -> ()."""
     vocab = logits.shape[-1]
-    return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+    predictions = logits[:, :-1].reshape(-1, vocab)  # (b * (t - 1), V): positions 0 .. t - 2
+    labels = tokens[:, 1:].reshape(-1)  # (b * (t - 1),): tokens 1 .. t - 1
+    return F.cross_entropy(predictions, labels)
 
 
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -77,17 +79,17 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)  # (b,)
 
 
-@torch.no_grad()
 def generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None,
              generator: torch.Generator | None = None) -> torch.Tensor:
     """prompt (b, t0) -> (b, t0 + max_new_tokens): the prompt and the tokens sampled one after the other, every step
-    running the model on the whole sequence so far."""
-    tokens = prompt
-    for _ in range(max_new_tokens):
-        logits = model(tokens)  # (b, t, V)
-        next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)  # (b,)
-        tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)  # (b, t + 1)
+    running the model on the whole sequence so far (inside torch.no_grad(), as the notebook's solution)."""
+    with torch.no_grad():
+        tokens = prompt
+        for _ in range(max_new_tokens):
+            logits = model(tokens)  # (b, t, V)
+            next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)  # (b,)
+            tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)  # (b, t + 1)
     return tokens
 
 
@@ -130,16 +132,16 @@ class CachedLanguageModel(LanguageModel):
         return x + block.ff(block.norm2(x)), (keys, values)
 
 
-@torch.no_grad()
 def generate_cached(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None,
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """What generate writes, with the KV cache of a CachedLanguageModel: the first step runs the prompt with
     use_cache=True, each later step only the token sampled last, with the cache of the step before."""
-    tokens, cache = prompt, None
-    for _ in range(max_new_tokens):
-        step_input = tokens if cache is None else tokens[:, -1:]  # (b, t0), then (b, 1)
-        logits, cache = model(step_input, cache=cache, use_cache=True)
-        next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)  # (b,)
-        tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)  # (b, t + 1)
+    with torch.no_grad():
+        tokens, cache = prompt, None
+        for _ in range(max_new_tokens):
+            step_input = tokens if cache is None else tokens[:, -1:]  # (b, t0), then (b, 1)
+            logits, cache = model(step_input, cache=cache, use_cache=True)
+            next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)  # (b,)
+            tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)  # (b, t + 1)
     return tokens

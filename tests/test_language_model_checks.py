@@ -55,7 +55,7 @@ def test_a_forged_call_log_does_not_make_an_uncached_generation_cached():
         uncached.facts[f"tokens{i}.calls"] = [[spec.t0 + j, 0, False] for j in range(spec.new_tokens)]
     with pytest.raises(CheckFailed) as failure:
         lm.generate_cached.judge(uncached)
-    assert failure.value.mistake == judges.M["generate-cache-unused"].id
+    assert failure.value.mistake == judges.WRITTEN["generate-cache-unused"].id
 
 
 def test_sampling_under_another_global_seed_is_named_as_the_global_generator():

@@ -3,7 +3,8 @@ nn.TransformerEncoderLayer, its mistakes and KV cache written out with switches;
 with the probe's generator; generation step by step on the stand-in models; then one declaration per check."""
 
 import math
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 
 import torch
@@ -14,6 +15,7 @@ from course.checks import language_model as probes
 from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator, output
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
+from course.checks.seeds import salted
 from course.judges import mistakes, oracles
 from course.judges.kinds import (
     LossOracle,
@@ -27,7 +29,7 @@ from course.judges.kinds import (
     run_steps,
 )
 from course.judges.oracles import dense, layer_norm
-from course.judges.variants import Variants
+from course.judges.variants import Variants, Written
 
 # ---------------------------------------------------------------- mistakes
 
@@ -208,16 +210,46 @@ def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tenso
 
 
 # ---------------------------------------------------------------- next_token_loss
+# Edits change the reference answer of course/language_model.py:
+#     predictions = logits[:, :-1].reshape(-1, vocab); labels = tokens[:, 1:].reshape(-1)
+#     return F.cross_entropy(predictions, labels)
+# Each is run on the case's logits and tokens (LossOracle's written); the first whose loss is the student's is named.
 
-def _next_token_logits(feed: str, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """The logits (b, n, vocab) scored against tokens[:, 1:], all of tokens or tokens[:, :-1]."""
-    return {"shifted": logits[:, :-1], "unshifted": logits, "backwards": logits[:, 1:]}[feed]
-
+LOSS = "next_token_loss"
+SHIFTED = "logits[:, :-1].reshape(-1, vocab)  # (b * (t - 1), V): positions 0 .. t - 2"
+LABELS = "tokens[:, 1:].reshape(-1)  # (b * (t - 1),): tokens 1 .. t - 1"
+CROSS_ENTROPY = "F.cross_entropy(predictions, labels)"
+edit("loss-not-shifted", LOSS, (SHIFTED, "logits.reshape(-1, vocab)  # (b * t, V)"),
+     (LABELS, "tokens.reshape(-1)  # (b * t,)"), mistake="loss-not-shifted",
+     says="the loss is not shifted: the logits at position i are scored against token i, which the model has just "
+          "read, so it learns to copy its input. Score logits[:, :-1] against tokens[:, 1:].")
+edit("loss-wrong-shift", LOSS, (SHIFTED, "logits[:, 1:].reshape(-1, vocab)  # positions 1 .. t - 1"),
+     (LABELS, "tokens[:, :-1].reshape(-1)  # tokens 0 .. t - 2"), mistake="loss-wrong-shift",
+     says="the shift goes the wrong way: the logits at position i predict token i + 1, so score logits[:, :-1] "
+          "against tokens[:, 1:], not logits[:, 1:] against tokens[:, :-1].")
+edit("loss-sum", LOSS, (CROSS_ENTROPY, 'F.cross_entropy(predictions, labels, reduction="sum")'), mistake="loss-sum",
+     says="the loss is a sum over all predicted tokens; the task asks for their mean.")
+edit("loss-softmax-first", LOSS, ("logits[:, :-1].reshape", "logits[:, :-1].softmax(dim=-1).reshape"),
+     mistake="loss-softmax",
+     says="a softmax is applied before F.cross_entropy, which applies log-softmax itself: pass the raw logits.")
+edit("loss-nll-on-logits", LOSS, (CROSS_ENTROPY, "F.nll_loss(predictions, labels)"), mistake="loss-nll-on-logits",
+     says="F.nll_loss is applied to raw logits: it expects log-probabilities. Use F.cross_entropy on the logits (or "
+          "F.nll_loss on F.log_softmax(logits, -1)).")
+edit("loss-in-bits", LOSS, (CROSS_ENTROPY, f"{CROSS_ENTROPY} / math.log(2)"), mistake="loss-bits",
+     says="the loss is in bits (divided by ln 2); train with nats, the natural log that F.cross_entropy uses. Convert "
+          "to bits only when you report it.")
+edit("loss-last-position", LOSS, (SHIFTED, "logits[:, -2]  # (b, V): position t - 2"),
+     (LABELS, "tokens[:, -1]  # (b,): the last token"), mistake="loss-last-position",
+     says="only the last position is scored; every position i < t - 1 predicts token i + 1, and all of them count.")
+# the right loss where the logits are small: named from a loss that is not finite (kinds.expect_loss_case)
+edit("loss-softmax-then-log", LOSS,
+     (CROSS_ENTROPY, "-predictions.softmax(dim=-1).gather(-1, labels[:, None]).log().mean()"), mistake="loss-unstable",
+     says="the loss takes the log of a softmax, which underflows for large logits: use F.cross_entropy (or "
+          "F.log_softmax).")
 
 NEXT_TOKEN_LOSS = LossOracle(
-    "next_token_loss(logits, tokens)", _next_token_logits, "tokens",
-    mistakes=(M["loss-not-shifted"], M["loss-wrong-shift"], M["loss-sum"], M["loss-softmax"], M["loss-nll-on-logits"],
-              M["loss-bits"], M["loss-last-position"], M["loss-unstable"]),
+    "next_token_loss(logits, tokens)", lambda feed, logits, tokens: logits[:, :-1], "tokens",  # the oracle's feed
+    mistakes=(WRITTEN["loss-unstable"],), written=partial(WRITTEN.outputs, LOSS),
     hint="loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)): the logits at position i "
          "against token i + 1, the mean over all of them. F.cross_entropy wants the classes last of two dimensions, "
          "or in dimension 1.")
@@ -467,42 +499,120 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
         fail(f"{spec.call} changed the state of PyTorch's global generator: {rng.explanation}", mistake=rng)
 
 
-# ---------------------------------------------------------------- generate
+# ---------------------------------------------------------------- generate: mistakes
+# Edits change the reference answers of course/language_model.py:
+#     generate: with torch.no_grad(): tokens = prompt; each step logits = model(tokens),
+#               next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), appended
+#     generate_cached: the same, the prompt fed once with use_cache=True, then tokens[:, -1:] with the cache returned
+# Each is called as the probe calls the student's (_generated), once per right way of sampling (_ways).
 
-def _oracle_generate(spec: Generation, *, pattern: str = "", position: int = -1, seed: int | None = None,
-                     settings: bool = True) -> list[torch.Tensor]:
-    """generate's tokens (b, t0 + n) on the stand-in with each right sampler (_ways), the model fed as pattern says
-    ("": the case's); seed replaces the generator's; settings=False draws once at T = 1 without top_k or top_p."""
-    temperature, top_k, top_p = (spec.temperature, spec.top_k, spec.top_p) if settings else (1.0, None, None)
-    pattern = pattern or ("cached" if spec.use_cache else "plain")
+GENERATE, GENERATE_CACHED = "generate", "generate_cached"
+SAMPLED = "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)"
+DROPPED = ("    return tokens", "    return tokens[:, prompt.shape[1]:]")
+STEP = "logits, cache = model(step_input, cache=cache, use_cache=True)"
+STEP_INPUT = "step_input = tokens if cache is None else tokens[:, -1:]  # (b, t0), then (b, 1)\n"
+edit("generate-drops-prompt", GENERATE, DROPPED, mistake="generate-drops-prompt",
+     says="the prompt is missing from the output: return the prompt followed by the new tokens, (b, t0 + "
+          "max_new_tokens).")
+edit("generate-first-position", GENERATE, (SAMPLED, SAMPLED.replace("logits[:, -1]", "logits[:, 0]")),
+     mistake="generate-first-position",
+     says="the next token is drawn from the logits of the FIRST position; the prediction for the next token is at the "
+          "LAST: logits[:, -1].")
+edit("generate-forgets-generator", GENERATE, (SAMPLED, SAMPLED.replace(", generator)", ")")),
+     mistake="generate-forgets-generator",
+     says="the generator is not passed on to sample_next_token, which then draws from the global generator: pass "
+          "generator=generator.")
+edit("generate-ignores-settings", GENERATE, (SAMPLED, "sample_next_token(logits[:, -1], generator=generator)"),
+     mistake="generate-ignores-settings",
+     says="temperature, top_k and top_p are not passed on to sample_next_token: every step must draw with the "
+          "settings it was given.")
+edit("generate-cached-drops-prompt", GENERATE_CACHED, DROPPED, mistake="generate-drops-prompt")
+# the prompt's first position, then the one token fed: not what generate's mistake draws
+edit("generate-cached-first-position", GENERATE_CACHED, (SAMPLED, SAMPLED.replace("logits[:, -1]", "logits[:, 0]")),
+     mistake="generate-first-position")
+edit("generate-cached-forgets-generator", GENERATE_CACHED, (SAMPLED, SAMPLED.replace(", generator)", ")")),
+     mistake="generate-forgets-generator")
+edit("generate-cached-ignores-settings", GENERATE_CACHED,
+     (SAMPLED, "sample_next_token(logits[:, -1], generator=generator)"), mistake="generate-ignores-settings")
+edit("generate-refeeds-everything", GENERATE_CACHED, (STEP_INPUT, "step_input = tokens\n"),
+     mistake="generate-cache-refeeds",
+     says="with the cache, the whole sequence is fed again at every step: the cache already holds the keys and values "
+          "of everything but the last token, so feed only tokens[:, -1:] with it.")
+edit("generate-cache-not-passed", GENERATE_CACHED, ("for _ in range", "for step in range"),
+     (STEP_INPUT + "            " + STEP, "logits = model(tokens if step == 0 else tokens[:, -1:])  # no cache"),
+     mistake="generate-cache-not-passed",
+     says="only the last token is fed, but without the cache: the model then sees one token at position 0. Pass the "
+          "cache from the step before, and keep the one it returns.")
+edit("generate-stale-cache", GENERATE_CACHED,
+     (STEP, "logits, new_cache = model(step_input, cache=cache, use_cache=True)\n"
+            "            if cache is None:\n"
+            "                cache = new_cache  # the prompt's, kept for every step"),
+     mistake="generate-stale-cache",
+     says="the cache is never updated: every step passes the cache of the prompt, so the tokens sampled since are "
+          "forgotten. Keep the cache the model returns at each step.")
+# named from the model's calls and from autograd (catalogue/language_model.py makes each)
+CACHE_WHEN_NOT_ASKED = WRITTEN.mistake(
+    "generate-cache-when-not-asked", "generate passes a cache to the model: it works with the LanguageModel of "
+    "exercise 1, which takes none, so every step runs the whole sequence so far (the cache is generate_cached's).")
+CACHE_UNUSED = WRITTEN.mistake(
+    "generate-cache-unused", "generate_cached does not call the model as a cache asks: the prompt once with "
+    "use_cache=True, then only the last token with the cache.")
+WITH_AUTOGRAD = WRITTEN.mistake(
+    "generate-autograd-on", "work inside torch.no_grad(), as the exercise asks: with autograd on, every call of a "
+    "model with trainable weights builds a graph that nothing will ever backpropagate through, at the cost of memory "
+    "and time.")
+
+
+def _sampler(how: str, renormalize: str) -> Callable[..., torch.Tensor]:
+    """A right sample_next_token that draws as _draw's way (how, renormalize) does."""
+
+    def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        return _draw(logits, temperature, top_k, generator, how, top_p, renormalize)
+
+    return sample_next_token
+
+
+def _generated(spec: Generation, written: Written, how: str, renormalize: str) -> torch.Tensor | None:
+    """The tokens the variant gives, called as the probe calls the student's generate: on a fresh stand-in and prompt,
+    with the case's settings and a generator seeded as its own, PyTorch's global generator seeded GLOBAL_SEED; the
+    sample_next_token it calls drawing the way (how, renormalize). None where it raises (it matches nothing)."""
+    run = written.run
+    run = types.FunctionType(run.__code__, {**run.__globals__, "sample_next_token": _sampler(how, renormalize)},
+                             run.__name__, run.__defaults__)  # the variant, calling that sampler
+    model, prompt = probes.stand_in(spec)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(salted(GLOBAL_SEED))
+            return run(model, prompt, spec.new_tokens, **probes.settings(spec))
+    except Exception:  # noqa: BLE001 - a variant that cannot run on the case (too long for the stand-in) is no match
+        return None
+
+
+def _generate_mistakes(spec: Generation) -> Iterator[tuple[Mistake, torch.Tensor]]:
+    """(mistake, its tokens) of each variant of generate (with the cache, generate_cached) on the case, drawn each
+    right way, lazily, in declaration order."""
+    for written in WRITTEN.of(GENERATE_CACHED if spec.use_cache else GENERATE):
+        for how, renormalize in _ways(spec.top_p):
+            tokens = _generated(spec, written, how, renormalize)
+            if isinstance(tokens, torch.Tensor):
+                yield written.mistake, tokens
+
+
+# ---------------------------------------------------------------- generate: the oracle
+
+def _oracle_generate(spec: Generation) -> list[torch.Tensor]:
+    """generate's tokens (b, t0 + n) on the case's stand-in with each right sampler (_ways): the whole sequence fed at
+    each step, the next token drawn from the logits of the last position with a generator seeded as the case's."""
     out = []
-    for how, renormalize in _ways(top_p) if settings else [("full", "divide")]:
+    for how, renormalize in _ways(spec.top_p):
         model, tokens = probes.stand_in(spec)
-        gen, cache, first = generator(spec.seed + 1 if seed is None else seed), None, None
+        gen = generator(spec.seed + 1)
         with torch.no_grad():
             for _ in range(spec.new_tokens):
-                if pattern == "plain":
-                    logits = model(tokens)
-                elif cache is None:
-                    logits, cache = model(tokens, use_cache=True)
-                    first = cache
-                else:  # the last token (refeed: all of them) with the cache, none (no-cache) or the first (stale)
-                    past = {"cached": cache, "refeed": cache, "no-cache": None, "stale": first}[pattern]
-                    logits, grown = model(tokens if pattern == "refeed" else tokens[:, -1:], cache=past, use_cache=True)
-                    cache = grown if pattern in ("cached", "refeed") else cache
-                nxt = _draw(logits[:, position], temperature, top_k, gen, how, top_p, renormalize)
-                tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
+                nxt = _draw(model(tokens)[:, -1], spec.temperature, spec.top_k, gen, how, spec.top_p, renormalize)
+                tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (b, t + 1)
         out.append(tokens)
     return out
-
-
-#: generate's typical mistakes as options of _oracle_generate; the last three only in generate_cached
-_GENERATE_MISTAKES = ((M["generate-first-position"], {"position": 0}),
-                      (M["generate-forgets-generator"], {"seed": GLOBAL_SEED}),
-                      (M["generate-ignores-settings"], {"settings": False}),
-                      (M["generate-cache-refeeds"], {"pattern": "refeed"}),
-                      (M["generate-cache-not-passed"], {"pattern": "no-cache"}),
-                      (M["generate-stale-cache"], {"pattern": "stale"}))
 
 
 def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) -> None:
@@ -518,28 +628,28 @@ def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) ->
     hint = (f"Start from the prompt; {feed}; draw the next token from the logits of the LAST position with "
             "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator), and append it.")
     out = _token_ids(ev, key, what, hint)
-    good = _oracle_generate(spec, pattern="plain")
-    mistakes = [(M["generate-drops-prompt"], g[:, t0:]) for g in good]  # the stand-in: cached and plain the same
-    mistakes += [(mistake, tokens) for mistake, options in _GENERATE_MISTAKES[: 6 if use_cache else 3]
-                 for tokens in _oracle_generate(spec, **options)]
+    good = _oracle_generate(spec)
+    mistakes: Iterable[tuple[Mistake, torch.Tensor]] = _generate_mistakes(spec)  # run only if out is not good
     case = f"a stand-in model, prompt ({b}, {t0}), {n} new tokens"
-    if tuple(out.shape) != (b, t0 + n) and not any(torch.equal(out, candidate) for _, candidate in mistakes):
-        fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
-             "prompt, then the new tokens.", compare.Rows(good[0]), compare.Rows(out), case, compare.WRONG_SHAPE)
+    if tuple(out.shape) != (b, t0 + n):  # wrong-shape, unless a typical mistake has this shape (the prompt dropped)
+        mistakes = list(mistakes)
+        if not any(torch.equal(out, candidate) for _, candidate in mistakes):
+            fail(f"{what} returned shape {tuple(out.shape)}; expected (b, t0 + max_new_tokens) = {(b, t0 + n)}: the "
+                 "prompt, then the new tokens.", compare.Rows(good[0]), compare.Rows(out), case, compare.WRONG_SHAPE)
     expect_equal(out, good, what=what, mistakes=mistakes, otherwise=hint, case=case,
                  differs="does not give the tokens of the step-by-step oracle")
     calls = ev.facts.get(fact_key(key, "calls"))
     if not isinstance(calls, list) or len(calls) < n:
         fail(f"{what} made {len(calls) if isinstance(calls, list) else 'no'} calls of the model for {n} new tokens.")
     expected = [[t0, 0, True], *([1, t0 + i, True] for i in range(n - 1))]
-    mistake = M["generate-cache-unused"] if use_cache else M["generate-cache-when-not-asked"]
+    mistake = CACHE_UNUSED if use_cache else CACHE_WHEN_NOT_ASKED
     if (calls[:n] != expected if use_cache else any(not isinstance(c, list) or len(c) != 3 or c[1] != 0 or c[2]
                                                     for c in calls)):
         fail(f"{what} gives the right tokens, but its calls of the model, [tokens fed, positions cached, use_cache], "
              f"were {calls[:6]}...: {mistake.explanation}", mistake=mistake)
     if no_grad and ev.facts.get(fact_key(key, "autograd_on")) is not False:
-        fail(f"{what} gives the right tokens, but it calls the model with autograd on: "
-             f"{M['generate-autograd-on'].explanation}", mistake=M["generate-autograd-on"])
+        fail(f"{what} gives the right tokens, but it calls the model with autograd on: {WITH_AUTOGRAD.explanation}",
+             mistake=WITH_AUTOGRAD)
 
 
 # ---------------------------------------------------------------- the checks
