@@ -1,6 +1,7 @@
 """Assignment 09's checks in this process, without the notebook: the reference parts (course/modern_decoder.py) pass
-every check, with the fixed seeds and under a grading seed, and parts written wrong here are failed with the mistake
-a student would be told, on the checks a student sees while working."""
+every check, with the fixed seeds and under a grading seed; wrong parts, the judges' own written mistakes (WRITTEN in
+course/judges/modern_decoder.py) or, for mistakes named by what the probe records, parts written wrong here, are
+failed with the mistake a student would be told, on the checks a student sees while working."""
 
 import pytest
 import torch
