@@ -24,11 +24,8 @@ WIDE = {
     ("course/checks/kinds.py", "ModelRun"),
     ("course/checks/language_model.py", "SamplingCase"),
     ("course/checks/language_model.py", "Generation"),
-    ("course/checks/modern_decoder.py", "AttentionCase"),
-    ("course/checks/modern_decoder.py", "ModernCase"),
     ("course/checks/modules.py", "build"),
     ("course/checks/modules.py", "expect_parameters"),
-    ("course/checks/multi_head.py", "attention_case"),
     ("course/checks/seq2seq.py", "ModelCase"),
     ("course/judges/kinds.py", "Oracle"),
     ("course/judges/kinds.py", "expect_linear_layers"),
@@ -37,7 +34,6 @@ WIDE = {
     ("course/judges/kinds.py", "expect_model_steps"),
     ("course/judges/kinds.py", "decoder"),
     ("course/judges/language_model.py", "_lm_step"),
-    ("course/judges/oracles.py", "attention_parameters"),
     ("course/judges/seq2seq.py", "_model_oracle"),
 }
 

@@ -4,7 +4,7 @@ get tables of random angles, which any rotation must accept, so nothing here com
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -176,16 +176,22 @@ apply_rotary_offset = calls("apply_rotary_offset", tuple(
 # ---------------------------------------------------------------- GroupedQueryAttention
 
 @dataclass(frozen=True)
-class AttentionCase:
-    """GroupedQueryAttention(k, heads, kv_heads) (<key>.module) on x (b, t, k), random angles, a causal or random mask:
-    <key>.full; prefix: x[:, :prefix] (<key>.first), then the rest with its cache (<key>.second); upstream: grads."""
+class GQA:
+    """GroupedQueryAttention(k, heads, kv_heads)'s arguments."""
 
-    key: str
     k: int
     heads: int
     kv_heads: int
-    b: int
-    t: int
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """The layer (<key>.module) on x (*shape, k), random angles, a causal or random mask: <key>.full; prefix:
+    x[:, :prefix] (<key>.first), then the rest with its cache (<key>.second); upstream: grads."""
+
+    key: str
+    layer: GQA
+    shape: tuple[int, int]
     seed: int
     mask: str = "causal"
     prefix: int = 0
@@ -194,18 +200,19 @@ class AttentionCase:
 
     @property
     def call(self) -> str:
-        return f"{ATTENTION_NAME}({self.k}, heads={self.heads}, kv_heads={self.kv_heads})"
+        return f"{ATTENTION_NAME}({self.layer.k}, heads={self.layer.heads}, kv_heads={self.layer.kv_heads})"
 
     def inputs(self) -> dict[str, torch.Tensor]:
-        cos, sin = angle_tables(self.t + 3, self.k // self.heads // 2, self.seed + 2)
-        mask = torch.ones(self.t, self.t, dtype=torch.bool).tril()  # (t, t)
+        (b, t), k = self.shape, self.layer.k
+        cos, sin = angle_tables(t + 3, k // self.layer.heads // 2, self.seed + 2)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
         if self.mask == "random":
-            drawn_mask = torch.rand(self.t, self.t, generator=generator(self.seed + 3)) < 0.5  # (t, t)
-            mask = drawn_mask | torch.eye(self.t, dtype=torch.bool)  # every query may read itself
-        return {"x": randn(self.b, self.t, self.k, seed=self.seed + 1), "cos": cos, "sin": sin, "mask": mask}
+            drawn_mask = torch.rand(t, t, generator=generator(self.seed + 3)) < 0.5  # (t, t)
+            mask = drawn_mask | torch.eye(t, dtype=torch.bool)  # every query may read itself
+        return {"x": randn(b, t, k, seed=self.seed + 1), "cos": cos, "sin": sin, "mask": mask}
 
     def upstream_gradient(self) -> torch.Tensor:
-        return randn(self.b, self.t, self.k, seed=self.seed + 4)
+        return randn(*self.shape, self.layer.k, seed=self.seed + 4)
 
 
 def _is_pair(value: Any) -> bool:
@@ -224,8 +231,8 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
             rec.call("indivisible_k", cls, 10, 4, 2)
             rec.call("indivisible_heads", cls, 12, 4, 3)
             continue
-        module = modules.build(rec, fact_key(case.key, "module"), cls, case.k, case.heads, case.kv_heads,
-                               seed=case.seed, layers=LAYERS, facts=_head_counts)
+        module = modules.build(rec, fact_key(case.key, "module"), cls, *astuple(case.layer), seed=case.seed,
+                               layers=LAYERS, facts=_head_counts)
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
@@ -242,29 +249,28 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
 
 # k != heads · kv_heads, head size != k, kv_heads < heads, t_q != t_k in the cache cases, batch > 1, odd lengths
 gqa_structure = property_check("gqa_structure", _probe_attention, (
-    AttentionCase(key="a", k=24, heads=6, kv_heads=2, b=2, t=5, seed=7000), "indivisible"))
+    AttentionCase(key="a", layer=GQA(k=24, heads=6, kv_heads=2), shape=(2, 5), seed=7000), "indivisible"))
 gqa_oracle = property_check("gqa_oracle", _probe_attention, (
-    AttentionCase(key="a", k=24, heads=6, kv_heads=2, b=2, t=5, seed=7100, upstream=True),
-    AttentionCase(key="b", k=24, heads=6, kv_heads=3, b=3, t=6, seed=7110, mask="random"),
-    AttentionCase(key="c", k=16, heads=4, kv_heads=4, b=2, t=5, seed=7120),
-    AttentionCase(key="d", k=12, heads=3, kv_heads=1, b=2, t=4, seed=7130, mask="random")))
+    AttentionCase(key="a", layer=GQA(k=24, heads=6, kv_heads=2), shape=(2, 5), seed=7100, upstream=True),
+    AttentionCase(key="b", layer=GQA(k=24, heads=6, kv_heads=3), shape=(3, 6), seed=7110, mask="random"),
+    AttentionCase(key="c", layer=GQA(k=16, heads=4, kv_heads=4), shape=(2, 5), seed=7120),
+    AttentionCase(key="d", layer=GQA(k=12, heads=3, kv_heads=1), shape=(2, 4), seed=7130, mask="random")))
 gqa_cache = property_check("gqa_cache", _probe_attention, (
-    AttentionCase(key="a", k=24, heads=6, kv_heads=2, b=2, t=7, seed=7200, prefix=4),
-    AttentionCase(key="b", k=16, heads=4, kv_heads=2, b=3, t=6, seed=7210, prefix=5)))
+    AttentionCase(key="a", layer=GQA(k=24, heads=6, kv_heads=2), shape=(2, 7), seed=7200, prefix=4),
+    AttentionCase(key="b", layer=GQA(k=16, heads=4, kv_heads=2), shape=(3, 6), seed=7210, prefix=5)))
 gqa_hidden = property_check("gqa_hidden", _probe_attention, (
-    AttentionCase(key="a", k=20, heads=5, kv_heads=1, b=1, t=9, seed=7300, mask="random", upstream=True),
-    AttentionCase(key="b", k=12, heads=2, kv_heads=2, b=4, t=3, seed=7310),
-    AttentionCase(key="c", k=32, heads=8, kv_heads=4, b=2, t=8, seed=7320, prefix=3, secret=True)))
+    AttentionCase(key="a", layer=GQA(k=20, heads=5, kv_heads=1), shape=(1, 9), seed=7300, mask="random", upstream=True),
+    AttentionCase(key="b", layer=GQA(k=12, heads=2, kv_heads=2), shape=(4, 3), seed=7310),
+    AttentionCase(key="c", layer=GQA(k=32, heads=8, kv_heads=4), shape=(2, 8), seed=7320, prefix=3, secret=True)))
 
 
 # ---------------------------------------------------------------- ModernLanguageModel
 
 @dataclass(frozen=True)
 class ModernCase:
-    """ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len) on b sequences of t tokens (a ModelRun's case)."""
+    """ModernLanguageModel(vocab, k, heads, kv_heads, depth, max_len) on tokens of shape (b, t) (a ModelRun's case)."""
 
-    b: int
-    t: int
+    shape: tuple[int, int]
     vocab: int
     k: int
     heads: int
@@ -272,6 +278,9 @@ class ModernCase:
     depth: int
     max_len: int
     base: float = DEFAULT_BASE  # passed by name, and only when it is not the default
+
+    b = property(lambda self: self.shape[0])  # as course/checks/kinds.py's ModelRun reads them
+    t = property(lambda self: self.shape[1])
 
     def constructor(self) -> tuple[tuple, dict]:
         """ModernLanguageModel's arguments: (vocab, k, heads, kv_heads, depth, max_len), and base= when not the
@@ -300,7 +309,7 @@ def _model_facts(model: nn.Module) -> dict:
 _probe_modern = partial(probe_models, facts=_model_facts)
 
 # head size != k, kv_heads < heads, batch > 1, odd lengths
-STRUCTURE_CASE = ModernCase(b=2, t=5, vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=9)
+STRUCTURE_CASE = ModernCase(shape=(2, 5), vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=9)
 
 
 def _modern_on_gpu(cls: Callable, d: torch.device) -> Any:
@@ -317,12 +326,12 @@ MODERN_ON_GPU = (f"{replace(STRUCTURE_CASE, depth=1).call}.to(device): 3 tokens 
 modern_lm_structure = property_check("modern_lm_structure", device.on_gpus(_probe_modern, "model", _modern_on_gpu),
                                      (ModelRun(case=STRUCTURE_CASE, seed=8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
-    ModelRun(case=ModernCase(b=3, t=7, vocab=11, k=24, heads=6, kv_heads=3, depth=2, max_len=12), seed=8100,
+    ModelRun(case=ModernCase(shape=(3, 7), vocab=11, k=24, heads=6, kv_heads=3, depth=2, max_len=12), seed=8100,
              model="model0", logits="logits0"),
-    ModelRun(case=ModernCase(b=2, t=5, vocab=13, k=16, heads=4, kv_heads=2, depth=1, max_len=5), seed=8200,
+    ModelRun(case=ModernCase(shape=(2, 5), vocab=13, k=16, heads=4, kv_heads=2, depth=1, max_len=5), seed=8200,
              model="model1", logits="logits1")))
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
-    ModelRun(case=ModernCase(b=2, t=8, vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=10), seed=8300,
+    ModelRun(case=ModernCase(shape=(2, 8), vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=10), seed=8300,
              changed=(5, 2), chunks=(3, 2, 1, 2)),))
 
 
@@ -344,11 +353,11 @@ def _probe_modern_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorde
 
 
 modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern_hidden, (
-    ModelRun(case=ModernCase(b=1, t=9, vocab=7, k=12, heads=3, kv_heads=1, depth=3, max_len=9), seed=8400,
+    ModelRun(case=ModernCase(shape=(1, 9), vocab=7, k=12, heads=3, kv_heads=1, depth=3, max_len=9), seed=8400,
              model="model0", logits="logits0", too_long=True),
-    ModelRun(case=ModernCase(b=2, t=6, vocab=9, k=16, heads=4, kv_heads=2, depth=2, max_len=8), seed=8500,
+    ModelRun(case=ModernCase(shape=(2, 6), vocab=9, k=16, heads=4, kv_heads=2, depth=2, max_len=8), seed=8500,
              model="model1", logits="logits1", upstream=8520),
-    ModelRun(case=ModernCase(b=3, t=6, vocab=13, k=20, heads=5, kv_heads=5, depth=2, max_len=12), seed=8600,
+    ModelRun(case=ModernCase(shape=(3, 6), vocab=13, k=20, heads=5, kv_heads=5, depth=2, max_len=12), seed=8600,
              model="model2", logits="logits2", chunks=(4, 1, 1), secret=True),
-    ModelRun(case=ModernCase(b=2, t=7, vocab=9, k=16, heads=4, kv_heads=2, depth=1, max_len=10, base=100.0), seed=8700,
-             model="model3", logits="logits3")))
+    ModelRun(case=ModernCase(shape=(2, 7), vocab=9, k=16, heads=4, kv_heads=2, depth=1, max_len=10, base=100.0),
+             seed=8700, model="model3", logits="logits3")))

@@ -57,24 +57,24 @@ merge_heads_oracle = calls("merge_heads_oracle", shapes("y", MERGE_CASES, seed=1
 # ---------------------------------------------------------------- the modules: their inputs
 
 
-def attention_case(key: str, heads: int, b: int, tq: int, k: int, seeds: tuple[int, int, int], *,
+def attention_case(key: str, heads: int, shape: tuple[int, int, int], seeds: tuple[int, int, int], *,
                    tk: int | None = None, mask: str | None = None, changed: int | None = None,
                    upstream: int | None = None) -> Case:
-    """forward on x (b, tq, k), a context (b, tk, k) unless tk is None, a mask unless mask is None ("padding": all but
-    3 keys of sequence 1 hidden), from seeds; changed: a position of x shifted by 3; upstream: the seed of an
-    upstream gradient (b, tq, k). Named with k and its number of heads."""
-    case = module_case(key, (b, tq, k), seeds[0], context=None if tk is None else (tk, seeds[1]), mask=mask,
-                       mask_seed=seeds[2], lengths=(tk or tq, 3), changed=changed, upstream=upstream)
-    return replace(case, label=f"k={k}, {heads} heads, {case.label}" + (", no context" if tk is None else ""))
+    """forward on x of shape (b, tq, k), a context (b, tk, k) unless tk is None, a mask unless mask is None
+    ("padding": all but 3 keys of sequence 1 hidden), from seeds; changed: a position of x shifted by 3; upstream: the
+    seed of an upstream gradient (b, tq, k). Named with k and its number of heads."""
+    case = module_case(key, shape, seeds[0], context=None if tk is None else (tk, seeds[1]), mask=mask,
+                       mask_seed=seeds[2], lengths=(tk or shape[1], 3), changed=changed, upstream=upstream)
+    return replace(case, label=f"k={shape[2]}, {heads} heads, {case.label}" + (", no context" if tk is None else ""))
 
 
 # ---------------------------------------------------------------- structure and context
 
 #: a module of 3 heads, called once: k = 12 (narrow), k = 6 (wide)
 multi_head_structure = builds_and_runs("multi_head_structure", (Runs(Built(key="module", args=(12, 3), seed=200), (
-    attention_case("y", 3, 2, 4, 12, (201, 0, 0)),)),), **MODULE_OPTIONS)
+    attention_case("y", heads=3, shape=(2, 4, 12), seeds=(201, 0, 0)),)),), **MODULE_OPTIONS)
 wide_structure = builds_and_runs("wide_structure", (Runs(Built(key="module", args=(6, 3), seed=200), (
-    attention_case("y", 3, 2, 4, 6, (202, 0, 0)),)),), **MODULE_OPTIONS)
+    attention_case("y", heads=3, shape=(2, 4, 6), seeds=(202, 0, 0)),)),), **MODULE_OPTIONS)
 
 
 def _probe_indivisible(cls: type, rec: Recorder) -> None:
@@ -86,8 +86,9 @@ multi_head_indivisible = Check("multi_head_indivisible", _probe_indivisible)
 
 #: forward(x), forward(x, context=x) and forward(x, context=c)
 CONTEXT_RUNS = (Runs(Built(key="module", args=(8, 2), seed=400), (
-    attention_case("y_self", 2, 2, 3, 8, (401, 0, 0)), attention_case("y_explicit", 2, 2, 3, 8, (401, 401, 0), tk=3),
-    attention_case("y_cross", 2, 2, 3, 8, (401, 402, 0), tk=5))),)
+    attention_case("y_self", heads=2, shape=(2, 3, 8), seeds=(401, 0, 0)),
+    attention_case("y_explicit", heads=2, shape=(2, 3, 8), seeds=(401, 401, 0), tk=3),
+    attention_case("y_cross", heads=2, shape=(2, 3, 8), seeds=(401, 402, 0), tk=5))),)
 multi_head_context = builds_and_runs("multi_head_context", CONTEXT_RUNS, **MODULE_OPTIONS)
 wide_context = builds_and_runs("wide_context", CONTEXT_RUNS, **MODULE_OPTIONS)
 
@@ -95,7 +96,8 @@ wide_context = builds_and_runs("wide_context", CONTEXT_RUNS, **MODULE_OPTIONS)
 
 CHANGED = 4
 #: x (y<i>), then x with position CHANGED changed (y_changed<i>), under a causal mask (t, t), then (b, t, t)
-CAUSAL_CASES = tuple(attention_case(f"{name}{i}", 4, 2, 6, 8, (421, 0, 0), mask=mask, changed=changed)
+CAUSAL_CASES = tuple(attention_case(f"{name}{i}", heads=4, shape=(2, 6, 8), seeds=(421, 0, 0), mask=mask,
+                                    changed=changed)
                      for i, mask in enumerate(("causal", "batched causal"))
                      for name, changed in (("y", None), ("y_changed", CHANGED)))
 multi_head_causal = builds_and_runs("multi_head_causal",
@@ -114,7 +116,7 @@ WIDE_CASES = ((6, 3, 3, 5, None, None), (4, 2, 2, 4, 7, None), (4, 4, 2, 6, None
 def oracle_runs(table: tuple, seed: int) -> tuple[Runs, ...]:
     """One module per case of table, (k, heads, b, tq, tk, mask), with its own weights; inputs from seed + i, ..."""
     return tuple(Runs(Built(key=f"module{i}", args=(k, heads), seed=300 + 20 * i), (
-        attention_case(f"y{i}", heads, b, tq, k, (seed + i, seed + 10 + i, seed + 20 + i), tk=tk, mask=mask),))
+        attention_case(f"y{i}", heads, (b, tq, k), (seed + i, seed + 10 + i, seed + 20 + i), tk=tk, mask=mask),))
         for i, (k, heads, b, tq, tk, mask) in enumerate(table))
 
 
@@ -149,7 +151,7 @@ def gradient_runs(k: int, heads: int, seed: int, tq: int, tk: int, mask: str | N
                   seeds: tuple[int, int, int, int]) -> tuple[Runs, ...]:
     """One module (seed) on x (2, tq, k), context (2, tk, k), a mask or none, an upstream: from seeds."""
     return (Runs(Built(key="module", args=(k, heads), seed=seed), (attention_case(
-        "y", heads, 2, tq, k, seeds[:3], tk=tk, mask=mask, upstream=seeds[3]),)),)
+        "y", heads, (2, tq, k), seeds[:3], tk=tk, mask=mask, upstream=seeds[3]),)),)
 
 
 multi_head_gradients = builds_and_runs("multi_head_gradients",

@@ -465,7 +465,7 @@ def _gqa_mistakes(w: Mapping[str, torch.Tensor], case: AttentionCase, **inputs: 
                   ) -> list[tuple[Mistake, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]]:
     """(mistake, out, (keys, values)) of each written mistake, built as the case builds the layer, run on inputs."""
     with torch.no_grad():
-        return [(m, *run(w, case.k, case.heads, case.kv_heads, **inputs)) for m, run in _GQA_MISTAKES]
+        return [(m, *run(w, case.layer.k, case.layer.heads, case.layer.kv_heads, **inputs)) for m, run in _GQA_MISTAKES]
 
 
 _GQA_HINT = ("forward(x, cos, sin, mask, past=None): rotate queries and keys at offset t_past, cache (keys, values) "
@@ -481,7 +481,7 @@ def _expect_gqa_case(ev: Evidence, case: AttentionCase | str, structure: bool = 
         for key, sizes in (("indivisible_k", "10, heads=4, kv_heads=2"), ("indivisible_heads", "12, 4, 3")):
             compare.expect_value_error(ev, key, f"{ATTENTION_NAME}({sizes})", GQA_NO_DIVISIBILITY_CHECK)
         return
-    k, heads, g = case.k, case.heads, case.kv_heads
+    k, heads, g = case.layer.k, case.layer.heads, case.layer.kv_heads
     into = (k, k, "nn.Linear(k, k, bias=False)")
     kv = (k, g * (k // heads), "nn.Linear(k, kv_heads * s, bias=False), s = k // heads")
     w = _bias_free(ev, fact_key(case.key, "module"), case.call, ATTENTION_NAME,

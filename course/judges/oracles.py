@@ -23,20 +23,18 @@ def causal_mask(t: int) -> torch.Tensor:
     return ~torch.isinf(nn.Transformer.generate_square_subsequent_mask(t))
 
 
-def attention_parameters(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, *, wo: torch.Tensor | None = None,
-                         bo: torch.Tensor | None = None, bq: torch.Tensor | None = None, bk: torch.Tensor | None = None,
-                         bv: torch.Tensor | None = None, query_scale: float = 1.0,
+def attention_parameters(projections: Mapping[str, torch.Tensor | None], *, query_scale: float = 1.0,
                          prefix: str = "") -> dict[str, torch.Tensor]:
-    """nn.MultiheadAttention's parameters, by name (after prefix), carrying these projections: (k, k) query, key
-    and value weights, an output projection (identity when wo is None) and biases (zero when None). query_scale
-    multiplies the query's weight and bias (:func:`unscaled` undoes nn.MultiheadAttention's scaling)."""
-    k = wq.shape[0]
-    zero = torch.zeros(k)
-    return {f"{prefix}in_proj_weight": torch.cat([wq * query_scale, wk, wv]),
-            f"{prefix}in_proj_bias": torch.cat([(zero if bq is None else bq) * query_scale,
-                                                zero if bk is None else bk, zero if bv is None else bv]),
-            f"{prefix}out_proj.weight": torch.eye(k) if wo is None else wo,
-            f"{prefix}out_proj.bias": zero if bo is None else bo}
+    """nn.MultiheadAttention's parameters, by name (after prefix), carrying projections by role: (k, k) query, key and
+    value weights wq, wk, wv, an output projection wo (identity when missing or None) and biases bq, bk, bv, bo (zero
+    when missing or None). query_scale multiplies the query's weight and bias (:func:`unscaled` undoes its scaling)."""
+    wq, wo = projections["wq"], projections.get("wo")
+    zero = torch.zeros(wq.shape[0])
+    bq, bk, bv, bo = (zero if projections.get(role) is None else projections[role] for role in ("bq", "bk", "bv", "bo"))
+    return {f"{prefix}in_proj_weight": torch.cat([wq * query_scale, projections["wk"], projections["wv"]]),
+            f"{prefix}in_proj_bias": torch.cat([bq * query_scale, bk, bv]),
+            f"{prefix}out_proj.weight": torch.eye(wq.shape[0]) if wo is None else wo,
+            f"{prefix}out_proj.bias": bo}
 
 
 def torch_mask(mask: torch.Tensor | None, b: int, tq: int, tk: int, heads: int) -> torch.Tensor | None:
@@ -54,12 +52,12 @@ def _attention_module(k: int, heads: int) -> nn.MultiheadAttention:
 
 
 def attention(x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor | None, heads: int,
-              **projections: torch.Tensor | None) -> torch.Tensor:
-    """nn.MultiheadAttention with these projections (the keywords of :func:`attention_parameters`) on x (b, tq, k),
-    reading context (b, tk, k) (x itself when None); mask bool, True = allowed, broadcastable to (b, tq, tk).
-    Autograd reaches the projections and the inputs."""
+              projections: Mapping[str, torch.Tensor | None], query_scale: float = 1.0) -> torch.Tensor:
+    """nn.MultiheadAttention with these projections (by role, as :func:`attention_parameters` takes them, query_scale
+    too) on x (b, tq, k), reading context (b, tk, k) (x itself when None); mask bool, True = allowed, broadcastable to
+    (b, tq, tk). Autograd reaches the projections and the inputs."""
     source = x if context is None else context
-    params = attention_parameters(**projections)
+    params = attention_parameters(projections, query_scale=query_scale)
     y, _ = functional_call(_attention_module(x.shape[-1], heads), params, (x, source, source),
                            {"attn_mask": torch_mask(mask, x.shape[0], x.shape[1], source.shape[1], heads),
                             "need_weights": False})
@@ -89,11 +87,11 @@ def layer_parameters(attentions: Mapping[str, Mapping[str, torch.Tensor | None]]
                      feed_forward: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]
                      ) -> dict[str, torch.Tensor]:
     """The parameters of an encoder or decoder layer, by name: attentions maps the layer's attention attribute
-    ("self_attn", "multihead_attn") to the keywords of :func:`attention_parameters`; norms are (weight, bias) of
-    norm1, norm2, ...; feed_forward is (W1, b1, W2, b2), a missing bias zero."""
+    ("self_attn", "multihead_attn") to its projections by role (:func:`attention_parameters`); norms are (weight,
+    bias) of norm1, norm2, ...; feed_forward is (W1, b1, W2, b2), a missing bias zero."""
     params = {}
     for name, projections in attentions.items():
-        params.update(attention_parameters(**projections, prefix=f"{name}."))
+        params.update(attention_parameters(projections, prefix=f"{name}."))
     for i, (weight, bias) in enumerate(norms, 1):
         params[f"norm{i}.weight"], params[f"norm{i}.bias"] = weight, bias
     w1, b1, w2, b2 = feed_forward
@@ -102,15 +100,15 @@ def layer_parameters(attentions: Mapping[str, Mapping[str, torch.Tensor | None]]
     return params
 
 
-#: the keywords of attention_parameters() -> the names of the course's attention modules' weights
+#: the roles of attention_parameters() -> the names of the course's attention modules' weights
 _COURSE_PROJECTIONS = {"wq": "to_queries.weight", "wk": "to_keys.weight", "wv": "to_values.weight",
                        "bq": "to_queries.bias", "bk": "to_keys.bias", "bv": "to_values.bias",
                        "wo": "unify_heads.weight", "bo": "unify_heads.bias"}
 
 
 def course_attention(w: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """The course's MultiHeadAttention whose weights in w are named prefix + to_queries.weight, ... as the keywords
-    of :func:`attention_parameters`: queries, keys and values without bias, the output projection unify_heads."""
+    """The course's MultiHeadAttention whose weights in w are named prefix + to_queries.weight, ... by the roles of
+    :func:`attention_parameters`: queries, keys and values without bias, the output projection unify_heads."""
     return {keyword: w[prefix + _COURSE_PROJECTIONS[keyword]] for keyword in ("wq", "wk", "wv", "wo", "bo")}
 
 
@@ -149,7 +147,7 @@ def course_module_attention(w: Mapping[str, torch.Tensor], x: torch.Tensor, cont
     """:func:`attention` (b, tq, k) with the weights w of one of the course's attention modules (what w lacks: an
     identity output, a zero bias); the scores are divided by √(k / heads) / query_scale."""
     found = {keyword: w[name] for keyword, name in _COURSE_PROJECTIONS.items() if name in w}
-    return attention(x, context, mask, heads, **found, query_scale=query_scale)
+    return attention(x, context, mask, heads, found, query_scale)
 
 
 def dense(w: Mapping[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
