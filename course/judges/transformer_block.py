@@ -34,7 +34,7 @@ BLOCK_NAME = "TransformerBlock"
 CLASSIFIER_NAME = "TransformerClassifier"
 
 ATTENTION_LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
-#: the keywords of oracles.attention_parameters
+#: the roles of the projections oracles.attention_parameters takes
 ATTENTION_ROLES = ("wq", "wk", "wv", "wo", "bo", "bq", "bk", "bv")
 
 # ---------------------------------------------------------------- mistakes
