@@ -38,7 +38,6 @@ WIDE = {
     ("course/judges/kinds.py", "decoder"),
     ("course/judges/language_model.py", "_lm_step"),
     ("course/judges/oracles.py", "attention_parameters"),
-    ("course/judges/seq2seq.py", "_model_oracle"),
 }
 
 
