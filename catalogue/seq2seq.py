@@ -139,54 +139,13 @@ class block_sublayer_list(nn.Module):
         return x
 
 
-# ------------------------------------------------------------------ Seq2SeqTransformer: mistakes
+# ------------------------------------------------------------------ Seq2SeqTransformer: mistakes named from its parts,
+# a property or the device (those it names by their logits are written in course/judges/seq2seq.py)
 
-edit("model-positions-without-dropout", "seq2seq_model",
-     ("PositionalEncoding(k, max_len, dropout)", "PositionalEncoding(k, max_len)"), mistake="model-dropout-not-passed")
-edit("model-encoder-without-dropout", "seq2seq_model",
-     ("TransformerBlock(k, heads, dropout=dropout)", "TransformerBlock(k, heads)"), mistake="model-dropout-not-passed")
-edit("model-decoder-without-dropout", "seq2seq_model",
-     ("DecoderBlock(k, heads, dropout=dropout) for _ in range(depth)", "DecoderBlock(k, heads) for _ in range(depth)"),
-     mistake="model-dropout-not-passed")
-
-edit("model-memory-not-masked", "seq2seq_model",
-     ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),
-     mistake="model-memory-not-masked")
-edit("model-decode-ignores-src-mask", "seq2seq_model",
-     ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=torch.ones_like(src_mask).unsqueeze(1))"),
-     mistake="model-memory-not-masked")
-edit("model-not-causal", "seq2seq_model", ("self_mask=self_mask, ", ""), mistake="model-not-causal")
 edit("model-causal-mask-on-the-cpu", "seq2seq_model",
      ("causal_mask(tgt.shape[1], device=tgt.device)", "causal_mask(tgt.shape[1])"), mistake="mask-wrong-device")
-edit("model-encoder-not-masked", "seq2seq_model", ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
-     mistake="model-encoder-not-masked")
 edit("model-mask-not-unsqueezed", "seq2seq_model",
      ("memory_mask=src_mask.unsqueeze(1))  # (b, t, k)", "memory_mask=src_mask)"), mistake="raised")
-edit("model-no-target-positions", "seq2seq_model",
-     ("self.positions(self.tgt_embedding(tgt))", "self.tgt_embedding(tgt)"), mistake="model-no-target-positions")
-edit("model-softmax-output", "seq2seq_model", ("self.to_logits(x)", "self.to_logits(x).softmax(dim=-1)"),
-     mistake="model-softmax")
-edit("model-memory-is-embeddings", "seq2seq_model",
-     (("        x = self.positions(self.src_embedding(src))  # (b, s, k)\n"
-       "        for block in self.encoder:\n"
-       "            x = block(x, mask=src_mask.unsqueeze(1))  # mask (b, 1, s): no query reads padding\n"
-       "        return x  # (b, s, k)\n"),
-      "        return self.positions(self.src_embedding(src))\n"),
-     mistake="model-memory-is-embeddings")
-edit("model-no-source-positions", "seq2seq_model",
-     ("self.positions(self.src_embedding(src))", "self.src_embedding(src)"), mistake="model-no-source-positions")
-edit("model-padding-not-masked", "seq2seq_model", ("block(x, mask=src_mask.unsqueeze(1))", "block(x)"),
-     ("self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))", "self_mask=self_mask)"),
-     mistake="model-padding-not-masked")
-edit("model-scaled-embeddings", "seq2seq_model",
-     ("        self.to_logits = nn.Linear(k, tgt_vocab_size)\n",
-      ("        self.to_logits = nn.Linear(k, tgt_vocab_size)\n"
-       "        self.k = k\n")),
-     ("self.positions(self.src_embedding(src))", "self.positions(self.src_embedding(src) * self.k ** 0.5)"),
-     ("self.positions(self.tgt_embedding(tgt))", "self.positions(self.tgt_embedding(tgt) * self.k ** 0.5)"),
-     mistake="model-scaled-embeddings")
-edit("model-target-source-embedding", "seq2seq_model", ("self.tgt_embedding(tgt)", "self.src_embedding(tgt)"),
-     mistake="model-target-source-embedding")
 edit("model-causal-mask-in-pytorch-convention", "seq2seq_model", ("self_mask=self_mask,", "self_mask=~self_mask,"),
      mistake="model-reads-future")
 edit("model-mask-from-pad-tokens", "seq2seq_model",
@@ -236,35 +195,14 @@ edit("model-one-block-reused", "seq2seq_model",
 
 # ------------------------------------------------------------------ Seq2SeqTransformer: correct alternatives
 
-@alternative("seq2seq_model")
-class model_inline_masks(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, k, heads, depth, max_len, dropout=0.0):
-        super().__init__()
-        self.src_embedding = nn.Embedding(src_vocab_size, k)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, k)
-        self.positions = PositionalEncoding(k, max_len, dropout)
-        self.encoder = nn.ModuleList(TransformerBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.decoder = nn.ModuleList(DecoderBlock(k, heads, dropout=dropout) for _ in range(depth))
-        self.to_logits = nn.Linear(k, tgt_vocab_size)
-
-    def encode(self, src, src_mask):
-        mask = src_mask[:, None, :]
-        x = self.src_embedding(src)
-        x = self.positions(x)
-        for block in self.encoder:
-            x = block(x, mask)
-        return x
-
-    def decode(self, tgt, memory, src_mask):
-        t = tgt.size(1)
-        future = torch.triu(torch.ones(t, t, dtype=torch.bool, device=tgt.device), diagonal=1)
-        x = self.positions(self.tgt_embedding(tgt))
-        for block in self.decoder:
-            x = block(x, memory, ~future, src_mask[:, None, :])
-        return self.to_logits(x)
-
-    def forward(self, src, tgt, src_mask):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+edit("model-inline-masks", "seq2seq_model",
+     ("            x = block(x, mask=src_mask.unsqueeze(1))", "            x = block(x, src_mask[:, None, :])"),
+     ("self_mask = causal_mask(tgt.shape[1], device=tgt.device)",
+      "future = torch.triu(torch.ones(t, t, dtype=torch.bool, device=tgt.device), diagonal=1)"),
+     ("        x = self.positions(self.tgt_embedding(tgt))",
+      "        t = tgt.size(1)\n        x = self.positions(self.tgt_embedding(tgt))"),
+     ("block(x, memory, self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))",
+      "block(x, memory, ~future, src_mask[:, None, :])"))
 edit("model-forward-by-hand", "seq2seq_model",
      ("        return self.decode(tgt, self.encode(src, src_mask), src_mask)\n",
       ("        memory = self.encode(src, src_mask)\n"

@@ -3,14 +3,14 @@ and Seq2SeqTransformer against nn.TransformerDecoderLayer / nn.TransformerEncode
 (whose boolean masks mean True = NOT allowed, so ours are inverted), the loss against F.cross_entropy, greedy decoding
 against a step-by-step argmax, the training loop's parts against PyTorch's SGD, learning rates and groups.
 
-The typical mistakes of the masks, DecoderBlock, the loss, greedy_decode, learning_rate and train_step are written as
-code beside their judges (course/judges/variants.py), named by running them; configure_optimizer's are declared beside
-its judge; Seq2SeqTransformer's are still explained in mistakes/seq2seq.txt (M) and simulated.
+The typical mistakes of every exercise are written as code beside its judge (course/judges/variants.py), named by
+running them; those named from a structure, a dtype, a device or a property are declared there too.
 """
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
+from functools import lru_cache, partial
+from itertools import chain
 from typing import Any, NoReturn
 
 import torch
@@ -35,11 +35,11 @@ from course.checks.compare import (
     tensor,
 )
 from course.checks.evidence import Evidence, fact_key
-from course.checks.kinds import Built, Runs, RunsCheck
+from course.checks.kinds import Built, Case, Runs, RunsCheck
 from course.checks.modules import WRONG_PART_TYPE
 from course.checks.seq2seq import BOS_ID, PAD_ID
 from course.dates import PAD
-from course.judges import mistakes, oracles
+from course.judges import oracles
 from course.judges.kinds import (
     BlockOracle,
     ForwardOracle,
@@ -53,7 +53,7 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
-from course.judges.variants import Variants, simulators
+from course.judges.variants import Variants, Written, simulators
 
 PADDING_NAME = "padding_mask(lengths, t)"
 BLOCK_NAME = "DecoderBlock"
@@ -66,11 +66,10 @@ DECODE_NAME = "greedy_decode(model, src, src_mask, max_len, bos, eos)"
 # Written as code (course/judges/variants.py): edits of the reference answers of course/seq2seq.py, each exercise's
 # at the head of its section with the message beside it, named by running them; when an output matches two, the first
 # declared is named. Mistakes every check names (a wrong shape, an error, a detached output) are in
-# catalogue/seq2seq.py. Those not moved yet are explained in course/judges/mistakes/seq2seq.txt (M) and simulated.
+# catalogue/seq2seq.py.
 
 WRITTEN = Variants(__name__, reference="course.seq2seq")
 edit = WRITTEN.edit
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/seq2seq.txt
 
 #     causal_mask:  return torch.ones(t, t, dtype=torch.bool, device=device).tril()
 TRIL = ".tril()"
@@ -97,8 +96,8 @@ edit("padding-one-too-few", "padding_mask", (LESS, f"{LESS} - 1"), mistake="padd
      says="the mask is off by one: it marks one real token too few (position < length - 1). Row i has lengths[i] real "
           "tokens at positions 0 .. lengths[i] - 1.")
 
-# named from the mask's dtype or shape (catalogue/seq2seq.py holds the answers that make them); mask-wrong-device,
-# which Seq2SeqTransformer's checks name too, stays in the table until they move
+# named from the mask's dtype, shape or device (catalogue/seq2seq.py holds the answers that make them); the model's
+# checks name the device one too
 FLOAT_MASK = WRITTEN.mistake("float-mask", "the mask is a tensor of numbers; a boolean mask is asked, True where "
                                            "attention is allowed.")
 ADDITIVE_MASK = WRITTEN.mistake(
@@ -106,6 +105,11 @@ ADDITIVE_MASK = WRITTEN.mistake(
                      "is asked, True where attention is allowed.")
 PADDING_TRANSPOSED = WRITTEN.mistake("padding-transposed", "the padding mask is transposed: one row per sequence, one "
                                                            "column per position, (b, t).")
+MASK_WRONG_DEVICE = WRITTEN.mistake(
+    "mask-wrong-device", "the mask is not on the device of its input: make it there (device=device in causal_mask, "
+                         "device=lengths.device for padding_mask's torch.arange, causal_mask(tgt.shape[1], "
+                         "device=tgt.device) in the model's decode). A CPU grader would pass it; a GPU refuses to mix "
+                         "it with the scores.")
 
 
 def _not_asked(what: str, mistake: Mistake, more: str = "", *shown: Any) -> NoReturn:
@@ -144,17 +148,17 @@ def _expect_mask(ev: Evidence, case: probes.SettingCase) -> None:
         _not_asked(what, mistake, f" (it returned dtype {mask.dtype})")
     output(ev, case.key, what=what, shape=tuple(expected.shape), shape_hints=hints, floating=False, device=False)
     if ev.facts[case.key].get("device") != device:
-        _not_asked(what, M["mask-wrong-device"], f" (it is on {ev.facts[case.key].get('device')}, not {device})")
+        _not_asked(what, MASK_WRONG_DEVICE, f" (it is on {ev.facts[case.key].get('device')}, not {device})")
     expect_equal(mask, expected, what=what, mistakes=mistakes, otherwise=otherwise, case=label)
 
 
 each_case(probes.causal_mask_by_hand, _expect_mask,
-          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[0], M["mask-wrong-device"]),
+          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[0], MASK_WRONG_DEVICE),
           passed="t = 4: the lower triangle, diagonal included, as bools; made on the device asked for (a stand-in "
                  "CUDA and MPS).")
 each_case(probes.causal_mask_oracle, _expect_mask, passed="Several lengths and devices: True where j <= i.")
 each_case(probes.padding_mask_by_hand, _expect_mask,
-          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[1], M["mask-wrong-device"]),
+          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[1], MASK_WRONG_DEVICE),
           passed="lengths [3, 1, 4], t = 5; made on the device of lengths (a stand-in CUDA and MPS).")
 each_case(probes.padding_mask_oracle, _expect_mask, passed="Several batches: lengths 1 to t, a batch of one.")
 
@@ -234,6 +238,7 @@ BLOCK_MISTAKES = simulators(WRITTEN, "DecoderBlock")
 WRITTEN.mistake("block-shared-attention",
                 "self_attention and cross_attention are one module: create two MultiHeadAttention modules.")
 WRITTEN.mistake("shared-norm", "two of the block's norms are one module: each sublayer needs its own LayerNorm(k).")
+WRONG_SIZE = WRITTEN.mistake("wrong-size", "a part has the wrong size for the sizes the model was given.")
 WRITTEN.mistake("block-not-causal",
                 "the block reads the future: changing later target positions changes earlier outputs.")
 WRITTEN.mistake("block-reads-padding", "the block reads padded memory positions, which memory_mask masks out.")
@@ -286,9 +291,9 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
         if shared is not None and any(fact.get("same_as") for fact in facts):
             _not_asked(BLOCK_NAME, shared)
         if any(fact.get("heads", heads) != heads for fact in facts):
-            _not_asked(what, M["wrong-size"], f" Its attentions need {heads} heads: {how}.")
+            _not_asked(what, WRONG_SIZE, f" Its attentions need {heads} heads: {how}.")
     w = modules.expect_parameters(ev, key, what, _block_shapes("", k, ff_mult), built.seed, hint=modules.PARTS_HINT,
-                                  resized=M["wrong-size"])
+                                  resized=WRONG_SIZE)
     modules.expect_parameter_count(ev, key, what, sum(v.numel() for v in w.values()),
                                    "two attentions, three norms and the feed-forward make",
                                    "Is an extra layer registered?")
@@ -349,39 +354,126 @@ declared(probes.decoder_block_padding_gradients,
 
 # ---------------------------------------------------------------- Seq2SeqTransformer
 
-def _model_oracle(w: dict[str, torch.Tensor], src_vocab: int, tgt_vocab: int, k: int, heads: int, depth: int,
-                  max_len: int, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor, *, src_positions=True,
-                  tgt_positions=True, encoder_mask=True, memory_mask=True, causal=True, use_encoder=True,
-                  tgt_embedding="tgt", scaled=False, softmax=False) -> torch.Tensor:
-    """Logits (b, t, tgt_vocab) by PyTorch's encoder and decoder layers with the check's weights (args: the
-    constructor's); the keywords switch typical mistakes on."""
-    scale = math.sqrt(k) if scaled else 1.0
-    x = F.embedding(src, w["src_embedding.weight"]) * scale
-    if src_positions:
-        x = x + oracles.sinusoidal_table(src.shape[1], k)
-    if use_encoder:
-        for i in range(depth):
-            x = oracles.course_layer(w, f"encoder.{i}.", heads, x, pad=src_mask if encoder_mask else None)
-    memory = x
-    table = w["tgt_embedding.weight"] if tgt_embedding == "tgt" else w["src_embedding.weight"]
-    y = F.embedding(tgt, table) * scale
-    if tgt_positions:
-        y = y + oracles.sinusoidal_table(tgt.shape[1], k)
+#     Seq2SeqTransformer.encode: x = self.positions(self.src_embedding(src))
+#                                for block in self.encoder: x = block(x, mask=src_mask.unsqueeze(1))
+#                        decode: x = self.positions(self.tgt_embedding(tgt))
+#                                self_mask = causal_mask(tgt.shape[1], device=tgt.device)
+#                                for block in self.decoder:
+#                                    x = block(x, memory, self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))
+#                                return self.to_logits(x)
+# Each is built with the check's constructor arguments and run with the student's weights (_variant_outputs) on the
+# first forward case of a run (the dropout ones only on the run built with dropout=1.0); when the logits match two,
+# the first declared is named.
+ENCODER_MASKED = "block(x, mask=src_mask.unsqueeze(1))"
+MEMORY_MASKED = "self_mask=self_mask, memory_mask=src_mask.unsqueeze(1))"
+SRC_POSITIONS, TGT_POSITIONS = "self.positions(self.src_embedding(src))", "self.positions(self.tgt_embedding(tgt))"
+edit("model-softmax-output", "Seq2SeqTransformer",
+     ("return self.to_logits(x)", "return self.to_logits(x).softmax(dim=-1)"), mistake="model-softmax",
+     says="forward returns probabilities (a softmax of the logits). Return the raw logits: F.cross_entropy applies "
+          "log-softmax itself.")
+edit("model-not-causal", "Seq2SeqTransformer", ("self_mask=self_mask, ", ""), mistake="model-not-causal",
+     says="the decoder is not causal: pass causal_mask(t) to every DecoderBlock as self_mask.")
+edit("model-memory-not-masked", "Seq2SeqTransformer", (MEMORY_MASKED, "self_mask=self_mask)"),
+     mistake="model-memory-not-masked",
+     says="source padding is not masked in cross-attention: pass src_mask as memory_mask, shaped (b, 1, s), to every "
+          "DecoderBlock.")
+edit("model-encoder-not-masked", "Seq2SeqTransformer", (ENCODER_MASKED, "block(x)"), mistake="model-encoder-not-masked",
+     says="source padding is not masked in the encoder: pass src_mask, shaped (b, 1, s), to every encoder block.")
+edit("model-padding-not-masked", "Seq2SeqTransformer", (ENCODER_MASKED, "block(x)"),
+     (MEMORY_MASKED, "self_mask=self_mask)"), mistake="model-padding-not-masked",
+     says="source padding is masked neither in the encoder nor in cross-attention: pass src_mask shaped (b, 1, s) to "
+          "both.")
+edit("model-no-target-positions", "Seq2SeqTransformer", (TGT_POSITIONS, "self.tgt_embedding(tgt)"),
+     mistake="model-no-target-positions",
+     says="no positions are added to the target embeddings: apply self.positions in decode too.")
+edit("model-no-source-positions", "Seq2SeqTransformer", (SRC_POSITIONS, "self.src_embedding(src)"),
+     mistake="model-no-source-positions",
+     says="no positions are added to the source embeddings: apply self.positions in encode too.")
+edit("model-memory-is-embeddings", "Seq2SeqTransformer",
+     ("        for block in self.encoder:\n"
+      "            x = block(x, mask=src_mask.unsqueeze(1))  # mask (b, 1, s): no query reads padding\n", ""),
+     mistake="model-memory-is-embeddings",
+     says="the memory is the source embeddings: encode must run them through the encoder blocks.")
+edit("model-scaled-embeddings", "Seq2SeqTransformer",
+     ("        self.to_logits = nn.Linear(k, tgt_vocab_size)\n",
+      "        self.to_logits = nn.Linear(k, tgt_vocab_size)\n        self.k = k\n"),
+     (SRC_POSITIONS, "self.positions(self.src_embedding(src) * self.k ** 0.5)"),
+     (TGT_POSITIONS, "self.positions(self.tgt_embedding(tgt) * self.k ** 0.5)"), mistake="model-scaled-embeddings",
+     says="the embeddings are multiplied by √k; in this course the positions are added to the plain embeddings.")
+# raises where a target id is past the source vocabulary (skipped there)
+edit("model-target-source-embedding", "Seq2SeqTransformer", ("self.tgt_embedding(tgt)", "self.src_embedding(tgt)"),
+     mistake="model-target-source-embedding",
+     says="the target tokens are embedded with src_embedding; use tgt_embedding for them.")
+# the same logits as model-memory-not-masked, so last: it never matches where that one did not
+edit("model-decode-ignores-src-mask", "Seq2SeqTransformer",
+     ("memory_mask=src_mask", "memory_mask=torch.ones_like(src_mask)"), mistake="model-memory-not-masked")
+# named only on the run built with dropout=1.0 in training mode, where every dropout zeroes what it is given
+edit("model-positions-without-dropout", "Seq2SeqTransformer",
+     ("PositionalEncoding(k, max_len, dropout)", "PositionalEncoding(k, max_len)"), mistake="model-dropout-not-passed",
+     says="a part of the model ignores its dropout: built with dropout=1.0 and run in training mode, where a dropout "
+          "zeroes all it is given, the positions should give zeros and each block the norms of its input in turn. "
+          "Pass dropout on to PositionalEncoding, every TransformerBlock and every DecoderBlock (dropout=dropout).")
+edit("model-encoder-without-dropout", "Seq2SeqTransformer",
+     ("TransformerBlock(k, heads, dropout=dropout)", "TransformerBlock(k, heads)"), mistake="model-dropout-not-passed")
+edit("model-decoder-without-dropout", "Seq2SeqTransformer",
+     ("DecoderBlock(k, heads, dropout=dropout)", "DecoderBlock(k, heads)"), mistake="model-dropout-not-passed")
+# named from the structure recorded, or from a property (catalogue/seq2seq.py makes each)
+SHARED_EMBEDDING = WRITTEN.mistake("shared-embedding", "src_embedding and tgt_embedding are one module: source and "
+                                                       "target have their own vocabularies.")
+SHARED_BLOCK = WRITTEN.mistake("shared-block", "one block is used for several layers: create a new block for every "
+                                               "layer.")
+WRONG_DEPTH = WRITTEN.mistake("wrong-depth", "the encoder or the decoder does not hold `depth` blocks.")
+READS_FUTURE = WRITTEN.mistake("model-reads-future", "the model reads the future: changing a later target token "
+                                                     "changes the logits at earlier positions.")
+READS_PADDING = WRITTEN.mistake("model-reads-padding", "the model reads the source padding, which src_mask masks out.")
+DECODE_INCONSISTENT = WRITTEN.mistake("decode-inconsistent", "decode(tgt, encode(src, src_mask), src_mask) differs "
+                                                             "from forward(src, tgt, src_mask).")
+
+
+def _translator(w: dict[str, torch.Tensor], k: int, heads: int, depth: int, src: torch.Tensor, tgt: torch.Tensor,
+                src_mask: torch.Tensor) -> torch.Tensor:
+    """Logits (b, t, tgt_vocab) by PyTorch's encoder and decoder layers with the check's weights."""
+    x = F.embedding(src, w["src_embedding.weight"]) + oracles.sinusoidal_table(src.shape[1], k)  # (b, s, k)
     for i in range(depth):
-        y = oracles.course_layer(w, f"decoder.{i}.", heads, y, memory, causal=causal,
-                                 pad=src_mask if memory_mask else None)
-    logits = oracles.dense(w, "to_logits", y)
-    return F.softmax(logits, dim=-1) if softmax else logits
+        x = oracles.course_layer(w, f"encoder.{i}.", heads, x, pad=src_mask)
+    y = F.embedding(tgt, w["tgt_embedding.weight"]) + oracles.sinusoidal_table(tgt.shape[1], k)  # (b, t, k)
+    for i in range(depth):
+        y = oracles.course_layer(w, f"decoder.{i}.", heads, y, x, causal=True, pad=src_mask)
+    return oracles.dense(w, "to_logits", y)
 
 
-_MODEL_MISTAKES = (
-    (M["model-softmax"], {"softmax": True}), (M["model-not-causal"], {"causal": False}),
-    (M["model-memory-not-masked"], {"memory_mask": False}), (M["model-encoder-not-masked"], {"encoder_mask": False}),
-    (M["model-padding-not-masked"], {"encoder_mask": False, "memory_mask": False}),
-    (M["model-no-target-positions"], {"tgt_positions": False}),
-    (M["model-no-source-positions"], {"src_positions": False}),
-    (M["model-memory-is-embeddings"], {"use_encoder": False}), (M["model-scaled-embeddings"], {"scaled": True}),
-    (M["model-target-source-embedding"], {"tgt_embedding": "src"}))
+@lru_cache(maxsize=128)
+def _variant_model(written: Written, args: tuple, method: str) -> nn.Module:
+    """The variant built with the constructor arguments args on the meta device (no weights drawn), once (building is
+    most of a small model's cost; functional_call lends it weights), called through method (forward, or encode)."""
+    with torch.device("meta"):
+        model = written.run(*args)
+    model.forward = getattr(model, method)  # what functional_call calls
+    return model
+
+
+def _variant_outputs(w: dict[str, torch.Tensor], args: tuple, method: str = "forward", **inputs: torch.Tensor
+                     ) -> Iterator[tuple[Mistake, torch.Tensor, Callable]]:
+    """(mistake, output, its function of the weights) of each written variant of Seq2SeqTransformer, lazily, in order,
+    run with the weights w and the sinusoidal table as the positions' buffer, without autograd: built with a dropout
+    (args' seventh), only the dropout ones, else the others; one that raises is skipped."""
+    table = {"positions.table": oracles.sinusoidal_table(args[5], args[2])}  # args: (..., k, heads, depth, max_len)
+
+    def run(written: Written, leaves: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.func.functional_call(_variant_model(written, args, method), {**leaves, **table}, kwargs=inputs,
+                                          strict=True)
+
+    for written in WRITTEN.of(MODEL_NAME):
+        if (written.mistake is WRITTEN["model-dropout-not-passed"]) != bool(args[6:]):
+            continue
+        try:
+            with torch.no_grad():
+                out = run(written, w)
+        except Exception:  # noqa: BLE001 - a variant that cannot run on these inputs matches nothing
+            continue
+        yield written.mistake, out, partial(run, written)
+
+
 _MODEL_HINT = ("encode: x = positions(src_embedding(src)), then every encoder block with mask src_mask[:, None, :]; "
                "decode: y = positions(tgt_embedding(tgt)), every decoder block with self_mask = causal_mask(t) and "
                "memory_mask = src_mask[:, None, :], then to_logits.")
@@ -404,89 +496,33 @@ def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
                            f"max_len={max_len})")
     parts = {name: modules.expect_part(ev, key, MODEL_NAME, name, kind, how) for name, kind, how in _MODEL_PARTS}
     if parts["tgt_embedding"].get("same_as") == "src_embedding":
-        _not_asked(MODEL_NAME, M["shared-embedding"])
+        _not_asked(MODEL_NAME, SHARED_EMBEDDING)
     for name in ("encoder", "decoder"):
         items = parts[name].get("items")
         if not isinstance(items, list) or len(items) != depth:
             fail(f"{MODEL_NAME}.{name} holds {len(items) if isinstance(items, list) else '?'} blocks; with "
-                 f"depth={depth} it should hold {depth}.", mistake=M["wrong-depth"])
+                 f"depth={depth} it should hold {depth}.", mistake=WRONG_DEPTH)
     if (parts["encoder"]["items"], parts["decoder"]["items"]) != (["TransformerBlock"] * depth,
                                                                   ["DecoderBlock"] * depth):
         fail(f"{MODEL_NAME}.encoder should hold course TransformerBlock(k, heads), and .decoder your "
              f"DecoderBlock(k, heads); the encoder holds {str(parts['encoder']['items'])[:80]}.",
              mistake=WRONG_PART_TYPE)
     if ev.facts[fact_key(key, "parts")].get("distinct_blocks") != 2 * depth:
-        _not_asked(MODEL_NAME, M["shared-block"])
+        _not_asked(MODEL_NAME, SHARED_BLOCK)
     shapes = {"src_embedding.weight": (src_vocab, k), "tgt_embedding.weight": (tgt_vocab, k),
               **{n: s for i in range(depth) for n, s in modules.block_shapes(f"encoder.{i}.", k, 4 * k).items()},
               **{n: s for i in range(depth) for n, s in _block_shapes(f"decoder.{i}.", k, 4).items()},
               "to_logits.weight": (tgt_vocab, k), "to_logits.bias": (tgt_vocab,)}
     return modules.expect_parameters(ev, key, MODEL_NAME, shapes, built.seed, hint=modules.PARTS_HINT,
-                                     resized=M["wrong-size"])
+                                     resized=WRONG_SIZE)
 
 
-def _dropped_model(w: dict[str, torch.Tensor], k: int, heads: int, depth: int, src: torch.Tensor, tgt: torch.Tensor,
-                   src_mask: torch.Tensor, *, ignored: str = "") -> tuple[torch.Tensor, torch.Tensor]:
-    """(memory, logits) of the model built with dropout=1.0 and run in training mode, where every dropout zeroes what
-    it is given: the positions give zeros and each block gives its norms of its input in turn (norm2(norm1(x)),
-    norm3(norm2(norm1(y)))). ignored: the part not given the dropout ("positions", "encoder" or "decoder")."""
-    def norms(prefix: str, x: torch.Tensor, n: int) -> torch.Tensor:
-        for j in range(1, n + 1):
-            x = oracles.layer_norm(w, f"{prefix}norm{j}", x)
-        return x
-
-    x = F.embedding(src, w["src_embedding.weight"]) + oracles.sinusoidal_table(src.shape[1], k)  # (b, s, k)
-    y = F.embedding(tgt, w["tgt_embedding.weight"]) + oracles.sinusoidal_table(tgt.shape[1], k)  # (b, t, k)
-    if ignored != "positions":
-        x, y = torch.zeros_like(x), torch.zeros_like(y)
-    for i in range(depth):
-        p = f"encoder.{i}."
-        x = oracles.course_layer(w, p, heads, x, pad=src_mask) if ignored == "encoder" else norms(p, x, 2)
-    for i in range(depth):
-        p = f"decoder.{i}."
-        y = oracles.course_layer(w, p, heads, y, x, causal=True, pad=src_mask) if ignored == "decoder" \
-            else norms(p, y, 3)
-    return x, oracles.dense(w, "to_logits", y)
-
-
-_DROPOUT_HOW = {"positions": "PositionalEncoding(k, max_len, dropout)", "encoder": "TransformerBlock(k, heads, "
-                "dropout=dropout)", "decoder": "DecoderBlock(k, heads, dropout=dropout)"}
-_DROPOUT_PART = {"positions": "positions", "encoder": "encoder's blocks", "decoder": "decoder's blocks"}
-
-
-def _expect_dropped(ev: Evidence, run: Runs) -> None:
-    """The run's model, built with dropout=1.0 and run in training mode: encode and forward as _dropped_model gives
-    them, else the part that was not given the dropout named."""
-    __tracebackhide__ = True
-    args = run.module.args[:6]
-    w = _model_weights(ev, run.module)
-    call = f"{MODEL_NAME}(..., dropout=1.0) in training mode"
-    for case in run.cases:
-        inputs = dict(case.inputs())
-        (b, s), t = inputs["src"].shape, inputs["tgt"].shape[1]
-        memory = case.key.startswith("memory")
-        parts = ("positions", "encoder") if memory else ("positions", "decoder")
-        with torch.no_grad():
-            right = _dropped_model(w, *args[2:5], **inputs)[0 if memory else 1]
-            wrong = [(Mistake(M["model-dropout-not-passed"].id, f"the {_DROPOUT_PART[part]} ignore the model's "
-                              f"dropout, which zeroes all it is given here: build them as {_DROPOUT_HOW[part]}."),
-                      _dropped_model(w, *args[2:5], **inputs, ignored=part)[0 if memory else 1]) for part in parts]
-        what = f"{call}: {'encode(src, src_mask)' if memory else 'forward(src, tgt, src_mask)'}"
-        y = output(ev, case.key, what=what, shape=(b, s, args[2]) if memory else (b, t, args[1]),
-                   hint=_MODEL_CALL_HINT)
-        expect_close(y, right, what=what, device=ev.device, mistakes=wrong, case=case.label, otherwise=(
-            "Every dropout zeroes what it is given, so the positions give zeros and each block the norms of its input "
-            "in turn: pass dropout on to " + ", ".join(_DROPOUT_HOW.values()) + "."))
-
-
-def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
+def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> tuple[Case, dict[str, torch.Tensor], torch.Tensor]:
     """The run's model (probes.model_runs): its structure; the logits of its first forward case against PyTorch's
     encoder and decoder layers with the check's weights, naming the typical mistake they match (strict), else only an
     encoder-decoder's, right or typically wrong, after what the other cases show (encode's shape, decode equal to
-    forward, causality, padding ignored); then autograd's gradients where that case has an upstream."""
+    forward, causality, padding ignored). Returns that case, the weights and its logits."""
     __tracebackhide__ = True
-    if run.module.args[6:]:  # built with a dropout
-        return _expect_dropped(ev, run)
     args, first = run.module.args, None
     w = _model_weights(ev, run.module)
     for case in run.cases:
@@ -502,57 +538,97 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> None:
             (b, s, args[1]): "One output per source position: the decoder must produce one per target position."})
         if first is None:
             first, logits = case, y
-            with torch.no_grad():  # (mistake, switches, logits): the oracle's, then the typical mistakes'
-                candidates = [(m, sw, _model_oracle(w, *args, **inputs, **sw))
-                              for m, sw in ((None, {}), *_MODEL_MISTAKES)
-                              if m is not M["model-target-source-embedding"] or int(inputs["tgt"].max()) < args[0]]
-            expected, mistakes = candidates[0][2], [(m, out) for m, _, out in candidates[1:]]
+            with torch.no_grad():
+                expected = _translator(w, *args[2:5], **inputs)
+            mistakes = ((m, out) for m, out, _ in _variant_outputs(w, args, **inputs))  # computed only if needed
             if strict:
                 expect_close_batch(y, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
                                    otherwise=_MODEL_HINT, mistakes=mistakes, case=case.label)
             elif case.upstream is not None:
                 modules.expect_attached(ev, case.key, f"{MODEL_NAME}.forward")
         elif case.key.startswith("decoded") and not matches_any(y, [logits], ev.device):
-            _not_asked(MODEL_NAME, M["decode-inconsistent"], " Greedy decoding encodes once, then decodes step "
-                       "by step.", logits[0, :, 0], y[0, :, 0], "first logit of sequence 0")
+            _not_asked(MODEL_NAME, DECODE_INCONSISTENT, " Greedy decoding encodes once, then decodes step by step.",
+                       logits[0, :, 0], y[0, :, 0], "first logit of sequence 0")
         elif case.key.endswith("longer"):
             _expect_padding_ignored(ev, logits, y, MODEL_NAME, mistakes, "Pass src_mask shaped (b, 1, s) to every "
-                                    "encoder block AND as memory_mask to every decoder block.",
-                                    M["model-reads-padding"])
+                                    "encoder block AND as memory_mask to every decoder block.", READS_PADDING)
         elif "changed" in case.key:
             j = int((inputs["tgt"] != first.inputs()["tgt"]).any(dim=0).nonzero()[0])  # the target changed there
             expect_causal(ev, logits, y, j, f"{MODEL_NAME}.forward on targets", mistakes,
-                          M["model-not-causal"].explanation, M["model-reads-future"])
-    if not strict and not matches_any(logits, [out for *_, out in candidates], ev.device):
+                          WRITTEN["model-not-causal"].explanation, READS_FUTURE)
+    if not strict and not matches_any(logits, chain([expected], (out for _, out, _ in _variant_outputs(
+            w, args, **first.inputs()))), ev.device):
         fail(f"{MODEL_NAME}'s logits match neither an encoder-decoder transformer with the check's weights nor a "
              f"known mistake: {_MODEL_HINT}", expected, logits, case=first.label)
-    if first.upstream is not None:
-        modules.expect_differentiable(ev, first.key, f"{MODEL_NAME}.forward")
-        because, chosen, _ = next((c for c in candidates if matches_any(logits, [c[2]], ev.device)), (None, {}, None))
-        grads = modules.autograd(lambda leaves: _model_oracle(leaves, *args, **first.inputs(), **chosen), w, {},
-                                 first.upstream())
-        modules.expect_gradients(ev, grads, owner=MODEL_NAME, case=first.label, because=because,
-                                 hints={name: "Is memory the output of the encoder blocks?" for name in w
-                                        if name.startswith(("encoder", "src"))},
-                                 oracle="PyTorch's encoder and decoder layers with the same weights")
+    return first, w, logits
+
+
+def _expect_gradients(strict: bool, ev: Evidence, run: Runs) -> None:
+    """The run as _expect_translator judges it, then autograd's gradients on its first case (which has an upstream)
+    through PyTorch's layers, or through the typical mistake its logits match (named where a parameter gets none)."""
+    __tracebackhide__ = True
+    (first, w, logits), args = _expect_translator(strict, ev, run), run.module.args
+    because, through = None, lambda leaves: _translator(leaves, *args[2:5], **first.inputs())
+    if not matches_any(logits, [through(w).detach()], ev.device):  # then a typical mistake's, as the run found
+        because, _, through = next(c for c in _variant_outputs(w, args, **first.inputs())
+                                   if matches_any(logits, [c[1]], ev.device))
+    modules.expect_differentiable(ev, first.key, f"{MODEL_NAME}.forward")
+    modules.expect_gradients(ev, modules.autograd(through, w, {}, first.upstream()), owner=MODEL_NAME,
+                             case=first.label, because=because, hints={name: "Is memory the output of the encoder "
+                             "blocks?" for name in w if name.startswith(("encoder", "src"))},
+                             oracle="PyTorch's encoder and decoder layers with the same weights")
+
+
+def _dropped(w: dict[str, torch.Tensor], k: int, depth: int, src: torch.Tensor, tgt: torch.Tensor,
+             src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(memory, logits) of the model built with dropout=1.0 and run in training mode, where every dropout zeroes what
+    it is given: the positions give zeros, each block the norms of its input in turn; src_mask changes nothing."""
+    x, y = torch.zeros(*src.shape, k), torch.zeros(*tgt.shape, k)  # the positions' outputs, dropped
+    for norm in [f"encoder.{i}.norm{j}" for i in range(depth) for j in (1, 2)]:
+        x = oracles.layer_norm(w, norm, x)
+    for norm in [f"decoder.{i}.norm{j}" for i in range(depth) for j in (1, 2, 3)]:
+        y = oracles.layer_norm(w, norm, y)
+    return x, oracles.dense(w, "to_logits", y)
+
+
+def _expect_oracle(ev: Evidence, run: Runs) -> None:
+    """The run as _expect_translator judges it (strict); built with a dropout (1.0, in training mode), encode's and
+    forward's outputs against _dropped's, else the dropout variant they match named."""
+    __tracebackhide__ = True
+    if not run.module.args[6:]:
+        _expect_translator(True, ev, run)
+        return
+    args, w = run.module.args, _model_weights(ev, run.module)
+    for case in run.cases:
+        inputs, memory = dict(case.inputs()), case.key.startswith("memory")
+        call = "encode(src, src_mask)" if memory else "forward(src, tgt, src_mask)"
+        what, method = f"{MODEL_NAME}(..., dropout=1.0) in training mode: {call}", call.split("(")[0]
+        y = output(ev, case.key, what=what, hint=_MODEL_CALL_HINT, shape=(*inputs["src"].shape, args[2]) if memory
+                   else (*inputs["tgt"].shape, args[1]))
+        called = {name: v for name, v in inputs.items() if not (memory and name == "tgt")}  # encode(src, src_mask)
+        expect_close(y, _dropped(w, args[2], args[4], **inputs)[0 if memory else 1], what=what, device=ev.device,
+                     mistakes=((m, out) for m, out, _ in _variant_outputs(w, args, method, **called)),
+                     case=case.label, otherwise="Every dropout zeroes what it is given, so the positions give zeros "
+                     "and each block the norms of its input in turn: pass dropout on to PositionalEncoding(k, max_len, "
+                     "dropout), TransformerBlock(k, heads, dropout=dropout), DecoderBlock(k, heads, dropout=dropout).")
 
 
 each_case(probes.seq2seq_structure, partial(_expect_translator, False),
-          on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, M["mask-wrong-device"]),
+          on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, MASK_WRONG_DEVICE),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k); on a stand-in CUDA "
                  "and MPS, the masks are made on the device.")
 each_case(probes.seq2seq_causality, partial(_expect_translator, False),
           passed="Changing a later target token never changes the logits at earlier positions.")
-each_case(probes.seq2seq_oracle, partial(_expect_translator, True),
+each_case(probes.seq2seq_oracle, _expect_oracle,
           passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
                  "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward; with dropout=1.0 in "
                  "training mode, every part drops what it is given.")
 each_case(probes.seq2seq_padding, partial(_expect_translator, False),
           passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
-each_case(probes.seq2seq_gradients, partial(_expect_translator, False),
+each_case(probes.seq2seq_gradients, partial(_expect_gradients, False),
           passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
                  "layer), as autograd through PyTorch's layers gives it.")
-each_case(probes.seq2seq_small_case, partial(_expect_translator, True),
+each_case(probes.seq2seq_small_case, partial(_expect_gradients, True),
           passed="A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and "
                  "decoder layers with the same weights; a loss on the logits sends autograd's gradient to every "
                  "parameter.")
