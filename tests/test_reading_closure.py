@@ -36,7 +36,6 @@ WIDE = {
     ("course/judges/kinds.py", "ModelOracle"),
     ("course/judges/kinds.py", "expect_model_steps"),
     ("course/judges/kinds.py", "decoder"),
-    ("course/judges/language_model.py", "_lm_step"),
     ("course/judges/oracles.py", "attention_parameters"),
     ("course/judges/seq2seq.py", "_model_oracle"),
 }
