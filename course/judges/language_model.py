@@ -149,12 +149,12 @@ def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Ten
 
 
 @lru_cache(maxsize=128)
-def _lm_built(code: str, answer: str, calls: tuple[tuple[str, str], ...], case: ModelCase
+def _lm_built(code: str, answer: str, calls: tuple[tuple[str, str], ...], args: tuple[int, ...]
               ) -> tuple[nn.Module, tuple[tuple[str, nn.Module, str], ...]]:
-    """The model code defines as answer (after the cells in calls), built once for the case on the meta device (no
-    weights drawn), and where each parameter sits: (its name, the module holding it, its attribute there)."""
+    """The model code defines as answer (after the cells in calls), built once for the constructor's arguments on the
+    meta device (no weights drawn), and where each parameter sits: (its name, the module holding it, its attribute)."""
     with torch.device("meta"):
-        model = defined(code, answer, WRITTEN.reference, calls)(*astuple(case)[2:])  # vocab_size, k, heads, depth...
+        model = defined(code, answer, WRITTEN.reference, calls)(*args)
     return model, tuple((name, model.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2])
                         for name, _ in model.named_parameters())
 
@@ -164,7 +164,7 @@ def _run_variant(code: str, answer: str, calls: tuple[tuple[str, str], ...], w: 
     """(logits, cache) of the model code defines as answer, built for the case, on tokens after cache (a LanguageModel
     takes none and returns none), its parameters the weights w: lent by assignment (gradients reach w), which costs
     less than torch.func.functional_call's bookkeeping, twice a small model's forward."""
-    model, places = _lm_built(code, answer, calls, case)
+    model, places = _lm_built(code, answer, calls, astuple(case)[2:])  # vocab_size, k, heads, depth, max_len
     if len(w) != len(places):
         raise ValueError(f"the weights {sorted(w)} are not the parameters of {answer}")
     for name, owner, attribute in places:
