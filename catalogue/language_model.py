@@ -1,9 +1,11 @@
 """Variants of the answers of assignment 08_language_model.
 
-Most mistakes change a line or two of the solved cell and are written as that change (`edit`): the answer cell
-`language_model` holds two classes, LanguageModel and the CausalBlock below it, and an edit may change either; the
-cell `cached_language_model` holds CachedLanguageModel, the subclass that adds the KV cache. The correct
-alternatives, and the few mistakes that are other code, are written out.
+The mistakes the judges name by running them are written once, in course/judges/language_model.py, and taken here
+with written(). The others (named by a structure, an error, a device; other ways of writing a written mistake) change
+a line or two of the solved cell and are written as that change (`edit`): the answer cell `language_model` holds two
+classes, LanguageModel and the CausalBlock below it, and an edit may change either; the cell `cached_language_model`
+holds CachedLanguageModel, the subclass that adds the KV cache. The correct alternatives, and the few mistakes that
+are other code, are written out.
 """
 # ruff: noqa: F821 - variants use the notebook's names (MultiHeadAttention, FeedForward, split_heads, merge_heads,
 # scaled_dot_product_attention, sample_next_token), as a student's cell does
@@ -12,14 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from catalogue import alternative, edits, mistake, written
+from course.judges.language_model import ATTENTION, BLOCK_OUT, CACHED_MASK, GROW_KEYS, GROW_VALUES, MASK, WRITTEN
 from course.judges.language_model import TOP_P_BLOCK as TOP_P  # the same text in the solved cell
-from course.judges.language_model import WRITTEN
 
 ASSIGNMENT = "08_language_model"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
-
-# the mistakes course/judges/language_model.py writes as code and names by running them (sample_next_token's)
-written(WRITTEN)
 
 LM = "language_model"
 CACHED = "cached_language_model"
@@ -27,17 +26,15 @@ LOSS = "next_token_loss"
 SAMPLE = "sample_next_token"
 GENERATE = "generate"
 GENERATE_CACHED = "generate_cached"
-MASK = "mask = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()"
+
+# the mistakes course/judges/language_model.py writes as code and names by running them (the models' and
+# sample_next_token's); a variant of CausalBlock replaces only that class in the cell language_model
+written(WRITTEN, cells={"CausalBlock": LM})
+
 POSITIONS = "positions = torch.arange(t, device=tokens.device)  # (t,)"
 BLOCKS = "self.blocks = nn.ModuleList(CausalBlock(k, heads) for _ in range(depth))"
-ATTENTION = "x = x + self.attention(self.norm1(x), mask=mask)  # (b, t, k)"
-FEED_FORWARD = "return x + self.ff(self.norm2(x))"
-CACHED_MASK = "mask = torch.ones(t, past + t, dtype=torch.bool, device=tokens.device).tril(diagonal=past)"
 RETURNS = "return (logits, new_cache) if use_cache else logits"
-GROW_KEYS = "keys = torch.cat([past[0], keys], dim=2)"
-GROW_VALUES = "values = torch.cat([past[1], values], dim=2)"
 ATTENDED = "x = x + attention.unify_heads(merge_heads(out))"
-BLOCK_OUT = "return x + block.ff(block.norm2(x)), (keys, values)"
 ATTEND = "        out, _ = scaled_dot_product_attention(queries, keys, values, mask)  # (b, h, t, s)\n"
 DIVIDE = "    logits = logits / temperature\n"
 PROBS = "probs = F.softmax(logits, dim=-1)"
@@ -61,15 +58,6 @@ class CausalBlock(nn.Module):'''
 
 # ------------------------------------------------------------------ language_model: mistakes in the model
 
-edit("lm-no-mask", LM, (MASK, MASK.replace(".tril()", "")), mistake="lm-no-causal-mask")
-edit("lm-inverted-mask", LM, (MASK, MASK.replace("= torch.ones", "= ~torch.ones")), mistake="lm-inverted-causal-mask")
-edit("lm-no-positions", LM, (" + self.position_embedding(positions)", ""), mistake="lm-no-positions")
-edit("lm-no-final-norm", LM, ("self.to_logits(self.norm(x))", "self.to_logits(x)"), mistake="lm-no-final-norm")
-edit("lm-softmax", LM, ("self.to_logits(self.norm(x))", "self.to_logits(self.norm(x)).softmax(dim=-1)"),
-     mistake="lm-softmax")
-edit("lm-scaled-embeddings", LM, ("self.token_embedding(tokens) + ",
-                                  "self.token_embedding(tokens) * math.sqrt(self.token_embedding.embedding_dim) + "),
-     mistake="lm-scaled-embeddings")
 edit("lm-upper-triangle-mask", LM, (MASK, MASK.replace("tril", "triu")), mistake="lm-reads-future")
 edit("lm-positions-sized-by-vocabulary", LM, ("nn.Embedding(max_len, k)", "nn.Embedding(vocab_size, k)"),
      mistake="wrong-size")
@@ -86,10 +74,6 @@ edit("lm-mask-on-the-cpu", LM, (MASK, MASK.replace(", device=tokens.device", "")
 
 # ------------------------------------------------------------------ language_model: mistakes in the block
 
-edit("lm-post-norm", LM, (ATTENTION, "x = self.norm1(x + self.attention(x, mask=mask))"),
-     (FEED_FORWARD, "return self.norm2(x + self.ff(x))"), mistake="lm-post-norm")
-edit("lm-no-residual", LM, (ATTENTION, "x = self.attention(self.norm1(x), mask=mask)"),
-     (FEED_FORWARD, "return self.ff(self.norm2(x))"), mistake="lm-no-residual")
 edit("lm-one-norm-per-block", LM, ("self.norm2 = nn.LayerNorm(k)", "self.norm2 = self.norm1"), mistake="shared-norm")
 edit("lm-block-drops-the-mask", LM, (ATTENTION, "x = x + self.attention(self.norm1(x))  # the mask is built above"),
      mistake="lm-no-causal-mask")
@@ -112,27 +96,14 @@ edit("lm-sequential-blocks-and-a-weight-slice", LM,
 
 # ------------------------------------------------------------------ cached_language_model: mistakes
 
-edit("lm-positions-restart", CACHED, ("torch.arange(past, past + t, device", "torch.arange(t, device"),
-     mistake="cache-positions-restart")
-edit("lm-mask-not-offset", CACHED, (CACHED_MASK, CACHED_MASK.replace("diagonal=past", "")),
-     mistake="cache-mask-not-offset")
 edit("lm-mask-ignores-cache", CACHED, (CACHED_MASK, CACHED_MASK.replace("past + t", "t").replace("diagonal=past", "")),
      mistake="cache-mask-shape")
 edit("lm-cache-never-returned", CACHED, (RETURNS, "return logits"), mistake="cache-not-returned")
 edit("lm-always-returns-cache", CACHED, (RETURNS, "return logits, new_cache"), mistake="lm-returns-tuple")
-edit("lm-cache-stores-queries", CACHED,
-     (BLOCK_OUT, "cached = queries if past is None else torch.cat([past[0], queries], dim=2)\n"
-                 "        return x + block.ff(block.norm2(x)), (cached, values)"), mistake="cache-stores-queries")
 edit("lm-cache-grows-heads", CACHED, (GROW_KEYS, GROW_KEYS.replace("dim=2", "dim=1")),
      (GROW_VALUES, GROW_VALUES.replace("dim=2", "dim=1")), mistake="cache-wrong-axis")
 edit("lm-cache-grows-features", CACHED, (GROW_KEYS, GROW_KEYS.replace("dim=2", "dim=-1")),
      (GROW_VALUES, GROW_VALUES.replace("dim=2", "dim=-1")), mistake="cache-wrong-axis")
-edit("lm-cache-prepended", CACHED, (GROW_KEYS, "keys = torch.cat([keys, past[0]], dim=2)"),
-     (GROW_VALUES, "values = torch.cat([values, past[1]], dim=2)"), mistake="cache-prepended")
-edit("lm-cache-not-read", CACHED, (ATTEND, ""),
-     ("        if past is not None:\n",
-      "        out, _ = scaled_dot_product_attention(queries, keys, values, mask[:, mask.shape[1] - mask.shape[0]:])\n"
-      "        if past is not None:\n"), mistake="cache-not-read")
 edit("lm-cache-before-heads-split", CACHED, ("cache[0][0].shape[2]", "cache[0][0].shape[1]"),
      ("keys = split_heads(attention.to_keys(h), attention.heads)  # (b, h, t, s)", "keys = attention.to_keys(h)"),
      ("values = split_heads(attention.to_values(h), attention.heads)  # (b, h, t, s)",

@@ -18,6 +18,7 @@ from course.checks import weights
 from course.checks.compare import CheckFailed
 from course.corpus import CHARACTERS, sentences
 from course.judges import language_model as judges
+from course.judges.kinds import run_steps
 
 A = "08_language_model"
 
@@ -100,18 +101,24 @@ def test_the_hand_written_model_is_pytorchs_layers_and_the_reference(case):
     tokens = lm.lm_tokens(case, 7)
     with torch.no_grad():
         oracle = judges._lm_oracle(w, case, tokens)
-        torch.testing.assert_close(judges._lm_step(w, case, tokens)[0], oracle, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(judges._lm(w, case, tokens)[0], oracle, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(model(tokens), oracle, rtol=1e-4, atol=1e-5)
 
 
 def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
-    """Each catalogued switch gives other logits (or another cache) on the visible cache case than the right model."""
+    """On the visible cache case, each model mistake's variant gives other logits than the oracle, and each cache
+    mistake's, fed chunk by chunk with its own cache, other logits or another cache than the oracle's, whose chunks
+    give the logits of one call."""
     case, seed, sizes = lm.CACHE_CASE.case, lm.CACHE_CASE.seed, lm.CACHE_CASE.chunks
     _, w = _weights(case, seed)
     tokens = lm.lm_tokens(case, seed + 10)
-    right_logits, right_caches = judges._lm_run_cached(w, case, tokens, sizes, {})
-    for mistake, switches in (*judges._LM_MISTAKES, *judges._CACHE_MISTAKES):
-        logits, caches = judges._lm_run_cached(w, case, tokens, sizes, dict(switches))
+    right = judges._lm_oracle(w, case, tokens)
+    for mistake, switches in judges._LM_MISTAKES:
+        assert not torch.allclose(judges._lm(w, case, tokens, **switches)[0], right, atol=1e-4), mistake.id
+    right_logits, right_caches = run_steps(judges._lm, w, case, tokens, sizes, {})
+    torch.testing.assert_close(torch.cat(right_logits, dim=1), right, rtol=1e-4, atol=1e-5)
+    for mistake, switches in judges._CACHE_MISTAKES:
+        logits, caches = run_steps(judges._lm, w, case, tokens, sizes, switches)
         same = all(torch.allclose(a, b) for a, b in zip(logits, right_logits, strict=True)) and all(
             torch.allclose(x, y) for c1, c2 in zip(caches, right_caches, strict=True)
             for p1, p2 in zip(c1, c2, strict=True) for x, y in zip(p1, p2, strict=True))

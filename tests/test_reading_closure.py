@@ -34,7 +34,6 @@ WIDE = {
     ("course/judges/kinds.py", "ModelOracle"),
     ("course/judges/kinds.py", "expect_model_steps"),
     ("course/judges/kinds.py", "decoder"),
-    ("course/judges/language_model.py", "_lm_step"),
 }
 
 

@@ -1,14 +1,16 @@
 """Judges for assignment 08 (probes in course/checks/language_model.py): the model against a stack of PyTorch's
-nn.TransformerEncoderLayer, its mistakes and KV cache written out with switches; sampling against torch.multinomial
-with the probe's generator; generation step by step on the stand-in models; then one declaration per check."""
+nn.TransformerEncoderLayer, its KV cache against the same blocks from PyTorch's pieces, their typical mistakes run as
+edits of the reference answers (course/judges/variants.py); sampling against torch.multinomial with the probe's
+generator; generation step by step on the stand-in models; then one declaration per check."""
 
-import math
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from functools import partial
+from dataclasses import astuple
+from functools import lru_cache, partial
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from course.checks import compare, modules
 from course.checks import language_model as probes
@@ -16,29 +18,39 @@ from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
-from course.judges import mistakes, oracles
+from course.judges import oracles
 from course.judges.kinds import (
     LossOracle,
     ModelOracle,
     against_loss,
-    decoder,
     each_case,
     expect_blocks,
     expect_model,
     expect_model_steps,
-    run_steps,
 )
 from course.judges.oracles import dense, layer_norm
-from course.judges.variants import Variants, Written
+from course.judges.variants import Variants, Written, defined, reference_source
 
 # ---------------------------------------------------------------- mistakes
 
-M = mistakes(__name__)  # id -> Mistake, from course/judges/mistakes/language_model.txt; the rest are written below
 WRITTEN = Variants(__name__, reference="course.language_model")  # as the code a student writes (variants.py)
 edit = WRITTEN.edit
 
 
-# ---------------------------------------------------------------- the model: structure
+# ---------------------------------------------------------------- LanguageModel: structure
+# Named by what the probe recorded of the model's parts: catalogue/language_model.py writes these mistakes.
+
+WRONG_SIZE = WRITTEN.mistake("wrong-size", says="a part has the wrong size for the sizes the model was given.")
+BLOCKS_NOT_REGISTERED = WRITTEN.mistake("blocks-not-registered", says="the blocks are kept in a Python list or "
+                                        "tuple, which does not register them: use nn.ModuleList.")
+POSITIONS_NOT_LEARNED = WRITTEN.mistake(
+    "positions-not-learned", says="the positions are not learned: position_embedding is nn.Embedding(max_len, k).")
+SHARED_BLOCK = WRITTEN.mistake("shared-block", says="one block is used for several layers: create a new block for "
+                                                   "every layer.")
+SHARED_NORM = WRITTEN.mistake(
+    "shared-norm", says="a block's norm1 and norm2 are one module: each sublayer needs its own LayerNorm(k).")
+WRONG_DEPTH = WRITTEN.mistake("wrong-depth", says="the model does not hold `depth` blocks.")
+
 
 def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     """The weights loaded into the run's model, which must have the notebook's parts, their sizes, and no others."""
@@ -50,30 +62,83 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     position = parts.get("position_embedding") if isinstance(parts, dict) else None
     if isinstance(position, dict) and position.get("kind") not in ("Embedding", "missing"):
         fail(f"{MODEL_NAME}.position_embedding is a {str(position.get('kind'))[:60]}: "
-             f"{M['positions-not-learned'].explanation}", mistake=M["positions-not-learned"])
+             f"{POSITIONS_NOT_LEARNED.explanation}", mistake=POSITIONS_NOT_LEARNED)
     for name, size in (("token_embedding", "vocab_size"), ("position_embedding", "max_len")):
         modules.expect_part(ev, key, MODEL_NAME, name, "Embedding", f"nn.Embedding({size}, k)")
     blocks = expect_blocks(ev, key, MODEL_NAME, depth, probes.BLOCK_PARTS,
-                           (M["blocks-not-registered"], M["wrong-depth"], M["shared-block"]))
+                           (BLOCKS_NOT_REGISTERED, WRONG_DEPTH, SHARED_BLOCK))
     for i, block in enumerate(blocks):
         if block["norm2"].get("same_as") == "norm1":
-            fail(f"{MODEL_NAME}.blocks[{i}].norm2 is its norm1: {M['shared-norm'].explanation}",
-                 mistake=M["shared-norm"])
+            fail(f"{MODEL_NAME}.blocks[{i}].norm2 is its norm1: {SHARED_NORM.explanation}", mistake=SHARED_NORM)
         if block["attention"].get("heads") != case.heads:
             fail(f"{MODEL_NAME}.blocks[{i}].attention has {str(block['attention'].get('heads'))[:20]} heads: it "
-                 f"should be MultiHeadAttention(k, heads), heads={case.heads}.", mistake=M["wrong-size"])
+                 f"should be MultiHeadAttention(k, heads), heads={case.heads}.", mistake=WRONG_SIZE)
     modules.expect_part(ev, key, MODEL_NAME, "norm", "LayerNorm", "nn.LayerNorm(k), the final norm")
     modules.expect_part(ev, key, MODEL_NAME, "to_logits", "Linear", "nn.Linear(k, vocab_size)")
     per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
     shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
     return modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT,
-                                     resized=M["wrong-size"], count=(
+                                     resized=WRONG_SIZE, count=(
                                          f"the embeddings, {depth} blocks, the final norm and the output layer",
                                          "Is an extra layer registered?"))
 
 
-# ---------------------------------------------------------------- the model: oracle, and its mistakes written out
+# ---------------------------------------------------------------- LanguageModel: oracle and mistakes
+# Edits change the reference LanguageModel and CausalBlock of course/language_model.py (both in the cell
+# language_model); a variant runs with the check's weights (_lm_variant), the reference LanguageModel calling a
+# CausalBlock variant. A model that reads the future or returns a tuple is named by what the probe recorded.
+
+MASK = "mask = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()"
+LOGITS = "self.to_logits(self.norm(x))"
+ATTENTION = "x = x + self.attention(self.norm1(x), mask=mask)  # (b, t, k)"
+FEED_FORWARD = "return x + self.ff(self.norm2(x))"
+
+edit("lm-no-mask", MODEL_NAME, (MASK, MASK.replace(".tril()", "")), mistake="lm-no-causal-mask",
+     says="nothing is masked: every position reads the tokens after it, so in training the model sees the answer. "
+          "Mask with the causal mask, True where key j <= query i.")
+edit("lm-inverted-mask", MODEL_NAME, (MASK, MASK.replace("= torch.ones", "= ~torch.ones")),
+     mistake="lm-inverted-causal-mask",
+     says="the causal mask is inverted: it allows the future (j > i) and hides the past. True must mark the keys a "
+          "query MAY read: j <= i.")
+edit("lm-post-norm", "CausalBlock", (ATTENTION, "x = self.norm1(x + self.attention(x, mask=mask))"),
+     (FEED_FORWARD, "return self.norm2(x + self.ff(x))"), mistake="lm-post-norm",
+     says="the blocks are post-norm, x = norm(x + sublayer(x)), as in assignment 05; this model is pre-norm: x = x + "
+          "sublayer(norm(x)), with the final norm after the last block.")
+edit("lm-no-final-norm", MODEL_NAME, (LOGITS, "self.to_logits(x)"), mistake="lm-no-final-norm",
+     says="the final LayerNorm is missing: in a pre-norm model nothing normalizes the last block's output, so apply "
+          "self.norm before to_logits.")
+edit("lm-no-positions", MODEL_NAME, (" + self.position_embedding(positions)", ""), mistake="lm-no-positions",
+     says="no positions are added: the model cannot tell 'the cat sees a dog' from 'a dog sees the cat' by anything "
+          "but the mask. Add position_embedding(positions).")
+edit("lm-softmax", MODEL_NAME, (LOGITS, LOGITS + ".softmax(dim=-1)"), mistake="lm-softmax",
+     says="forward returns probabilities (a softmax of the logits). Return the raw logits: the loss applies "
+          "log-softmax itself, and sampling divides the logits by the temperature first.")
+edit("lm-no-residual", "CausalBlock", (ATTENTION, "x = self.attention(self.norm1(x), mask=mask)"),
+     (FEED_FORWARD, "return self.ff(self.norm2(x))"), mistake="lm-no-residual",
+     says="the residual connections are missing: each sublayer's output is added to its input, x = x + "
+          "attention(norm1(x)), then x = x + ff(norm2(x)).")
+edit("lm-scaled-embeddings", MODEL_NAME,
+     ("self.token_embedding(tokens) + ",
+      "self.token_embedding(tokens) * math.sqrt(self.token_embedding.embedding_dim) + "),
+     mistake="lm-scaled-embeddings",
+     says="the token embeddings are multiplied by √k; here the learned positions are added to the plain embeddings.")
+READS_FUTURE = WRITTEN.mistake("lm-reads-future", says="the model reads the future: changing a later token changes "
+                                                      "the logits at earlier positions.")
+RETURNS_TUPLE = WRITTEN.mistake("lm-returns-tuple",
+                                says="without use_cache=True forward returns a tuple, not the logits alone.")
+POSITIONS_ON_THE_CPU = WRITTEN.mistake(
+    "positions-on-the-cpu",
+    says="the positions are made on the CPU (torch.arange with no device=): make them where the tokens are, positions "
+         "= torch.arange(t, device=tokens.device) (with a cache, torch.arange(past, past + t, device=tokens.device)). "
+         "A CPU grader would pass it; on a GPU the position embedding refuses CPU indices.")
+MASK_ON_THE_CPU = WRITTEN.mistake(
+    "mask-on-the-cpu",
+    says="the causal mask is made on the CPU (torch.ones with no device=): make it where the tokens are, torch.ones(t, "
+         "t, dtype=torch.bool, device=tokens.device).tril() (with a cache, torch.ones(t, past + t, ..., "
+         "device=tokens.device)). A CPU grader would pass it; on a GPU the attention refuses to mix it with the "
+         "scores.")
+
 
 def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
     """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
@@ -84,74 +149,162 @@ def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Ten
     return dense(w, "to_logits", layer_norm(w, "norm", x))
 
 
-def _cat(old: torch.Tensor, new: torch.Tensor, order: str) -> torch.Tensor:
-    """Cached and new keys or values (b, h, t, s) joined in time: new after old ("append") or before it."""
-    return torch.cat([old, new] if order == "append" else [new, old], dim=2)  # (b, h, t_old + t_new, s)
+@lru_cache(maxsize=128)
+def _lm_built(code: str, answer: str, calls: tuple[tuple[str, str], ...], args: tuple[int, ...]
+              ) -> tuple[nn.Module, tuple[tuple[str, nn.Module, str], ...]]:
+    """The model code defines as answer (after the cells in calls), built once for the constructor's arguments on the
+    meta device (no weights drawn), and where each parameter sits: (its name, the module holding it, its attribute)."""
+    with torch.device("meta"):
+        model = defined(code, answer, WRITTEN.reference, calls)(*args)
+    return model, tuple((name, model.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2])
+                        for name, _ in model.named_parameters())
 
 
-def _lm_step(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
-             mask: str = "causal", positions: str = "continue", layout: str = "pre", final_norm: bool = True,
-             softmax: bool = False, scaled: bool = False, stored: str = "keys", order: str = "append",
-             offset: bool = True, read_cache: bool = True) -> tuple[torch.Tensor, list]:
-    """One call of the notebook's language model written out: (logits, cache); the keywords: typical mistakes."""
-    t, heads = tokens.shape[1], case.heads
-    past = 0 if cache is None else cache[0][0].shape[2]
-    start = past if positions == "continue" else 0
-    x = F.embedding(tokens, w["token_embedding.weight"]) * (math.sqrt(case.k) if scaled else 1.0)
-    if positions != "none":
-        x = x + w["position_embedding.weight"][start : start + t]
-    allowed = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past if offset else 0)
-    allowed = {"none": torch.ones_like(allowed), "inverted": ~allowed}.get(mask, allowed)
-
-    def ff(name: str, h: torch.Tensor) -> torch.Tensor:
-        return dense(w, f"{name}.net.2", F.relu(dense(w, f"{name}.net.0", h)))
-
-    def attend(h: torch.Tensor, i: int, old: tuple | None) -> tuple[torch.Tensor, tuple]:
-        """Block i's attention on h (b, t, k) with its cache old: (its output, what it caches)."""
-        p = f"blocks.{i}.attention."
-        q, keys, values = (dense(w, f"{p}to_{name}", h) for name in ("queries", "keys", "values"))
-        q, keys, values = (y.unflatten(-1, (heads, -1)).transpose(1, 2) for y in (q, keys, values))  # (b, h, t, s)
-        kept, new_values, read_mask = (q if stored == "queries" else keys), values, allowed
-        if old is not None:
-            kept, new_values = _cat(old[0], kept, order), _cat(old[1], values, order)
-            if read_cache:
-                keys, values = _cat(old[0], keys, order), new_values
-            else:
-                read_mask = allowed[:, past:]
-        scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, h, t, T)
-        # a query allowed nothing gets zeros, as in the course
-        weights = torch.softmax(scores.masked_fill(~read_mask, float("-inf")), dim=-1).nan_to_num(0.0)
-        out = (weights @ values).transpose(1, 2).reshape(h.shape)  # (b, t, k)
-        return dense(w, f"{p}unify_heads", out), (kept, new_values)
-
-    logits, new_cache = decoder(w, x, case.depth, cache, attend, ff, partial(layer_norm, w), layout=layout,
-                                final_norm=final_norm)
-    return (F.softmax(logits, dim=-1) if softmax else logits), new_cache
+def _run_variant(code: str, answer: str, calls: tuple[tuple[str, str], ...], w: Mapping[str, torch.Tensor],
+                 case: ModelCase, tokens: torch.Tensor, cache: list | None) -> tuple[torch.Tensor, list]:
+    """(logits, cache) of the model code defines as answer, built for the case, on tokens after cache (a LanguageModel
+    takes none and returns none), its parameters the weights w: lent by assignment (gradients reach w), which costs
+    less than torch.func.functional_call's bookkeeping, twice a small model's forward."""
+    model, places = _lm_built(code, answer, calls, astuple(case)[2:])  # vocab_size, k, heads, depth, max_len
+    if len(w) != len(places):
+        raise ValueError(f"the weights {sorted(w)} are not the parameters of {answer}")
+    for name, owner, attribute in places:
+        owner._parameters[attribute] = w[name]
+    if answer == CACHED_NAME:
+        return model(tokens, cache=cache, use_cache=True)
+    return model(tokens), []
 
 
-#: model mistakes that change the logits of an uncached forward
-_LM_MISTAKES = ((M["lm-no-causal-mask"], {"mask": "none"}), (M["lm-inverted-causal-mask"], {"mask": "inverted"}),
-                (M["lm-post-norm"], {"layout": "post", "final_norm": False}), (M["lm-post-norm"], {"layout": "post"}),
-                (M["lm-no-final-norm"], {"final_norm": False}), (M["lm-no-positions"], {"positions": "none"}),
-                (M["lm-softmax"], {"softmax": True}), (M["lm-no-residual"], {"layout": "no-residual"}),
-                (M["lm-scaled-embeddings"], {"scaled": True}))
+def _lm_variant(mistake: str, *, model: str = "", block: str = "", cached: str = "") -> tuple[Mistake, dict]:
+    """(the mistake, the switch that makes _lm run a model the variants named write, with the same weights): the
+    LanguageModel the variant `model` writes calling the CausalBlock `block` writes ("": the reference's), or the
+    CachedLanguageModel `cached` writes."""
+    code = {v.name: v.code for v in WRITTEN.written}
+    if cached:
+        run = partial(_run_variant, code[cached], CACHED_NAME, ())
+    else:
+        run = partial(_run_variant, code[model] if model else reference_source(WRITTEN.reference, MODEL_NAME),
+                      MODEL_NAME, ((code[block], "CausalBlock"),) if block else ())
+    return WRITTEN[mistake], {"variant": run}
+
+
+#: model mistakes that change the logits of an uncached forward, in the order they are named: a post-norm block with
+#: the final norm left out too, as the original post-norm transformer leaves it out, is named after the block
+_LM_MISTAKES = (_lm_variant("lm-no-causal-mask", model="lm-no-mask"),
+                _lm_variant("lm-inverted-causal-mask", model="lm-inverted-mask"),
+                _lm_variant("lm-post-norm", model="lm-no-final-norm", block="lm-post-norm"),
+                _lm_variant("lm-post-norm", block="lm-post-norm"),
+                *(_lm_variant(m, model=m) for m in ("lm-no-final-norm", "lm-no-positions", "lm-softmax")),
+                _lm_variant("lm-no-residual", block="lm-no-residual"),
+                _lm_variant("lm-scaled-embeddings", model="lm-scaled-embeddings"))
+
+
+# ---------------------------------------------------------------- CachedLanguageModel: oracle and mistakes
+# Edits change the reference CachedLanguageModel of course/language_model.py (the cell cached_language_model); a
+# variant runs step by step with the check's weights and its own cache (_lm_variant). A cache of another shape, an
+# error, a pair not returned and a missing run_block are named by what the probe recorded.
+
+CACHED_MASK = "mask = torch.ones(t, past + t, dtype=torch.bool, device=tokens.device).tril(diagonal=past)"
+GROW_KEYS = "keys = torch.cat([past[0], keys], dim=2)"
+GROW_VALUES = "values = torch.cat([past[1], values], dim=2)"
+BLOCK_OUT = "return x + block.ff(block.norm2(x)), (keys, values)"
+ATTEND = "        out, _ = scaled_dot_product_attention(queries, keys, values, mask)  # (b, h, t, s)\n"
+
+edit("lm-positions-restart", CACHED_NAME, ("torch.arange(past, past + t, device", "torch.arange(t, device"),
+     mistake="cache-positions-restart",
+     says="the positions restart at 0 on every call: with a cache of t_past positions, the new tokens sit at "
+          "positions t_past .. t_past + t - 1, so add position_embedding(torch.arange(t_past, t_past + t)).")
+edit("lm-cache-stores-queries", CACHED_NAME,
+     (BLOCK_OUT, "cached = queries if past is None else torch.cat([past[0], queries], dim=2)\n"
+                 "        return x + block.ff(block.norm2(x)), (cached, values)"), mistake="cache-stores-queries",
+     says="the cache holds the queries where the keys belong. A new token's query is used once, by that token; the "
+          "keys and values are what every later token reads, so those are cached: (keys, values).")
+edit("lm-mask-not-offset", CACHED_NAME, (CACHED_MASK, CACHED_MASK.replace("diagonal=past", "")),
+     mistake="cache-mask-not-offset",
+     says="the causal mask is not shifted by the cache: query i of the new tokens is position t_past + i, so it may "
+          "read keys j <= t_past + i. With tril() and no offset, a single new token reads only the first position: "
+          "use torch.ones(t, t_past + t).tril(diagonal=t_past).")
+edit("lm-cache-not-read", CACHED_NAME, (ATTEND, ""),
+     ("        if past is not None:\n",
+      "        out, _ = scaled_dot_product_attention(queries, keys, values, mask[:, mask.shape[1] - mask.shape[0]:])\n"
+      "        if past is not None:\n"), mistake="cache-not-read",
+     says="the cached keys and values are not used: the new tokens attend only to each other. Concatenate the cached "
+          "keys and values in front of the new ones before attending.")
+edit("lm-cache-prepended", CACHED_NAME, (GROW_KEYS, "keys = torch.cat([keys, past[0]], dim=2)"),
+     (GROW_VALUES, "values = torch.cat([values, past[1]], dim=2)"), mistake="cache-prepended",
+     says="the new keys and values are put in front of the cached ones: position order is time order, so append them, "
+          "torch.cat([past_keys, keys], dim=2).")
+CACHE_NOT_RETURNED = WRITTEN.mistake("cache-not-returned",
+                                     says="with use_cache=True forward does not return the pair (logits, cache).")
+CACHE_SHAPE = WRITTEN.mistake(
+    "cache-shape", says="the cache is not a list of one (keys, values) pair per block, each (b, heads, t, s) for all "
+                        "positions so far.")
+CACHE_WRONG_AXIS = WRITTEN.mistake(
+    "cache-wrong-axis", says="the cache grows along the wrong axis: append the new positions along the time axis, "
+                             "torch.cat([past_keys, keys], dim=2).")
+CACHE_MASK_SHAPE = WRITTEN.mistake("cache-mask-shape",
+                                   says="with a cache the mask is (t, t); it must be (t, t_past + t).")
+CACHE_DIFFERS = WRITTEN.mistake(
+    "cache-differs", says="a cached call does not give what the full forward gives, or the cache does not hold the "
+                          "keys and values the attention computes.")
+RUN_BLOCK_MISSING = WRITTEN.mistake(
+    "cached-run-block-missing",
+    says="the exercise asks for two methods: forward runs every block with self.run_block(block, x, mask, past), which "
+         "returns (x, (keys, values)). Write the block there rather than inside forward.")
+
+
+def _block_step(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, mask: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor] | None, prefix: str = "blocks.0."
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The block of the model with weights w under prefix on x (b, t, k) after the cached (keys, values) past (None:
+    nothing cached), written out from PyTorch's pieces: (x, keys, values), the keys and values of all t_past + t
+    positions."""
+    h = layer_norm(w, f"{prefix}norm1", x)
+    q, k, v = (dense(w, f"{prefix}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
+               for name in ("queries", "keys", "values"))  # (b, h, t, s) each
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (b, h, t_past + t, s)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (b, h, t, s)
+    x = x + dense(w, f"{prefix}attention.unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
+    ff = dense(w, f"{prefix}ff.net.2", F.relu(dense(w, f"{prefix}ff.net.0", layer_norm(w, f"{prefix}norm2", x))))
+    return x + ff, k, v
+
+
+def _lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
+        variant: Callable | None = None) -> tuple[torch.Tensor, list]:
+    """(logits (b, t, vocab), cache) of the notebook's CachedLanguageModel with the weights w on tokens after cache
+    (None: nothing cached), written out from PyTorch's pieces: positions continuing after the cache, each block
+    _block_step under the causal mask shifted by it; variant: a typical mistake's model instead (_lm_variant)."""
+    if variant is not None:
+        return variant(w, case, tokens, cache)
+    t, past = tokens.shape[1], 0 if cache is None else cache[0][0].shape[2]
+    x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][past : past + t]  # (b, t, k)
+    mask = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past)  # (t, past + t)
+    kept = []
+    for i in range(case.depth):
+        x, keys, values = _block_step(w, case.heads, x, mask, None if cache is None else cache[i], f"blocks.{i}.")
+        kept.append((keys, values))
+    return dense(w, "to_logits", layer_norm(w, "norm", x)), kept
+
+
 #: cache mistakes: they change only calls that are given a cache (or what the cache holds)
-_CACHE_MISTAKES = ((M["cache-positions-restart"], {"positions": "restart"}), (M["cache-stores-queries"],
-                   {"stored": "queries"}), (M["cache-mask-not-offset"], {"offset": False}),
-                   (M["cache-not-read"], {"read_cache": False}), (M["cache-prepended"], {"order": "prepend"}))
+_CACHE_MISTAKES = (_lm_variant("cache-positions-restart", cached="lm-positions-restart"),
+                   _lm_variant("cache-stores-queries", cached="lm-cache-stores-queries"),
+                   _lm_variant("cache-mask-not-offset", cached="lm-mask-not-offset"),
+                   _lm_variant("cache-not-read", cached="lm-cache-not-read"),
+                   _lm_variant("cache-prepended", cached="lm-cache-prepended"))
 _LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each block: x = x + attention(norm1(x)) "
             "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
 
 
-LM = ModelOracle(MODEL_NAME, _lm_weights, _lm_step, "PyTorch's nn.TransformerEncoderLayer with the same weights",
+LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's nn.TransformerEncoderLayer with the same weights",
                  _LM_HINT, "In training the model could read the token it must predict: give every block the causal "
-                 "mask, True where key j <= query i.", M["lm-reads-future"], _LM_MISTAKES, _CACHE_MISTAKES, _lm_oracle,
-                 M["lm-returns-tuple"])
-_lm_run_cached = partial(run_steps, _lm_step)
+                 "mask, True where key j <= query i.", READS_FUTURE, _LM_MISTAKES, _CACHE_MISTAKES, _lm_oracle,
+                 RETURNS_TUPLE)
 
 #: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
-_CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, M["cache-wrong-axis"]),
-                 ("must match the size of tensor", 1, M["cache-mask-shape"]))
+_CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, CACHE_WRONG_AXIS),
+                 ("must match the size of tensor", 1, CACHE_MASK_SHAPE))
 
 
 def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
@@ -159,24 +312,10 @@ def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) 
     run_block: then the method run_block, called directly (:func:`_expect_run_block`)."""
     __tracebackhide__ = True
     w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
-    expect_model_steps(ev, run, LM, w, full, run.case.heads, M["cache-differs"], owner=CACHED_NAME,
-                       errors=_CACHE_ERRORS, not_returned=M["cache-not-returned"], bad_cache=M["cache-shape"])
+    expect_model_steps(ev, run, LM, w, full, run.case.heads, CACHE_DIFFERS, owner=CACHED_NAME,
+                       errors=_CACHE_ERRORS, not_returned=CACHE_NOT_RETURNED, bad_cache=CACHE_SHAPE)
     if run_block:
         _expect_run_block(ev, run.case, w)
-
-
-def _block_step(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, mask: torch.Tensor,
-                past: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The first block of the model with weights w on x (b, t, k) after the cached (keys, values) past, written out
-    from PyTorch's pieces: (x, keys, values), the keys and values of all t_past + t positions."""
-    p = "blocks.0."
-    h = layer_norm(w, f"{p}norm1", x)
-    q, k, v = (dense(w, f"{p}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
-               for name in ("queries", "keys", "values"))  # (b, h, t, s) each
-    k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (b, h, t_past + t, s)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (b, h, t, s)
-    x = x + dense(w, f"{p}attention.unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
-    return x + dense(w, f"{p}ff.net.2", F.relu(dense(w, f"{p}ff.net.0", layer_norm(w, f"{p}norm2", x)))), k, v
 
 
 _RUN_BLOCK_HINT = ("run_block(block, x, mask, past) returns (x, (keys, values)): h = block.norm1(x); queries, keys and "
@@ -194,8 +333,7 @@ def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tenso
             f"values) of {past[0].shape[2]} positions)")
     fact = ev.facts.get("run_block")
     if isinstance(fact, dict) and fact.get("not_implemented"):
-        fail(f"{what} is not implemented: {M['cached-run-block-missing'].explanation}",
-             mistake=M["cached-run-block-missing"])
+        fail(f"{what} is not implemented: {RUN_BLOCK_MISSING.explanation}", mistake=RUN_BLOCK_MISSING)
     compare.expect_tuple(ev, "run_block", what, f"{what} should return (x, (keys, values)). {_RUN_BLOCK_HINT}", 2)
     compare.expect_tuple(ev, "run_block.1", what, f"Its second value should be (keys, values). {_RUN_BLOCK_HINT}", 2)
     with torch.no_grad():
@@ -654,7 +792,7 @@ def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) ->
 
 # ---------------------------------------------------------------- the checks
 
-_ON_GPU = dict(left=M["mask-on-the-cpu"], named=(("aten.embedding", M["positions-on-the-cpu"]),))
+_ON_GPU = dict(left=MASK_ON_THE_CPU, named=(("aten.embedding", POSITIONS_ON_THE_CPU),))
 each_case(probes.lm_structure, partial(expect_model, oracle=LM), on_gpus=OnGpus("model", probes.LM_ON_GPU, **_ON_GPU),
           passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits; "
                  "on a stand-in CUDA and MPS, positions and mask made on the tokens' device.")
