@@ -25,7 +25,7 @@ import pytest
 from conftest import complete_submission, use_sandbox, write_submission
 
 from autograder import course_dir
-from autograder.grade import RUN_LOCK, STATE_FILE, WORKER_DEATHS, _scratch, grade
+from autograder.grade import RUN_LOCK, STATE_FILE, WORKER_DEATHS, _context, _scratch, grade
 
 A = "01_self_attention"
 NB = course_dir.notebooks(A)[0]
@@ -186,3 +186,12 @@ def test_a_killed_run_keeps_the_rows_it_graded_and_the_rerun_grades_only_the_res
     assert "graded 1 submission(s)" in said and "reused 1 unchanged" in said, said[-500:]
     assert rows["ada"].score == rows["ada"].max_score and rows["sam"].score < rows["sam"].max_score, rows
     assert not list(private_tmp.glob("autograder-*")), "the killed run's copy of the batch is still there"
+
+
+def test_workers_come_from_the_fork_server_until_the_grading_code_changes_on_disk(monkeypatch):
+    """A worker forked from multiprocessing's fork server runs the code the server imported; once the code on disk is
+    no longer what the grader imported (a long-running `serve` after an update), workers are spawned, each importing
+    the code as it is now, so that no worker judges with older judges than its kernels probe with."""
+    assert _context().get_start_method() == "forkserver"
+    monkeypatch.setattr("autograder.grade._IMPORTED_CODE", "the code as it was before an update")
+    assert _context().get_start_method() == "spawn"
