@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import multiprocessing.util
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ import pytest
 from conftest import complete_submission, use_sandbox, write_submission
 
 from autograder import course_dir
-from autograder.grade import RUN_LOCK, STATE_FILE, WORKER_DEATHS, _scratch, grade
+from autograder.grade import RUN_LOCK, STATE_FILE, WORKER_DEATHS, _context, _scratch, grade
 
 A = "01_self_attention"
 NB = course_dir.notebooks(A)[0]
@@ -42,8 +43,17 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _forked_by_multiprocessing(pid: int) -> bool:
+    """Whether pid is multiprocessing's fork server, which forks the grading workers (autograder/grade.py)."""
+    try:
+        return b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _worker_grading(student: str) -> int | None:
-    """The pid of this process's child (a grading worker) under which a kernel runs in the student's folder."""
+    """The pid of the grading worker (this process's child, or its fork server's) under which a kernel runs in the
+    student's folder."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -53,12 +63,12 @@ def _worker_grading(student: str) -> int | None:
             continue
         if f"/autograded/{student}/" not in cwd + "/":
             continue
-        pid = int(proc.name)
-        while pid > 1:
-            parent = _parent(pid)
+        chain = [int(proc.name)]
+        while chain[-1] > 1:
+            parent = _parent(chain[-1])
             if parent == os.getpid():
-                return pid
-            pid = parent
+                return chain[-2] if _forked_by_multiprocessing(chain[-1]) and len(chain) > 1 else chain[-1]
+            chain.append(parent)
     return None
 
 
@@ -85,6 +95,7 @@ def private_tmp(monkeypatch):
     """A temporary folder of the test's own, for this process and the workers it spawns: what grading leaves there is
     what it leaves. Short, as /tmp is: a kernel's socket path must fit in 108 bytes."""
     folder = Path(tempfile.mkdtemp(prefix="dw-", dir="/tmp"))
+    multiprocessing.util.get_temp_dir()  # multiprocessing's own folder (its fork server listens there) stays outside
     monkeypatch.setenv("TMPDIR", str(folder))
     monkeypatch.setattr(tempfile, "tempdir", None)
     yield folder
@@ -175,3 +186,12 @@ def test_a_killed_run_keeps_the_rows_it_graded_and_the_rerun_grades_only_the_res
     assert "graded 1 submission(s)" in said and "reused 1 unchanged" in said, said[-500:]
     assert rows["ada"].score == rows["ada"].max_score and rows["sam"].score < rows["sam"].max_score, rows
     assert not list(private_tmp.glob("autograder-*")), "the killed run's copy of the batch is still there"
+
+
+def test_workers_come_from_the_fork_server_until_the_grading_code_changes_on_disk(monkeypatch):
+    """A worker forked from multiprocessing's fork server runs the code the server imported; once the code on disk is
+    no longer what the grader imported (a long-running `serve` after an update), workers are spawned, each importing
+    the code as it is now, so that no worker judges with older judges than its kernels probe with."""
+    assert _context().get_start_method() == "forkserver"
+    monkeypatch.setattr("autograder.grade._IMPORTED_CODE", "the code as it was before an update")
+    assert _context().get_start_method() == "spawn"

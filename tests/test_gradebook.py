@@ -203,8 +203,10 @@ def test_a_local_worker_process_killed_mid_batch_costs_nothing_but_time(small_cl
     grading.start()
     deadline, killed = time.monotonic() + 180, None
     while killed is None and time.monotonic() < deadline and grading.is_alive():
-        for worker in psutil.Process().children():  # the pool's workers; a kernel below one means it is grading
-            if "multiprocessing" in " ".join(worker.cmdline()) and worker.children(recursive=True):
+        # the pool's workers (forked by multiprocessing's fork server); a kernel below one means it is grading
+        forkers = [p for p in psutil.Process().children() if "multiprocessing.forkserver" in " ".join(p.cmdline())]
+        for worker in [w for server in forkers for w in server.children()]:
+            if worker.children(recursive=True):
                 worker.kill()
                 killed = worker.pid
                 break
