@@ -201,8 +201,8 @@ def solution_inputs(root: Path, assignment: str, notebook: str) -> str:
     add("recipe", str(SOLUTION_RECIPE).encode())
     add("solution source", _write_json(solution_source(root, assignment, notebook)).encode())
     add("requirements.txt", "\n".join(execution_pins(root)).encode())
-    for path in sorted((root / "course").rglob("*")):  # the code and its tables (course/judges/mistakes/)
-        if path.suffix in (".py", ".txt") and "__pycache__" not in path.parts:
+    for path in sorted((root / "course").rglob("*.py")):  # the code, the judges' mistakes written in it included
+        if "__pycache__" not in path.parts:
             add(path.relative_to(root).as_posix(), path.read_bytes())
     return digest.hexdigest()
 

@@ -110,7 +110,7 @@ def installed_copies(root: Path = ROOT) -> list[tuple[Path, str]]:
 
 def _digests(folder: Path) -> dict[str, str]:
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in folder.rglob("*") if path.is_file() and path.suffix in (".py", ".txt")}
+            for path in folder.rglob("*.py") if path.is_file()}
 
 
 def installed_course_note(root: Path = ROOT) -> str | None:

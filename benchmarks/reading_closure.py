@@ -8,8 +8,7 @@ alone (the AST; nothing is imported but the notebooks' cell list):
 
 - **Units.** A unit is one top-level statement of a Python file under course/ or catalogue/: a function (with its
   decorators), a class (with all its methods), an assignment, or a bare call such as ``against(probes.x, ...)``. Its
-  lines are its first to its last line. One entry of a mistakes table (course/judges/mistakes/<module>.txt: its id
-  line and the explanation under it) is a unit too.
+  lines are its first to its last line.
 - **Start.** The check's declaration (the statements of course/checks/<module>.py that assign NAME); the judge (the
   function of course/judges/<module>.py decorated ``@judge("NAME")``, and every top-level statement there that
   names the check: ``against(probes.NAME, ...)``); and the catalogue entries of the answer cell the test cell tests
@@ -17,8 +16,7 @@ alone (the AST; nothing is imported but the notebooks' cell list):
   and the mistakes of that answer written in the judges module (``edit(...)``, ``@rewrite(...)``).
 - **Followed.** From a reached unit, every name it uses (``ast.Name``) that its module defines at top level or
   imports (anywhere in the file, even inside a function) from a module under course/ or catalogue/, and every
-  ``module.attribute`` whose module is such an import; re-exports are followed to the defining statement. A string
-  constant in a reached unit of course/judges/<m>.py that is an id of mistakes/<m>.txt reaches that table entry.
+  ``module.attribute`` whose module is such an import; re-exports are followed to the defining statement.
 - **Not followed.** torch, the standard library, autograder/ and every other package; attributes of values
   (``check.cases``, ``self.x``), which a reader finds in a class already counted; locals that happen to share a
   module-level name are followed anyway (a small over-count).
@@ -51,7 +49,7 @@ MOST_PARAMETERS = 8
 
 @dataclass(frozen=True)
 class Unit:
-    """One top-level statement (or one mistakes-table entry) of a file: what a reader reads as one piece."""
+    """One top-level statement of a file: what a reader reads as one piece."""
 
     path: str  # relative to the repository, e.g. "course/checks/kinds.py"
     start: int
@@ -150,24 +148,8 @@ def resolve(mod: Module, name: str, seen: frozenset = frozenset()) -> Unit | str
     return None if target is None else resolve(target, attribute, seen | {(mod.dotted, name)})
 
 
-@cache
-def table(path: str) -> dict[str, Unit]:
-    """The entries of a mistakes table: id -> its unit (the id line and the explanation lines under it)."""
-    entries: dict[str, Unit] = {}
-    current = None
-    for number, line in enumerate((ROOT / path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        if not line[0].isspace():
-            current = line.strip()
-            entries[current] = Unit(path, number, number, current)
-        elif current is not None:
-            entries[current] = Unit(path, entries[current].start, number, current)
-    return entries
-
-
 def _uses(mod: Module, node: ast.AST) -> set[Unit]:
-    """The units node uses directly: its names, module.attribute chains, and (in a judges module) mistake ids."""
+    """The units node uses directly: its names and module.attribute chains."""
     reached: set[Unit] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
@@ -180,11 +162,6 @@ def _uses(mod: Module, node: ast.AST) -> set[Unit]:
             target = resolve(mod, sub.id)
             if isinstance(target, Unit):
                 reached.add(target)
-    if mod.dotted.startswith("course.judges."):
-        ids = table(f"course/judges/mistakes/{mod.dotted.rsplit('.', 1)[1]}.txt") if (
-            ROOT / f"course/judges/mistakes/{mod.dotted.rsplit('.', 1)[1]}.txt").is_file() else {}
-        reached |= {ids[sub.value] for sub in ast.walk(node)
-                    if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value in ids}
     return reached
 
 
@@ -204,8 +181,7 @@ def closure(starts: set[Unit]) -> set[Unit]:
         if unit in reached:
             continue
         reached.add(unit)
-        if unit.path.endswith(".py"):
-            todo.extend(_uses_of(unit) - reached)
+        todo.extend(_uses_of(unit) - reached)
     return reached
 
 
@@ -351,8 +327,8 @@ def shared_core(found: list[Closure]) -> frozenset[Unit]:
 
 
 def machinery_lines() -> int:
-    """Lines of course/checks, course/judges (its mistakes tables included) and catalogue/."""
-    files = [p for folder in MACHINERY for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".txt")]
+    """Lines of the Python of course/checks, course/judges and catalogue/."""
+    files = [p for folder in MACHINERY for p in (ROOT / folder).rglob("*.py")]
     return sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files)
 
 
@@ -417,7 +393,7 @@ def report(assignment: str | None = None, quiet: bool = False) -> dict:
     print(f"Shared core (reached by at least half of the checks): {figures['core_lines']} lines in "
           f"{figures['core_files']} files. Beyond it, a check reads: median {figures['beyond_median']:g} lines, "
           f"worst {figures['beyond_worst']}.")
-    print(f"Check machinery (course/checks, course/judges with its mistakes tables, catalogue/): {machinery} lines, "
+    print(f"Check machinery (course/checks, course/judges, catalogue/): {machinery} lines, "
           f"{machinery / len(found):.0f} per graded test cell.")
     print(f"\n{len(figures['wide'])} functions or dataclasses with more than {MOST_PARAMETERS} parameters or fields:")
     for where, name, count in figures["wide"]:

@@ -1,15 +1,13 @@
 """Every mistake a judge can name is produced by a catalogued variant, and every mistake the catalogue expects is one
 a judge declares.
 
-Importing course/checks and course/judges declares every Mistake they hold (a module-level Mistake, or one of a
-judges module's table course/judges/mistakes/<name>.txt, adds itself to course.checks.compare.declared());
+Importing course/checks and course/judges declares every Mistake they hold (a module-level Mistake, or one a judges
+module's variants declare beside their code, adds itself to course.checks.compare.declared());
 catalogue/ says which variants should be diagnosed with which id, and test_catalogue.py grades each variant and checks
 that its judge names that id. Nothing here runs a notebook."""
 
-import ast
 import importlib
 import pkgutil
-from pathlib import Path
 
 import pytest
 
@@ -57,7 +55,7 @@ def test_every_catalogued_mistake_is_declared_by_a_judge():
     unknown = sorted(set(catalogued) - set(declared))
     assert not unknown, (
         f"{len(unknown)} ids the catalogue expects are declared by no Mistake in course/checks or "
-        "course/judges (nor in a table of course/judges/mistakes/):\n"
+        "course/judges:\n"
         + "\n".join(f"  {i}  (expected of {', '.join(catalogued[i])})" for i in unknown))
 
 
@@ -99,48 +97,3 @@ def test_a_mistake_made_without_declaring_it_must_reuse_a_declared_id(monkeypatc
     with pytest.raises(ValueError, match="declared nowhere"):
         _at_module_level('A = Mistake("undeclared-at-module-level", "words")', "judges_one")
 
-
-# ---------------------------------------------------------------- the judges' tables (course/judges/mistakes/)
-
-def test_a_table_declares_its_mistakes_under_its_module(monkeypatch, tmp_path):
-    monkeypatch.setattr(compare, "_DECLARED", {})
-    monkeypatch.setattr(course.judges, "__file__", str(tmp_path / "__init__.py"))
-    (tmp_path / "mistakes").mkdir()
-    (tmp_path / "mistakes" / "made_up.txt").write_text(
-        "# a comment\n\nfirst-id\n    the first explanation,\n    on two lines.\n\nsecond-id\n    the second.\n")
-    table = course.judges.mistakes("course.judges.made_up")
-    assert {i: m.explanation for i, m in table.items()} == {
-        "first-id": "the first explanation, on two lines.", "second-id": "the second."}
-    assert compare.declared()["first-id"]["course.judges.made_up"] is table["first-id"]
-
-
-@pytest.mark.parametrize("text, says", [
-    ("first-id\n    one.\nfirst-id\n    two.\n", "expected a new mistake's id"),
-    ("    an explanation\nfirst-id\n    one.\n", "an explanation before the first id"),
-    ("first-id\n    one.\nsecond-id\n", "no explanation under second-id"),
-    ("first id\n    one.\n", "expected a new mistake's id"),
-])
-def test_a_malformed_table_is_refused_with_its_line(monkeypatch, tmp_path, text, says):
-    monkeypatch.setattr(compare, "_DECLARED", {})
-    monkeypatch.setattr(course.judges, "__file__", str(tmp_path / "__init__.py"))
-    (tmp_path / "mistakes").mkdir()
-    (tmp_path / "mistakes" / "made_up.txt").write_text(text)
-    with pytest.raises(ValueError, match=says):
-        course.judges.mistakes("course.judges.made_up")
-
-
-def test_every_mistake_a_judge_refers_to_is_in_its_table():
-    """M["<id>"] in course/judges/<name>.py is looked up when the judge runs: an id missing from the table would fail
-    only then, so every one is checked here, and every id of a table is referred to by its module."""
-    problems = []
-    for path in sorted(Path(course.judges.__file__).parent.glob("*.py")):
-        tree = ast.parse(path.read_text())
-        used = {node.slice.value for node in ast.walk(tree) if isinstance(node, ast.Subscript)
-                and isinstance(node.value, ast.Name) and node.value.id == "M" and isinstance(node.slice, ast.Constant)}
-        if not used:
-            continue
-        table = importlib.import_module(f"course.judges.{path.stem}").M
-        problems += [f"{path.name} refers to {i!r}, which mistakes/{path.stem}.txt lacks" for i in used - set(table)]
-        problems += [f"mistakes/{path.stem}.txt declares {i!r}, which {path.name} never names"
-                     for i in set(table) - used]
-    assert not problems, "\n".join(problems)

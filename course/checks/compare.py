@@ -30,9 +30,9 @@ WIDTH = 83
 class Mistake:
     """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
     explanation a student reads. Declared where it is written, so importing the judges lists every id they can name
-    (see declared()): in course/judges/mistakes/<name>.txt (read by :func:`declare`) or as a module-level constant,
-    ``Mistake(id, explanation, declared_in=__name__)`` (one explanation per module). One made without declared_in
-    (a message composed for one failure) must reuse a declared id."""
+    (see declared()): beside the code that makes it (course/judges/variants.py, through :func:`declare`) or as a
+    module-level ``Mistake(id, explanation, declared_in=__name__)``; one explanation per module. One made without
+    declared_in (a message composed for one failure) must reuse a declared id."""
 
     id: str
     explanation: str
@@ -41,7 +41,7 @@ class Mistake:
     def __post_init__(self, declared_in: str | None) -> None:
         if declared_in is None:
             if self.id not in _DECLARED:
-                raise ValueError(f"the mistake {self.id!r} is declared nowhere: declare it in course/judges/mistakes/ "
+                raise ValueError(f"the mistake {self.id!r} is declared nowhere: declare it beside its judge's variants "
                                  "or as a module-level Mistake(id, explanation, declared_in=__name__)")
             return
         known = _DECLARED.setdefault(self.id, {}).setdefault(declared_in, self)

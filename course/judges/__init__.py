@@ -1,20 +1,17 @@
-"""The judges: what decides a test from the evidence its probe recorded, with the oracles and the simulated mistakes.
+"""The judges: what decides a test from the evidence its probe recorded, with the oracles and the typical mistakes.
 
 course/judges/<assignment>.py holds the mistakes its judges can name, the oracles and one judge per check of
 course/checks/<assignment>.py, registered with :func:`judge`. A mistake is written as the code a student writes, with
-its message beside it (variants.py: every assignment but 07's Seq2SeqTransformer and 08's models, loss and generate),
-or, until those move, explained in mistakes/<assignment>.txt and simulated in the judge. The grading sandbox hides
-this package from the student's kernel: the grader judges in its own process (autograder/judging.py); while a student
-works, a test cell imports its judge from here.
+its message beside it (variants.py: an edit of the reference answer, a rewrite, or WRITTEN.mistake for one the judge
+names without running a variant). The grading sandbox hides this package from the student's kernel: the grader judges
+in its own process (autograder/judging.py); while a student works, a test cell imports its judge from here.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
-from course.checks.compare import Mistake, declare
 from course.checks.evidence import Evidence
 
 Judge = Callable[[Evidence], None]
@@ -50,25 +47,3 @@ def judged(module: str) -> set[str]:
     importlib.import_module(f"{__name__}.{module}")
     return {name for (mod, name) in _JUDGES if mod == module}
 
-
-def mistakes(module: str) -> Mapping[str, Mistake]:
-    """The mistakes the judges module `module` can name, declared from course/judges/mistakes/<its name>.txt: id ->
-    Mistake. In that file a line that does not start with a space is an id; the indented lines under it are the
-    explanation a student reads, joined with spaces; lines starting with # are comments."""
-    path = Path(__file__).with_name("mistakes") / f"{module.rsplit('.', 1)[-1]}.txt"
-    table: dict[str, list[str]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        if not line[0].isspace():
-            if " " in line or line in table:
-                raise ValueError(f"{path}:{number}: expected a new mistake's id (one word, not used above), found "
-                                 f"{line!r}")
-            table[line] = []
-        elif not table:
-            raise ValueError(f"{path}:{number}: an explanation before the first id")
-        else:
-            table[next(reversed(table))].append(line.strip())
-    if empty := [id for id, lines in table.items() if not lines]:
-        raise ValueError(f"{path}: no explanation under {', '.join(empty)}")
-    return declare(module, ((id, " ".join(lines)) for id, lines in table.items()))

@@ -6,17 +6,16 @@ judges a declared check from the very cases its probe drew::
     against(attention_weights_oracle, WEIGHTS, passed="Random inputs of several shapes against PyTorch's ...")
 
 Every case's output is compared with the oracle (its shape first, with hints for the shapes of typical confusions),
-a match with a simulated mistake names it, and a case that recorded gradients has them compared with autograd
+a match with a typical mistake's output names it, and a case that recorded gradients has them compared with autograd
 through the oracle. Cases worked by hand in the notebook compare with the hand-worked answer instead
 (``answers``), the secret case with the oracle.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 import torch
@@ -397,37 +396,23 @@ def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: s
 # ------------------------------------------------------------------------------------------- token losses
 
 
-#: the typical mistakes of a next-token loss that token_loss_mistakes simulates, by id ("loss-unstable" is judged
-#: from a loss that is not finite)
-LOSS_MISTAKE_IDS = ("loss-not-shifted", "loss-wrong-shift", "loss-sum", "loss-softmax", "loss-nll-on-logits",
-                    "loss-bits", "loss-last-position", "loss-unstable")
-
-
 @dataclass(frozen=True)
 class LossOracle:
     """A next-token loss: the mean cross-entropy (F.cross_entropy, ignore_index = the padding id) of the logits at
     every position against the token that follows, as functions of the named inputs of a case.
 
-    logits(feed, **inputs) gives (b, n, vocab) logits for feed "shifted" (those that predict tokens[:, 1:]: the
-    right ones), "unshifted" (the model reading all of tokens, scored against tokens themselves) or "backwards"
-    (scored against tokens[:, :-1]). The mistakes, named by their ids (LOSS_MISTAKE_IDS), are simulated from them in
-    the order given, the first match named."""
+    logits(**inputs) gives the (b, t - 1, vocab) logits that predict tokens[:, 1:]; written(**inputs) gives (mistake,
+    loss) for each typical mistake written as code (course/judges/variants.py), the first match named."""
 
     what: str  # e.g. "next_token_loss(logits, tokens)"
     logits: Callable[..., torch.Tensor]
     tokens: str  # the input holding the tokens (b, t)
+    #: e.g. lambda **inputs: WRITTEN.outputs("teacher_forcing_loss", **inputs)
+    written: Callable[..., Iterable[tuple[Mistake, torch.Tensor]]]
     pad: str | None = None  # the input holding the padding id; None: every label counts
-    mistakes: tuple[Mistake, ...] = ()
+    unstable: Mistake | None = None  # named when the loss is not finite where the oracle's is
     hint: str = ""  # the advice when the loss is wrong (or not a scalar)
     name: str = "F.cross_entropy"  # the oracle in words, for gradient messages
-    #: written(**inputs): (mistake, loss) of the mistakes written as code (course/judges/variants.py), in place of
-    #: the simulated ones: e.g. lambda **inputs: WRITTEN.outputs("teacher_forcing_loss", **inputs)
-    written: Callable[..., Iterable[tuple[Mistake, torch.Tensor]]] | None = None
-
-    def __post_init__(self) -> None:
-        unknown = [m.id for m in self.mistakes if m.id not in LOSS_MISTAKE_IDS]
-        if unknown:
-            raise ValueError(f"no simulator for the loss mistakes {unknown}; known: {LOSS_MISTAKE_IDS}")
 
 
 def _ignored(oracle: LossOracle, inputs: Mapping) -> int:
@@ -437,33 +422,8 @@ def _ignored(oracle: LossOracle, inputs: Mapping) -> int:
 
 def token_loss(oracle: LossOracle, inputs: Mapping) -> torch.Tensor:
     """The oracle: F.cross_entropy of the shifted logits against tokens[:, 1:], the padding ignored; a scalar."""
-    logits = oracle.logits("shifted", **inputs).transpose(1, 2)  # (b, vocab, t - 1)
+    logits = oracle.logits(**inputs).transpose(1, 2)  # (b, vocab, t - 1)
     return F.cross_entropy(logits, inputs[oracle.tokens][:, 1:], ignore_index=_ignored(oracle, inputs))
-
-
-def token_loss_mistakes(oracle: LossOracle, inputs: Mapping) -> list[tuple[Mistake, torch.Tensor]]:
-    """What each of the oracle's mistakes gives on the inputs: not shifted, shifted the wrong way, a sum, a softmax
-    before F.cross_entropy, F.nll_loss on logits, in bits, the last position only. With oracle.written, what the
-    written mistakes give instead (07's, course/judges/seq2seq.py)."""
-    if oracle.written is not None:
-        return list(oracle.written(**inputs))
-    tokens, ignore = inputs[oracle.tokens], _ignored(oracle, inputs)
-    labels = tokens[:, 1:]  # (b, t - 1)
-    with torch.no_grad():
-        shifted = oracle.logits("shifted", **inputs).transpose(1, 2)  # (b, vocab, t - 1)
-        unshifted = oracle.logits("unshifted", **inputs).transpose(1, 2)  # (b, vocab, t)
-        backwards = oracle.logits("backwards", **inputs).transpose(1, 2)  # (b, vocab, t - 1)
-    per_token = F.cross_entropy(shifted, labels, ignore_index=ignore, reduction="none")  # (b, t - 1)
-    simulated = {
-        "loss-not-shifted": F.cross_entropy(unshifted, tokens, ignore_index=ignore),
-        "loss-wrong-shift": F.cross_entropy(backwards, tokens[:, :-1], ignore_index=ignore),
-        "loss-sum": per_token.sum(),
-        "loss-softmax": F.cross_entropy(F.softmax(shifted, dim=1), labels, ignore_index=ignore),
-        "loss-nll-on-logits": F.nll_loss(shifted, labels, ignore_index=ignore),
-        "loss-bits": F.cross_entropy(shifted, labels, ignore_index=ignore) / math.log(2),
-        "loss-last-position": F.cross_entropy(shifted[:, :, -1], labels[:, -1], ignore_index=ignore),
-    }
-    return [(m, simulated[m.id]) for m in oracle.mistakes if m.id in simulated]
 
 
 def token_loss_gradients(oracle: LossOracle, inputs: Mapping, index: int) -> dict[str, torch.Tensor | None]:
@@ -497,7 +457,7 @@ def _confirmed_first(ev: Evidence, loss: torch.Tensor, mistakes: list[tuple[Mist
     other = ev.tensors.get(companion.key)
     if len(matching) < 2 or not isinstance(other, torch.Tensor) or other.shape != () or not other.is_floating_point():
         return mistakes
-    there = dict((m.id, value) for m, value in reversed(token_loss_mistakes(oracle, dict(companion.inputs()))))
+    there = dict((m.id, value) for m, value in reversed(list(oracle.written(**dict(companion.inputs())))))
     confirmed = {m.id for m in matching if m.id in there and matches_any(other, [there[m.id]], ev.device)}
     return sorted(mistakes, key=lambda pair: pair[0].id not in confirmed)
 
@@ -511,12 +471,11 @@ def expect_loss_case(ev: Evidence, case: Case, oracle: LossOracle, companion: Ca
                   shape_hints=_loss_shape_hints(oracle, inputs[oracle.tokens]))
     with torch.no_grad():
         expected = token_loss(oracle, inputs)
-    unstable = next((m for m in oracle.mistakes if m.id == "loss-unstable"), None)
-    if unstable is not None and not bool(torch.isfinite(loss)) and bool(torch.isfinite(expected)):
+    if oracle.unstable is not None and not bool(torch.isfinite(loss)) and bool(torch.isfinite(expected)):
         fail(f"{oracle.what} is {float(loss)} on {case.label}, where the loss is {float(expected):.4f}. A softmax "
              "followed by a log underflows: a probability below 1e-38 becomes 0 and its log -inf. F.cross_entropy "
-             "(or F.log_softmax) computes the log-probabilities without that step.", mistake=unstable)
-    mistakes = token_loss_mistakes(oracle, inputs)
+             "(or F.log_softmax) computes the log-probabilities without that step.", mistake=oracle.unstable)
+    mistakes = list(oracle.written(**inputs))
     if companion is not None and not matches_any(loss, [expected], ev.device):
         mistakes = _confirmed_first(ev, loss, mistakes, companion, oracle)
     expect_close(loss, expected, what=oracle.what, device=ev.device, mistakes=mistakes, otherwise=oracle.hint,
@@ -737,33 +696,17 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
          case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
 
 
-def block_layout(x: torch.Tensor, sublayers: Sequence[Callable], norms: Sequence[Callable],
-                 layout: str = "pre") -> torch.Tensor:
-    """A block on x (b, t, k), each sublayer with its norm: "pre"-norm, "post"-norm (the norms after the residual
-    sums), or without the residual: "no-residual" (pre-norm) or "post-no-residual"."""
-    for sublayer, norm in zip(sublayers, norms, strict=True):
-        if layout.startswith("post"):
-            x = norm(sublayer(x) + (0 if layout == "post-no-residual" else x))
-        else:
-            x = sublayer(norm(x)) + (0 if layout == "no-residual" else x)
-    return x
-
-
 def decoder(w: Tensors, x: torch.Tensor, depth: int, cache: list | None, attend: Callable, ff: Callable,
-            norm: Callable, *, layout: str = "pre", final_norm: bool = True) -> tuple[torch.Tensor, list]:
-    """A decoder-only language model after its embeddings: (logits (b, t, vocab), the new cache) of x (b, t, k) through
-    depth blocks (:func:`block_layout`), the final norm (unless not final_norm) and to_logits. Block i calls
-    attend(h, i, its cache or None) for (its output, what it caches), ff(name, h) and norm(name, h) with its parts'
-    names (blocks.<i>.ff, ...)."""
+            norm: Callable) -> tuple[torch.Tensor, list]:
+    """A pre-norm decoder-only language model after its embeddings: (logits (b, t, vocab), the new cache) of x
+    (b, t, k) through depth blocks (x + attention(norm1(x)), then x + ff(norm2(x))), the final norm and to_logits.
+    Block i calls attend(h, i, its cache or None) for (its output, what it caches), ff(name, h) and norm(name, h)
+    with its parts' names (blocks.<i>.ff, ...)."""
     new_cache = []
-
-    def attention(i: int, h: torch.Tensor) -> torch.Tensor:
-        out, kept = attend(h, i, None if cache is None else cache[i])
-        new_cache.append(kept)
-        return out
-
     for i in range(depth):
         p = f"blocks.{i}."
-        x = block_layout(x, (partial(attention, i), partial(ff, f"{p}ff")),
-                         (partial(norm, f"{p}norm1"), partial(norm, f"{p}norm2")), layout)
-    return dense(w, "to_logits", norm("norm", x) if final_norm else x), new_cache
+        out, kept = attend(norm(f"{p}norm1", x), i, None if cache is None else cache[i])
+        new_cache.append(kept)
+        x = out + x
+        x = ff(f"{p}ff", norm(f"{p}norm2", x)) + x
+    return dense(w, "to_logits", norm("norm", x)), new_cache

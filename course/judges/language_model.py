@@ -386,8 +386,8 @@ edit("loss-softmax-then-log", LOSS,
           "F.log_softmax).")
 
 NEXT_TOKEN_LOSS = LossOracle(
-    "next_token_loss(logits, tokens)", lambda feed, logits, tokens: logits[:, :-1], "tokens",  # the oracle's feed
-    mistakes=(WRITTEN["loss-unstable"],), written=partial(WRITTEN.outputs, LOSS),
+    "next_token_loss(logits, tokens)", lambda logits, tokens: logits[:, :-1], "tokens",
+    unstable=WRITTEN["loss-unstable"], written=partial(WRITTEN.outputs, LOSS),
     hint="loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)): the logits at position i "
          "against token i + 1, the mean over all of them. F.cross_entropy wants the classes last of two dimensions, "
          "or in dimension 1.")

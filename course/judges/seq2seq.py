@@ -636,11 +636,9 @@ each_case(probes.seq2seq_small_case, partial(_expect_gradients, True),
 
 # ---------------------------------------------------------------- the loss
 
-def _translator_logits(feed: str, model: nn.Module, src, src_mask, tgt, pad) -> torch.Tensor:
-    """The stand-in model's logits (b, n, vocab) on the targets it reads: tgt[:, :-1] for the logits that predict
-    tgt[:, 1:] ("shifted"), tgt itself ("unshifted"), tgt[:, 1:] ("backwards")."""
-    read = {"shifted": tgt[:, :-1], "unshifted": tgt, "backwards": tgt[:, 1:]}[feed]
-    return model(src, read, src_mask)
+def _translator_logits(model: nn.Module, src, src_mask, tgt, pad) -> torch.Tensor:
+    """The stand-in model's logits (b, n - 1, vocab) on tgt[:, :-1]: those that predict tgt[:, 1:]."""
+    return model(src, tgt[:, :-1], src_mask)
 
 
 #     teacher_forcing_loss: logits = model(src, tgt[:, :-1], src_mask)
