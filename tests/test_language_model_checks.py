@@ -18,7 +18,7 @@ from course.checks import weights
 from course.checks.compare import CheckFailed
 from course.corpus import CHARACTERS, sentences
 from course.judges import language_model as judges
-from course.judges.kinds import run_steps
+from course.judges.models import run_steps
 
 A = "08_language_model"
 

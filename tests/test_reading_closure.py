@@ -32,8 +32,8 @@ WIDE = {
     ("course/judges/kinds.py", "Oracle"),
     ("course/judges/kinds.py", "expect_linear_layers"),
     ("course/judges/kinds.py", "ForwardOracle"),
-    ("course/judges/kinds.py", "ModelOracle"),
-    ("course/judges/kinds.py", "expect_model_steps"),
+    ("course/judges/models.py", "ModelOracle"),
+    ("course/judges/models.py", "expect_model_steps"),
 }
 
 

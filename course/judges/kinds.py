@@ -9,47 +9,40 @@ Every case's output is compared with the oracle (its shape first, with hints for
 a match with a typical mistake's output names it, and a case that recorded gradients has them compared with autograd
 through the oracle. Cases worked by hand in the notebook compare with the hand-worked answer instead
 (``answers``), the secret case with the oracle.
+
+Next-token losses are judged in course/judges/token_loss.py, whole language models (with and without a cache) in
+course/judges/models.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from course.checks import modules
 from course.checks.compare import (
     Mistake,
     OnGpus,
     expect_close,
-    expect_close_batch,
     expect_on_gpus,
-    expect_tuple,
     fail,
     matches_any,
     output,
-    tensor,
-    value_kind,
 )
-from course.checks.evidence import Evidence, fact_key, item_key
+from course.checks.evidence import Evidence
 from course.checks.kinds import (
     Built,
     CallCheck,
     Case,
-    LossCheck,
-    ModelRun,
     PropertyCheck,
     Runs,
     RunsCheck,
-    chunk_bounds,
     drawn,
 )
 from course.judges import judge
-from course.judges.oracles import dense
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -393,115 +386,6 @@ def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: s
     return declared(check, judged, passed)
 
 
-# ------------------------------------------------------------------------------------------- token losses
-
-
-@dataclass(frozen=True)
-class LossOracle:
-    """A next-token loss: the mean cross-entropy (F.cross_entropy, ignore_index = the padding id) of the logits at
-    every position against the token that follows, as functions of the named inputs of a case.
-
-    logits(**inputs) gives the (b, t - 1, vocab) logits that predict tokens[:, 1:]; written(**inputs) gives (mistake,
-    loss) for each typical mistake written as code (course/judges/variants.py), the first match named."""
-
-    what: str  # e.g. "next_token_loss(logits, tokens)"
-    logits: Callable[..., torch.Tensor]
-    tokens: str  # the input holding the tokens (b, t)
-    #: e.g. lambda **inputs: WRITTEN.outputs("teacher_forcing_loss", **inputs)
-    written: Callable[..., Iterable[tuple[Mistake, torch.Tensor]]]
-    pad: str | None = None  # the input holding the padding id; None: every label counts
-    unstable: Mistake | None = None  # named when the loss is not finite where the oracle's is
-    hint: str = ""  # the advice when the loss is wrong (or not a scalar)
-    name: str = "F.cross_entropy"  # the oracle in words, for gradient messages
-
-
-def _ignored(oracle: LossOracle, inputs: Mapping) -> int:
-    """The label F.cross_entropy ignores: the padding id, or its default -100 (no token) without padding."""
-    return -100 if oracle.pad is None else int(inputs[oracle.pad])
-
-
-def token_loss(oracle: LossOracle, inputs: Mapping) -> torch.Tensor:
-    """The oracle: F.cross_entropy of the shifted logits against tokens[:, 1:], the padding ignored; a scalar."""
-    logits = oracle.logits(**inputs).transpose(1, 2)  # (b, vocab, t - 1)
-    return F.cross_entropy(logits, inputs[oracle.tokens][:, 1:], ignore_index=_ignored(oracle, inputs))
-
-
-def token_loss_gradients(oracle: LossOracle, inputs: Mapping, index: int) -> dict[str, torch.Tensor | None]:
-    """Autograd's gradients of the oracle's loss with respect to the floating tensor inputs (named <name><index>,
-    as the probe keeps them) and the parameters of a model among the inputs (inputs: fresh from the case)."""
-    given, leaves = {}, {}
-    for name, value in inputs.items():
-        if isinstance(value, torch.nn.Module):
-            leaves.update(value.named_parameters())
-        elif isinstance(value, torch.Tensor) and value.is_floating_point():
-            value = value.detach().clone().requires_grad_(True)
-            leaves[f"{name}{index}"] = value
-        given[name] = value
-    token_loss(oracle, given).backward()
-    return {name: leaf.grad for name, leaf in leaves.items()}
-
-
-def _loss_shape_hints(oracle: LossOracle, tokens: torch.Tensor) -> dict[tuple[int, ...], str | Mistake]:
-    b, t = tokens.shape
-    mean = "their mean over the real tokens" if oracle.pad else "their mean"
-    return {(b, t - 1): f"That is one loss per predicted token: return {mean}.",
-            (b * (t - 1),): f"That is one loss per predicted token: return {mean}.",
-            (b,): "That is one loss per sequence: the mean is over all predicted tokens of the batch."}
-
-
-def _confirmed_first(ev: Evidence, loss: torch.Tensor, mistakes: list[tuple[Mistake, torch.Tensor]],
-                     companion: Case, oracle: LossOracle) -> list[tuple[Mistake, torch.Tensor]]:
-    """mistakes, those that the loss matches AND that the companion's loss matches too put first: a single number
-    can match two typical mistakes by chance, two numbers hardly."""
-    matching = [m for m, value in mistakes if matches_any(loss, [value], ev.device)]
-    other = ev.tensors.get(companion.key)
-    if len(matching) < 2 or not isinstance(other, torch.Tensor) or other.shape != () or not other.is_floating_point():
-        return mistakes
-    there = dict((m.id, value) for m, value in reversed(list(oracle.written(**dict(companion.inputs())))))
-    confirmed = {m.id for m in matching if m.id in there and matches_any(other, [there[m.id]], ev.device)}
-    return sorted(mistakes, key=lambda pair: pair[0].id not in confirmed)
-
-
-def expect_loss_case(ev: Evidence, case: Case, oracle: LossOracle, companion: Case | None = None) -> None:
-    """The loss recorded for case against the oracle, naming the typical mistake it matches (confirmed by the
-    companion's loss when it matches two)."""
-    __tracebackhide__ = True
-    inputs = dict(case.inputs())
-    loss = output(ev, case.key, what=oracle.what, shape=(), hint=oracle.hint,
-                  shape_hints=_loss_shape_hints(oracle, inputs[oracle.tokens]))
-    with torch.no_grad():
-        expected = token_loss(oracle, inputs)
-    if oracle.unstable is not None and not bool(torch.isfinite(loss)) and bool(torch.isfinite(expected)):
-        fail(f"{oracle.what} is {float(loss)} on {case.label}, where the loss is {float(expected):.4f}. A softmax "
-             "followed by a log underflows: a probability below 1e-38 becomes 0 and its log -inf. F.cross_entropy "
-             "(or F.log_softmax) computes the log-probabilities without that step.", mistake=oracle.unstable)
-    mistakes = list(oracle.written(**inputs))
-    if companion is not None and not matches_any(loss, [expected], ev.device):
-        mistakes = _confirmed_first(ev, loss, mistakes, companion, oracle)
-    expect_close(loss, expected, what=oracle.what, device=ev.device, mistakes=mistakes, otherwise=oracle.hint,
-                 case=case.label)
-
-
-def against_loss(check: LossCheck, oracle: LossOracle, *, passed: str) -> Callable[[Evidence], None]:
-    """Register the judge of a loss check (course/checks/kinds.py's ``losses``): every drawn case's loss against
-    F.cross_entropy, a case's secret companion (keyed <key>_secret) confirming which of two matching mistakes it
-    is, then the gradients of the cases that recorded them against autograd through the oracle."""
-
-    def judged(ev: Evidence) -> None:
-        __tracebackhide__ = True
-        cases = drawn(check.cases)
-        keyed = {case.key: case for case in cases}
-        for case in cases:
-            expect_loss_case(ev, case, oracle, keyed.get(f"{case.key}_secret"))
-        for i, case in enumerate(check.cases):
-            if case.upstream is not None and case in cases:
-                modules.expect_differentiable(ev, case.key, oracle.what)
-                modules.expect_gradients(ev, token_loss_gradients(oracle, dict(case.inputs()), i), owner=oracle.what,
-                                         case=case.label, oracle=oracle.name)
-
-    return declared(check, judged, passed)
-
-
 # ------------------------------------------------------------------------------------------- properties written out
 
 
@@ -520,193 +404,3 @@ def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
             expect_on_gpus(ev, on_gpus)
 
     return declared(check, judged, passed)
-
-
-# ------------------------------------------------------------------------------------------- language models
-
-Switches = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class ModelOracle:
-    """A language model, tokens (b, t) -> logits (b, t, vocab) ((logits, cache) with use_cache=True): weights(ev, run)
-    judges its structure, compute(w, case, tokens, cache=None, **switches) writes it out (switches: a mistake)."""
-
-    owner: str  # the student's class, e.g. "LanguageModel"
-    weights: Callable[[Evidence, Any], dict[str, torch.Tensor]]
-    compute: Callable[..., tuple[torch.Tensor, list]]
-    name: str  # the oracle in words, for gradient messages
-    hint: str  # how the logits are computed
-    causal: str  # the advice when changing later tokens changes earlier logits
-    reads_future: Mistake | None = None  # the mistake named then
-    mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change the logits of a call without a cache
-    cache_mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change only calls given a cache
-    reference: Callable[..., torch.Tensor] | None = None  # reference(w, case, tokens): logits by PyTorch's layers
-    returns_tuple: Mistake | None = None  # named when a call without use_cache returns a tuple
-
-
-def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
-                  mistakes: Sequence[Mistake | None] = (None, None, None)) -> list[dict]:
-    """The facts of the model's depth separate blocks in an nn.ModuleList (mistakes: a plain list, another count, one
-    block shared), each with the parts (name, kind, how to create it)."""
-    __tracebackhide__ = True
-    blocks = modules.expect_part(ev, key, owner, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
-                                 "nn.ModuleList of `depth` blocks")
-    wrong = (blocks.get("kind") in ("list", "tuple"), blocks.get("count") != depth, blocks.get("distinct") != depth)
-    for mistake in (m for m, bad in zip(mistakes, wrong, strict=True) if bad):
-        fail(f"{owner}.blocks is a {str(blocks.get('kind'))[:60]} of {blocks.get('count')} blocks "
-             f"({blocks.get('distinct')} distinct) for depth={depth}: " + (mistake.explanation if mistake else
-             f"it should be an nn.ModuleList of {depth} separate blocks."), mistake=mistake)
-    return [{name: modules.expect_part(ev, f"{key}.blocks.{i}", f"{owner}.blocks[{i}]", name, kind, how)
-             for name, kind, how in parts} for i in range(depth)]
-
-
-def model_logits(ev: Evidence, oracle: ModelOracle, key: str, case: Any, what: str,
-                 t: int | None = None) -> torch.Tensor:
-    """The logits (b, t, vocab) recorded under key (t: the case's)."""
-    __tracebackhide__ = True
-    b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
-    if oracle.returns_tuple is not None and value_kind(ev, key) == "tuple":
-        fail(f"{what} returned a tuple: {oracle.returns_tuple.explanation}", mistake=oracle.returns_tuple)
-    return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
-        (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
-        (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
-
-
-def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, case: Any, tokens: torch.Tensor,
-              chunks: tuple[int, ...], switches: Switches) -> tuple[list[torch.Tensor], list[list]]:
-    """The logits of each chunk of tokens (b, t) fed to compute with the cache before it, and the cache after it."""
-    with torch.no_grad():
-        cache, logits, caches = None, [], []
-        for start, end in chunk_bounds(chunks):
-            out, cache = compute(w, case, tokens[:, start:end], cache, **switches)
-            logits.append(out)
-            caches.append(cache)
-    return logits, caches
-
-
-class Lazily:
-    """An iterable made by make() the first time it is iterated: typical mistakes' outputs, which a right answer
-    never needs."""
-
-    def __init__(self, make: Callable[[], Iterable]) -> None:
-        self.make = make
-
-    def __iter__(self) -> Iterator:
-        return iter(self.make())
-
-
-def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False,
-                 owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
-    causal where run.changed, autograd's gradients where run.upstream; owner: a subclass. Returns (weights, logits)."""
-    __tracebackhide__ = True
-    case, tokens, owner = run.case, run.tokens(), owner or oracle.owner
-    what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
-    w = oracle.weights(ev, run)
-    logits = model_logits(ev, oracle, run.logits, case, what)
-    with torch.no_grad():
-        expected = (oracle.reference or (lambda *given: oracle.compute(*given)[0]))(w, case, tokens)
-
-    @cache
-    def mistaken() -> list[tuple[Mistake, torch.Tensor]]:  # only once the logits are wrong somewhere, and once
-        with torch.no_grad():
-            return [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes]
-
-    wrong = Lazily(mistaken)
-    right = matches_any(logits, [expected], ev.device)
-    found = [] if right else [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
-                              if matches_any(logits, [out], ev.device)]
-    for j in run.changed:
-        expect_causal(ev, logits, model_logits(ev, oracle, fact_key(run.model, f"changed{j}"), case, what), j,
-                      f"{owner} is not causal", wrong, oracle.causal, oracle.reads_future)
-    if not right and not found:
-        fail(f"{owner} has the right parts, but it is not a language model with the check's weights: {oracle.hint}",
-             expected[0], logits[0], case=f"{label}, sequence 0")
-    if exact:
-        expect_close_batch(logits, expected, what=what, device=ev.device, mistakes=wrong, otherwise=oracle.hint,
-                           case=label)
-    if run.upstream:
-        modules.expect_differentiable(ev, run.logits, what)
-        because, switches = found[0] if found else (None, {})
-        forward = oracle.reference if oracle.reference and not switches else None
-
-        def logits_of(leaves: Tensors) -> torch.Tensor:
-            return forward(leaves, case, tokens) if forward else oracle.compute(leaves, case, tokens, **switches)[0]
-
-        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=oracle.owner,
-                                 case=label, because=because, oracle=oracle.name)
-    return w, logits
-
-
-def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tensors, full: torch.Tensor, heads: int,
-                       differs: Mistake, *, owner: str = "", errors: tuple[tuple[str, int, Mistake], ...] = (),
-                       not_returned: Mistake | None = None, bad_cache: Mistake | None = None, caches: bool = True
-                       ) -> None:
-    """The run's chunks fed with the cache (<steps><c>) give the logits of one call (full) and the oracle's cache of
-    `heads` heads (caches=False: its shapes), else the cache mistake (or a raised error's) is named, or differs."""
-    __tracebackhide__ = True
-    case, tokens, chunks, owner = run.case, run.tokens(), run.chunks, owner or oracle.owner
-    bounds = chunk_bounds(chunks)
-    steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
-    for step, (start, end) in ((f"{run.steps}{c}", bound) for c, bound in enumerate(bounds)):
-        message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
-        for mistake in (m for phrase, after, m in errors if phrase in message and start >= after):
-            fail(f"{owner}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
-                 f"{mistake.explanation}", mistake=mistake)
-        what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
-        expect_tuple(ev, step, what, f"{what} should return a pair, (logits, cache)"
-                     + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
-        out = model_logits(ev, oracle, item_key(step, 0), case, what, end - start)
-        expect_tuple(ev, item_key(step, 1), what, f"The cache {what} returned should be a list of {case.depth} (keys, "
-                     f"values) pairs, one per block{explained}", case.depth, bad_cache)
-        for i in range(case.depth):
-            expect_tuple(ev, f"{step}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}",
-                         2, bad_cache)
-            for j, name in enumerate(("keys", "values")):
-                value, shape = tensor(ev, f"{step}.1.{i}.{j}"), (case.b, heads, end, case.k // case.heads)
-                if value is None or tuple(value.shape) != shape:
-                    got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
-                    fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
-                         mistake=bad_cache)
-        steps.append((out, [(tensor(ev, f"{step}.1.{i}.0"), tensor(ev, f"{step}.1.{i}.1"))
-                            for i in range(case.depth)]))
-
-    def same(logits: list[torch.Tensor], kept: list[list]) -> bool:
-        """The steps gave these logits and (unless not caches) these caches, a list of (keys, values) per block."""
-        pairs = [(got, want) for (out, cache), wanted, expected in zip(steps, logits, kept, strict=True)
-                 for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True) if caches
-                                                    else ()))]
-        return all(matches_any(got, [want], ev.device) for got, want in pairs)
-
-    if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks, {})[1]):
-        return
-    named = next((m for m, switches in oracle.cache_mistakes
-                  if same(*run_steps(oracle.compute, w, case, tokens, chunks, switches))), None)
-    bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
-                if not matches_any(out, [full[:, s:e]], ev.device)), None)
-    if named is None and bad is None:
-        fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
-             "computes (each block's keys and values, heads split), in time order.", mistake=differs)
-    start, end, logits = bad or (*bounds[-1], steps[-1][0])
-    fail(f"{owner} with a cache is not what was asked: " + (named.explanation if named else "with a cache of "
-         f"{start} positions the logits of tokens {start}-{end - 1} are not those of one call without a cache. "
-         "Positions continue after the cache, the cached keys and values go in front of the new ones, and the "
-         "causal mask is shifted by the cache."), full[0, start:end, 0], logits[0, :, 0], mistake=named or differs,
-         case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
-
-
-def decoder(w: Tensors, x: torch.Tensor, depth: int, cache: list | None, attend: Callable, ff: Callable,
-            norm: Callable) -> tuple[torch.Tensor, list]:
-    """A pre-norm decoder-only language model after its embeddings: (logits (b, t, vocab), the new cache) of x
-    (b, t, k) through depth blocks (x + attention(norm1(x)), then x + ff(norm2(x))), the final norm and to_logits.
-    Block i calls attend(h, i, its cache or None) for (its output, what it caches), ff(name, h) and norm(name, h)
-    with its parts' names (blocks.<i>.ff, ...)."""
-    new_cache = []
-    for i in range(depth):
-        p = f"blocks.{i}."
-        out, kept = attend(norm(f"{p}norm1", x), i, None if cache is None else cache[i])
-        new_cache.append(kept)
-        x = out + x
-        x = ff(f"{p}ff", norm(f"{p}norm2", x)) + x
-    return dense(w, "to_logits", norm("norm", x)), new_cache

@@ -19,16 +19,10 @@ from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
 from course.judges import oracles
-from course.judges.kinds import (
-    LossOracle,
-    ModelOracle,
-    against_loss,
-    each_case,
-    expect_blocks,
-    expect_model,
-    expect_model_steps,
-)
+from course.judges.kinds import each_case
+from course.judges.models import ModelOracle, expect_blocks, expect_model, expect_model_steps
 from course.judges.oracles import dense, layer_norm
+from course.judges.token_loss import LossOracle, against_loss
 from course.judges.variants import Variants, Written, defined, reference_source
 
 # ---------------------------------------------------------------- mistakes

@@ -28,18 +28,14 @@ from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCa
 from course.judges import judge
 from course.judges.kinds import (
     ForwardOracle,
-    ModelOracle,
     Oracle,
     against,
     against_forward,
     block_call,
-    decoder,
     each_case,
-    expect_blocks,
     expect_linear_layers,
-    expect_model,
-    expect_model_steps,
 )
+from course.judges.models import ModelOracle, decoder, expect_blocks, expect_model, expect_model_steps
 from course.judges.oracles import dense
 from course.judges.variants import Variants, defined, reference_source, simulators
 

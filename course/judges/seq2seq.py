@@ -43,9 +43,7 @@ from course.judges import oracles
 from course.judges.kinds import (
     BlockOracle,
     ForwardOracle,
-    LossOracle,
     against_block,
-    against_loss,
     declared,
     each_case,
     expect_block_runs,
@@ -53,6 +51,7 @@ from course.judges.kinds import (
     forward_output,
     simulated,
 )
+from course.judges.token_loss import LossOracle, against_loss
 from course.judges.variants import Variants, Written, simulators
 
 PADDING_NAME = "padding_mask(lengths, t)"

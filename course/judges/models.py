@@ -1,0 +1,221 @@
+"""Whole language models, with and without a cache: the judge side of course/checks/kinds.py's ``ModelRun``, for
+assignments 08 (LanguageModel, CachedLanguageModel) and 09 (the modern decoder).
+
+A :class:`ModelOracle` writes the model out (compute: tokens and an optional cache -> logits and the new cache) with
+its typical mistakes as switches; :func:`expect_model` judges one call (its parts, its logits, causality, the
+gradients) and :func:`expect_model_steps` the same tokens fed in chunks with the cache; :func:`decoder` is the
+pre-norm decoder both assignments' oracles write out. The generic kinds (calls, modules, blocks, properties) are in
+course/judges/kinds.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+
+from course.checks import modules
+from course.checks.compare import (
+    Mistake,
+    expect_close_batch,
+    expect_tuple,
+    fail,
+    matches_any,
+    output,
+    tensor,
+    value_kind,
+)
+from course.checks.evidence import Evidence, fact_key, item_key
+from course.checks.kinds import ModelRun, chunk_bounds
+from course.judges.kinds import Tensors, expect_causal
+from course.judges.oracles import dense
+
+Switches = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelOracle:
+    """A language model, tokens (b, t) -> logits (b, t, vocab) ((logits, cache) with use_cache=True): weights(ev, run)
+    judges its structure, compute(w, case, tokens, cache=None, **switches) writes it out (switches: a mistake)."""
+
+    owner: str  # the student's class, e.g. "LanguageModel"
+    weights: Callable[[Evidence, Any], dict[str, torch.Tensor]]
+    compute: Callable[..., tuple[torch.Tensor, list]]
+    name: str  # the oracle in words, for gradient messages
+    hint: str  # how the logits are computed
+    causal: str  # the advice when changing later tokens changes earlier logits
+    reads_future: Mistake | None = None  # the mistake named then
+    mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change the logits of a call without a cache
+    cache_mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change only calls given a cache
+    reference: Callable[..., torch.Tensor] | None = None  # reference(w, case, tokens): logits by PyTorch's layers
+    returns_tuple: Mistake | None = None  # named when a call without use_cache returns a tuple
+
+
+def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
+                  mistakes: Sequence[Mistake | None] = (None, None, None)) -> list[dict]:
+    """The facts of the model's depth separate blocks in an nn.ModuleList (mistakes: a plain list, another count, one
+    block shared), each with the parts (name, kind, how to create it)."""
+    __tracebackhide__ = True
+    blocks = modules.expect_part(ev, key, owner, "blocks", ("ModuleList", "Sequential", "list", "tuple"),
+                                 "nn.ModuleList of `depth` blocks")
+    wrong = (blocks.get("kind") in ("list", "tuple"), blocks.get("count") != depth, blocks.get("distinct") != depth)
+    for mistake in (m for m, bad in zip(mistakes, wrong, strict=True) if bad):
+        fail(f"{owner}.blocks is a {str(blocks.get('kind'))[:60]} of {blocks.get('count')} blocks "
+             f"({blocks.get('distinct')} distinct) for depth={depth}: " + (mistake.explanation if mistake else
+             f"it should be an nn.ModuleList of {depth} separate blocks."), mistake=mistake)
+    return [{name: modules.expect_part(ev, f"{key}.blocks.{i}", f"{owner}.blocks[{i}]", name, kind, how)
+             for name, kind, how in parts} for i in range(depth)]
+
+
+def model_logits(ev: Evidence, oracle: ModelOracle, key: str, case: Any, what: str,
+                 t: int | None = None) -> torch.Tensor:
+    """The logits (b, t, vocab) recorded under key (t: the case's)."""
+    __tracebackhide__ = True
+    b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
+    if oracle.returns_tuple is not None and value_kind(ev, key) == "tuple":
+        fail(f"{what} returned a tuple: {oracle.returns_tuple.explanation}", mistake=oracle.returns_tuple)
+    return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
+        (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
+        (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
+
+
+def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, case: Any, tokens: torch.Tensor,
+              chunks: tuple[int, ...], switches: Switches) -> tuple[list[torch.Tensor], list[list]]:
+    """The logits of each chunk of tokens (b, t) fed to compute with the cache before it, and the cache after it."""
+    with torch.no_grad():
+        cache, logits, caches = None, [], []
+        for start, end in chunk_bounds(chunks):
+            out, cache = compute(w, case, tokens[:, start:end], cache, **switches)
+            logits.append(out)
+            caches.append(cache)
+    return logits, caches
+
+
+class Lazily:
+    """An iterable made by make() the first time it is iterated: typical mistakes' outputs, which a right answer
+    never needs."""
+
+    def __init__(self, make: Callable[[], Iterable]) -> None:
+        self.make = make
+
+    def __iter__(self) -> Iterator:
+        return iter(self.make())
+
+
+def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False,
+                 owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
+    causal where run.changed, autograd's gradients where run.upstream; owner: a subclass. Returns (weights, logits)."""
+    __tracebackhide__ = True
+    case, tokens, owner = run.case, run.tokens(), owner or oracle.owner
+    what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
+    w = oracle.weights(ev, run)
+    logits = model_logits(ev, oracle, run.logits, case, what)
+    with torch.no_grad():
+        expected = (oracle.reference or (lambda *given: oracle.compute(*given)[0]))(w, case, tokens)
+
+    @cache
+    def mistaken() -> list[tuple[Mistake, torch.Tensor]]:  # only once the logits are wrong somewhere, and once
+        with torch.no_grad():
+            return [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes]
+
+    wrong = Lazily(mistaken)
+    right = matches_any(logits, [expected], ev.device)
+    found = [] if right else [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
+                              if matches_any(logits, [out], ev.device)]
+    for j in run.changed:
+        expect_causal(ev, logits, model_logits(ev, oracle, fact_key(run.model, f"changed{j}"), case, what), j,
+                      f"{owner} is not causal", wrong, oracle.causal, oracle.reads_future)
+    if not right and not found:
+        fail(f"{owner} has the right parts, but it is not a language model with the check's weights: {oracle.hint}",
+             expected[0], logits[0], case=f"{label}, sequence 0")
+    if exact:
+        expect_close_batch(logits, expected, what=what, device=ev.device, mistakes=wrong, otherwise=oracle.hint,
+                           case=label)
+    if run.upstream:
+        modules.expect_differentiable(ev, run.logits, what)
+        because, switches = found[0] if found else (None, {})
+        forward = oracle.reference if oracle.reference and not switches else None
+
+        def logits_of(leaves: Tensors) -> torch.Tensor:
+            return forward(leaves, case, tokens) if forward else oracle.compute(leaves, case, tokens, **switches)[0]
+
+        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=oracle.owner,
+                                 case=label, because=because, oracle=oracle.name)
+    return w, logits
+
+
+def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tensors, full: torch.Tensor, heads: int,
+                       differs: Mistake, *, owner: str = "", errors: tuple[tuple[str, int, Mistake], ...] = (),
+                       not_returned: Mistake | None = None, bad_cache: Mistake | None = None, caches: bool = True
+                       ) -> None:
+    """The run's chunks fed with the cache (<steps><c>) give the logits of one call (full) and the oracle's cache of
+    `heads` heads (caches=False: its shapes), else the cache mistake (or a raised error's) is named, or differs."""
+    __tracebackhide__ = True
+    case, tokens, chunks, owner = run.case, run.tokens(), run.chunks, owner or oracle.owner
+    bounds = chunk_bounds(chunks)
+    steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
+    for step, (start, end) in ((f"{run.steps}{c}", bound) for c, bound in enumerate(bounds)):
+        message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
+        for mistake in (m for phrase, after, m in errors if phrase in message and start >= after):
+            fail(f"{owner}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
+                 f"{mistake.explanation}", mistake=mistake)
+        what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
+        expect_tuple(ev, step, what, f"{what} should return a pair, (logits, cache)"
+                     + (f": {not_returned.explanation}" if not_returned else "."), 2, not_returned)
+        out = model_logits(ev, oracle, item_key(step, 0), case, what, end - start)
+        expect_tuple(ev, item_key(step, 1), what, f"The cache {what} returned should be a list of {case.depth} (keys, "
+                     f"values) pairs, one per block{explained}", case.depth, bad_cache)
+        for i in range(case.depth):
+            expect_tuple(ev, f"{step}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}",
+                         2, bad_cache)
+            for j, name in enumerate(("keys", "values")):
+                value, shape = tensor(ev, f"{step}.1.{i}.{j}"), (case.b, heads, end, case.k // case.heads)
+                if value is None or tuple(value.shape) != shape:
+                    got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
+                    fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
+                         mistake=bad_cache)
+        steps.append((out, [(tensor(ev, f"{step}.1.{i}.0"), tensor(ev, f"{step}.1.{i}.1"))
+                            for i in range(case.depth)]))
+
+    def same(logits: list[torch.Tensor], kept: list[list]) -> bool:
+        """The steps gave these logits and (unless not caches) these caches, a list of (keys, values) per block."""
+        pairs = [(got, want) for (out, cache), wanted, expected in zip(steps, logits, kept, strict=True)
+                 for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True) if caches
+                                                    else ()))]
+        return all(matches_any(got, [want], ev.device) for got, want in pairs)
+
+    if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks, {})[1]):
+        return
+    named = next((m for m, switches in oracle.cache_mistakes
+                  if same(*run_steps(oracle.compute, w, case, tokens, chunks, switches))), None)
+    bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
+                if not matches_any(out, [full[:, s:e]], ev.device)), None)
+    if named is None and bad is None:
+        fail("The logits with a cache are right, but the cache does not hold the keys and values the attention "
+             "computes (each block's keys and values, heads split), in time order.", mistake=differs)
+    start, end, logits = bad or (*bounds[-1], steps[-1][0])
+    fail(f"{owner} with a cache is not what was asked: " + (named.explanation if named else "with a cache of "
+         f"{start} positions the logits of tokens {start}-{end - 1} are not those of one call without a cache. "
+         "Positions continue after the cache, the cached keys and values go in front of the new ones, and the "
+         "causal mask is shifted by the cache."), full[0, start:end, 0], logits[0, :, 0], mistake=named or differs,
+         case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
+
+
+def decoder(w: Tensors, x: torch.Tensor, depth: int, cache: list | None, attend: Callable, ff: Callable,
+            norm: Callable) -> tuple[torch.Tensor, list]:
+    """A pre-norm decoder-only language model after its embeddings: (logits (b, t, vocab), the new cache) of x
+    (b, t, k) through depth blocks (x + attention(norm1(x)), then x + ff(norm2(x))), the final norm and to_logits.
+    Block i calls attend(h, i, its cache or None) for (its output, what it caches), ff(name, h) and norm(name, h)
+    with its parts' names (blocks.<i>.ff, ...)."""
+    new_cache = []
+    for i in range(depth):
+        p = f"blocks.{i}."
+        out, kept = attend(norm(f"{p}norm1", x), i, None if cache is None else cache[i])
+        new_cache.append(kept)
+        x = out + x
+        x = ff(f"{p}ff", norm(f"{p}norm2", x)) + x
+    return dense(w, "to_logits", norm("norm", x)), new_cache
