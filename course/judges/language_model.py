@@ -373,7 +373,7 @@ edit("loss-in-bits", LOSS, (CROSS_ENTROPY, f"{CROSS_ENTROPY} / math.log(2)"), mi
 edit("loss-last-position", LOSS, (SHIFTED, "logits[:, -2]  # (b, V): position t - 2"),
      (LABELS, "tokens[:, -1]  # (b,): the last token"), mistake="loss-last-position",
      says="only the last position is scored; every position i < t - 1 predicts token i + 1, and all of them count.")
-# the right loss where the logits are small: named from a loss that is not finite (kinds.expect_loss_case)
+# the right loss where the logits are small: named from a loss that is not finite (token_loss.expect_loss_case)
 edit("loss-softmax-then-log", LOSS,
      (CROSS_ENTROPY, "-predictions.softmax(dim=-1).gather(-1, labels[:, None]).log().mean()"), mistake="loss-unstable",
      says="the loss takes the log of a softmax, which underflows for large logits: use F.cross_entropy (or "
