@@ -30,6 +30,7 @@ from course.judges.kinds import (
 )
 from course.judges.oracles import dense, layer_norm
 from course.judges.variants import Variants, Written, defined, reference_source
+from course.seeding import manual_seed
 
 # ---------------------------------------------------------------- mistakes
 
@@ -720,7 +721,7 @@ def _generated(spec: Generation, written: Written, how: str, renormalize: str) -
     model, prompt = probes.stand_in(spec)
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(salted(GLOBAL_SEED))
+            manual_seed(salted(GLOBAL_SEED))
             return run(model, prompt, spec.new_tokens, **probes.settings(spec))
     except Exception:  # noqa: BLE001 - a variant that cannot run on the case (too long for the stand-in) is no match
         return None
