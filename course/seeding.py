@@ -11,8 +11,8 @@ def manual_seed(seed: int) -> None:
     the CPU's is the only one, and only it is seeded: torch.manual_seed would also queue a seed for every GPU backend
     not initialised, formatting the whole stack as text for each (torch.cuda._lazy_call), some milliseconds a call in
     a deep stack; the checks of 08 seed once per draw, and the catalogue's replays spent a quarter of their time
-    there."""
-    if torch.accelerator.is_available():
+    there. (torch.accelerator is PyTorch 2.6's; before it, torch.manual_seed.)"""
+    if not hasattr(torch, "accelerator") or torch.accelerator.is_available():
         torch.manual_seed(seed)
     else:
         torch.default_generator.manual_seed(seed)
