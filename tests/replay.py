@@ -11,12 +11,14 @@ for tests that forge them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import linecache
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import CodeType
 
 import nbformat
 
@@ -85,7 +87,14 @@ def _autograding(folder: Path, seed: int | None):
 def _exec_cell(code: str, filename: str, namespace: dict) -> None:
     """exec a cell as IPython does: its lines registered with linecache, so tracebacks show the code that raised."""
     linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
-    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - the notebook's own cells, as a kernel runs them
+    exec(_compiled(code, filename), namespace)  # noqa: S102 - the notebook's own cells, as a kernel runs them
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(code: str, filename: str) -> CodeType:
+    """A cell compiled once: every replay of a notebook runs the same setup and test cells again (a code object is
+    immutable; each exec gets a fresh namespace)."""
+    return compile(code, filename, "exec")
 
 
 def _run(assignment: str, answers: dict[str, str], notebook: str, device: str, folder: Path,

@@ -14,7 +14,7 @@ from autograder import course_dir
 from course import language_model as reference
 from course import language_model_training as harness
 from course.checks import language_model as lm
-from course.checks import weights
+from course.checks import seeds, weights
 from course.checks.compare import CheckFailed
 from course.corpus import CHARACTERS, sentences
 from course.judges import language_model as judges
@@ -57,6 +57,18 @@ def test_a_forged_call_log_does_not_make_an_uncached_generation_cached():
     with pytest.raises(CheckFailed) as failure:
         lm.generate_cached.judge(uncached)
     assert failure.value.mistake == judges.WRITTEN["generate-cache-unused"].id
+
+
+def test_the_oracles_drawn_once_are_handed_out_as_copies_and_redrawn_under_a_grading_seed():
+    """generate's and sample_next_token's oracles keep their tokens per case (replays judge the same cases for every
+    variant): a judge that changes them in place changes no later verdict, and a grading seed gets its own."""
+    for oracle, spec in ((judges._oracle_generate, lm.GREEDY_GENERATION), (judges._draws, lm.SAMPLING_CASES[0])):
+        first = oracle(spec)
+        first[0].fill_(-1)
+        assert not torch.equal(oracle(spec)[0], first[0]), oracle.__name__
+        with seeds.grading_seed(11):
+            graded = oracle(spec)
+        assert not torch.equal(graded[0], oracle(spec)[0]), f"{oracle.__name__} under a grading seed"
 
 
 def test_sampling_under_another_global_seed_is_named_as_the_global_generator():

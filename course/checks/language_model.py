@@ -27,6 +27,7 @@ from course.checks.kinds import (
 )
 from course.checks.seeds import salted
 from course.multi_head import MultiHeadAttention
+from course.seeding import manual_seed
 from course.transformer_block import FeedForward
 
 MODEL_NAME = "LanguageModel"
@@ -224,7 +225,7 @@ def _seeded_call(rec: Recorder, key: str, function: Callable, *args: Any, global
                  **keywords: Any) -> bool:
     """rec.call under PyTorch's global generator seeded to global_seed (then restored); True when the call drew."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(salted(global_seed))
+        manual_seed(salted(global_seed))
         before = torch.random.get_rng_state()
         rec.call(key, function, *args, **keywords)
         return not torch.equal(before, torch.random.get_rng_state())

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks import compare, modules
+from course.checks import compare, modules, seeds
 from course.checks import language_model as probes
 from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator, output
 from course.checks.evidence import Evidence, fact_key, item_key
@@ -24,6 +24,7 @@ from course.judges.models import ModelOracle, expect_blocks, expect_model, expec
 from course.judges.oracles import dense, layer_norm
 from course.judges.token_loss import LossOracle, against_loss
 from course.judges.variants import Variants, Written, defined, reference_source
+from course.seeding import manual_seed
 
 # ---------------------------------------------------------------- mistakes
 
@@ -546,9 +547,17 @@ def _ways(top_p: float | None) -> list[tuple[str, str]]:
 
 def _draws(spec: SamplingCase, seed: int | None = None) -> list[torch.Tensor]:
     """The tokens (b,) each right sampler (_ways) draws on the case with its generator (or one seeded seed)."""
+    return [tokens.clone() for tokens in _drawn_once(spec, seed, seeds.current())]
+
+
+@lru_cache(maxsize=256)
+def _drawn_once(spec: SamplingCase, seed: int | None, grading_seed: int | None) -> tuple[torch.Tensor, ...]:
+    """_draws' tokens, drawn once per case, seed and grading seed (which salts the seeds of the logits and of the
+    generator: a key, not read here): the oracle reads nothing of the student's, and replays judge the same cases
+    again for every variant. _draws hands out copies."""
     logits, gen_seed = spec.logits(), spec.seed + 1 if seed is None else seed
-    return [_draw(logits, spec.temperature, spec.top_k, generator(gen_seed), how, spec.top_p, way)
-            for how, way in _ways(spec.top_p)]
+    return tuple(_draw(logits, spec.temperature, spec.top_k, generator(gen_seed), how, spec.top_p, way)
+                 for how, way in _ways(spec.top_p))
 
 
 _SAMPLE_HINT = ("probs = softmax(logits / temperature), all but the top_k logits of each row at -inf; with top_p only "
@@ -714,7 +723,7 @@ def _generated(spec: Generation, written: Written, how: str, renormalize: str) -
     model, prompt = probes.stand_in(spec)
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(salted(GLOBAL_SEED))
+            manual_seed(salted(GLOBAL_SEED))
             return run(model, prompt, spec.new_tokens, **probes.settings(spec))
     except Exception:  # noqa: BLE001 - a variant that cannot run on the case (too long for the stand-in) is no match
         return None
@@ -735,6 +744,14 @@ def _generate_mistakes(spec: Generation) -> Iterator[tuple[Mistake, torch.Tensor
 def _oracle_generate(spec: Generation) -> list[torch.Tensor]:
     """generate's tokens (b, t0 + n) on the case's stand-in with each right sampler (_ways): the whole sequence fed at
     each step, the next token drawn from the logits of the last position with a generator seeded as the case's."""
+    return [tokens.clone() for tokens in _generated_once(spec, seeds.current())]
+
+
+@lru_cache(maxsize=64)
+def _generated_once(spec: Generation, grading_seed: int | None) -> tuple[torch.Tensor, ...]:
+    """_oracle_generate's tokens, generated once per case and grading seed (which salts the seeds of the stand-in, the
+    prompt and the generator: a key, not read here): the oracle reads nothing of the student's, and replays judge the
+    same cases again for every variant. _oracle_generate hands out copies."""
     out = []
     for how, renormalize in _ways(spec.top_p):
         model, tokens = probes.stand_in(spec)
@@ -744,7 +761,7 @@ def _oracle_generate(spec: Generation) -> list[torch.Tensor]:
                 nxt = _draw(model(tokens)[:, -1], spec.temperature, spec.top_k, gen, how, spec.top_p, renormalize)
                 tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (b, t + 1)
         out.append(tokens)
-    return out
+    return tuple(out)
 
 
 def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) -> None:
