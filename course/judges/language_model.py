@@ -589,7 +589,7 @@ def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows
     __tracebackhide__ = True
     if rows is not None and (message := _no_distribution(ev, key)):
         fail(f"{what} raised {message}. The likely cause: {refused.explanation}", mistake=refused)
-    out = output(ev, key, what=what, floating=False, hint=hint, device=False)
+    out = output(ev, key, what=what, dtype="any", hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}: {NOT_IDS.explanation}", mistake=NOT_IDS)
     if rows is not None and tuple(out.shape) != (rows,):
