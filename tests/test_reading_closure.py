@@ -24,7 +24,6 @@ WIDE = {
     ("course/checks/language_model.py", "SamplingCase"),
     ("course/checks/language_model.py", "Generation"),
     ("course/checks/modules.py", "build"),
-    ("course/checks/modules.py", "expect_parameters"),
     ("course/checks/seq2seq.py", "ModelCase"),
     ("course/judges/kinds.py", "Oracle"),
     ("course/judges/kinds.py", "expect_linear_layers"),

@@ -231,10 +231,10 @@ def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None 
 def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tuple[int, ...]], seed: int,
                       gains: Mapping[str, float] | None = None,
                       hint: str = "Register the layers as attributes of the module (self.name = nn.Linear(...)).",
-                      resized: Mistake | None = None, count: tuple[str, str] | None = None) -> dict[str, torch.Tensor]:
+                      resized: Mistake | None = None) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded, for every parameter in shapes; fails when one was not registered (hint:
-    how to register it), or, given `resized`, names that mistake when one is registered with another shape; given
-    count (formula, hint: :func:`expect_parameter_count`), also when others are registered besides them."""
+    how to register it), or, given `resized`, names that mistake when one is registered with another shape (whether
+    others are registered besides them: :func:`expect_parameter_count` on the values returned)."""
     __tracebackhide__ = True
     found = loaded(ev, key, seed, gains)
     for name, shape in shapes.items():
@@ -244,8 +244,6 @@ def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tu
         if name not in found or tuple(found[name].shape) != tuple(shape):
             fail(f"{what} has no registered parameter {name} of shape {tuple(shape)}. {hint}",
                  mistake=MISSING_PARAMETER)
-    if count is not None:
-        expect_parameter_count(ev, key, what, sum(math.prod(shape) for shape in shapes.values()), *count)
     return {name: found[name] for name in shapes}
 
 

@@ -78,10 +78,11 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
     shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
-    return modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT,
-                                     resized=WRONG_SIZE, count=(
-                                         f"the embeddings, {depth} blocks, the final norm and the output layer",
-                                         "Is an extra layer registered?"))
+    w = modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT, resized=WRONG_SIZE)
+    modules.expect_parameter_count(ev, key, case.call, sum(v.numel() for v in w.values()),
+                                   f"the embeddings, {depth} blocks, the final norm and the output layer",
+                                   "Is an extra layer registered?")
+    return w
 
 
 # ---------------------------------------------------------------- LanguageModel: oracle and mistakes
