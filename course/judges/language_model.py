@@ -554,8 +554,9 @@ def _ways(top_p: float | None) -> list[tuple[str, str]]:
 def _draws(spec: SamplingCase, seed: int | None = None) -> list[torch.Tensor]:
     """The tokens (b,) each right sampler (_ways) draws on the case with its generator (or one seeded seed)."""
     logits, gen_seed = spec.logits(), spec.seed + 1 if seed is None else seed
-    return [_draw(logits, spec.temperature, spec.top_k, generator(gen_seed), how, spec.top_p, way)
-            for how, way in _ways(spec.top_p)]
+    s = spec.sampling
+    return [_draw(logits, s.temperature, s.top_k, generator(gen_seed), how, s.top_p, way)
+            for how, way in _ways(s.top_p)]
 
 
 _SAMPLE_HINT = ("probs = softmax(logits / temperature), all but the top_k logits of each row at -inf; with top_p only "
@@ -606,17 +607,18 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     one row: every draw within its top k, also on the notebook's device."""
     __tracebackhide__ = True
     if spec.copies:
-        allowed, what = set(spec.logits()[0].topk(spec.top_k).indices.tolist()), spec.call.replace("logits", "one row")
+        top_k = spec.sampling.top_k
+        allowed, what = set(spec.logits()[0].topk(top_k).indices.tolist()), spec.call.replace("logits", "one row")
         for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
             drawn = set(_token_ids(ev, key, what, rows=spec.b).tolist())
-            for mistake, wrong in ((TOP_K_IGNORED, not drawn <= allowed), (TOP_K_TOO_FEW, len(drawn) < spec.top_k)):
+            for mistake, wrong in ((TOP_K_IGNORED, not drawn <= allowed), (TOP_K_TOO_FEW, len(drawn) < top_k)):
                 if wrong:
                     fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top "
-                         f"{spec.top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
+                         f"{top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
         expect_equal(_token_ids(ev, spec.key, what, rows=spec.b), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
-                     case=f"top_k={spec.top_k}", differs=_NOT_DRAWN)
+                     case=f"top_k={top_k}", differs=_NOT_DRAWN)
         return
-    greedy, rng = spec.temperature == 0, GLOBAL_RNG
+    greedy, rng = spec.sampling.temperature == 0, GLOBAL_RNG
     drawn = [] if greedy else _sample_mistakes(spec)
     # where the call raised, a mistake that leaves a row with no token to draw is named (top-k over the batch first)
     emptied = [m for m in (TOP_K_WRONG_DIM, TOP_P_ITSELF)
@@ -630,7 +632,7 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     mistakes = [(mistake, tokens) for mistake, tokens in drawn if tokens is not None]
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
-    if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
+    if any(case.sampling.top_k is not None and _no_distribution(ev, case.key) for case in cases):
         mistakes.sort(key=lambda pair: pair[0] is not TOP_K_WRONG_DIM)  # stable: only it moves ahead
     expect_equal(outs[0], _draws(spec), what=spec.call, mistakes=mistakes, case=f"logits ({spec.b}, {spec.vocab})",
                  otherwise=_SAMPLE_HINT, differs=_NOT_DRAWN)
@@ -731,7 +733,7 @@ def _generate_mistakes(spec: Generation) -> Iterator[tuple[Mistake, torch.Tensor
     """(mistake, its tokens) of each variant of generate (with the cache, generate_cached) on the case, drawn each
     right way, lazily, in declaration order."""
     for written in WRITTEN.of(GENERATE_CACHED if spec.use_cache else GENERATE):
-        for how, renormalize in _ways(spec.top_p):
+        for how, renormalize in _ways(spec.sampling.top_p):
             tokens = _generated(spec, written, how, renormalize)
             if isinstance(tokens, torch.Tensor):
                 yield written.mistake, tokens
@@ -743,12 +745,13 @@ def _oracle_generate(spec: Generation) -> list[torch.Tensor]:
     """generate's tokens (b, t0 + n) on the case's stand-in with each right sampler (_ways): the whole sequence fed at
     each step, the next token drawn from the logits of the last position with a generator seeded as the case's."""
     out = []
-    for how, renormalize in _ways(spec.top_p):
+    s = spec.sampling
+    for how, renormalize in _ways(s.top_p):
         model, tokens = probes.stand_in(spec)
         gen = generator(spec.seed + 1)
         with torch.no_grad():
             for _ in range(spec.new_tokens):
-                nxt = _draw(model(tokens)[:, -1], spec.temperature, spec.top_k, gen, how, spec.top_p, renormalize)
+                nxt = _draw(model(tokens)[:, -1], s.temperature, s.top_k, gen, how, s.top_p, renormalize)
                 tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (b, t + 1)
         out.append(tokens)
     return out
@@ -759,9 +762,8 @@ def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) ->
     never with autograd on)."""
     __tracebackhide__ = True
     key, use_cache, b, t0, n = spec.key, spec.use_cache, spec.b, spec.t0, spec.new_tokens
-    nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
     what = (f"{'generate_cached' if use_cache else 'generate'}(model, prompt {(b, t0)}, max_new_tokens={n}, "
-            f"temperature={spec.temperature:g}, top_k={spec.top_k}{nucleus}, generator=generator)")
+            f"{spec.sampling.words}, generator=generator)")
     feed = ("the first call feeds the prompt with use_cache=True, each later one only tokens[:, -1:] with the cache "
             "the call before returned" if use_cache else "at each step run the model on the whole sequence so far")
     hint = (f"Start from the prompt; {feed}; draw the next token from the logits of the LAST position with "
