@@ -22,7 +22,6 @@ WORST_LINES = 1865
 WIDE = {
     ("course/checks/kinds.py", "ModelRun"),
     ("course/checks/modules.py", "build"),
-    ("course/checks/seq2seq.py", "ModelCase"),
     ("course/judges/kinds.py", "Oracle"),
     ("course/judges/kinds.py", "expect_linear_layers"),
     ("course/judges/kinds.py", "ForwardOracle"),
