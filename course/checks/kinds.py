@@ -7,7 +7,7 @@ A check that calls the student's function on a table of inputs is one declaratio
 and one that builds the student's module with the check's weights and runs it on cases is another::
 
     qkv_oracle = builds_and_runs("self_attention_qkv_oracle", (Runs(Built("module0", (3,), 600), (case,)), ...),
-                                 layers=ROLES)
+                                 facts=modules.sharing(ROLES))
 
 Each :class:`Case` owns its evidence key, how it draws its inputs (from seeds, which grading salts) and how a
 failure names it; ``secret`` cases are drawn only under grading, ``upstream`` cases also record the gradient of

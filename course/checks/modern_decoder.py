@@ -81,13 +81,13 @@ swiglu_oracle = builds_and_runs("swiglu_oracle", (
     Runs(Built(key="module0", args=(8, 12), seed=6300), (x_case("y0", (2, 5, 8), 6301, upstream=6302),
                                                          x_case("y0_4d", (2, 3, 4, 8), 6303))),
     Runs(Built(key="module1", args=(6, 16), seed=6310),
-         (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), layers=SWIGLU_LAYERS)
+         (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), facts=modules.sharing(SWIGLU_LAYERS))
 
 swiglu_hidden = builds_and_runs("swiglu_hidden", (
     Runs(Built(key="module0", args=(12, 32), seed=6400), (x_case("y0", (1, 9, 12), 6401, upstream=6402),)),
     Runs(Built(key="module1", args=(9, 4), seed=6410), (x_case("y1", (2, 2, 3, 9), 6411),)),
     Runs(Built(key="module2", args=(10, 27), seed=6420),
-         (x_case("y2", (3, 5, 10), 6421, secret=True),))), layers=SWIGLU_LAYERS)
+         (x_case("y2", (3, 5, 10), 6421, secret=True),))), facts=modules.sharing(SWIGLU_LAYERS))
 
 
 # ---------------------------------------------------------------- rotary_tables
@@ -219,10 +219,11 @@ def _is_pair(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and len(value) == 2
 
 
-def _head_counts(module: nn.Module) -> dict[str, Any]:
-    """self.heads and self.kv_heads as the module stores them (None where it has no such integer)."""
-    return {name: value if type(value := getattr(module, name, None)) is int else None
-            for name in ("heads", "kv_heads")}
+def _attention_facts(module: nn.Module) -> dict[str, Any]:
+    """Which of its layers are one object, and self.heads and self.kv_heads as the module stores them (None where it
+    has no such integer)."""
+    return modules.sharing(LAYERS)(module) | {name: value if type(value := getattr(module, name, None)) is int else None
+                                              for name in ("heads", "kv_heads")}
 
 
 def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:
@@ -232,7 +233,7 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
             rec.call("indivisible_heads", cls, 12, 4, 3)
             continue
         module = modules.build(rec, fact_key(case.key, "module"), cls, *astuple(case.layer), seed=case.seed,
-                               layers=LAYERS, facts=_head_counts)
+                               facts=_attention_facts)
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())

@@ -25,11 +25,12 @@ from course.checks.kinds import (
     random_case,
     shapes,
 )
+from course.checks.modules import sharing
 
 LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
 GAINS = MappingProxyType({"to_queries.weight": 2.0})
-MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "layers": LAYERS})
+MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": sharing(LAYERS)})
 
 # ---------------------------------------------------------------- split_heads and merge_heads
 

@@ -23,6 +23,7 @@ from course.checks.kinds import (
     property_check,
     random_mask,
 )
+from course.checks.modules import sharing
 
 ROLES = ("to_queries", "to_keys", "to_values")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
@@ -162,7 +163,7 @@ STRUCTURE_K = 6
 CAUSAL_K, CHANGED = 4, 4
 MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, Mask("padding", lengths=(6, 4))),  # (b, t, k, mask)
                 (1, 1, 3, None))
-MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "layers": ROLES})
+MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": sharing(ROLES)})
 
 scaled_self_attention_structure = builds_and_runs("scaled_self_attention_structure", (
     Runs(Built(key="module", args=(STRUCTURE_K,), seed=400),
