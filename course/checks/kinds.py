@@ -345,22 +345,34 @@ def model_facts(model: Any, parts: Sequence[str], block_parts: Sequence[str], ki
 
 
 @dataclass(frozen=True)
+class RunKeys:
+    """Where a :class:`ModelRun` is recorded: the model it builds (model, and <model>.changed<j>, <model>.too_long),
+    its logits, and its calls with the cache (<steps><c>)."""
+
+    model: str = "model"
+    logits: str = "logits"
+    steps: str = "step"
+
+
+@dataclass(frozen=True)
 class ModelRun:
     """The language model of the case (b sequences of t tokens, then the constructor's arguments in order; call: that
-    call in words) built under key `model` with the weights of seed, run on random tokens (b, t) drawn from seed + 10
+    call in words) built under keys.model with the weights of seed, run on random tokens (b, t) drawn from seed + 10
     as :func:`probe_models` says (upstream: the seed of an upstream gradient of the logits; secret: drawn only under
     grading)."""
 
     case: Any
     seed: int
-    model: str = "model"
-    logits: str = "logits"
+    keys: RunKeys = RunKeys()
     changed: tuple[int, ...] = ()
     upstream: int | None = None
     chunks: tuple[int, ...] = ()
-    steps: str = "step"
     too_long: bool = False
     secret: bool = False
+
+    model = property(lambda self: self.keys.model)  # its keys, read as the run's own
+    logits = property(lambda self: self.keys.logits)
+    steps = property(lambda self: self.keys.steps)
 
     def tokens(self) -> torch.Tensor:
         return torch.randint(self.case.vocab, (self.case.b, self.case.t), generator=generator(self.seed + 10))

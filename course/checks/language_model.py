@@ -19,6 +19,7 @@ from course.checks.kinds import (
     Case,
     ModelRun,
     PropertyCheck,
+    RunKeys,
     loss_case,
     losses,
     model_facts,
@@ -78,16 +79,16 @@ HIDDEN_CASES = (ModelCase(b=1, t=9, vocab=7, k=8, heads=4, depth=3, max_len=9),
                 ModelCase(b=4, t=4, vocab=17, k=20, heads=5, depth=2, max_len=30))
 CAUSALITY_CASE = ModelCase(b=3, t=7, vocab=11, k=16, heads=2, depth=2, max_len=9)
 GRADIENT_CASE = ModelCase(b=2, t=6, vocab=9, k=12, heads=3, depth=2, max_len=8)
-CACHE_CASE = ModelRun(case=ModelCase(b=2, t=8, vocab=11, k=16, heads=2, depth=2, max_len=10), seed=3300, logits="full",
-                      chunks=(3, 2, 1, 1, 1))
+CACHE_CASE = ModelRun(case=ModelCase(b=2, t=8, vocab=11, k=16, heads=2, depth=2, max_len=10), seed=3300,
+                      keys=RunKeys(logits="full"), chunks=(3, 2, 1, 1, 1))
 HIDDEN_CACHE_CASE = ModelRun(case=ModelCase(b=3, t=9, vocab=13, k=12, heads=3, depth=3, max_len=12), seed=3400,
-                             model="cache.model", logits="cache.full",
-                             chunks=(2, 1, 3, 1, 2), steps="cache.step")
+                             keys=RunKeys(model="cache.model", logits="cache.full", steps="cache.step"),
+                             chunks=(2, 1, 3, 1, 2))
 
 
 def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]:
     """The i-th case built under model<i> with the weights of seed + 100 i, its logits under logits<i>."""
-    return tuple(ModelRun(case=case, seed=seed + 100 * i, model=f"model{i}", logits=f"logits{i}")
+    return tuple(ModelRun(case=case, seed=seed + 100 * i, keys=RunKeys(model=f"model{i}", logits=f"logits{i}"))
                  for i, case in enumerate(cases))
 
 

@@ -19,6 +19,7 @@ from course.checks.kinds import (
     Built,
     Case,
     ModelRun,
+    RunKeys,
     Runs,
     builds_and_runs,
     calls,
@@ -328,9 +329,9 @@ modern_lm_structure = property_check("modern_lm_structure", device.on_gpus(_prob
                                      (ModelRun(case=STRUCTURE_CASE, seed=8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
     ModelRun(case=ModernCase(shape=(3, 7), vocab=11, k=24, heads=6, kv_heads=3, depth=2, max_len=12), seed=8100,
-             model="model0", logits="logits0"),
+             keys=RunKeys(model="model0", logits="logits0")),
     ModelRun(case=ModernCase(shape=(2, 5), vocab=13, k=16, heads=4, kv_heads=2, depth=1, max_len=5), seed=8200,
-             model="model1", logits="logits1")))
+             keys=RunKeys(model="model1", logits="logits1"))))
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
     ModelRun(case=ModernCase(shape=(2, 8), vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=10), seed=8300,
              changed=(5, 2), chunks=(3, 2, 1, 2)),))
@@ -355,10 +356,10 @@ def _probe_modern_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorde
 
 modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern_hidden, (
     ModelRun(case=ModernCase(shape=(1, 9), vocab=7, k=12, heads=3, kv_heads=1, depth=3, max_len=9), seed=8400,
-             model="model0", logits="logits0", too_long=True),
+             keys=RunKeys(model="model0", logits="logits0"), too_long=True),
     ModelRun(case=ModernCase(shape=(2, 6), vocab=9, k=16, heads=4, kv_heads=2, depth=2, max_len=8), seed=8500,
-             model="model1", logits="logits1", upstream=8520),
+             keys=RunKeys(model="model1", logits="logits1"), upstream=8520),
     ModelRun(case=ModernCase(shape=(3, 6), vocab=13, k=20, heads=5, kv_heads=5, depth=2, max_len=12), seed=8600,
-             model="model2", logits="logits2", chunks=(4, 1, 1), secret=True),
+             keys=RunKeys(model="model2", logits="logits2"), chunks=(4, 1, 1), secret=True),
     ModelRun(case=ModernCase(shape=(2, 7), vocab=9, k=16, heads=4, kv_heads=2, depth=1, max_len=10, base=100.0),
-             seed=8700, model="model3", logits="logits3")))
+             seed=8700, keys=RunKeys(model="model3", logits="logits3"))))
