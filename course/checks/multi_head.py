@@ -9,28 +9,16 @@ from types import MappingProxyType
 
 import torch
 
+from course.checks import kinds, modules
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import (
-    Built,
-    Case,
-    Mask,
-    Runs,
-    Shift,
-    builds_and_runs,
-    calls,
-    given,
-    module_case,
-    random_case,
-    shapes,
-)
-from course.checks.modules import sharing
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, given, module_case, random_case, shapes
 
 LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
 GAINS = MappingProxyType({"to_queries.weight": 2.0})
-MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": sharing(LAYERS)})
+MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": modules.sharing(LAYERS)})
 
 # ---------------------------------------------------------------- split_heads and merge_heads
 
@@ -77,8 +65,8 @@ def attention_case(key: str, heads: int, shape: tuple[int, int, int], seeds: tup
     ("padding": all but 3 keys of sequence 1 hidden), from seeds; changed: a position of x shifted by 3; upstream: the
     seed of an upstream gradient (b, tq, k). Named with k and its number of heads."""
     case = module_case(key, shape, seeds[0], context=None if tk is None else (tk, seeds[1]),
-                       mask=None if mask is None else Mask(mask, lengths=(tk or shape[1], 3), seed=seeds[2]),
-                       changed=None if changed is None else Shift(at=changed), upstream=upstream)
+                       mask=None if mask is None else kinds.Mask(mask, lengths=(tk or shape[1], 3), seed=seeds[2]),
+                       changed=None if changed is None else kinds.Shift(at=changed), upstream=upstream)
     return replace(case, label=f"k={shape[2]}, {heads} heads, {case.label}" + (", no context" if tk is None else ""))
 
 

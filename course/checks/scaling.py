@@ -8,22 +8,11 @@ from types import MappingProxyType
 
 import torch
 
+from course.checks import kinds, modules
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder, gradient_key
-from course.checks.kinds import (
-    Built,
-    Case,
-    Mask,
-    Runs,
-    Shift,
-    builds_and_runs,
-    calls,
-    module_case,
-    property_check,
-    random_mask,
-)
-from course.checks.modules import sharing
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, module_case, property_check, random_mask
 
 ROLES = ("to_queries", "to_keys", "to_values")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
@@ -161,20 +150,21 @@ sdpa_vs_pytorch = property_check("sdpa_vs_pytorch", _probe_gradients, (SMALL_CAS
 
 STRUCTURE_K = 6
 CAUSAL_K, CHANGED = 4, 4
-MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, Mask("padding", lengths=(6, 4))),  # (b, t, k, mask)
-                (1, 1, 3, None))
-MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": sharing(ROLES)})
+MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, kinds.Mask("padding", lengths=(6, 4))),
+                (1, 1, 3, None))  # (b, t, k, mask)
+MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": modules.sharing(ROLES)})
 
 scaled_self_attention_structure = builds_and_runs("scaled_self_attention_structure", (
     Runs(Built(key="module", args=(STRUCTURE_K,), seed=400),
          (module_case("y", (2, 4, STRUCTURE_K), 401),)),), **MODULE_OPTIONS)
 scaled_self_attention_vs_pytorch = builds_and_runs("scaled_self_attention_vs_pytorch", (
     Runs(Built(key="module", args=(4,), seed=495),
-         (module_case("y", (2, 5, 4), 490, mask=Mask("padding", lengths=(5, 3)), upstream=491),)),), **MODULE_OPTIONS)
+         (module_case("y", (2, 5, 4), 490, mask=kinds.Mask("padding", lengths=(5, 3)), upstream=491),)),),
+    **MODULE_OPTIONS)
 #: x under a causal mask (y), x with position CHANGED changed (y_changed), and both without a mask (y_free...)
 CAUSAL_CASES = tuple(module_case(f"y{free}{changed}", (2, 6, CAUSAL_K), 481, mask=mask, changed=position)
                      for free, mask in (("", "causal"), ("_free", None))
-                     for changed, position in (("", None), ("_changed", Shift(at=CHANGED))))
+                     for changed, position in (("", None), ("_changed", kinds.Shift(at=CHANGED))))
 scaled_self_attention_causal = builds_and_runs("scaled_self_attention_causal", (
     Runs(Built(key="module", args=(CAUSAL_K,), seed=480), CAUSAL_CASES),), **MODULE_OPTIONS)
 scaled_self_attention_oracle = builds_and_runs("scaled_self_attention_oracle", tuple(
