@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import InitVar, dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import torch
 
@@ -233,10 +233,11 @@ def value_kind(ev: Evidence, key: str) -> str:
 
 def output(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...] | None = None,
            shape_hints: Mapping[tuple[int, ...], str | Mistake] | None = None, hint: str = "",
-           floating: bool = True, dtype: torch.dtype | None = None, device: bool = True) -> torch.Tensor:
+           dtype: torch.dtype | Literal["floating", "any"] = "floating", device: bool = True) -> torch.Tensor:
     """The tensor the student's code returned under key, after checking it is a plain tensor of the right
-    shape, dtype and device; fails in plain words otherwise (not implemented, raised, wrong type...). shape_hints:
-    what a wrong shape suggests, by shape; a Mistake there is named as the failure's mistake."""
+    shape, dtype (that one, any floating-point one, or "any": a mask, token ids) and device; fails in plain words
+    otherwise (not implemented, raised, wrong type...). shape_hints: what a wrong shape suggests, by shape; a Mistake
+    there is named as the failure's mistake."""
     __tracebackhide__ = True
     raised(ev, key, what, hint)
     kind = value_kind(ev, key)
@@ -252,9 +253,9 @@ def output(ev: Evidence, key: str, *, what: str, shape: tuple[int, ...] | None =
     tensor = ev.tensors[key]
     if list(tensor.shape) != list(fact.get("shape", [])):
         fail(f"The test's record of {what} is inconsistent (its shape).")
-    if dtype is not None and tensor.dtype != dtype:
+    if isinstance(dtype, torch.dtype) and tensor.dtype != dtype:
         fail(f"{what} returned a tensor of dtype {tensor.dtype}; {dtype} is expected.")
-    if floating and dtype is None and not tensor.is_floating_point():
+    if dtype == "floating" and not tensor.is_floating_point():
         fail(f"{what} returned a tensor of dtype {tensor.dtype}; a floating-point tensor is expected.")
     if shape is not None and tuple(tensor.shape) != tuple(shape):
         extra = (shape_hints or {}).get(tuple(tensor.shape), "")

@@ -7,7 +7,7 @@ A check that calls the student's function on a table of inputs is one declaratio
 and one that builds the student's module with the check's weights and runs it on cases is another::
 
     qkv_oracle = builds_and_runs("self_attention_qkv_oracle", (Runs(Built("module0", (3,), 600), (case,)), ...),
-                                 layers=ROLES)
+                                 facts=modules.sharing(ROLES))
 
 Each :class:`Case` owns its evidence key, how it draws its inputs (from seeds, which grading salts) and how a
 failure names it; ``secret`` cases are drawn only under grading, ``upstream`` cases also record the gradient of
@@ -86,45 +86,64 @@ def random_mask(shape: tuple[int, ...], seed: int, forbidden: tuple[tuple[int, .
     return mask
 
 
-def mask_of(kind: str, b: int, tq: int, tk: int, seed: int = 0, lengths: Sequence[int] = ()) -> torch.Tensor:
-    """A mask (True = allowed): "causal" (tq, tk), True where key j <= query i; "batched causal" (b, tq, tk);
-    "random" (b, tq, tk) drawn from seed, every query attending to some key; or "padding" (b, 1, tk) hiding the
-    keys of each sequence past its length in lengths."""
-    causal = torch.ones(tq, tk, dtype=torch.bool).tril()  # (tq, tk)
-    if kind == "causal":
-        return causal
-    if kind == "batched causal":
-        return causal.expand(b, tq, tk).clone()  # (b, tq, tk)
-    if kind == "random":
-        return random_mask((b, tq, tk), seed, share=0.5)  # (b, tq, tk)
-    return (torch.arange(tk) < torch.tensor(lengths)[:, None])[:, None, :]  # (b, 1, tk): padding
+@dataclass(frozen=True)
+class Mask:
+    """A mask of a module case (True = allowed): "causal" (tq, tk), True where key j <= query i; "batched causal"
+    (b, tq, tk); "random" (b, tq, tk) drawn from seed, every query attending to some key; or "padding" (b, 1, tk)
+    hiding the keys of each sequence past its length in lengths."""
+
+    kind: str
+    lengths: Sequence[int] = ()
+    seed: int = 0
+
+    def of(self, b: int, tq: int, tk: int) -> torch.Tensor:
+        causal = torch.ones(tq, tk, dtype=torch.bool).tril()  # (tq, tk)
+        if self.kind == "causal":
+            return causal
+        if self.kind == "batched causal":
+            return causal.expand(b, tq, tk).clone()  # (b, tq, tk)
+        if self.kind == "random":
+            return random_mask((b, tq, tk), self.seed, share=0.5)  # (b, tq, tk)
+        return (torch.arange(tk) < torch.tensor(self.lengths)[:, None])[:, None, :]  # (b, 1, tk): padding
 
 
-def module_inputs(shape: tuple[int, int, int], seed: int, *, mask: str | None = None, lengths: Sequence[int] = (),
-                  mask_seed: int = 0, context: tuple[int, int] | None = None, scale: float = 1.0, shift: float = 0.0,
-                  order: Sequence[int] = (), changed: int | None = None, shift_by: float = 3.0) -> dict:
+@dataclass(frozen=True)
+class Shift:
+    """Position `at` of x shifted by `by` after x is drawn: what comes before it must not change under a causal
+    mask."""
+
+    at: int
+    by: float = 3.0
+
+
+def module_inputs(shape: tuple[int, int, int], seed: int, *, mask: Mask | None = None,
+                  context: tuple[int, int] | None = None, scale: float = 1.0, shift: float = 0.0,
+                  order: Sequence[int] = (), changed: Shift | None = None) -> dict:
     """The inputs of forward(x, context=..., mask=...): x (b, t, k) = scale · randn + shift drawn from seed, its
-    positions in order if given, shift_by added at position changed if given; a context (b, tk, k) drawn from seed
-    s if context = (tk, s); and a mask of the kind mask (:func:`mask_of`, over the context's keys if any)."""
+    positions in order if given, then changed if given; a context (b, tk, k) drawn from seed s if context = (tk, s);
+    and the mask, over the context's keys if any."""
     b, t, k = shape
     x = scale * randn(*shape, seed=seed) + shift
     x = x[:, list(order)] if order else x
     if changed is not None:
-        x[:, changed] += shift_by  # only position `changed` differs
+        x[:, changed.at] += changed.by  # only that position differs
     inputs = {"x": x} | ({} if context is None else {"context": randn(b, context[0], k, seed=context[1])})
     if mask is not None:
-        inputs["mask"] = mask_of(mask, b, t, t if context is None else context[0], mask_seed, lengths)
+        inputs["mask"] = mask.of(b, t, t if context is None else context[0])
     return inputs
 
 
 def module_case(key: str, shape: tuple[int, int, int], seed: int, label: str = "", *, secret: bool = False,
                 upstream: int | None = None, **options: Any) -> Case:
-    """forward on module_inputs(shape, seed, **options), named label or else by its inputs' shapes, e.g. "x of
-    shape (2, 5, 4), causal mask of shape (5, 5)"; upstream: the seed of a random upstream gradient of x's shape."""
+    """forward on module_inputs(shape, seed, **options) (mask: a Mask, or the kind of one that needs no lengths nor
+    seed), named label or else by its inputs' shapes, e.g. "x of shape (2, 5, 4), causal mask of shape (5, 5)";
+    upstream: the seed of a random upstream gradient of x's shape."""
+    if isinstance(options.get("mask"), str):
+        options["mask"] = Mask(options["mask"])
     inputs = partial(module_inputs, tuple(shape), seed, **options)
     found = inputs()
     words = [f"{name} of shape {tuple(value.shape)}" for name, value in found.items() if name != "mask"]
-    words.append(f"{options['mask']} mask of shape {tuple(found['mask'].shape)}" if "mask" in found else "no mask")
+    words.append(f"{options['mask'].kind} mask of shape {tuple(found['mask'].shape)}" if "mask" in found else "no mask")
     grad = None if upstream is None else partial(randn, *shape, seed=upstream)
     return Case(key, inputs, label or ", ".join(words), secret, grad)
 
@@ -326,22 +345,34 @@ def model_facts(model: Any, parts: Sequence[str], block_parts: Sequence[str], ki
 
 
 @dataclass(frozen=True)
+class RunKeys:
+    """Where a :class:`ModelRun` is recorded: the model it builds (model, and <model>.changed<j>, <model>.too_long),
+    its logits, and its calls with the cache (<steps><c>)."""
+
+    model: str = "model"
+    logits: str = "logits"
+    steps: str = "step"
+
+
+@dataclass(frozen=True)
 class ModelRun:
     """The language model of the case (b sequences of t tokens, then the constructor's arguments in order; call: that
-    call in words) built under key `model` with the weights of seed, run on random tokens (b, t) drawn from seed + 10
+    call in words) built under keys.model with the weights of seed, run on random tokens (b, t) drawn from seed + 10
     as :func:`probe_models` says (upstream: the seed of an upstream gradient of the logits; secret: drawn only under
     grading)."""
 
     case: Any
     seed: int
-    model: str = "model"
-    logits: str = "logits"
+    keys: RunKeys = RunKeys()
     changed: tuple[int, ...] = ()
     upstream: int | None = None
     chunks: tuple[int, ...] = ()
-    steps: str = "step"
     too_long: bool = False
     secret: bool = False
+
+    model = property(lambda self: self.keys.model)  # its keys, read as the run's own
+    logits = property(lambda self: self.keys.logits)
+    steps = property(lambda self: self.keys.steps)
 
     def tokens(self) -> torch.Tensor:
         return torch.randint(self.case.vocab, (self.case.b, self.case.t), generator=generator(self.seed + 10))

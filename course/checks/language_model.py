@@ -19,6 +19,7 @@ from course.checks.kinds import (
     Case,
     ModelRun,
     PropertyCheck,
+    RunKeys,
     loss_case,
     losses,
     model_facts,
@@ -79,16 +80,16 @@ HIDDEN_CASES = (ModelCase(b=1, t=9, vocab=7, k=8, heads=4, depth=3, max_len=9),
                 ModelCase(b=4, t=4, vocab=17, k=20, heads=5, depth=2, max_len=30))
 CAUSALITY_CASE = ModelCase(b=3, t=7, vocab=11, k=16, heads=2, depth=2, max_len=9)
 GRADIENT_CASE = ModelCase(b=2, t=6, vocab=9, k=12, heads=3, depth=2, max_len=8)
-CACHE_CASE = ModelRun(case=ModelCase(b=2, t=8, vocab=11, k=16, heads=2, depth=2, max_len=10), seed=3300, logits="full",
-                      chunks=(3, 2, 1, 1, 1))
+CACHE_CASE = ModelRun(case=ModelCase(b=2, t=8, vocab=11, k=16, heads=2, depth=2, max_len=10), seed=3300,
+                      keys=RunKeys(logits="full"), chunks=(3, 2, 1, 1, 1))
 HIDDEN_CACHE_CASE = ModelRun(case=ModelCase(b=3, t=9, vocab=13, k=12, heads=3, depth=3, max_len=12), seed=3400,
-                             model="cache.model", logits="cache.full",
-                             chunks=(2, 1, 3, 1, 2), steps="cache.step")
+                             keys=RunKeys(model="cache.model", logits="cache.full", steps="cache.step"),
+                             chunks=(2, 1, 3, 1, 2))
 
 
 def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]:
     """The i-th case built under model<i> with the weights of seed + 100 i, its logits under logits<i>."""
-    return tuple(ModelRun(case=case, seed=seed + 100 * i, model=f"model{i}", logits=f"logits{i}")
+    return tuple(ModelRun(case=case, seed=seed + 100 * i, keys=RunKeys(model=f"model{i}", logits=f"logits{i}"))
                  for i, case in enumerate(cases))
 
 
@@ -184,25 +185,36 @@ GLOBAL_SEED = 777
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """How sample_next_token draws: at temperature (0: greedy), from the top_k tokens (None: all), then from the
+    smallest set holding top_p of the probability (None: top_p not passed)."""
+
+    temperature: float
+    top_k: int | None
+    top_p: float | None = None
+
+    @property
+    def words(self) -> str:
+        nucleus = "" if self.top_p is None else f", top_p={self.top_p:g}"
+        return f"temperature={self.temperature:g}, top_k={self.top_k}{nucleus}"
+
+
+@dataclass(frozen=True)
 class SamplingCase:
     """Random logits (b, vocab) of scale 2 drawn from seed (copies: b copies of one row, also drawn on the notebook's
-    device), sampled at this temperature, top_k and top_p with a generator seeded seed + 1; recorded under key."""
+    device), drawn as sampling says with a generator seeded seed + 1; recorded under key."""
 
     key: str
     seed: int
     b: int
     vocab: int
-    temperature: float
-    top_k: int | None
-    top_p: float | None = None
+    sampling: Sampling
     copies: bool = False
     global_seeds: tuple[int, ...] = ()  # drawn once under each, keyed <key><i>, instead of under GLOBAL_SEED
 
     @property
     def call(self) -> str:
-        nucleus = "" if self.top_p is None else f", top_p={self.top_p:g}"
-        return (f"sample_next_token(logits, temperature={self.temperature:g}, top_k={self.top_k}{nucleus}, "
-                "generator=generator)")
+        return f"sample_next_token(logits, {self.sampling.words}, generator=generator)"
 
     def logits(self) -> torch.Tensor:
         rows = 2.0 * torch.randn(1 if self.copies else self.b, self.vocab, generator=generator(self.seed))
@@ -210,14 +222,16 @@ class SamplingCase:
 
 
 def numbered_sampling(cases: Sequence[tuple]) -> tuple[SamplingCase, ...]:
-    """One SamplingCase(tokens<i>, seed, b, vocab, temperature, top_k[, top_p]) per row of the table."""
-    return tuple(SamplingCase(f"tokens{i}", *case) for i, case in enumerate(cases))
+    """One SamplingCase(tokens<i>, seed, b, vocab, Sampling(temperature, top_k[, top_p])) per row of the table."""
+    return tuple(SamplingCase(f"tokens{i}", seed, b, vocab, Sampling(*how)) for i, (seed, b, vocab, *how) in
+                 enumerate(cases))
 
 
 def settings(case: "SamplingCase | Generation", device: str = "cpu", seed: int = 1) -> dict[str, Any]:
     """The case's keyword arguments, its generator seeded case.seed + seed; top_p only where set (written last)."""
-    nucleus = {} if case.top_p is None else {"top_p": case.top_p}
-    return {"temperature": case.temperature, "top_k": case.top_k, **nucleus,
+    how = case.sampling
+    nucleus = {} if how.top_p is None else {"top_p": how.top_p}
+    return {"temperature": how.temperature, "top_k": how.top_k, **nucleus,
             "generator": generator(case.seed + seed, device)}
 
 
@@ -262,11 +276,13 @@ sampling_top_p = property_check("sampling_top_p", device.on_gpus(_probe_sampling
     torch.randn(4, 10, device=d), temperature=0.8, top_k=3, top_p=0.9)), TOP_P_CASES)
 
 #: one case, drawn with the same generator under each global seed (tokens<i>)
-GENERATOR_CASE = SamplingCase(key="tokens", seed=4800, b=32, vocab=8, temperature=1.0, top_k=4, global_seeds=(11, 22))
+GENERATOR_CASE = SamplingCase(key="tokens", seed=4800, b=32, vocab=8, sampling=Sampling(temperature=1.0, top_k=4),
+                              global_seeds=(11, 22))
 sampling_generator = property_check("sampling_generator", _probe_sampling, (GENERATOR_CASE,))
 
 #: b copies of one row of logits (seed, vocab): the draws must never leave its top k (also on the notebook's device)
-TOP_K_PROPERTY = SamplingCase(key="many", seed=4900, b=1500, vocab=12, temperature=1.0, top_k=4, copies=True)
+TOP_K_PROPERTY = SamplingCase(key="many", seed=4900, b=1500, vocab=12, sampling=Sampling(temperature=1.0, top_k=4),
+                              copies=True)
 sampling_hidden = property_check("sampling_hidden", _probe_sampling, (*SAMPLING_HIDDEN_CASES, TOP_K_PROPERTY))
 
 
@@ -306,8 +322,9 @@ class StandInLM(nn.Module):
 
 @dataclass(frozen=True)
 class Generation:
-    """generate (or generate_cached: use_cache) on stand_in(self): new_tokens tokens after a prompt (b, t0), with a
-    generator seeded seed + 1; recorded under key and the model's calls under <key>.calls."""
+    """generate (or generate_cached: use_cache) on stand_in(self): new_tokens tokens after a prompt (b, t0), each
+    drawn as sampling says with a generator seeded seed + 1; recorded under key and the model's calls under
+    <key>.calls."""
 
     key: str
     seed: int
@@ -315,28 +332,31 @@ class Generation:
     b: int
     t0: int
     new_tokens: int
-    temperature: float
-    top_k: int | None
-    top_p: float | None = None
+    sampling: Sampling
     use_cache: bool = False
 
 
-GREEDY_GENERATION = Generation(key="tokens", seed=5000, vocab=9, b=3, t0=4, new_tokens=6, temperature=0.0, top_k=None)
-SAMPLED_GENERATIONS = (Generation(key="tokens0", seed=5100, vocab=9, b=3, t0=4, new_tokens=7, temperature=0.8, top_k=4),
-                       Generation(key="tokens1", seed=5150, vocab=10, b=2, t0=3, new_tokens=8, temperature=1.2,
-                                  top_k=None, top_p=0.8))
-CACHED_GENERATIONS = (Generation(key="tokens0", seed=5200, vocab=9, b=3, t0=4, new_tokens=6, temperature=0.0,
-                                 top_k=None, use_cache=True),
-                      Generation(key="tokens1", seed=5300, vocab=11, b=2, t0=3, new_tokens=8, temperature=1.0,
-                                 top_k=None, use_cache=True),
-                      Generation(key="tokens2", seed=5350, vocab=10, b=2, t0=2, new_tokens=7, temperature=0.9, top_k=6,
-                                 top_p=0.85, use_cache=True))
+GREEDY_GENERATION = Generation(key="tokens", seed=5000, vocab=9, b=3, t0=4, new_tokens=6,
+                               sampling=Sampling(temperature=0.0, top_k=None))
+SAMPLED_GENERATIONS = (Generation(key="tokens0", seed=5100, vocab=9, b=3, t0=4, new_tokens=7,
+                                  sampling=Sampling(temperature=0.8, top_k=4)),
+                       Generation(key="tokens1", seed=5150, vocab=10, b=2, t0=3, new_tokens=8,
+                                  sampling=Sampling(temperature=1.2, top_k=None, top_p=0.8)))
+CACHED_GENERATIONS = (Generation(key="tokens0", seed=5200, vocab=9, b=3, t0=4, new_tokens=6,
+                                 sampling=Sampling(temperature=0.0, top_k=None), use_cache=True),
+                      Generation(key="tokens1", seed=5300, vocab=11, b=2, t0=3, new_tokens=8,
+                                 sampling=Sampling(temperature=1.0, top_k=None), use_cache=True),
+                      Generation(key="tokens2", seed=5350, vocab=10, b=2, t0=2, new_tokens=7,
+                                 sampling=Sampling(temperature=0.9, top_k=6, top_p=0.85), use_cache=True))
 #: run by generate, then by generate_cached (keys tokens<i>c)
-HIDDEN_GENERATIONS = (Generation(key="tokens0", seed=5400, vocab=7, b=1, t0=1, new_tokens=5, temperature=1.2, top_k=3),
-                      Generation(key="tokens1", seed=5500, vocab=13, b=4, t0=5, new_tokens=1, temperature=0.6, top_k=2),
-                      Generation(key="tokens2", seed=5600, vocab=10, b=2, t0=2, new_tokens=9, temperature=1.0, top_k=1),
-                      Generation(key="tokens3", seed=5700, vocab=12, b=3, t0=3, new_tokens=6, temperature=0.7,
-                                 top_k=None, top_p=0.6))
+HIDDEN_GENERATIONS = (Generation(key="tokens0", seed=5400, vocab=7, b=1, t0=1, new_tokens=5,
+                                 sampling=Sampling(temperature=1.2, top_k=3)),
+                      Generation(key="tokens1", seed=5500, vocab=13, b=4, t0=5, new_tokens=1,
+                                 sampling=Sampling(temperature=0.6, top_k=2)),
+                      Generation(key="tokens2", seed=5600, vocab=10, b=2, t0=2, new_tokens=9,
+                                 sampling=Sampling(temperature=1.0, top_k=1)),
+                      Generation(key="tokens3", seed=5700, vocab=12, b=3, t0=3, new_tokens=6,
+                                 sampling=Sampling(temperature=0.7, top_k=None, top_p=0.6)))
 
 
 def stand_in(spec: Generation) -> tuple[StandInLM, torch.Tensor]:

@@ -19,6 +19,7 @@ from course.checks.kinds import (
     Built,
     Case,
     ModelRun,
+    RunKeys,
     Runs,
     builds_and_runs,
     calls,
@@ -81,13 +82,13 @@ swiglu_oracle = builds_and_runs("swiglu_oracle", (
     Runs(Built(key="module0", args=(8, 12), seed=6300), (x_case("y0", (2, 5, 8), 6301, upstream=6302),
                                                          x_case("y0_4d", (2, 3, 4, 8), 6303))),
     Runs(Built(key="module1", args=(6, 16), seed=6310),
-         (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), layers=SWIGLU_LAYERS)
+         (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), facts=modules.sharing(SWIGLU_LAYERS))
 
 swiglu_hidden = builds_and_runs("swiglu_hidden", (
     Runs(Built(key="module0", args=(12, 32), seed=6400), (x_case("y0", (1, 9, 12), 6401, upstream=6402),)),
     Runs(Built(key="module1", args=(9, 4), seed=6410), (x_case("y1", (2, 2, 3, 9), 6411),)),
     Runs(Built(key="module2", args=(10, 27), seed=6420),
-         (x_case("y2", (3, 5, 10), 6421, secret=True),))), layers=SWIGLU_LAYERS)
+         (x_case("y2", (3, 5, 10), 6421, secret=True),))), facts=modules.sharing(SWIGLU_LAYERS))
 
 
 # ---------------------------------------------------------------- rotary_tables
@@ -219,10 +220,11 @@ def _is_pair(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and len(value) == 2
 
 
-def _head_counts(module: nn.Module) -> dict[str, Any]:
-    """self.heads and self.kv_heads as the module stores them (None where it has no such integer)."""
-    return {name: value if type(value := getattr(module, name, None)) is int else None
-            for name in ("heads", "kv_heads")}
+def _attention_facts(module: nn.Module) -> dict[str, Any]:
+    """Which of its layers are one object, and self.heads and self.kv_heads as the module stores them (None where it
+    has no such integer)."""
+    return modules.sharing(LAYERS)(module) | {name: value if type(value := getattr(module, name, None)) is int else None
+                                              for name in ("heads", "kv_heads")}
 
 
 def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec: Recorder) -> None:
@@ -232,7 +234,7 @@ def _probe_attention(cases: tuple[AttentionCase | str, ...], cls: Callable, rec:
             rec.call("indivisible_heads", cls, 12, 4, 3)
             continue
         module = modules.build(rec, fact_key(case.key, "module"), cls, *astuple(case.layer), seed=case.seed,
-                               layers=LAYERS, facts=_head_counts)
+                               facts=_attention_facts)
         if module is None:
             continue
         x, cos, sin, mask = (value.to(rec.device) for value in case.inputs().values())
@@ -327,9 +329,9 @@ modern_lm_structure = property_check("modern_lm_structure", device.on_gpus(_prob
                                      (ModelRun(case=STRUCTURE_CASE, seed=8000),))
 modern_lm_oracle = property_check("modern_lm_oracle", _probe_modern, (
     ModelRun(case=ModernCase(shape=(3, 7), vocab=11, k=24, heads=6, kv_heads=3, depth=2, max_len=12), seed=8100,
-             model="model0", logits="logits0"),
+             keys=RunKeys(model="model0", logits="logits0")),
     ModelRun(case=ModernCase(shape=(2, 5), vocab=13, k=16, heads=4, kv_heads=2, depth=1, max_len=5), seed=8200,
-             model="model1", logits="logits1")))
+             keys=RunKeys(model="model1", logits="logits1"))))
 modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
     ModelRun(case=ModernCase(shape=(2, 8), vocab=11, k=24, heads=6, kv_heads=2, depth=2, max_len=10), seed=8300,
              changed=(5, 2), chunks=(3, 2, 1, 2)),))
@@ -354,10 +356,10 @@ def _probe_modern_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorde
 
 modern_lm_hidden = property_check("modern_lm_hidden", _probe_modern_hidden, (
     ModelRun(case=ModernCase(shape=(1, 9), vocab=7, k=12, heads=3, kv_heads=1, depth=3, max_len=9), seed=8400,
-             model="model0", logits="logits0", too_long=True),
+             keys=RunKeys(model="model0", logits="logits0"), too_long=True),
     ModelRun(case=ModernCase(shape=(2, 6), vocab=9, k=16, heads=4, kv_heads=2, depth=2, max_len=8), seed=8500,
-             model="model1", logits="logits1", upstream=8520),
+             keys=RunKeys(model="model1", logits="logits1"), upstream=8520),
     ModelRun(case=ModernCase(shape=(3, 6), vocab=13, k=20, heads=5, kv_heads=5, depth=2, max_len=12), seed=8600,
-             model="model2", logits="logits2", chunks=(4, 1, 1), secret=True),
+             keys=RunKeys(model="model2", logits="logits2"), chunks=(4, 1, 1), secret=True),
     ModelRun(case=ModernCase(shape=(2, 7), vocab=9, k=16, heads=4, kv_heads=2, depth=1, max_len=10, base=100.0),
-             seed=8700, model="model3", logits="logits3")))
+             seed=8700, keys=RunKeys(model="model3", logits="logits3"))))

@@ -61,6 +61,17 @@ def kind(obj: Any, kinds: Iterable[tuple[str, type]]) -> str:
     return next((name for name, cls in kinds if isinstance(obj, cls)), type(obj).__name__[:60])
 
 
+def _shared(names: tuple[str, ...], module: nn.Module) -> dict[str, list]:
+    found = part_facts(module, names, ()).items()
+    return {"shared": [[name, fact["same_as"]] for name, fact in found if fact["same_as"]]}
+
+
+def sharing(names: Iterable[str]) -> Callable[[nn.Module], dict[str, list]]:
+    """The facts of :func:`build` that say which of the layers `names` are one object: key.shared, [[name, the
+    earlier name it is], ...] (what :func:`expect_layers` reads)."""
+    return partial(_shared, tuple(names))
+
+
 def part_facts(module: Any, names: Iterable[str], kinds: Iterable[tuple[str, type]]) -> dict[str, dict]:
     """For each attribute of module in names: what it is (its kind, or "missing"), which earlier attribute it is
     the same object as (same_as), and its number of heads if it has one. kinds: (name, class), most specific
@@ -80,22 +91,19 @@ def part_facts(module: Any, names: Iterable[str], kinds: Iterable[tuple[str, typ
 
 
 def build(rec: Recorder, key: str, cls: Callable, *args: Any, seed: int | None = None,
-          gains: Mapping[str, float] | None = None, layers: Iterable[str] = (),
-          facts: Callable[[nn.Module], Mapping[str, Any]] | None = None, train: bool | None = None,
-          **kwargs: Any) -> nn.Module | None:
+          gains: Mapping[str, float] | None = None, facts: Callable[[nn.Module], Mapping[str, Any]] | None = None,
+          train: bool | None = None, **kwargs: Any) -> nn.Module | None:
     """cls(*args, **kwargs) on the device, its structure recorded under key and, with a seed, the check's weights
     loaded; None (recorded as such) when it raised, is not an nn.Module, or cannot be inspected or moved.
 
-    layers: attribute names whose sharing is recorded (key.shared); facts: further structure facts
-    (key.<name>) read from the module; train: put it in training (True) or evaluation (False) mode."""
+    facts: further structure facts (key.<name>) read from the module (e.g. :func:`sharing`'s); train: put it in
+    training (True) or evaluation (False) mode."""
     module = rec.call(key, cls, *args, **kwargs)
     is_module = isinstance(module, nn.Module)
     rec.fact(fact_key(key, "is_module"), is_module)
     if not is_module:
         return None
     try:
-        shared = part_facts(module, layers, ()).items()
-        rec.fact(fact_key(key, "shared"), [[name, fact["same_as"]] for name, fact in shared if fact["same_as"]])
         for name, value in (facts(module) if facts else {}).items():
             rec.fact(fact_key(key, name), value)
         rec.fact(fact_key(key, "modules"), weights.describe(module))
@@ -231,10 +239,10 @@ def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None 
 def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tuple[int, ...]], seed: int,
                       gains: Mapping[str, float] | None = None,
                       hint: str = "Register the layers as attributes of the module (self.name = nn.Linear(...)).",
-                      resized: Mistake | None = None, count: tuple[str, str] | None = None) -> dict[str, torch.Tensor]:
+                      resized: Mistake | None = None) -> dict[str, torch.Tensor]:
     """name -> the value the probe loaded, for every parameter in shapes; fails when one was not registered (hint:
-    how to register it), or, given `resized`, names that mistake when one is registered with another shape; given
-    count (formula, hint: :func:`expect_parameter_count`), also when others are registered besides them."""
+    how to register it), or, given `resized`, names that mistake when one is registered with another shape (whether
+    others are registered besides them: :func:`expect_parameter_count` on the values returned)."""
     __tracebackhide__ = True
     found = loaded(ev, key, seed, gains)
     for name, shape in shapes.items():
@@ -244,8 +252,6 @@ def expect_parameters(ev: Evidence, key: str, what: str, shapes: Mapping[str, tu
         if name not in found or tuple(found[name].shape) != tuple(shape):
             fail(f"{what} has no registered parameter {name} of shape {tuple(shape)}. {hint}",
                  mistake=MISSING_PARAMETER)
-    if count is not None:
-        expect_parameter_count(ev, key, what, sum(math.prod(shape) for shape in shapes.values()), *count)
     return {name: found[name] for name in shapes}
 
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 import torch
 
+from course.checks import kinds, modules
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
 from course.checks.evidence import Recorder
@@ -17,7 +18,7 @@ from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, given
 LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
 #: the query projection gets twice the usual spread: sharper attention, so a wrong scale shows clearly
 GAINS = MappingProxyType({"to_queries.weight": 2.0})
-MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "layers": LAYERS})
+MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": modules.sharing(LAYERS)})
 
 # ---------------------------------------------------------------- split_heads and merge_heads
 
@@ -63,8 +64,9 @@ def attention_case(key: str, heads: int, shape: tuple[int, int, int], seeds: tup
     """forward on x of shape (b, tq, k), a context (b, tk, k) unless tk is None, a mask unless mask is None
     ("padding": all but 3 keys of sequence 1 hidden), from seeds; changed: a position of x shifted by 3; upstream: the
     seed of an upstream gradient (b, tq, k). Named with k and its number of heads."""
-    case = module_case(key, shape, seeds[0], context=None if tk is None else (tk, seeds[1]), mask=mask,
-                       mask_seed=seeds[2], lengths=(tk or shape[1], 3), changed=changed, upstream=upstream)
+    case = module_case(key, shape, seeds[0], context=None if tk is None else (tk, seeds[1]),
+                       mask=None if mask is None else kinds.Mask(mask, lengths=(tk or shape[1], 3), seed=seeds[2]),
+                       changed=None if changed is None else kinds.Shift(at=changed), upstream=upstream)
     return replace(case, label=f"k={shape[2]}, {heads} heads, {case.label}" + (", no context" if tk is None else ""))
 
 

@@ -8,6 +8,7 @@ import torch
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
 from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, random_case
+from course.checks.modules import sharing
 
 ROLES = ("to_queries", "to_keys", "to_values")
 
@@ -85,16 +86,16 @@ def _permuted(inputs: partial) -> dict[str, torch.Tensor]:
 
 self_attention_qkv_structure = builds_and_runs("self_attention_qkv_structure", (
     Runs(Built(key="module", args=(STRUCTURE_K,), seed=200),
-         (random_case("y", (2, 4, STRUCTURE_K), 201),)),), layers=ROLES)
+         (random_case("y", (2, 4, STRUCTURE_K), 201),)),), facts=sharing(ROLES))
 self_attention_qkv_vs_pytorch = builds_and_runs("self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),),
-                                                layers=ROLES)
+                                                facts=sharing(ROLES))
 self_attention_qkv_oracle = builds_and_runs("self_attention_qkv_oracle", (
     *(Runs(Built(key=f"module{i}", args=(k,), seed=600 + i), (random_case(f"y{i}", (b, t, k), 650 + i),))
       for i, (b, t, k) in enumerate(MODULE_SHAPES)),
-    _gradient_case(700, (2, 5, 4))), layers=ROLES)
+    _gradient_case(700, (2, 5, 4))), facts=sharing(ROLES))
 
 EQUIVARIANCE_X = random_case("y", (2, 6, 4), 801)
 PERMUTED_X = Case("y_perm", partial(_permuted, EQUIVARIANCE_X.inputs), f"permutation {list(PERMUTATION)}")
 #: one module, run on x (y) and on x with its positions permuted (y_perm)
 self_attention_qkv_equivariance = builds_and_runs("self_attention_qkv_equivariance", (
-    Runs(Built(key="module", args=(4,), seed=800), (EQUIVARIANCE_X, PERMUTED_X)),), layers=ROLES)
+    Runs(Built(key="module", args=(4,), seed=800), (EQUIVARIANCE_X, PERMUTED_X)),), facts=sharing(ROLES))

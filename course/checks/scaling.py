@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 import torch
 
+from course.checks import kinds, modules
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder, gradient_key
@@ -149,22 +150,24 @@ sdpa_vs_pytorch = property_check("sdpa_vs_pytorch", _probe_gradients, (SMALL_CAS
 
 STRUCTURE_K = 6
 CAUSAL_K, CHANGED = 4, 4
-MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, "padding"), (1, 1, 3, None))  # (b, t, k, mask)
-MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "layers": ROLES})
+MODULE_SPECS = ((3, 5, 4, None), (2, 7, 6, "causal"), (2, 6, 8, kinds.Mask("padding", lengths=(6, 4))),
+                (1, 1, 3, None))  # (b, t, k, mask)
+MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": modules.sharing(ROLES)})
 
 scaled_self_attention_structure = builds_and_runs("scaled_self_attention_structure", (
     Runs(Built(key="module", args=(STRUCTURE_K,), seed=400),
          (module_case("y", (2, 4, STRUCTURE_K), 401),)),), **MODULE_OPTIONS)
 scaled_self_attention_vs_pytorch = builds_and_runs("scaled_self_attention_vs_pytorch", (
     Runs(Built(key="module", args=(4,), seed=495),
-         (module_case("y", (2, 5, 4), 490, mask="padding", lengths=(5, 3), upstream=491),)),), **MODULE_OPTIONS)
+         (module_case("y", (2, 5, 4), 490, mask=kinds.Mask("padding", lengths=(5, 3)), upstream=491),)),),
+    **MODULE_OPTIONS)
 #: x under a causal mask (y), x with position CHANGED changed (y_changed), and both without a mask (y_free...)
 CAUSAL_CASES = tuple(module_case(f"y{free}{changed}", (2, 6, CAUSAL_K), 481, mask=mask, changed=position)
                      for free, mask in (("", "causal"), ("_free", None))
-                     for changed, position in (("", None), ("_changed", CHANGED)))
+                     for changed, position in (("", None), ("_changed", kinds.Shift(at=CHANGED))))
 scaled_self_attention_causal = builds_and_runs("scaled_self_attention_causal", (
     Runs(Built(key="module", args=(CAUSAL_K,), seed=480), CAUSAL_CASES),), **MODULE_OPTIONS)
 scaled_self_attention_oracle = builds_and_runs("scaled_self_attention_oracle", tuple(
     Runs(Built(key=f"module{i}", args=(k,), seed=440 + 10 * i),
-         (module_case(f"y{i}", (b, t, k), 420 + i, mask=mask, lengths=(6, 4)),))
+         (module_case(f"y{i}", (b, t, k), 420 + i, mask=mask),))
     for i, (b, t, k, mask) in enumerate(MODULE_SPECS)), **MODULE_OPTIONS)

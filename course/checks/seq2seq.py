@@ -197,11 +197,10 @@ decoder_block_padding_gradients = _decoder_check("decoder_block_padding_gradient
 
 @dataclass(frozen=True)
 class ModelCase:
-    """A case for the model: batch b, source length s, target length t, the vocabularies, and the model's size."""
+    """A case for the model: Seq2SeqTransformer(src_vocab, tgt_vocab, k, heads, depth, max_len) on b sources of s
+    tokens and b targets of t, shape (b, s, t)."""
 
-    b: int
-    s: int
-    t: int
+    shape: tuple[int, int, int]
     src_vocab: int
     tgt_vocab: int
     k: int
@@ -209,12 +208,17 @@ class ModelCase:
     depth: int
     max_len: int
 
+    b = property(lambda self: self.shape[0])
+    s = property(lambda self: self.shape[1])
+    t = property(lambda self: self.shape[2])
 
-MODEL_CASES = (ModelCase(b=3, s=7, t=5, src_vocab=11, tgt_vocab=9, k=16, heads=2, depth=2, max_len=20),
-               ModelCase(b=2, s=4, t=6, src_vocab=7, tgt_vocab=13, k=12, heads=3, depth=1, max_len=12),
-               ModelCase(b=1, s=5, t=1, src_vocab=11, tgt_vocab=9, k=8, heads=4, depth=2, max_len=10))
+
+#: shape (b, s, t)
+MODEL_CASES = (ModelCase(shape=(3, 7, 5), src_vocab=11, tgt_vocab=9, k=16, heads=2, depth=2, max_len=20),
+               ModelCase(shape=(2, 4, 6), src_vocab=7, tgt_vocab=13, k=12, heads=3, depth=1, max_len=12),
+               ModelCase(shape=(1, 5, 1), src_vocab=11, tgt_vocab=9, k=8, heads=4, depth=2, max_len=10))
 #: a source with padding, two layers of each kind
-SMALL_MODEL = ModelCase(b=2, s=5, t=4, src_vocab=7, tgt_vocab=6, k=4, heads=2, depth=2, max_len=8)
+SMALL_MODEL = ModelCase(shape=(2, 5, 4), src_vocab=7, tgt_vocab=6, k=4, heads=2, depth=2, max_len=8)
 
 
 def _source_mask(src: torch.Tensor) -> torch.Tensor:

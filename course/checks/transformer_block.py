@@ -11,7 +11,7 @@ from torch import nn
 from course.checks import modules
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, given, module_case
+from course.checks.kinds import Built, Case, Mask, Runs, Shift, builds_and_runs, given, module_case
 
 BLOCK_PARTS = ("attention", "norm1", "norm2", "ff")
 #: at most this many block-like submodules are recorded
@@ -84,8 +84,8 @@ feed_forward_oracle = builds_and_runs("feed_forward_oracle", (
       for i, (b, t, k, hidden) in enumerate(FF_SHAPES)),
     Runs(Built(key="local", args=(4, 8), seed=1200),
          (module_case("y_local", (2, 5, 4), 1201, "x of shape (2, 5, 4), hidden=8"),
-          module_case("y_local_changed", (2, 5, 4), 1201, "position 3 of x changed", changed=3,
-                      shift_by=1.0)))), **OPTIONS)
+          module_case("y_local_changed", (2, 5, 4), 1201, "position 3 of x changed",
+                      changed=Shift(at=3, by=1.0))))), **OPTIONS)
 
 
 # ================================================================ TransformerBlock
@@ -134,8 +134,8 @@ transformer_block_oracle = builds_and_runs("transformer_block_oracle", (*(
 transformer_block_mask = builds_and_runs("transformer_block_mask",
                                          (Runs(Built(key="module", args=(8, 2, 4), seed=1600), (
     module_case("y_causal", (3, 6, 8), 1601, "causal mask (6, 6)", mask="causal"),
-    module_case("y_padding", (3, 6, 8), 1601, "padding mask (3, 1, 6), lengths 6, 4, 2", mask="padding",
-                lengths=(6, 4, 2)))),), **OPTIONS)
+    module_case("y_padding", (3, 6, 8), 1601, "padding mask (3, 1, 6), lengths 6, 4, 2",
+                mask=Mask("padding", lengths=(6, 4, 2))))),), **OPTIONS)
 
 PERMUTATION = (5, 2, 0, 4, 1, 3)
 transformer_block_gradients = builds_and_runs("transformer_block_gradients", (

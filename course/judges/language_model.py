@@ -73,10 +73,11 @@ def _lm_weights(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
     per_block = {n: s for i in range(depth) for n, s in modules.block_shapes(f"blocks.{i}.", k, 4 * k).items()}
     shapes = {"token_embedding.weight": (vocab, k), "position_embedding.weight": (case.max_len, k), **per_block,
               "norm.weight": (k,), "norm.bias": (k,), "to_logits.weight": (vocab, k), "to_logits.bias": (vocab,)}
-    return modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT,
-                                     resized=WRONG_SIZE, count=(
-                                         f"the embeddings, {depth} blocks, the final norm and the output layer",
-                                         "Is an extra layer registered?"))
+    w = modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT, resized=WRONG_SIZE)
+    modules.expect_parameter_count(ev, key, case.call, sum(v.numel() for v in w.values()),
+                                   f"the embeddings, {depth} blocks, the final norm and the output layer",
+                                   "Is an extra layer registered?")
+    return w
 
 
 # ---------------------------------------------------------------- LanguageModel: oracle and mistakes
@@ -556,8 +557,9 @@ def _drawn_once(spec: SamplingCase, seed: int | None, grading_seed: int | None) 
     generator: a key, not read here): the oracle reads nothing of the student's, and replays judge the same cases
     again for every variant. _draws hands out copies."""
     logits, gen_seed = spec.logits(), spec.seed + 1 if seed is None else seed
-    return tuple(_draw(logits, spec.temperature, spec.top_k, generator(gen_seed), how, spec.top_p, way)
-                 for how, way in _ways(spec.top_p))
+    s = spec.sampling
+    return tuple(_draw(logits, s.temperature, s.top_k, generator(gen_seed), how, s.top_p, way)
+                 for how, way in _ways(s.top_p))
 
 
 _SAMPLE_HINT = ("probs = softmax(logits / temperature), all but the top_k logits of each row at -inf; with top_p only "
@@ -592,7 +594,7 @@ def _token_ids(ev: Evidence, key: str, what: str, hint: str = _SAMPLE_HINT, rows
     __tracebackhide__ = True
     if rows is not None and (message := _no_distribution(ev, key)):
         fail(f"{what} raised {message}. The likely cause: {refused.explanation}", mistake=refused)
-    out = output(ev, key, what=what, floating=False, hint=hint, device=False)
+    out = output(ev, key, what=what, dtype="any", hint=hint, device=False)
     if out.dtype != torch.long:
         fail(f"{what} returned dtype {out.dtype}: {NOT_IDS.explanation}", mistake=NOT_IDS)
     if rows is not None and tuple(out.shape) != (rows,):
@@ -608,17 +610,18 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     one row: every draw within its top k, also on the notebook's device."""
     __tracebackhide__ = True
     if spec.copies:
-        allowed, what = set(spec.logits()[0].topk(spec.top_k).indices.tolist()), spec.call.replace("logits", "one row")
+        top_k = spec.sampling.top_k
+        allowed, what = set(spec.logits()[0].topk(top_k).indices.tolist()), spec.call.replace("logits", "one row")
         for key in [spec.key] + (["on_device"] if ev.device != "cpu" else []):
             drawn = set(_token_ids(ev, key, what, rows=spec.b).tolist())
-            for mistake, wrong in ((TOP_K_IGNORED, not drawn <= allowed), (TOP_K_TOO_FEW, len(drawn) < spec.top_k)):
+            for mistake, wrong in ((TOP_K_IGNORED, not drawn <= allowed), (TOP_K_TOO_FEW, len(drawn) < top_k)):
                 if wrong:
                     fail(f"{what} drew the tokens {sorted(drawn)[:12]} from {spec.b} copies of a row whose top "
-                         f"{spec.top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
+                         f"{top_k} are {sorted(allowed)}: {mistake.explanation}", mistake=mistake)
         expect_equal(_token_ids(ev, spec.key, what, rows=spec.b), _draws(spec), what=what, otherwise=_SAMPLE_HINT,
-                     case=f"top_k={spec.top_k}", differs=_NOT_DRAWN)
+                     case=f"top_k={top_k}", differs=_NOT_DRAWN)
         return
-    greedy, rng = spec.temperature == 0, GLOBAL_RNG
+    greedy, rng = spec.sampling.temperature == 0, GLOBAL_RNG
     drawn = [] if greedy else _sample_mistakes(spec)
     # where the call raised, a mistake that leaves a row with no token to draw is named (top-k over the batch first)
     emptied = [m for m in (TOP_K_WRONG_DIM, TOP_P_ITSELF)
@@ -632,7 +635,7 @@ def _expect_draws(ev: Evidence, spec: SamplingCase, cases: Sequence[SamplingCase
     mistakes = [(mistake, tokens) for mistake, tokens in drawn if tokens is not None]
     # top-k over the batch keeps most of a few rows, so on such a case its draw may equal one that ignores top_k;
     # another case leaving a row empty tells the two apart
-    if any(case.top_k is not None and _no_distribution(ev, case.key) for case in cases):
+    if any(case.sampling.top_k is not None and _no_distribution(ev, case.key) for case in cases):
         mistakes.sort(key=lambda pair: pair[0] is not TOP_K_WRONG_DIM)  # stable: only it moves ahead
     expect_equal(outs[0], _draws(spec), what=spec.call, mistakes=mistakes, case=f"logits ({spec.b}, {spec.vocab})",
                  otherwise=_SAMPLE_HINT, differs=_NOT_DRAWN)
@@ -733,7 +736,7 @@ def _generate_mistakes(spec: Generation) -> Iterator[tuple[Mistake, torch.Tensor
     """(mistake, its tokens) of each variant of generate (with the cache, generate_cached) on the case, drawn each
     right way, lazily, in declaration order."""
     for written in WRITTEN.of(GENERATE_CACHED if spec.use_cache else GENERATE):
-        for how, renormalize in _ways(spec.top_p):
+        for how, renormalize in _ways(spec.sampling.top_p):
             tokens = _generated(spec, written, how, renormalize)
             if isinstance(tokens, torch.Tensor):
                 yield written.mistake, tokens
@@ -753,12 +756,13 @@ def _generated_once(spec: Generation, grading_seed: int | None) -> tuple[torch.T
     prompt and the generator: a key, not read here): the oracle reads nothing of the student's, and replays judge the
     same cases again for every variant. _oracle_generate hands out copies."""
     out = []
-    for how, renormalize in _ways(spec.top_p):
+    s = spec.sampling
+    for how, renormalize in _ways(s.top_p):
         model, tokens = probes.stand_in(spec)
         gen = generator(spec.seed + 1)
         with torch.no_grad():
             for _ in range(spec.new_tokens):
-                nxt = _draw(model(tokens)[:, -1], spec.temperature, spec.top_k, gen, how, spec.top_p, renormalize)
+                nxt = _draw(model(tokens)[:, -1], s.temperature, s.top_k, gen, how, s.top_p, renormalize)
                 tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)  # (b, t + 1)
         out.append(tokens)
     return tuple(out)
@@ -769,9 +773,8 @@ def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) ->
     never with autograd on)."""
     __tracebackhide__ = True
     key, use_cache, b, t0, n = spec.key, spec.use_cache, spec.b, spec.t0, spec.new_tokens
-    nucleus = "" if spec.top_p is None else f", top_p={spec.top_p:g}"
     what = (f"{'generate_cached' if use_cache else 'generate'}(model, prompt {(b, t0)}, max_new_tokens={n}, "
-            f"temperature={spec.temperature:g}, top_k={spec.top_k}{nucleus}, generator=generator)")
+            f"{spec.sampling.words}, generator=generator)")
     feed = ("the first call feeds the prompt with use_cache=True, each later one only tokens[:, -1:] with the cache "
             "the call before returned" if use_cache else "at each step run the model on the whole sequence so far")
     hint = (f"Start from the prompt; {feed}; draw the next token from the logits of the LAST position with "

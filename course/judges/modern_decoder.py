@@ -108,9 +108,10 @@ def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     __tracebackhide__ = True
     k, what = built.args[0], block_call(built, probes.NORM_NAME)
     modules.built(ev, built.key, what)
-    return modules.expect_parameters(ev, built.key, what, {"gain": (k,)}, built.seed,
-                                     hint="Register it in __init__: self.gain = nn.Parameter(torch.ones(k)).",
-                                     count=("one gain per feature, k", "RMSNorm has no bias."))
+    w = modules.expect_parameters(ev, built.key, what, {"gain": (k,)}, built.seed,
+                                  hint="Register it in __init__: self.gain = nn.Parameter(torch.ones(k)).")
+    modules.expect_parameter_count(ev, built.key, what, k, "one gain per feature, k", "RMSNorm has no bias.")
+    return w
 
 
 _RMS_HINT = "forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, over any leading dimensions."
@@ -682,9 +683,11 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     shapes = {"token_embedding.weight": (case.vocab, k),
               **{f"blocks.{i}.{name}": shape for i in range(case.depth) for name, shape in block.items()},
               "norm.gain": (k,), "to_logits.weight": (case.vocab, k)}  # hidden: the notebook's swiglu_hidden(k)
-    return modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT, count=(
-        f"the embedding, {case.depth} blocks, the final norm and to_logits (no biases)",
-        "Is an extra layer or a bias registered?"))
+    w = modules.expect_parameters(ev, key, case.call, shapes, run.seed, hint=modules.PARTS_HINT)
+    modules.expect_parameter_count(ev, key, case.call, sum(v.numel() for v in w.values()),
+                                   f"the embedding, {case.depth} blocks, the final norm and to_logits (no biases)",
+                                   "Is an extra layer or a bias registered?")
+    return w
 
 
 def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None = None, *,

@@ -141,11 +141,11 @@ def _expect_mask(ev: Evidence, case: probes.SettingCase) -> None:
         expected, label, hints = oracles.causal_mask(t), case.label or f"t={t}", {}
         mistakes = WRITTEN.outputs("causal_mask", t=t)
         otherwise = "Entry (i, j) is True exactly when j <= i: the lower triangle including the diagonal (torch.tril)."
-    mask = output(ev, case.key, what=what, floating=False, device=False)
+    mask = output(ev, case.key, what=what, dtype="any", device=False)
     if mask.dtype != torch.bool:
         mistake = ADDITIVE_MASK if mask.is_floating_point() and bool(torch.isinf(mask).any()) else FLOAT_MASK
         _not_asked(what, mistake, f" (it returned dtype {mask.dtype})")
-    output(ev, case.key, what=what, shape=tuple(expected.shape), shape_hints=hints, floating=False, device=False)
+    output(ev, case.key, what=what, shape=tuple(expected.shape), shape_hints=hints, dtype="any", device=False)
     if ev.facts[case.key].get("device") != device:
         _not_asked(what, MASK_WRONG_DEVICE, f" (it is on {ev.facts[case.key].get('device')}, not {device})")
     expect_equal(mask, expected, what=what, mistakes=mistakes, otherwise=otherwise, case=label)
@@ -781,7 +781,7 @@ def _expect_decode(ev: Evidence, case: probes.SettingCase) -> None:
     bos, eos = probes.ids_of(model)
     inputs = {"model": model, "src": src, "src_mask": _padding(lengths, src.shape[1]), "max_len": max_len}
     expected = _step_by_step(**inputs, bos=bos, eos=eos)  # (b, n)
-    out = output(ev, case.key, what=DECODE_NAME, floating=False, hint=_DECODE_HINT)
+    out = output(ev, case.key, what=DECODE_NAME, dtype="any", hint=_DECODE_HINT)
     if out.dtype != torch.long:
         _not_asked(DECODE_NAME, NOT_IDS, f" It returned dtype {out.dtype}; argmax gives torch.long.")
     if out.dim() != 2 or out.shape[0] != expected.shape[0]:
