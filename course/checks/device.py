@@ -57,17 +57,14 @@ INDEXING = frozenset((torch.ops.aten.index.Tensor, torch.ops.aten.index_put.defa
                       torch.ops.aten._index_put_impl_.default))
 
 
-def _tensors(tree: Any, found: list[torch.Tensor]) -> list[torch.Tensor]:
-    """found, with the tensors in tree (an operation's arguments or outputs: tensors, in lists, tuples and dicts)
-    appended: tree_flatten's leaves that are tensors, without its bookkeeping (a sixth of the time, on every op)."""
+def _leaf_tensors(tree: Any, found: list[torch.Tensor]) -> list[torch.Tensor]:
+    """found, with the tensors in tree (an operation's arguments or outputs: in lists, tuples and dicts) appended:
+    tree_flatten's tensor leaves without its bookkeeping (a sixth of the time, on every op)."""
     if isinstance(tree, torch.Tensor):
         found.append(tree)
-    elif isinstance(tree, (list, tuple)):
-        for item in tree:
-            _tensors(item, found)
-    elif isinstance(tree, dict):
-        for item in tree.values():
-            _tensors(item, found)
+    elif isinstance(tree, (list, tuple, dict)):
+        for item in tree.values() if isinstance(tree, dict) else tree:
+            _leaf_tensors(item, found)
     return found
 
 
@@ -77,11 +74,11 @@ def _mixed_in(func, args: tuple, kwargs: dict, strict: bool) -> list[torch.Tenso
     the indices of an indexing operation."""
     if func in COPIES:
         return []
-    inputs = _tensors((args, kwargs), [])
+    inputs = _leaf_tensors((args, kwargs), [])
     if not any(t.device == STAND_IN for t in inputs):
         return []
     if not strict:
-        indices = {id(t) for t in _tensors(args[1:2], [])} if func in INDEXING else set()
+        indices = {id(t) for t in _leaf_tensors(args[1:2], [])} if func in INDEXING else set()
         inputs = [t for t in inputs if t.dim() > 0 and id(t) not in indices]
     return [t for t in inputs if t.is_cpu]
 
@@ -103,7 +100,7 @@ class DeviceRules(TorchDispatchMode):
                                    f"{self.gpu}: make it on the input's device (device=x.device), at {_where()}")
         out = func(*args, **kwargs)
         if self.gpu == "mps":
-            for t in _tensors(out, []):
+            for t in _leaf_tensors(out, []):
                 if t.device == STAND_IN and t.dtype in NOT_ON_MPS:
                     raise DeviceRuleBroken(f"{func} made a {t.dtype} tensor on mps, which has no 64-bit float "
                                            f"(compute it on the CPU and move the float32 result), at {_where()}")

@@ -11,35 +11,16 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Mapping
-from functools import lru_cache
 
 import torch
 from torch import nn
 
-from course.checks import seeds
 from course.checks.compare import generator
-
-#: values of at most this many elements are kept once drawn (_drawn): every parameter of the course's probes, and a
-#: bound on what a forged record's claims can make the cache hold (CACHED times this, 32 MB)
-CACHED, CACHED_ELEMENTS = 1024, 1 << 13
 
 
 def value(seed: int, name: str, shape: tuple[int, ...] | list[int], gain: float = 1.0) -> torch.Tensor:
-    """The value a check gives the parameter `name` of this shape (float32, CPU): a fresh tensor each call."""
+    """The value a check gives the parameter `name` of this shape (float32, CPU)."""
     shape = tuple(int(n) for n in shape)
-    if math.prod(shape) > CACHED_ELEMENTS:
-        return _value(seed, name, shape, gain)
-    return _drawn(seed, name, shape, gain, seeds.current()).clone()
-
-
-@lru_cache(maxsize=CACHED)
-def _drawn(seed: int, name: str, shape: tuple[int, ...], gain: float, grading_seed: int | None) -> torch.Tensor:
-    """_value, drawn once per grading seed (it salts the seed: a key, not read here): probes and judges fill and
-    recreate the same parameters for every case that shares a seed, and replays for every variant. value copies it."""
-    return _value(seed, name, shape, gain)
-
-
-def _value(seed: int, name: str, shape: tuple[int, ...], gain: float) -> torch.Tensor:
     noise = torch.randn(shape, generator=generator((seed * 1_000_003 + zlib.crc32(name.encode())) % (1 << 62)))
     if len(shape) >= 2:
         return gain * noise / math.sqrt(max(1, shape[-1]))
