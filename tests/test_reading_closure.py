@@ -22,7 +22,6 @@ WORST_LINES = 1857
 #: frozen as they are today: to be shrunk, never added to
 WIDE = {
     ("course/judges/kinds.py", "Oracle"),
-    ("course/judges/kinds.py", "expect_linear_layers"),
     ("course/judges/kinds.py", "ForwardOracle"),
     ("course/judges/models.py", "ModelOracle"),
     ("course/judges/models.py", "expect_model_steps"),

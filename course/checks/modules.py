@@ -205,11 +205,11 @@ def described(ev: Evidence, key: str) -> dict[str, dict]:
     return {m.get("name"): m for m in found if isinstance(m, dict)} if isinstance(found, list) else {}
 
 
-def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[str, tuple[int, int, bool, str]],
-                  shared: str, bias_mistakes: Mapping[str, Mistake | str]) -> None:
+def expect_layers(ev: Evidence, key: str, what: str, owner: str,
+                  layers: Mapping[str, tuple[int, int, bool, str, Mistake | str]], shared: str) -> None:
     """The constructor recorded under key gave an nn.Module (what: how it was called) whose layers are separate
     objects (shared: the message otherwise), each name in layers an nn.Linear(n_in, n_out) with a bias or without
-    as (n_in, n_out, bias, spec) says; bias_mistakes: the mistake a wrong bias is, per layer."""
+    as (n_in, n_out, bias, spec, bias_mistake) says; bias_mistake: the mistake a wrong bias is."""
     __tracebackhide__ = True
     built(ev, key, what)
     sharing = ev.facts.get(fact_key(key, "shared"))
@@ -217,7 +217,7 @@ def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping
         fail("The test recorded nothing about the module's layers: the check did not run to the end.")
     if sharing:
         fail(shared, mistake=SHARED_LAYER)
-    for name, (n_in, n_out, bias, spec) in layers.items():
+    for name, (n_in, n_out, bias, spec, bias_mistake) in layers.items():
         layer = described(ev, key).get(name)
         if not isinstance(layer, dict):
             fail(f"{owner} has no layer `{name}`. Create it in __init__: self.{name} = {spec}.", mistake=MISSING_LAYER)
@@ -228,7 +228,7 @@ def expect_layers(ev: Evidence, key: str, what: str, owner: str, layers: Mapping
                  f"should map {n_in} -> {n_out}: {spec}.", mistake=WRONG_LAYER_SIZE)
         if layer.get("bias") is not bias:
             fail(f"{owner}.{name} {'has no' if bias else 'has a'} bias; it should be {spec}.",
-                 mistake=bias_mistakes[name])
+                 mistake=bias_mistake)
 
 
 def loaded(ev: Evidence, key: str, seed: int, gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:

@@ -46,9 +46,9 @@ def projections(ev: Evidence, built: Built, *, owner: str, bias_mistake: Mistake
     __tracebackhide__ = True
     (k,) = built.args
     return kinds.expect_linear_layers(ev, built.key, f"{owner}({k})", owner,
-                                      dict.fromkeys(ROLES, (k, k, False, PROJECTION)),
+                                      dict.fromkeys(ROLES, (k, k, False, PROJECTION, bias_mistake)),
                                       "Two of to_queries, to_keys, to_values are one layer: create three nn.Linear.",
-                                      dict.fromkeys(ROLES, bias_mistake), built.seed, gains)
+                                      built.seed, gains)
 
 
 def projection_count(k: int) -> tuple[int, str, str]:

@@ -128,17 +128,15 @@ def _no_shape_hints(**_: torch.Tensor) -> dict[tuple[int, ...], str | Mistake]:
 
 
 def expect_linear_layers(ev: Evidence, key: str, what: str, owner: str,
-                         layers: Mapping[str, tuple[int, int, bool, str]], shared: str,
-                         bias_mistakes: Mapping[str, Mistake | str], seed: int,
+                         layers: Mapping[str, tuple[int, int, bool, str, Mistake | str]], shared: str, seed: int,
                          gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
-    """The module built under key (what: its constructor call) is made of separate layers, each name in layers an
-    nn.Linear(n_in, n_out) with or without a bias as (n_in, n_out, bias, spec) says (modules.expect_layers: shared
-    and bias_mistakes word the failures); returns the weights the probe loaded into them (seed, gains), by
-    parameter name: name.weight (n_out, n_in), and name.bias (n_out,) where the layer has one."""
+    """The module built under key (what: its constructor call) is made of separate layers as modules.expect_layers
+    judges them (layers, shared); returns the weights the probe loaded into them (seed, gains), by parameter name:
+    name.weight (n_out, n_in), and name.bias (n_out,) where the layer has one."""
     __tracebackhide__ = True
-    modules.expect_layers(ev, key, what, owner, layers, shared, bias_mistakes)
+    modules.expect_layers(ev, key, what, owner, layers, shared)
     shapes: dict[str, tuple[int, ...]] = {}
-    for name, (n_in, n_out, bias, _) in layers.items():
+    for name, (n_in, n_out, bias, *_) in layers.items():
         shapes[f"{name}.weight"] = (n_out, n_in)
         if bias:
             shapes[f"{name}.bias"] = (n_out,)

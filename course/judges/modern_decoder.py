@@ -49,8 +49,8 @@ def _bias_free(ev: Evidence, key: str, what: str, owner: str, layers: Mapping[st
                bias: Mistake) -> dict[str, torch.Tensor]:
     """The weights of the separate bias-free nn.Linear layers, name: (n_in, n_out, how), the module under key holds."""
     __tracebackhide__ = True
-    w = expect_linear_layers(ev, key, what, owner, {name: (i, o, False, how) for name, (i, o, how) in layers.items()},
-                             f"{', '.join(layers)}: each needs its own nn.Linear.", dict.fromkeys(layers, bias), seed)
+    linear = {name: (i, o, False, how, bias) for name, (i, o, how) in layers.items()}
+    w = expect_linear_layers(ev, key, what, owner, linear, f"{', '.join(layers)}: each needs its own nn.Linear.", seed)
     modules.expect_parameter_count(ev, key, what, sum(i * o for i, o, _ in layers.values()), "its layers' weights",
                                    "Are extra layers or biases registered?")
     return w

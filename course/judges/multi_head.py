@@ -305,12 +305,12 @@ def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, 
     k, heads = built.args
     owner = WIDE_NAME if wide else NARROW_NAME
     width, spec = (k * heads, "k * heads") if wide else (k, "k")
-    projection = (k, width, False, f"nn.Linear(k, {spec}, bias=False)")
-    layers = {**dict.fromkeys(LAYERS[:3], projection), "unify_heads": (width, k, True, f"nn.Linear({spec}, k)")}
+    projection = (k, width, False, f"nn.Linear(k, {spec}, bias=False)", PROJECTION_BIAS)
+    layers = {**dict.fromkeys(LAYERS[:3], projection),
+              "unify_heads": (width, k, True, f"nn.Linear({spec}, k)", UNIFY_NO_BIAS)}
     return kinds.expect_linear_layers(ev, built.key, f"{owner}({k}, {heads})", owner, layers,
                                       f"Two of {owner}'s layers are the same object: each needs its own nn.Linear.",
-                                      {**dict.fromkeys(LAYERS[:3], PROJECTION_BIAS),
-                                       "unify_heads": UNIFY_NO_BIAS}, built.seed, GAINS)
+                                      built.seed, GAINS)
 
 
 def _wide_attention(w: dict[str, torch.Tensor], k: int, heads: int, x: torch.Tensor,
