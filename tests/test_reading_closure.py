@@ -24,7 +24,6 @@ WIDE = {
     ("course/judges/kinds.py", "Oracle"),
     ("course/judges/kinds.py", "ForwardOracle"),
     ("course/judges/models.py", "ModelOracle"),
-    ("course/judges/models.py", "expect_model_steps"),
 }
 
 

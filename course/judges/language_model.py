@@ -20,7 +20,7 @@ from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, G
 from course.checks.seeds import salted
 from course.judges import oracles
 from course.judges.kinds import each_case
-from course.judges.models import ModelOracle, expect_blocks, expect_model, expect_model_steps
+from course.judges.models import CacheJudging, ModelOracle, expect_blocks, expect_model, expect_model_steps
 from course.judges.oracles import dense, layer_norm
 from course.judges.token_loss import LossOracle, against_loss
 from course.judges.variants import Variants, Written, defined, reference_source
@@ -298,9 +298,9 @@ LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's nn.TransformerEncoderL
                  "mask, True where key j <= query i.", READS_FUTURE, _LM_MISTAKES, _CACHE_MISTAKES, _lm_oracle,
                  RETURNS_TUPLE)
 
-#: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
-_CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, CACHE_WRONG_AXIS),
-                 ("must match the size of tensor", 1, CACHE_MASK_SHAPE))
+_CACHE = CacheJudging(CACHE_DIFFERS, CACHE_SHAPE, CACHE_NOT_RETURNED,
+                      errors=(("Sizes of tensors must match except in dimension", 0, CACHE_WRONG_AXIS),
+                              ("must match the size of tensor", 1, CACHE_MASK_SHAPE)))
 
 
 def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
@@ -308,8 +308,7 @@ def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) 
     run_block: then the method run_block, called directly (:func:`_expect_run_block`)."""
     __tracebackhide__ = True
     w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
-    expect_model_steps(ev, run, LM, w, full, run.case.heads, CACHE_DIFFERS, owner=CACHED_NAME,
-                       errors=_CACHE_ERRORS, not_returned=CACHE_NOT_RETURNED, bad_cache=CACHE_SHAPE)
+    expect_model_steps(ev, run, LM, w, full, run.case.heads, _CACHE, owner=CACHED_NAME)
     if run_block:
         _expect_run_block(ev, run.case, w)
 

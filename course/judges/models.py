@@ -148,19 +148,30 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     return w, logits
 
 
+@dataclass(frozen=True)
+class CacheJudging:
+    """How a model's cache is judged: the mistakes of right logits with another cache (differs), of a cache not of
+    (keys, values) pairs of the right shapes, of no (logits, cache) pair; values=False: only the shapes compared."""
+
+    differs: Mistake
+    bad_cache: Mistake | None = None
+    not_returned: Mistake | None = None
+    errors: tuple[tuple[str, int, Mistake], ...] = ()  # (a phrase of PyTorch's error, the least cache, its mistake)
+    values: bool = True
+
+
 def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tensors, full: torch.Tensor, heads: int,
-                       differs: Mistake, *, owner: str = "", errors: tuple[tuple[str, int, Mistake], ...] = (),
-                       not_returned: Mistake | None = None, bad_cache: Mistake | None = None, caches: bool = True
-                       ) -> None:
+                       judging: CacheJudging, owner: str = "") -> None:
     """The run's chunks fed with the cache (<steps><c>) give the logits of one call (full) and the oracle's cache of
-    `heads` heads (caches=False: its shapes), else the cache mistake (or a raised error's) is named, or differs."""
+    `heads` heads (judging.values=False: its shapes), else judging's cache mistake (or a raised error's) is named."""
     __tracebackhide__ = True
     case, tokens, chunks, owner = run.case, run.tokens(), run.chunks, owner or oracle.owner
+    differs, bad_cache, not_returned = judging.differs, judging.bad_cache, judging.not_returned
     bounds = chunk_bounds(chunks)
     steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
     for step, (start, end) in ((f"{run.steps}{c}", bound) for c, bound in enumerate(bounds)):
         message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
-        for mistake in (m for phrase, after, m in errors if phrase in message and start >= after):
+        for mistake in (m for phrase, after, m in judging.errors if phrase in message and start >= after):
             fail(f"{owner}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
                  f"{mistake.explanation}", mistake=mistake)
         what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
@@ -182,10 +193,10 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
                             for i in range(case.depth)]))
 
     def same(logits: list[torch.Tensor], kept: list[list]) -> bool:
-        """The steps gave these logits and (unless not caches) these caches, a list of (keys, values) per block."""
+        """The steps gave these logits and (if judging.values) these caches, a list of (keys, values) per block."""
         pairs = [(got, want) for (out, cache), wanted, expected in zip(steps, logits, kept, strict=True)
-                 for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True) if caches
-                                                    else ()))]
+                 for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True)
+                                                    if judging.values else ()))]
         return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
     if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks, {})[1]):

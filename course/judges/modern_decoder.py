@@ -35,7 +35,7 @@ from course.judges.kinds import (
     each_case,
     expect_linear_layers,
 )
-from course.judges.models import ModelOracle, decoder, expect_blocks, expect_model, expect_model_steps
+from course.judges.models import CacheJudging, ModelOracle, decoder, expect_blocks, expect_model, expect_model_steps
 from course.judges.oracles import dense
 from course.judges.variants import Variants, defined, reference_source, simulators
 
@@ -723,7 +723,7 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: 
     __tracebackhide__ = True
     w, logits = expect_model(ev, run, MODERN, exact=not structure)
     if run.chunks:
-        expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, CACHE_DIFFERS, caches=False)
+        expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, CacheJudging(CACHE_DIFFERS, values=False))
     if run.too_long:
         compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
                                    f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
