@@ -23,7 +23,6 @@ WORST_LINES = 1857
 WIDE = {
     ("course/judges/kinds.py", "Oracle"),
     ("course/judges/kinds.py", "ForwardOracle"),
-    ("course/judges/models.py", "ModelOracle"),
 }
 
 

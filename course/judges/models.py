@@ -37,6 +37,16 @@ Switches = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
+class ModelMistakes:
+    """A model's typical mistakes: as switches of its oracle's compute, and those named when a call shows them."""
+
+    logits: tuple[tuple[Mistake, Switches], ...] = ()  # they change the logits of a call without a cache
+    cached: tuple[tuple[Mistake, Switches], ...] = ()  # they change only calls given a cache
+    reads_future: Mistake | None = None  # named when changing later tokens changes earlier logits
+    returns_tuple: Mistake | None = None  # named when a call without use_cache returns a tuple
+
+
+@dataclass(frozen=True)
 class ModelOracle:
     """A language model, tokens (b, t) -> logits (b, t, vocab) ((logits, cache) with use_cache=True): weights(ev, run)
     judges its structure, compute(w, case, tokens, cache=None, **switches) writes it out (switches: a mistake)."""
@@ -47,11 +57,8 @@ class ModelOracle:
     name: str  # the oracle in words, for gradient messages
     hint: str  # how the logits are computed
     causal: str  # the advice when changing later tokens changes earlier logits
-    reads_future: Mistake | None = None  # the mistake named then
-    mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change the logits of a call without a cache
-    cache_mistakes: tuple[tuple[Mistake, Switches], ...] = ()  # they change only calls given a cache
+    mistakes: ModelMistakes = ModelMistakes()
     reference: Callable[..., torch.Tensor] | None = None  # reference(w, case, tokens): logits by PyTorch's layers
-    returns_tuple: Mistake | None = None  # named when a call without use_cache returns a tuple
 
 
 def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
@@ -75,8 +82,8 @@ def model_logits(ev: Evidence, oracle: ModelOracle, key: str, case: Any, what: s
     """The logits (b, t, vocab) recorded under key (t: the case's)."""
     __tracebackhide__ = True
     b, vocab, k, t = case.b, case.vocab, case.k, case.t if t is None else t
-    if oracle.returns_tuple is not None and value_kind(ev, key) == "tuple":
-        fail(f"{what} returned a tuple: {oracle.returns_tuple.explanation}", mistake=oracle.returns_tuple)
+    if (returns_tuple := oracle.mistakes.returns_tuple) is not None and value_kind(ev, key) == "tuple":
+        fail(f"{what} returned a tuple: {returns_tuple.explanation}", mistake=returns_tuple)
     return output(ev, key, what=what, shape=(b, t, vocab), shape_hints={
         (b, t, k): "Those are the states of the last block: apply the final norm and to_logits.",
         (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
@@ -120,15 +127,15 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     @cache
     def mistaken() -> list[tuple[Mistake, torch.Tensor]]:  # only once the logits are wrong somewhere, and once
         with torch.no_grad():
-            return [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes]
+            return [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes.logits]
 
     wrong = Lazily(mistaken)
     right = matches_any(logits, [expected], ev.device)
-    found = [] if right else [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes, wrong, strict=True)
+    found = [] if right else [(m, sw) for (m, sw), (_, out) in zip(oracle.mistakes.logits, wrong, strict=True)
                               if matches_any(logits, [out], ev.device)]
     for j in run.changed:
         expect_causal(ev, logits, model_logits(ev, oracle, fact_key(run.model, f"changed{j}"), case, what), j,
-                      f"{owner} is not causal", wrong, oracle.causal, oracle.reads_future)
+                      f"{owner} is not causal", wrong, oracle.causal, oracle.mistakes.reads_future)
     if not right and not found:
         fail(f"{owner} has the right parts, but it is not a language model with the check's weights: {oracle.hint}",
              expected[0], logits[0], case=f"{label}, sequence 0")
@@ -150,12 +157,11 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
 
 @dataclass(frozen=True)
 class CacheJudging:
-    """How a model's cache is judged: the mistakes of right logits with another cache (differs), of a cache not of
-    (keys, values) pairs of the right shapes, of no (logits, cache) pair; values=False: only the shapes compared."""
+    """How a model's cache is judged: the mistakes named, and (values=False) its shapes only compared."""
 
-    differs: Mistake
-    bad_cache: Mistake | None = None
-    not_returned: Mistake | None = None
+    differs: Mistake  # right logits, but not the oracle's cache
+    bad_cache: Mistake | None = None  # not a list of (keys, values) pairs of the right shapes
+    not_returned: Mistake | None = None  # no (logits, cache) pair
     errors: tuple[tuple[str, int, Mistake], ...] = ()  # (a phrase of PyTorch's error, the least cache, its mistake)
     values: bool = True
 
@@ -201,7 +207,7 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
 
     if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks, {})[1]):
         return
-    named = next((m for m, switches in oracle.cache_mistakes
+    named = next((m for m, switches in oracle.mistakes.cached
                   if same(*run_steps(oracle.compute, w, case, tokens, chunks, switches))), None)
     bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
                 if not matches_any(out, [full[:, s:e]], ev.device)), None)

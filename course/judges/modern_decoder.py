@@ -25,7 +25,7 @@ from course.checks.compare import Mistake, OnGpus, expect_close, expect_close_ba
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.kinds import Built, Case, ModelRun
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModernCase
-from course.judges import judge
+from course.judges import judge, models
 from course.judges.kinds import (
     ForwardOracle,
     Oracle,
@@ -713,8 +713,8 @@ _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm
 
 
 MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of PyTorch's pieces with your weights",
-                     _MODERN_HINT, "The " + READS_FUTURE.explanation[4:], READS_FUTURE, _MODERN_MISTAKES,
-                     (_variant("modern-cache-mask-not-offset", "modern-mask-not-offset"),))
+                     _MODERN_HINT, "The " + READS_FUTURE.explanation[4:], models.ModelMistakes(_MODERN_MISTAKES, (
+                         _variant("modern-cache-mask-not-offset", "modern-mask-not-offset"),), READS_FUTURE))
 
 
 def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: bool = False) -> None:
