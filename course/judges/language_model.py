@@ -18,9 +18,9 @@ from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
-from course.judges import models, oracles
+from course.judges import oracles
 from course.judges.kinds import each_case
-from course.judges.models import ModelOracle, expect_blocks, expect_model, expect_model_steps
+from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps
 from course.judges.oracles import dense, layer_norm
 from course.judges.token_loss import LossOracle, against_loss
 from course.judges.variants import Variants, Written, defined, reference_source
@@ -293,14 +293,14 @@ _LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each b
             "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
 
 
+#: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
+_CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, CACHE_WRONG_AXIS),
+                 ("must match the size of tensor", 1, CACHE_MASK_SHAPE))
 LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's nn.TransformerEncoderLayer with the same weights",
                  _LM_HINT, "In training the model could read the token it must predict: give every block the causal "
-                 "mask, True where key j <= query i.", models.ModelMistakes(_LM_MISTAKES, _CACHE_MISTAKES, READS_FUTURE,
-                                                                            RETURNS_TUPLE), _lm_oracle)
-
-_CACHE = models.CacheJudging(CACHE_DIFFERS, CACHE_SHAPE, CACHE_NOT_RETURNED,
-                             errors=(("Sizes of tensors must match except in dimension", 0, CACHE_WRONG_AXIS),
-                                     ("must match the size of tensor", 1, CACHE_MASK_SHAPE)))
+                 "mask, True where key j <= query i.", ModelMistakes(
+                     _LM_MISTAKES, _CACHE_MISTAKES, READS_FUTURE, RETURNS_TUPLE, CACHE_DIFFERS, CACHE_SHAPE,
+                     CACHE_NOT_RETURNED, _CACHE_ERRORS), _lm_oracle)
 
 
 def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
@@ -308,7 +308,7 @@ def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) 
     run_block: then the method run_block, called directly (:func:`_expect_run_block`)."""
     __tracebackhide__ = True
     w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
-    expect_model_steps(ev, run, LM, w, full, run.case.heads, _CACHE, owner=CACHED_NAME)
+    expect_model_steps(ev, run, LM, w, full, run.case.heads, owner=CACHED_NAME)
     if run_block:
         _expect_run_block(ev, run.case, w)
 

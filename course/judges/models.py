@@ -44,6 +44,10 @@ class ModelMistakes:
     cached: tuple[tuple[Mistake, Switches], ...] = ()  # they change only calls given a cache
     reads_future: Mistake | None = None  # named when changing later tokens changes earlier logits
     returns_tuple: Mistake | None = None  # named when a call without use_cache returns a tuple
+    cache_differs: Mistake | None = None  # right logits with a cache, but not the oracle's cache
+    bad_cache: Mistake | None = None  # not a list of (keys, values) pairs of the right shapes
+    not_returned: Mistake | None = None  # use_cache=True gave no (logits, cache) pair
+    errors: tuple[tuple[str, int, Mistake], ...] = ()  # (a phrase of PyTorch's error, the least cache, its mistake)
 
 
 @dataclass(frozen=True)
@@ -155,29 +159,18 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     return w, logits
 
 
-@dataclass(frozen=True)
-class CacheJudging:
-    """How a model's cache is judged: the mistakes named, and (values=False) its shapes only compared."""
-
-    differs: Mistake  # right logits, but not the oracle's cache
-    bad_cache: Mistake | None = None  # not a list of (keys, values) pairs of the right shapes
-    not_returned: Mistake | None = None  # no (logits, cache) pair
-    errors: tuple[tuple[str, int, Mistake], ...] = ()  # (a phrase of PyTorch's error, the least cache, its mistake)
-    values: bool = True
-
-
 def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tensors, full: torch.Tensor, heads: int,
-                       judging: CacheJudging, owner: str = "") -> None:
+                       *, owner: str = "", caches: bool = True) -> None:
     """The run's chunks fed with the cache (<steps><c>) give the logits of one call (full) and the oracle's cache of
-    `heads` heads (judging.values=False: its shapes), else judging's cache mistake (or a raised error's) is named."""
+    `heads` heads (caches=False: its shapes), else the cache mistake (or a raised error's) is named, or differs."""
     __tracebackhide__ = True
-    case, tokens, chunks, owner = run.case, run.tokens(), run.chunks, owner or oracle.owner
-    differs, bad_cache, not_returned = judging.differs, judging.bad_cache, judging.not_returned
+    case, tokens, chunks, owner, mistakes = run.case, run.tokens(), run.chunks, owner or oracle.owner, oracle.mistakes
+    differs, bad_cache, not_returned = mistakes.cache_differs, mistakes.bad_cache, mistakes.not_returned
     bounds = chunk_bounds(chunks)
     steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
     for step, (start, end) in ((f"{run.steps}{c}", bound) for c, bound in enumerate(bounds)):
         message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
-        for mistake in (m for phrase, after, m in judging.errors if phrase in message and start >= after):
+        for mistake in (m for phrase, after, m in mistakes.errors if phrase in message and start >= after):
             fail(f"{owner}.forward, with a cache of {start} positions, raised: {message}\n\nThe likely cause: "
                  f"{mistake.explanation}", mistake=mistake)
         what = f"{owner}.forward(tokens[:, {start}:{end}], cache={'...' if start else 'None'}, use_cache=True)"
@@ -199,15 +192,15 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
                             for i in range(case.depth)]))
 
     def same(logits: list[torch.Tensor], kept: list[list]) -> bool:
-        """The steps gave these logits and (if judging.values) these caches, a list of (keys, values) per block."""
+        """The steps gave these logits and (unless not caches) these caches, a list of (keys, values) per block."""
         pairs = [(got, want) for (out, cache), wanted, expected in zip(steps, logits, kept, strict=True)
-                 for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True)
-                                                    if judging.values else ()))]
+                 for got, want in ((out, wanted), *(zip(sum(cache, ()), sum(expected, ()), strict=True) if caches
+                                                    else ()))]
         return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
     if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks, {})[1]):
         return
-    named = next((m for m, switches in oracle.mistakes.cached
+    named = next((m for m, switches in mistakes.cached
                   if same(*run_steps(oracle.compute, w, case, tokens, chunks, switches))), None)
     bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
                 if not matches_any(out, [full[:, s:e]], ev.device)), None)

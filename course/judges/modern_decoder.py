@@ -25,7 +25,7 @@ from course.checks.compare import Mistake, OnGpus, expect_close, expect_close_ba
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.kinds import Built, Case, ModelRun
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModernCase
-from course.judges import judge, models
+from course.judges import judge
 from course.judges.kinds import (
     ForwardOracle,
     Oracle,
@@ -35,7 +35,7 @@ from course.judges.kinds import (
     each_case,
     expect_linear_layers,
 )
-from course.judges.models import CacheJudging, ModelOracle, decoder, expect_blocks, expect_model, expect_model_steps
+from course.judges.models import ModelMistakes, ModelOracle, decoder, expect_blocks, expect_model, expect_model_steps
 from course.judges.oracles import dense
 from course.judges.variants import Variants, defined, reference_source, simulators
 
@@ -713,8 +713,9 @@ _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm
 
 
 MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of PyTorch's pieces with your weights",
-                     _MODERN_HINT, "The " + READS_FUTURE.explanation[4:], models.ModelMistakes(_MODERN_MISTAKES, (
-                         _variant("modern-cache-mask-not-offset", "modern-mask-not-offset"),), READS_FUTURE))
+                     _MODERN_HINT, "The " + READS_FUTURE.explanation[4:], ModelMistakes(_MODERN_MISTAKES, (
+                         _variant("modern-cache-mask-not-offset", "modern-mask-not-offset"),), READS_FUTURE,
+                         cache_differs=CACHE_DIFFERS))
 
 
 def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: bool = False) -> None:
@@ -723,7 +724,7 @@ def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: 
     __tracebackhide__ = True
     w, logits = expect_model(ev, run, MODERN, exact=not structure)
     if run.chunks:
-        expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, CacheJudging(CACHE_DIFFERS, values=False))
+        expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, caches=False)
     if run.too_long:
         compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
                                    f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
