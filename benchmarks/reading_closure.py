@@ -363,12 +363,14 @@ def report(assignment: str | None = None, quiet: bool = False) -> dict:
     """Print the figures (all of them, or the per-check table of one assignment) and return them."""
     found = closures()
     own = own_lines(found)
+    core = shared_core(found)
     shown = [c for c in found if assignment in (None, c.cell.assignment)]
     if not quiet:
-        print(f"{'assignment':<22} {'check':<44} {'files':>5} {'lines':>6} {'alone':>6}")
+        print(f"{'assignment':<22} {'check':<44} {'files':>5} {'lines':>6} {'alone':>6} {'beyond core':>11}")
         for c in shown:
             key = (c.cell.assignment, c.cell.check)
-            print(f"{c.cell.assignment:<22} {c.cell.check:<44} {c.files:>5} {c.lines:>6} {own[key]:>6}")
+            beyond = sum(u.lines for u in c.units - core)
+            print(f"{c.cell.assignment:<22} {c.cell.check:<44} {c.files:>5} {c.lines:>6} {own[key]:>6} {beyond:>11}")
     files = [c.files for c in found]
     lines = [c.lines for c in found]
     worst = max(found, key=lambda c: c.lines)
@@ -386,7 +388,6 @@ def report(assignment: str | None = None, quiet: bool = False) -> dict:
           f"({worst.cell.assignment} {worst.cell.check}).")
     for (a, check), (f, n, alone) in figures["examples"].items():
         print(f"  {a} {check}: {f} files, {n} lines, {alone} of them its own")
-    core = shared_core(found)
     beyond = [sum(u.lines for u in c.units - core) for c in found]
     figures.update(core_lines=sum(u.lines for u in core), core_files=len({u.path for u in core}),
                    beyond_median=statistics.median(beyond), beyond_worst=max(beyond))
