@@ -26,8 +26,7 @@ from course.judges.kinds import (
     against_block,
     block_call,
 )
-from course.judges.variants import Variants, Written
-from course.transformer_block import FeedForward, TransformerBlock
+from course.judges.variants import Variants, Written, defined, reference_source
 
 FF_NAME = "FeedForward"
 BLOCK_NAME = "TransformerBlock"
@@ -353,13 +352,16 @@ def _run_block(variant: Written | None, ff: Written | None, v: Mapping[str, torc
 @cache
 def _built_block(variant: Written | None, ff: Written | None, k: int, heads: int, hidden: int, dropout: float,
                  eps: float, biases: tuple[bool, ...]) -> tuple[nn.Module, dict[str, str]]:
-    """The block variant built on the meta device (nothing drawn) as the student's was, its feed-forward layer the
-    variant ff of hidden size `hidden`, a bias on each attention projection whose role has one (biases: q, k, v, o),
+    """The block variant (None: the reference) calling the FeedForward variant ff (None: the reference), defined as a
+    notebook cell defines them and built on the meta device (nothing drawn) as the student's was, its feed-forward
+    layer of hidden size `hidden`, a bias on each attention projection whose role has one (biases: q, k, v, o),
     the norms' eps the student's; and the role of each of its parameters. A fresh module trains, so a dropout of 1.0
     zeroes what it is given, as in the check's training-mode run."""
+    code = variant.code if variant else reference_source(WRITTEN.reference, BLOCK_NAME)
     with torch.device("meta"):
-        module = (variant.run if variant else TransformerBlock)(k, heads, 1, dropout)
-        module.ff = (ff.run if ff else FeedForward)(k, hidden)
+        module = defined(code, BLOCK_NAME, WRITTEN.reference, () if ff is None else ((ff.code, FF_NAME),))(
+            k, heads, 1, dropout)
+        module.ff = type(module.ff)(k, hidden)  # its FeedForward (the reference's or ff) of the student's hidden size
         for layer, has_bias in zip(ATTENTION_LAYERS, biases, strict=True):
             linear = module.attention.get_submodule(layer)
             if has_bias and linear.bias is None:
