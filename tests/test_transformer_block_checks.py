@@ -75,7 +75,7 @@ def test_the_oracle_layer_agrees_with_the_block_run_as_its_variants_run():
                                       (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
     with torch.no_grad():
         for mask in (None, torch.ones(5, 5, dtype=torch.bool).tril()):
-            oracle = judges._block(v, x, mask, 3, 1e-5)
+            oracle = judges._block(roles, None, None, w, x=x, mask=mask)
             assert (judges._run_block(None, None, v, x, mask, 3, 1e-5, 0.0) - oracle).abs().max() < 1e-5
             pre = torch.func.functional_call(oracles.encoder_layer(12, 3, 48, 1e-5, norm_first=True), params, (x,),
                                              {"src_mask": oracles.torch_mask(mask, 2, 5, 5, 3)})
@@ -92,5 +92,5 @@ def test_the_oracle_is_the_reference_block():
         for name, p in block.named_parameters():
             p.copy_(w[name])
         x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(2))
-        expected = judges._block(judges._values(roles, w), x, None, 3, 1e-5)
+        expected = judges._block(roles, None, None, w, x=x)
         assert (block(x) - expected).abs().max() < 1e-5

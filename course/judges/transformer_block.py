@@ -320,11 +320,13 @@ def _built_ff(variant: Written, k: int, hidden: int) -> tuple[nn.Module, Named]:
     return module, _ff_roles({m["name"]: m for m in weights.describe(module)}, "", k, hidden, variant.name, False)
 
 
-def _block(v: Mapping[str, torch.Tensor | None], x: torch.Tensor, mask: torch.Tensor | None, heads: int, eps: float,
-           dropout: float = 0.0, variant: Written | None = None, ff: Written | None = None) -> torch.Tensor:
-    """The block with these weights by role on x (b, t, k): the right one (variant and ff None: PyTorch's encoder
-    layer; built with dropout=1.0 and run in training mode, where every dropout zeroes what it is given,
-    norm2(norm1(x))), a TransformerBlock variant, or the right block calling the FeedForward variant ff."""
+def _block(roles: Roles, variant: Written | None, ff: Written | None, w: Mapping[str, torch.Tensor], *args: float,
+           x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The block with the weights w in these roles on x (b, t, k): the right one (variant and ff None: PyTorch's encoder
+    layer), a TransformerBlock variant, or the right block calling the FeedForward variant ff. args: the block's (k,
+    heads, ff_mult, dropout); built with dropout=1.0, the check ran it in training mode, where every dropout zeroes
+    what it is given: the right block gives norm2(norm1(x))."""
+    v, heads, eps, dropout = _values(roles, w), roles.heads, roles.eps, float(args[3]) if len(args) > 3 else 0.0
     if variant is not None or ff is not None:
         return _run_block(variant, ff, v, x, mask, heads, eps, dropout)
     b, t, k = x.shape
@@ -437,37 +439,33 @@ against_block(probes.feed_forward_oracle, FF,
 
 # ================================================================ TransformerBlock
 
-def _encoder_block_weights(ev: Evidence, built: Built, strict: bool,
-                           counted: bool = False) -> tuple[Roles, dict[str, torch.Tensor]]:
-    """The block's roles (strictly or tolerantly; counted: nothing else has parameters) and the weights loaded."""
+def _encoder_block_weights(ev: Evidence, built: Built, strict: bool) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """The block's roles (strictly or tolerantly) and the weights loaded."""
     __tracebackhide__ = True
     k, heads, *ff_mult = built.args
     what = block_call(built, BLOCK_NAME)
     modules.built(ev, built.key, what)
-    mult = ff_mult[0] if ff_mult else 4
-    roles = _block_roles(ev, built.key, "", k, what, (heads, mult) if strict else None)
-    w = _recreated(ev, built, what, roles)
-    hidden = mult * k
-    if counted:
-        modules.expect_parameter_count(ev, built.key, what, (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k),
-                                       f"attention (4k² + k), two LayerNorms (4k) and the feed-forward layer "
-                                       f"(2·k·{hidden} + {hidden} + k) make", "Is an extra layer registered?")
+    roles = _block_roles(ev, built.key, "", k, what, (heads, ff_mult[0] if ff_mult else 4) if strict else None)
+    return roles, _recreated(ev, built, what, roles)
+
+
+def _counted_block(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.Tensor]]:
+    """The block's roles, strictly, and the weights loaded; nothing else has parameters."""
+    __tracebackhide__ = True
+    roles, w = _encoder_block_weights(ev, built, strict=True)
+    k, hidden = built.args[0], (*built.args[2:3], 4)[0] * built.args[0]
+    modules.expect_parameter_count(ev, built.key, block_call(built, BLOCK_NAME),
+                                   (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k),
+                                   f"attention (4k² + k), two LayerNorms (4k) and the feed-forward layer "
+                                   f"(2·k·{hidden} + {hidden} + k) make", "Is an extra layer registered?")
     return roles, w
-
-
-def _block_of(roles: Roles, variant: Written | None, ff: Written | None, w: Mapping[str, torch.Tensor],
-              *args: float, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The block with the weights w in these roles, computed as (variant, ff) say (see _block); args: the block's
-    (k, heads, ff_mult, dropout), a dropout of 1.0 meaning the check ran it in training mode."""
-    dropout = float(args[3]) if len(args) > 3 else 0.0
-    return _block(_values(roles, w), x, mask, roles.heads, roles.eps, dropout, variant, ff)
 
 
 def _encoder_block_oracle(roles: Roles) -> ForwardOracle:
     return ForwardOracle(
         BLOCK_NAME, "a transformer block", lambda ev, built: _encoder_block_weights(ev, built, strict=False)[1],
-        partial(_block_of, roles, None, None), "nn.TransformerEncoderLayer with the same weights",
-        lambda *_, x, mask=None: [(m, partial(_block_of, roles, variant, ff))
+        partial(_block, roles, None, None), "nn.TransformerEncoderLayer with the same weights",
+        lambda *_, x, mask=None: [(m, partial(_block, roles, variant, ff))
                                   for m, variant, ff in _block_specs(mask)[1:]],
         hint=lambda x, mask=None: _BLOCK_HINT + ("" if mask is None else
                                                  " forward's signature is forward(self, x, mask=None)."),
@@ -480,7 +478,7 @@ def _encoder_block_oracle(roles: Roles) -> ForwardOracle:
 #: nn.LayerNorm(k), hidden size ff_mult·k, biases); COUNTED: and nothing else with parameters; TOLERANT: any real
 #: block the judge can recompute (nn.MultiheadAttention, shared norms, any hidden size and number of heads)
 STRICT = BlockOracle(partial(_encoder_block_weights, strict=True), _encoder_block_oracle)
-COUNTED = BlockOracle(partial(_encoder_block_weights, strict=True, counted=True), _encoder_block_oracle)
+COUNTED = BlockOracle(_counted_block, _encoder_block_oracle)
 TOLERANT = BlockOracle(partial(_encoder_block_weights, strict=False), _encoder_block_oracle)
 
 against_block(probes.transformer_block_structure, COUNTED, claim="has the right parts",
@@ -554,10 +552,8 @@ CLASSIFIER_FF_MULT = WRITTEN.mistake(
                           "TransformerBlock(k, heads) with its default ff_mult, a hidden size of 4·k.")
 
 
-def _classifier_values(ev: Evidence, built: Built, counted: bool = False,
-                       default_ff: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
-    """The classifier's roles: embedding, blocks in order, output layer (counted: nothing else; default_ff: blocks
-    built with the default ff_mult, see _expect_default_ff_mult); the weights loaded."""
+def _classifier_values(ev: Evidence, built: Built, counted: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
+    """The classifier's roles: embedding, blocks in order, output layer (counted: nothing else); the weights loaded."""
     __tracebackhide__ = True
     key, (vocab, k, _, depth, classes) = built.key, built.args
     what = block_call(built, CLASSIFIER_NAME)
@@ -579,8 +575,6 @@ def _classifier_values(ev: Evidence, built: Built, counted: bool = False,
     if not outputs:
         _wrong(what, NO_OUTPUT_LAYER, f" Here nn.Linear({k}, {classes}), outside the blocks.")
     blocks = tuple(_block_roles(ev, key, f"{n}.", k, f"{what}'s block {n}", None) for n in names)
-    if default_ff:
-        _expect_default_ff_mult(what, k, [block.named["f1w"][1][0] for block in blocks])
     out = outputs[-1]["name"]
     own = Roles(MappingProxyType({"e": (f"{embeddings[0]['name']}.weight", (vocab, k)),
                                   "ow": (f"{out}.weight", (classes, k)),
@@ -594,13 +588,18 @@ def _classifier_values(ev: Evidence, built: Built, counted: bool = False,
     return (own, blocks), w
 
 
-def _expect_default_ff_mult(what: str, k: int, hidden: list[int]) -> None:
-    """The blocks' hidden sizes are 4·k, TransformerBlock's default ff_mult: one that is another multiple of k was
-    given another ff_mult (k itself and 16 are left to the block's own checks: FeedForward mistakes give them)."""
+def _default_ff_classifier(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
+    """The classifier's roles and weights (_classifier_values), its blocks' hidden sizes 4·k, TransformerBlock's
+    default ff_mult: one that is another multiple of k was given another ff_mult (k itself and 16 are left to the
+    block's own checks: FeedForward mistakes give them)."""
     __tracebackhide__ = True
+    parts, w = _classifier_values(ev, built)
+    k, hidden = built.args[1], [block.named["f1w"][1][0] for block in parts[1]]
     other = next((h for h in hidden if h != 4 * k and h % k == 0 and h not in (k, 16)), None)
     if other is not None:
-        _wrong(f"{what}'s blocks have a hidden size of {other} = {other // k}·k", CLASSIFIER_FF_MULT)
+        _wrong(f"{block_call(built, CLASSIFIER_NAME)}'s blocks have a hidden size of {other} = {other // k}·k",
+               CLASSIFIER_FF_MULT)
+    return parts, w
 
 
 def _classifier_logits(parts: Classifier, block: Written | None, ff: Written | None, head: Written | None,
@@ -610,25 +609,24 @@ def _classifier_logits(parts: Classifier, block: Written | None, ff: Written | N
     variant head calling those blocks."""
     own, blocks = parts
     v = _values(own, w)
-    computed = [partial(_block, _values(roles, w), heads=roles.heads, eps=roles.eps, variant=block, ff=ff)
-                for roles in blocks]
+    computed = [partial(_block, roles, block, ff, w) for roles in blocks]
     if head is not None:
         return _run_classifier(head, computed, v, tokens)
     x = F.embedding(tokens, v["e"])  # (b, t, k)
     for run in computed:
-        x = run(x, None)
+        x = run(x=x)
     return F.linear(x.mean(dim=1), v["ow"], v["ob"])  # (b, classes)
 
 
 class _Computed(nn.Module):
-    """A block as the judge computes it with the student's weights, run(x, mask), standing in a variant's blocks."""
+    """A block as the judge computes it with the student's weights, run(x=..., mask=...): a variant's block."""
 
-    def __init__(self, run: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]):
+    def __init__(self, run: Callable[..., torch.Tensor]):
         super().__init__()
         self.run = run
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.run(x, mask)
+        return self.run(x=x, mask=mask)
 
 
 def _run_classifier(head: Written, computed: list[Callable], v: Mapping[str, torch.Tensor | None],
@@ -678,8 +676,8 @@ COUNTED_CLASSIFIER = BlockOracle(partial(_classifier_values, counted=True), _cla
 against_block(probes.transformer_classifier_structure, COUNTED_CLASSIFIER,
               passed="An embedding, depth separate registered blocks and a linear output layer; logits of shape "
                      "(b, num_classes).")
-against_block(probes.transformer_classifier_oracle, BlockOracle(partial(_classifier_values, default_ff=True),
-                                                                  _classifier_oracles, tolerant=False),
+against_block(probes.transformer_classifier_oracle, BlockOracle(_default_ff_classifier, _classifier_oracles,
+                                                                  tolerant=False),
               passed="Random weights and tokens: embedding -> your blocks in order -> mean over positions -> "
                      "linear (the blocks recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock "
                      "computes them).")
