@@ -453,7 +453,8 @@ def _counted_block(ev: Evidence, built: Built) -> tuple[Roles, dict[str, torch.T
     """The block's roles, strictly, and the weights loaded; nothing else has parameters."""
     __tracebackhide__ = True
     roles, w = _encoder_block_weights(ev, built, strict=True)
-    k, hidden = built.args[0], (*built.args[2:3], 4)[0] * built.args[0]
+    k, _, *ff_mult = built.args
+    hidden = (ff_mult[0] if ff_mult else 4) * k
     modules.expect_parameter_count(ev, built.key, block_call(built, BLOCK_NAME),
                                    (4 * k * k + k) + 4 * k + (2 * k * hidden + hidden + k),
                                    f"attention (4k² + k), two LayerNorms (4k) and the feed-forward layer "
