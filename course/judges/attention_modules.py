@@ -68,11 +68,10 @@ def anchored(ev: Evidence, run: Runs, oracle: ForwardOracle, claim: str,
 
 
 def expect_structure(ev: Evidence, check: RunsCheck, oracle: ForwardOracle, claim: str,
-                     count: tuple[int, str, str] | None = None) -> None:
+                     count: tuple[int, str, str]) -> None:
     """The module of check has the right layers and count (values, formula, hint), its outputs anchored."""
     __tracebackhide__ = True
     (run,) = check.runs
     w = oracle.weights(ev, run.module)
-    if count is not None:
-        modules.expect_parameter_count(ev, run.module.key, kinds.block_call(run.module, oracle.owner), *count)
+    modules.expect_parameter_count(ev, run.module.key, kinds.block_call(run.module, oracle.owner), *count)
     anchored(ev, run, oracle, claim, w)

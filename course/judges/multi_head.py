@@ -374,15 +374,18 @@ against_forward(probes.wide_vs_pytorch, WIDE,
                 passed="A small masked cross-attention case and its gradients against PyTorch's fused attention.")
 
 
-#: each module's structure check, its oracle, its parameter count from (k, heads) and as a formula, its pass line
-_STRUCTURES = ((probes.multi_head_structure, NARROW, lambda k, heads: 4 * k * k + k, "4k² + k",
-                "Three bias-free k×k projections and unify_heads nn.Linear(k, k): 4k² + k parameters."),
-               (probes.wide_structure, WIDE, lambda k, heads: 4 * heads * k * k + k, "4·heads·k² + k",
-                "Projections nn.Linear(k, k·heads, bias=False), unify_heads nn.Linear(k·heads, k): 4·heads·k² + k."))
-for check, oracle, count, formula, passed in _STRUCTURES:
+def _structure(check: RunsCheck, oracle: ForwardOracle, count: Callable[[int, int], int], formula: str,
+               passed: str) -> None:
+    """Register check's judge: its module has the right layers, and count(k, heads) parameters (formula in words)."""
     declared(check, partial(expect_structure, check=check, oracle=oracle, claim=f"{oracle.owner} has the right layers",
                             count=(count(*check.runs[0].module.args), f"it should have {formula}",
                                    "Extra layers, or some kept in a plain list (use nn.ModuleList)?")), passed)
+
+
+_structure(probes.multi_head_structure, NARROW, lambda k, heads: 4 * k * k + k, "4k² + k",
+           "Three bias-free k×k projections and unify_heads nn.Linear(k, k): 4k² + k parameters.")
+_structure(probes.wide_structure, WIDE, lambda k, heads: 4 * heads * k * k + k, "4·heads·k² + k",
+           "Projections nn.Linear(k, k·heads, bias=False), unify_heads nn.Linear(k·heads, k): 4·heads·k² + k.")
 
 
 @judge("multi_head_indivisible")
@@ -391,7 +394,8 @@ def _indivisible(ev: Evidence) -> None:
     __tracebackhide__ = True
     call = f"{NARROW_NAME}(10, 4)"
     expect_value_error(ev, "indivisible", call, NO_DIVISIBILITY_CHECK, NOT_A_VALUE_ERROR)
-    expect_structure(ev, probes.multi_head_structure, NARROW, f"{call} raises a ValueError")
+    (run,) = probes.multi_head_structure.runs  # the probe then builds and runs the structure check's module
+    anchored(ev, run, NARROW, f"{call} raises a ValueError", NARROW.weights(ev, run.module))
 
 
 def _expect_context(ev: Evidence, *, check: RunsCheck, oracle: ForwardOracle) -> None:
@@ -408,10 +412,11 @@ def _expect_context(ev: Evidence, *, check: RunsCheck, oracle: ForwardOracle) ->
              f"{WRITTEN['context-ignored'].explanation}", mistake=WRITTEN["context-ignored"])
 
 
-for check, oracle in ((probes.multi_head_context, NARROW), (probes.wide_context, WIDE)):
-    declared(check, partial(_expect_context, check=check, oracle=oracle),
-             "(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context "
-             "matters.")
+CONTEXT_PASSED = ("(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context "
+                  "matters.")
+declared(probes.multi_head_context, partial(_expect_context, check=probes.multi_head_context, oracle=NARROW),
+         CONTEXT_PASSED)
+declared(probes.wide_context, partial(_expect_context, check=probes.wide_context, oracle=WIDE), CONTEXT_PASSED)
 
 
 @judge("multi_head_causal")
