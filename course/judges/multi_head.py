@@ -8,7 +8,6 @@ from itertools import product
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course.checks import multi_head as probes
 from course.checks.compare import Mistake, expect_close, expect_value_error, fail
@@ -16,9 +15,9 @@ from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
 from course.judges import judge, kinds, oracles
-from course.judges.attention_modules import anchored, expect_structure, mistake_combinations
+from course.judges.attention_modules import anchored, expect_structure
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared, simulated
-from course.judges.variants import Variants, Written, edited, reference_source
+from course.judges.variants import Variants, both, edited, module_output, reference_source
 
 NARROW_NAME = "MultiHeadAttention"
 WIDE_NAME = "WideMultiHeadAttention"
@@ -252,33 +251,6 @@ def _changed(answer: str, changes: tuple[tuple[str, str], ...]) -> str:
     return edited(_reference(answer), (BY_HAND, *changes), f"{answer} with {changes}")
 
 
-@cache
-def _built(answer: str, args: tuple, names: tuple[str, ...]) -> tuple[nn.Module, tuple[dict, ...]]:
-    """The reference answer built once per constructor arguments and weights' names, on the meta device (no weights
-    drawn): every change in _KINDS is in forward, so each combination runs its own forward on this module. With it,
-    the parameter dictionary of each name's layer, in the order of names: where a weight goes, found once."""
-    with torch.device("meta"):
-        module = Written(answer, answer, SEVERAL, _reference(answer), WRITTEN.reference).run(*args)
-    return module, tuple(module.get_submodule(name.rpartition(".")[0])._parameters for name in names)  # noqa: SLF001
-
-
-@cache
-def _forward_of(answer: str, changes: tuple[tuple[str, str], ...]) -> Callable[..., torch.Tensor]:
-    return Written(answer, answer, SEVERAL, _changed(answer, changes), WRITTEN.reference).run.forward
-
-
-def _mistaken(answer: str, w: dict[str, torch.Tensor], *args: object, scale: tuple = (), layout: tuple = (),
-              other: tuple = (), **inputs: torch.Tensor) -> torch.Tensor:
-    """What answer with the changes of each kind (the rest's first: unify-skipped changes what a merge by hand then
-    changes) computes with the weights w, which name every parameter (a bias-free nn.Linear takes a bias in w). Not
-    module_output, which builds a module per call: ten times slower for 179 combinations per case."""
-    names = tuple(sorted(w))
-    module, slots = _built(answer, args, names)
-    for name, parameters in zip(names, slots, strict=True):  # the tensors themselves: not copied, autograd reaches them
-        parameters[name.rpartition(".")[2]] = w[name]  # no check, for speed
-    return _forward_of(answer, (*other, *layout, *scale))(module, **inputs)
-
-
 def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, answer: str) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
     """answer's typical mistakes that these inputs can show, alone then together (named part by part)."""
@@ -292,11 +264,21 @@ def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | Non
 
 @cache
 def _combinations(answer: str, unseen: frozenset[str]) -> tuple[tuple[Mistake, Callable[..., torch.Tensor]], ...]:
-    """answer's mistakes alone then together, without those of unseen: the same for every case that cannot show
-    them, so made once (179 with their messages: 5 ms when made per case)."""
-    axes = [[((), {}), *((made, {kind: changes}) for made, changes in found
-                         if not {m.id for m in made} & unseen)] for kind, found in _KINDS[answer].items()]
-    return tuple(mistake_combinations(axes, partial(_mistaken, answer), SEVERAL))
+    """answer's mistakes alone, then one of each kind together (named several-mistakes, each one's message), without
+    those of unseen: the same for every case that cannot show them, so made once. Each runs as a written mistake
+    does (module_output), its changes applied the rest's first: unify-skipped changes what a merge by hand changes."""
+    axes = [[((), ()), *((made, changes) for made, changes in found if not {m.id for m in made} & unseen)]
+            for found in _KINDS[answer].values()]  # scale, layout, other
+    alone, together = [], []
+    for choice in product(*axes):
+        made = [m for mistakes, _ in choice for m in mistakes]
+        code = _changed(answer, tuple(change for _, changes in reversed(choice) for change in changes))
+        run = partial(module_output, code, answer, WRITTEN.reference, ())
+        if len(made) == 1:
+            alone.append((made[0], run))
+        elif made:
+            together.append((both(SEVERAL, *made), run))
+    return (*alone, *together)
 
 
 def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, torch.Tensor]:
