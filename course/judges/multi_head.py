@@ -245,21 +245,12 @@ def _reference(answer: str) -> str:
     return reference_source(WRITTEN.reference, answer)  # inspect.getsource takes 10 ms
 
 
-@cache
-def _changed(answer: str, changes: tuple[tuple[str, str], ...]) -> str:
-    """answer's reference with its attention written out and changes (those of several kinds, in kind order)."""
-    return edited(_reference(answer), (BY_HAND, *changes), f"{answer} with {changes}")
-
-
 def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, answer: str) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """answer's typical mistakes that these inputs can show, alone then together (named part by part)."""
-    unseen = set()
-    if context is None or (mask is not None and context.shape[1] != x.shape[1]):
-        unseen.add("context-ignored")  # nothing to ignore, or keys from x no longer fit the mask
-    if mask is None:
-        unseen.add("mask-ignored")
-    return list(_combinations(answer, frozenset(unseen)))
+    """answer's typical mistakes that these inputs can show: not context-ignored without a context (or where keys from
+    x no longer fit the mask), not mask-ignored without a mask."""
+    unseen = {"context-ignored"} if context is None or (mask is not None and context.shape[1] != x.shape[1]) else set()
+    return list(_combinations(answer, frozenset(unseen | ({"mask-ignored"} if mask is None else set()))))
 
 
 @cache
@@ -272,8 +263,9 @@ def _combinations(answer: str, unseen: frozenset[str]) -> tuple[tuple[Mistake, C
     alone, together = [], []
     for choice in product(*axes):
         made = [m for mistakes, _ in choice for m in mistakes]
-        code = _changed(answer, tuple(change for _, changes in reversed(choice) for change in changes))
-        run = partial(module_output, code, answer, WRITTEN.reference, ())
+        changes = (BY_HAND, *(change for _, of_kind in reversed(choice) for change in of_kind))
+        run = partial(module_output, edited(_reference(answer), changes, f"{answer} with {changes}"), answer,
+                      WRITTEN.reference, ())
         if len(made) == 1:
             alone.append((made[0], run))
         elif made:
