@@ -109,8 +109,7 @@ BY_HAND = ("out = attend(queries, keys, values, _heads_mask(mask))",
            f"scores = queries @ keys.transpose(-2, -1) / {SCALE}  # (b, h, tq, tk)\n{MASKED}"
            "        out = F.softmax(scores, dim=-1) @ values")
 #: each module's typical mistakes by kind, tried in this order: (the mistakes made, the changes after BY_HAND)
-_KINDS: dict[str, dict[str, list[tuple[tuple[Mistake, ...], tuple[tuple[str, str], ...]]]]] = {
-    answer: {"scale": [], "layout": [], "other": []} for answer in (NARROW_NAME, WIDE_NAME)}
+_KINDS = {answer: {"scale": [], "layout": [], "other": []} for answer in (NARROW_NAME, WIDE_NAME)}
 SEVERAL = WRITTEN.mistake("several-mistakes", "several things at once, among the mistakes above.")
 
 
@@ -118,12 +117,11 @@ def forward_mistake(kind: str, answer: str, name: str | None, *changes: tuple[st
                     says: str | None = None) -> None:
     """answer's reference with its attention written out (BY_HAND) and changes: mistake, of kind (scale, layout,
     other). name: its catalogue name; None: not catalogued (the other module's same change is)."""
-    if name is None:
-        named = WRITTEN.mistake(mistake, says) if says else WRITTEN[mistake]
-    else:
+    if name is not None:
         edit(name, answer, BY_HAND, *changes, mistake=mistake, says=says)
-        named = WRITTEN[mistake]
-    _KINDS[answer][kind].append(((named,), changes))
+    elif says:
+        WRITTEN.mistake(mistake, says)
+    _KINDS[answer][kind].append(((WRITTEN[mistake],), changes))
 
 
 # the scale: each module's own wrong sizes, then none
