@@ -238,11 +238,6 @@ LOOP_OVER_HEADS = WRITTEN.mistake(
                        "tensor.")
 
 
-@cache
-def _reference(answer: str) -> str:
-    return reference_source(WRITTEN.reference, answer)  # inspect.getsource takes 10 ms
-
-
 def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, answer: str) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
     """answer's typical mistakes that these inputs can show: not context-ignored without a context (or where keys from
@@ -258,12 +253,12 @@ def _combinations(answer: str, unseen: frozenset[str]) -> tuple[tuple[Mistake, C
     does (module_output), its changes applied the rest's first: unify-skipped changes what a merge by hand changes."""
     axes = [[((), ()), *((made, changes) for made, changes in found if not {m.id for m in made} & unseen)]
             for found in _KINDS[answer].values()]  # scale, layout, other
-    alone, together = [], []
+    reference, alone, together = reference_source(WRITTEN.reference, answer), [], []
     for choice in product(*axes):
         made = [m for mistakes, _ in choice for m in mistakes]
         changes = (BY_HAND, *(change for _, of_kind in reversed(choice) for change in of_kind))
-        run = partial(module_output, edited(_reference(answer), changes, f"{answer} with {changes}"), answer,
-                      WRITTEN.reference, ())
+        code = edited(reference, changes, f"{answer} with {changes}")
+        run = partial(module_output, code, answer, WRITTEN.reference, ())
         if len(made) == 1:
             alone.append((made[0], run))
         elif made:
