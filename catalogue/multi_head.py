@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from catalogue import alternative, edits, mistake, written
-from course.judges.multi_head import WRITTEN
+from course.judges.multi_head import PROJECTIONS, WRITTEN, splits
 
 ASSIGNMENT = "04_multi_head"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
@@ -37,20 +37,12 @@ def mh_merge_not_flattened(x):
 
 MHA, WIDE = "multi_head_attention", "wide_multi_head_attention"
 SDPA = "out, _ = scaled_dot_product_attention(queries, keys, values, mask)"
-#: the three projections split into heads, as the solution writes them: (layer, source, number of positions)
-SPLITS = (("to_queries", "x", "tq"), ("to_keys", "context", "tk"), ("to_values", "context", "tk"))
-
-
-def splits(how: str) -> tuple[tuple[str, str], ...]:
-    """Each projection split into heads by `how` (formatted with layer, source, t) instead of split_heads."""
-    return tuple((f"split_heads(self.{layer}({source}), self.heads)", how.format(layer=layer, source=source, t=t))
-                 for layer, source, t in SPLITS)
 
 
 def wide_layers(projection: str, unify: str) -> tuple[tuple[str, str], ...]:
     """The wide module's three projections created by `projection` (formatted with layer), unify_heads by unify."""
     return (*((f"self.{layer} = nn.Linear(k, k * heads, bias=False)",
-               f"self.{layer} = {projection.format(layer=layer)}") for layer, _, _ in SPLITS),
+               f"self.{layer} = {projection.format(layer=layer)}") for layer, _ in PROJECTIONS),
             ("self.unify_heads = nn.Linear(k * heads, k)", f"self.unify_heads = {unify}"))
 
 

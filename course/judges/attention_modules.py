@@ -1,14 +1,11 @@
 """Judging a self-attention module the student builds (assignments 02, 03 and 04): its three projections and their
-parameter count, its outputs anchored to the oracle or a typical mistake, and typical mistakes made together.
+parameter count, its outputs anchored to the oracle or a typical mistake.
 
-Each assignment's judges pass their own names and mistakes (owner, bias_mistake, several): nothing here belongs to
+Each assignment's judges pass their own names and mistakes (owner, bias_mistake): nothing here belongs to
 one assignment.
 """
 
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
-from itertools import product
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 
@@ -22,22 +19,6 @@ from course.judges.kinds import ForwardOracle, anchor_forward
 #: the projections' attribute names, as assignments 02 and 03 ask for them
 ROLES = ("to_queries", "to_keys", "to_values")
 PROJECTION = "nn.Linear(k, k, bias=False)"
-
-
-def mistake_combinations(axes: Sequence[Sequence[tuple[tuple[Mistake, ...], Mapping[str, Any]]]],
-                         simulate: Callable[..., torch.Tensor],
-                         several: Mistake) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """simulate switched by one choice (mistakes made, switches) per axis: single mistakes, then under several."""
-    single, combined = [], []
-    for choice in product(*axes):
-        parts = [m for made, _ in choice for m in made]
-        run = partial(simulate, **{name: value for _, switches in choice for name, value in switches.items()})
-        if len(parts) == 1:
-            single.append((parts[0], run))
-        elif parts:
-            combined.append((Mistake(several.id, "several things at once. " + " ".join(
-                f"({i}) {m.explanation[0].upper()}{m.explanation[1:]}" for i, m in enumerate(parts, 1))), run))
-    return single + combined
 
 
 def projections(ev: Evidence, built: Built, *, owner: str, bias_mistake: Mistake,
@@ -68,11 +49,10 @@ def anchored(ev: Evidence, run: Runs, oracle: ForwardOracle, claim: str,
 
 
 def expect_structure(ev: Evidence, check: RunsCheck, oracle: ForwardOracle, claim: str,
-                     count: tuple[int, str, str] | None = None) -> None:
+                     count: tuple[int, str, str]) -> None:
     """The module of check has the right layers and count (values, formula, hint), its outputs anchored."""
     __tracebackhide__ = True
     (run,) = check.runs
     w = oracle.weights(ev, run.module)
-    if count is not None:
-        modules.expect_parameter_count(ev, run.module.key, kinds.block_call(run.module, oracle.owner), *count)
+    modules.expect_parameter_count(ev, run.module.key, kinds.block_call(run.module, oracle.owner), *count)
     anchored(ev, run, oracle, claim, w)

@@ -8,7 +8,6 @@ from itertools import product
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course.checks import multi_head as probes
 from course.checks.compare import Mistake, expect_close, expect_value_error, fail
@@ -16,9 +15,9 @@ from course.checks.evidence import Evidence
 from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
 from course.judges import judge, kinds, oracles
-from course.judges.attention_modules import anchored, expect_structure, mistake_combinations
+from course.judges.attention_modules import anchored, expect_structure
 from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared, simulated
-from course.judges.variants import Variants, Written, edited, reference_source
+from course.judges.variants import Variants, both, edited, module_output, reference_source
 
 NARROW_NAME = "MultiHeadAttention"
 WIDE_NAME = "WideMultiHeadAttention"
@@ -110,8 +109,7 @@ BY_HAND = ("out = attend(queries, keys, values, _heads_mask(mask))",
            f"scores = queries @ keys.transpose(-2, -1) / {SCALE}  # (b, h, tq, tk)\n{MASKED}"
            "        out = F.softmax(scores, dim=-1) @ values")
 #: each module's typical mistakes by kind, tried in this order: (the mistakes made, the changes after BY_HAND)
-_KINDS: dict[str, dict[str, list[tuple[tuple[Mistake, ...], tuple[tuple[str, str], ...]]]]] = {
-    answer: {"scale": [], "layout": [], "other": []} for answer in (NARROW_NAME, WIDE_NAME)}
+_KINDS = {answer: {"scale": [], "layout": [], "other": []} for answer in (NARROW_NAME, WIDE_NAME)}
 SEVERAL = WRITTEN.mistake("several-mistakes", "several things at once, among the mistakes above.")
 
 
@@ -119,12 +117,11 @@ def forward_mistake(kind: str, answer: str, name: str | None, *changes: tuple[st
                     says: str | None = None) -> None:
     """answer's reference with its attention written out (BY_HAND) and changes: mistake, of kind (scale, layout,
     other). name: its catalogue name; None: not catalogued (the other module's same change is)."""
-    if name is None:
-        named = WRITTEN.mistake(mistake, says) if says else WRITTEN[mistake]
-    else:
+    if name is not None:
         edit(name, answer, BY_HAND, *changes, mistake=mistake, says=says)
-        named = WRITTEN[mistake]
-    _KINDS[answer][kind].append(((named,), changes))
+    elif says:
+        WRITTEN.mistake(mistake, says)
+    _KINDS[answer][kind].append(((WRITTEN[mistake],), changes))
 
 
 # the scale: each module's own wrong sizes, then none
@@ -241,62 +238,32 @@ LOOP_OVER_HEADS = WRITTEN.mistake(
                        "tensor.")
 
 
-@cache
-def _reference(answer: str) -> str:
-    return reference_source(WRITTEN.reference, answer)  # inspect.getsource takes 10 ms
-
-
-@cache
-def _changed(answer: str, changes: tuple[tuple[str, str], ...]) -> str:
-    """answer's reference with its attention written out and changes (those of several kinds, in kind order)."""
-    return edited(_reference(answer), (BY_HAND, *changes), f"{answer} with {changes}")
-
-
-@cache
-def _built(answer: str, args: tuple, names: tuple[str, ...]) -> tuple[nn.Module, tuple[dict, ...]]:
-    """The reference answer built once per constructor arguments and weights' names, on the meta device (no weights
-    drawn): every change in _KINDS is in forward, so each combination runs its own forward on this module. With it,
-    the parameter dictionary of each name's layer, in the order of names: where a weight goes, found once."""
-    with torch.device("meta"):
-        module = Written(answer, answer, SEVERAL, _reference(answer), WRITTEN.reference).run(*args)
-    return module, tuple(module.get_submodule(name.rpartition(".")[0])._parameters for name in names)  # noqa: SLF001
-
-
-@cache
-def _forward_of(answer: str, changes: tuple[tuple[str, str], ...]) -> Callable[..., torch.Tensor]:
-    return Written(answer, answer, SEVERAL, _changed(answer, changes), WRITTEN.reference).run.forward
-
-
-def _mistaken(answer: str, w: dict[str, torch.Tensor], *args: object, scale: tuple = (), layout: tuple = (),
-              other: tuple = (), **inputs: torch.Tensor) -> torch.Tensor:
-    """What answer with the changes of each kind (the rest's first: unify-skipped changes what a merge by hand then
-    changes) computes with the weights w, which name every parameter (a bias-free nn.Linear takes a bias in w). Not
-    module_output, which builds a module per call: ten times slower for 179 combinations per case."""
-    names = tuple(sorted(w))
-    module, slots = _built(answer, args, names)
-    for name, parameters in zip(names, slots, strict=True):  # the tensors themselves: not copied, autograd reaches them
-        parameters[name.rpartition(".")[2]] = w[name]  # no check, for speed
-    return _forward_of(answer, (*other, *layout, *scale))(module, **inputs)
-
-
 def _simulators(k: int, heads: int, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, answer: str) -> list[tuple[Mistake, Callable[..., torch.Tensor]]]:
-    """answer's typical mistakes that these inputs can show, alone then together (named part by part)."""
-    unseen = set()
-    if context is None or (mask is not None and context.shape[1] != x.shape[1]):
-        unseen.add("context-ignored")  # nothing to ignore, or keys from x no longer fit the mask
-    if mask is None:
-        unseen.add("mask-ignored")
-    return list(_combinations(answer, frozenset(unseen)))
+    """answer's typical mistakes that these inputs can show: not context-ignored without a context (or where keys from
+    x no longer fit the mask), not mask-ignored without a mask."""
+    unseen = {"context-ignored"} if context is None or (mask is not None and context.shape[1] != x.shape[1]) else set()
+    return list(_combinations(answer, frozenset(unseen | ({"mask-ignored"} if mask is None else set()))))
 
 
 @cache
 def _combinations(answer: str, unseen: frozenset[str]) -> tuple[tuple[Mistake, Callable[..., torch.Tensor]], ...]:
-    """answer's mistakes alone then together, without those of unseen: the same for every case that cannot show
-    them, so made once (179 with their messages: 5 ms when made per case)."""
-    axes = [[((), {}), *((made, {kind: changes}) for made, changes in found
-                         if not {m.id for m in made} & unseen)] for kind, found in _KINDS[answer].items()]
-    return tuple(mistake_combinations(axes, partial(_mistaken, answer), SEVERAL))
+    """answer's mistakes alone, then one of each kind together (named several-mistakes, each one's message), without
+    those of unseen: the same for every case that cannot show them, so made once. Each runs as a written mistake
+    does (module_output), its changes applied the rest's first: unify-skipped changes what a merge by hand changes."""
+    axes = [[((), ()), *((made, changes) for made, changes in found if not {m.id for m in made} & unseen)]
+            for found in _KINDS[answer].values()]  # scale, layout, other
+    reference, alone, together = reference_source(WRITTEN.reference, answer), [], []
+    for choice in product(*axes):
+        made = [m for mistakes, _ in choice for m in mistakes]
+        changes = (BY_HAND, *(change for _, of_kind in reversed(choice) for change in of_kind))
+        code = edited(reference, changes, f"{answer} with {changes}")
+        run = partial(module_output, code, answer, WRITTEN.reference, ())
+        if len(made) == 1:
+            alone.append((made[0], run))
+        elif made:
+            together.append((both(SEVERAL, *made), run))
+    return (*alone, *together)
 
 
 def _multi_head_weights(ev: Evidence, built: Built, *, wide: bool) -> dict[str, torch.Tensor]:
@@ -374,15 +341,18 @@ against_forward(probes.wide_vs_pytorch, WIDE,
                 passed="A small masked cross-attention case and its gradients against PyTorch's fused attention.")
 
 
-#: each module's structure check, its oracle, its parameter count from (k, heads) and as a formula, its pass line
-_STRUCTURES = ((probes.multi_head_structure, NARROW, lambda k, heads: 4 * k * k + k, "4k² + k",
-                "Three bias-free k×k projections and unify_heads nn.Linear(k, k): 4k² + k parameters."),
-               (probes.wide_structure, WIDE, lambda k, heads: 4 * heads * k * k + k, "4·heads·k² + k",
-                "Projections nn.Linear(k, k·heads, bias=False), unify_heads nn.Linear(k·heads, k): 4·heads·k² + k."))
-for check, oracle, count, formula, passed in _STRUCTURES:
+def _structure(check: RunsCheck, oracle: ForwardOracle, count: Callable[[int, int], int], formula: str,
+               passed: str) -> None:
+    """Register check's judge: its module has the right layers, and count(k, heads) parameters (formula in words)."""
     declared(check, partial(expect_structure, check=check, oracle=oracle, claim=f"{oracle.owner} has the right layers",
                             count=(count(*check.runs[0].module.args), f"it should have {formula}",
                                    "Extra layers, or some kept in a plain list (use nn.ModuleList)?")), passed)
+
+
+_structure(probes.multi_head_structure, NARROW, lambda k, heads: 4 * k * k + k, "4k² + k",
+           "Three bias-free k×k projections and unify_heads nn.Linear(k, k): 4k² + k parameters.")
+_structure(probes.wide_structure, WIDE, lambda k, heads: 4 * heads * k * k + k, "4·heads·k² + k",
+           "Projections nn.Linear(k, k·heads, bias=False), unify_heads nn.Linear(k·heads, k): 4·heads·k² + k.")
 
 
 @judge("multi_head_indivisible")
@@ -391,7 +361,8 @@ def _indivisible(ev: Evidence) -> None:
     __tracebackhide__ = True
     call = f"{NARROW_NAME}(10, 4)"
     expect_value_error(ev, "indivisible", call, NO_DIVISIBILITY_CHECK, NOT_A_VALUE_ERROR)
-    expect_structure(ev, probes.multi_head_structure, NARROW, f"{call} raises a ValueError")
+    (run,) = probes.multi_head_structure.runs  # the probe then builds and runs the structure check's module
+    anchored(ev, run, NARROW, f"{call} raises a ValueError", NARROW.weights(ev, run.module))
 
 
 def _expect_context(ev: Evidence, *, check: RunsCheck, oracle: ForwardOracle) -> None:
@@ -408,10 +379,11 @@ def _expect_context(ev: Evidence, *, check: RunsCheck, oracle: ForwardOracle) ->
              f"{WRITTEN['context-ignored'].explanation}", mistake=WRITTEN["context-ignored"])
 
 
-for check, oracle in ((probes.multi_head_context, NARROW), (probes.wide_context, WIDE)):
-    declared(check, partial(_expect_context, check=check, oracle=oracle),
-             "(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context "
-             "matters.")
+CONTEXT_PASSED = ("(b, tq, k) out for self- and cross-attention; forward(x) equals forward(x, context=x); the context "
+                  "matters.")
+declared(probes.multi_head_context, partial(_expect_context, check=probes.multi_head_context, oracle=NARROW),
+         CONTEXT_PASSED)
+declared(probes.wide_context, partial(_expect_context, check=probes.wide_context, oracle=WIDE), CONTEXT_PASSED)
 
 
 @judge("multi_head_causal")
