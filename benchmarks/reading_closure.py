@@ -204,9 +204,23 @@ def _names_check(node: ast.stmt, check: str, probes: set[str]) -> bool:
     return False
 
 
-def _catalogue_cell(node: ast.stmt) -> str | None:
+def _constants(mod: Module) -> dict[str, str]:
+    """The module's top-level names bound to strings (``LM = "language_model"``, ``MHA, WIDE = "...", "..."``)."""
+    found = {}
+    for node in mod.tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            pairs = (zip(target.elts, value.elts, strict=False) if isinstance(target, ast.Tuple)
+                     and isinstance(value, ast.Tuple) else [(target, value)])
+            found.update({t.id: v.value for t, v in pairs if isinstance(t, ast.Name) and isinstance(v, ast.Constant)
+                          and isinstance(v.value, str)})
+    return found
+
+
+def _catalogue_cell(node: ast.stmt, constants: dict[str, str]) -> str | None:
     """The answer cell a catalogue entry (@mistake(id, cell), @alternative(cell), edit(name, cell, ...)) or a mistake
-    written in a judges module (WRITTEN.edit(name, answer, ...), @WRITTEN.rewrite(answer, ...)) replaces."""
+    written in a judges module (WRITTEN.edit(name, answer, ...), @WRITTEN.rewrite(answer, ...)) replaces, written
+    as a string or as a name the module binds to one (constants)."""
     calls = [d for d in getattr(node, "decorator_list", ()) if isinstance(d, ast.Call)]
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
         calls.append(node.value)
@@ -219,6 +233,8 @@ def _catalogue_cell(node: ast.stmt) -> str | None:
         value = keyword.get("cell", call.args[position] if len(call.args) > position else None)
         if isinstance(value, ast.Constant):
             return value.value
+        if isinstance(value, ast.Name) and value.id in constants:
+            return constants[value.id]
     return None
 
 
@@ -281,14 +297,16 @@ def starts(cell: TestCell) -> set[Unit]:
         aliases = {alias for alias, (source, name) in judges.imports.items()
                    if (name is None and source == f"course.checks.{cell.module}")
                    or (source == "course.checks" and name == cell.module)}
-        cells = _written_cells(catalogue)
+        cells, constants = _written_cells(catalogue), _constants(judges)
         for node, unit in judges.units:
-            answer = _catalogue_cell(node)  # a function's cell is its name; a class's is found in cells
+            answer = _catalogue_cell(node, constants)  # a function's cell is its name; a class's is found in cells
             of_cell = answer and (cells.get(answer, answer) == cell.answer or answer in cell.defines)
             if _names_check(node, cell.check, aliases) or of_cell:
                 found.add(unit)
     if catalogue is not None and cell.answer is not None:
-        found |= {unit for node, unit in catalogue.units if _catalogue_cell(node) == cell.answer}
+        constants = _constants(catalogue)
+        found |= {unit for node, unit in catalogue.units
+                  if _catalogue_cell(node, constants) in (cell.answer, *cell.defines)}
     return found
 
 
