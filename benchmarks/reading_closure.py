@@ -13,7 +13,9 @@ alone (the AST; nothing is imported but the notebooks' cell list):
   function of course/judges/<module>.py decorated ``@judge("NAME")``, and every top-level statement there that
   names the check: ``against(probes.NAME, ...)``); and the catalogue entries of the answer cell the test cell tests
   (the nearest answer cell above it in the notebook: each ``@mistake``/``@alternative`` function or ``edit(...)``),
-  and the mistakes of that answer written in the judges module (``edit(...)``, ``@rewrite(...)``).
+  and the mistakes of that answer written in the judges module (``edit(...)``, ``@rewrite(...)``, and any other
+  top-level call passed the answer's name, such as 04's ``forward_mistake``), the cell named by a string or by a
+  module-level name bound to one (``LM = "language_model"``).
 - **Followed.** From a reached unit, every name it uses (``ast.Name``) that its module defines at top level or
   imports (anywhere in the file, even inside a function) from a module under course/ or catalogue/, and every
   ``module.attribute`` whose module is such an import; re-exports are followed to the defining statement.
@@ -217,25 +219,31 @@ def _constants(mod: Module) -> dict[str, str]:
     return found
 
 
-def _catalogue_cell(node: ast.stmt, constants: dict[str, str]) -> str | None:
+def _catalogue_cells(node: ast.stmt, constants: dict[str, str]) -> set[str]:
     """The answer cell a catalogue entry (@mistake(id, cell), @alternative(cell), edit(name, cell, ...)) or a mistake
     written in a judges module (WRITTEN.edit(name, answer, ...), @WRITTEN.rewrite(answer, ...)) replaces, written
-    as a string or as a name the module binds to one (constants)."""
+    as a string or as a name the module binds to one (constants); for any other top-level call that declares
+    mistakes (04's ``forward_mistake("scale", NARROW_NAME, ...)``), every string it is passed."""
+
+    def text(value: ast.expr | None) -> str | None:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value
+        return constants.get(value.id) if isinstance(value, ast.Name) else None
+
     calls = [d for d in getattr(node, "decorator_list", ()) if isinstance(d, ast.Call)]
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+    bare = isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+    if bare:
         calls.append(node.value)
+    found = set()
     for call in calls:
         kind = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
         position = {"mistake": 1, "edit": 1, "alternative": 0, "rewrite": 0}.get(kind)
-        if position is None:
-            continue
         keyword = {k.arg: k.value for k in call.keywords}
-        value = keyword.get("cell", call.args[position] if len(call.args) > position else None)
-        if isinstance(value, ast.Constant):
-            return value.value
-        if isinstance(value, ast.Name) and value.id in constants:
-            return constants[value.id]
-    return None
+        if position is not None:
+            found.add(text(keyword.get("cell", call.args[position] if len(call.args) > position else None)))
+        elif bare and call is node.value:
+            found.update(text(arg) for arg in call.args)
+    return found - {None}
 
 
 def _defined_names(source: str) -> frozenset[str]:
@@ -299,14 +307,14 @@ def starts(cell: TestCell) -> set[Unit]:
                    or (source == "course.checks" and name == cell.module)}
         cells, constants = _written_cells(catalogue), _constants(judges)
         for node, unit in judges.units:
-            answer = _catalogue_cell(node, constants)  # a function's cell is its name; a class's is found in cells
-            of_cell = answer and (cells.get(answer, answer) == cell.answer or answer in cell.defines)
+            answers = _catalogue_cells(node, constants)  # a function's cell is its name; a class's is found in cells
+            of_cell = any(cells.get(a, a) == cell.answer or a in cell.defines for a in answers)
             if _names_check(node, cell.check, aliases) or of_cell:
                 found.add(unit)
     if catalogue is not None and cell.answer is not None:
         constants = _constants(catalogue)
         found |= {unit for node, unit in catalogue.units
-                  if _catalogue_cell(node, constants) in (cell.answer, *cell.defines)}
+                  if _catalogue_cells(node, constants) & {cell.answer, *cell.defines}}
     return found
 
 
