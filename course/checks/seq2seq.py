@@ -28,9 +28,6 @@ from course.checks.kinds import (
     losses,
     property_check,
 )
-from course.multi_head import MultiHeadAttention
-from course.positional_encoding import PositionalEncoding
-from course.transformer_block import FeedForward, TransformerBlock
 
 BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
@@ -101,29 +98,11 @@ padding_mask_oracle = property_check("padding_mask_oracle", _probe_masks, (
 
 # ---------------------------------------------------------------- modules: the probe's side
 
-#: course classes a part may be an instance of, most specific first
-_KINDS = (("MultiHeadAttention", MultiHeadAttention), ("FeedForward", FeedForward),
-          ("TransformerBlock", TransformerBlock), ("PositionalEncoding", PositionalEncoding),
-          ("LayerNorm", nn.LayerNorm), ("Embedding", nn.Embedding), ("Linear", nn.Linear),
+#: torch classes a part may be an instance of; a part of the course's (MultiHeadAttention, FeedForward,
+#: TransformerBlock, PositionalEncoding: each a direct nn.Module) is known by its class's name
+_KINDS = (("LayerNorm", nn.LayerNorm), ("Embedding", nn.Embedding), ("Linear", nn.Linear),
           ("ModuleList", nn.ModuleList))
 BLOCK_PARTS = ("self_attention", "cross_attention", "norm1", "norm2", "norm3", "ff")
-MODEL_PARTS = ("src_embedding", "tgt_embedding", "positions", "encoder", "decoder", "to_logits")
-_DECODER_ATTRIBUTES = ("self_attention", "cross_attention", "ff", "norm3")
-
-
-def _part_facts(module: nn.Module, names: tuple[str, ...]) -> dict:
-    """modules.part_facts, with each nn.ModuleList's items (DecoderBlock: a decoder block's attributes) and the
-    number of distinct blocks."""
-    facts = modules.part_facts(module, names, _KINDS)
-    for name in names:
-        part = getattr(module, name, None)
-        if isinstance(part, nn.ModuleList):
-            facts[name]["items"] = ["DecoderBlock" if all(hasattr(item, n) for n in _DECODER_ATTRIBUTES)
-                                    else modules.kind(item, _KINDS) for item in part]
-    blocks = [*getattr(module, "encoder", ()), *getattr(module, "decoder", ())] if "encoder" in names else []
-    if blocks:
-        facts["distinct_blocks"] = len({id(b) for b in blocks})
-    return facts
 
 
 # ---------------------------------------------------------------- DecoderBlock
@@ -161,7 +140,8 @@ def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> Ru
     """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train; a check
     whose Built args are (k, heads, ff_mult, dropout) passes each its own dropout, fourth."""
     dropout = {} if any(len(run.module.args) > 3 for run in runs) else {"dropout": 0.0}
-    return builds_and_runs(name, runs, **dropout, train=train, facts=lambda m: {"parts": _part_facts(m, BLOCK_PARTS)})
+    return builds_and_runs(name, runs, **dropout, train=train,
+                           facts=lambda m: {"parts": modules.part_facts(m, BLOCK_PARTS, _KINDS)})
 
 
 decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
@@ -219,6 +199,21 @@ MODEL_CASES = (ModelCase(shape=(3, 7, 5), src_vocab=11, tgt_vocab=9, k=16, heads
                ModelCase(shape=(1, 5, 1), src_vocab=11, tgt_vocab=9, k=8, heads=4, depth=2, max_len=10))
 #: a source with padding, two layers of each kind
 SMALL_MODEL = ModelCase(shape=(2, 5, 4), src_vocab=7, tgt_vocab=6, k=4, heads=2, depth=2, max_len=8)
+MODEL_PARTS = ("src_embedding", "tgt_embedding", "positions", "encoder", "decoder", "to_logits")
+_DECODER_ATTRIBUTES = ("self_attention", "cross_attention", "ff", "norm3")
+
+
+def _translator_facts(model: nn.Module) -> dict:
+    """modules.part_facts of its parts, a ModuleList's items' kinds (DecoderBlock: by attributes), distinct blocks."""
+    facts = modules.part_facts(model, MODEL_PARTS, _KINDS)
+    for name in MODEL_PARTS:
+        part = getattr(model, name, None)
+        if isinstance(part, nn.ModuleList):
+            facts[name]["items"] = ["DecoderBlock" if all(hasattr(item, n) for n in _DECODER_ATTRIBUTES)
+                                    else modules.kind(item, _KINDS) for item in part]
+    if blocks := [*getattr(model, "encoder", ()), *getattr(model, "decoder", ())]:
+        facts["distinct_blocks"] = len({id(b) for b in blocks})
+    return {"parts": facts}
 
 
 def _source_mask(src: torch.Tensor) -> torch.Tensor:
@@ -271,7 +266,7 @@ def _probe_translator(runs: tuple[Runs, ...], Seq2SeqTransformer: Callable, rec:
         built = run.module
         dropout = (*built.args[6:], 0.0)[0]
         model = modules.build(rec, built.key, Seq2SeqTransformer, *built.args[:6], dropout=dropout, seed=built.seed,
-                              train=dropout > 0, facts=lambda m: {"parts": _part_facts(m, MODEL_PARTS)})
+                              train=dropout > 0, facts=_translator_facts)
         if model is None:
             return
         memory = None

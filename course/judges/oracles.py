@@ -2,8 +2,8 @@
 
 Every builder forks the global RNG first, so a judge leaves the caller's random state as it found it. Masks follow
 the course's convention (bool, True where attention is allowed); :func:`torch_mask` turns them into PyTorch's. The
-weights are passed with torch.func.functional_call, so autograd reaches them; :func:`course_attention` and
-:func:`course_layer` translate the names of the course's own modules' weights.
+weights are passed with torch.func.functional_call, so autograd reaches them; :func:`course_layer` and
+:func:`course_module_attention` translate the names of the course's own modules' weights.
 """
 
 from __future__ import annotations
@@ -106,12 +106,6 @@ _COURSE_PROJECTIONS = {"wq": "to_queries.weight", "wk": "to_keys.weight", "wv": 
                        "wo": "unify_heads.weight", "bo": "unify_heads.bias"}
 
 
-def course_attention(w: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """The course's MultiHeadAttention whose weights in w are named prefix + to_queries.weight, ... by the roles of
-    :func:`attention_parameters`: queries, keys and values without bias, the output projection unify_heads."""
-    return {keyword: w[prefix + _COURSE_PROJECTIONS[keyword]] for keyword in ("wq", "wk", "wv", "wo", "bo")}
-
-
 def course_layer(w: Mapping[str, torch.Tensor], prefix: str, heads: int, x: torch.Tensor,
                  memory: torch.Tensor | None = None, *, causal: bool = False, pad: torch.Tensor | None = None,
                  norm_first: bool = False) -> torch.Tensor:
@@ -122,10 +116,16 @@ def course_layer(w: Mapping[str, torch.Tensor], prefix: str, heads: int, x: torc
     real positions of the source (x without memory, memory with it), the others masked out. Autograd reaches w."""
     attentions = ({"attention": "self_attn"} if memory is None
                   else {"self_attention": "self_attn", "cross_attention": "multihead_attn"})
-    params = layer_parameters(
-        {torch_name: course_attention(w, f"{prefix}{name}.") for name, torch_name in attentions.items()},
-        [(w[f"{prefix}norm{i}.weight"], w[f"{prefix}norm{i}.bias"]) for i in range(1, len(attentions) + 2)],
-        tuple(w[f"{prefix}ff.net.{i}.{name}"] for i in (0, 2) for name in ("weight", "bias")))
+    norms = [(f"norm{i}",) * 2 for i in range(1, len(attentions) + 2)]
+    renamed = [("linear1", "ff.net.0"), ("linear2", "ff.net.2"), *norms]  # PyTorch's name, the course's
+    params = {f"{name}.{leaf}": w[f"{prefix}{ours}.{leaf}"] for name, ours in renamed for leaf in ("weight", "bias")}
+    for name, torch_name in attentions.items():  # the course's queries, keys and values have no bias: PyTorch's is 0
+        part = f"{prefix}{name}."
+        params.update({f"{torch_name}.in_proj_weight": torch.cat([w[f"{part}to_{role}.weight"]
+                                                                  for role in ("queries", "keys", "values")]),
+                       f"{torch_name}.in_proj_bias": torch.zeros(3 * x.shape[-1]),
+                       f"{torch_name}.out_proj.weight": w[f"{part}unify_heads.weight"],
+                       f"{torch_name}.out_proj.bias": w[f"{part}unify_heads.bias"]})
     k, hidden = x.shape[-1], w[f"{prefix}ff.net.0.weight"].shape[0]
     future = ~causal_mask(x.shape[1]) if causal else None  # PyTorch's masks: True = NOT allowed
     ignored = None if pad is None else ~pad

@@ -257,10 +257,12 @@ def _decoder(w: dict[str, torch.Tensor], *args: int | float, x: torch.Tensor, me
                                 pad=None if memory_mask is None else memory_mask[:, 0])
 
 
-def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor, what: str,
-                            leaks: Iterable[tuple[Mistake, torch.Tensor]], advice: str, mistake: Mistake) -> None:
+def _expect_padding_ignored(ev: Evidence, y: torch.Tensor, longer: torch.Tensor,
+                            leaks: Iterable[tuple[Mistake, torch.Tensor]], *_: Any, what: str, advice: str,
+                            mistake: Mistake) -> None:
     """Outputs (b, t, ...) y, and longer on the same inputs with more padding, masked out: equal. Else fail naming
-    the first typical mistake in leaks (mistake, its output on the plain inputs) that y is, or advice and mistake."""
+    the first typical mistake in leaks (mistake, its output on the plain inputs) that y is, or advice and mistake
+    (further arguments, a model check's then-callback's, ignored)."""
     __tracebackhide__ = True
     if matches_any(longer, [y], ev.device):
         return
@@ -323,32 +325,30 @@ against_block(probes.decoder_block_small_case, DECODER_BLOCK,
                      "mask; a loss on the output sends autograd's gradient to x, memory and every parameter.")
 
 
-def _expect_block_property(check: RunsCheck, ev: Evidence) -> None:
-    """The block on its run's first two cases is causal (decoder_block_causality) or ignores masked memory, naming
-    the typical mistake it is; then every case as expect_block_runs judges it (claim: the property)."""
+def _expect_block_property(check: RunsCheck, expect: Callable[..., None], claim: str, ev: Evidence) -> None:
+    """The block on its run's first two cases has the property expect(ev, y, other, leaks=...) judges, naming the
+    typical mistake it is; then every case as expect_block_runs judges it (claim: the property)."""
     __tracebackhide__ = True
     (run,) = check.runs
     w = _block_weights(ev, run.module)
     y, other = (forward_output(ev, c.key, DECODER, dict(c.inputs())) for c in run.cases[:2])
-    leaks = simulated(DECODER, w, run.module.args, dict(run.cases[0].inputs()))
-    causal = check is probes.decoder_block_causality
-    if causal:
-        expect_causal(ev, y, other, 3, f"{BLOCK_NAME}.forward with a causal self_mask", leaks,
-                      WRITTEN["block-self-mask-ignored"].explanation, WRITTEN["block-not-causal"])
-    else:
-        _expect_padding_ignored(ev, y, other, BLOCK_NAME, leaks, "Pass memory_mask to cross-attention.",
-                                WRITTEN["block-reads-padding"])
-    expect_block_runs(ev, check.runs, DECODER_BLOCK, claim="is causal" if causal else "ignores padded memory")
+    expect(ev, y, other, leaks=simulated(DECODER, w, run.module.args, dict(run.cases[0].inputs())))
+    expect_block_runs(ev, check.runs, DECODER_BLOCK, claim=claim)
 
 
-declared(probes.decoder_block_causality, partial(_expect_block_property, probes.decoder_block_causality),
+declared(probes.decoder_block_causality,
+         partial(_expect_block_property, probes.decoder_block_causality,
+                 partial(expect_causal, position=3, what=f"{BLOCK_NAME}.forward with a causal self_mask",
+                         advice=WRITTEN["block-self-mask-ignored"].explanation, mistake=WRITTEN["block-not-causal"]),
+                 "is causal"),
          passed="(b, t, k) out for (b, t, k) in; with a causal self_mask, changing a later position never changes "
                 "earlier ones.")
 declared(probes.decoder_block_padding_gradients,
-         partial(_expect_block_property, probes.decoder_block_padding_gradients),
+         partial(_expect_block_property, probes.decoder_block_padding_gradients,
+                 partial(_expect_padding_ignored, what=BLOCK_NAME, advice="Pass memory_mask to cross-attention.",
+                         mistake=WRITTEN["block-reads-padding"]), "ignores padded memory"),
          passed="Extra masked memory positions change nothing; a loss reaches every parameter, x and memory, as "
                 "autograd through nn.TransformerDecoderLayer gives it.")
-
 
 
 # ---------------------------------------------------------------- Seq2SeqTransformer
@@ -516,11 +516,13 @@ def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
                                      resized=WRONG_SIZE)
 
 
-def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> tuple[Case, dict[str, torch.Tensor], torch.Tensor]:
+def _expect_translator(strict: bool, ev: Evidence, run: Runs, then: Callable[..., None] | None = None
+                       ) -> tuple[Case, dict[str, torch.Tensor], torch.Tensor]:
     """The run's model (probes.model_runs): its structure; the logits of its first forward case against PyTorch's
     encoder and decoder layers with the check's weights, naming the typical mistake they match (strict), else only an
-    encoder-decoder's, right or typically wrong, after what the other cases show (encode's shape, decode equal to
-    forward, causality, padding ignored). Returns that case, the weights and its logits."""
+    encoder-decoder's, right or typically wrong, after what the other cases show: encode's shape, decode equal to
+    forward, and then(ev, first logits, output, the typical mistakes' logits, first case, case) for each other one
+    (causality, padding ignored). Returns that case, the weights and its logits."""
     __tracebackhide__ = True
     args, first = run.module.args, None
     w = _model_weights(ev, run.module)
@@ -548,18 +550,22 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs) -> tuple[Case, dic
         elif case.key.startswith("decoded") and not matches_any(y, [logits], ev.device):
             _not_asked(MODEL_NAME, DECODE_INCONSISTENT, " Greedy decoding encodes once, then decodes step by step.",
                        logits[0, :, 0], y[0, :, 0], "first logit of sequence 0")
-        elif case.key.endswith("longer"):
-            _expect_padding_ignored(ev, logits, y, MODEL_NAME, mistakes, "Pass src_mask shaped (b, 1, s) to every "
-                                    "encoder block AND as memory_mask to every decoder block.", READS_PADDING)
-        elif "changed" in case.key:
-            j = int((inputs["tgt"] != first.inputs()["tgt"]).any(dim=0).nonzero()[0])  # the target changed there
-            expect_causal(ev, logits, y, j, f"{MODEL_NAME}.forward on targets", mistakes,
-                          WRITTEN["model-not-causal"].explanation, READS_FUTURE)
+        elif then is not None:
+            then(ev, logits, y, mistakes, first, case)
     if not strict and not matches_any(logits, chain([expected], (out for _, out, _ in _variant_outputs(
             w, args, **first.inputs()))), ev.device):
         fail(f"{MODEL_NAME}'s logits match neither an encoder-decoder transformer with the check's weights nor a "
              f"known mistake: {_MODEL_HINT}", expected, logits, case=first.label)
     return first, w, logits
+
+
+def _reads_no_future(ev: Evidence, logits: torch.Tensor, y: torch.Tensor, leaks: Iterable, first: Case,
+                     case: Case) -> None:
+    """Another target token at j changed no logit before j."""
+    __tracebackhide__ = True
+    j = int((case.inputs()["tgt"] != first.inputs()["tgt"]).any(dim=0).nonzero()[0])  # the target changed there
+    expect_causal(ev, logits, y, j, f"{MODEL_NAME}.forward on targets", leaks, WRITTEN["model-not-causal"].explanation,
+                  READS_FUTURE)
 
 
 def _expect_gradients(strict: bool, ev: Evidence, run: Runs) -> None:
@@ -590,47 +596,53 @@ def _dropped(w: dict[str, torch.Tensor], k: int, depth: int, src: torch.Tensor, 
     return x, oracles.dense(w, "to_logits", y)
 
 
-def _expect_oracle(ev: Evidence, run: Runs) -> None:
-    """The run as _expect_translator judges it (strict); built with a dropout (1.0, in training mode), encode's and
-    forward's outputs against _dropped's, else the dropout variant they match named."""
+def _expect_oracle(ev: Evidence) -> None:
+    """Each run of seq2seq_oracle as _expect_translator judges it (strict); the one built with a dropout (1.0, in
+    training mode): encode's and forward's outputs against _dropped's, else the dropout variant they match named."""
     __tracebackhide__ = True
-    if not run.module.args[6:]:
-        _expect_translator(True, ev, run)
-        return
-    args, w = run.module.args, _model_weights(ev, run.module)
-    for case in run.cases:
-        inputs, memory = dict(case.inputs()), case.key.startswith("memory")
-        call = "encode(src, src_mask)" if memory else "forward(src, tgt, src_mask)"
-        what, method = f"{MODEL_NAME}(..., dropout=1.0) in training mode: {call}", call.split("(")[0]
-        y = output(ev, case.key, what=what, hint=_MODEL_CALL_HINT, shape=(*inputs["src"].shape, args[2]) if memory
-                   else (*inputs["tgt"].shape, args[1]))
-        called = {name: v for name, v in inputs.items() if not (memory and name == "tgt")}  # encode(src, src_mask)
-        expect_close(y, _dropped(w, args[2], args[4], **inputs)[0 if memory else 1], what=what, device=ev.device,
-                     mistakes=((m, out) for m, out, _ in _variant_outputs(w, args, method, **called)),
-                     case=case.label, otherwise="Every dropout zeroes what it is given, so the positions give zeros "
-                     "and each block the norms of its input in turn: pass dropout on to PositionalEncoding(k, max_len, "
-                     "dropout), TransformerBlock(k, heads, dropout=dropout), DecoderBlock(k, heads, dropout=dropout).")
+    for run in probes.seq2seq_oracle.cases:
+        if not run.module.args[6:]:
+            _expect_translator(True, ev, run)
+            continue
+        args, w = run.module.args, _model_weights(ev, run.module)
+        for case in run.cases:
+            inputs, memory = dict(case.inputs()), case.key.startswith("memory")
+            call = "encode(src, src_mask)" if memory else "forward(src, tgt, src_mask)"
+            what, method = f"{MODEL_NAME}(..., dropout=1.0) in training mode: {call}", call.split("(")[0]
+            y = output(ev, case.key, what=what, hint=_MODEL_CALL_HINT, shape=(*inputs["src"].shape, args[2]) if memory
+                       else (*inputs["tgt"].shape, args[1]))
+            called = {name: v for name, v in inputs.items() if not (memory and name == "tgt")}  # encode(src, src_mask)
+            expect_close(y, _dropped(w, args[2], args[4], **inputs)[0 if memory else 1], what=what, device=ev.device,
+                         mistakes=((m, out) for m, out, _ in _variant_outputs(w, args, method, **called)),
+                         case=case.label, otherwise="Every dropout zeroes what it is given, so the positions "
+                         "give zeros and each block the norms of its input in turn: pass dropout on to "
+                         "PositionalEncoding(k, max_len, dropout), TransformerBlock(k, heads, dropout=dropout), "
+                         "DecoderBlock(k, heads, dropout=dropout).")
 
 
 each_case(probes.seq2seq_structure, partial(_expect_translator, False),
           on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, MASK_WRONG_DEVICE),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k); on a stand-in CUDA "
                  "and MPS, the masks are made on the device.")
-each_case(probes.seq2seq_causality, partial(_expect_translator, False),
-          passed="Changing a later target token never changes the logits at earlier positions.")
-each_case(probes.seq2seq_oracle, _expect_oracle,
-          passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
-                 "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward; with dropout=1.0 in "
-                 "training mode, every part drops what it is given.")
-each_case(probes.seq2seq_padding, partial(_expect_translator, False),
-          passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
-each_case(probes.seq2seq_gradients, partial(_expect_gradients, False),
-          passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
-                 "layer), as autograd through PyTorch's layers gives it.")
-each_case(probes.seq2seq_small_case, partial(_expect_gradients, True),
-          passed="A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and "
-                 "decoder layers with the same weights; a loss on the logits sends autograd's gradient to every "
-                 "parameter.")
+# the other model checks run one model each (seq2seq_oracle several, judged in turn), on no stand-in GPU
+declared(probes.seq2seq_causality,
+         lambda ev: _expect_translator(False, ev, *probes.seq2seq_causality.cases, then=_reads_no_future),
+         passed="Changing a later target token never changes the logits at earlier positions.")
+declared(probes.seq2seq_oracle, _expect_oracle,
+         passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
+                "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward; with dropout=1.0 in "
+                "training mode, every part drops what it is given.")
+declared(probes.seq2seq_padding, lambda ev: _expect_translator(False, ev, *probes.seq2seq_padding.cases, then=partial(
+    _expect_padding_ignored, what=MODEL_NAME, mistake=READS_PADDING, advice="Pass src_mask shaped (b, 1, s) to every "
+    "encoder block AND as memory_mask to every decoder block.")),
+         passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
+declared(probes.seq2seq_gradients, lambda ev: _expect_gradients(False, ev, *probes.seq2seq_gradients.cases),
+         passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
+                "layer), as autograd through PyTorch's layers gives it.")
+declared(probes.seq2seq_small_case, lambda ev: _expect_gradients(True, ev, *probes.seq2seq_small_case.cases),
+         passed="A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and "
+                "decoder layers with the same weights; a loss on the logits sends autograd's gradient to every "
+                "parameter.")
 
 
 # ---------------------------------------------------------------- the loss
