@@ -1,5 +1,5 @@
-"""Judges for assignment 08 (probes in course/checks/language_model.py): the model against a stack of PyTorch's
-nn.TransformerEncoderLayer, its KV cache against the same blocks from PyTorch's pieces, their typical mistakes run as
+"""Judges for assignment 08 (probes in course/checks/language_model.py): the model, with and without its KV cache,
+against its blocks written from PyTorch's pieces (tests/ prove them nn.TransformerEncoderLayer's), their mistakes run as
 edits of the reference answers (course/judges/variants.py); sampling against torch.multinomial with the probe's
 generator; generation step by step on the stand-in models; then one declaration per check."""
 
@@ -18,7 +18,6 @@ from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
-from course.judges import oracles
 from course.judges.kinds import each_case
 from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps
 from course.judges.oracles import dense, layer_norm
@@ -134,15 +133,6 @@ MASK_ON_THE_CPU = WRITTEN.mistake(
          "t, dtype=torch.bool, device=tokens.device).tril() (with a cache, torch.ones(t, past + t, ..., "
          "device=tokens.device)). A CPU grader would pass it; on a GPU the attention refuses to mix it with the "
          "scores.")
-
-
-def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
-    """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
-    t = tokens.shape[1]
-    x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][:t]  # (b, t, k)
-    for i in range(case.depth):
-        x = oracles.course_layer(w, f"blocks.{i}.", case.heads, x, causal=True, norm_first=True)
-    return dense(w, "to_logits", layer_norm(w, "norm", x))
 
 
 @lru_cache(maxsize=128)
@@ -296,11 +286,11 @@ _LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each b
 #: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
 _CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, CACHE_WRONG_AXIS),
                  ("must match the size of tensor", 1, CACHE_MASK_SHAPE))
-LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's nn.TransformerEncoderLayer with the same weights",
-                 _LM_HINT, "In training the model could read the token it must predict: give every block the causal "
-                 "mask, True where key j <= query i.", ModelMistakes(
+LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's layer norm and attention with the same weights", _LM_HINT,
+                 "In training the model could read the token it must predict: give every block the causal mask, True "
+                 "where key j <= query i.", ModelMistakes(
                      _LM_MISTAKES, _CACHE_MISTAKES, READS_FUTURE, RETURNS_TUPLE, CACHE_DIFFERS, CACHE_SHAPE,
-                     CACHE_NOT_RETURNED, _CACHE_ERRORS), _lm_oracle)
+                     CACHE_NOT_RETURNED, _CACHE_ERRORS))
 
 
 def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
@@ -812,7 +802,8 @@ each_case(probes.lm_structure, partial(expect_model, oracle=LM), on_gpus=OnGpus(
 each_case(probes.lm_causality, partial(expect_model, oracle=LM),
           passed="Changing the tokens from position j on never changes the logits at positions before j.")
 each_case(probes.lm_oracle, partial(expect_model, oracle=LM, exact=True),
-          passed="With the test's weights: the logits of PyTorch's nn.TransformerEncoderLayer, pre-norm, causal.")
+          passed="With the test's weights: the logits of PyTorch's layers (nn.TransformerEncoderLayer's), pre-norm, "
+                 "causal.")
 each_case(probes.lm_hidden, partial(expect_model, oracle=LM, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
 each_case(probes.lm_gradients, partial(expect_model, oracle=LM),

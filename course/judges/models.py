@@ -62,7 +62,6 @@ class ModelOracle:
     hint: str  # how the logits are computed
     causal: str  # the advice when changing later tokens changes earlier logits
     mistakes: ModelMistakes = ModelMistakes()
-    reference: Callable[..., torch.Tensor] | None = None  # reference(w, case, tokens): logits by PyTorch's layers
 
 
 def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
@@ -126,7 +125,7 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     w = oracle.weights(ev, run)
     logits = model_logits(ev, oracle, run.logits, case, what)
     with torch.no_grad():
-        expected = (oracle.reference or (lambda *given: oracle.compute(*given)[0]))(w, case, tokens)
+        expected = oracle.compute(w, case, tokens)[0]
 
     @cache
     def mistaken() -> list[tuple[Mistake, torch.Tensor]]:  # only once the logits are wrong somewhere, and once
@@ -149,10 +148,9 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     if run.upstream:
         modules.expect_differentiable(ev, run.logits, what)
         because, switches = found[0] if found else (None, {})
-        forward = oracle.reference if oracle.reference and not switches else None
 
         def logits_of(leaves: Tensors) -> torch.Tensor:
-            return forward(leaves, case, tokens) if forward else oracle.compute(leaves, case, tokens, **switches)[0]
+            return oracle.compute(leaves, case, tokens, **switches)[0]
 
         modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=oracle.owner,
                                  case=label, because=because, oracle=oracle.name)
