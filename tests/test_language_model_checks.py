@@ -136,12 +136,12 @@ def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
     _, w = _weights(case, seed)
     tokens = lm.lm_tokens(case, seed + 10)
     right = judges._lm(w, case, tokens)[0]
-    for mistake, switches in judges._LM_MISTAKES:
-        assert not torch.allclose(judges._lm(w, case, tokens, **switches)[0], right, atol=1e-4), mistake.id
-    right_logits, right_caches = run_steps(judges._lm, w, case, tokens, sizes, {})
+    for mistake, compute in judges._LM_MISTAKES:
+        assert not torch.allclose(compute(w, case, tokens)[0], right, atol=1e-4), mistake.id
+    right_logits, right_caches = run_steps(judges._lm, w, case, tokens, sizes)
     torch.testing.assert_close(torch.cat(right_logits, dim=1), right, rtol=1e-4, atol=1e-5)
-    for mistake, switches in judges._CACHE_MISTAKES:
-        logits, caches = run_steps(judges._lm, w, case, tokens, sizes, switches)
+    for mistake, compute in judges._CACHE_MISTAKES:
+        logits, caches = run_steps(compute, w, case, tokens, sizes)
         same = all(torch.allclose(a, b) for a, b in zip(logits, right_logits, strict=True)) and all(
             torch.allclose(x, y) for c1, c2 in zip(caches, right_caches, strict=True)
             for p1, p2 in zip(c1, c2, strict=True) for x, y in zip(p1, p2, strict=True))

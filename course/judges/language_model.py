@@ -147,7 +147,7 @@ def _lm_built(code: str, answer: str, calls: tuple[tuple[str, str], ...], args: 
 
 
 def _run_variant(code: str, answer: str, calls: tuple[tuple[str, str], ...], w: Mapping[str, torch.Tensor],
-                 case: ModelCase, tokens: torch.Tensor, cache: list | None) -> tuple[torch.Tensor, list]:
+                 case: ModelCase, tokens: torch.Tensor, cache: list | None = None) -> tuple[torch.Tensor, list]:
     """(logits, cache) of the model code defines as answer, built for the case, on tokens after cache (a LanguageModel
     takes none and returns none), its parameters the weights w: lent by assignment (gradients reach w), which costs
     less than torch.func.functional_call's bookkeeping, twice a small model's forward."""
@@ -161,17 +161,16 @@ def _run_variant(code: str, answer: str, calls: tuple[tuple[str, str], ...], w: 
     return model(tokens), []
 
 
-def _lm_variant(mistake: str, *, model: str = "", block: str = "", cached: str = "") -> tuple[Mistake, dict]:
-    """(the mistake, the switch that makes _lm run a model the variants named write, with the same weights): the
-    LanguageModel the variant `model` writes calling the CausalBlock `block` writes ("": the reference's), or the
-    CachedLanguageModel `cached` writes."""
+def _lm_variant(mistake: str, *, model: str = "", block: str = "", cached: str = "") -> tuple[Mistake, Callable]:
+    """(the mistake, the compute of its model, as _lm's with the same weights): the LanguageModel the variant `model`
+    writes calling the CausalBlock `block` writes ("": the reference's), or the CachedLanguageModel `cached` writes."""
     code = {v.name: v.code for v in WRITTEN.written}
     if cached:
         run = partial(_run_variant, code[cached], CACHED_NAME, ())
     else:
         run = partial(_run_variant, code[model] if model else reference_source(WRITTEN.reference, MODEL_NAME),
                       MODEL_NAME, ((code[block], "CausalBlock"),) if block else ())
-    return WRITTEN[mistake], {"variant": run}
+    return WRITTEN[mistake], run
 
 
 #: model mistakes that change the logits of an uncached forward, in the order they are named: a post-norm block with
@@ -256,13 +255,11 @@ def _block_step(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, mask
     return x + ff, k, v
 
 
-def _lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
-        variant: Callable | None = None) -> tuple[torch.Tensor, list]:
+def _lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None
+        ) -> tuple[torch.Tensor, list]:
     """(logits (b, t, vocab), cache) of the notebook's CachedLanguageModel with the weights w on tokens after cache
     (None: nothing cached), written out from PyTorch's pieces: positions continuing after the cache, each block
-    _block_step under the causal mask shifted by it; variant: a typical mistake's model instead (_lm_variant)."""
-    if variant is not None:
-        return variant(w, case, tokens, cache)
+    _block_step under the causal mask shifted by it."""
     t, past = tokens.shape[1], 0 if cache is None else cache[0][0].shape[2]
     x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][past : past + t]  # (b, t, k)
     mask = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past)  # (t, past + t)
@@ -293,14 +290,13 @@ LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's layer norm and attenti
                      CACHE_NOT_RETURNED, _CACHE_ERRORS))
 
 
-def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
-    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values;
-    run_block: then the method run_block, called directly (:func:`_expect_run_block`)."""
+def _expect_cached(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
+    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values; returns
+    the weights."""
     __tracebackhide__ = True
     w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
     expect_model_steps(ev, run, LM, w, full, run.case.heads, owner=CACHED_NAME)
-    if run_block:
-        _expect_run_block(ev, run.case, w)
+    return w
 
 
 _RUN_BLOCK_HINT = ("run_block(block, x, mask, past) returns (x, (keys, values)): h = block.norm1(x); queries, keys and "
@@ -308,10 +304,11 @@ _RUN_BLOCK_HINT = ("run_block(block, x, mask, past) returns (x, (keys, values)):
                    "attention under the mask; x + unify_heads(merge_heads(out)); then x + block.ff(block.norm2(x)).")
 
 
-def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tensor]) -> None:
-    """run_block on the model's first block (probes.RUN_BLOCK), which the exercise asks for by name: the block's
-    output and the keys and values of all t_past + t positions, as _block_step computes them."""
+def _expect_run_block(ev: Evidence, run: probes.ModelRun) -> None:
+    """_expect_cached, then run_block on the model's first block (probes.RUN_BLOCK), which the exercise asks for by
+    name: the block's output and the keys and values of all t_past + t positions, as _block_step computes them."""
     __tracebackhide__ = True
+    w, case = _expect_cached(ev, run), run.case
     inputs = probes.run_block_inputs(case)
     x, mask, past = inputs["x"], inputs["mask"], inputs["past"]
     what = (f"{CACHED_NAME}.run_block(model.blocks[0], x {tuple(x.shape)}, mask {tuple(mask.shape)}, past=(keys, "
@@ -812,7 +809,7 @@ each_case(probes.lm_cache, _expect_cached, on_gpus=OnGpus("model", probes.CACHE_
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
                  "and a cache of (keys, values) per block, (b, heads, t, s), t growing; on a stand-in CUDA and MPS, "
                  "positions and mask made on the tokens' device.")
-each_case(probes.lm_cache_hidden, partial(_expect_cached, run_block=True),
+each_case(probes.lm_cache_hidden, _expect_run_block,
           passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens; run_block "
                  "called on its own.")
 each_case(probes.sampling_greedy, _expect_draws,
