@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import torch
+from torch import nn
 
 from course.checks import modules
 from course.checks.compare import (
@@ -30,9 +31,41 @@ from course.checks.compare import (
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.kinds import ModelRun, chunk_bounds
 from course.judges.kinds import Tensors, expect_causal
+from course.judges.variants import Variants, defined, reference_source
 
 #: tokens (b, t) after a cache (None: nothing cached) with the weights -> (logits (b, t, vocab), the new cache)
 Compute = Callable[..., tuple[torch.Tensor, list]]
+
+
+def variant(written: Variants, mistake: str, owner: str, model: str = "", block: tuple[str, str] | None = None,
+            cached: bool = True) -> tuple[Mistake, Compute]:
+    """(the mistake, the compute of its model): the reference's class owner as the variant `model` writes it ("": the
+    reference's own), calling block = (a variant, the class it writes) where given, run with the weights w lent to
+    its parameters; cached: given the cache and use_cache=True, else the tokens alone (its cache then [])."""
+
+    def compute(w: Tensors, case: Any, tokens: torch.Tensor, cache: list | None = None) -> tuple[torch.Tensor, list]:
+        args, keywords = case.constructor()
+        built, places = _model_of(written, owner, model, block, args, tuple(keywords.items()))
+        if len(w) != len(places):
+            raise ValueError(f"the weights {sorted(w)} are not the parameters of {mistake}'s {owner}")
+        for name, module, attribute in places:  # lent by assignment (gradients reach w), which costs less than
+            module._parameters[attribute] = w[name]  # torch.func.functional_call's bookkeeping, a small model's forward
+        return built(tokens, cache=cache, use_cache=True) if cached else (built(tokens), [])
+
+    return written[mistake], compute
+
+
+@lru_cache(maxsize=256)
+def _model_of(written: Variants, owner: str, model: str, block: tuple[str, str] | None, args: tuple,
+                   keywords: tuple) -> tuple[nn.Module, tuple[tuple[str, nn.Module, str], ...]]:
+    """variant's model, built once per constructor's arguments on the CPU (its buffers computed; the weights it draws
+    are never used, the global generator left as it was), and where each parameter sits: (name, module, attribute)."""
+    code = {v.name: v.code for v in written.written}
+    with torch.random.fork_rng(devices=[]):
+        built = defined(code[model] if model else reference_source(written.reference, owner), owner, written.reference,
+                        ((code[block[0]], block[1]),) if block else ())(*args, **dict(keywords))
+    return built, tuple((name, built.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2])
+                        for name, _ in built.named_parameters())
 
 
 @dataclass(frozen=True)
@@ -114,12 +147,12 @@ class Lazily:
         return iter(self.make())
 
 
-def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False,
-                 owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False
+                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
-    causal where run.changed, autograd's gradients where run.upstream; owner: a subclass. Returns (weights, logits)."""
+    causal where run.changed, autograd's gradients where run.upstream. Returns (weights, logits)."""
     __tracebackhide__ = True
-    case, tokens, owner = run.case, run.tokens(), owner or oracle.owner
+    case, tokens, owner = run.case, run.tokens(), oracle.owner
     what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
     w = oracle.weights(ev, run)
     logits = model_logits(ev, oracle, run.logits, case, what)
@@ -151,17 +184,17 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
         def logits_of(leaves: Tensors) -> torch.Tensor:
             return compute(leaves, case, tokens)[0]
 
-        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=oracle.owner,
+        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=owner,
                                  case=label, because=because, oracle=oracle.name)
     return w, logits
 
 
 def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tensors, full: torch.Tensor, heads: int,
-                       *, owner: str = "", caches: bool = True) -> None:
+                       *, caches: bool = True) -> None:
     """The run's chunks fed with the cache (<steps><c>) give the logits of one call (full) and the oracle's cache of
     `heads` heads (caches=False: its shapes), else the cache mistake (or a raised error's) is named, or differs."""
     __tracebackhide__ = True
-    case, tokens, chunks, owner, mistakes = run.case, run.tokens(), run.chunks, owner or oracle.owner, oracle.mistakes
+    case, tokens, chunks, owner, mistakes = run.case, run.tokens(), run.chunks, oracle.owner, oracle.mistakes
     differs, bad_cache, not_returned = mistakes.cache_differs, mistakes.bad_cache, mistakes.not_returned
     bounds = chunk_bounds(chunks)
     steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."

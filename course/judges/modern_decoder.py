@@ -12,11 +12,10 @@ a shape, a stored attribute, a raised error) are declared with WRITTEN.mistake; 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import lru_cache, partial
+from functools import partial
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course.checks import compare, modules
 from course.checks import modern_decoder as probes
@@ -34,9 +33,9 @@ from course.judges.kinds import (
     each_case,
     expect_linear_layers,
 )
-from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps
+from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps, variant
 from course.judges.oracles import dense
-from course.judges.variants import Variants, defined, reference_source, simulators
+from course.judges.variants import Variants, simulators
 
 DEFAULT_EPS = 1e-6
 DEFAULT_BASE = 10000.0
@@ -603,33 +602,11 @@ MASK_ON_THE_CPU = WRITTEN.mistake(
          "pass it; on a GPU the attention refuses to mix it with the scores.")
 
 
-@lru_cache(maxsize=256)
-def _model(model: str | None, block: str | None, case: ModernCase) -> tuple[nn.Module, set[str]]:
-    """ModernLanguageModel as the variant `model` writes it (None: the reference's), its blocks as the variant `block`
-    writes ModernBlock (None: the reference's), built for case once on the CPU (building is most of a small model's
-    cost; functional_call only lends it weights for a call), and its parameters' names; the weights it draws are never
-    used, and the global generator is left as it was."""
-    written = {v.name: v.code for v in WRITTEN.written}
-    code = written[model] if model else reference_source(WRITTEN.reference, MODEL_NAME)
-    args, keywords = case.constructor()
-    with torch.random.fork_rng(devices=[]):
-        built = defined(code, MODEL_NAME, WRITTEN.reference, ((written[block], "ModernBlock"),) if block else ())
-        built = built(*args, **keywords)
-    return built, {name for name, _ in built.named_parameters()}
-
-
-def _variant(mistake: str, model: str | None = None, block: str | None = None) -> tuple[Mistake, Callable]:
-    """(the mistake, the compute of its model, as modern_lm's: the variants model and block run with the weights w,
-    each of its parameters, on tokens after cache)."""
-
-    def compute(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None = None
-                ) -> tuple[torch.Tensor, list]:
-        built, names = _model(model, block, case)
-        if set(w) != names:
-            raise ValueError(f"the weights {sorted(w)} are not the parameters of {mistake}'s model")
-        return torch.func.functional_call(built, dict(w), (tokens,), {"cache": cache, "use_cache": True})
-
-    return WRITTEN[mistake], compute
+def _variant(mistake: str, model: str = "", block: str = "") -> tuple[Mistake, Callable]:
+    """(the mistake, the compute of its model, as modern_lm's with the same weights): ModernLanguageModel as the
+    variant `model` writes it ("": the reference's), calling the ModernBlock the variant `block` writes (or the
+    reference's)."""
+    return variant(WRITTEN, mistake, MODEL_NAME, model, (block, "ModernBlock") if block else None)
 
 
 # when they differ only there: a post-norm or residual-free block with the final norm left out too, as the original
@@ -711,7 +688,7 @@ MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of
                          cache_differs=CACHE_DIFFERS))
 
 
-def _expect_cached(ev: Evidence, run: ModelRun) -> None:
+def _expect_with_cache(ev: Evidence, run: ModelRun) -> None:
     """The model kind's checks, then its chunks fed with the cache, then the length checks where run.too_long: past
     max_len positions, and one token past a cache of max_len positions (see probes._probe_modern_hidden)."""
     __tracebackhide__ = True
@@ -733,8 +710,8 @@ each_case(probes.modern_lm_structure, partial(expect_model, oracle=MODERN),
                  "stand-in CUDA and MPS, the tables follow .to() and the mask is made on the tokens' device.")
 each_case(probes.modern_lm_oracle, partial(expect_model, oracle=MODERN, exact=True),
           passed="The logits of PyTorch's pieces composed pre-norm and causal, with your weights.")
-each_case(probes.modern_lm_cache, _expect_cached,
+each_case(probes.modern_lm_cache, _expect_with_cache,
           passed="3 tokens, then 2, 1 and 2 with the cache: the logits of one call; later tokens change nothing.")
-each_case(probes.modern_lm_hidden, _expect_cached,
+each_case(probes.modern_lm_hidden, _expect_with_cache,
           passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len (with a cache too), "
                  "base=100.")
