@@ -56,10 +56,11 @@ def variant(written: Variants, mistake: str, owner: str, model: str = "", block:
 
 
 @lru_cache(maxsize=256)
-def _model_of(written: Variants, owner: str, model: str, block: tuple[str, str] | None, args: tuple,
-                   keywords: tuple) -> tuple[nn.Module, tuple[tuple[str, nn.Module, str], ...]]:
-    """variant's model, built once per constructor's arguments on the CPU (its buffers computed; the weights it draws
-    are never used, the global generator left as it was), and where each parameter sits: (name, module, attribute)."""
+def _model_of(written: Variants, owner: str, model: str, block: tuple[str, str] | None, args: tuple, keywords: tuple
+              ) -> tuple[nn.Module, tuple[tuple[str, nn.Module, str], ...]]:
+    """The model of :func:`variant`, built once per constructor's arguments on the CPU (its buffers computed; the
+    weights it draws never used, the global generator left as it was), and where each parameter sits: (name, module,
+    attribute)."""
     code = {v.name: v.code for v in written.written}
     with torch.random.fork_rng(devices=[]):
         built = defined(code[model] if model else reference_source(written.reference, owner), owner, written.reference,

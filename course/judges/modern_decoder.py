@@ -539,7 +539,7 @@ each_case(probes.gqa_hidden, _expect_gqa_case,
 #     ModernLanguageModel: rotary_tables(max_len, k // heads, base) as buffers; mask = torch.ones(t, past + t, ...)
 #                          .tril(diagonal=past); logits = self.to_logits(self.norm(x))
 # A model variant is built on the CPU (its constructor computes its rotary tables) and run with the check's weights
-# and its own cache, as the reference model calling the block variant where one is named (_ModelVariant). The
+# and its own cache, as the reference model calling the block variant where one is named (_variant, models.variant). The
 # tables' kind and shape, the length checks, the mask's device and a cache that differs are named by what the probe
 # recorded: catalogue/modern_decoder.py writes those mistakes.
 
