@@ -9,6 +9,7 @@ import forgery
 import nbformat
 import pytest
 import torch
+import torch.nn.functional as F
 
 from autograder import course_dir
 from course import language_model as reference
@@ -18,6 +19,7 @@ from course.checks import seeds, weights
 from course.checks.compare import CheckFailed
 from course.corpus import CHARACTERS, sentences
 from course.judges import language_model as judges
+from course.judges import oracles
 from course.judges.models import run_steps
 
 A = "08_language_model"
@@ -107,12 +109,21 @@ def _weights(case, seed=1):
     return model.eval(), weights.recreate([[n, list(p.shape)] for n, p in model.named_parameters()], seed)
 
 
+def _stacked_encoder_layers(w, case, tokens):
+    """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the weights w."""
+    t = tokens.shape[1]
+    x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][:t]  # (b, t, k)
+    for i in range(case.depth):
+        x = oracles.course_layer(w, f"blocks.{i}.", case.heads, x, causal=True, norm_first=True)
+    return oracles.dense(w, "to_logits", oracles.layer_norm(w, "norm", x))
+
+
 @pytest.mark.parametrize("case", [*lm.ORACLE_CASES, *lm.HIDDEN_CASES])
 def test_the_hand_written_model_is_pytorchs_layers_and_the_reference(case):
     model, w = _weights(case)
     tokens = lm.lm_tokens(case, 7)
     with torch.no_grad():
-        oracle = judges._lm_oracle(w, case, tokens)
+        oracle = _stacked_encoder_layers(w, case, tokens)
         torch.testing.assert_close(judges._lm(w, case, tokens)[0], oracle, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(model(tokens), oracle, rtol=1e-4, atol=1e-5)
 
@@ -124,13 +135,13 @@ def test_every_model_and_cache_mistake_changes_what_the_judge_sees():
     case, seed, sizes = lm.CACHE_CASE.case, lm.CACHE_CASE.seed, lm.CACHE_CASE.chunks
     _, w = _weights(case, seed)
     tokens = lm.lm_tokens(case, seed + 10)
-    right = judges._lm_oracle(w, case, tokens)
-    for mistake, switches in judges._LM_MISTAKES:
-        assert not torch.allclose(judges._lm(w, case, tokens, **switches)[0], right, atol=1e-4), mistake.id
-    right_logits, right_caches = run_steps(judges._lm, w, case, tokens, sizes, {})
+    right = judges._lm(w, case, tokens)[0]
+    for mistake, compute in judges._LM_MISTAKES:
+        assert not torch.allclose(compute(w, case, tokens)[0], right, atol=1e-4), mistake.id
+    right_logits, right_caches = run_steps(judges._lm, w, case, tokens, sizes)
     torch.testing.assert_close(torch.cat(right_logits, dim=1), right, rtol=1e-4, atol=1e-5)
-    for mistake, switches in judges._CACHE_MISTAKES:
-        logits, caches = run_steps(judges._lm, w, case, tokens, sizes, switches)
+    for mistake, compute in judges._CACHE_MISTAKES:
+        logits, caches = run_steps(compute, w, case, tokens, sizes)
         same = all(torch.allclose(a, b) for a, b in zip(logits, right_logits, strict=True)) and all(
             torch.allclose(x, y) for c1, c2 in zip(caches, right_caches, strict=True)
             for p1, p2 in zip(c1, c2, strict=True) for x, y in zip(p1, p2, strict=True))

@@ -59,6 +59,10 @@ class ModelCase:
     depth: int
     max_len: int
 
+    def constructor(self) -> tuple[tuple, dict]:
+        """LanguageModel's arguments: (vocab, k, heads, depth, max_len), no keywords."""
+        return (self.vocab, self.k, self.heads, self.depth, self.max_len), {}
+
     @property
     def call(self) -> str:
         """How the case builds the model, as a student would write it."""

@@ -1,16 +1,15 @@
-"""Judges for assignment 08 (probes in course/checks/language_model.py): the model against a stack of PyTorch's
-nn.TransformerEncoderLayer, its KV cache against the same blocks from PyTorch's pieces, their typical mistakes run as
+"""Judges for assignment 08 (probes in course/checks/language_model.py): the model, with and without its KV cache,
+against its blocks written from PyTorch's pieces (tests/ prove them nn.TransformerEncoderLayer's), their mistakes run as
 edits of the reference answers (course/judges/variants.py); sampling against torch.multinomial with the probe's
 generator; generation step by step on the stand-in models; then one declaration per check."""
 
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import astuple
+from dataclasses import replace
 from functools import lru_cache, partial
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course.checks import compare, modules, seeds
 from course.checks import language_model as probes
@@ -18,12 +17,11 @@ from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
-from course.judges import oracles
 from course.judges.kinds import each_case
-from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps
+from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps, variant
 from course.judges.oracles import dense, layer_norm
 from course.judges.token_loss import LossOracle, against_loss
-from course.judges.variants import Variants, Written, defined, reference_source
+from course.judges.variants import Variants, Written
 from course.seeding import manual_seed
 
 # ---------------------------------------------------------------- mistakes
@@ -136,52 +134,12 @@ MASK_ON_THE_CPU = WRITTEN.mistake(
          "scores.")
 
 
-def _lm_oracle(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor) -> torch.Tensor:
-    """PyTorch's nn.TransformerEncoderLayer (pre-norm, ReLU, causal mask) stacked, carrying the check's weights."""
-    t = tokens.shape[1]
-    x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][:t]  # (b, t, k)
-    for i in range(case.depth):
-        x = oracles.course_layer(w, f"blocks.{i}.", case.heads, x, causal=True, norm_first=True)
-    return dense(w, "to_logits", layer_norm(w, "norm", x))
-
-
-@lru_cache(maxsize=128)
-def _lm_built(code: str, answer: str, calls: tuple[tuple[str, str], ...], args: tuple[int, ...]
-              ) -> tuple[nn.Module, tuple[tuple[str, nn.Module, str], ...]]:
-    """The model code defines as answer (after the cells in calls), built once for the constructor's arguments on the
-    meta device (no weights drawn), and where each parameter sits: (its name, the module holding it, its attribute)."""
-    with torch.device("meta"):
-        model = defined(code, answer, WRITTEN.reference, calls)(*args)
-    return model, tuple((name, model.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2])
-                        for name, _ in model.named_parameters())
-
-
-def _run_variant(code: str, answer: str, calls: tuple[tuple[str, str], ...], w: Mapping[str, torch.Tensor],
-                 case: ModelCase, tokens: torch.Tensor, cache: list | None) -> tuple[torch.Tensor, list]:
-    """(logits, cache) of the model code defines as answer, built for the case, on tokens after cache (a LanguageModel
-    takes none and returns none), its parameters the weights w: lent by assignment (gradients reach w), which costs
-    less than torch.func.functional_call's bookkeeping, twice a small model's forward."""
-    model, places = _lm_built(code, answer, calls, astuple(case)[2:])  # vocab_size, k, heads, depth, max_len
-    if len(w) != len(places):
-        raise ValueError(f"the weights {sorted(w)} are not the parameters of {answer}")
-    for name, owner, attribute in places:
-        owner._parameters[attribute] = w[name]
-    if answer == CACHED_NAME:
-        return model(tokens, cache=cache, use_cache=True)
-    return model(tokens), []
-
-
-def _lm_variant(mistake: str, *, model: str = "", block: str = "", cached: str = "") -> tuple[Mistake, dict]:
-    """(the mistake, the switch that makes _lm run a model the variants named write, with the same weights): the
-    LanguageModel the variant `model` writes calling the CausalBlock `block` writes ("": the reference's), or the
-    CachedLanguageModel `cached` writes."""
-    code = {v.name: v.code for v in WRITTEN.written}
+def _lm_variant(mistake: str, *, model: str = "", block: str = "", cached: str = "") -> tuple[Mistake, Callable]:
+    """(the mistake, the compute of its model, as _lm's with the same weights): the LanguageModel the variant `model`
+    writes calling the CausalBlock `block` writes ("": the reference's), or the CachedLanguageModel `cached` writes."""
     if cached:
-        run = partial(_run_variant, code[cached], CACHED_NAME, ())
-    else:
-        run = partial(_run_variant, code[model] if model else reference_source(WRITTEN.reference, MODEL_NAME),
-                      MODEL_NAME, ((code[block], "CausalBlock"),) if block else ())
-    return WRITTEN[mistake], {"variant": run}
+        return variant(WRITTEN, mistake, CACHED_NAME, cached)
+    return variant(WRITTEN, mistake, MODEL_NAME, model, (block, "CausalBlock") if block else None, cached=False)
 
 
 #: model mistakes that change the logits of an uncached forward, in the order they are named: a post-norm block with
@@ -193,6 +151,46 @@ _LM_MISTAKES = (_lm_variant("lm-no-causal-mask", model="lm-no-mask"),
                 *(_lm_variant(m, model=m) for m in ("lm-no-final-norm", "lm-no-positions", "lm-softmax")),
                 _lm_variant("lm-no-residual", block="lm-no-residual"),
                 _lm_variant("lm-scaled-embeddings", model="lm-scaled-embeddings"))
+
+
+def _block_step(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, mask: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor] | None, prefix: str = "blocks.0."
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The block of the model with weights w under prefix on x (b, t, k) after the cached (keys, values) past (None:
+    nothing cached), written out from PyTorch's pieces: (x, keys, values), the keys and values of all t_past + t
+    positions."""
+    h = layer_norm(w, f"{prefix}norm1", x)
+    q, k, v = (dense(w, f"{prefix}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
+               for name in ("queries", "keys", "values"))  # (b, h, t, s) each
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (b, h, t_past + t, s)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (b, h, t, s)
+    x = x + dense(w, f"{prefix}attention.unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
+    ff = dense(w, f"{prefix}ff.net.2", F.relu(dense(w, f"{prefix}ff.net.0", layer_norm(w, f"{prefix}norm2", x))))
+    return x + ff, k, v
+
+
+def _lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None
+        ) -> tuple[torch.Tensor, list]:
+    """(logits (b, t, vocab), cache) of the notebook's CachedLanguageModel with the weights w on tokens after cache
+    (None: nothing cached), written out from PyTorch's pieces: positions continuing after the cache, each block
+    _block_step under the causal mask shifted by it."""
+    t, past = tokens.shape[1], 0 if cache is None else cache[0][0].shape[2]
+    x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][past : past + t]  # (b, t, k)
+    mask = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past)  # (t, past + t)
+    kept = []
+    for i in range(case.depth):
+        x, keys, values = _block_step(w, case.heads, x, mask, None if cache is None else cache[i], f"blocks.{i}.")
+        kept.append((keys, values))
+    return dense(w, "to_logits", layer_norm(w, "norm", x)), kept
+
+
+_LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each block: x = x + attention(norm1(x)) "
+            "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
+LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's layer norm and attention with the same weights", _LM_HINT,
+                 "In training the model could read the token it must predict: give every block the causal mask, True "
+                 "where key j <= query i.", ModelMistakes(_LM_MISTAKES, reads_future=READS_FUTURE,
+                                                          returns_tuple=RETURNS_TUPLE))
 
 
 # ---------------------------------------------------------------- CachedLanguageModel: oracle and mistakes
@@ -249,68 +247,31 @@ RUN_BLOCK_MISSING = WRITTEN.mistake(
          "returns (x, (keys, values)). Write the block there rather than inside forward.")
 
 
-def _block_step(w: Mapping[str, torch.Tensor], heads: int, x: torch.Tensor, mask: torch.Tensor,
-                past: tuple[torch.Tensor, torch.Tensor] | None, prefix: str = "blocks.0."
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The block of the model with weights w under prefix on x (b, t, k) after the cached (keys, values) past (None:
-    nothing cached), written out from PyTorch's pieces: (x, keys, values), the keys and values of all t_past + t
-    positions."""
-    h = layer_norm(w, f"{prefix}norm1", x)
-    q, k, v = (dense(w, f"{prefix}attention.to_{name}", h).unflatten(-1, (heads, -1)).transpose(1, 2)
-               for name in ("queries", "keys", "values"))  # (b, h, t, s) each
-    if past is not None:
-        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (b, h, t_past + t, s)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (b, h, t, s)
-    x = x + dense(w, f"{prefix}attention.unify_heads", out.transpose(1, 2).flatten(2))  # (b, t, k)
-    ff = dense(w, f"{prefix}ff.net.2", F.relu(dense(w, f"{prefix}ff.net.0", layer_norm(w, f"{prefix}norm2", x))))
-    return x + ff, k, v
-
-
-def _lm(w: Mapping[str, torch.Tensor], case: ModelCase, tokens: torch.Tensor, cache: list | None = None, *,
-        variant: Callable | None = None) -> tuple[torch.Tensor, list]:
-    """(logits (b, t, vocab), cache) of the notebook's CachedLanguageModel with the weights w on tokens after cache
-    (None: nothing cached), written out from PyTorch's pieces: positions continuing after the cache, each block
-    _block_step under the causal mask shifted by it; variant: a typical mistake's model instead (_lm_variant)."""
-    if variant is not None:
-        return variant(w, case, tokens, cache)
-    t, past = tokens.shape[1], 0 if cache is None else cache[0][0].shape[2]
-    x = F.embedding(tokens, w["token_embedding.weight"]) + w["position_embedding.weight"][past : past + t]  # (b, t, k)
-    mask = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past)  # (t, past + t)
-    kept = []
-    for i in range(case.depth):
-        x, keys, values = _block_step(w, case.heads, x, mask, None if cache is None else cache[i], f"blocks.{i}.")
-        kept.append((keys, values))
-    return dense(w, "to_logits", layer_norm(w, "norm", x)), kept
-
-
 #: cache mistakes: they change only calls that are given a cache (or what the cache holds)
 _CACHE_MISTAKES = (_lm_variant("cache-positions-restart", cached="lm-positions-restart"),
                    _lm_variant("cache-stores-queries", cached="lm-cache-stores-queries"),
                    _lm_variant("cache-mask-not-offset", cached="lm-mask-not-offset"),
                    _lm_variant("cache-not-read", cached="lm-cache-not-read"),
                    _lm_variant("cache-prepended", cached="lm-cache-prepended"))
-_LM_HINT = ("x = token_embedding(tokens) + position_embedding(positions); each block: x = x + attention(norm1(x)) "
-            "with the causal mask, then x = x + ff(norm2(x)); finally to_logits(norm(x)).")
+
 
 
 #: PyTorch's errors in a cached call with a cache of at least `after` positions, by a phrase of their message
 _CACHE_ERRORS = (("Sizes of tensors must match except in dimension", 0, CACHE_WRONG_AXIS),
                  ("must match the size of tensor", 1, CACHE_MASK_SHAPE))
-LM = ModelOracle(MODEL_NAME, _lm_weights, _lm, "PyTorch's nn.TransformerEncoderLayer with the same weights",
-                 _LM_HINT, "In training the model could read the token it must predict: give every block the causal "
-                 "mask, True where key j <= query i.", ModelMistakes(
-                     _LM_MISTAKES, _CACHE_MISTAKES, READS_FUTURE, RETURNS_TUPLE, CACHE_DIFFERS, CACHE_SHAPE,
-                     CACHE_NOT_RETURNED, _CACHE_ERRORS), _lm_oracle)
+#: the cached model: the model's oracle and mistakes, and the cache's
+CACHED = replace(LM, owner=CACHED_NAME, mistakes=replace(
+    LM.mistakes, cached=_CACHE_MISTAKES, cache_differs=CACHE_DIFFERS, bad_cache=CACHE_SHAPE,
+    not_returned=CACHE_NOT_RETURNED, errors=_CACHE_ERRORS))
 
 
-def _expect_cached(ev: Evidence, run: probes.ModelRun, run_block: bool = False) -> None:
-    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values;
-    run_block: then the method run_block, called directly (:func:`_expect_run_block`)."""
+def _expect_cached(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor]:
+    """The chunks fed with the cache give the logits of one call without it, and each block's keys and values; returns
+    the weights."""
     __tracebackhide__ = True
-    w, full = expect_model(ev, run, LM, exact=True, owner=CACHED_NAME)
-    expect_model_steps(ev, run, LM, w, full, run.case.heads, owner=CACHED_NAME)
-    if run_block:
-        _expect_run_block(ev, run.case, w)
+    w, full = expect_model(ev, run, CACHED, exact=True)
+    expect_model_steps(ev, run, CACHED, w, full, run.case.heads)
+    return w
 
 
 _RUN_BLOCK_HINT = ("run_block(block, x, mask, past) returns (x, (keys, values)): h = block.norm1(x); queries, keys and "
@@ -318,10 +279,11 @@ _RUN_BLOCK_HINT = ("run_block(block, x, mask, past) returns (x, (keys, values)):
                    "attention under the mask; x + unify_heads(merge_heads(out)); then x + block.ff(block.norm2(x)).")
 
 
-def _expect_run_block(ev: Evidence, case: ModelCase, w: Mapping[str, torch.Tensor]) -> None:
-    """run_block on the model's first block (probes.RUN_BLOCK), which the exercise asks for by name: the block's
-    output and the keys and values of all t_past + t positions, as _block_step computes them."""
+def _expect_run_block(ev: Evidence, run: probes.ModelRun) -> None:
+    """_expect_cached, then run_block on the model's first block (probes.RUN_BLOCK), which the exercise asks for by
+    name: the block's output and the keys and values of all t_past + t positions, as _block_step computes them."""
     __tracebackhide__ = True
+    w, case = _expect_cached(ev, run), run.case
     inputs = probes.run_block_inputs(case)
     x, mask, past = inputs["x"], inputs["mask"], inputs["past"]
     what = (f"{CACHED_NAME}.run_block(model.blocks[0], x {tuple(x.shape)}, mask {tuple(mask.shape)}, past=(keys, "
@@ -812,7 +774,8 @@ each_case(probes.lm_structure, partial(expect_model, oracle=LM), on_gpus=OnGpus(
 each_case(probes.lm_causality, partial(expect_model, oracle=LM),
           passed="Changing the tokens from position j on never changes the logits at positions before j.")
 each_case(probes.lm_oracle, partial(expect_model, oracle=LM, exact=True),
-          passed="With the test's weights: the logits of PyTorch's nn.TransformerEncoderLayer, pre-norm, causal.")
+          passed="With the test's weights: the logits of PyTorch's layers (nn.TransformerEncoderLayer's), pre-norm, "
+                 "causal.")
 each_case(probes.lm_hidden, partial(expect_model, oracle=LM, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
 each_case(probes.lm_gradients, partial(expect_model, oracle=LM),
@@ -821,7 +784,7 @@ each_case(probes.lm_cache, _expect_cached, on_gpus=OnGpus("model", probes.CACHE_
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
                  "and a cache of (keys, values) per block, (b, heads, t, s), t growing; on a stand-in CUDA and MPS, "
                  "positions and mask made on the tokens' device.")
-each_case(probes.lm_cache_hidden, partial(_expect_cached, run_block=True),
+each_case(probes.lm_cache_hidden, _expect_run_block,
           passed="Another shape (three blocks, three heads), the cache fed chunks of several tokens; run_block "
                  "called on its own.")
 each_case(probes.sampling_greedy, _expect_draws,

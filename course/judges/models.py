@@ -1,21 +1,21 @@
 """Whole language models, with and without a cache: the judge side of course/checks/kinds.py's ``ModelRun``, for
 assignments 08 (LanguageModel, CachedLanguageModel) and 09 (the modern decoder).
 
-A :class:`ModelOracle` writes the model out (compute: tokens and an optional cache -> logits and the new cache) with
-its typical mistakes as switches; :func:`expect_model` judges one call (its parts, its logits, causality, the
-gradients) and :func:`expect_model_steps` the same tokens fed in chunks with the cache; :func:`decoder` is the
-pre-norm decoder both assignments' oracles write out. The generic kinds (calls, modules, blocks, properties) are in
-course/judges/kinds.py.
+A :class:`ModelOracle` writes the model out (compute: tokens and an optional cache -> logits and the new cache), and
+each typical mistake is another compute (the variant's model, run with the same weights); :func:`expect_model` judges
+one call (its parts, its logits, causality, the gradients) and :func:`expect_model_steps` the same tokens fed in chunks
+with the cache. The generic kinds (calls, modules, blocks, properties) are in course/judges/kinds.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import torch
+from torch import nn
 
 from course.checks import modules
 from course.checks.compare import (
@@ -31,17 +31,50 @@ from course.checks.compare import (
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.kinds import ModelRun, chunk_bounds
 from course.judges.kinds import Tensors, expect_causal
-from course.judges.oracles import dense
+from course.judges.variants import Variants, defined, reference_source
 
-Switches = Mapping[str, Any]
+#: tokens (b, t) after a cache (None: nothing cached) with the weights -> (logits (b, t, vocab), the new cache)
+Compute = Callable[..., tuple[torch.Tensor, list]]
+
+
+def variant(written: Variants, mistake: str, owner: str, model: str = "", block: tuple[str, str] | None = None,
+            cached: bool = True) -> tuple[Mistake, Compute]:
+    """(the mistake, the compute of its model): the reference's class owner as the variant `model` writes it ("": the
+    reference's own), calling block = (a variant, the class it writes) where given, run with the weights w lent to
+    its parameters; cached: given the cache and use_cache=True, else the tokens alone (its cache then [])."""
+
+    def compute(w: Tensors, case: Any, tokens: torch.Tensor, cache: list | None = None) -> tuple[torch.Tensor, list]:
+        args, keywords = case.constructor()
+        built, places = _model_of(written, owner, model, block, args, tuple(keywords.items()))
+        if len(w) != len(places):
+            raise ValueError(f"the weights {sorted(w)} are not the parameters of {mistake}'s {owner}")
+        for name, module, attribute in places:  # lent by assignment (gradients reach w), which costs less than
+            module._parameters[attribute] = w[name]  # torch.func.functional_call's bookkeeping, a small model's forward
+        return built(tokens, cache=cache, use_cache=True) if cached else (built(tokens), [])
+
+    return written[mistake], compute
+
+
+@lru_cache(maxsize=256)
+def _model_of(written: Variants, owner: str, model: str, block: tuple[str, str] | None, args: tuple, keywords: tuple
+              ) -> tuple[nn.Module, tuple[tuple[str, nn.Module, str], ...]]:
+    """The model of :func:`variant`, built once per constructor's arguments on the CPU (its buffers computed; the
+    weights it draws never used, the global generator left as it was), and where each parameter sits: (name, module,
+    attribute)."""
+    code = {v.name: v.code for v in written.written}
+    with torch.random.fork_rng(devices=[]):
+        built = defined(code[model] if model else reference_source(written.reference, owner), owner, written.reference,
+                        ((code[block[0]], block[1]),) if block else ())(*args, **dict(keywords))
+    return built, tuple((name, built.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2])
+                        for name, _ in built.named_parameters())
 
 
 @dataclass(frozen=True)
 class ModelMistakes:
-    """A model's typical mistakes: as switches of its oracle's compute, and those named when a call shows them."""
+    """A model's typical mistakes: as the computes of their models, and those named when a call shows them."""
 
-    logits: tuple[tuple[Mistake, Switches], ...] = ()  # they change the logits of a call without a cache
-    cached: tuple[tuple[Mistake, Switches], ...] = ()  # they change only calls given a cache
+    logits: tuple[tuple[Mistake, Compute], ...] = ()  # they change the logits of a call without a cache
+    cached: tuple[tuple[Mistake, Compute], ...] = ()  # they change only calls given a cache
     reads_future: Mistake | None = None  # named when changing later tokens changes earlier logits
     returns_tuple: Mistake | None = None  # named when a call without use_cache returns a tuple
     cache_differs: Mistake | None = None  # right logits with a cache, but not the oracle's cache
@@ -53,16 +86,15 @@ class ModelMistakes:
 @dataclass(frozen=True)
 class ModelOracle:
     """A language model, tokens (b, t) -> logits (b, t, vocab) ((logits, cache) with use_cache=True): weights(ev, run)
-    judges its structure, compute(w, case, tokens, cache=None, **switches) writes it out (switches: a mistake)."""
+    judges its structure, compute(w, case, tokens, cache=None) writes it out."""
 
     owner: str  # the student's class, e.g. "LanguageModel"
     weights: Callable[[Evidence, Any], dict[str, torch.Tensor]]
-    compute: Callable[..., tuple[torch.Tensor, list]]
+    compute: Compute
     name: str  # the oracle in words, for gradient messages
     hint: str  # how the logits are computed
     causal: str  # the advice when changing later tokens changes earlier logits
     mistakes: ModelMistakes = ModelMistakes()
-    reference: Callable[..., torch.Tensor] | None = None  # reference(w, case, tokens): logits by PyTorch's layers
 
 
 def expect_blocks(ev: Evidence, key: str, owner: str, depth: int, parts: Sequence[tuple[str, str, str]],
@@ -93,13 +125,13 @@ def model_logits(ev: Evidence, oracle: ModelOracle, key: str, case: Any, what: s
         (b, vocab): "One row per sequence: return the logits of EVERY position, (b, t, vocab_size)."})
 
 
-def run_steps(compute: Callable[..., tuple[torch.Tensor, list]], w: Tensors, case: Any, tokens: torch.Tensor,
-              chunks: tuple[int, ...], switches: Switches) -> tuple[list[torch.Tensor], list[list]]:
+def run_steps(compute: Compute, w: Tensors, case: Any, tokens: torch.Tensor, chunks: tuple[int, ...]
+              ) -> tuple[list[torch.Tensor], list[list]]:
     """The logits of each chunk of tokens (b, t) fed to compute with the cache before it, and the cache after it."""
     with torch.no_grad():
         cache, logits, caches = None, [], []
         for start, end in chunk_bounds(chunks):
-            out, cache = compute(w, case, tokens[:, start:end], cache, **switches)
+            out, cache = compute(w, case, tokens[:, start:end], cache)
             logits.append(out)
             caches.append(cache)
     return logits, caches
@@ -116,22 +148,22 @@ class Lazily:
         return iter(self.make())
 
 
-def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False,
-                 owner: str = "") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False
+                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
-    causal where run.changed, autograd's gradients where run.upstream; owner: a subclass. Returns (weights, logits)."""
+    causal where run.changed, autograd's gradients where run.upstream. Returns (weights, logits)."""
     __tracebackhide__ = True
-    case, tokens, owner = run.case, run.tokens(), owner or oracle.owner
+    case, tokens, owner = run.case, run.tokens(), oracle.owner
     what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
     w = oracle.weights(ev, run)
     logits = model_logits(ev, oracle, run.logits, case, what)
     with torch.no_grad():
-        expected = (oracle.reference or (lambda *given: oracle.compute(*given)[0]))(w, case, tokens)
+        expected = oracle.compute(w, case, tokens)[0]
 
     @cache
     def mistaken() -> list[tuple[Mistake, torch.Tensor]]:  # only once the logits are wrong somewhere, and once
         with torch.no_grad():
-            return [(m, oracle.compute(w, case, tokens, **switches)[0]) for m, switches in oracle.mistakes.logits]
+            return [(m, compute(w, case, tokens)[0]) for m, compute in oracle.mistakes.logits]
 
     wrong = Lazily(mistaken)
     right = matches_any(logits, [expected], ev.device)
@@ -148,23 +180,22 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
                            case=label)
     if run.upstream:
         modules.expect_differentiable(ev, run.logits, what)
-        because, switches = found[0] if found else (None, {})
-        forward = oracle.reference if oracle.reference and not switches else None
+        because, compute = found[0] if found else (None, oracle.compute)
 
         def logits_of(leaves: Tensors) -> torch.Tensor:
-            return forward(leaves, case, tokens) if forward else oracle.compute(leaves, case, tokens, **switches)[0]
+            return compute(leaves, case, tokens)[0]
 
-        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=oracle.owner,
+        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=owner,
                                  case=label, because=because, oracle=oracle.name)
     return w, logits
 
 
 def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tensors, full: torch.Tensor, heads: int,
-                       *, owner: str = "", caches: bool = True) -> None:
+                       *, caches: bool = True) -> None:
     """The run's chunks fed with the cache (<steps><c>) give the logits of one call (full) and the oracle's cache of
     `heads` heads (caches=False: its shapes), else the cache mistake (or a raised error's) is named, or differs."""
     __tracebackhide__ = True
-    case, tokens, chunks, owner, mistakes = run.case, run.tokens(), run.chunks, owner or oracle.owner, oracle.mistakes
+    case, tokens, chunks, owner, mistakes = run.case, run.tokens(), run.chunks, oracle.owner, oracle.mistakes
     differs, bad_cache, not_returned = mistakes.cache_differs, mistakes.bad_cache, mistakes.not_returned
     bounds = chunk_bounds(chunks)
     steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
@@ -198,10 +229,9 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
                                                     else ()))]
         return all(matches_any(got, [want], ev.device) for got, want in pairs)
 
-    if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks, {})[1]):
+    if same([full[:, start:end] for start, end in bounds], run_steps(oracle.compute, w, case, tokens, chunks)[1]):
         return
-    named = next((m for m, switches in mistakes.cached
-                  if same(*run_steps(oracle.compute, w, case, tokens, chunks, switches))), None)
+    named = next((m for m, compute in mistakes.cached if same(*run_steps(compute, w, case, tokens, chunks))), None)
     bad = next(((s, e, out) for (s, e), (out, _) in zip(bounds, steps, strict=True)
                 if not matches_any(out, [full[:, s:e]], ev.device)), None)
     if named is None and bad is None:
@@ -214,18 +244,3 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
          "causal mask is shifted by the cache."), full[0, start:end, 0], logits[0, :, 0], mistake=named or differs,
          case=f"first logit of sequence 0 at positions {start}-{end - 1}: without the cache, and with it")
 
-
-def decoder(w: Tensors, x: torch.Tensor, depth: int, cache: list | None, attend: Callable, ff: Callable,
-            norm: Callable) -> tuple[torch.Tensor, list]:
-    """A pre-norm decoder-only language model after its embeddings: (logits (b, t, vocab), the new cache) of x
-    (b, t, k) through depth blocks (x + attention(norm1(x)), then x + ff(norm2(x))), the final norm and to_logits.
-    Block i calls attend(h, i, its cache or None) for (its output, what it caches), ff(name, h) and norm(name, h)
-    with its parts' names (blocks.<i>.ff, ...)."""
-    new_cache = []
-    for i in range(depth):
-        p = f"blocks.{i}."
-        out, kept = attend(norm(f"{p}norm1", x), i, None if cache is None else cache[i])
-        new_cache.append(kept)
-        x = out + x
-        x = ff(f"{p}ff", norm(f"{p}norm2", x)) + x
-    return dense(w, "to_logits", norm("norm", x)), new_cache

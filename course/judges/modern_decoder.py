@@ -11,13 +11,11 @@ a shape, a stored attribute, a raised error) are declared with WRITTEN.mistake; 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import lru_cache, partial
+from collections.abc import Callable, Mapping
+from functools import partial
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course.checks import compare, modules
 from course.checks import modern_decoder as probes
@@ -35,9 +33,9 @@ from course.judges.kinds import (
     each_case,
     expect_linear_layers,
 )
-from course.judges.models import ModelMistakes, ModelOracle, decoder, expect_blocks, expect_model, expect_model_steps
+from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps, variant
 from course.judges.oracles import dense
-from course.judges.variants import Variants, defined, reference_source, simulators
+from course.judges.variants import Variants, simulators
 
 DEFAULT_EPS = 1e-6
 DEFAULT_BASE = 10000.0
@@ -541,7 +539,7 @@ each_case(probes.gqa_hidden, _expect_gqa_case,
 #     ModernLanguageModel: rotary_tables(max_len, k // heads, base) as buffers; mask = torch.ones(t, past + t, ...)
 #                          .tril(diagonal=past); logits = self.to_logits(self.norm(x))
 # A model variant is built on the CPU (its constructor computes its rotary tables) and run with the check's weights
-# and its own cache, as the reference model calling the block variant where one is named (_ModelVariant). The
+# and its own cache, as the reference model calling the block variant where one is named (_variant, models.variant). The
 # tables' kind and shape, the length checks, the mask's device and a cache that differs are named by what the probe
 # recorded: catalogue/modern_decoder.py writes those mistakes.
 
@@ -604,41 +602,11 @@ MASK_ON_THE_CPU = WRITTEN.mistake(
          "pass it; on a GPU the attention refuses to mix it with the scores.")
 
 
-@dataclass(frozen=True)
-class _ModelVariant:
-    """ModernLanguageModel as the variant `model` writes it (None: the reference's), its blocks as the variant `block`
-    writes ModernBlock (None: the reference's)."""
-
-    model: str | None = None
-    block: str | None = None
-
-    def run(self, w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None
-            ) -> tuple[torch.Tensor, list]:
-        """(logits, cache) of the model built for case on the CPU, with the weights w (each of its parameters), on
-        tokens after cache."""
-        model, names = _model(self, case)
-        if set(w) != names:
-            raise ValueError(f"the weights {sorted(w)} are not the parameters of {self}")
-        return torch.func.functional_call(model, dict(w), (tokens,), {"cache": cache, "use_cache": True})
-
-
-@lru_cache(maxsize=256)
-def _model(variant: _ModelVariant, case: ModernCase) -> tuple[nn.Module, set[str]]:
-    """The ModernLanguageModel variant writes, built for case once (building is most of a small model's cost;
-    functional_call only lends it weights for a call), and its parameters' names; the weights it draws are never used,
-    and the global generator is left as it was."""
-    written = {v.name: v for v in WRITTEN.written}
-    code = written[variant.model].code if variant.model else reference_source(WRITTEN.reference, MODEL_NAME)
-    calls = ((written[variant.block].code, "ModernBlock"),) if variant.block else ()
-    args, keywords = case.constructor()
-    with torch.random.fork_rng(devices=[]):
-        model = defined(code, MODEL_NAME, WRITTEN.reference, calls)(*args, **keywords)
-    return model, {name for name, _ in model.named_parameters()}
-
-
-def _variant(mistake: str, model: str | None = None, block: str | None = None) -> tuple[Mistake, dict]:
-    """(the mistake, the switches that make modern_lm run that variant)."""
-    return WRITTEN[mistake], {"variant": _ModelVariant(model, block)}
+def _variant(mistake: str, model: str = "", block: str = "") -> tuple[Mistake, Callable]:
+    """(the mistake, the compute of its model, as modern_lm's with the same weights): ModernLanguageModel as the
+    variant `model` writes it ("": the reference's), calling the ModernBlock the variant `block` writes (or the
+    reference's)."""
+    return variant(WRITTEN, mistake, MODEL_NAME, model, (block, "ModernBlock") if block else None)
 
 
 # when they differ only there: a post-norm or residual-free block with the final norm left out too, as the original
@@ -690,21 +658,23 @@ def _modern_weights(ev: Evidence, run: ModelRun) -> dict[str, torch.Tensor]:
     return w
 
 
-def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None = None, *,
-              variant: _ModelVariant | None = None) -> tuple[torch.Tensor, list]:
-    """The model composed of the oracles above: (logits (b, t, vocab), cache); variant: a typical mistake's model
-    instead, run with the same weights."""
-    if variant is not None:
-        return variant.run(w, case, tokens, cache)
+def modern_lm(w: Mapping[str, torch.Tensor], case: ModernCase, tokens: torch.Tensor, cache: list | None = None
+              ) -> tuple[torch.Tensor, list]:
+    """The model composed of the oracles above, pre-norm: (logits (b, t, vocab), the new cache) of tokens after cache
+    (None: nothing cached)."""
     t, k = tokens.shape[1], case.k
     past = 0 if cache is None else cache[0][0].shape[2]
     cos, sin = _tables(case.max_len, k // case.heads, case.base)
     mask = torch.ones(t, past + t, dtype=torch.bool).tril(diagonal=past)  # (t, past + t)
-    x = F.embedding(tokens, w["token_embedding.weight"])  # (b, t, k)
-    return decoder(w, x, case.depth, cache,
-                   lambda h, i, old: gqa(w, case.heads, h, cos, sin, mask, old, prefix=f"blocks.{i}.attention."),
-                   lambda name, h: _swiglu(w, k, 0, h, prefix=f"{name}."),
-                   lambda name, h: _rms_norm(w, k, x=h, prefix=f"{name}."))
+    x, kept = F.embedding(tokens, w["token_embedding.weight"]), []  # (b, t, k)
+    for i in range(case.depth):
+        h = _rms_norm(w, k, x=x, prefix=f"blocks.{i}.norm1.")
+        out, pair = gqa(w, case.heads, h, cos, sin, mask, None if cache is None else cache[i],
+                        prefix=f"blocks.{i}.attention.")
+        kept.append(pair)
+        x = out + x
+        x = _swiglu(w, k, 0, _rms_norm(w, k, x=x, prefix=f"blocks.{i}.norm2."), prefix=f"blocks.{i}.ff.") + x
+    return dense(w, "to_logits", _rms_norm(w, k, x=x, prefix="norm.")), kept
 
 
 _MODERN_HINT = ("x = token_embedding(tokens); each block: x = x + attention(norm1(x), cos, sin, mask, past), then "
@@ -718,31 +688,30 @@ MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of
                          cache_differs=CACHE_DIFFERS))
 
 
-def _expect_model(ev: Evidence, run: ModelRun, structure: bool = False, cached: bool = False) -> None:
-    """The model kind's checks (structure: a typical mistake's logits will do), then the length check (cached: also
-    one token past a cache of max_len positions, see probes._probe_modern_hidden)."""
+def _expect_with_cache(ev: Evidence, run: ModelRun) -> None:
+    """The model kind's checks, then its chunks fed with the cache, then the length checks where run.too_long: past
+    max_len positions, and one token past a cache of max_len positions (see probes._probe_modern_hidden)."""
     __tracebackhide__ = True
-    w, logits = expect_model(ev, run, MODERN, exact=not structure)
+    w, logits = expect_model(ev, run, MODERN, exact=True)
     if run.chunks:
         expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, caches=False)
     if run.too_long:
         compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
                                    f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
                                    NO_LENGTH_CHECK)
-    if run.too_long and cached:
         compare.expect_value_error(ev, fact_key(run.model, "past_too_long"), f"{MODEL_NAME}.forward on 1 token with a "
                                    f"cache of {run.case.max_len} positions, max_len={run.case.max_len}",
                                    CACHE_LENGTH_UNCHECKED)
 
 
-each_case(probes.modern_lm_structure, partial(_expect_model, structure=True),
+each_case(probes.modern_lm_structure, partial(expect_model, oracle=MODERN),
           on_gpus=OnGpus("model", probes.MODERN_ON_GPU, MASK_ON_THE_CPU),
           passed="The named parts without biases, cos and sin non-persistent buffers, logits (b, t, vocab_size); on a "
                  "stand-in CUDA and MPS, the tables follow .to() and the mask is made on the tokens' device.")
-each_case(probes.modern_lm_oracle, _expect_model,
+each_case(probes.modern_lm_oracle, partial(expect_model, oracle=MODERN, exact=True),
           passed="The logits of PyTorch's pieces composed pre-norm and causal, with your weights.")
-each_case(probes.modern_lm_cache, _expect_model,
+each_case(probes.modern_lm_cache, _expect_with_cache,
           passed="3 tokens, then 2, 1 and 2 with the cache: the logits of one call; later tokens change nothing.")
-each_case(probes.modern_lm_hidden, partial(_expect_model, cached=True),
+each_case(probes.modern_lm_hidden, _expect_with_cache,
           passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len (with a cache too), "
                  "base=100.")
