@@ -43,6 +43,7 @@ from course.checks.kinds import (
     drawn,
 )
 from course.judges import judge
+from course.judges.variants import Simulator
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -57,12 +58,11 @@ def declared(check: Any, judged: Callable[[Evidence], None], passed: str) -> Cal
 
 @dataclass(frozen=True)
 class Advice:
-    """What a student reads beside a failure, by what went wrong: shape_hints(**inputs) and hint are functions of a
-    case's named inputs (hint may be a plain string)."""
+    """What a student reads beside a failure of an oracle's check (:class:`Oracle`, :class:`ForwardOracle`)."""
 
     otherwise: str = ""  # the output matches neither the oracle nor a typical mistake
-    hint: str | Callable[..., str] = ""  # the output has the wrong shape, or the code raised
-    shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}  # by the wrong shape
+    hint: str | Callable[..., str] = ""  # wrong shape or raised; or hint(**inputs), from a case's named inputs
+    shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}  # of the inputs: shape -> advice
     gradient_hints: Mapping[str, str] = field(default_factory=dict)  # input or parameter -> advice when it gets none
     keyword_mistake: Mistake | None = None  # a module's forward refused a keyword input (a TypeError naming it)
 
@@ -117,9 +117,6 @@ def against(check: CallCheck, oracle: Oracle, *, passed: str,
 
 # ------------------------------------------------------------------------------------------- modules
 
-Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs): what a module computes with the weights w
-
-
 def expect_linear_layers(ev: Evidence, key: str, what: str, owner: str,
                          layers: Mapping[str, tuple[int, int, bool, str, Mistake | str]], shared: str, seed: int,
                          gains: Mapping[str, float] | None = None) -> dict[str, torch.Tensor]:
@@ -166,8 +163,7 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
     __tracebackhide__ = True
     first, *keywords = inputs
     fact, refused = ev.facts.get(key), oracle.advice.keyword_mistake
-    if (refused is not None and isinstance(fact, dict) and fact.get("kind") == "raised"
-            and fact.get("type") == "TypeError"):
+    if refused and isinstance(fact, dict) and fact.get("kind") == "raised" and fact.get("type") == "TypeError":
         message = str(fact.get("message"))
         for name in keywords:
             if name in message:
@@ -223,22 +219,19 @@ def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, orac
     gradients compared with autograd through that mistake's computation (another check names it)."""
     __tracebackhide__ = True
     inputs, args = dict(case.inputs()), built.args
-    what = forward_what(oracle, inputs)
-    y = forward_output(ev, case.key, oracle, inputs)
+    what, y = forward_what(oracle, inputs), forward_output(ev, case.key, oracle, inputs)
     if case.upstream is not None:
         modules.expect_differentiable(ev, case.key, what)
-    want = expected_output(oracle, w, args, inputs)
-    tolerant = case.upstream is not None and tolerate_mistakes
-    found = None
+    want, tolerant = expected_output(oracle, w, args, inputs), case.upstream is not None and tolerate_mistakes
+    because, compute = None, oracle.compute
     if tolerant and not matches_any(y, [want], ev.device):
-        found = next(((m, run) for m, run in oracle.simulators(*args, **inputs)
-                      if m is not None and matches_any(y, [_run(run, w, args, inputs)], ev.device)), None)
-    if found is None:
+        because, compute = next(((m, run) for m, run in oracle.simulators(*args, **inputs) if m is not None
+                                 and matches_any(y, [_run(run, w, args, inputs)], ev.device)), (None, compute))
+    if because is None:
         expect_close(y, want, what=what, device=ev.device, case=case.label, otherwise=oracle.advice.otherwise,
                      mistakes=[] if tolerant else simulated(oracle, w, args, inputs))
     if case.upstream is None:
         return y
-    because, compute = found or (None, oracle.compute)
     grads = modules.autograd(lambda leaves, **given: compute(leaves, *args, **given), w, inputs, case.upstream())
     modules.expect_gradients(ev, grads, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
                              because=because, hints=oracle.advice.gradient_hints)
