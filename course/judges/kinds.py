@@ -43,6 +43,7 @@ from course.checks.kinds import (
     drawn,
 )
 from course.judges import judge
+from course.judges.variants import Simulator
 
 Tensors = Mapping[str, torch.Tensor]
 
@@ -55,8 +56,18 @@ def declared(check: Any, judged: Callable[[Evidence], None], passed: str) -> Cal
     return judge(check.name)(judged)
 
 
-def _none(**_: torch.Tensor) -> list[tuple[Mistake, torch.Tensor]]:
-    return []
+@dataclass(frozen=True)
+class Advice:
+    """What a student reads beside a failure of an oracle's check (:class:`Oracle`, :class:`ForwardOracle`)."""
+
+    otherwise: str = ""  # the output matches neither the oracle nor a typical mistake
+    hint: str | Callable[..., str] = ""  # wrong shape or raised; or hint(**inputs), from a case's named inputs
+    shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}  # of the inputs: shape -> advice
+    gradient_hints: Mapping[str, str] = field(default_factory=dict)  # input or parameter -> advice when it gets none
+    keyword_mistake: Mistake | None = None  # a module's forward refused a keyword input (a TypeError naming it)
+
+    def hint_for(self, inputs: Tensors) -> str:
+        return self.hint(**inputs) if callable(self.hint) else self.hint
 
 
 @dataclass(frozen=True)
@@ -68,27 +79,25 @@ class Oracle:
     compute: Callable[..., torch.Tensor]
     name: str  # the oracle in words, for gradient messages, e.g. "F.scaled_dot_product_attention"
     shape: Callable[..., tuple[int, ...]]  # the output's shape
-    mistakes: Callable[..., Iterable[tuple[Mistake, torch.Tensor]]] = _none  # tried in order, lazily
-    shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}
-    otherwise: str = ""  # the advice when the output matches neither the oracle nor a mistake
-    gradient_hints: Mapping[str, str] = field(default_factory=dict)
-    hint: str = ""  # the advice when the output has the wrong shape (or the code raised)
+    mistakes: Callable[..., Iterable[tuple[Mistake, torch.Tensor]]]  # tried in order, lazily
+    advice: Advice = Advice()
 
 
 def expect_case(ev: Evidence, case: Case, oracle: Oracle, expected: torch.Tensor | None = None) -> torch.Tensor:
     """The output recorded for case against expected (default: the oracle on the case's inputs), then its gradients
     against autograd through the oracle; returns the output."""
     inputs = dict(case.inputs())
-    y = output(ev, case.key, what=oracle.what, shape=oracle.shape(**inputs), shape_hints=oracle.shape_hints(**inputs),
-               hint=oracle.hint)
+    advice = oracle.advice
+    y = output(ev, case.key, what=oracle.what, shape=oracle.shape(**inputs), shape_hints=advice.shape_hints(**inputs),
+               hint=advice.hint_for(inputs))
     want = oracle.compute(**inputs) if expected is None else expected
     expect_close(y, want, what=oracle.what, device=ev.device, mistakes=oracle.mistakes(**inputs), case=case.label,
-                 otherwise=oracle.otherwise)
+                 otherwise=advice.otherwise)
     if case.upstream is not None:
         modules.expect_differentiable(ev, case.key, oracle.what)
         grads = modules.autograd(lambda _, **given: oracle.compute(**given), {}, inputs, case.upstream())
         modules.expect_gradients(ev, grads, owner=oracle.what, case=case.label, oracle=oracle.name,
-                                 hints=oracle.gradient_hints or None)
+                                 hints=advice.gradient_hints)
     return y
 
 
@@ -107,25 +116,6 @@ def against(check: CallCheck, oracle: Oracle, *, passed: str,
 
 
 # ------------------------------------------------------------------------------------------- modules
-
-Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs): what a module computes with the weights w
-
-
-def _no_simulators(*_: object, **__: torch.Tensor) -> list[tuple[Mistake, Simulator]]:
-    return []
-
-
-def _no_anchors(*_: object, **__: torch.Tensor) -> list[torch.Tensor]:
-    return []
-
-
-def _no_hint(**_: torch.Tensor) -> str:
-    return ""
-
-
-def _no_shape_hints(**_: torch.Tensor) -> dict[tuple[int, ...], str | Mistake]:
-    return {}
-
 
 def expect_linear_layers(ev: Evidence, key: str, what: str, owner: str,
                          layers: Mapping[str, tuple[int, int, bool, str, Mistake | str]], shared: str, seed: int,
@@ -155,14 +145,11 @@ class ForwardOracle:
     weights: Callable[[Evidence, Built], dict[str, torch.Tensor]]
     compute: Simulator  # compute(w, *args, **inputs), differentiable: gradients are autograd's through it
     name: str  # the oracle in words, e.g. "nn.MultiheadAttention with your weights"
-    simulators: Callable[..., list[tuple[Mistake, Simulator]]] = _no_simulators  # simulators(*args, **inputs)
-    anchors: Callable[..., list[torch.Tensor]] = _no_anchors  # anchors(w, *args, **inputs): outputs no check names
-    hint: Callable[..., str] = _no_hint  # hint(**inputs): what a wrong shape or an error suggests
-    shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = _no_shape_hints  # shape_hints(**inputs)
-    otherwise: str = ""  # the advice when the output matches neither the oracle nor a mistake
-    keyword_mistake: Mistake | None = None  # forward raised TypeError naming a keyword input: it has no such argument
+    #: simulators(*args, **inputs): (mistake, computation), tried in order; a mistake None is a real computation no
+    #: check names: an output it gives keeps a property's credit (:func:`anchor_forward`) but is no right answer
+    simulators: Callable[..., list[tuple[Mistake | None, Simulator]]]
+    advice: Advice = Advice()
     shape: Callable[..., tuple[int, ...]] | None = None  # shape(**inputs): the output's; None: the first input's
-    gradient_hints: Mapping[str, str] = field(default_factory=dict)  # parameter -> advice when it gets no gradient
 
 
 def forward_what(oracle: ForwardOracle, inputs: Tensors) -> str:
@@ -175,18 +162,28 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
     (b, tq, k)), else a failure in plain words."""
     __tracebackhide__ = True
     first, *keywords = inputs
-    fact = ev.facts.get(key)
-    if (oracle.keyword_mistake is not None and isinstance(fact, dict) and fact.get("kind") == "raised"
-            and fact.get("type") == "TypeError"):
+    fact, refused = ev.facts.get(key), oracle.advice.keyword_mistake
+    if refused and isinstance(fact, dict) and fact.get("kind") == "raised" and fact.get("type") == "TypeError":
         message = str(fact.get("message"))
         for name in keywords:
             if name in message:
-                advice = oracle.keyword_mistake.explanation
                 fail(f"{oracle.owner}.forward({first}, {name}=...) raised TypeError: {message[:200]}. "
-                     f"{advice[0].upper()}{advice[1:]}", mistake=oracle.keyword_mistake)
+                     f"{refused.explanation[0].upper()}{refused.explanation[1:]}", mistake=refused)
     shape = oracle.shape(**inputs) if oracle.shape else tuple(inputs[first].shape)
     return output(ev, key, what=forward_what(oracle, inputs), shape=shape,
-                  shape_hints=oracle.shape_hints(**inputs), hint=oracle.hint(**inputs))
+                  shape_hints=oracle.advice.shape_hints(**inputs), hint=oracle.advice.hint_for(inputs))
+
+
+def _run(compute: Simulator, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
+    """compute with the weights w and constructor arguments args on these inputs, without autograd (per call: a
+    generator's no_grad would stay on in its reader between two outputs)."""
+    with torch.no_grad():
+        return compute(w, *args, **inputs)
+
+
+def expected_output(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
+    """The oracle's output with the weights w and constructor arguments args on these inputs, without autograd."""
+    return _run(oracle.compute, w, args, inputs)
 
 
 def simulated(oracle: ForwardOracle, w: Tensors, args: tuple,
@@ -195,37 +192,22 @@ def simulated(oracle: ForwardOracle, w: Tensors, args: tuple,
     inputs, without autograd, lazily in order: whoever looks for the first match runs no mistake after it (04 has 179
     per case), and a right output none (expect_close returns before reading them)."""
     for mistake, simulate in oracle.simulators(*args, **inputs):
-        with torch.no_grad():  # per call: a generator's no_grad would stay on in its reader between two outputs
-            out = simulate(w, *args, **inputs)
-        yield mistake, out
-
-
-def expected_output(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
-    """The oracle's output with the weights w and constructor arguments args on these inputs, without autograd."""
-    with torch.no_grad():
-        return oracle.compute(w, *args, **inputs)
-
-
-def _candidates(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> Iterator[torch.Tensor]:
-    """The outputs of oracle's typical mistakes, then its anchors, lazily: matches_any stops at the first match."""
-    yield from (out for _, out in simulated(oracle, w, args, inputs))
-    with torch.no_grad():
-        anchors = oracle.anchors(w, *args, **inputs)
-    yield from anchors
+        if mistake is not None:
+            yield mistake, _run(simulate, w, args, inputs)
 
 
 def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors,
                    claim: str, label: str) -> None:
-    """Fail unless y is what the module computes with the weights w on these inputs, or what one of its typical
-    mistakes (or anchors) does: a property earns nothing for an output no real computation of the exercise gives.
+    """Fail unless y is what the module computes with the weights w on these inputs, or what one of its simulators
+    does: a property earns nothing for an output no real computation of the exercise gives.
     claim: the property y has, e.g. "MultiHeadAttention respects the causal mask"."""
     __tracebackhide__ = True
     want = expected_output(oracle, w, args, inputs)
     if matches_any(y, [want], ev.device):  # a right output runs no mistake's computation
         return
-    if not matches_any(y, _candidates(oracle, w, args, inputs), ev.device):
+    if not matches_any(y, (_run(run, w, args, inputs) for _, run in oracle.simulators(*args, **inputs)), ev.device):
         fail(f"{claim}, but it is not {oracle.kind}: its output matches neither the reference nor a known mistake. "
-             f"{oracle.hint(**inputs)}", want, y, case=label)
+             f"{oracle.advice.hint_for(inputs)}", want, y, case=label)
 
 
 def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, oracle: ForwardOracle,
@@ -237,30 +219,22 @@ def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, orac
     gradients compared with autograd through that mistake's computation (another check names it)."""
     __tracebackhide__ = True
     inputs, args = dict(case.inputs()), built.args
-    what = forward_what(oracle, inputs)
-    y = forward_output(ev, case.key, oracle, inputs)
+    what, y = forward_what(oracle, inputs), forward_output(ev, case.key, oracle, inputs)
     if case.upstream is not None:
         modules.expect_differentiable(ev, case.key, what)
-    want = expected_output(oracle, w, args, inputs)
-    tolerant = case.upstream is not None and tolerate_mistakes
-    found = []
+    want, tolerant = expected_output(oracle, w, args, inputs), case.upstream is not None and tolerate_mistakes
+    because, compute = None, oracle.compute
     if tolerant and not matches_any(y, [want], ev.device):
-        found = [(m, simulate) for (m, simulate), (_, out) in zip(oracle.simulators(*args, **inputs),
-                                                                  simulated(oracle, w, args, inputs), strict=True)
-                 if matches_any(y, [out], ev.device)]
-    if not found:
-        expect_close(y, want, what=what, device=ev.device, case=case.label, otherwise=oracle.otherwise,
+        because, compute = next(((m, run) for m, run in oracle.simulators(*args, **inputs) if m is not None
+                                 and matches_any(y, [_run(run, w, args, inputs)], ev.device)), (None, compute))
+    if because is None:
+        expect_close(y, want, what=what, device=ev.device, case=case.label, otherwise=oracle.advice.otherwise,
                      mistakes=[] if tolerant else simulated(oracle, w, args, inputs))
     if case.upstream is None:
         return y
-    because, compute = found[0] if found else (None, oracle.compute)
-
-    def forward(leaves: Tensors, **given: torch.Tensor) -> torch.Tensor:
-        return compute(leaves, *args, **given)
-
-    grads = modules.autograd(forward, w, inputs, case.upstream())
+    grads = modules.autograd(lambda leaves, **given: compute(leaves, *args, **given), w, inputs, case.upstream())
     modules.expect_gradients(ev, grads, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
-                             because=because, hints=oracle.gradient_hints)
+                             because=because, hints=oracle.advice.gradient_hints)
     return y
 
 
@@ -274,11 +248,10 @@ def against_forward(check: RunsCheck, oracle: ForwardOracle, *, passed: str, tol
         __tracebackhide__ = True
         for item in check.runs:
             cases = drawn(item.cases)
-            if not cases:
-                continue
-            w = oracle.weights(ev, item.module)
-            for case in cases:
-                expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes)
+            if cases:
+                w = oracle.weights(ev, item.module)
+                for case in cases:
+                    expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes)
         if then is not None:
             then(ev)
 

@@ -25,6 +25,7 @@ from course.checks.kinds import Built, Case, ModelRun
 from course.checks.modern_decoder import ATTENTION_NAME, MODEL_NAME, AttentionCase, ModernCase
 from course.judges import judge
 from course.judges.kinds import (
+    Advice,
     ForwardOracle,
     Oracle,
     against,
@@ -114,7 +115,7 @@ def _norm_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 _RMS_HINT = "forward should compute x / sqrt(mean(x², dim=-1, keepdim=True) + eps) · gain, over any leading dimensions."
 RMS = ForwardOracle(probes.NORM_NAME, "RMS normalisation", _norm_weights, _rms_norm, "F.rms_norm with your gain",
-                    simulators=lambda *_, **__: _RMS_MISTAKES, hint=lambda **_: _RMS_HINT, otherwise=_RMS_HINT)
+                    simulators=lambda *_, **__: _RMS_MISTAKES, advice=Advice(otherwise=_RMS_HINT, hint=_RMS_HINT))
 
 
 def _expect_as_built(ev: Evidence) -> None:
@@ -282,7 +283,7 @@ _ROTARY_HINT = ("Take rows offset .. offset + t − 1 of cos and sin (one angle 
                 "torch.cat([x1·cos − x2·sin, x1·sin + x2·cos], dim=-1), x1 = x[..., :s//2], x2 = x[..., s//2:].")
 
 ROTARY = Oracle("apply_rotary(x, cos, sin, offset)", rotate, "rotation as complex multiplication",
-                shape=lambda x, **_: tuple(x.shape), otherwise=_ROTARY_HINT, hint=_ROTARY_HINT,
+                shape=lambda x, **_: tuple(x.shape), advice=Advice(otherwise=_ROTARY_HINT, hint=_ROTARY_HINT),
                 mistakes=lambda **inputs: WRITTEN.outputs("apply_rotary", **inputs))
 
 against(probes.apply_rotary_oracle, ROTARY,
@@ -360,8 +361,8 @@ def _swiglu_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 _SWIGLU_HINT = "forward should compute self.down(F.silu(self.gate(x)) * self.up(x))."
 SWIGLU = ForwardOracle(probes.SWIGLU_NAME, "SwiGLU", _swiglu_weights, _swiglu, "F.linear and F.silu with your weights",
-                       simulators=lambda *_, **__: _SWIGLU_MISTAKES, hint=lambda **_: _SWIGLU_HINT,
-                       otherwise=_SWIGLU_HINT)
+                       simulators=lambda *_, **__: _SWIGLU_MISTAKES,
+                       advice=Advice(otherwise=_SWIGLU_HINT, hint=_SWIGLU_HINT))
 
 against_forward(probes.swiglu_oracle, SWIGLU,
                 passed="down(silu(gate(x)) · up(x)) on 3-D and 4-D inputs; gradients reach x and every weight.")

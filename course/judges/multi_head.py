@@ -16,7 +16,7 @@ from course.checks.kinds import Built, RunsCheck
 from course.checks.multi_head import GAINS, GRAD_HEADS, LAYERS, hand_heads, hand_x
 from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import anchored, expect_structure
-from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared, simulated
+from course.judges.kinds import Advice, ForwardOracle, Oracle, against, against_forward, declared, simulated
 from course.judges.variants import Variants, both, edited, module_output, reference_source
 
 NARROW_NAME = "MultiHeadAttention"
@@ -72,18 +72,18 @@ def _merge(x: torch.Tensor) -> torch.Tensor:
 
 SPLIT = Oracle("split_heads(x, heads)", _split, "torch.stack(x.chunk(heads, -1), 1)",
                shape=lambda x, heads: (x.shape[0], heads, x.shape[1], x.shape[2] // heads),
-               mistakes=lambda **inputs: WRITTEN.outputs("split_heads", **inputs),
-               shape_hints=lambda x, heads: {
-                   (x.shape[0], x.shape[1], heads, x.shape[2] // heads): "That is (b, t, heads, s): swap the middle "
-                   "axes with .transpose(1, 2) to get (b, heads, t, s).",
-                   (x.shape[0], heads, x.shape[1], x.shape[2]): "The head size is k // heads, not k."},
-               otherwise="Head i should hold features i·s to (i+1)·s − 1 of every position, positions in order.")
+               mistakes=lambda **inputs: WRITTEN.outputs("split_heads", **inputs), advice=Advice(
+                   otherwise="Head i should hold features i·s to (i+1)·s − 1 of every position, positions in order.",
+                   shape_hints=lambda x, heads: {
+                       (x.shape[0], x.shape[1], heads, x.shape[2] // heads): "That is (b, t, heads, s): swap the "
+                       "middle axes with .transpose(1, 2) to get (b, heads, t, s).",
+                       (x.shape[0], heads, x.shape[1], x.shape[2]): "The head size is k // heads, not k."}))
 MERGE = Oracle("merge_heads(x)", _merge, "torch.cat(x.unbind(1), -1)",
                shape=lambda x: (x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
-               mistakes=lambda **inputs: WRITTEN.outputs("merge_heads", **inputs),
-               shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1], x.shape[3]): "Flatten the last two "
-                                      "dimensions (heads, s) into one of size heads·s."},
-               otherwise="merge_heads must undo split_heads: merge_heads(split_heads(x, h)) == x.")
+               mistakes=lambda **inputs: WRITTEN.outputs("merge_heads", **inputs), advice=Advice(
+                   otherwise="merge_heads must undo split_heads: merge_heads(split_heads(x, h)) == x.",
+                   shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1], x.shape[3]): "Flatten the last two "
+                                          "dimensions (heads, s) into one of size heads·s."}))
 
 against(probes.split_heads_by_hand, SPLIT, answers={"y": hand_heads},
         passed="(1, 3, 4) with 2 heads: head 0 holds features 0-1 of every position, head 1 features 2-3.")
@@ -306,14 +306,14 @@ def _output_shape_hints(x: torch.Tensor, context: torch.Tensor | None = None,
 NARROW = ForwardOracle(
     NARROW_NAME, "multi-head attention", partial(_multi_head_weights, wide=False),
     lambda w, k, heads, x, context=None, mask=None: oracles.course_module_attention(w, x, context, mask, heads=heads),
-    "nn.MultiheadAttention", simulators=partial(_simulators, answer=NARROW_NAME), hint=_head_layout_hint,
-    shape_hints=_output_shape_hints,
-    otherwise="It differs from nn.MultiheadAttention with your weights. " + _SHAPES_RECIPE)
+    "nn.MultiheadAttention", simulators=partial(_simulators, answer=NARROW_NAME), advice=Advice(
+        otherwise="It differs from nn.MultiheadAttention with your weights. " + _SHAPES_RECIPE,
+        hint=_head_layout_hint, shape_hints=_output_shape_hints))
 WIDE = ForwardOracle(
     WIDE_NAME, "multi-head attention", partial(_multi_head_weights, wide=True), _wide_attention,
     "PyTorch's fused attention on your projections", simulators=partial(_simulators, answer=WIDE_NAME),
-    hint=_head_layout_hint, shape_hints=_output_shape_hints,
-    otherwise="It differs from PyTorch's fused attention on your projections. " + _SHAPES_RECIPE)
+    advice=Advice(otherwise="It differs from PyTorch's fused attention on your projections. " + _SHAPES_RECIPE,
+                  hint=_head_layout_hint, shape_hints=_output_shape_hints))
 
 # ---------------------------------------------------------------- the modules: the checks
 

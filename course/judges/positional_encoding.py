@@ -30,7 +30,7 @@ from course.checks.compare import (
 from course.checks.evidence import Evidence, fact_key, gradient_key
 from course.checks.kinds import Built, Case, drawn
 from course.judges import judge
-from course.judges.kinds import ForwardOracle, against_forward, each_case, expect_forward_case
+from course.judges.kinds import Advice, ForwardOracle, against_forward, each_case, expect_forward_case
 from course.judges.variants import Simulator, Variants, simulators
 
 TABLE_NAME = "sinusoidal_positional_encoding(max_len, k)"
@@ -437,8 +437,8 @@ def _learned_simulators(*_: object, **__: object) -> list[tuple[Mistake, Simulat
 
 
 LEARNED = ForwardOracle(LEARNED_NAME, "the learned positional embedding", _embedding_weight, _learned,
-                        "x + weight[:t]", simulators=_learned_simulators, hint=lambda **_: _LEARNED_HINT,
-                        otherwise=_LEARNED_HINT)
+                        "x + weight[:t]", simulators=_learned_simulators,
+                        advice=Advice(otherwise=_LEARNED_HINT, hint=_LEARNED_HINT))
 
 POSITIONS_ON_THE_CPU = WRITTEN.mistake("positions-on-the-cpu", "the positions are made on the CPU (torch.arange(t) "
                                        "with no device=): make them where x is, with torch.arange(t, "

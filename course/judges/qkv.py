@@ -15,7 +15,7 @@ from course.checks.kinds import Built
 from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import anchored, expect_structure, projection_count, projections
-from course.judges.kinds import ForwardOracle, Oracle, against, against_forward, declared
+from course.judges.kinds import Advice, ForwardOracle, Oracle, against, against_forward, declared
 from course.judges.variants import Variants, simulators
 
 ATTENTION_NAME = "attention(queries, keys, values)"
@@ -90,10 +90,11 @@ def _shape_hints(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
 ATTENTION = Oracle(
     ATTENTION_NAME, lambda queries, keys, values: F.scaled_dot_product_attention(queries, keys, values, scale=1.0),
     "F.scaled_dot_product_attention", shape=lambda queries, keys, values: (*queries.shape[:2], values.shape[-1]),
-    mistakes=lambda **inputs: WRITTEN.outputs("attention", **inputs), shape_hints=_shape_hints,
-    otherwise="weights = softmax(queries·keysᵀ) over the keys (last dimension), output = weights·values.",
-    hint="Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). The "
-         "numbers of queries and keys differ here, so transposed weights do not fit the values.")
+    mistakes=lambda **inputs: WRITTEN.outputs("attention", **inputs), advice=Advice(
+        otherwise="weights = softmax(queries·keysᵀ) over the keys (last dimension), output = weights·values.",
+        hint="Write down the shape of every step: scores (b, tq, tk), weights (b, tq, tk), output (b, tq, v). The "
+             "numbers of queries and keys differ here, so transposed weights do not fit the values.",
+        shape_hints=_shape_hints))
 
 # ---------------------------------------------------------------- attention
 
@@ -115,10 +116,10 @@ def _judge_average(ev: Evidence) -> None:
     kinds.expect_case(ev, same, ATTENTION)
     inputs = dict(different.inputs())
     y = output(ev, different.key, what=ATTENTION_NAME, shape=ATTENTION.shape(**inputs),
-               shape_hints=_shape_hints(**inputs), hint=ATTENTION.hint)
+               shape_hints=_shape_hints(**inputs), hint=ATTENTION.advice.hint_for(inputs))
     expected = ATTENTION.compute(**inputs)
     if not matches_any(y, [expected, *(m for _, m in WRITTEN.outputs("attention", **inputs))], ev.device):
-        fail(f"{ATTENTION_NAME} averages identical values, but it is not attention: {ATTENTION.otherwise}",
+        fail(f"{ATTENTION_NAME} averages identical values, but it is not attention: {ATTENTION.advice.otherwise}",
              expected, y, case=different.label)
 
 
@@ -152,8 +153,8 @@ MODULE = ForwardOracle(
     MODULE_NAME, "self-attention with the projections to_queries, to_keys and to_values",
     partial(projections, owner=MODULE_NAME, bias_mistake=PROJECTION_BIAS),
     lambda w, k, x: _qkv_oracle(w, x), "nn.MultiheadAttention", simulators=lambda *_, **__: MODULE_MISTAKES,
-    hint=lambda **_: _FORWARD_HINT,
-    otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT)
+    advice=Advice(otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _FORWARD_HINT,
+                  hint=_FORWARD_HINT))
 
 
 # ---------------------------------------------------------------- the module

@@ -255,8 +255,10 @@ def _module_calling(name: str, called: Iterable[str]) -> list[tuple[Mistake, Sim
             for f in WRITTEN.of(SDPA) if f.name in called]
 
 
-#: the values not projected together with a mistake of the function: real computations no check names
-_RAW_VALUES_AND = {m: _module_calling("scaling-module-values-not-projected", shown) for m, shown in _SHOWN.items()}
+#: the values not projected together with a mistake of the function: real computations no check names (no mistake:
+#: an output they give keeps a property's credit, kinds.anchor_forward)
+_RAW_VALUES_AND = {m: [(None, run) for _, run in _module_calling("scaling-module-values-not-projected", shown)]
+                   for m, shown in _SHOWN.items()}
 #: the mask dropped together with a mistake of the scale: it leaks as the mask dropped does
 _MASK_DROPPED_AND = _module_calling("scaling-module-mask-dropped", SCALES)
 
@@ -264,11 +266,11 @@ _MASK_DROPPED_AND = _module_calling("scaling-module-mask-dropped", SCALES)
 MODULE = ForwardOracle(
     MODULE_NAME, "scaled self-attention with the projections to_queries, to_keys and to_values", _scaled_projections,
     lambda w, k, x, mask=None: oracles.course_module_attention(w, x, mask=mask), "nn.MultiheadAttention",
-    simulators=lambda *_, mask=None, **__: _MODULE_MISTAKES[mask is not None],
-    anchors=lambda w, *args, **inputs: [run(w, *args, **inputs) for _, run in _RAW_VALUES_AND["mask" in inputs]],
-    hint=lambda x, mask=None: _MODULE_FORWARD_HINT + ("" if mask is None else " " + NO_MASK_ARGUMENT.explanation),
-    keyword_mistake=NO_MASK_ARGUMENT,
-    otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _MODULE_FORWARD_HINT)
+    simulators=lambda *_, mask=None, **__: _MODULE_MISTAKES[mask is not None] + _RAW_VALUES_AND[mask is not None],
+    advice=kinds.Advice(
+        otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _MODULE_FORWARD_HINT,
+        hint=lambda x, mask=None: _MODULE_FORWARD_HINT + ("" if mask is None else " " + NO_MASK_ARGUMENT.explanation),
+        keyword_mistake=NO_MASK_ARGUMENT))
 
 against_forward(probes.scaled_self_attention_vs_pytorch, MODULE,
                 passed="A small masked batch against nn.MultiheadAttention (one head, which scales by √k) with the "

@@ -14,7 +14,7 @@ from course.checks.compare import expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.self_attention import PERMUTATION, hand_x
 from course.judges import judge
-from course.judges.kinds import Oracle, against
+from course.judges.kinds import Advice, Oracle, against
 from course.judges.variants import Variants
 
 # ------------------------------------------------------------------------------------------- mistakes
@@ -116,16 +116,17 @@ def _hand_weights() -> torch.Tensor:
 WEIGHTS = Oracle(
     "attention_weights(x)", _oracle_weights, "F.scaled_dot_product_attention",
     shape=lambda x: (x.shape[0], x.shape[1], x.shape[1]), mistakes=lambda x: WRITTEN.outputs("attention_weights", x=x),
-    shape_hints=lambda x: {tuple(x.shape): "That is the shape of the input: return the (t, t) weights."},
-    otherwise="Compute x·xᵀ with a batched matrix product, then softmax over the last dimension.")
+    advice=Advice(otherwise="Compute x·xᵀ with a batched matrix product, then softmax over the last dimension.",
+                  shape_hints=lambda x: {tuple(x.shape): "That is the shape of the input: return the (t, t) weights."}))
 OUTPUT = Oracle(
     "basic_self_attention(x)", _oracle_output, "F.scaled_dot_product_attention",
     shape=lambda x: tuple(x.shape), mistakes=lambda x: WRITTEN.outputs("basic_self_attention", x=x),
-    shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1]): WRITTEN["output-xT-w"],
-                           (x.shape[0], x.shape[1], x.shape[1]): "That is the shape of the weights: return the "
-                                                                 "weighted sum w·x."},
-    otherwise="Compute the weights, then y = w·x with a batched matrix product (torch.bmm or @).",
-    gradient_hints={"x": "Every output depends on every input."})
+    advice=Advice(
+        otherwise="Compute the weights, then y = w·x with a batched matrix product (torch.bmm or @).",
+        shape_hints=lambda x: {(x.shape[0], x.shape[2], x.shape[1]): WRITTEN["output-xT-w"],
+                               (x.shape[0], x.shape[1], x.shape[1]): "That is the shape of the weights: return the "
+                                                                     "weighted sum w·x."},
+        gradient_hints={"x": "Every output depends on every input."}))
 
 # ------------------------------------------------------------------------------------------- the checks
 
@@ -166,7 +167,7 @@ def _judge_rows(ev: Evidence) -> None:
     x = case.inputs()["x"]
     if not matches_any(w, [_oracle_weights(x), *(m for _, m in WRITTEN.outputs("attention_weights", x=x))], ev.device):
         fail(f"The rows of {WEIGHTS.what} sum to 1, but they are not a softmax of the dot products x·xᵀ. "
-             + WEIGHTS.otherwise, _oracle_weights(x), w, case=case.label)
+             + WEIGHTS.advice.otherwise, _oracle_weights(x), w, case=case.label)
 
 
 @judge("permutation_equivariance")
@@ -181,5 +182,5 @@ def _judge_permutation(ev: Evidence) -> None:
     x = probes.PERMUTATION_CASE.inputs()["x"]
     written = (m for _, m in WRITTEN.outputs("basic_self_attention", x=x))
     if not matches_any(y, [_oracle_output(x), *written], ev.device):
-        fail(f"{OUTPUT.what} is permutation equivariant, but it is not attention over x: " + OUTPUT.otherwise,
+        fail(f"{OUTPUT.what} is permutation equivariant, but it is not attention over x: " + OUTPUT.advice.otherwise,
              _oracle_output(x), y, case="x of shape (2, 6, 4)")

@@ -41,6 +41,7 @@ from course.checks.seq2seq import BOS_ID, PAD_ID
 from course.dates import PAD
 from course.judges import oracles
 from course.judges.kinds import (
+    Advice,
     BlockOracle,
     ForwardOracle,
     against_block,
@@ -303,13 +304,13 @@ def _block_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
 
 DECODER = ForwardOracle(
     BLOCK_NAME, "a decoder block", _block_weights, _decoder,
-    "nn.TransformerDecoderLayer with the same weights", lambda *_, **__: BLOCK_MISTAKES,
-    hint=lambda **_: ("Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for "
-                      "cross-attention; pass them on to MultiHeadAttention unchanged (mask=...)."),
-    otherwise="x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, context=memory, "
-              "mask=memory_mask)); return norm3(x + ff(x)).",
-    shape_hints=lambda memory, **_: {tuple(memory.shape): "One output per memory position: are x and memory "
-                                                          "swapped in cross-attention? The queries come from x."})
+    "nn.TransformerDecoderLayer with the same weights", lambda *_, **__: BLOCK_MISTAKES, advice=Advice(
+        otherwise="x = norm1(x + self_attention(x, mask=self_mask)); x = norm2(x + cross_attention(x, "
+                  "context=memory, mask=memory_mask)); return norm3(x + ff(x)).",
+        hint="Masks are bool and broadcast to (b, t, t) for self-attention and to (b, t, s) for cross-attention; "
+             "pass them on to MultiHeadAttention unchanged (mask=...).",
+        shape_hints=lambda memory, **_: {tuple(memory.shape): "One output per memory position: are x and memory "
+                                                              "swapped in cross-attention? The queries come from x."}))
 DECODER_BLOCK = BlockOracle(lambda ev, built: (None, _block_weights(ev, built)), lambda _: DECODER)
 
 

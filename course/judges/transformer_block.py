@@ -20,6 +20,7 @@ from course.checks.kinds import Built
 from course.checks.modules import MISSING_PART, WRONG_LAYER_SIZE
 from course.judges import oracles
 from course.judges.kinds import (
+    Advice,
     BlockOracle,
     ForwardOracle,
     Simulator,
@@ -417,7 +418,7 @@ def _ff_oracle(roles: Roles) -> ForwardOracle:
     return ForwardOracle(FF_NAME, "the feed-forward layer", lambda ev, built: _ff_weights(ev, built)[1],
                          partial(_ff_of, roles, None), "F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)",
                          lambda *_, **__: [(w.mistake, partial(_ff_of, roles, w)) for w in WRITTEN.of(FF_NAME)],
-                         hint=lambda **_: _FF_HINT, otherwise=_FF_HINT)
+                         advice=Advice(otherwise=_FF_HINT, hint=_FF_HINT))
 
 
 FF = BlockOracle(_ff_weights, _ff_oracle)
@@ -468,11 +469,12 @@ def _encoder_block_oracle(roles: Roles) -> ForwardOracle:
         partial(_block, roles, None, None), "nn.TransformerEncoderLayer with the same weights",
         lambda *_, x, mask=None: [(m, partial(_block, roles, variant, ff))
                                   for m, variant, ff in _block_specs(mask)[1:]],
-        hint=lambda x, mask=None: _BLOCK_HINT + ("" if mask is None else
-                                                 " forward's signature is forward(self, x, mask=None)."),
-        shape_hints=lambda x, mask=None: {(len(x), x.shape[1], x.shape[1]):
-                                          "That is the shape of attention weights: return the block's output."},
-        otherwise=_BLOCK_HINT)
+        advice=Advice(
+            otherwise=_BLOCK_HINT,
+            hint=lambda x, mask=None: _BLOCK_HINT + ("" if mask is None else
+                                                     " forward's signature is forward(self, x, mask=None)."),
+            shape_hints=lambda x, mask=None: {(len(x), x.shape[1], x.shape[1]):
+                                              "That is the shape of attention weights: return the block's output."}))
 
 
 #: the exercise's structure exactly (the course's MultiHeadAttention with the block's heads, two separate
@@ -658,14 +660,14 @@ def _classifier_oracles(parts: Classifier) -> list[ForwardOracle]:
     return [ForwardOracle(
         CLASSIFIER_NAME, "a transformer classifier", lambda *_: {},
         partial(_classifier_logits, parts, block, ff, None), "the classifier's layers",
-        partial(_heads, parts, block, ff), hint=lambda **_: _CLASSIFIER_HINT,
-        shape=lambda tokens: (len(tokens), classes), otherwise=_CLASSIFIER_HINT,
-        shape_hints=lambda tokens: {
-            (tokens.shape[1], classes): "There is one row per position: the mean runs over the batch (dim=0), not the "
-                                        "positions.",
-            (*tokens.shape, classes): "There is one row per position: average over the positions (dim=1) before the "
-                                      "output layer."},
-        gradient_hints={name: hint for r in (own, *blocks) for name, _ in r.named.values() if name not in head})
+        partial(_heads, parts, block, ff), shape=lambda tokens: (len(tokens), classes), advice=Advice(
+            otherwise=_CLASSIFIER_HINT, hint=_CLASSIFIER_HINT,
+            shape_hints=lambda tokens: {
+                (tokens.shape[1], classes): "There is one row per position: the mean runs over the batch (dim=0), not "
+                                            "the positions.",
+                (*tokens.shape, classes): "There is one row per position: average over the positions (dim=1) before "
+                                          "the output layer."},
+            gradient_hints={name: hint for r in (own, *blocks) for name, _ in r.named.values() if name not in head}))
         for _, block, ff in _block_specs(None)]
 
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from example_check import checks
 
-from course.judges.kinds import Oracle, against
+from course.judges.kinds import Advice, Oracle, against
 from course.judges.variants import Variants
 
 # ------------------------------------------------------------------------------------------- mistakes
@@ -46,7 +46,8 @@ WEIGHTS = Oracle(
     "sliding_window_weights(x, window)", _oracle, "F.scaled_dot_product_attention with a band mask",
     shape=lambda x, window: (x.shape[0], x.shape[1], x.shape[1]),
     mistakes=lambda **inputs: WRITTEN.outputs("sliding_window_weights", **inputs),
-    otherwise="Mask the scores x·xᵀ outside i - window < j <= i with -inf, then softmax over the last dimension.")
+    advice=Advice(otherwise="Mask the scores x·xᵀ outside i - window < j <= i with -inf, then softmax over the last "
+                            "dimension."))
 
 against(checks.sliding_window_oracle, WEIGHTS,
         passed="Random inputs with windows of 1, shorter than the sequence and longer, against PyTorch's fused "
