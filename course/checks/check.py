@@ -10,8 +10,9 @@ verdict at once (also under ``nbgrader validate``). Under grading (``NBGRADER_EX
 only probes and writes the evidence to ``.evidence/NAME/``; the grader judges it in its own process
 (``autograder.judging``), and the test cell's score and message are the judge's.
 
-The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``. A check with prerequisites also
-says, when it fails, which earlier exercise that the tested code uses does not pass its own tests yet.
+The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``. A check with prerequisites
+(course/checks/kinds.py's AfterPrerequisites) also says, when it fails, which earlier exercise that the tested code
+uses does not pass its own tests yet.
 """
 
 from __future__ import annotations
