@@ -126,11 +126,10 @@ def test_a_checks_judges_are_those_of_the_module_that_declares_it(monkeypatch):
     import sys  # noqa: PLC0415
     from types import ModuleType  # noqa: PLC0415
 
-    from course.checks.check import declaring_module  # noqa: PLC0415
     from course.checks.kinds import calls, random_case  # noqa: PLC0415
 
     assert probes.attention_weights_by_hand.module == "self_attention"
-    assert declaring_module(probes.basic_self_attention_oracle) == "self_attention"
+    assert probes.basic_self_attention_oracle.module == "self_attention"
     stray = calls("stray", (random_case("w", (1, 2, 2), 1),))
     with pytest.raises(LookupError, match="'stray' is bound under its name in 0 modules"):
         stray.judge  # noqa: B018 - asking for the judge is what looks the module up
@@ -138,4 +137,4 @@ def test_a_checks_judges_are_those_of_the_module_that_declares_it(monkeypatch):
     twice.attention_weights_oracle = probes.attention_weights_oracle
     monkeypatch.setitem(sys.modules, twice.__name__, twice)
     with pytest.raises(LookupError, match="in 2 modules"):
-        declaring_module(probes.attention_weights_oracle)
+        probes.attention_weights_oracle.module  # noqa: B018 - reading it looks the module up

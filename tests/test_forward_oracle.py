@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course.checks import compare
-from course.checks.compare import CheckFailed, declare
+from course.checks.compare import CheckFailed, Mistake
 from course.checks.evidence import Evidence
 from course.checks.kinds import Built, Case
 from course.judges.kinds import ForwardOracle, anchor_forward, expect_forward_case, simulated
@@ -25,8 +25,7 @@ def _oracle(ran: list[str]) -> ForwardOracle:
             ran.append(f"plus-{i}")
             assert not torch.is_grad_enabled(), "a mistake runs without autograd"
             return x * (w["scale"] + i)
-        (declared,) = declare("made_up", ((f"plus-{i}", f"{i} too much."),)).values()
-        return declared, simulate
+        return Mistake(f"plus-{i}", f"{i} too much.", declared_in="made_up"), simulate
 
     return ForwardOracle("Made", "made-up scaling", lambda ev, built: W, lambda w, k, x: x * w["scale"], "x · scale",
                          simulators=lambda k, x: [mistake(i) for i in (1, 2, 3)])

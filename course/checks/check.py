@@ -10,15 +10,16 @@ verdict at once (also under ``nbgrader validate``). Under grading (``NBGRADER_EX
 only probes and writes the evidence to ``.evidence/NAME/``; the grader judges it in its own process
 (``autograder.judging``), and the test cell's score and message are the judge's.
 
-The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``. A check with prerequisites also
-says, when it fails, which earlier exercise that the tested code uses does not pass its own tests yet.
+The test cell whose grade_id is ``test_NAME`` calls exactly the check ``NAME``. A check with prerequisites
+(course/checks/kinds.py's AfterPrerequisites) also says, when it fails, which earlier exercise that the tested code
+uses does not pass its own tests yet.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,37 +53,42 @@ class Check:
     The probe lives here, in course/checks/<assignment>.py, which the student's kernel imports. The judge lives in
     course/judges/<assignment>.py (registered with ``course.judges.judge(name)``), which the grading sandbox hides:
     nothing the kernel can import under grading holds an oracle or a reference computation. ``check.judge`` finds
-    the judge when it is first asked for, so merely probing never imports the judges. With prerequisites, the probe
-    also records their checks on the parts of those names in namespace(student) (the notebook's globals), and a
-    failure notes which of them fail their own tests (user: what the tested code is called in that note)."""
+    the judge when it is first asked for, so merely probing never imports the judges."""
 
-    def __init__(self, name: str, probe: Callable[[Any, Recorder], None], *, prerequisites: Iterable[Prerequisite] = (),
-                 namespace: Callable[[Any], Any] | None = None, user: str = ""):
+    def __init__(self, name: str, probe: Callable[[Any, Recorder], None]):
         self.name = name
-        self.prerequisites = tuple(prerequisites)
-        self._namespace = namespace
-        self._user = user
         self._probe = probe
         self._judge: Callable[[Evidence], None] | None = None
 
     @property
     def module(self) -> str:
-        """The module of course/checks that declares this check: the one that binds it under its name."""
-        return declaring_module(self)
+        """The module of course/checks that binds this check under its name (imported by then: a check is used
+        through it); outside the course (the worked example of docs/contributors.md), a module named `checks` that
+        binds it."""
+        homes = [name for name, found in list(sys.modules.items())
+                 if name.startswith("course.checks.") and getattr(found, self.name, None) is self]
+        homes = homes or [name for name, found in list(sys.modules.items())
+                          if name.rsplit(".", 1)[-1] == "checks" and getattr(found, self.name, None) is self]
+        if len(homes) != 1:
+            raise LookupError(f"the check {self.name!r} is bound under its name in {len(homes)} modules of "
+                              f"course/checks, not one ({', '.join(homes)})")
+        return homes[0].rsplit(".", 1)[-1]
 
     @property
     def judge(self) -> Callable[[Evidence], None]:
         """The judge of this check (imported from course.judges on first use; not importable under grading)."""
         if self._judge is None:
-            from course.judges import judge_of  # noqa: PLC0415 - only the judging side may import the judges
-
-            base = judge_of(self.module, self.name)
-            self._judge = _noting_prerequisites(base, self.prerequisites, self._user) if self.prerequisites else base
+            self._judge = self._found_judge()
         return self._judge
 
     @judge.setter
     def judge(self, value: Callable[[Evidence], None]) -> None:
         self._judge = value
+
+    def _found_judge(self) -> Callable[[Evidence], None]:
+        from course.judges import judge_of  # noqa: PLC0415 - only the judging side may import the judges
+
+        return judge_of(self.module, self.name)
 
     @property
     def passed(self) -> str:
@@ -97,17 +103,8 @@ class Check:
         return self.passed
 
     def probe(self, student: Any, rec: Recorder) -> None:
-        """Run the student's code and record what it gives (and, with prerequisites, what those give)."""
+        """Run the student's code and record what it gives."""
         self._probe(student, rec)
-        if not self.prerequisites or self._namespace is None:
-            return
-        found = self._namespace(student)
-        if not isinstance(found, dict):
-            return
-        for part_name, _, checks in self.prerequisites:
-            if callable(found.get(part_name)):
-                for check in checks:
-                    _sub_record(rec, prerequisite_key(check.name), check, found[part_name])
 
     def record(self, student: Any, device: torch.device | str = "cpu") -> Evidence:
         """Run the probe on the student's code and return what it recorded."""
@@ -127,19 +124,6 @@ class Check:
         return f"Check({self.name!r})"
 
 
-def declaring_module(check: Check) -> str:
-    """The module of course/checks that binds check under its name (imported by then: a check is used through it);
-    outside the course (the worked example of docs/contributors.md), a module named `checks` that binds it."""
-    homes = [name for name, found in list(sys.modules.items())
-             if name.startswith("course.checks.") and getattr(found, check.name, None) is check]
-    homes = homes or [name for name, found in list(sys.modules.items())
-                      if name.rsplit(".", 1)[-1] == "checks" and getattr(found, check.name, None) is check]
-    if len(homes) != 1:
-        raise LookupError(f"the check {check.name!r} is bound under its name in {len(homes)} modules of course/checks, "
-                          f"not one ({', '.join(homes)})")
-    return homes[0].rsplit(".", 1)[-1]
-
-
 def checks_of(module: Any) -> dict[str, Check]:
     """name -> Check for every check a checks module defines."""
     return {name: value for name, value in vars(module).items() if isinstance(value, Check)}
@@ -151,58 +135,55 @@ def checks_of(module: Any) -> dict[str, Check]:
 Prerequisite = tuple[str, int, tuple["Check", ...]]
 
 
-def _noting_prerequisites(judge: Callable[[Evidence], None], prerequisites: tuple[Prerequisite, ...],
-                          user: str) -> Callable[[Evidence], None]:
-    """judge, whose failures also name the earlier exercises whose own checks fail on the recorded parts."""
+def record_prerequisites(rec: Recorder, found: Any, prerequisites: tuple[Prerequisite, ...]) -> None:
+    """Record each prerequisite's checks on the part of that name in found (the namespace the tested code is built
+    in), under prerequisite_key(check); a check whose probe breaks is left out."""
+    for part_name, _, checks in prerequisites if isinstance(found, dict) else ():
+        for check in checks if callable(found.get(part_name)) else ():
+            try:
+                sub = check.record(found[part_name], rec.device)
+            except Exception:  # noqa: BLE001, S112 - a prerequisite that breaks its probe is simply not reported
+                continue
+            prefix = prerequisite_key(check.name)
+            rec.fact(prefix, True)
+            rec.evidence.facts.update({f"{prefix}.{key}": value for key, value in sub.facts.items()})
+            rec.evidence.tensors.update({f"{prefix}.{key}": value for key, value in sub.tensors.items()})
 
-    def note(ev: Evidence) -> str:
-        notes = []
-        for part_name, exercise, checks in prerequisites:
-            for check in checks:
-                sub = _sub_evidence(ev, prerequisite_key(check.name), check)
-                if sub is None:
-                    continue
-                try:
-                    check.judge(sub)
-                except CheckFailed:
-                    notes.append(f"your {part_name} (exercise {exercise}) does not pass its own tests yet")
-                    break
-                except Exception:  # noqa: BLE001, S112 - a record that trips a prerequisite judge says nothing
-                    continue
-        return (f"Note: {' and '.join(notes)}, and {user} is built from it. Fix that first; this test may then pass "
-                "too.") if notes else ""
+
+def noting_prerequisites(judge: Callable[[Evidence], None], prerequisites: tuple[Prerequisite, ...],
+                         user: str) -> Callable[[Evidence], None]:
+    """judge, whose failures also name the earlier exercises whose own checks fail on the recorded parts."""
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
         try:
             judge(ev)
         except CheckFailed as failure:
-            text = note(ev)
-            if not text:
+            notes = [f"your {part_name} (exercise {exercise}) does not pass its own tests yet"
+                     for part_name, exercise, checks in prerequisites if any(_fails(check, ev) for check in checks)]
+            if not notes:
                 raise
-            raise CheckFailed(f"{failure}\n\n{text}", failure.mistake) from None
+            raise CheckFailed(f"{failure}\n\nNote: {' and '.join(notes)}, and {user} is built from it. Fix that "
+                              "first; this test may then pass too.", failure.mistake) from None
 
     judged.__doc__ = judge.__doc__
     judged.passed = getattr(judge, "passed", None)
     return judged
 
 
-def _sub_record(rec: Recorder, prefix: str, check: Check, part: Any) -> None:
-    """Probe another check on part and keep its record under prefix (read back with _sub_evidence)."""
-    try:
-        sub = check.record(part, rec.device)
-    except Exception:  # noqa: BLE001 - a prerequisite that breaks its probe is simply not reported
-        return
-    rec.fact(prefix, True)
-    for key, value in sub.facts.items():
-        rec.evidence.facts[f"{prefix}.{key}"] = value
-    for key, value in sub.tensors.items():
-        rec.evidence.tensors[f"{prefix}.{key}"] = value
-
-
-def _sub_evidence(ev: Evidence, prefix: str, check: Check) -> Evidence | None:
+def _fails(check: Check, ev: Evidence) -> bool:
+    """True when check's judge fails its record in ev (made by record_prerequisites); a record that trips the judge
+    otherwise says nothing."""
+    prefix = prerequisite_key(check.name)
     if ev.facts.get(prefix) is not True:
-        return None
+        return False
     start = prefix + "."
-    return Evidence(check.name, ev.device, {k[len(start):]: v for k, v in ev.tensors.items() if k.startswith(start)},
-                    {k[len(start):]: v for k, v in ev.facts.items() if k.startswith(start)})
+    try:
+        check.judge(Evidence(check.name, ev.device,
+                             {k[len(start):]: v for k, v in ev.tensors.items() if k.startswith(start)},
+                             {k[len(start):]: v for k, v in ev.facts.items() if k.startswith(start)}))
+    except CheckFailed:
+        return True
+    except Exception:  # noqa: BLE001 - a record that trips a prerequisite judge says nothing
+        return False
+    return False

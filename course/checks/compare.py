@@ -30,9 +30,9 @@ WIDTH = 83
 class Mistake:
     """A typical mistake a judge can recognise: a stable id (what tests and the class report count) and the
     explanation a student reads. Declared where it is written, so importing the judges lists every id they can name
-    (see declared()): beside the code that makes it (course/judges/variants.py, through :func:`declare`) or as a
-    module-level ``Mistake(id, explanation, declared_in=__name__)``; one explanation per module. One made without
-    declared_in (a message composed for one failure) must reuse a declared id."""
+    (see declared()): beside the code that makes it (course/judges/variants.py) or as a module-level
+    ``Mistake(id, explanation, declared_in=__name__)``; one explanation per module. One made without declared_in (a
+    message composed for one failure) must reuse a declared id."""
 
     id: str
     explanation: str
@@ -56,11 +56,6 @@ _DECLARED: dict[str, dict[str, Mistake]] = {}
 def declared() -> Mapping[str, Mapping[str, Mistake]]:
     """Every mistake declared so far (import the judges first to have them all), read-only."""
     return MappingProxyType({key: MappingProxyType(dict(value)) for key, value in _DECLARED.items()})
-
-
-def declare(module: str, table: Iterable[tuple[str, str]]) -> Mapping[str, Mistake]:
-    """Declare module's mistakes from (id, explanation) pairs, as module-level constants would be: id -> Mistake."""
-    return MappingProxyType({id: Mistake(id, explanation, declared_in=module) for id, explanation in table})
 
 
 # what every check can name, whatever the exercise (its message says it in the exercise's words)

@@ -14,7 +14,7 @@ failure names it; ``secret`` cases are drawn only under grading, ``upstream`` ca
 sum(output · upstream) with respect to every input. The judge side (course/judges/kinds.py) is declared from the
 same cases — ``against(check, oracle)``, ``against_forward(check, oracle)``, ... — so probe and judge agree on
 keys, seeds and shapes by construction, and nothing here computes an answer. A check's judges are those of the
-module that binds it under its name (course/checks/check.py's ``declaring_module``): course/judges/<that module>.py.
+module that binds it under its name (course/checks/check.py's ``Check.module``): course/judges/<that module>.py.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from course.checks import device, modules
-from course.checks.check import Check
+from course.checks import modules
+from course.checks.check import Check, Prerequisite, noting_prerequisites, record_prerequisites
 from course.checks.compare import generator, randn
-from course.checks.evidence import Recorder, fact_key
+from course.checks.evidence import Evidence, Recorder, fact_key
 from course.checks.seeds import grading
 
 Inputs = Callable[[], Mapping[str, torch.Tensor]]
@@ -248,15 +248,11 @@ class RunsCheck(Check):
 
 
 def builds_and_runs(name: str, runs: tuple[Runs, ...], *, observe: Callable[[Recorder, Any], None] | None = None,
-                    on_gpus: tuple[str, Callable[[Any, torch.device], Any]] | None = None, **options: Any) -> RunsCheck:
+                    **options: Any) -> RunsCheck:
     """The check `name`: for each Runs, the student's module built (options go to
     modules.build: layers, gains, ...) and called on its cases, inputs after the first by name. observe(rec, y):
-    further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph).
-    on_gpus: (key, call(cls, device)) also run on the stand-in GPUs (course/checks/device.py's on_gpus)."""
-    check = RunsCheck(name, tuple(runs), options, observe)
-    if on_gpus:
-        check._probe = device.on_gpus(check._probe, *on_gpus)  # noqa: SLF001 - the probe, wrapped once when declared
-    return check
+    further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph)."""
+    return RunsCheck(name, tuple(runs), options, observe)
 
 
 # ------------------------------------------------------------------------------------------- token losses
@@ -313,15 +309,32 @@ class PropertyCheck(Check):
     declared with it (of any kind: model runs, sampling calls, generations, ...) and recording what a property needs;
     its judge reads the very same cases (check.cases), e.g. with course/judges/kinds.py's ``each_case``."""
 
-    def __init__(self, name: str, probe: Callable[..., None], cases: tuple[Any, ...], options: Mapping[str, Any]):
-        super().__init__(name, partial(probe, cases), **options)
+    def __init__(self, name: str, probe: Callable[..., None], cases: tuple[Any, ...]):
+        super().__init__(name, partial(probe, cases))
         self.cases = cases
 
 
-def property_check(name: str, probe: Callable[..., None], cases: tuple[Any, ...], **options: Any) -> PropertyCheck:
-    """The check `name`: probe(cases, student, rec), written out, on the cases declared here;
-    options go to Check (e.g. prerequisites, namespace, user)."""
-    return PropertyCheck(name, probe, tuple(cases), options)
+class AfterPrerequisites(PropertyCheck):
+    """A PropertyCheck of code built from earlier exercises (prerequisites): the probe also records their checks on
+    the parts of those names in namespace(student) (the notebook's globals), and a failure notes which of them fail
+    their own tests (user: what the tested code is called in that note)."""
+
+    def __init__(self, name: str, probe: Callable[..., None], cases: tuple[Any, ...], *,
+                 prerequisites: Sequence[Prerequisite], namespace: Callable[[Any], Any], user: str):
+        super().__init__(name, probe, cases)
+        self.prerequisites, self._namespace, self._user = tuple(prerequisites), namespace, user
+
+    def probe(self, student: Any, rec: Recorder) -> None:
+        super().probe(student, rec)
+        record_prerequisites(rec, self._namespace(student), self.prerequisites)
+
+    def _found_judge(self) -> Callable[[Evidence], None]:
+        return noting_prerequisites(super()._found_judge(), self.prerequisites, self._user)
+
+
+def property_check(name: str, probe: Callable[..., None], cases: tuple[Any, ...]) -> PropertyCheck:
+    """The check `name`: probe(cases, student, rec), written out, on the cases declared here."""
+    return PropertyCheck(name, probe, tuple(cases))
 
 
 # ------------------------------------------------------------------------------------------- language models

@@ -16,6 +16,7 @@ from course.checks.check import when_graded  # noqa: F401 - hidden-test cells ca
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
+    AfterPrerequisites,
     Case,
     ModelRun,
     PropertyCheck,
@@ -126,9 +127,9 @@ lm_gradients = property_check("lm_gradients", _probe_model, (ModelRun(case=GRADI
 
 def _cache_check(name: str, cases: tuple[ModelRun, ...], probe: Callable = _probe_model) -> PropertyCheck:
     """A CachedLanguageModel check that also says when the cause may be the LanguageModel it inherits (exercise 1)."""
-    return property_check(name, probe, cases, user=CACHED_NAME,
-                          prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),),
-                          namespace=lambda cls: {c.__name__: c for c in reversed(getattr(cls, "__mro__", ())[1:])})
+    return AfterPrerequisites(name, probe, tuple(cases), user=CACHED_NAME,
+                              prerequisites=((MODEL_NAME, 1, (lm_structure, lm_oracle)),),
+                              namespace=lambda cls: {c.__name__: c for c in reversed(getattr(cls, "__mro__", ())[1:])})
 
 
 #: CachedLanguageModel.run_block called directly on the first block of HIDDEN_CACHE_CASE's model: x (b, t, k) after a
@@ -380,9 +381,10 @@ def _probe_generation(cases: tuple[Generation, ...], generate, rec: Recorder) ->
 
 def _generate_check(name: str, cases: Sequence[Generation], user: str = "generate") -> PropertyCheck:
     """A generation check that also says when the cause may be the student's sample_next_token."""
-    return property_check(name, _probe_generation, cases, user=user, namespace=lambda f: getattr(f, "__globals__", {}),
-                          prerequisites=(("sample_next_token", 3,
-                                          (sampling_greedy, sampling_distribution, sampling_top_p)),))
+    return AfterPrerequisites(name, _probe_generation, tuple(cases), user=user,
+                              namespace=lambda f: getattr(f, "__globals__", {}),
+                              prerequisites=(("sample_next_token", 3,
+                                              (sampling_greedy, sampling_distribution, sampling_top_p)),))
 
 
 generate_greedy = _generate_check("generate_greedy", (GREEDY_GENERATION,))

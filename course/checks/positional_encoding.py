@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from course.checks import modules, weights
+from course.checks import device, modules, weights
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder, fact_key
@@ -151,9 +151,9 @@ ONES = given("y", partial(torch.ones, 2, 4, 6), "x = ones of shape (2, 4, 6): th
              "first 4 rows")
 #: LearnedPositionalEmbedding(10, 6) moved to each stand-in GPU and called: are the positions made on x's device?
 LEARNED_ON_GPU = "LearnedPositionalEmbedding(10, 6).to(device)(x of shape (2, 4, 6) on device)"
-learned_structure = builds_and_runs(
-    "learned_structure", (Runs(Built(key="module", args=(10, 6), seed=3300), (ONES,)),),
-    on_gpus=("module", lambda cls, d: cls(10, 6).to(d)(torch.randn(2, 4, 6, device=d))))
+learned_structure = builds_and_runs("learned_structure", (Runs(Built(key="module", args=(10, 6), seed=3300), (ONES,)),))
+learned_structure.probe = device.on_gpus(learned_structure.probe, "module",  # then on the stand-in GPUs
+                                         lambda cls, d: cls(10, 6).to(d)(torch.randn(2, 4, 6, device=d)))
 learned_oracle = builds_and_runs("learned_oracle", tuple(
     Runs(Built(key=f"module{i}", args=(max_len, k), seed=3200 + i), (random_case(f"y{i}", (b, t, k), 3210 + i),))
     for i, (b, t, max_len, k) in enumerate(((3, 5, 8, 4), (2, 8, 8, 6), (4, 1, 20, 3)))))

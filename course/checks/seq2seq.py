@@ -17,6 +17,7 @@ from course.checks.check import when_graded  # noqa: F401 - hidden-test cells ca
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder, fact_key
 from course.checks.kinds import (
+    AfterPrerequisites,
     Built,
     Case,
     PropertyCheck,
@@ -474,8 +475,8 @@ _PREREQUISITES = (("causal_mask", 1, (causal_mask_by_hand,)),
 
 def _model_check(name: str, *runs: Runs, probe: Callable = _probe_translator) -> PropertyCheck:
     """A model check (_probe_translator on model_runs) that also names an earlier exercise the model uses as a cause."""
-    return property_check(name, probe, runs, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
-                          namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
+    return AfterPrerequisites(name, probe, runs, prerequisites=_PREREQUISITES, user="Seq2SeqTransformer",
+                              namespace=lambda model: getattr(getattr(model, "decode", None), "__globals__", {}))
 
 
 def _translate_on_gpu(cls: Callable, d: torch.device) -> Any:

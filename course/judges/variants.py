@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.checks.compare import Mistake, declare
+from course.checks.compare import Mistake
 
 #: what a notebook's setup cell imports, for the variants' code (the names a student's cell may use)
 NOTEBOOK_NAMES = {"math": math, "torch": torch, "F": F, "nn": nn}
@@ -86,7 +86,7 @@ class Written:
     @property
     def run(self) -> Callable:
         """The variant's function or class, defined as the notebook defines an answer."""
-        return _defined(self.code, self.answer, self.reference)
+        return defined(self.code, self.answer, self.reference)
 
 
 Simulator = Callable[..., torch.Tensor]  # simulator(w, *args, **inputs), as course/judges/kinds.py's ForwardOracle
@@ -112,9 +112,8 @@ class Variants:
             return self._mistakes[mistake_id]
         if not says:
             raise ValueError(f"{self.module}: say what {mistake_id!r} means the first time it is written")
-        (mistake,) = declare(self.module, ((mistake_id, says),)).values()
-        self._mistakes[mistake_id] = mistake
-        return mistake
+        self._mistakes[mistake_id] = Mistake(mistake_id, says, declared_in=self.module)
+        return self._mistakes[mistake_id]
 
     def _add(self, name: str, answer: str, mistake: Mistake, code: str) -> None:
         if any(w.name == name for w in self.written):
@@ -197,7 +196,7 @@ def _built_once(code: str, answer: str, reference: str, calls: tuple[tuple[str, 
     """module_output's module, built once for these constructor arguments and weight names: building is most of a
     small module's cost (a check runs every variant on every case), and functional_call only lends it w for a call."""
     with torch.device("meta"):
-        module = _defined(code, answer, reference, calls)(*args)
+        module = defined(code, answer, reference, calls)(*args)
         for name in names:  # the student's layers have a bias where their weights do (a property keeps credit for one)
             owner, _, leaf = name.rpartition(".")
             layer = module.get_submodule(owner)
@@ -239,13 +238,6 @@ def cell_source(obj: Callable, rename_to: str | None = None) -> str:
     return "\n".join(body) + "\n"
 
 
-def defined(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...] = ()) -> Callable:
-    """What code defines under the name answer, run as a notebook cell after the reference's answers and the cells in
-    calls, (code, answer) each: for a judge that runs a variant its own way (09's language model is built on the CPU,
-    its rotary tables computed by its constructor, and run with a cache)."""
-    return _defined(code, answer, reference, calls)
-
-
 @cache
 def _names(reference: str) -> Mapping[str, object]:
     module: ModuleType = importlib.import_module(reference)
@@ -253,11 +245,12 @@ def _names(reference: str) -> Mapping[str, object]:
 
 
 @cache
-def _defined(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...] = ()) -> Callable:
-    """What code defines under the name answer, executed as a notebook cell after the reference's answers and the
-    cells calls holds as (code, answer)."""
+def defined(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...] = ()) -> Callable:
+    """What code defines under the name answer, run as a notebook cell after the reference's answers and the cells in
+    calls, (code, answer) each; also for a judge that runs a variant its own way (09's language model is built on the
+    CPU, its rotary tables computed by its constructor, and run with a cache)."""
     namespace = dict(_names(reference))
     for earlier, name in calls:
-        namespace[name] = _defined(earlier, name, reference)
+        namespace[name] = defined(earlier, name, reference)
     exec(compile(code, f"<variant of {answer}>", "exec"), namespace)  # noqa: S102 - the course's own variants
     return namespace[answer]
