@@ -134,11 +134,9 @@ MASK_ON_THE_CPU = WRITTEN.mistake(
          "scores.")
 
 
-def _lm_variant(mistake: str, *, model: str = "", block: str = "", cached: str = "") -> tuple[Mistake, Callable]:
-    """(the mistake, the compute of its model, as _lm's with the same weights): the LanguageModel the variant `model`
-    writes calling the CausalBlock `block` writes ("": the reference's), or the CachedLanguageModel `cached` writes."""
-    if cached:
-        return variant(WRITTEN, mistake, CACHED_NAME, cached)
+def _lm_variant(mistake: str, *, model: str = "", block: str = "") -> tuple[Mistake, Callable]:
+    """(the mistake, the compute of its model, as _lm's with the same weights, called without a cache): the
+    LanguageModel the variant `model` writes calling the CausalBlock `block` writes ("": the reference's)."""
     return variant(WRITTEN, mistake, MODEL_NAME, model, (block, "CausalBlock") if block else None, cached=False)
 
 
@@ -247,12 +245,12 @@ RUN_BLOCK_MISSING = WRITTEN.mistake(
          "returns (x, (keys, values)). Write the block there rather than inside forward.")
 
 
-#: cache mistakes: they change only calls that are given a cache (or what the cache holds)
-_CACHE_MISTAKES = (_lm_variant("cache-positions-restart", cached="lm-positions-restart"),
-                   _lm_variant("cache-stores-queries", cached="lm-cache-stores-queries"),
-                   _lm_variant("cache-mask-not-offset", cached="lm-mask-not-offset"),
-                   _lm_variant("cache-not-read", cached="lm-cache-not-read"),
-                   _lm_variant("cache-prepended", cached="lm-cache-prepended"))
+#: cache mistakes: they change only calls that are given a cache (or what the cache holds); each the
+#: CachedLanguageModel its edit writes, run with the check's weights and its own cache
+_CACHE_MISTAKES = tuple(variant(WRITTEN, mistake, CACHED_NAME, edited) for mistake, edited in (
+    ("cache-positions-restart", "lm-positions-restart"), ("cache-stores-queries", "lm-cache-stores-queries"),
+    ("cache-mask-not-offset", "lm-mask-not-offset"), ("cache-not-read", "lm-cache-not-read"),
+    ("cache-prepended", "lm-cache-prepended")))
 
 
 

@@ -197,8 +197,7 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
     __tracebackhide__ = True
     case, tokens, chunks, owner, mistakes = run.case, run.tokens(), run.chunks, oracle.owner, oracle.mistakes
     differs, bad_cache, not_returned = mistakes.cache_differs, mistakes.bad_cache, mistakes.not_returned
-    bounds = chunk_bounds(chunks)
-    steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
+    bounds, steps, explained = chunk_bounds(chunks), [], f": {bad_cache.explanation}" if bad_cache else "."
     for step, (start, end) in ((f"{run.steps}{c}", bound) for c, bound in enumerate(bounds)):
         message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
         for mistake in (m for phrase, after, m in mistakes.errors if phrase in message and start >= after):
@@ -210,17 +209,17 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
         out = model_logits(ev, oracle, item_key(step, 0), case, what, end - start)
         expect_tuple(ev, item_key(step, 1), what, f"The cache {what} returned should be a list of {case.depth} (keys, "
                      f"values) pairs, one per block{explained}", case.depth, bad_cache)
+        shape, cache = (case.b, heads, end, case.k // case.heads), []
         for i in range(case.depth):
             expect_tuple(ev, f"{step}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}",
                          2, bad_cache)
-            for j, name in enumerate(("keys", "values")):
-                value, shape = tensor(ev, f"{step}.1.{i}.{j}"), (case.b, heads, end, case.k // case.heads)
+            cache.append((tensor(ev, f"{step}.1.{i}.0"), tensor(ev, f"{step}.1.{i}.1")))
+            for name, value in zip(("keys", "values"), cache[-1], strict=True):
                 if value is None or tuple(value.shape) != shape:
                     got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
                     fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
                          mistake=bad_cache)
-        steps.append((out, [(tensor(ev, f"{step}.1.{i}.0"), tensor(ev, f"{step}.1.{i}.1"))
-                            for i in range(case.depth)]))
+        steps.append((out, cache))
 
     def same(logits: list[torch.Tensor], kept: list[list]) -> bool:
         """The steps gave these logits and (unless not caches) these caches, a list of (keys, values) per block."""
