@@ -18,7 +18,15 @@ from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
 from course.judges.kinds import each_case
-from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps, variant
+from course.judges.models import (
+    ModelMistakes,
+    ModelOracle,
+    expect_blocks,
+    expect_model,
+    expect_model_gradients,
+    expect_model_steps,
+    variant,
+)
 from course.judges.oracles import dense, layer_norm
 from course.judges.token_loss import LossOracle, against_loss
 from course.judges.variants import Variants, Written
@@ -267,7 +275,7 @@ def _expect_cached(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor
     """The chunks fed with the cache give the logits of one call without it, and each block's keys and values; returns
     the weights."""
     __tracebackhide__ = True
-    w, full = expect_model(ev, run, CACHED, exact=True)
+    w, full, _ = expect_model(ev, run, CACHED, exact=True)
     expect_model_steps(ev, run, CACHED, w, full, run.case.heads)
     return w
 
@@ -776,7 +784,7 @@ each_case(probes.lm_oracle, partial(expect_model, oracle=LM, exact=True),
                  "causal.")
 each_case(probes.lm_hidden, partial(expect_model, oracle=LM, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
-each_case(probes.lm_gradients, partial(expect_model, oracle=LM),
+each_case(probes.lm_gradients, partial(expect_model_gradients, oracle=LM),
           passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
 each_case(probes.lm_cache, _expect_cached, on_gpus=OnGpus("model", probes.CACHE_ON_GPU, **_ON_GPU),
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
