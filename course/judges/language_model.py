@@ -300,12 +300,10 @@ def _expect_run_block(ev: Evidence, run: probes.ModelRun) -> None:
     compare.expect_tuple(ev, "run_block", what, f"{what} should return (x, (keys, values)). {_RUN_BLOCK_HINT}", 2)
     compare.expect_tuple(ev, "run_block.1", what, f"Its second value should be (keys, values). {_RUN_BLOCK_HINT}", 2)
     with torch.no_grad():
-        want = _block_step(w, case.heads, x, mask, past)
-    b, t, k = x.shape
-    cached = (b, case.heads, past[0].shape[2] + t, k // case.heads)
-    found = [output(ev, item_key("run_block", 0), what=what, shape=tuple(x.shape), hint=_RUN_BLOCK_HINT),
-             *(output(ev, item_key(item_key("run_block", 1), i), what=f"The {part} {what} returns", shape=cached,
-                      hint=_RUN_BLOCK_HINT) for i, part in enumerate(("keys", "values")))]
+        want = _block_step(w, case.heads, x, mask, past)  # x (b, t, k); keys and values (b, heads, t_past + t, s)
+    found = [output(ev, key, what=said, shape=tuple(expected.shape), hint=_RUN_BLOCK_HINT) for key, said, expected in
+             zip((item_key("run_block", 0), *(item_key(item_key("run_block", 1), i) for i in (0, 1))),
+                 (what, f"The keys {what} returns", f"The values {what} returns"), want, strict=True)]
     for got, expected, part in zip(found, want, ("output", "keys", "values"), strict=True):
         compare.expect_close(got, expected, what=f"The {part} of {what}", device=ev.device, otherwise=_RUN_BLOCK_HINT)
 

@@ -705,20 +705,18 @@ def _expect_with_cache(ev: Evidence, run: ModelRun) -> None:
 
 
 def _expect_hidden(ev: Evidence, run: ModelRun) -> None:
-    """The model kind's checks with the gradients where run.upstream, then its chunks fed with the cache where
-    run.chunks, then the length checks where run.too_long: past max_len positions, and one token past a cache of
-    max_len positions (see probes._probe_modern_hidden)."""
+    """expect_model_gradients, then the chunks fed with the cache where run.chunks; where run.too_long, a ValueError
+    past max_len positions, without a cache and after one of max_len positions (probes._probe_modern_hidden)."""
     __tracebackhide__ = True
     w, logits = expect_model_gradients(ev, run, MODERN, exact=True)
     if run.chunks:
         expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, caches=False)
     if run.too_long:
-        compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
-                                   f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
+        n, forward = run.case.max_len, f"{MODEL_NAME}.forward on"
+        compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{forward} {n + 1} tokens with max_len={n}",
                                    NO_LENGTH_CHECK)
-        compare.expect_value_error(ev, fact_key(run.model, "past_too_long"), f"{MODEL_NAME}.forward on 1 token with a "
-                                   f"cache of {run.case.max_len} positions, max_len={run.case.max_len}",
-                                   CACHE_LENGTH_UNCHECKED)
+        compare.expect_value_error(ev, fact_key(run.model, "past_too_long"), f"{forward} 1 token with a cache of {n} "
+                                   f"positions, max_len={n}", CACHE_LENGTH_UNCHECKED)
 
 
 each_case(probes.modern_lm_structure, partial(expect_model, oracle=MODERN),
