@@ -20,7 +20,7 @@ import reading_closure  # noqa: E402 - benchmarks/ is no package
 #: properties they do not judge (c7); then higher once the script counted the mistakes written with a named cell
 #: (``edit(name, LM, ...)``), which it had missed: 1,835 (08's lm_cache); 1,771 once the prerequisites left `Check`,
 #: 08's two model oracles became one and the wide oracle records went (core, c8, wo).
-WORST_LINES = 1771
+WORST_LINES = 1690
 
 #: (file, name) of the functions and dataclasses of the check machinery with more than 8 parameters or fields,
 #: frozen as they are today: to be shrunk, never added to

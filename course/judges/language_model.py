@@ -18,7 +18,15 @@ from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
 from course.judges.kinds import each_case
-from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps, variant
+from course.judges.models import (
+    ModelMistakes,
+    ModelOracle,
+    expect_blocks,
+    expect_model,
+    expect_model_gradients,
+    expect_model_steps,
+    variant,
+)
 from course.judges.oracles import dense, layer_norm
 from course.judges.token_loss import LossOracle, against_loss
 from course.judges.variants import Variants, Written
@@ -134,11 +142,9 @@ MASK_ON_THE_CPU = WRITTEN.mistake(
          "scores.")
 
 
-def _lm_variant(mistake: str, *, model: str = "", block: str = "", cached: str = "") -> tuple[Mistake, Callable]:
-    """(the mistake, the compute of its model, as _lm's with the same weights): the LanguageModel the variant `model`
-    writes calling the CausalBlock `block` writes ("": the reference's), or the CachedLanguageModel `cached` writes."""
-    if cached:
-        return variant(WRITTEN, mistake, CACHED_NAME, cached)
+def _lm_variant(mistake: str, *, model: str = "", block: str = "") -> tuple[Mistake, Callable]:
+    """(the mistake, the compute of its model, as _lm's with the same weights, called without a cache): the
+    LanguageModel the variant `model` writes calling the CausalBlock `block` writes ("": the reference's)."""
     return variant(WRITTEN, mistake, MODEL_NAME, model, (block, "CausalBlock") if block else None, cached=False)
 
 
@@ -247,12 +253,12 @@ RUN_BLOCK_MISSING = WRITTEN.mistake(
          "returns (x, (keys, values)). Write the block there rather than inside forward.")
 
 
-#: cache mistakes: they change only calls that are given a cache (or what the cache holds)
-_CACHE_MISTAKES = (_lm_variant("cache-positions-restart", cached="lm-positions-restart"),
-                   _lm_variant("cache-stores-queries", cached="lm-cache-stores-queries"),
-                   _lm_variant("cache-mask-not-offset", cached="lm-mask-not-offset"),
-                   _lm_variant("cache-not-read", cached="lm-cache-not-read"),
-                   _lm_variant("cache-prepended", cached="lm-cache-prepended"))
+#: cache mistakes: they change only calls that are given a cache (or what the cache holds); each the
+#: CachedLanguageModel its edit writes, run with the check's weights and its own cache
+_CACHE_MISTAKES = tuple(variant(WRITTEN, mistake, CACHED_NAME, edited) for mistake, edited in (
+    ("cache-positions-restart", "lm-positions-restart"), ("cache-stores-queries", "lm-cache-stores-queries"),
+    ("cache-mask-not-offset", "lm-mask-not-offset"), ("cache-not-read", "lm-cache-not-read"),
+    ("cache-prepended", "lm-cache-prepended")))
 
 
 
@@ -269,7 +275,7 @@ def _expect_cached(ev: Evidence, run: probes.ModelRun) -> dict[str, torch.Tensor
     """The chunks fed with the cache give the logits of one call without it, and each block's keys and values; returns
     the weights."""
     __tracebackhide__ = True
-    w, full = expect_model(ev, run, CACHED, exact=True)
+    w, full, _ = expect_model(ev, run, CACHED, exact=True)
     expect_model_steps(ev, run, CACHED, w, full, run.case.heads)
     return w
 
@@ -294,12 +300,10 @@ def _expect_run_block(ev: Evidence, run: probes.ModelRun) -> None:
     compare.expect_tuple(ev, "run_block", what, f"{what} should return (x, (keys, values)). {_RUN_BLOCK_HINT}", 2)
     compare.expect_tuple(ev, "run_block.1", what, f"Its second value should be (keys, values). {_RUN_BLOCK_HINT}", 2)
     with torch.no_grad():
-        want = _block_step(w, case.heads, x, mask, past)
-    b, t, k = x.shape
-    cached = (b, case.heads, past[0].shape[2] + t, k // case.heads)
-    found = [output(ev, item_key("run_block", 0), what=what, shape=tuple(x.shape), hint=_RUN_BLOCK_HINT),
-             *(output(ev, item_key(item_key("run_block", 1), i), what=f"The {part} {what} returns", shape=cached,
-                      hint=_RUN_BLOCK_HINT) for i, part in enumerate(("keys", "values")))]
+        want = _block_step(w, case.heads, x, mask, past)  # x (b, t, k); keys and values (b, heads, t_past + t, s)
+    found = [output(ev, key, what=said, shape=tuple(expected.shape), hint=_RUN_BLOCK_HINT) for key, said, expected in
+             zip((item_key("run_block", 0), *(item_key(item_key("run_block", 1), i) for i in (0, 1))),
+                 (what, f"The keys {what} returns", f"The values {what} returns"), want, strict=True)]
     for got, expected, part in zip(found, want, ("output", "keys", "values"), strict=True):
         compare.expect_close(got, expected, what=f"The {part} of {what}", device=ev.device, otherwise=_RUN_BLOCK_HINT)
 
@@ -778,7 +782,7 @@ each_case(probes.lm_oracle, partial(expect_model, oracle=LM, exact=True),
                  "causal.")
 each_case(probes.lm_hidden, partial(expect_model, oracle=LM, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
-each_case(probes.lm_gradients, partial(expect_model, oracle=LM),
+each_case(probes.lm_gradients, partial(expect_model_gradients, oracle=LM),
           passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
 each_case(probes.lm_cache, _expect_cached, on_gpus=OnGpus("model", probes.CACHE_ON_GPU, **_ON_GPU),
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "

@@ -3,8 +3,9 @@ assignments 08 (LanguageModel, CachedLanguageModel) and 09 (the modern decoder).
 
 A :class:`ModelOracle` writes the model out (compute: tokens and an optional cache -> logits and the new cache), and
 each typical mistake is another compute (the variant's model, run with the same weights); :func:`expect_model` judges
-one call (its parts, its logits, causality, the gradients) and :func:`expect_model_steps` the same tokens fed in chunks
-with the cache. The generic kinds (calls, modules, blocks, properties) are in course/judges/kinds.py.
+one call (its parts, its logits, causality), :func:`expect_model_gradients` its gradients too, and
+:func:`expect_model_steps` the same tokens fed in chunks with the cache. The generic kinds (calls, modules, blocks,
+properties) are in course/judges/kinds.py.
 """
 
 from __future__ import annotations
@@ -149,9 +150,9 @@ class Lazily:
 
 
 def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False
-                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, tuple[Mistake | None, Compute]]:
     """The run's model has its parts and gives the oracle's logits or a typical mistake's (exact: the oracle's);
-    causal where run.changed, autograd's gradients where run.upstream. Returns (weights, logits)."""
+    causal where run.changed. Returns (weights, logits, (the typical mistake they show or None, its compute))."""
     __tracebackhide__ = True
     case, tokens, owner = run.case, run.tokens(), oracle.owner
     what, label = f"{owner}.forward(tokens)", f"{case.call}, tokens {tuple(tokens.shape)}"
@@ -178,15 +179,21 @@ def expect_model(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: boo
     if exact:
         expect_close_batch(logits, expected, what=what, device=ev.device, mistakes=wrong, otherwise=oracle.hint,
                            case=label)
+    return w, logits, found[0] if found else (None, oracle.compute)
+
+
+def expect_model_gradients(ev: Evidence, run: ModelRun, oracle: ModelOracle, *, exact: bool = False
+                           ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """:func:`expect_model`, then, where run.upstream, autograd's gradients through the model whose logits the run's
+    are (the oracle's, or the typical mistake's they show). Returns (weights, logits)."""
+    __tracebackhide__ = True
+    w, logits, (because, compute) = expect_model(ev, run, oracle, exact=exact)
     if run.upstream:
-        modules.expect_differentiable(ev, run.logits, what)
-        because, compute = found[0] if found else (None, oracle.compute)
-
-        def logits_of(leaves: Tensors) -> torch.Tensor:
-            return compute(leaves, case, tokens)[0]
-
-        modules.expect_gradients(ev, modules.autograd(logits_of, w, {}, run.upstream_gradient()), owner=owner,
-                                 case=label, because=because, oracle=oracle.name)
+        case, tokens = run.case, run.tokens()
+        modules.expect_differentiable(ev, run.logits, f"{oracle.owner}.forward(tokens)")
+        gradients = modules.autograd(lambda leaves: compute(leaves, case, tokens)[0], w, {}, run.upstream_gradient())
+        modules.expect_gradients(ev, gradients, owner=oracle.owner, case=f"{case.call}, tokens {tuple(tokens.shape)}",
+                                 because=because, oracle=oracle.name)
     return w, logits
 
 
@@ -197,8 +204,7 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
     __tracebackhide__ = True
     case, tokens, chunks, owner, mistakes = run.case, run.tokens(), run.chunks, oracle.owner, oracle.mistakes
     differs, bad_cache, not_returned = mistakes.cache_differs, mistakes.bad_cache, mistakes.not_returned
-    bounds = chunk_bounds(chunks)
-    steps, explained = [], f": {bad_cache.explanation}" if bad_cache else "."
+    bounds, steps, explained = chunk_bounds(chunks), [], f": {bad_cache.explanation}" if bad_cache else "."
     for step, (start, end) in ((f"{run.steps}{c}", bound) for c, bound in enumerate(bounds)):
         message = str(ev.facts[step].get("message"))[:300] if value_kind(ev, step) == "raised" else ""
         for mistake in (m for phrase, after, m in mistakes.errors if phrase in message and start >= after):
@@ -210,17 +216,17 @@ def expect_model_steps(ev: Evidence, run: ModelRun, oracle: ModelOracle, w: Tens
         out = model_logits(ev, oracle, item_key(step, 0), case, what, end - start)
         expect_tuple(ev, item_key(step, 1), what, f"The cache {what} returned should be a list of {case.depth} (keys, "
                      f"values) pairs, one per block{explained}", case.depth, bad_cache)
+        shape, cache = (case.b, heads, end, case.k // case.heads), []
         for i in range(case.depth):
             expect_tuple(ev, f"{step}.1.{i}", what, f"Entry {i} of the cache is not a (keys, values) pair{explained}",
                          2, bad_cache)
-            for j, name in enumerate(("keys", "values")):
-                value, shape = tensor(ev, f"{step}.1.{i}.{j}"), (case.b, heads, end, case.k // case.heads)
+            cache.append((tensor(ev, f"{step}.1.{i}.0"), tensor(ev, f"{step}.1.{i}.1")))
+            for name, value in zip(("keys", "values"), cache[-1], strict=True):
                 if value is None or tuple(value.shape) != shape:
                     got = "are not a tensor" if value is None else f"have shape {tuple(value.shape)}"
                     fail(f"The cached {name} of block {i} {got} after {end} positions; expected {shape}{explained}",
                          mistake=bad_cache)
-        steps.append((out, [(tensor(ev, f"{step}.1.{i}.0"), tensor(ev, f"{step}.1.{i}.1"))
-                            for i in range(case.depth)]))
+        steps.append((out, cache))
 
     def same(logits: list[torch.Tensor], kept: list[list]) -> bool:
         """The steps gave these logits and (unless not caches) these caches, a list of (keys, values) per block."""

@@ -34,7 +34,15 @@ from course.judges.kinds import (
     each_case,
     expect_linear_layers,
 )
-from course.judges.models import ModelMistakes, ModelOracle, expect_blocks, expect_model, expect_model_steps, variant
+from course.judges.models import (
+    ModelMistakes,
+    ModelOracle,
+    expect_blocks,
+    expect_model,
+    expect_model_gradients,
+    expect_model_steps,
+    variant,
+)
 from course.judges.oracles import dense
 from course.judges.variants import Variants, simulators
 
@@ -690,19 +698,25 @@ MODERN = ModelOracle(MODEL_NAME, _modern_weights, modern_lm, "the composition of
 
 
 def _expect_with_cache(ev: Evidence, run: ModelRun) -> None:
-    """The model kind's checks, then its chunks fed with the cache, then the length checks where run.too_long: past
-    max_len positions, and one token past a cache of max_len positions (see probes._probe_modern_hidden)."""
+    """The model kind's checks, then its chunks fed with the cache."""
     __tracebackhide__ = True
-    w, logits = expect_model(ev, run, MODERN, exact=True)
+    w, logits, _ = expect_model(ev, run, MODERN, exact=True)
+    expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, caches=False)
+
+
+def _expect_hidden(ev: Evidence, run: ModelRun) -> None:
+    """expect_model_gradients, then the chunks fed with the cache where run.chunks; where run.too_long, a ValueError
+    past max_len positions, without a cache and after one of max_len positions (probes._probe_modern_hidden)."""
+    __tracebackhide__ = True
+    w, logits = expect_model_gradients(ev, run, MODERN, exact=True)
     if run.chunks:
         expect_model_steps(ev, run, MODERN, w, logits, run.case.kv_heads, caches=False)
     if run.too_long:
-        compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{MODEL_NAME}.forward on "
-                                   f"{run.case.max_len + 1} tokens with max_len={run.case.max_len}",
+        n, forward = run.case.max_len, f"{MODEL_NAME}.forward on"
+        compare.expect_value_error(ev, fact_key(run.model, "too_long"), f"{forward} {n + 1} tokens with max_len={n}",
                                    NO_LENGTH_CHECK)
-        compare.expect_value_error(ev, fact_key(run.model, "past_too_long"), f"{MODEL_NAME}.forward on 1 token with a "
-                                   f"cache of {run.case.max_len} positions, max_len={run.case.max_len}",
-                                   CACHE_LENGTH_UNCHECKED)
+        compare.expect_value_error(ev, fact_key(run.model, "past_too_long"), f"{forward} 1 token with a cache of {n} "
+                                   f"positions, max_len={n}", CACHE_LENGTH_UNCHECKED)
 
 
 each_case(probes.modern_lm_structure, partial(expect_model, oracle=MODERN),
@@ -713,6 +727,6 @@ each_case(probes.modern_lm_oracle, partial(expect_model, oracle=MODERN, exact=Tr
           passed="The logits of PyTorch's pieces composed pre-norm and causal, with your weights.")
 each_case(probes.modern_lm_cache, _expect_with_cache,
           passed="3 tokens, then 2, 1 and 2 with the cache: the logits of one call; later tokens change nothing.")
-each_case(probes.modern_lm_hidden, _expect_with_cache,
+each_case(probes.modern_lm_hidden, _expect_hidden,
           passed="Depth 3, one kv head, gradients to every parameter, a ValueError past max_len (with a cache too), "
                  "base=100.")
