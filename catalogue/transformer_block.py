@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from catalogue import alternative, edits, mistake, written
-from course.judges.transformer_block import WRITTEN
+from course.judges.transformer_block import ATTENTION_SUBLAYER, FF_SUBLAYER, WRITTEN  # the solution's two sub-layers
 
 ASSIGNMENT = "05_transformer_block"
 edit = edits(__name__)  # each edit(...) below is a variant of ASSIGNMENT
@@ -74,9 +74,6 @@ class ff_output_layer_declared_first(nn.Module):
 
 # ------------------------------------------------------------------ TransformerBlock: mistakes
 
-#: the solution's two sub-layers, as its forward writes them
-ATTENTION_SUBLAYER = "self.norm1(x + self.dropout(self.attention(x, mask=mask)))"
-FF_SUBLAYER = "self.norm2(x + self.dropout(self.ff(x)))"
 NORMS = "self.norm1 = nn.LayerNorm(k)\n        self.norm2 = nn.LayerNorm(k)"
 
 edit("block-hidden-4x4", "transformer_block", ("FeedForward(k, ff_mult * k)", "FeedForward(k, 4 * 4)"),

@@ -70,9 +70,7 @@ def test_the_oracle_layer_agrees_with_the_block_run_as_its_variants_run():
     v = judges._values(roles, w)
     x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(1))
     (pre_norm,) = (variant for variant in judges.WRITTEN.of("TransformerBlock") if variant.mistake.id == "pre-norm")
-    params = oracles.layer_parameters({"self_attn": {role: v[role] for role in judges.ATTENTION_ROLES}},
-                                      [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
-                                      (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
+    params = judges._layer_parameters(v)
     with torch.no_grad():
         for mask in (None, torch.ones(5, 5, dtype=torch.bool).tril()):
             oracle = judges._block(roles, None, None, w, x=x, mask=mask)

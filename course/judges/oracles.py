@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -67,8 +67,8 @@ def attention(x: torch.Tensor, context: torch.Tensor | None, mask: torch.Tensor 
 @functools.cache
 def encoder_layer(k: int, heads: int, hidden: int, eps: float = 1e-5,
                   norm_first: bool = False) -> nn.TransformerEncoderLayer:
-    """nn.TransformerEncoderLayer (batch first, ReLU, no dropout) of these sizes, for functional_call with
-    :func:`layer_parameters`: post-norm, or pre-norm with norm_first."""
+    """nn.TransformerEncoderLayer (batch first, ReLU, no dropout) of these sizes, for functional_call: post-norm, or
+    pre-norm with norm_first."""
     with torch.random.fork_rng(devices=[]):
         return nn.TransformerEncoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
                                           layer_norm_eps=eps, batch_first=True, norm_first=norm_first).eval()
@@ -80,24 +80,6 @@ def decoder_layer(k: int, heads: int, hidden: int) -> nn.TransformerDecoderLayer
     with torch.random.fork_rng(devices=[]):
         return nn.TransformerDecoderLayer(k, heads, dim_feedforward=hidden, dropout=0.0, activation="relu",
                                           batch_first=True, norm_first=False).eval()
-
-
-def layer_parameters(attentions: Mapping[str, Mapping[str, torch.Tensor | None]],
-                     norms: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                     feed_forward: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]
-                     ) -> dict[str, torch.Tensor]:
-    """The parameters of an encoder or decoder layer, by name: attentions maps the layer's attention attribute
-    ("self_attn", "multihead_attn") to its projections by role (:func:`attention_parameters`); norms are (weight,
-    bias) of norm1, norm2, ...; feed_forward is (W1, b1, W2, b2), a missing bias zero."""
-    params = {}
-    for name, projections in attentions.items():
-        params.update(attention_parameters(projections, prefix=f"{name}."))
-    for i, (weight, bias) in enumerate(norms, 1):
-        params[f"norm{i}.weight"], params[f"norm{i}.bias"] = weight, bias
-    w1, b1, w2, b2 = feed_forward
-    params.update({"linear1.weight": w1, "linear1.bias": torch.zeros(w1.shape[0]) if b1 is None else b1,
-                   "linear2.weight": w2, "linear2.bias": torch.zeros(w2.shape[0]) if b2 is None else b2})
-    return params
 
 
 #: the roles of attention_parameters() -> the names of the course's attention modules' weights

@@ -517,13 +517,17 @@ def _model_weights(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
                                      resized=WRONG_SIZE)
 
 
-def _expect_translator(strict: bool, ev: Evidence, run: Runs, then: Callable[..., None] | None = None
-                       ) -> tuple[Case, dict[str, torch.Tensor], torch.Tensor]:
-    """The run's model (probes.model_runs): its structure; the logits of its first forward case against PyTorch's
-    encoder and decoder layers with the check's weights, naming the typical mistake they match (strict), else only an
-    encoder-decoder's, right or typically wrong, after what the other cases show: encode's shape, decode equal to
-    forward, and then(ev, first logits, output, the typical mistakes' logits, first case, case) for each other one
-    (causality, padding ignored). Returns that case, the weights and its logits."""
+#: how the strict checks judge the first logits: against PyTorch's encoder and decoder layers' with the check's weights,
+#: naming the typical mistake they match (the others accept a typical mistake, which those checks name)
+EXACT = partial(expect_close_batch, what=f"{MODEL_NAME}.forward", otherwise=_MODEL_HINT)
+
+
+def _expect_translator(strict: Callable[..., None] | None, ev: Evidence, run: Runs,
+                       then: Callable[..., None] | None = None) -> tuple[Case, dict[str, torch.Tensor], torch.Tensor]:
+    """The run's model (probes.model_runs): its structure; the logits of its first forward case judged at once by
+    strict (EXACT), else only as an encoder-decoder's, right or typically wrong, after what the other cases show:
+    encode's shape, decode equal to forward, and then(ev, first logits, output, the typical mistakes' logits, first
+    case, case) for each other one (causality, padding ignored). Returns that case, the weights and its logits."""
     __tracebackhide__ = True
     args, first = run.module.args, None
     w = _model_weights(ev, run.module)
@@ -544,8 +548,7 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs, then: Callable[...
                 expected = _translator(w, *args[2:5], **inputs)
             mistakes = ((m, out) for m, out, _ in _variant_outputs(w, args, **inputs))  # computed only if needed
             if strict:
-                expect_close_batch(y, expected, what=f"{MODEL_NAME}.forward", device=ev.device,
-                                   otherwise=_MODEL_HINT, mistakes=mistakes, case=case.label)
+                strict(y, expected, device=ev.device, mistakes=mistakes, case=case.label)
             elif case.upstream is not None:
                 modules.expect_attached(ev, case.key, f"{MODEL_NAME}.forward")
         elif case.key.startswith("decoded") and not matches_any(y, [logits], ev.device):
@@ -553,7 +556,7 @@ def _expect_translator(strict: bool, ev: Evidence, run: Runs, then: Callable[...
                        logits[0, :, 0], y[0, :, 0], "first logit of sequence 0")
         elif then is not None:
             then(ev, logits, y, mistakes, first, case)
-    if not strict and not matches_any(logits, chain([expected], (out for _, out, _ in _variant_outputs(
+    if strict is None and not matches_any(logits, chain([expected], (out for _, out, _ in _variant_outputs(
             w, args, **first.inputs()))), ev.device):
         fail(f"{MODEL_NAME}'s logits match neither an encoder-decoder transformer with the check's weights nor a "
              f"known mistake: {_MODEL_HINT}", expected, logits, case=first.label)
@@ -569,7 +572,7 @@ def _reads_no_future(ev: Evidence, logits: torch.Tensor, y: torch.Tensor, leaks:
                   READS_FUTURE)
 
 
-def _expect_gradients(strict: bool, ev: Evidence, run: Runs) -> None:
+def _expect_gradients(strict: Callable[..., None] | None, ev: Evidence, run: Runs) -> None:
     """The run as _expect_translator judges it, then autograd's gradients on its first case (which has an upstream)
     through PyTorch's layers, or through the typical mistake its logits match (named where a parameter gets none)."""
     __tracebackhide__ = True
@@ -598,12 +601,13 @@ def _dropped(w: dict[str, torch.Tensor], k: int, depth: int, src: torch.Tensor, 
 
 
 def _expect_oracle(ev: Evidence) -> None:
-    """Each run of seq2seq_oracle as _expect_translator judges it (strict); the one built with a dropout (1.0, in
-    training mode): encode's and forward's outputs against _dropped's, else the dropout variant they match named."""
+    """Each run of seq2seq_oracle as _expect_translator judges it (with EXACT); the one built with a dropout
+    (1.0, in training mode): encode's and forward's outputs against _dropped's, else the dropout variant they match
+    named."""
     __tracebackhide__ = True
     for run in probes.seq2seq_oracle.cases:
         if not run.module.args[6:]:
-            _expect_translator(True, ev, run)
+            _expect_translator(EXACT, ev, run)
             continue
         args, w = run.module.args, _model_weights(ev, run.module)
         for case in run.cases:
@@ -621,26 +625,26 @@ def _expect_oracle(ev: Evidence) -> None:
                          "DecoderBlock(k, heads, dropout=dropout).")
 
 
-each_case(probes.seq2seq_structure, partial(_expect_translator, False),
+each_case(probes.seq2seq_structure, partial(_expect_translator, None),
           on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, MASK_WRONG_DEVICE),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k); on a stand-in CUDA "
                  "and MPS, the masks are made on the device.")
 # the other model checks run one model each (seq2seq_oracle several, judged in turn), on no stand-in GPU
 declared(probes.seq2seq_causality,
-         lambda ev: _expect_translator(False, ev, *probes.seq2seq_causality.cases, then=_reads_no_future),
+         lambda ev: _expect_translator(None, ev, *probes.seq2seq_causality.cases, then=_reads_no_future),
          passed="Changing a later target token never changes the logits at earlier positions.")
 declared(probes.seq2seq_oracle, _expect_oracle,
          passed="Random weights against PyTorch's nn.TransformerEncoderLayer / nn.TransformerDecoderLayer with the "
                 "same weights; decode(tgt, encode(src, src_mask), src_mask) equals forward; with dropout=1.0 in "
                 "training mode, every part drops what it is given.")
-declared(probes.seq2seq_padding, lambda ev: _expect_translator(False, ev, *probes.seq2seq_padding.cases, then=partial(
+declared(probes.seq2seq_padding, lambda ev: _expect_translator(None, ev, *probes.seq2seq_padding.cases, then=partial(
     _expect_padding_ignored, what=MODEL_NAME, mistake=READS_PADDING, advice="Pass src_mask shaped (b, 1, s) to every "
     "encoder block AND as memory_mask to every decoder block.")),
          passed="More padding on the source (filled with arbitrary tokens, masked out) never changes the logits.")
-declared(probes.seq2seq_gradients, lambda ev: _expect_gradients(False, ev, *probes.seq2seq_gradients.cases),
+declared(probes.seq2seq_gradients, lambda ev: _expect_gradients(None, ev, *probes.seq2seq_gradients.cases),
          passed="A loss on the logits sends a gradient to every parameter (embeddings, encoder, decoder, output "
                 "layer), as autograd through PyTorch's layers gives it.")
-declared(probes.seq2seq_small_case, lambda ev: _expect_gradients(True, ev, *probes.seq2seq_small_case.cases),
+declared(probes.seq2seq_small_case, lambda ev: _expect_gradients(EXACT, ev, *probes.seq2seq_small_case.cases),
          passed="A small model and batch (k=4, depth=2, source lengths 5 and 3) against PyTorch's encoder and "
                 "decoder layers with the same weights; a loss on the logits sends autograd's gradient to every "
                 "parameter.")

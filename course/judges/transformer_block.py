@@ -34,8 +34,6 @@ BLOCK_NAME = "TransformerBlock"
 CLASSIFIER_NAME = "TransformerClassifier"
 
 ATTENTION_LAYERS = ("to_queries", "to_keys", "to_values", "unify_heads")
-#: the roles of the projections oracles.attention_parameters takes
-ATTENTION_ROLES = ("wq", "wk", "wv", "wo", "bo", "bq", "bk", "bv")
 
 # ---------------------------------------------------------------- mistakes
 # Edits change the reference answers of course/transformer_block.py (quoted above each group), run with the student's
@@ -334,11 +332,20 @@ def _block(roles: Roles, variant: Written | None, ff: Written | None, w: Mapping
     if dropout == 1.0:  # x = norm1(x + dropout(attention(x))): both sub-layers' outputs dropped
         norm = partial(F.layer_norm, normalized_shape=(k,), eps=eps)
         return norm(norm(x, weight=v["n1w"], bias=v["n1b"]), weight=v["n2w"], bias=v["n2b"])
-    params = oracles.layer_parameters({"self_attn": {role: v[role] for role in ATTENTION_ROLES}},
-                                      [(v["n1w"], v["n1b"]), (v["n2w"], v["n2b"])],
-                                      (v["f1w"], v["f1b"], v["f2w"], v["f2b"]))
     layer = oracles.encoder_layer(k, heads, v["f1w"].shape[0], eps)
-    return torch.func.functional_call(layer, params, (x,), {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
+    return torch.func.functional_call(layer, _layer_parameters(v), (x,),
+                                      {"src_mask": oracles.torch_mask(mask, b, t, t, heads)})
+
+
+def _layer_parameters(v: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """nn.TransformerEncoderLayer's parameters, by name, carrying the block's weights by role (_values); a missing bias
+    zero (oracles.attention_parameters zeroes the attention's)."""
+    params = oracles.attention_parameters(v, prefix="self_attn.")
+    for i in (1, 2):
+        bias = v[f"f{i}b"] if v[f"f{i}b"] is not None else torch.zeros(v[f"f{i}w"].shape[0])
+        params |= {f"norm{i}.weight": v[f"n{i}w"], f"norm{i}.bias": v[f"n{i}b"], f"linear{i}.weight": v[f"f{i}w"],
+                   f"linear{i}.bias": bias}
+    return params
 
 
 def _run_block(variant: Written | None, ff: Written | None, v: Mapping[str, torch.Tensor | None], x: torch.Tensor,
@@ -555,16 +562,22 @@ CLASSIFIER_FF_MULT = WRITTEN.mistake(
                           "TransformerBlock(k, heads) with its default ff_mult, a hidden size of 4·k.")
 
 
-def _classifier_values(ev: Evidence, built: Built, counted: bool = False) -> tuple[Classifier, dict[str, torch.Tensor]]:
-    """The classifier's roles: embedding, blocks in order, output layer (counted: nothing else); the weights loaded."""
+def _block_names(ev: Evidence, key: str, what: str) -> list[str]:
+    """The names of the classifier's registered blocks, in order (probes.block_facts)."""
+    __tracebackhide__ = True
+    facts = ev.facts.get(fact_key(key, "blocks"))
+    if not isinstance(facts, list):
+        fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
+    return [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
+
+
+def _classifier_values(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
+    """The classifier's roles: embedding, blocks in order, output layer; the weights loaded."""
     __tracebackhide__ = True
     key, (vocab, k, _, depth, classes) = built.key, built.args
     what = block_call(built, CLASSIFIER_NAME)
     modules.built(ev, key, what)
-    facts = ev.facts.get(fact_key(key, "blocks"))
-    if not isinstance(facts, list):
-        fail(f"The test recorded nothing about the blocks of {what}: the check did not run to the end.")
-    names = [f["name"] for f in facts if isinstance(f, dict) and isinstance(f.get("name"), str) and f["name"]]
+    names = _block_names(ev, key, what)
     if len(names) != depth:
         _wrong(what, {0: BLOCKS_NOT_REGISTERED, 1: REPEATED_BLOCK}.get(len(names), BLOCK_COUNT),
                f" Found {len(names)} registered blocks, depth={depth}.")
@@ -582,13 +595,19 @@ def _classifier_values(ev: Evidence, built: Built, counted: bool = False) -> tup
     own = Roles(MappingProxyType({"e": (f"{embeddings[0]['name']}.weight", (vocab, k)),
                                   "ow": (f"{out}.weight", (classes, k)),
                                   "ob": (f"{out}.bias" if outputs[-1].get("bias") else None, (classes,))}))
-    w = _recreated(ev, built, what, *blocks, own)
-    if counted:
-        per_block = modules.parameter_count(ev, key, names[0] + ".")
-        modules.expect_parameter_count(ev, key, what, vocab * k + depth * per_block + k * classes + classes,
-                                       f"the embedding ({vocab * k}), {depth} blocks ({per_block} each) and the "
-                                       f"output layer ({k * classes + classes}) make", "Is an extra layer registered?")
-    return (own, blocks), w
+    return (own, blocks), _recreated(ev, built, what, *blocks, own)
+
+
+def _counted_classifier(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
+    """The classifier's roles and the weights loaded (_classifier_values); nothing else has parameters."""
+    __tracebackhide__ = True
+    found, what = _classifier_values(ev, built), block_call(built, CLASSIFIER_NAME)
+    vocab, k, _, depth, classes = built.args
+    per_block = modules.parameter_count(ev, built.key, _block_names(ev, built.key, what)[0] + ".")
+    modules.expect_parameter_count(ev, built.key, what, vocab * k + depth * per_block + k * classes + classes,
+                                   f"the embedding ({vocab * k}), {depth} blocks ({per_block} each) and the output "
+                                   f"layer ({k * classes + classes}) make", "Is an extra layer registered?")
+    return found
 
 
 def _default_ff_classifier(ev: Evidence, built: Built) -> tuple[Classifier, dict[str, torch.Tensor]]:
@@ -674,7 +693,7 @@ def _classifier_oracles(parts: Classifier) -> list[ForwardOracle]:
 #: the check's classifier (counted: and nothing else with parameters), its blocks computed as the student's compute
 #: them (the right head on them judged, gradients too)
 CLASSIFIER = BlockOracle(_classifier_values, _classifier_oracles, tolerant=False)
-COUNTED_CLASSIFIER = BlockOracle(partial(_classifier_values, counted=True), _classifier_oracles, tolerant=False)
+COUNTED_CLASSIFIER = BlockOracle(_counted_classifier, _classifier_oracles, tolerant=False)
 
 against_block(probes.transformer_classifier_structure, COUNTED_CLASSIFIER,
               passed="An embedding, depth separate registered blocks and a linear output layer; logits of shape "
