@@ -152,7 +152,8 @@ def _on(value: Any, device: str) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor | torch.nn.Module) else value
 
 
-def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec: Recorder) -> None:
+def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], backward: Callable | None, student: Any,
+           rec: Recorder) -> None:
     for case in drawn(cases):
         inputs = {name: _on(value, rec.device) for name, value in case.inputs().items()}
         if case.upstream is not None:
@@ -160,14 +161,18 @@ def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec
         positional = [value for name, value in inputs.items() if name not in keywords]
         y = rec.call(case.key, student, *positional, **{name: inputs[name] for name in keywords if name in inputs})
         if case.upstream is not None:
-            modules.backward(rec, y, case.upstream(), inputs, key=case.key)
+            backward(rec, y, case.upstream(), inputs, key=case.key)
 
 
 class CallCheck(Check):
-    """A check that records the student's function on each of its cases (and nothing else)."""
+    """A check that records the student's function on each of its cases (and nothing else); backward(rec, y,
+    upstream, inputs, key=): how a case with an upstream gradient records the gradients (:func:`calls_backward`)."""
 
-    def __init__(self, name: str, cases: tuple[Case, ...], keywords: tuple[str, ...] = ()):
-        super().__init__(name, partial(_probe, cases, keywords))
+    def __init__(self, name: str, cases: tuple[Case, ...], keywords: tuple[str, ...] = (),
+                 backward: Callable | None = None):
+        if backward is None and any(case.upstream is not None for case in cases):
+            raise ValueError(f"{name}: a case with an upstream gradient is declared with calls_backward")
+        super().__init__(name, partial(_probe, cases, keywords, backward))
         self.cases = cases
 
 
@@ -175,10 +180,15 @@ def calls(name: str, cases: tuple[Case, ...], *, keywords: tuple[str, ...] = ())
     """The check `name`: the student's function called on each case, its inputs in their
     order; tensors go to the device, settings that are not tensors (e.g. split_heads(x, heads): {"x": x,
     "heads": 3}) are passed as they are, and the inputs named in keywords by name when the case has them (e.g.
-    fn(q, k, v) or fn(q, k, v, mask=m) with keywords ("mask",)). A case with an upstream also records the inputs'
-    gradients (its inputs are tensors). One tensor per case is judged by course/judges/kinds.against; other results
-    (a pair) by hand from check.cases."""
+    fn(q, k, v) or fn(q, k, v, mask=m) with keywords ("mask",)). One tensor per case is judged by
+    course/judges/kinds.against; other results (a pair) by hand from check.cases."""
     return CallCheck(name, tuple(cases), tuple(keywords))
+
+
+def calls_backward(name: str, cases: tuple[Case, ...]) -> CallCheck:
+    """:func:`calls`, where a case with an upstream gradient also records the gradients of sum(output · upstream)
+    its inputs (tensors) receive (modules.backward). Judged by course/judges/kinds.against_gradients."""
+    return CallCheck(name, tuple(cases), backward=modules.backward)
 
 
 # ------------------------------------------------------------------------------------------- modules

@@ -7,7 +7,7 @@ import torch
 
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, random_case
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, calls_backward, random_case
 from course.checks.modules import sharing
 
 ROLES = ("to_queries", "to_keys", "to_values")
@@ -66,7 +66,8 @@ attention_by_hand = calls("attention_by_hand", (
 #: the same queries and keys over identical values (y), then over different ones (y_anchor)
 attention_weighted_average = calls("attention_weighted_average", (
     Case("y", _identical_values, "all values equal"), qkv_case("y_anchor", AVERAGE, (530, 531, 533))))
-attention_vs_pytorch = calls("attention_vs_pytorch", (qkv_case("y", SMALL, (560, 561, 562), upstream_seed=563),))
+attention_vs_pytorch = calls_backward("attention_vs_pytorch",
+                                      (qkv_case("y", SMALL, (560, 561, 562), upstream_seed=563),))
 attention_oracle = calls("attention_oracle", (
     *(qkv_case(f"y{i}", shape, (500 + i, 510 + i, 520 + i)) for i, shape in enumerate(ATTENTION_SHAPES)),
     Case("lookup", lookup_inputs, "queries = 100·key 2, 100·key 0")))
