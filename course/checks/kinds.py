@@ -20,7 +20,7 @@ module that binds it under its name (course/checks/check.py's ``Check.module``):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate
 from typing import Any
@@ -379,10 +379,10 @@ class RunKeys:
 
 @dataclass(frozen=True)
 class ModelRun:
-    """The language model of the case (b sequences of t tokens, then the constructor's arguments in order; call: that
-    call in words) built under keys.model with the weights of seed, run on random tokens (b, t) drawn from seed + 10
-    as :func:`probe_models` says (upstream: the seed of an upstream gradient of the logits; secret: drawn only under
-    grading)."""
+    """The language model of the case (b sequences of t tokens of vocab, max_len; constructor(): the model's
+    arguments; call: that call in words) built under keys.model with the weights of seed, run on random tokens (b, t)
+    drawn from seed + 10 as :func:`probe_models` says (upstream: the seed of an upstream gradient of the logits;
+    secret: drawn only under grading)."""
 
     case: Any
     seed: int
@@ -406,14 +406,14 @@ class ModelRun:
 
 def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
                  facts: Callable[[Any], Mapping[str, Any]], train: bool = False) -> None:
-    """The probe of a property check of language models: for each drawn run, cls(the case's fields after b and t, or
-    what its constructor() returns: positional arguments and keywords) built with the run's weights (facts: what to
-    record about it; one that cannot be built ends the probe); the gradients of its logits where run.upstream (train:
+    """The probe of a property check of language models: for each drawn run, cls(*args, **keywords) as the case's
+    constructor() returns them, built with the run's weights (facts: what to record about it; one that cannot be
+    built ends the probe); the gradients of its logits where run.upstream (train:
     in training mode), else the logits; then, without autograd, on the tokens changed from each j in run.changed on
     (<model>.changed<j>), chunk by chunk with the cache the call before returned (<steps><c>), and, where
     run.too_long, on max_len + 1 tokens (<model>.too_long)."""
     for run in drawn(runs):
-        args, keywords = run.case.constructor() if hasattr(run.case, "constructor") else (astuple(run.case)[2:], {})
+        args, keywords = run.case.constructor()
         model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False, **keywords)
         if model is None:
             return
