@@ -11,10 +11,12 @@ and one that builds the student's module with the check's weights and runs it on
 
 Each :class:`Case` owns its evidence key, how it draws its inputs (from seeds, which grading salts) and how a
 failure names it; ``secret`` cases are drawn only under grading, ``upstream`` cases also record the gradient of
-sum(output · upstream) with respect to every input. The judge side (course/judges/kinds.py) is declared from the
-same cases — ``against(check, oracle)``, ``against_forward(check, oracle)``, ... — so probe and judge agree on
-keys, seeds and shapes by construction, and nothing here computes an answer. A check's judges are those of the
-module that binds it under its name (course/checks/check.py's ``Check.module``): course/judges/<that module>.py.
+sum(output · upstream) with respect to every input (in a check declared with ``calls_backward`` or
+``builds_and_runs_backward``, so that a check without one never reads the gradient code). The judge side
+(course/judges/kinds.py) is declared from the same cases — ``against(check, oracle)``, ``against_forward(check,
+oracle)``, ... — so probe and judge agree on keys, seeds and shapes by construction, and nothing here computes an
+answer. A check's judges are those of the module that binds it under its name (course/checks/check.py's
+``Check.module``): course/judges/<that module>.py.
 """
 
 from __future__ import annotations
@@ -222,8 +224,8 @@ def call_module(rec: Recorder, key: str, module: Any, inputs: Mapping[str, torch
     return rec.call(key, module, inputs[first], **{name: inputs[name] for name in others})
 
 
-def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Callable[[Recorder, Any], None] | None,
-                cls: Any, rec: Recorder) -> None:
+def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], backward: Callable | None,
+                observe: Callable[[Recorder, Any], None] | None, cls: Any, rec: Recorder) -> None:
     for item in runs:
         cases = drawn(item.cases)
         if not cases:
@@ -245,24 +247,33 @@ def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Cal
             y = call_module(rec, case.key, module, inputs)
             if observe is not None:
                 observe(rec, y)
-            modules.backward(rec, y, case.upstream(), leaves, module, case.key)
+            backward(rec, y, case.upstream(), leaves, module, case.key)
 
 
 class RunsCheck(Check):
-    """A check that builds the student's module once per :class:`Runs` and records what it computes on its cases."""
+    """A check that builds the student's module once per :class:`Runs` and records what it computes on its cases;
+    backward (:func:`builds_and_runs_backward`): how a case with an upstream gradient records the gradients."""
 
-    def __init__(self, name: str, runs: tuple[Runs, ...], options: Mapping[str, Any],
-                 observe: Callable[[Recorder, Any], None] | None):
-        super().__init__(name, partial(_probe_runs, runs, dict(options), observe))
+    def __init__(self, name: str, runs: tuple[Runs, ...], options: Mapping[str, Any], backward: Callable | None = None,
+                 observe: Callable[[Recorder, Any], None] | None = None):
+        if backward is None and any(case.upstream is not None for item in runs for case in item.cases):
+            raise ValueError(f"{name}: a case with an upstream gradient is declared with builds_and_runs_backward")
+        super().__init__(name, partial(_probe_runs, runs, dict(options), backward, observe))
         self.runs = runs
 
 
-def builds_and_runs(name: str, runs: tuple[Runs, ...], *, observe: Callable[[Recorder, Any], None] | None = None,
-                    **options: Any) -> RunsCheck:
-    """The check `name`: for each Runs, the student's module built (options go to
-    modules.build: layers, gains, ...) and called on its cases, inputs after the first by name. observe(rec, y):
-    further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph)."""
-    return RunsCheck(name, tuple(runs), options, observe)
+def builds_and_runs(name: str, runs: tuple[Runs, ...], **options: Any) -> RunsCheck:
+    """The check `name`: for each Runs, the student's module built (options go to modules.build: facts, gains,
+    train, ...) and called on its cases without autograd, inputs after the first by name."""
+    return RunsCheck(name, tuple(runs), options)
+
+
+def builds_and_runs_backward(name: str, runs: tuple[Runs, ...], *,
+                             observe: Callable[[Recorder, Any], None] | None = None, **options: Any) -> RunsCheck:
+    """:func:`builds_and_runs`, where a case with an upstream gradient runs with autograd and records the gradients
+    of sum(output · upstream) its floating inputs and the module's parameters receive (modules.backward).
+    observe(rec, y): further facts recorded from that output first (e.g. the size of its graph)."""
+    return RunsCheck(name, tuple(runs), options, modules.backward, observe)
 
 
 # ------------------------------------------------------------------------------------------- token losses
@@ -405,13 +416,14 @@ class ModelRun:
 
 
 def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
-                 facts: Callable[[Any], Mapping[str, Any]], train: bool = False) -> None:
+                 facts: Callable[[Any], Mapping[str, Any]],
+                 backward: Callable[[Recorder, ModelRun, Any, torch.Tensor], None] | None = None) -> None:
     """The probe of a property check of language models: for each drawn run, cls(*args, **keywords) as the case's
     constructor() returns them, built with the run's weights (facts: what to record about it; one that cannot be
-    built ends the probe); the gradients of its logits where run.upstream (train:
-    in training mode), else the logits; then, without autograd, on the tokens changed from each j in run.changed on
-    (<model>.changed<j>), chunk by chunk with the cache the call before returned (<steps><c>), and, where
-    run.too_long, on max_len + 1 tokens (<model>.too_long)."""
+    built ends the probe); where run.upstream, the gradients of its logits as backward(rec, run, model, tokens) records
+    them (:func:`model_backward`; a check without such a run needs none), else the logits; then, without autograd, on
+    the tokens changed from each j in run.changed on (<model>.changed<j>), chunk by chunk with the cache the call
+    before returned (<steps><c>), and, where run.too_long, on max_len + 1 tokens (<model>.too_long)."""
     for run in drawn(runs):
         args, keywords = run.case.constructor()
         model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False, **keywords)
@@ -419,10 +431,7 @@ def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
             return
         tokens = run.tokens()
         if run.upstream:
-            model.train(train)
-            upstream = run.upstream_gradient()
-            modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
-                                    loss=lambda y, upstream=upstream: (y * upstream.to(y.device)).sum())
+            backward(rec, run, model, tokens)
         with torch.no_grad():
             if not run.upstream:
                 rec.call(run.logits, model, tokens.to(rec.device))
@@ -440,3 +449,12 @@ def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
             if run.too_long:
                 too_long = tokens.new_zeros(1, run.case.max_len + 1).to(rec.device)
                 rec.call(fact_key(run.model, "too_long"), model, too_long)
+
+
+def model_backward(rec: Recorder, run: ModelRun, model: Any, tokens: torch.Tensor, *, train: bool = False) -> None:
+    """The gradients of sum(logits · run's upstream gradient) on tokens (train: in training mode), as
+    :func:`probe_models` records them for a run with an upstream."""
+    model.train(train)
+    upstream = run.upstream_gradient()
+    modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
+                            loss=lambda y: (y * upstream.to(y.device)).sum())
