@@ -138,3 +138,20 @@ def test_a_checks_judges_are_those_of_the_module_that_declares_it(monkeypatch):
     monkeypatch.setitem(sys.modules, twice.__name__, twice)
     with pytest.raises(LookupError, match="in 2 modules"):
         probes.attention_weights_oracle.module  # noqa: B018 - reading it looks the module up
+
+
+def test_only_a_check_declared_with_backward_records_and_judges_gradients():
+    """A case with an upstream gradient belongs to a check declared with calls_backward (judged with
+    against_gradients) or builds_and_runs_backward: the plain kinds refuse it at declaration, so no gradient goes
+    unrecorded or unjudged, and a check without one never reads the gradient code."""
+    from course.checks.kinds import Built, Runs, builds_and_runs, calls, random_case  # noqa: PLC0415
+    from course.judges.kinds import against  # noqa: PLC0415
+    from course.judges.self_attention import WEIGHTS  # noqa: PLC0415
+
+    case = random_case("w", (1, 2, 2), 1, upstream=((1, 2, 2), 2))
+    with pytest.raises(ValueError, match="calls_backward"):
+        calls("stray", (case,))
+    with pytest.raises(ValueError, match="builds_and_runs_backward"):
+        builds_and_runs("stray", (Runs(Built(key="module", args=(2,), seed=3), (case,)),))
+    with pytest.raises(ValueError, match="against_gradients"):
+        against(probes.attention_weights_vs_pytorch, WEIGHTS, passed="")

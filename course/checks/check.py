@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,6 @@ class Check:
     def __init__(self, name: str, probe: Callable[[Any, Recorder], None]):
         self.name = name
         self._probe = probe
-        self._judge: Callable[[Evidence], None] | None = None
 
     @property
     def module(self) -> str:
@@ -74,16 +74,10 @@ class Check:
                               f"course/checks, not one ({', '.join(homes)})")
         return homes[0].rsplit(".", 1)[-1]
 
-    @property
+    @cached_property
     def judge(self) -> Callable[[Evidence], None]:
         """The judge of this check (imported from course.judges on first use; not importable under grading)."""
-        if self._judge is None:
-            self._judge = self._found_judge()
-        return self._judge
-
-    @judge.setter
-    def judge(self, value: Callable[[Evidence], None]) -> None:
-        self._judge = value
+        return self._found_judge()
 
     def _found_judge(self) -> Callable[[Evidence], None]:
         from course.judges import judge_of  # noqa: PLC0415 - only the judging side may import the judges

@@ -11,16 +11,18 @@ and one that builds the student's module with the check's weights and runs it on
 
 Each :class:`Case` owns its evidence key, how it draws its inputs (from seeds, which grading salts) and how a
 failure names it; ``secret`` cases are drawn only under grading, ``upstream`` cases also record the gradient of
-sum(output · upstream) with respect to every input. The judge side (course/judges/kinds.py) is declared from the
-same cases — ``against(check, oracle)``, ``against_forward(check, oracle)``, ... — so probe and judge agree on
-keys, seeds and shapes by construction, and nothing here computes an answer. A check's judges are those of the
-module that binds it under its name (course/checks/check.py's ``Check.module``): course/judges/<that module>.py.
+sum(output · upstream) with respect to every input (in a check declared with ``calls_backward`` or
+``builds_and_runs_backward``, so that a check without one never reads the gradient code). The judge side
+(course/judges/kinds.py) is declared from the same cases — ``against(check, oracle)``, ``against_forward(check,
+oracle)``, ... — so probe and judge agree on keys, seeds and shapes by construction, and nothing here computes an
+answer. A check's judges are those of the module that binds it under its name (course/checks/check.py's
+``Check.module``): course/judges/<that module>.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate
 from typing import Any
@@ -152,7 +154,8 @@ def _on(value: Any, device: str) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor | torch.nn.Module) else value
 
 
-def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec: Recorder) -> None:
+def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], backward: Callable | None, student: Any,
+           rec: Recorder) -> None:
     for case in drawn(cases):
         inputs = {name: _on(value, rec.device) for name, value in case.inputs().items()}
         if case.upstream is not None:
@@ -160,14 +163,18 @@ def _probe(cases: tuple[Case, ...], keywords: tuple[str, ...], student: Any, rec
         positional = [value for name, value in inputs.items() if name not in keywords]
         y = rec.call(case.key, student, *positional, **{name: inputs[name] for name in keywords if name in inputs})
         if case.upstream is not None:
-            modules.backward(rec, y, case.upstream(), inputs, key=case.key)
+            backward(rec, y, case.upstream(), inputs, key=case.key)
 
 
 class CallCheck(Check):
-    """A check that records the student's function on each of its cases (and nothing else)."""
+    """A check that records the student's function on each of its cases (and nothing else); backward(rec, y,
+    upstream, inputs, key=): how a case with an upstream gradient records the gradients (:func:`calls_backward`)."""
 
-    def __init__(self, name: str, cases: tuple[Case, ...], keywords: tuple[str, ...] = ()):
-        super().__init__(name, partial(_probe, cases, keywords))
+    def __init__(self, name: str, cases: tuple[Case, ...], keywords: tuple[str, ...] = (),
+                 backward: Callable | None = None):
+        if backward is None and any(case.upstream is not None for case in cases):
+            raise ValueError(f"{name}: a case with an upstream gradient is declared with calls_backward")
+        super().__init__(name, partial(_probe, cases, keywords, backward))
         self.cases = cases
 
 
@@ -175,10 +182,15 @@ def calls(name: str, cases: tuple[Case, ...], *, keywords: tuple[str, ...] = ())
     """The check `name`: the student's function called on each case, its inputs in their
     order; tensors go to the device, settings that are not tensors (e.g. split_heads(x, heads): {"x": x,
     "heads": 3}) are passed as they are, and the inputs named in keywords by name when the case has them (e.g.
-    fn(q, k, v) or fn(q, k, v, mask=m) with keywords ("mask",)). A case with an upstream also records the inputs'
-    gradients (its inputs are tensors). One tensor per case is judged by course/judges/kinds.against; other results
-    (a pair) by hand from check.cases."""
+    fn(q, k, v) or fn(q, k, v, mask=m) with keywords ("mask",)). One tensor per case is judged by
+    course/judges/kinds.against; other results (a pair) by hand from check.cases."""
     return CallCheck(name, tuple(cases), tuple(keywords))
+
+
+def calls_backward(name: str, cases: tuple[Case, ...]) -> CallCheck:
+    """:func:`calls`, where a case with an upstream gradient also records the gradients of sum(output · upstream)
+    its inputs (tensors) receive (modules.backward). Judged by course/judges/kinds.against_gradients."""
+    return CallCheck(name, tuple(cases), backward=modules.backward)
 
 
 # ------------------------------------------------------------------------------------------- modules
@@ -212,8 +224,8 @@ def call_module(rec: Recorder, key: str, module: Any, inputs: Mapping[str, torch
     return rec.call(key, module, inputs[first], **{name: inputs[name] for name in others})
 
 
-def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Callable[[Recorder, Any], None] | None,
-                cls: Any, rec: Recorder) -> None:
+def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], backward: Callable | None,
+                observe: Callable[[Recorder, Any], None] | None, cls: Any, rec: Recorder) -> None:
     for item in runs:
         cases = drawn(item.cases)
         if not cases:
@@ -235,24 +247,33 @@ def _probe_runs(runs: tuple[Runs, ...], options: Mapping[str, Any], observe: Cal
             y = call_module(rec, case.key, module, inputs)
             if observe is not None:
                 observe(rec, y)
-            modules.backward(rec, y, case.upstream(), leaves, module, case.key)
+            backward(rec, y, case.upstream(), leaves, module, case.key)
 
 
 class RunsCheck(Check):
-    """A check that builds the student's module once per :class:`Runs` and records what it computes on its cases."""
+    """A check that builds the student's module once per :class:`Runs` and records what it computes on its cases;
+    backward (:func:`builds_and_runs_backward`): how a case with an upstream gradient records the gradients."""
 
-    def __init__(self, name: str, runs: tuple[Runs, ...], options: Mapping[str, Any],
-                 observe: Callable[[Recorder, Any], None] | None):
-        super().__init__(name, partial(_probe_runs, runs, dict(options), observe))
+    def __init__(self, name: str, runs: tuple[Runs, ...], options: Mapping[str, Any], backward: Callable | None = None,
+                 observe: Callable[[Recorder, Any], None] | None = None):
+        if backward is None and any(case.upstream is not None for item in runs for case in item.cases):
+            raise ValueError(f"{name}: a case with an upstream gradient is declared with builds_and_runs_backward")
+        super().__init__(name, partial(_probe_runs, runs, dict(options), backward, observe))
         self.runs = runs
 
 
-def builds_and_runs(name: str, runs: tuple[Runs, ...], *, observe: Callable[[Recorder, Any], None] | None = None,
-                    **options: Any) -> RunsCheck:
-    """The check `name`: for each Runs, the student's module built (options go to
-    modules.build: layers, gains, ...) and called on its cases, inputs after the first by name. observe(rec, y):
-    further facts recorded from the output of a case with an upstream gradient (e.g. the size of its graph)."""
-    return RunsCheck(name, tuple(runs), options, observe)
+def builds_and_runs(name: str, runs: tuple[Runs, ...], **options: Any) -> RunsCheck:
+    """The check `name`: for each Runs, the student's module built (options go to modules.build: facts, gains,
+    train, ...) and called on its cases without autograd, inputs after the first by name."""
+    return RunsCheck(name, tuple(runs), options)
+
+
+def builds_and_runs_backward(name: str, runs: tuple[Runs, ...], *,
+                             observe: Callable[[Recorder, Any], None] | None = None, **options: Any) -> RunsCheck:
+    """:func:`builds_and_runs`, where a case with an upstream gradient runs with autograd and records the gradients
+    of sum(output · upstream) its floating inputs and the module's parameters receive (modules.backward).
+    observe(rec, y): further facts recorded from that output first (e.g. the size of its graph)."""
+    return RunsCheck(name, tuple(runs), options, modules.backward, observe)
 
 
 # ------------------------------------------------------------------------------------------- token losses
@@ -369,10 +390,10 @@ class RunKeys:
 
 @dataclass(frozen=True)
 class ModelRun:
-    """The language model of the case (b sequences of t tokens, then the constructor's arguments in order; call: that
-    call in words) built under keys.model with the weights of seed, run on random tokens (b, t) drawn from seed + 10
-    as :func:`probe_models` says (upstream: the seed of an upstream gradient of the logits; secret: drawn only under
-    grading)."""
+    """The language model of the case (b sequences of t tokens of vocab, max_len; constructor(): the model's
+    arguments; call: that call in words) built under keys.model with the weights of seed, run on random tokens (b, t)
+    drawn from seed + 10 as :func:`probe_models` says (upstream: the seed of an upstream gradient of the logits;
+    secret: drawn only under grading)."""
 
     case: Any
     seed: int
@@ -395,24 +416,22 @@ class ModelRun:
 
 
 def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
-                 facts: Callable[[Any], Mapping[str, Any]], train: bool = False) -> None:
-    """The probe of a property check of language models: for each drawn run, cls(the case's fields after b and t, or
-    what its constructor() returns: positional arguments and keywords) built with the run's weights (facts: what to
-    record about it; one that cannot be built ends the probe); the gradients of its logits where run.upstream (train:
-    in training mode), else the logits; then, without autograd, on the tokens changed from each j in run.changed on
-    (<model>.changed<j>), chunk by chunk with the cache the call before returned (<steps><c>), and, where
-    run.too_long, on max_len + 1 tokens (<model>.too_long)."""
+                 facts: Callable[[Any], Mapping[str, Any]],
+                 backward: Callable[[Recorder, ModelRun, Any, torch.Tensor], None] | None = None) -> None:
+    """The probe of a property check of language models: for each drawn run, cls(*args, **keywords) as the case's
+    constructor() returns them, built with the run's weights (facts: what to record about it; one that cannot be
+    built ends the probe); where run.upstream, the gradients of its logits as backward(rec, run, model, tokens) records
+    them (:func:`model_backward`; a check without such a run needs none), else the logits; then, without autograd, on
+    the tokens changed from each j in run.changed on (<model>.changed<j>), chunk by chunk with the cache the call
+    before returned (<steps><c>), and, where run.too_long, on max_len + 1 tokens (<model>.too_long)."""
     for run in drawn(runs):
-        args, keywords = run.case.constructor() if hasattr(run.case, "constructor") else (astuple(run.case)[2:], {})
+        args, keywords = run.case.constructor()
         model = modules.build(rec, run.model, cls, *args, seed=run.seed, facts=facts, train=False, **keywords)
         if model is None:
             return
         tokens = run.tokens()
         if run.upstream:
-            model.train(train)
-            upstream = run.upstream_gradient()
-            modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
-                                    loss=lambda y, upstream=upstream: (y * upstream.to(y.device)).sum())
+            backward(rec, run, model, tokens)
         with torch.no_grad():
             if not run.upstream:
                 rec.call(run.logits, model, tokens.to(rec.device))
@@ -430,3 +449,12 @@ def probe_models(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder, *,
             if run.too_long:
                 too_long = tokens.new_zeros(1, run.case.max_len + 1).to(rec.device)
                 rec.call(fact_key(run.model, "too_long"), model, too_long)
+
+
+def model_backward(rec: Recorder, run: ModelRun, model: Any, tokens: torch.Tensor, *, train: bool = False) -> None:
+    """The gradients of sum(logits · run's upstream gradient) on tokens (train: in training mode), as
+    :func:`probe_models` records them for a run with an upstream."""
+    model.train(train)
+    upstream = run.upstream_gradient()
+    modules.record_backward(rec, run.logits, model, tokens.to(rec.device),
+                            loss=lambda y: (y * upstream.to(y.device)).sum())

@@ -23,6 +23,7 @@ from course.checks.kinds import (
     RunKeys,
     loss_case,
     losses,
+    model_backward,
     model_facts,
     probe_models,
     property_check,
@@ -101,7 +102,7 @@ def numbered_runs(cases: Sequence[ModelCase], seed: int) -> tuple[ModelRun, ...]
 # ---------------------------------------------------------------- LanguageModel: the probes
 
 _FACTS = partial(model_facts, parts=MODEL_PARTS, block_parts=[name for name, _, _ in BLOCK_PARTS], kinds=_LM_KINDS)
-_probe_model = partial(probe_models, facts=_FACTS, train=True)  # a run that cannot be built ends the probe
+_probe_model = partial(probe_models, facts=_FACTS)  # a run that cannot be built ends the probe
 
 
 
@@ -122,7 +123,8 @@ lm_structure = property_check("lm_structure", device.on_gpus(_probe_model, "mode
 lm_causality = property_check("lm_causality", _probe_model, (ModelRun(case=CAUSALITY_CASE, seed=3100, changed=(5, 2)),))
 lm_oracle = property_check("lm_oracle", _probe_model, numbered_runs(ORACLE_CASES, 3200))
 lm_hidden = property_check("lm_hidden", _probe_model, numbered_runs(HIDDEN_CASES, 3500))
-lm_gradients = property_check("lm_gradients", _probe_model, (ModelRun(case=GRADIENT_CASE, seed=3600, upstream=3620),))
+lm_gradients = property_check("lm_gradients", partial(_probe_model, backward=partial(model_backward, train=True)),
+                              (ModelRun(case=GRADIENT_CASE, seed=3600, upstream=3620),))
 
 
 def _cache_check(name: str, cases: tuple[ModelRun, ...], probe: Callable = _probe_model) -> PropertyCheck:

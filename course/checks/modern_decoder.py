@@ -21,9 +21,10 @@ from course.checks.kinds import (
     ModelRun,
     RunKeys,
     Runs,
-    builds_and_runs,
+    builds_and_runs_backward,
     calls,
     drawn,
+    model_backward,
     model_facts,
     probe_models,
     property_check,
@@ -58,7 +59,7 @@ def as_built(module: nn.Module) -> dict[str, Any]:
             "eps": float(eps) if type(eps) in (float, int) else None}
 
 
-rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
+rms_norm_oracle = builds_and_runs_backward("rms_norm_oracle", (
     Runs(Built(key="module0", args=(12,), seed=6000), (
         x_case("y0", (3, 5, 12), 6001, shift=3.0, upstream=6002),
         x_case("y0_scaled", (3, 5, 12), 6001, shift=3.0, scale=100.0,
@@ -69,7 +70,7 @@ rms_norm_oracle = builds_and_runs("rms_norm_oracle", (
     Runs(Built(key="module2", args=(6,), seed=6020), (x_case("y2", (2, 3, 4, 6), 6021, shift=-2.0),))), facts=as_built)
 
 
-rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
+rms_norm_hidden = builds_and_runs_backward("rms_norm_hidden", (
     Runs(Built(key="module0", args=(16,), seed=6100), (x_case("y0", (1, 7, 16), 6101, shift=1.0, scale=1e-4),
                                                        x_case("y0_large", (2, 3, 16), 6102, shift=1.0, scale=1e4))),
     Runs(Built(key="module1", args=(5, 1e-3), seed=6110), (x_case("y1", (3, 2, 4, 5), 6111, shift=0.3, scale=0.1),)),
@@ -78,13 +79,13 @@ rms_norm_hidden = builds_and_runs("rms_norm_hidden", (
           x_case("y2_small", (4, 10), 6123, scale=2e-4, secret=True)))))
 
 SWIGLU_LAYERS = ("gate", "up", "down")
-swiglu_oracle = builds_and_runs("swiglu_oracle", (
+swiglu_oracle = builds_and_runs_backward("swiglu_oracle", (
     Runs(Built(key="module0", args=(8, 12), seed=6300), (x_case("y0", (2, 5, 8), 6301, upstream=6302),
                                                          x_case("y0_4d", (2, 3, 4, 8), 6303))),
     Runs(Built(key="module1", args=(6, 16), seed=6310),
          (x_case("y1", (3, 4, 6), 6311, shift=0.5),))), facts=modules.sharing(SWIGLU_LAYERS))
 
-swiglu_hidden = builds_and_runs("swiglu_hidden", (
+swiglu_hidden = builds_and_runs_backward("swiglu_hidden", (
     Runs(Built(key="module0", args=(12, 32), seed=6400), (x_case("y0", (1, 9, 12), 6401, upstream=6402),)),
     Runs(Built(key="module1", args=(9, 4), seed=6410), (x_case("y1", (2, 2, 3, 9), 6411),)),
     Runs(Built(key="module2", args=(10, 27), seed=6420),
@@ -340,7 +341,7 @@ modern_lm_cache = property_check("modern_lm_cache", _probe_modern, (
 def _probe_modern_hidden(runs: tuple[ModelRun, ...], cls: Callable, rec: Recorder) -> None:
     """_probe_modern, then the model of the first run (too_long) given a cache of max_len positions and one more
     token: <model>.past_too_long must raise a ValueError, since t_past + t counts (weights left as built)."""
-    _probe_modern(runs, cls, rec)
+    _probe_modern(runs, cls, rec, backward=model_backward)
     run = runs[0]
     args, keywords = run.case.constructor()
     model = modules.build(rec, fact_key(run.model, "full"), cls, *args, **keywords)

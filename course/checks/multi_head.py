@@ -156,12 +156,12 @@ def gradient_runs(k: int, heads: int, seed: int, tq: int, tk: int, mask: str | N
         "y", heads, (2, tq, k), seeds[:3], tk=tk, mask=mask, upstream=seeds[3]),)),)
 
 
-multi_head_gradients = builds_and_runs("multi_head_gradients",
-                                       gradient_runs(GRAD_K, GRAD_HEADS, 440, 5, 7, None, (441, 442, 0, 443)),
-                                       observe=record_matmuls, **MODULE_OPTIONS)
+multi_head_gradients = kinds.builds_and_runs_backward(
+    "multi_head_gradients", gradient_runs(GRAD_K, GRAD_HEADS, 440, 5, 7, None, (441, 442, 0, 443)),
+    observe=record_matmuls, **MODULE_OPTIONS)
 # a small case against PyTorch, visible: 8 heads of size 2 (narrow) or 2 heads of size 4 (wide), a mask (b, tq, tk)
-multi_head_vs_pytorch = builds_and_runs("multi_head_vs_pytorch",
-                                        gradient_runs(GRAD_K, GRAD_HEADS, 465, 3, 4, "random", (466, 468, 467, 469)),
-                                        observe=record_matmuls, **MODULE_OPTIONS)
-wide_vs_pytorch = builds_and_runs("wide_vs_pytorch", gradient_runs(4, 2, 475, 3, 4, "random", (476, 478, 477, 479)),
-                                  **MODULE_OPTIONS)
+multi_head_vs_pytorch = kinds.builds_and_runs_backward(
+    "multi_head_vs_pytorch", gradient_runs(GRAD_K, GRAD_HEADS, 465, 3, 4, "random", (466, 468, 467, 469)),
+    observe=record_matmuls, **MODULE_OPTIONS)
+wide_vs_pytorch = kinds.builds_and_runs_backward(
+    "wide_vs_pytorch", gradient_runs(4, 2, 475, 3, 4, "random", (476, 478, 477, 479)), **MODULE_OPTIONS)

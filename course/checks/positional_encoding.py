@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from course.checks import device, modules, weights
+from course.checks import device, kinds, modules, weights
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.evidence import Recorder, fact_key
@@ -157,6 +157,6 @@ learned_structure.probe = device.on_gpus(learned_structure.probe, "module",  # t
 learned_oracle = builds_and_runs("learned_oracle", tuple(
     Runs(Built(key=f"module{i}", args=(max_len, k), seed=3200 + i), (random_case(f"y{i}", (b, t, k), 3210 + i),))
     for i, (b, t, max_len, k) in enumerate(((3, 5, 8, 4), (2, 8, 8, 6), (4, 1, 20, 3)))))
-learned_gradients = builds_and_runs("learned_gradients", (
+learned_gradients = kinds.builds_and_runs_backward("learned_gradients", (
     Runs(Built(key="grad_module", args=(8, 4), seed=3230),
          (random_case("y_grad", (2, 5, 4), 3220, upstream=((2, 5, 4), 3221)),)),))

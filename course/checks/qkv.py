@@ -5,9 +5,10 @@ from functools import partial
 
 import torch
 
+from course.checks import kinds
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
-from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, random_case
+from course.checks.kinds import Built, Case, Runs, builds_and_runs, calls, calls_backward, random_case
 from course.checks.modules import sharing
 
 ROLES = ("to_queries", "to_keys", "to_values")
@@ -66,7 +67,8 @@ attention_by_hand = calls("attention_by_hand", (
 #: the same queries and keys over identical values (y), then over different ones (y_anchor)
 attention_weighted_average = calls("attention_weighted_average", (
     Case("y", _identical_values, "all values equal"), qkv_case("y_anchor", AVERAGE, (530, 531, 533))))
-attention_vs_pytorch = calls("attention_vs_pytorch", (qkv_case("y", SMALL, (560, 561, 562), upstream_seed=563),))
+attention_vs_pytorch = calls_backward("attention_vs_pytorch",
+                                      (qkv_case("y", SMALL, (560, 561, 562), upstream_seed=563),))
 attention_oracle = calls("attention_oracle", (
     *(qkv_case(f"y{i}", shape, (500 + i, 510 + i, 520 + i)) for i, shape in enumerate(ATTENTION_SHAPES)),
     Case("lookup", lookup_inputs, "queries = 100·key 2, 100·key 0")))
@@ -87,9 +89,9 @@ def _permuted(inputs: partial) -> dict[str, torch.Tensor]:
 self_attention_qkv_structure = builds_and_runs("self_attention_qkv_structure", (
     Runs(Built(key="module", args=(STRUCTURE_K,), seed=200),
          (random_case("y", (2, 4, STRUCTURE_K), 201),)),), facts=sharing(ROLES))
-self_attention_qkv_vs_pytorch = builds_and_runs("self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),),
-                                                facts=sharing(ROLES))
-self_attention_qkv_oracle = builds_and_runs("self_attention_qkv_oracle", (
+self_attention_qkv_vs_pytorch = kinds.builds_and_runs_backward(
+    "self_attention_qkv_vs_pytorch", (_gradient_case(750, (2, 3, 4)),), facts=sharing(ROLES))
+self_attention_qkv_oracle = kinds.builds_and_runs_backward("self_attention_qkv_oracle", (
     *(Runs(Built(key=f"module{i}", args=(k,), seed=600 + i), (random_case(f"y{i}", (b, t, k), 650 + i),))
       for i, (b, t, k) in enumerate(MODULE_SHAPES)),
     _gradient_case(700, (2, 5, 4))), facts=sharing(ROLES))

@@ -157,7 +157,7 @@ MODULE_OPTIONS = MappingProxyType({"gains": GAINS, "facts": modules.sharing(ROLE
 scaled_self_attention_structure = builds_and_runs("scaled_self_attention_structure", (
     Runs(Built(key="module", args=(STRUCTURE_K,), seed=400),
          (module_case("y", (2, 4, STRUCTURE_K), 401),)),), **MODULE_OPTIONS)
-scaled_self_attention_vs_pytorch = builds_and_runs("scaled_self_attention_vs_pytorch", (
+scaled_self_attention_vs_pytorch = kinds.builds_and_runs_backward("scaled_self_attention_vs_pytorch", (
     Runs(Built(key="module", args=(4,), seed=495),
          (module_case("y", (2, 5, 4), 490, mask=kinds.Mask("padding", lengths=(5, 3)), upstream=491),)),),
     **MODULE_OPTIONS)

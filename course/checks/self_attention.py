@@ -11,7 +11,7 @@ import torch
 from course.checks.check import Check, when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import randn
 from course.checks.evidence import Recorder
-from course.checks.kinds import Case, calls, given, random_case, shapes
+from course.checks.kinds import Case, calls, calls_backward, given, random_case, shapes
 
 # batch > 1, t != k, a single position, k = 1: shapes that expose swapped or missing dimensions
 SHAPES = ((3, 5, 4), (2, 7, 3), (1, 1, 6), (4, 6, 1))
@@ -32,7 +32,7 @@ def by_hand(key: str) -> tuple:
 # ------------------------------------------------------------------------------------------- attention_weights
 
 attention_weights_by_hand = calls("attention_weights_by_hand", by_hand("w"))
-attention_weights_vs_pytorch = calls("attention_weights_vs_pytorch",
+attention_weights_vs_pytorch = calls_backward("attention_weights_vs_pytorch",
                                      (random_case("w", (2, 4, 3), 50, upstream=((2, 4, 4), 51)),))
 attention_weights_rows = calls("attention_weights_rows", (random_case("w", (2, 5, 4), 11),))
 
@@ -49,9 +49,9 @@ attention_weights_oracle = calls("attention_weights_oracle", (
 # ------------------------------------------------------------------------------------------- basic_self_attention
 
 basic_self_attention_by_hand = calls("basic_self_attention_by_hand", by_hand("y"))
-basic_self_attention_vs_pytorch = calls("basic_self_attention_vs_pytorch",
+basic_self_attention_vs_pytorch = calls_backward("basic_self_attention_vs_pytorch",
                                         (random_case("y_grad", (2, 4, 3), 50, upstream=((2, 4, 3), 52)),))
-basic_self_attention_oracle = calls("basic_self_attention_oracle", (
+basic_self_attention_oracle = calls_backward("basic_self_attention_oracle", (
     *shapes("y", SHAPES, seed=200), random_case("y_grad", (2, 5, 3), 400, upstream=((2, 5, 3), 401))))
 
 PERMUTATION_CASE = random_case("y", (2, 6, 4), 300)

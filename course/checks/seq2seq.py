@@ -24,6 +24,7 @@ from course.checks.kinds import (
     Runs,
     RunsCheck,
     builds_and_runs,
+    builds_and_runs_backward,
     drawn,
     loss_case,
     losses,
@@ -137,12 +138,14 @@ def decoder_case(key: str, size: tuple[int, int, int, int], seed: int, *, upstre
     return Case(key, inputs, label, upstream=None if upstream is None else partial(randn, b, t, k, seed=upstream))
 
 
-def _decoder_check(name: str, runs: tuple[Runs, ...], train: bool = False) -> RunsCheck:
-    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train; a check
-    whose Built args are (k, heads, ff_mult, dropout) passes each its own dropout, fourth."""
+def _decoder_check(name: str, runs: tuple[Runs, ...], declare: Callable[..., RunsCheck] = builds_and_runs,
+                   train: bool = False) -> RunsCheck:
+    """DecoderBlock(k, heads, ff_mult, dropout=0.0) built for each Runs, in training mode only with train, declared
+    with declare (builds_and_runs_backward for a check with gradients); a check whose Built args are (k, heads,
+    ff_mult, dropout) passes each its own dropout, fourth."""
     dropout = {} if any(len(run.module.args) > 3 for run in runs) else {"dropout": 0.0}
-    return builds_and_runs(name, runs, **dropout, train=train,
-                           facts=lambda m: {"parts": modules.part_facts(m, BLOCK_PARTS, _KINDS)})
+    return declare(name, runs, **dropout, train=train,
+                   facts=lambda m: {"parts": modules.part_facts(m, BLOCK_PARTS, _KINDS)})
 
 
 decoder_block_structure = _decoder_check("decoder_block_structure", tuple(
@@ -167,11 +170,12 @@ decoder_block_oracle = _decoder_check("decoder_block_oracle", (
     DROPOUT_RUNS))
 decoder_block_small_case = _decoder_check("decoder_block_small_case",
                                           (Runs(Built(key="block", args=(4, 2, 4), seed=1450), (
-    decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),), train=True)
+    decoder_case("y", (2, 3, 5, 4), 1460), decoder_case("y_grad", (2, 3, 5, 4), 1460, upstream=1470))),),
+    builds_and_runs_backward, train=True)
 decoder_block_padding_gradients = _decoder_check("decoder_block_padding_gradients", (
     Runs(Built(key="block", args=(8, 2, 4), seed=1500), (
         decoder_case("y", (2, 4, 5, 8), 1510), decoder_case("y_longer", (2, 4, 5, 8), 1510, pad_more=3),
-        decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),), train=True)
+        decoder_case("y_grad", (2, 4, 5, 8), 1510, upstream=1530))),), builds_and_runs_backward, train=True)
 
 
 # ---------------------------------------------------------------- the model

@@ -8,7 +8,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from course.checks import modules
+from course.checks import kinds, modules
 from course.checks.check import when_graded  # noqa: F401 - hidden-test cells call it
 from course.checks.compare import generator, randn
 from course.checks.kinds import Built, Case, Mask, Runs, Shift, builds_and_runs, given, module_case
@@ -111,7 +111,7 @@ def _reset_norms(block: nn.Module) -> None:
 transformer_block_normalised = builds_and_runs("transformer_block_normalised", (
     Runs(NORMALISED, (NORMALISED_CASE,), _reset_norms),), **OPTIONS)
 
-transformer_block_small_case = builds_and_runs("transformer_block_small_case",
+transformer_block_small_case = kinds.builds_and_runs_backward("transformer_block_small_case",
                                                (Runs(Built(key="module", args=(4, 2), seed=1650), (
     module_case("y", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, no mask"),
     module_case("y_masked", (2, 3, 4), 1651, "x of shape (2, 3, 4), heads=2, causal mask", mask="causal"),
@@ -138,7 +138,7 @@ transformer_block_mask = builds_and_runs("transformer_block_mask",
                 mask=Mask("padding", lengths=(6, 4, 2))))),), **OPTIONS)
 
 PERMUTATION = (5, 2, 0, 4, 1, 3)
-transformer_block_gradients = builds_and_runs("transformer_block_gradients", (
+transformer_block_gradients = kinds.builds_and_runs_backward("transformer_block_gradients", (
     Runs(Built(key="module", args=(8, 2), seed=1700),
          (module_case("y", (2, 5, 8), 1701, "k=8, 2 heads, x (2, 5, 8)", upstream=1702),)),
     Runs(Built(key="perm", args=(8, 2), seed=1800), (
@@ -178,7 +178,7 @@ transformer_classifier_order_blind = builds_and_runs("transformer_classifier_ord
         token_case("y", 9, (4, 7), 2201, "tokens of shape (4, 7), depth=2"),
         token_case("y_perm", 9, (4, 7), 2201, "positions permuted", TOKEN_PERMUTATION))),), **OPTIONS)
 
-transformer_classifier_gradients = builds_and_runs("transformer_classifier_gradients", (
+transformer_classifier_gradients = kinds.builds_and_runs_backward("transformer_classifier_gradients", (
     Runs(Built(key="module", args=ORDER_SHAPE, seed=2300),
          (Case("y_grad", lambda: {"tokens": torch.arange(9).view(3, 3)},
                "tokens arange(9) as (3, 3), a random upstream gradient",

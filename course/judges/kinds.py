@@ -6,9 +6,9 @@ judges a declared check from the very cases its probe drew::
     against(attention_weights_oracle, WEIGHTS, passed="Random inputs of several shapes against PyTorch's ...")
 
 Every case's output is compared with the oracle (its shape first, with hints for the shapes of typical confusions),
-a match with a typical mistake's output names it, and a case that recorded gradients has them compared with autograd
-through the oracle. Cases worked by hand in the notebook compare with the hand-worked answer instead
-(``answers``), the secret case with the oracle.
+a match with a typical mistake's output names it, and (``against_gradients``) a case that recorded gradients has them
+compared with autograd through the oracle. Cases worked by hand in the notebook compare with the hand-worked answer
+instead (``answers``), the secret case with the oracle.
 
 Next-token losses are judged in course/judges/token_loss.py, whole language models (with and without a cache) in
 course/judges/models.py.
@@ -84,8 +84,7 @@ class Oracle:
 
 
 def expect_case(ev: Evidence, case: Case, oracle: Oracle, expected: torch.Tensor | None = None) -> torch.Tensor:
-    """The output recorded for case against expected (default: the oracle on the case's inputs), then its gradients
-    against autograd through the oracle; returns the output."""
+    """The output recorded for case against expected (default: the oracle on the case's inputs); returns it."""
     inputs = dict(case.inputs())
     advice = oracle.advice
     y = output(ev, case.key, what=oracle.what, shape=oracle.shape(**inputs), shape_hints=advice.shape_hints(**inputs),
@@ -93,11 +92,6 @@ def expect_case(ev: Evidence, case: Case, oracle: Oracle, expected: torch.Tensor
     want = oracle.compute(**inputs) if expected is None else expected
     expect_close(y, want, what=oracle.what, device=ev.device, mistakes=oracle.mistakes(**inputs), case=case.label,
                  otherwise=advice.otherwise)
-    if case.upstream is not None:
-        modules.expect_differentiable(ev, case.key, oracle.what)
-        grads = modules.autograd(lambda _, **given: oracle.compute(**given), {}, inputs, case.upstream())
-        modules.expect_gradients(ev, grads, owner=oracle.what, case=case.label, oracle=oracle.name,
-                                 hints=advice.gradient_hints)
     return y
 
 
@@ -105,12 +99,32 @@ def against(check: CallCheck, oracle: Oracle, *, passed: str,
             answers: Mapping[str, Callable[[], torch.Tensor]] | None = None) -> Callable[[Evidence], None]:
     """Register the judge of check: every drawn case against the oracle, or against answers[case.key]() for a
     case worked by hand. passed: the line a student reads when the test passes."""
+    if any(case.upstream is not None for case in check.cases):
+        raise ValueError(f"{check.name} records gradients: its judge is against_gradients")
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
         for case in drawn(check.cases):
             answer = (answers or {}).get(case.key)
             expect_case(ev, case, oracle, None if answer is None else answer())
+
+    return declared(check, judged, passed)
+
+
+def against_gradients(check: CallCheck, oracle: Oracle, *, passed: str) -> Callable[[Evidence], None]:
+    """Register the judge of a check declared with calls_backward: every drawn case against the oracle, and the
+    gradients a case with an upstream recorded against autograd through the oracle."""
+
+    def judged(ev: Evidence) -> None:
+        __tracebackhide__ = True
+        for case in drawn(check.cases):
+            expect_case(ev, case, oracle)
+            if case.upstream is not None:
+                modules.expect_differentiable(ev, case.key, oracle.what)
+                inputs = dict(case.inputs())
+                grads = modules.autograd(lambda _, **given: oracle.compute(**given), {}, inputs, case.upstream())
+                modules.expect_gradients(ev, grads, owner=oracle.what, case=case.label, oracle=oracle.name,
+                                         hints=oracle.advice.gradient_hints)
 
     return declared(check, judged, passed)
 

@@ -15,7 +15,7 @@ from course.checks.kinds import Built
 from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import anchored, expect_structure, projection_count, projections
-from course.judges.kinds import Advice, ForwardOracle, Oracle, against, against_forward, declared
+from course.judges.kinds import Advice, ForwardOracle, Oracle, against, against_forward, against_gradients, declared
 from course.judges.variants import Variants, simulators
 
 ATTENTION_NAME = "attention(queries, keys, values)"
@@ -101,7 +101,7 @@ ATTENTION = Oracle(
 against(probes.attention_by_hand, ATTENTION,
         answers={"y": lambda: torch.tensor([[[10.0 * math.e / (math.e + 1) + 20.0 / (math.e + 1)]]])},  # (1, 1, 1)
         passed="One query, two keys: the output mixes the values 10 and 20 with weights e/(e+1) and 1/(e+1).")
-against(probes.attention_vs_pytorch, ATTENTION,
+against_gradients(probes.attention_vs_pytorch, ATTENTION,
         passed="A batch of two (tq != tk, v != k) and its gradients against PyTorch's fused attention, unscaled.")
 # the values of keys 2 and 0, which queries that are long copies of those keys retrieve (almost exactly)
 against(probes.attention_oracle, ATTENTION, answers={"lookup": lambda: probes.lookup_inputs()["values"][:, [2, 0]]},

@@ -14,7 +14,7 @@ from course.checks.compare import expect_close, fail, matches_any, output
 from course.checks.evidence import Evidence
 from course.checks.self_attention import PERMUTATION, hand_x
 from course.judges import judge
-from course.judges.kinds import Advice, Oracle, against
+from course.judges.kinds import Advice, Oracle, against, against_gradients
 from course.judges.variants import Variants
 
 # ------------------------------------------------------------------------------------------- mistakes
@@ -132,7 +132,7 @@ OUTPUT = Oracle(
 
 against(probes.attention_weights_by_hand, WEIGHTS, answers={"w": _hand_weights},
         passed="The 3-vector example from the notebook, whose weights can be worked out on paper.")
-against(probes.attention_weights_vs_pytorch, WEIGHTS,
+against_gradients(probes.attention_weights_vs_pytorch, WEIGHTS,
         passed="A batch of two against PyTorch's fused attention (unscaled, values = identity); the gradient of a "
                "loss on the weights reaches x as autograd through the oracle gives it.")
 against(probes.attention_weights_oracle, WEIGHTS,
@@ -140,10 +140,10 @@ against(probes.attention_weights_oracle, WEIGHTS,
                "(unscaled, values = identity).")
 against(probes.basic_self_attention_by_hand, OUTPUT, answers={"y": lambda: _hand_weights() @ hand_x()},
         passed="The notebook's 3-vector example: y = w·x with the weights worked out on paper.")
-against(probes.basic_self_attention_vs_pytorch, OUTPUT,
+against_gradients(probes.basic_self_attention_vs_pytorch, OUTPUT,
         passed="A batch of two against PyTorch's fused attention with queries = keys = values = x; the gradient "
                "reaches x.")
-against(probes.basic_self_attention_oracle, OUTPUT,
+against_gradients(probes.basic_self_attention_oracle, OUTPUT,
         passed="Random inputs of several shapes against PyTorch's fused attention with queries = keys = values = "
                "x, and the gradient of a loss on the output with respect to the input, against autograd through "
                "the oracle.")
