@@ -25,9 +25,7 @@ import torch
 from course.checks import modules
 from course.checks.compare import (
     Mistake,
-    OnGpus,
     expect_close,
-    expect_on_gpus,
     fail,
     matches_any,
     output,
@@ -361,17 +359,17 @@ def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: s
 
 
 def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
-              passed: str, on_gpus: OnGpus | None = None) -> Callable[[Evidence], None]:
+              passed: str, then: Callable[[Evidence], None] | None = None) -> Callable[[Evidence], None]:
     """Register the judge of a property check (course/checks/kinds.py's ``property_check``): expect(ev, case) for
-    each of the cases its probe declared that this run draws (a secret one only under grading), in order; then, with
-    on_gpus, what its probe (wrapped in course/checks/device.py's on_gpus) saw on the stand-in GPUs. passed: the
-    line a student reads when the test passes."""
+    each of the cases its probe declared that this run draws (a secret one only under grading), in order; then(ev):
+    a further property judged after the cases (e.g. compare.expect_on_gpus: what a probe wrapped in course/checks/
+    device.py's on_gpus saw on the stand-in GPUs). passed: the line a student reads when the test passes."""
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
         for case in drawn(check.cases):
             expect(ev, case)
-        if on_gpus:
-            expect_on_gpus(ev, on_gpus)
+        if then is not None:
+            then(ev)
 
     return declared(check, judged, passed)
