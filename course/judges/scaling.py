@@ -19,7 +19,7 @@ from course.checks.scaling import CHANGED, GAINS, UPSTREAM_SEEDS
 from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import expect_structure, projection_count, projections
 from course.judges.kinds import ForwardOracle, against_forward, anchor_forward, each_case, expect_causal, forward_output
-from course.judges.variants import Simulator, Variants, Written, module_output, simulators
+from course.judges.variants import Simulator, Variants, Written, calling, module_output, simulators
 
 SDPA_NAME = SDPA = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
@@ -245,7 +245,8 @@ each_case(probes.sdpa_vs_pytorch, partial(_expect_sdpa_gradients, strict=True),
 _scaled_projections = partial(projections, owner=MODULE_NAME, gains=GAINS, bias_mistake=PROJECTION_BIAS)
 _SHOWN = {False: WITHOUT_A_MASK, True: OUTPUT_MISTAKES}  # the function's mistakes that show without a mask, with one
 #: the module's own mistakes, then the reference module calling each of the function's that shows
-_MODULE_MISTAKES = {masked: simulators(WRITTEN, MODULE_NAME, calling=names) for masked, names in _SHOWN.items()}
+_MODULE_MISTAKES = {masked: [*simulators(WRITTEN, MODULE_NAME), *calling(WRITTEN, MODULE_NAME, names)]
+                    for masked, names in _SHOWN.items()}
 
 
 def _module_calling(name: str, called: Iterable[str]) -> list[tuple[Mistake, Simulator]]:
