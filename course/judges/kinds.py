@@ -62,7 +62,7 @@ class Advice:
     hint: str | Callable[..., str] = ""  # wrong shape or raised; or hint(**inputs), from a case's named inputs
     shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}  # of the inputs: shape -> advice
     gradient_hints: Mapping[str, str] = field(default_factory=dict)  # input or parameter -> advice when it gets none
-    keyword_mistake: Mistake | None = None  # a module's forward refused a keyword input (a TypeError naming it)
+    refused: Callable[[Evidence, str, Tensors], None] | None = None  # (ev, key, inputs): fails first if forward refused
 
     def hint_for(self, inputs: Tensors) -> str:
         return self.hint(**inputs) if callable(self.hint) else self.hint
@@ -159,15 +159,9 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
     """The output recorded under key for these inputs: a tensor of oracle.shape (default: the first input's, e.g.
     (b, tq, k)), else a failure in plain words."""
     __tracebackhide__ = True
-    first, *keywords = inputs
-    fact, refused = ev.facts.get(key), oracle.advice.keyword_mistake
-    if refused and isinstance(fact, dict) and fact.get("kind") == "raised" and fact.get("type") == "TypeError":
-        message = str(fact.get("message"))
-        for name in keywords:
-            if name in message:
-                fail(f"{oracle.owner}.forward({first}, {name}=...) raised TypeError: {message[:200]}. "
-                     f"{refused.explanation[0].upper()}{refused.explanation[1:]}", mistake=refused)
-    shape = oracle.shape(**inputs) if oracle.shape else tuple(inputs[first].shape)
+    if oracle.advice.refused:
+        oracle.advice.refused(ev, key, inputs)
+    shape = oracle.shape(**inputs) if oracle.shape else tuple(next(iter(inputs.values())).shape)
     return output(ev, key, what=forward_what(oracle, inputs), shape=shape,
                   shape_hints=oracle.advice.shape_hints(**inputs), hint=oracle.advice.hint_for(inputs))
 
