@@ -167,15 +167,10 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
 
 
 def _run(compute: Simulator, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
-    """compute with the weights w and constructor arguments args on these inputs, without autograd (per call: a
-    generator's no_grad would stay on in its reader between two outputs)."""
+    """compute (an oracle's or a mistake's) with the weights w and constructor arguments args on these inputs,
+    without autograd (per call: a generator's no_grad would stay on in its reader between two outputs)."""
     with torch.no_grad():
         return compute(w, *args, **inputs)
-
-
-def expected_output(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
-    """The oracle's output with the weights w and constructor arguments args on these inputs, without autograd."""
-    return _run(oracle.compute, w, args, inputs)
 
 
 def simulated(oracle: ForwardOracle, w: Tensors, args: tuple,
@@ -194,7 +189,7 @@ def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tens
     does: a property earns nothing for an output no real computation of the exercise gives.
     claim: the property y has, e.g. "MultiHeadAttention respects the causal mask"."""
     __tracebackhide__ = True
-    want = expected_output(oracle, w, args, inputs)
+    want = _run(oracle.compute, w, args, inputs)
     if matches_any(y, [want], ev.device):  # a right output runs no mistake's computation
         return
     if not matches_any(y, (_run(run, w, args, inputs) for _, run in oracle.simulators(*args, **inputs)), ev.device):
@@ -214,7 +209,7 @@ def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, orac
     what, y = forward_what(oracle, inputs), forward_output(ev, case.key, oracle, inputs)
     if case.upstream is not None:
         modules.expect_differentiable(ev, case.key, what)
-    want, tolerant = expected_output(oracle, w, args, inputs), case.upstream is not None and tolerate_mistakes
+    want, tolerant = _run(oracle.compute, w, args, inputs), case.upstream is not None and tolerate_mistakes
     because, compute = None, oracle.compute
     if tolerant and not matches_any(y, [want], ev.device):
         because, compute = next(((m, run) for m, run in oracle.simulators(*args, **inputs) if m is not None
@@ -298,7 +293,7 @@ def matched_oracle(ev: Evidence, key: str, oracles: list[ForwardOracle], w: Tens
     if len(oracles) == 1:
         return oracles[0]
     y = forward_output(ev, key, oracles[0], inputs)
-    return next((o for o in oracles if matches_any(y, [expected_output(o, w, args, inputs)], ev.device)), None) \
+    return next((o for o in oracles if matches_any(y, [_run(o.compute, w, args, inputs)], ev.device)), None) \
         or next((o for o in oracles if matches_any(y, [t for _, t in simulated(o, w, args, inputs)], ev.device)),
                 oracles[0])
 
