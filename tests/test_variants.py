@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course.checks import compare
-from course.judges.variants import Variants, module_output, simulators
+from course.judges.variants import Variants, calling, module_output, simulators, together
 
 ANSWER = "sliding_window_weights"
 
@@ -95,7 +95,8 @@ def test_module_simulators_name_its_mistakes_then_the_called_answers_then_both_t
                                          "queries @ keys.transpose(-2, -1)"), mistake="made-up-no-softmax",
              says="no softmax.")
     several = qkv.mistake("made-up-several", "two at once.")
-    found = simulators(qkv, MODULE, calling=("no-softmax",), several=several)
+    found = [*simulators(qkv, MODULE), *calling(qkv, MODULE, ("no-softmax",)),
+             *together(qkv, MODULE, ("no-softmax",), several)]
     assert [m.id for m, _ in found] == ["made-up-raw-values", "made-up-no-softmax", "made-up-several"]
     assert found[2][0].explanation == "several things at once. (1) Raw values. (2) No softmax."
     w = {f"{role}.weight": torch.randn(3, 3) for role in ("to_queries", "to_keys", "to_values")}
@@ -103,4 +104,4 @@ def test_module_simulators_name_its_mistakes_then_the_called_answers_then_both_t
     q, k = x @ w["to_queries.weight"].T, x @ w["to_keys.weight"].T
     assert torch.allclose(found[2][1](w, 3, x=x), q @ k.transpose(1, 2) @ x, atol=1e-5)  # both mistakes made
     with pytest.raises(ValueError, match="no variants named"):
-        simulators(qkv, MODULE, calling=("never-written",))
+        calling(qkv, MODULE, ("never-written",))

@@ -25,9 +25,7 @@ import torch
 from course.checks import modules
 from course.checks.compare import (
     Mistake,
-    OnGpus,
     expect_close,
-    expect_on_gpus,
     fail,
     matches_any,
     output,
@@ -64,7 +62,7 @@ class Advice:
     hint: str | Callable[..., str] = ""  # wrong shape or raised; or hint(**inputs), from a case's named inputs
     shape_hints: Callable[..., dict[tuple[int, ...], str | Mistake]] = lambda **_: {}  # of the inputs: shape -> advice
     gradient_hints: Mapping[str, str] = field(default_factory=dict)  # input or parameter -> advice when it gets none
-    keyword_mistake: Mistake | None = None  # a module's forward refused a keyword input (a TypeError naming it)
+    refused: Callable[[Evidence, str, Tensors], None] | None = None  # (ev, key, inputs): fails first if forward refused
 
     def hint_for(self, inputs: Tensors) -> str:
         return self.hint(**inputs) if callable(self.hint) else self.hint
@@ -175,29 +173,18 @@ def forward_output(ev: Evidence, key: str, oracle: ForwardOracle, inputs: Tensor
     """The output recorded under key for these inputs: a tensor of oracle.shape (default: the first input's, e.g.
     (b, tq, k)), else a failure in plain words."""
     __tracebackhide__ = True
-    first, *keywords = inputs
-    fact, refused = ev.facts.get(key), oracle.advice.keyword_mistake
-    if refused and isinstance(fact, dict) and fact.get("kind") == "raised" and fact.get("type") == "TypeError":
-        message = str(fact.get("message"))
-        for name in keywords:
-            if name in message:
-                fail(f"{oracle.owner}.forward({first}, {name}=...) raised TypeError: {message[:200]}. "
-                     f"{refused.explanation[0].upper()}{refused.explanation[1:]}", mistake=refused)
-    shape = oracle.shape(**inputs) if oracle.shape else tuple(inputs[first].shape)
+    if oracle.advice.refused:
+        oracle.advice.refused(ev, key, inputs)
+    shape = oracle.shape(**inputs) if oracle.shape else tuple(next(iter(inputs.values())).shape)
     return output(ev, key, what=forward_what(oracle, inputs), shape=shape,
                   shape_hints=oracle.advice.shape_hints(**inputs), hint=oracle.advice.hint_for(inputs))
 
 
 def _run(compute: Simulator, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
-    """compute with the weights w and constructor arguments args on these inputs, without autograd (per call: a
-    generator's no_grad would stay on in its reader between two outputs)."""
+    """compute (an oracle's or a mistake's) with the weights w and constructor arguments args on these inputs,
+    without autograd (per call: a generator's no_grad would stay on in its reader between two outputs)."""
     with torch.no_grad():
         return compute(w, *args, **inputs)
-
-
-def expected_output(oracle: ForwardOracle, w: Tensors, args: tuple, inputs: Tensors) -> torch.Tensor:
-    """The oracle's output with the weights w and constructor arguments args on these inputs, without autograd."""
-    return _run(oracle.compute, w, args, inputs)
 
 
 def simulated(oracle: ForwardOracle, w: Tensors, args: tuple,
@@ -216,7 +203,7 @@ def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tens
     does: a property earns nothing for an output no real computation of the exercise gives.
     claim: the property y has, e.g. "MultiHeadAttention respects the causal mask"."""
     __tracebackhide__ = True
-    want = expected_output(oracle, w, args, inputs)
+    want = _run(oracle.compute, w, args, inputs)
     if matches_any(y, [want], ev.device):  # a right output runs no mistake's computation
         return
     if not matches_any(y, (_run(run, w, args, inputs) for _, run in oracle.simulators(*args, **inputs)), ev.device):
@@ -236,7 +223,7 @@ def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, orac
     what, y = forward_what(oracle, inputs), forward_output(ev, case.key, oracle, inputs)
     if case.upstream is not None:
         modules.expect_differentiable(ev, case.key, what)
-    want, tolerant = expected_output(oracle, w, args, inputs), case.upstream is not None and tolerate_mistakes
+    want, tolerant = _run(oracle.compute, w, args, inputs), case.upstream is not None and tolerate_mistakes
     because, compute = None, oracle.compute
     if tolerant and not matches_any(y, [want], ev.device):
         because, compute = next(((m, run) for m, run in oracle.simulators(*args, **inputs) if m is not None
@@ -320,7 +307,7 @@ def matched_oracle(ev: Evidence, key: str, oracles: list[ForwardOracle], w: Tens
     if len(oracles) == 1:
         return oracles[0]
     y = forward_output(ev, key, oracles[0], inputs)
-    return next((o for o in oracles if matches_any(y, [expected_output(o, w, args, inputs)], ev.device)), None) \
+    return next((o for o in oracles if matches_any(y, [_run(o.compute, w, args, inputs)], ev.device)), None) \
         or next((o for o in oracles if matches_any(y, [t for _, t in simulated(o, w, args, inputs)], ev.device)),
                 oracles[0])
 
@@ -375,17 +362,17 @@ def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: s
 
 
 def each_case(check: PropertyCheck, expect: Callable[[Evidence, Any], None], *,
-              passed: str, on_gpus: OnGpus | None = None) -> Callable[[Evidence], None]:
+              passed: str, then: Callable[[Evidence], None] | None = None) -> Callable[[Evidence], None]:
     """Register the judge of a property check (course/checks/kinds.py's ``property_check``): expect(ev, case) for
-    each of the cases its probe declared that this run draws (a secret one only under grading), in order; then, with
-    on_gpus, what its probe (wrapped in course/checks/device.py's on_gpus) saw on the stand-in GPUs. passed: the
-    line a student reads when the test passes."""
+    each of the cases its probe declared that this run draws (a secret one only under grading), in order; then(ev):
+    a further property judged after the cases (e.g. compare.expect_on_gpus: what a probe wrapped in course/checks/
+    device.py's on_gpus saw on the stand-in GPUs). passed: the line a student reads when the test passes."""
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
         for case in drawn(check.cases):
             expect(ev, case)
-        if on_gpus:
-            expect_on_gpus(ev, on_gpus)
+        if then is not None:
+            then(ev)
 
     return declared(check, judged, passed)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from course.checks import compare, modules, seeds
 from course.checks import language_model as probes
-from course.checks.compare import Mistake, OnGpus, expect_equal, fail, generator, output
+from course.checks.compare import Mistake, OnGpus, expect_equal, expect_on_gpus, fail, generator, output
 from course.checks.evidence import Evidence, fact_key, item_key
 from course.checks.language_model import CACHED_NAME, GLOBAL_SEED, MODEL_NAME, Generation, ModelCase, SamplingCase
 from course.checks.seeds import salted
@@ -772,7 +772,8 @@ def _expect_generation(ev: Evidence, spec: Generation, no_grad: bool = False) ->
 # ---------------------------------------------------------------- the checks
 
 _ON_GPU = dict(left=MASK_ON_THE_CPU, named=(("aten.embedding", POSITIONS_ON_THE_CPU),))
-each_case(probes.lm_structure, partial(expect_model, oracle=LM), on_gpus=OnGpus("model", probes.LM_ON_GPU, **_ON_GPU),
+each_case(probes.lm_structure, partial(expect_model, oracle=LM),
+          then=partial(expect_on_gpus, seen_on=OnGpus("model", probes.LM_ON_GPU, **_ON_GPU)),
           passed="The embeddings (positions learned), depth registered blocks, norm and to_logits: (b, t, V) logits; "
                  "on a stand-in CUDA and MPS, positions and mask made on the tokens' device.")
 each_case(probes.lm_causality, partial(expect_model, oracle=LM),
@@ -784,7 +785,8 @@ each_case(probes.lm_hidden, partial(expect_model, oracle=LM, exact=True),
           passed="More shapes (a batch of one, one head, three blocks, a wider model) against PyTorch's layers.")
 each_case(probes.lm_gradients, partial(expect_model_gradients, oracle=LM),
           passed="A loss on the logits sends every parameter the gradient autograd gives through PyTorch's layers.")
-each_case(probes.lm_cache, _expect_cached, on_gpus=OnGpus("model", probes.CACHE_ON_GPU, **_ON_GPU),
+each_case(probes.lm_cache, _expect_cached,
+          then=partial(expect_on_gpus, seen_on=OnGpus("model", probes.CACHE_ON_GPU, **_ON_GPU)),
           passed="A prompt, then 2 tokens, then one at a time with the cache: the logits of one call without it, "
                  "and a cache of (keys, values) per block, (b, heads, t, s), t growing; on a stand-in CUDA and MPS, "
                  "positions and mask made on the tokens' device.")
@@ -798,7 +800,7 @@ each_case(probes.sampling_generator, _expect_draws,
 each_case(probes.sampling_distribution, partial(_expect_draws, cases=probes.SAMPLING_CASES),
           passed="Temperatures below and above 1, with and without top_k: torch.multinomial's tokens.")
 each_case(probes.sampling_top_p, partial(_expect_draws, cases=probes.TOP_P_CASES),
-          on_gpus=OnGpus("sample", probes.SAMPLE_ON_GPU, NUCLEUS_ON_THE_CPU),
+          then=partial(expect_on_gpus, seen_on=OnGpus("sample", probes.SAMPLE_ON_GPU, NUCLEUS_ON_THE_CPU)),
           passed="top_p at three temperatures, after top_k, and a small p: torch.multinomial's tokens; on a stand-in "
                  "CUDA and MPS, every mask made where the logits are.")
 each_case(probes.sampling_hidden, partial(_expect_draws, cases=probes.SAMPLING_HIDDEN_CASES),

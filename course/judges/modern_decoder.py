@@ -242,8 +242,9 @@ def _expect_tables(ev: Evidence, case: Case) -> None:
 each_case(probes.rotary_tables, _expect_tables,
           passed="cos and sin of position · base^(−2i/s), float32 (t, s // 2), for two bases; on a stand-in CUDA and "
                  "MPS the tables are made on the device asked for, with no float64 there.",
-          on_gpus=OnGpus("tables", "rotary_tables({}, {}, device=...)".format(*probes.TABLES_ON_GPU),
-                         TABLES_DEVICE_IGNORED, TABLES_FLOAT64_ON_MPS))
+          then=partial(compare.expect_on_gpus, seen_on=OnGpus(
+              "tables", "rotary_tables({}, {}, device=...)".format(*probes.TABLES_ON_GPU), TABLES_DEVICE_IGNORED,
+              TABLES_FLOAT64_ON_MPS)))
 each_case(probes.rotary_tables_hidden, _expect_tables,
           passed="More sizes (64 positions, one position, another base), on the notebook's device.")
 
@@ -720,7 +721,7 @@ def _expect_hidden(ev: Evidence, run: ModelRun) -> None:
 
 
 each_case(probes.modern_lm_structure, partial(expect_model, oracle=MODERN),
-          on_gpus=OnGpus("model", probes.MODERN_ON_GPU, MASK_ON_THE_CPU),
+          then=partial(compare.expect_on_gpus, seen_on=OnGpus("model", probes.MODERN_ON_GPU, MASK_ON_THE_CPU)),
           passed="The named parts without biases, cos and sin non-persistent buffers, logits (b, t, vocab_size); on a "
                  "stand-in CUDA and MPS, the tables follow .to() and the mask is made on the tokens' device.")
 each_case(probes.modern_lm_oracle, partial(expect_model, oracle=MODERN, exact=True),

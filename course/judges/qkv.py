@@ -16,7 +16,7 @@ from course.checks.qkv import PERMUTATION, ROLES
 from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import anchored, expect_structure, projection_count, projections
 from course.judges.kinds import Advice, ForwardOracle, Oracle, against, against_forward, against_gradients, declared
-from course.judges.variants import Variants, simulators
+from course.judges.variants import Variants, calling, simulators, together
 
 ATTENTION_NAME = "attention(queries, keys, values)"
 MODULE_NAME = "SelfAttentionQKV"
@@ -148,7 +148,8 @@ def _any_projections(ev: Evidence, built: Built) -> dict[str, torch.Tensor]:
     return found
 
 
-MODULE_MISTAKES = simulators(WRITTEN, "SelfAttentionQKV", calling=CALLED, several=SEVERAL)
+MODULE_MISTAKES = [*simulators(WRITTEN, MODULE_NAME), *calling(WRITTEN, MODULE_NAME, CALLED),
+                   *together(WRITTEN, MODULE_NAME, CALLED, SEVERAL)]
 MODULE = ForwardOracle(
     MODULE_NAME, "self-attention with the projections to_queries, to_keys and to_values",
     partial(projections, owner=MODULE_NAME, bias_mistake=PROJECTION_BIAS),

@@ -19,7 +19,7 @@ from course.checks.scaling import CHANGED, GAINS, UPSTREAM_SEEDS
 from course.judges import judge, kinds, oracles
 from course.judges.attention_modules import expect_structure, projection_count, projections
 from course.judges.kinds import ForwardOracle, against_forward, anchor_forward, each_case, expect_causal, forward_output
-from course.judges.variants import Simulator, Variants, Written, module_output, simulators
+from course.judges.variants import Simulator, Variants, Written, calling, module_output, simulators
 
 SDPA_NAME = SDPA = "scaled_dot_product_attention"
 MODULE_NAME = "ScaledSelfAttention"
@@ -245,7 +245,8 @@ each_case(probes.sdpa_vs_pytorch, partial(_expect_sdpa_gradients, strict=True),
 _scaled_projections = partial(projections, owner=MODULE_NAME, gains=GAINS, bias_mistake=PROJECTION_BIAS)
 _SHOWN = {False: WITHOUT_A_MASK, True: OUTPUT_MISTAKES}  # the function's mistakes that show without a mask, with one
 #: the module's own mistakes, then the reference module calling each of the function's that shows
-_MODULE_MISTAKES = {masked: simulators(WRITTEN, MODULE_NAME, calling=names) for masked, names in _SHOWN.items()}
+_MODULE_MISTAKES = {masked: [*simulators(WRITTEN, MODULE_NAME), *calling(WRITTEN, MODULE_NAME, names)]
+                    for masked, names in _SHOWN.items()}
 
 
 def _module_calling(name: str, called: Iterable[str]) -> list[tuple[Mistake, Simulator]]:
@@ -263,6 +264,20 @@ _RAW_VALUES_AND = {m: [(None, run) for _, run in _module_calling("scaling-module
 _MASK_DROPPED_AND = _module_calling("scaling-module-mask-dropped", SCALES)
 
 
+def _refused_keyword(ev: Evidence, key: str, inputs: kinds.Tensors) -> None:
+    """The module's forward raised a TypeError naming one of its keyword inputs (mask): it takes no such argument."""
+    __tracebackhide__ = True
+    first, *keywords = inputs
+    fact = ev.facts.get(key)
+    if isinstance(fact, dict) and fact.get("kind") == "raised" and fact.get("type") == "TypeError":
+        message = str(fact.get("message"))
+        for name in keywords:
+            if name in message:
+                fail(f"{MODULE_NAME}.forward({first}, {name}=...) raised TypeError: {message[:200]}. "
+                     f"{NO_MASK_ARGUMENT.explanation[0].upper()}{NO_MASK_ARGUMENT.explanation[1:]}",
+                     mistake=NO_MASK_ARGUMENT)
+
+
 MODULE = ForwardOracle(
     MODULE_NAME, "scaled self-attention with the projections to_queries, to_keys and to_values", _scaled_projections,
     lambda w, k, x, mask=None: oracles.course_module_attention(w, x, mask=mask), "nn.MultiheadAttention",
@@ -270,7 +285,7 @@ MODULE = ForwardOracle(
     advice=kinds.Advice(
         otherwise="It differs from nn.MultiheadAttention (one head) with your weights. " + _MODULE_FORWARD_HINT,
         hint=lambda x, mask=None: _MODULE_FORWARD_HINT + ("" if mask is None else " " + NO_MASK_ARGUMENT.explanation),
-        keyword_mistake=NO_MASK_ARGUMENT))
+        refused=_refused_keyword))
 
 against_forward(probes.scaled_self_attention_vs_pytorch, MODULE,
                 passed="A small masked batch against nn.MultiheadAttention (one head, which scales by √k) with the "

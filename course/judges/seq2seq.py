@@ -28,6 +28,7 @@ from course.checks.compare import (
     expect_close,
     expect_close_batch,
     expect_equal,
+    expect_on_gpus,
     fail,
     matches_any,
     output,
@@ -153,12 +154,12 @@ def _expect_mask(ev: Evidence, case: probes.SettingCase) -> None:
 
 
 each_case(probes.causal_mask_by_hand, _expect_mask,
-          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[0], MASK_WRONG_DEVICE),
+          then=partial(expect_on_gpus, seen_on=OnGpus("mask", probes.MASK_ON_GPU[0], MASK_WRONG_DEVICE)),
           passed="t = 4: the lower triangle, diagonal included, as bools; made on the device asked for (a stand-in "
                  "CUDA and MPS).")
 each_case(probes.causal_mask_oracle, _expect_mask, passed="Several lengths and devices: True where j <= i.")
 each_case(probes.padding_mask_by_hand, _expect_mask,
-          on_gpus=OnGpus("mask", probes.MASK_ON_GPU[1], MASK_WRONG_DEVICE),
+          then=partial(expect_on_gpus, seen_on=OnGpus("mask", probes.MASK_ON_GPU[1], MASK_WRONG_DEVICE)),
           passed="lengths [3, 1, 4], t = 5; made on the device of lengths (a stand-in CUDA and MPS).")
 each_case(probes.padding_mask_oracle, _expect_mask, passed="Several batches: lengths 1 to t, a batch of one.")
 
@@ -626,7 +627,7 @@ def _expect_oracle(ev: Evidence) -> None:
 
 
 each_case(probes.seq2seq_structure, partial(_expect_translator, None),
-          on_gpus=OnGpus("model", probes.TRANSLATE_ON_GPU, MASK_WRONG_DEVICE),
+          then=partial(expect_on_gpus, seen_on=OnGpus("model", probes.TRANSLATE_ON_GPU, MASK_WRONG_DEVICE)),
           passed="The named parts; forward gives (b, t, tgt_vocab) logits; encode gives (b, s, k); on a stand-in CUDA "
                  "and MPS, the masks are made on the device.")
 # the other model checks run one model each (seq2seq_oracle several, judged in turn), on no stand-in GPU
@@ -818,7 +819,7 @@ def _expect_decode(ev: Evidence, case: probes.SettingCase) -> None:
 
 
 each_case(probes.greedy_decode_scripted, _expect_decode,
-          on_gpus=OnGpus("tokens", probes.DECODE_ON_GPU, MADE_ON_THE_CPU),
+          then=partial(expect_on_gpus, seen_on=OnGpus("tokens", probes.DECODE_ON_GPU, MADE_ON_THE_CPU)),
           passed="A stand-in model whose greedy output is known: each sequence stops at its <eos>, then 0s; on a "
                  "stand-in CUDA and MPS, the tokens are made on the source's device.")
 each_case(probes.greedy_decode_step_by_step, _expect_decode,

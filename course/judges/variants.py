@@ -36,8 +36,9 @@ Decisions, and why:
   mistake in basic_self_attention uses a correct attention_weights). Without autograd, on the inputs the case
   regenerates from its seed (as the oracle does). A module's variants (simulators(): a ForwardOracle's) are
   built with the recorded constructor arguments and run with the student's recorded weights (module_output); a module
-  that calls an earlier answer (02's SelfAttentionQKV calls attention) is also run calling each variant named of it,
-  and with `several`, each of its own variants calling each: two mistakes together, named several with both messages.
+  that calls an earlier answer (02's SelfAttentionQKV calls attention) is also run calling each variant named of it
+  (calling()), and each of its own variants calling each (together()): two mistakes together, named with both
+  messages.
   The catalogue grades only the pairs it lists (02's module-fused-scaled-raw-values); the judge knows every pair.
   A module's variant is not skipped when it raises: built from the recorded weights, it fits every case, or is wrong.
 - A variant that raises on a case's inputs (x.T on a batch, a shape that no longer fits) matches nothing there: it
@@ -160,24 +161,29 @@ class Variants:
                 yield written.mistake, out
 
 
-def simulators(variants: Variants, answer: str, *, calling: tuple[str, ...] = (), several: Mistake | None = None
-               ) -> list[tuple[Mistake, Simulator]]:
-    """The module answer's typical mistakes as ForwardOracle's simulators, in the order they are named: each variant
-    of answer, then the reference answer calling each variant named in calling (a mistake in the earlier answer it
-    calls, e.g. attention), then with several, each variant of answer calling each of those: two mistakes together,
-    named several, its message both of theirs."""
-    called = [w for w in variants.written if w.name in calling]
-    if len(called) != len(calling):
-        raise ValueError(f"{variants.module}: no variants named {sorted(set(calling) - {w.name for w in called})}")
-    own, right = variants.of(answer), reference_source(variants.reference, answer)
-    found = [(w.mistake, partial(module_output, w.code, answer, variants.reference, ())) for w in own]
-    found += [(c.mistake, partial(module_output, right, answer, variants.reference, ((c.code, c.answer),)))
-              for c in called]
-    if several is not None:
-        found += [(both(several, w.mistake, c.mistake),
-                   partial(module_output, w.code, answer, variants.reference, ((c.code, c.answer),)))
-                  for w in own for c in called]
-    return found
+def simulators(variants: Variants, answer: str) -> list[tuple[Mistake, Simulator]]:
+    """The module answer's typical mistakes as ForwardOracle's simulators: each variant of answer, in order."""
+    return [(w.mistake, partial(module_output, w.code, answer, variants.reference, ())) for w in variants.of(answer)]
+
+
+def calling(variants: Variants, answer: str, names: tuple[str, ...]) -> list[tuple[Mistake, Simulator]]:
+    """Simulators of the reference module answer calling each variant named in names (a mistake in the earlier
+    answer it calls, e.g. attention), named as that variant."""
+    called = [w for w in variants.written if w.name in names]
+    if len(called) != len(names):
+        raise ValueError(f"{variants.module}: no variants named {sorted(set(names) - {w.name for w in called})}")
+    right = reference_source(variants.reference, answer)
+    return [(c.mistake, partial(module_output, right, answer, variants.reference, ((c.code, c.answer),)))
+            for c in called]
+
+
+def together(variants: Variants, answer: str, names: tuple[str, ...], several: Mistake
+             ) -> list[tuple[Mistake, Simulator]]:
+    """Simulators of each variant of the module answer calling each variant named in names (as calling's, which
+    checks they exist): two mistakes together, named several, its message both of theirs."""
+    return [(both(several, w.mistake, c.mistake),
+             partial(module_output, w.code, answer, variants.reference, ((c.code, c.answer),)))
+            for w in variants.of(answer) for c in variants.written if c.name in names]
 
 
 def module_output(code: str, answer: str, reference: str, calls: tuple[tuple[str, str], ...],
