@@ -155,3 +155,18 @@ def test_only_a_check_declared_with_backward_records_and_judges_gradients():
         builds_and_runs("stray", (Runs(Built(key="module", args=(2,), seed=3), (case,)),))
     with pytest.raises(ValueError, match="against_gradients"):
         against(probes.attention_weights_vs_pytorch, WEIGHTS, passed="")
+
+
+def test_a_module_check_that_records_gradients_names_how_its_judge_judges_them():
+    """A module check declared with builds_and_runs_backward is judged by against_forward or against_block with
+    gradients= (expect_forward_gradients, expect_block_gradients); without it they refuse the check at declaration,
+    so no recorded gradient goes unjudged, and a check without one never reads the gradient judging."""
+    from course.checks import qkv, transformer_block  # noqa: PLC0415
+    from course.judges.kinds import against_block, against_forward  # noqa: PLC0415
+    from course.judges.qkv import MODULE  # noqa: PLC0415
+    from course.judges.transformer_block import TOLERANT  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match="gradients=expect_forward_gradients"):
+        against_forward(qkv.self_attention_qkv_oracle, MODULE, passed="")
+    with pytest.raises(ValueError, match="gradients=expect_block_gradients"):
+        against_block(transformer_block.transformer_block_gradients, TOLERANT, passed="")

@@ -271,8 +271,9 @@ def builds_and_runs(name: str, runs: tuple[Runs, ...], **options: Any) -> RunsCh
 def builds_and_runs_backward(name: str, runs: tuple[Runs, ...], *,
                              observe: Callable[[Recorder, Any], None] | None = None, **options: Any) -> RunsCheck:
     """:func:`builds_and_runs`, where a case with an upstream gradient runs with autograd and records the gradients
-    of sum(output · upstream) its floating inputs and the module's parameters receive (modules.backward).
-    observe(rec, y): further facts recorded from that output first (e.g. the size of its graph)."""
+    of sum(output · upstream) its floating inputs and the module's parameters receive (modules.backward), judged by
+    against_forward or against_block given gradients= (course/judges/kinds.py). observe(rec, y): further facts
+    recorded from that output first (e.g. the size of its graph)."""
     return RunsCheck(name, tuple(runs), options, modules.backward, observe)
 
 

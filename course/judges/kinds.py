@@ -6,9 +6,9 @@ judges a declared check from the very cases its probe drew::
     against(attention_weights_oracle, WEIGHTS, passed="Random inputs of several shapes against PyTorch's ...")
 
 Every case's output is compared with the oracle (its shape first, with hints for the shapes of typical confusions),
-a match with a typical mistake's output names it, and (``against_gradients``) a case that recorded gradients has them
-compared with autograd through the oracle. Cases worked by hand in the notebook compare with the hand-worked answer
-instead (``answers``), the secret case with the oracle.
+a match with a typical mistake's output names it, and (``against_gradients``; a module's: ``gradients=``) a case that
+recorded gradients has them compared with autograd through the oracle. Cases worked by hand in the notebook compare
+with the hand-worked answer instead (``answers``), the secret case with the oracle.
 
 Next-token losses are judged in course/judges/token_loss.py, whole language models (with and without a cache) in
 course/judges/models.py.
@@ -211,39 +211,49 @@ def anchor_forward(ev: Evidence, y: torch.Tensor, oracle: ForwardOracle, w: Tens
              f"{oracle.advice.hint_for(inputs)}", want, y, case=label)
 
 
-def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, oracle: ForwardOracle,
-                        tolerate_mistakes: bool = False) -> torch.Tensor:
+def expect_forward_case(ev: Evidence, w: Tensors, built: Built, case: Case, oracle: ForwardOracle) -> None:
     """The output recorded for case (of the module built) against the oracle with the weights w, naming the
-    typical mistake it matches; returns it. A case with an upstream gradient: the output must also be in an
-    autograd graph, and the gradients of sum(output · upstream) its floating inputs and the parameters received
-    must be autograd's through the oracle. tolerate_mistakes: a typical mistake's output passes there, its
-    gradients compared with autograd through that mistake's computation (another check names it)."""
+    typical mistake it matches (the gradients a case recorded: :func:`expect_forward_gradients`)."""
+    __tracebackhide__ = True
+    inputs, args = dict(case.inputs()), built.args
+    expect_close(forward_output(ev, case.key, oracle, inputs), _run(oracle.compute, w, args, inputs),
+                 what=forward_what(oracle, inputs), device=ev.device, case=case.label,
+                 otherwise=oracle.advice.otherwise, mistakes=simulated(oracle, w, args, inputs))
+
+
+def expect_forward_gradients(ev: Evidence, w: Tensors, built: Built, case: Case, oracle: ForwardOracle,
+                             tolerate_mistakes: bool = False) -> None:
+    """A case with an upstream gradient (of a check declared with builds_and_runs_backward): its output as
+    :func:`expect_forward_case` judges it, in an autograd graph, and the gradients of sum(output · upstream) its
+    floating inputs and the parameters received autograd's through the oracle. tolerate_mistakes: a typical
+    mistake's output passes, its gradients compared with autograd through that mistake's computation (another check
+    names it)."""
     __tracebackhide__ = True
     inputs, args = dict(case.inputs()), built.args
     what, y = forward_what(oracle, inputs), forward_output(ev, case.key, oracle, inputs)
-    if case.upstream is not None:
-        modules.expect_differentiable(ev, case.key, what)
-    want, tolerant = _run(oracle.compute, w, args, inputs), case.upstream is not None and tolerate_mistakes
-    because, compute = None, oracle.compute
-    if tolerant and not matches_any(y, [want], ev.device):
+    modules.expect_differentiable(ev, case.key, what)
+    want, because, compute = _run(oracle.compute, w, args, inputs), None, oracle.compute
+    if tolerate_mistakes and not matches_any(y, [want], ev.device):
         because, compute = next(((m, run) for m, run in oracle.simulators(*args, **inputs) if m is not None
                                  and matches_any(y, [_run(run, w, args, inputs)], ev.device)), (None, compute))
     if because is None:
         expect_close(y, want, what=what, device=ev.device, case=case.label, otherwise=oracle.advice.otherwise,
-                     mistakes=[] if tolerant else simulated(oracle, w, args, inputs))
-    if case.upstream is None:
-        return y
+                     mistakes=[] if tolerate_mistakes else simulated(oracle, w, args, inputs))
     grads = modules.autograd(lambda leaves, **given: compute(leaves, *args, **given), w, inputs, case.upstream())
     modules.expect_gradients(ev, grads, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
                              because=because, hints=oracle.advice.gradient_hints)
-    return y
 
 
-def against_forward(check: RunsCheck, oracle: ForwardOracle, *, passed: str, tolerate_mistakes: bool = False,
-                    then: Callable[[Evidence], None] | None = None) -> Callable[[Evidence], None]:
+def against_forward(check: RunsCheck, oracle: ForwardOracle, *, passed: str,
+                    then: Callable[[Evidence], None] | None = None,
+                    gradients: Callable[..., None] | None = None) -> Callable[[Evidence], None]:
     """Register the judge of a RunsCheck: for each module built, its weights read back and every drawn case
     against the oracle with them (:func:`expect_forward_case`); then(ev): a further property judged after the
-    cases (e.g. the size of the graph observed). passed: the line a student reads when the test passes."""
+    cases (e.g. the size of the graph observed). passed: the line a student reads when the test passes.
+    gradients(ev, w, built, case, oracle): how a case with an upstream gradient is judged, in a check declared with
+    builds_and_runs_backward (:func:`expect_forward_gradients`); only those checks name it."""
+    if gradients is None and any(case.upstream is not None for item in check.runs for case in item.cases):
+        raise ValueError(f"{check.name} records gradients: judge it with gradients=expect_forward_gradients")
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
@@ -252,7 +262,7 @@ def against_forward(check: RunsCheck, oracle: ForwardOracle, *, passed: str, tol
             if cases:
                 w = oracle.weights(ev, item.module)
                 for case in cases:
-                    expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes)
+                    (expect_forward_case if case.upstream is None else gradients)(ev, w, item.module, case, oracle)
         if then is not None:
             then(ev)
 
@@ -286,12 +296,10 @@ class BlockOracle:
     name. oracle(found) is the :class:`ForwardOracle` computing with it (its weights are not called: structure
     reads them), or a list of equally right ones (e.g. a model on blocks computed as the student's blocks compute
     them, right or typically wrong, which another check judges): each case is judged against the first whose output
-    it is, else the first whose typical mistake it is. tolerant: a case checking gradients may show a typical
-    mistake (another check names it)."""
+    it is, else the first whose typical mistake it is."""
 
     structure: Callable[[Evidence, Built], tuple[Any, dict[str, torch.Tensor]]]
     oracle: Callable[[Any], ForwardOracle | list[ForwardOracle]]
-    tolerant: bool = True
 
 
 def block_call(built: Built, owner: str) -> str:
@@ -313,11 +321,12 @@ def matched_oracle(ev: Evidence, key: str, oracles: list[ForwardOracle], w: Tens
 
 
 def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, *, claim: str = "",
-                      accept: Callable[[torch.Tensor], bool] | None = None) -> None:
+                      accept: Callable[[torch.Tensor], bool] | None = None,
+                      gradients: Callable[..., None] | None = None) -> None:
     """For each module built (each of runs), its structure judged and its weights read back, then every drawn case
-    against the oracle with them (:func:`expect_forward_case`, typical mistakes tolerated where a case checks
-    gradients and block.tolerant, which then go through the mistake's computation; every parameter the probe
-    recorded must receive one). claim, e.g. "has the right parts": the outputs need only be the module's, right or
+    against the oracle with them (:func:`expect_forward_case`); a case with an upstream gradient as gradients(ev, w,
+    built, case, oracle) judges it (:func:`expect_block_gradients`, passed only by the judges of checks declared with
+    builds_and_runs_backward). claim, e.g. "has the right parts": the outputs need only be the module's, right or
     typically wrong (:func:`anchor_forward`; the claim is made of the module's constructor call). accept(y), with a
     claim: an output it rejects (e.g. not normalised) must then be the right one, a typical mistake named."""
     __tracebackhide__ = True
@@ -337,21 +346,31 @@ def expect_block_runs(ev: Evidence, runs: tuple[Runs, ...], block: BlockOracle, 
                                f"{block_call(item.module, oracle.owner)} {claim}", case.label)
                 if accept is None or accept(y):
                     continue
-            expect_forward_case(ev, w, item.module, case, oracle, tolerate_mistakes=block.tolerant)
-            if case.upstream is not None:
-                modules.expect_gradients(ev, {}, owner=f"{oracle.owner}.forward", case=case.label, oracle=oracle.name,
-                                         present=modules.parameter_names(ev, item.module.key))
+            (expect_forward_case if case.upstream is None else gradients)(ev, w, item.module, case, oracle)
+
+
+def expect_block_gradients(ev: Evidence, w: Tensors, built: Built, case: Case, oracle: ForwardOracle,
+                           tolerate_mistakes: bool = False) -> None:
+    """A case with an upstream gradient as :func:`expect_forward_gradients` judges it (tolerate_mistakes); every
+    parameter the probe filled must receive some gradient too, also one the oracle does not compute with."""
+    __tracebackhide__ = True
+    expect_forward_gradients(ev, w, built, case, oracle, tolerate_mistakes)
+    modules.expect_some_gradient(ev, modules.parameter_names(ev, built.key), owner=f"{oracle.owner}.forward")
 
 
 def against_block(check: RunsCheck, block: BlockOracle, *, passed: str, claim: str = "",
                   then: Callable[[Evidence], None] | None = None,
-                  accept: Callable[[torch.Tensor], bool] | None = None) -> Callable[[Evidence], None]:
-    """Register the judge of a RunsCheck of a block (:func:`expect_block_runs`, claim and accept); then(ev): a further
-    property judged after the cases. passed: the line a student reads when the test passes."""
+                  accept: Callable[[torch.Tensor], bool] | None = None,
+                  gradients: Callable[..., None] | None = None) -> Callable[[Evidence], None]:
+    """Register the judge of a RunsCheck of a block (:func:`expect_block_runs`, claim, accept and gradients: in a
+    check declared with builds_and_runs_backward, :func:`expect_block_gradients`); then(ev): a further property
+    judged after the cases. passed: the line a student reads when the test passes."""
+    if gradients is None and any(case.upstream is not None for item in check.runs for case in item.cases):
+        raise ValueError(f"{check.name} records gradients: judge it with gradients=expect_block_gradients")
 
     def judged(ev: Evidence) -> None:
         __tracebackhide__ = True
-        expect_block_runs(ev, check.runs, block, claim=claim, accept=accept)
+        expect_block_runs(ev, check.runs, block, claim=claim, accept=accept, gradients=gradients)
         if then is not None:
             then(ev)
 

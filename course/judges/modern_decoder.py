@@ -32,6 +32,7 @@ from course.judges.kinds import (
     against_forward,
     block_call,
     each_case,
+    expect_forward_gradients,
     expect_linear_layers,
 )
 from course.judges.models import (
@@ -146,10 +147,10 @@ def _expect_as_built(ev: Evidence) -> None:
                  case=f"the gain as {block_call(built, probes.NORM_NAME)} builds it", mistake=RMS_GAIN_NOT_ONES)
 
 
-against_forward(probes.rms_norm_oracle, RMS, then=_expect_as_built,
+against_forward(probes.rms_norm_oracle, RMS, then=_expect_as_built, gradients=expect_forward_gradients,
                 passed="Off-centre, 100 times larger, tiny, eps=0.1 and 4-D inputs: nn.RMSNorm; gradients too; a gain "
                        "that starts at ones, self.eps as given.")
-against_forward(probes.rms_norm_hidden, RMS,
+against_forward(probes.rms_norm_hidden, RMS, gradients=expect_forward_gradients,
                 passed="Inputs times 1e-4 (where eps matters) and 1e4, the default eps 1e-6, gradients.")
 
 
@@ -373,9 +374,9 @@ SWIGLU = ForwardOracle(probes.SWIGLU_NAME, "SwiGLU", _swiglu_weights, _swiglu, "
                        simulators=lambda *_, **__: _SWIGLU_MISTAKES,
                        advice=Advice(otherwise=_SWIGLU_HINT, hint=_SWIGLU_HINT))
 
-against_forward(probes.swiglu_oracle, SWIGLU,
+against_forward(probes.swiglu_oracle, SWIGLU, gradients=expect_forward_gradients,
                 passed="down(silu(gate(x)) · up(x)) on 3-D and 4-D inputs; gradients reach x and every weight.")
-against_forward(probes.swiglu_hidden, SWIGLU,
+against_forward(probes.swiglu_hidden, SWIGLU, gradients=expect_forward_gradients,
                 passed="More sizes (hidden below k, 8k/3), on the notebook's device, with gradients.")
 
 

@@ -333,11 +333,12 @@ against_forward(probes.multi_head_oracle, NARROW,
                 passed="Self- and cross-attention, 1-4 heads, masks of three shapes against nn.MultiheadAttention.")
 against_forward(probes.wide_oracle, WIDE,
                 passed="The same cases against F.scaled_dot_product_attention on the projections, heads of size k.")
-against_forward(probes.multi_head_gradients, NARROW, tolerate_mistakes=True, then=_expect_no_loop,
+against_forward(probes.multi_head_gradients, NARROW, then=_expect_no_loop,
+                gradients=partial(kinds.expect_forward_gradients, tolerate_mistakes=True),
                 passed="Gradients reach every parameter, x and the context as through nn.MultiheadAttention; no loop.")
-against_forward(probes.multi_head_vs_pytorch, NARROW, then=_expect_no_loop,
+against_forward(probes.multi_head_vs_pytorch, NARROW, then=_expect_no_loop, gradients=kinds.expect_forward_gradients,
                 passed="A small masked cross-attention case and its gradients against nn.MultiheadAttention; no loop.")
-against_forward(probes.wide_vs_pytorch, WIDE,
+against_forward(probes.wide_vs_pytorch, WIDE, gradients=kinds.expect_forward_gradients,
                 passed="A small masked cross-attention case and its gradients against PyTorch's fused attention.")
 
 

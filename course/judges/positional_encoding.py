@@ -4,7 +4,6 @@ the typical mistakes they can name: those seen in an output written as a student
 (course/judges/variants.py), each before the judges that run it; those seen in a structure (a dtype, a buffer, an
 error) declared beside the judge that names them."""
 
-import dataclasses
 import math
 import re
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from course.checks.compare import (
 )
 from course.checks.evidence import Evidence, fact_key, gradient_key
 from course.checks.kinds import Built, Case, drawn
-from course.judges import judge
+from course.judges import judge, kinds
 from course.judges.kinds import Advice, ForwardOracle, against_forward, each_case, expect_forward_case
 from course.judges.variants import Simulator, Variants, simulators
 
@@ -465,10 +464,10 @@ def _judge_learned_gradients(ev: Evidence) -> None:
     (run,) = probes.learned_gradients.runs
     (case,) = run.cases
     w = _embedding_weight(ev, run.module)
-    expect_forward_case(ev, w, run.module, dataclasses.replace(case, upstream=None), LEARNED)
+    expect_forward_case(ev, w, run.module, case, LEARNED)
     modules.expect_attached(ev, case.key, f"{LEARNED_NAME}.forward")
     ((name, weight),) = w.items()
     w_grad = tensor(ev, gradient_key(name), shape=tuple(weight.shape))
     if w_grad is None or not bool(w_grad.any()):
         fail(f"{LEARNED_NAME}: {EMBEDDING_CUT_OFF.explanation}", mistake=EMBEDDING_CUT_OFF)
-    expect_forward_case(ev, w, run.module, case, LEARNED)
+    kinds.expect_forward_gradients(ev, w, run.module, case, LEARNED)

@@ -160,9 +160,9 @@ MODULE = ForwardOracle(
 
 # ---------------------------------------------------------------- the module
 
-against_forward(probes.self_attention_qkv_vs_pytorch, MODULE,
+against_forward(probes.self_attention_qkv_vs_pytorch, MODULE, gradients=kinds.expect_forward_gradients,
                 passed="A batch of two and its gradients against nn.MultiheadAttention (one head) with your weights.")
-against_forward(probes.self_attention_qkv_oracle, MODULE,
+against_forward(probes.self_attention_qkv_oracle, MODULE, gradients=kinds.expect_forward_gradients,
                 passed="Random weights, inputs and gradients against nn.MultiheadAttention (one head), same weights.")
 declared(probes.self_attention_qkv_structure,
          partial(expect_structure, check=probes.self_attention_qkv_structure, oracle=MODULE,

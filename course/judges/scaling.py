@@ -287,7 +287,7 @@ MODULE = ForwardOracle(
         hint=lambda x, mask=None: _MODULE_FORWARD_HINT + ("" if mask is None else " " + NO_MASK_ARGUMENT.explanation),
         refused=_refused_keyword))
 
-against_forward(probes.scaled_self_attention_vs_pytorch, MODULE,
+against_forward(probes.scaled_self_attention_vs_pytorch, MODULE, gradients=kinds.expect_forward_gradients,
                 passed="A small masked batch against nn.MultiheadAttention (one head, which scales by √k) with the "
                        "check's weights loaded into your module; the gradients reach the input and the three "
                        "projections.")

@@ -26,6 +26,7 @@ from course.judges.kinds import (
     Simulator,
     against_block,
     block_call,
+    expect_block_gradients,
 )
 from course.judges.variants import Variants, Written, defined, reference_source
 
@@ -515,6 +516,7 @@ against_block(probes.transformer_block_normalised, BlockOracle(_fresh_norms, _en
 
 
 against_block(probes.transformer_block_small_case, TOLERANT,
+              gradients=partial(expect_block_gradients, tolerate_mistakes=True),
               passed="k=4, 2 heads, x (2, 3, 4): the block against nn.TransformerEncoderLayer with the same weights, "
                      "without and with a causal mask (which must change the output); a loss on the output sends "
                      "autograd's gradient to x and to every parameter.")
@@ -536,7 +538,7 @@ def _permutes_outputs(ev: Evidence) -> None:
 
 
 against_block(probes.transformer_block_gradients, TOLERANT, claim="is permutation equivariant",
-              then=_permutes_outputs,
+              then=_permutes_outputs, gradients=partial(expect_block_gradients, tolerate_mistakes=True),
               passed="A loss on the output sends autograd's gradient to every parameter and to the input; and without "
                      "positions, permuting the input positions permutes the outputs the same way.")
 
@@ -692,20 +694,19 @@ def _classifier_oracles(parts: Classifier) -> list[ForwardOracle]:
 
 #: the check's classifier (counted: and nothing else with parameters), its blocks computed as the student's compute
 #: them (the right head on them judged, gradients too)
-CLASSIFIER = BlockOracle(_classifier_values, _classifier_oracles, tolerant=False)
-COUNTED_CLASSIFIER = BlockOracle(_counted_classifier, _classifier_oracles, tolerant=False)
+CLASSIFIER = BlockOracle(_classifier_values, _classifier_oracles)
+COUNTED_CLASSIFIER = BlockOracle(_counted_classifier, _classifier_oracles)
 
 against_block(probes.transformer_classifier_structure, COUNTED_CLASSIFIER,
               passed="An embedding, depth separate registered blocks and a linear output layer; logits of shape "
                      "(b, num_classes).")
-against_block(probes.transformer_classifier_oracle, BlockOracle(_default_ff_classifier, _classifier_oracles,
-                                                                  tolerant=False),
+against_block(probes.transformer_classifier_oracle, BlockOracle(_default_ff_classifier, _classifier_oracles),
               passed="Random weights and tokens: embedding -> your blocks in order -> mean over positions -> "
                      "linear (the blocks recomputed with nn.TransformerEncoderLayer, or as your TransformerBlock "
                      "computes them).")
 against_block(probes.transformer_classifier_order_blind, CLASSIFIER,
               passed="Without positions the whole classifier is permutation invariant: shuffled tokens give the "
                      "same logits.")
-against_block(probes.transformer_classifier_gradients, CLASSIFIER,
+against_block(probes.transformer_classifier_gradients, CLASSIFIER, gradients=expect_block_gradients,
               passed="A small batch: the logits are the classifier's, and a loss on them sends autograd's gradient to "
                      "the embedding, every block and the output layer.")
