@@ -1,6 +1,7 @@
 """Reading closure: what a reader must open to understand one test, and the functions that take too many arguments.
 
     .venv/bin/python benchmarks/reading_closure.py [--assignment 04_multi_head] [--quiet]
+    .venv/bin/python benchmarks/reading_closure.py --check 08:lm_cache    # what to read to review one check
 
 A test cell ``test_NAME`` of an assignment calls the check ``NAME`` of course/checks/<module>.py; its judge is in
 course/judges/<module>.py. Its *reading closure* is every definition reachable from the two, found from the source
@@ -428,12 +429,48 @@ def report(assignment: str | None = None, quiet: bool = False) -> dict:
     return figures
 
 
+def reading_list(wanted: str) -> list[tuple[str, list[Unit]]]:
+    """What to read, in order, to review one check (``NAME`` or ``ASSIGNMENT:NAME``, e.g. ``08:lm_cache``): where
+    it starts (its declaration, its judge, its mistakes), then what it reaches beyond the shared core, then the
+    core, each by file in the file's order, as (heading, units)."""
+    assignment, _, name = wanted.rpartition(":")
+    found = closures()
+    matching = [c for c in found if c.cell.check == name and c.cell.assignment.startswith(assignment)]
+    if len(matching) != 1:
+        places = sorted(f"{c.cell.assignment}:{c.cell.check}" for c in matching)
+        raise SystemExit(f"--check {wanted}: expected one graded check of that name, found "
+                         f"{len(matching)}{': ' + ', '.join(places) if places else ''}")
+    (item,) = matching
+    start = frozenset(starts(item.cell))
+    core = shared_core(found) - start
+    beyond = item.units - start - core
+    in_order = lambda units: sorted(units, key=lambda u: (u.path, u.start))  # noqa: E731
+    return [("where it starts: its declaration, its judge and its mistakes", in_order(start)),
+            ("what it reaches beyond the shared core", in_order(beyond)),
+            ("the shared core, read once for every check", in_order(item.units & core))]
+
+
+def print_reading_list(wanted: str) -> None:
+    for heading, units in reading_list(wanted):
+        print(f"\n## {heading}: {sum(u.lines for u in units)} lines")
+        path = None
+        for unit in units:
+            if unit.path != path:
+                path = unit.path
+                print(f"{path}")
+            print(f"  {unit.start:>5}-{unit.end:<5} {unit.name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--assignment", help="show the per-check table of this assignment only, e.g. 04_multi_head")
+    parser.add_argument("--check", help="print what to read to review one check, in order, e.g. 08:lm_cache")
     parser.add_argument("--quiet", action="store_true", help="the summary only, without the per-check table")
     args = parser.parse_args()
-    report(args.assignment, args.quiet)
+    if args.check:
+        print_reading_list(args.check)
+    else:
+        report(args.assignment, args.quiet)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ figure here and take the names off the list; when it would grow them, make the c
 
 import sys
 
+import pytest
+
 from autograder import course_dir
 
 sys.path.insert(0, str(course_dir.ROOT / "benchmarks"))
@@ -117,3 +119,17 @@ def test_case_tables_name_their_numbers():
                         and any(_numbers(arg) for arg in node.args)):
                     found.append(f"{path.relative_to(course_dir.ROOT)}:{node.lineno} {node.func.id}")
     assert not found, f"numbers passed by position: {found}"
+
+
+def test_the_reading_list_of_one_check_is_its_closure_in_three_parts(capsys):
+    """`--check 01:attention_weights_by_hand` lists what a reviewer reads: where the check starts, what it reaches
+    beyond the shared core, then the core; together exactly its closure, each unit once. A name two assignments
+    use is refused with both places."""
+    parts = reading_closure.reading_list("01:attention_weights_by_hand")
+    (item,) = [c for c in reading_closure.closures() if c.cell.check == "attention_weights_by_hand"]
+    listed = [unit for _, units in parts for unit in units]
+    assert len(listed) == len(set(listed)) and set(listed) == item.units
+    assert any(u.path == "course/checks/self_attention.py" and u.name == "attention_weights_by_hand"
+               for u in parts[0][1])
+    with pytest.raises(SystemExit, match="07_seq2seq:loss_oracle, 08_language_model:loss_oracle"):
+        reading_closure.reading_list("loss_oracle")
