@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import signal
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -467,6 +468,7 @@ def main() -> None:
     parser.add_argument("--check", help="print what to read to review one check, in order, e.g. 08:lm_cache")
     parser.add_argument("--quiet", action="store_true", help="the summary only, without the per-check table")
     args = parser.parse_args()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head or less: stop quietly when the reader does
     if args.check:
         print_reading_list(args.check)
     else:
