@@ -445,10 +445,13 @@ def reading_list(wanted: str) -> list[tuple[str, list[Unit]]]:
     start = frozenset(starts(item.cell))
     core = shared_core(found) - start
     beyond = item.units - start - core
-    in_order = lambda units: sorted(units, key=lambda u: (u.path, u.start))  # noqa: E731
-    return [("where it starts: its declaration, its judge and its mistakes", in_order(start)),
-            ("what it reaches beyond the shared core", in_order(beyond)),
-            ("the shared core, read once for every check", in_order(item.units & core))]
+    return [("where it starts: its declaration, its judge and its mistakes", _in_file_order(start)),
+            ("what it reaches beyond the shared core", _in_file_order(beyond)),
+            ("the shared core, read once for every check", _in_file_order(item.units & core))]
+
+
+def _in_file_order(units: frozenset[Unit]) -> list[Unit]:
+    return sorted(units, key=lambda u: (u.path, u.start))
 
 
 def print_reading_list(wanted: str) -> None:
@@ -458,7 +461,7 @@ def print_reading_list(wanted: str) -> None:
         for unit in units:
             if unit.path != path:
                 path = unit.path
-                print(f"{path}")
+                print(path)
             print(f"  {unit.start:>5}-{unit.end:<5} {unit.name}")
 
 

@@ -121,7 +121,7 @@ def test_case_tables_name_their_numbers():
     assert not found, f"numbers passed by position: {found}"
 
 
-def test_the_reading_list_of_one_check_is_its_closure_in_three_parts(capsys):
+def test_the_reading_list_of_one_check_is_its_closure_in_three_parts():
     """`--check 01:attention_weights_by_hand` lists what a reviewer reads: where the check starts, what it reaches
     beyond the shared core, then the core; together exactly its closure, each unit once. A name two assignments
     use is refused with both places."""
